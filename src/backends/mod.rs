@@ -1,0 +1,35 @@
+//! Queue backends: where dispatched jobs run.
+//!
+//! The contract: the engine hands every [`Job`] the scheduler dispatched to
+//! [`Backend::submit`], then blocks in [`Backend::wait`] for the next completions and the
+//! time they carry. A backend never decides what runs next; the scheduler systems do.
+//! An embedder plugs in its own queues (a QNN queue on a phone, say) by implementing this
+//! trait.
+
+pub mod sim;
+
+use hetsched_systems::resources::{Completion, Job};
+use thiserror::Error;
+
+/// A queue failure, reported instead of a completion.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("processor {processor} failed job {job}: {reason}")]
+pub struct BackendError {
+    /// Processor lane.
+    pub processor: usize,
+    /// Instance id of the failed job.
+    pub job: u32,
+    /// What went wrong.
+    pub reason: String,
+}
+
+/// Processor queues behind the scheduler.
+pub trait Backend {
+    /// Starts `job` on its processor. The scheduler guarantees the processor is idle.
+    fn submit(&mut self, job: Job) -> Result<(), BackendError>;
+    /// Jobs submitted and not yet reported.
+    fn in_flight(&self) -> usize;
+    /// Blocks until at least one job finishes; returns the current time in ns and every
+    /// completion up to it. Called only while [`Backend::in_flight`] is non-zero.
+    fn wait(&mut self) -> Result<(u64, Vec<Completion>), BackendError>;
+}

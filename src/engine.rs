@@ -1,0 +1,83 @@
+//! The engine: runs the scheduler schedule tick after tick against a backend.
+//!
+//! Each tick runs the [`SchedulerSystems`](hetsched_systems::SchedulerSystems) phases;
+//! the engine then hands dispatched jobs to the backend and waits for the next
+//! completions, which it puts in the inbox for the next tick's collect phase.
+
+use std::sync::Arc;
+
+use bevy_ecs::prelude::World;
+use hetsched_systems::resources::{Clock, Inbox, Outbox, RunStats, TimelineLog};
+use hetsched_systems::{PrefillPlan, StageProgress, scheduler_schedule, spawn_world};
+use thiserror::Error;
+
+use crate::backends::{Backend, BackendError, sim::SimBackend};
+
+/// Why a run stopped before every subgraph was done.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// A queue failed a job.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// Nothing is running and nothing can start: a scheduler bug or an impossible plan.
+    #[error("scheduler stalled with {done} of {total} subgraphs done and nothing running")]
+    Stalled {
+        /// Instances done.
+        done: usize,
+        /// Instances in the plan.
+        total: usize,
+    },
+}
+
+/// The outcome of a finished run.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The plan that ran.
+    pub plan: Arc<PrefillPlan>,
+    /// What the run recorded.
+    pub timeline: TimelineLog,
+    /// Time of the last completion, in ns.
+    pub makespan_ns: u64,
+    /// Scheduler statistics.
+    pub stats: RunStats,
+}
+
+/// Runs `plan` to completion on `backend`.
+pub fn run(plan: Arc<PrefillPlan>, backend: &mut dyn Backend) -> Result<RunOutcome, EngineError> {
+    let total = plan.instance_count();
+    let mut world = spawn_world(plan.clone());
+    let mut schedule = scheduler_schedule();
+    loop {
+        schedule.run(&mut world);
+        for job in std::mem::take(&mut world.resource_mut::<Outbox>().0) {
+            backend.submit(job)?;
+        }
+        let done = world.resource::<StageProgress>().done_count();
+        if done == total {
+            break;
+        }
+        if backend.in_flight() == 0 {
+            return Err(EngineError::Stalled { done, total });
+        }
+        let (now, completions) = backend.wait()?;
+        world.resource_mut::<Clock>().now_ns = now;
+        world.resource_mut::<Inbox>().0.extend(completions);
+    }
+    Ok(finish(plan, world))
+}
+
+/// Runs `plan` on simulated queues.
+pub fn simulate(plan: Arc<PrefillPlan>) -> Result<RunOutcome, EngineError> {
+    run(plan, &mut SimBackend::default())
+}
+
+fn finish(plan: Arc<PrefillPlan>, mut world: World) -> RunOutcome {
+    let timeline = std::mem::take(&mut *world.resource_mut::<TimelineLog>());
+    let makespan_ns = timeline.slices.iter().map(|s| s.end_ns).max().unwrap_or(0);
+    RunOutcome {
+        plan,
+        timeline,
+        makespan_ns,
+        stats: world.resource::<RunStats>().clone(),
+    }
+}

@@ -1,0 +1,193 @@
+//! The run report: what a profiling engineer wants to know, as JSON or a short summary.
+
+use std::fmt::Write as _;
+
+use hetsched_systems::ProcessorKind;
+use serde::Serialize;
+
+use crate::engine::RunOutcome;
+
+/// One processor's share of the run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProcessorReport {
+    /// Name from the device profile.
+    pub name: String,
+    /// Kind (`cpu`, `gpu`, `npu`).
+    pub kind: &'static str,
+    /// Time spent running subgraphs, in ms.
+    pub busy_ms: f64,
+    /// Busy time / makespan.
+    pub utilization: f64,
+    /// Subgraph instances it ran.
+    pub subgraphs: usize,
+}
+
+/// The report of one prefill run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunReport {
+    /// Scene name.
+    pub scene: String,
+    /// Model name.
+    pub model: String,
+    /// Device name.
+    pub device: String,
+    /// Prompt length in tokens.
+    pub prompt_len: u32,
+    /// Chunk length in tokens.
+    pub chunk_len: u32,
+    /// Number of chunks.
+    pub chunks: u32,
+    /// Policy name.
+    pub policy: String,
+    /// Prefill latency (last completion), in ms.
+    pub makespan_ms: f64,
+    /// Prompt tokens per second of prefill.
+    pub prefill_tokens_per_s: f64,
+    /// max(busiest processor's work, critical path), in ms.
+    pub lower_bound_ms: f64,
+    /// Busiest processor's work, in ms.
+    pub busiest_processor_ms: f64,
+    /// Critical path, in ms.
+    pub critical_path_ms: f64,
+    /// makespan / lower bound.
+    pub ratio_to_lower_bound: f64,
+    /// Per processor.
+    pub processors: Vec<ProcessorReport>,
+    /// Idle share of the NPU between its first start and last end (null without an NPU).
+    pub npu_bubble_rate: Option<f64>,
+    /// Subgraph instances run.
+    pub subgraphs: usize,
+    /// Subgraphs per chunk (decoder layers; the model head is counted apart).
+    pub subgraphs_per_chunk: usize,
+    /// Static subgraphs per chunk, shared across chunks.
+    pub shared_subgraphs_per_chunk: usize,
+    /// Subgraphs that run for the last chunk only (final norm + LM head).
+    pub head_subgraphs: usize,
+    /// Scheduler ticks.
+    pub ticks: u64,
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl RunReport {
+    /// Builds the report of a finished run.
+    pub fn new(scene: &str, run: &RunOutcome) -> RunReport {
+        let plan = &run.plan;
+        let lanes = plan.device.processors.len();
+        let mut busy = vec![0u64; lanes];
+        let mut count = vec![0usize; lanes];
+        let mut span = vec![(u64::MAX, 0u64); lanes];
+        for s in &run.timeline.slices {
+            busy[s.processor] += s.end_ns - s.start_ns;
+            count[s.processor] += 1;
+            span[s.processor].0 = span[s.processor].0.min(s.start_ns);
+            span[s.processor].1 = span[s.processor].1.max(s.end_ns);
+        }
+        let makespan = run.makespan_ns.max(1);
+        let processors = plan
+            .device
+            .processors
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ProcessorReport {
+                name: p.name.clone(),
+                kind: p.kind.as_str(),
+                busy_ms: ms(busy[i]),
+                utilization: round6(busy[i] as f64 / makespan as f64),
+                subgraphs: count[i],
+            })
+            .collect();
+        let npu_bubble_rate = plan.device.first_of(ProcessorKind::Npu).map(|npu| {
+            let (first, last) = span[npu];
+            if count[npu] == 0 || last <= first {
+                0.0
+            } else {
+                round6(1.0 - busy[npu] as f64 / (last - first) as f64)
+            }
+        });
+        let bound = plan.lower_bound();
+        RunReport {
+            scene: scene.to_string(),
+            model: plan.model.name.clone(),
+            device: plan.device.name.clone(),
+            prompt_len: plan.workload.prompt_len,
+            chunk_len: plan.workload.chunk_len,
+            chunks: plan.chunks,
+            policy: plan.workload.policy.name().to_string(),
+            makespan_ms: ms(run.makespan_ns),
+            prefill_tokens_per_s: round6(
+                f64::from(plan.workload.prompt_len) / (makespan as f64 / 1e9),
+            ),
+            lower_bound_ms: ms(bound.ns()),
+            busiest_processor_ms: ms(bound.busiest_processor_ns),
+            critical_path_ms: ms(bound.critical_path_ns),
+            ratio_to_lower_bound: round6(run.makespan_ns as f64 / bound.ns().max(1) as f64),
+            processors,
+            npu_bubble_rate,
+            subgraphs: run.timeline.slices.len(),
+            subgraphs_per_chunk: plan.stages_per_chunk(),
+            shared_subgraphs_per_chunk: plan.shared_stages_per_chunk(),
+            head_subgraphs: plan.stages.len() - plan.stages_per_chunk(),
+            ticks: run.stats.ticks,
+        }
+    }
+
+    /// A short readable summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "scene      {}", self.scene);
+        let _ = writeln!(s, "model      {} on {}", self.model, self.device);
+        let _ = writeln!(
+            s,
+            "workload   {} tokens in {} chunks of {}, policy {}",
+            self.prompt_len, self.chunks, self.chunk_len, self.policy
+        );
+        let _ = writeln!(
+            s,
+            "graph      {} subgraphs per chunk ({} shared, {} per chunk), +{} head; {} instances run",
+            self.subgraphs_per_chunk,
+            self.shared_subgraphs_per_chunk,
+            self.subgraphs_per_chunk - self.shared_subgraphs_per_chunk,
+            self.head_subgraphs,
+            self.subgraphs
+        );
+        let _ = writeln!(
+            s,
+            "prefill    {:.2} ms, {:.1} tok/s",
+            self.makespan_ms, self.prefill_tokens_per_s
+        );
+        let _ = writeln!(
+            s,
+            "bound      {:.2} ms (busiest processor {:.2}, critical path {:.2}); makespan is {:.3}x the bound",
+            self.lower_bound_ms,
+            self.busiest_processor_ms,
+            self.critical_path_ms,
+            self.ratio_to_lower_bound
+        );
+        for p in &self.processors {
+            let _ = writeln!(
+                s,
+                "  {:<10} {:<4} busy {:>10.2} ms  utilization {:>5.1}%  {} subgraphs",
+                p.name,
+                p.kind,
+                p.busy_ms,
+                100.0 * p.utilization,
+                p.subgraphs
+            );
+        }
+        if let Some(rate) = self.npu_bubble_rate {
+            let _ = writeln!(
+                s,
+                "NPU bubble rate {:.1}% (idle share between its first start and last end)",
+                100.0 * rate
+            );
+        }
+        s
+    }
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}

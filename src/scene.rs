@@ -1,0 +1,256 @@
+//! Scenes: a device profile, a model and a workload, read from TOML.
+//!
+//! A scene file names its device and model files by paths relative to itself, so several
+//! scenes share them. Unknown keys are rejected. The scenes shipped in `scenes/` are also
+//! embedded in the binary, so `hetsched simulate` runs without any file.
+
+use std::path::{Path, PathBuf};
+
+use hetsched_systems::{DeviceProfile, ModelConfig, PlanError, PrefillPlan, Workload};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+
+/// The scene `hetsched simulate` runs when none is given.
+pub const DEFAULT_SCENE: &str = "qwen1.5-1.8b-xiaomi14";
+
+/// Files under `scenes/`, embedded: (path relative to `scenes/`, contents).
+const EMBEDDED: &[(&str, &str)] = &[
+    (
+        "qwen1.5-1.8b-xiaomi14.toml",
+        include_str!("../scenes/qwen1.5-1.8b-xiaomi14.toml"),
+    ),
+    (
+        "gemma-2b-xiaomi14.toml",
+        include_str!("../scenes/gemma-2b-xiaomi14.toml"),
+    ),
+    (
+        "llama-2-7b-xiaomi14.toml",
+        include_str!("../scenes/llama-2-7b-xiaomi14.toml"),
+    ),
+    (
+        "qwen1.5-1.8b-k60pro.toml",
+        include_str!("../scenes/qwen1.5-1.8b-k60pro.toml"),
+    ),
+    (
+        "gemma-2b-k60pro.toml",
+        include_str!("../scenes/gemma-2b-k60pro.toml"),
+    ),
+    (
+        "llama-2-7b-k60pro.toml",
+        include_str!("../scenes/llama-2-7b-k60pro.toml"),
+    ),
+    (
+        "smollm2-135m-desktop.toml",
+        include_str!("../scenes/smollm2-135m-desktop.toml"),
+    ),
+    (
+        "devices/xiaomi14.toml",
+        include_str!("../scenes/devices/xiaomi14.toml"),
+    ),
+    (
+        "devices/k60pro.toml",
+        include_str!("../scenes/devices/k60pro.toml"),
+    ),
+    (
+        "devices/desktop.toml",
+        include_str!("../scenes/devices/desktop.toml"),
+    ),
+    (
+        "models/qwen1.5-1.8b.toml",
+        include_str!("../scenes/models/qwen1.5-1.8b.toml"),
+    ),
+    (
+        "models/gemma-2b.toml",
+        include_str!("../scenes/models/gemma-2b.toml"),
+    ),
+    (
+        "models/llama-2-7b.toml",
+        include_str!("../scenes/models/llama-2-7b.toml"),
+    ),
+    (
+        "models/smollm2-135m.toml",
+        include_str!("../scenes/models/smollm2-135m.toml"),
+    ),
+];
+
+/// Why a scene could not be loaded.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum SceneError {
+    /// No such file, and no shipped scene of that name.
+    #[error(
+        "scene `{path}` not found: no such file and no shipped scene of that name (shipped: {shipped})"
+    )]
+    NotFound {
+        /// What was asked for.
+        path: String,
+        /// Names of the shipped scenes.
+        shipped: String,
+    },
+    /// A file could not be read.
+    #[error("cannot read {path}: {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        message: String,
+    },
+    /// A file is not valid TOML for its role, or has unknown keys.
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What was wrong.
+        message: String,
+    },
+    /// The parts are readable but do not make a valid plan.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SceneFile {
+    name: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    device: String,
+    model: String,
+    workload: Workload,
+}
+
+/// A loaded scene.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scene {
+    /// Scene name.
+    pub name: String,
+    /// Device profile.
+    pub device: DeviceProfile,
+    /// Model.
+    pub model: ModelConfig,
+    /// Workload.
+    pub workload: Workload,
+}
+
+/// Where scene files come from.
+enum Source {
+    Disk(PathBuf),
+    Embedded,
+}
+
+impl Source {
+    fn read(&self, relative: &str) -> Result<(String, String), SceneError> {
+        match self {
+            Source::Disk(dir) => {
+                let path = dir.join(relative);
+                let shown = path.display().to_string();
+                std::fs::read_to_string(&path)
+                    .map(|text| (shown.clone(), text))
+                    .map_err(|e| SceneError::Io {
+                        path: shown,
+                        message: e.to_string(),
+                    })
+            }
+            Source::Embedded => embedded(relative)
+                .map(|text| (format!("<shipped>/{relative}"), text.to_string()))
+                .ok_or_else(|| SceneError::Io {
+                    path: format!("<shipped>/{relative}"),
+                    message: "not a shipped scene file".into(),
+                }),
+        }
+    }
+}
+
+fn embedded(relative: &str) -> Option<&'static str> {
+    EMBEDDED
+        .iter()
+        .find(|(path, _)| *path == relative)
+        .map(|(_, text)| *text)
+}
+
+/// Names of the shipped scenes (without `.toml`).
+pub fn shipped_scenes() -> Vec<&'static str> {
+    EMBEDDED
+        .iter()
+        .filter(|(path, _)| !path.contains('/'))
+        .map(|(path, _)| path.trim_end_matches(".toml"))
+        .collect()
+}
+
+fn parse<T: DeserializeOwned>(path: &str, text: &str) -> Result<T, SceneError> {
+    toml::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map_or((1, 1), |span| line_column(text, span.start));
+        SceneError::Parse {
+            path: path.to_string(),
+            line,
+            column,
+            message: e.message().trim().to_string(),
+        }
+    })
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+impl Scene {
+    /// The embedded default scene.
+    pub fn default_scene() -> Scene {
+        Scene::load(Path::new(DEFAULT_SCENE)).expect("the shipped default scene is valid")
+    }
+
+    /// Loads a scene file, or a shipped scene by name (`gemma-2b-xiaomi14`).
+    pub fn load(path: &Path) -> Result<Scene, SceneError> {
+        if path.is_file() {
+            let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return Scene::from_source(&Source::Disk(dir), &name);
+        }
+        let wanted = path.to_string_lossy();
+        let wanted = wanted
+            .trim_start_matches("scenes/")
+            .trim_end_matches(".toml");
+        if shipped_scenes().contains(&wanted) {
+            return Scene::from_source(&Source::Embedded, &format!("{wanted}.toml"));
+        }
+        Err(SceneError::NotFound {
+            path: path.display().to_string(),
+            shipped: shipped_scenes().join(", "),
+        })
+    }
+
+    fn from_source(source: &Source, file: &str) -> Result<Scene, SceneError> {
+        let (path, text) = source.read(file)?;
+        let scene: SceneFile = parse(&path, &text)?;
+        let (device_path, device_text) = source.read(&scene.device)?;
+        let (model_path, model_text) = source.read(&scene.model)?;
+        Ok(Scene {
+            name: scene.name,
+            device: parse(&device_path, &device_text)?,
+            model: parse(&model_path, &model_text)?,
+            workload: scene.workload,
+        })
+    }
+
+    /// Builds the prefill plan of this scene.
+    pub fn plan(&self) -> Result<PrefillPlan, SceneError> {
+        Ok(PrefillPlan::new(
+            self.model.clone(),
+            self.device.clone(),
+            self.workload.clone(),
+        )?)
+    }
+}

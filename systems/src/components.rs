@@ -1,0 +1,128 @@
+//! Components: plain data on the entities of the scheduler's world (processors, chunks,
+//! subgraph templates, subgraph instances, tensors).
+
+use bevy_ecs::prelude::{Component, Entity};
+
+use crate::device::ProcessorKind;
+use crate::graph::Sharing;
+use crate::model::ExecClass;
+use crate::plan::InstanceKey;
+
+/// A processor with one queue (seed 000, Eq. 4: one subgraph at a time).
+#[derive(Component, Debug, Clone)]
+pub struct Processor {
+    /// Lane index (position in the device profile).
+    pub index: usize,
+    /// Name from the device profile.
+    pub name: String,
+    /// Kind.
+    pub kind: ProcessorKind,
+}
+
+/// The processor's busy slot and its accumulated busy time.
+#[derive(Component, Debug, Clone, Default)]
+pub struct BusySlot {
+    /// Instance id running now, if any.
+    pub running: Option<u32>,
+    /// Total busy time so far, in ns.
+    pub busy_ns: u64,
+}
+
+/// Memory a processor can address.
+#[derive(Component, Debug, Clone, Copy)]
+pub struct MemoryRegion {
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+}
+
+/// A chunk of the prompt.
+#[derive(Component, Debug, Clone, Copy)]
+pub struct Chunk {
+    /// Chunk index.
+    pub index: u32,
+    /// First token of the chunk.
+    pub first_token: u32,
+    /// Real (unpadded) tokens in the chunk.
+    pub tokens: u32,
+}
+
+/// A subgraph template: built once; static ones are shared by every chunk.
+#[derive(Component, Debug, Clone)]
+pub struct SubgraphTemplate {
+    /// Stage index in the per-chunk chain.
+    pub stage: u32,
+    /// Readable name.
+    pub name: String,
+    /// Operator names.
+    pub ops: Vec<String>,
+    /// Static (shared) or dynamic (per chunk).
+    pub sharing: Sharing,
+    /// Processor class.
+    pub class: ExecClass,
+}
+
+/// One subgraph instance G(chunk, stage).
+#[derive(Component, Debug, Clone, Copy)]
+pub struct SubgraphInstance {
+    /// Dense id (see `PrefillPlan::id`).
+    pub id: u32,
+    /// (chunk, stage).
+    pub key: InstanceKey,
+    /// Template entity.
+    pub template: Entity,
+    /// Chunk entity.
+    pub chunk: Entity,
+}
+
+/// Life cycle of an instance: Pending -> Ready -> Running -> Done.
+#[derive(Component, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubgraphState {
+    /// Waiting for dependencies.
+    Pending,
+    /// Every dependency done; waiting for its processor.
+    Ready,
+    /// Dispatched to its processor's queue.
+    Running,
+    /// Completed.
+    Done,
+}
+
+/// Dependencies still outstanding.
+#[derive(Component, Debug, Clone, Copy)]
+pub struct RemainingDeps(pub u32);
+
+/// Where an instance runs.
+#[derive(Component, Debug, Clone, Copy)]
+pub struct Placement {
+    /// Processor entity.
+    pub processor: Entity,
+    /// Processor lane index.
+    pub index: usize,
+}
+
+/// Modeled execution time on its placement.
+#[derive(Component, Debug, Clone, Copy)]
+pub struct EstimatedCost {
+    /// Nanoseconds.
+    pub ns: u64,
+}
+
+/// An activation tensor: the output of one instance.
+#[derive(Component, Debug, Clone)]
+pub struct Tensor {
+    /// Shape, outermost first: [tokens, width].
+    pub shape: [u32; 2],
+    /// Bytes per element.
+    pub element_bytes: u32,
+    /// Producing instance.
+    pub producer: Entity,
+    /// Consuming instances.
+    pub consumers: Vec<Entity>,
+}
+
+impl Tensor {
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        u64::from(self.shape[0]) * u64::from(self.shape[1]) * u64::from(self.element_bytes)
+    }
+}

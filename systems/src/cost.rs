@@ -1,0 +1,114 @@
+//! Cost model: what an operator costs on a processor.
+//!
+//! Roofline per operator (`max(ops / peak[precision], bytes / bandwidth)`) plus a fixed
+//! per-operator overhead; a subgraph adds one launch overhead. A table of measured
+//! latencies in the device profile overrides the roofline for the shapes it lists.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, Precision};
+
+/// Peak arithmetic rates of a processor, in giga-operations per second (a multiply-add
+/// counts 2). Zero means the processor cannot do that precision.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeakRates {
+    /// INT8 rate.
+    pub int8: f64,
+    /// FP16 rate.
+    pub fp16: f64,
+    /// FP32 rate.
+    pub fp32: f64,
+}
+
+impl PeakRates {
+    /// Rate for `precision`, in operations per second.
+    pub fn ops_per_s(&self, precision: Precision) -> f64 {
+        1e9 * match precision {
+            Precision::Int8 => self.int8,
+            Precision::Fp16 => self.fp16,
+            Precision::Fp32 => self.fp32,
+        }
+    }
+}
+
+/// One measured latency that overrides the roofline: matched on operator kind, chunk
+/// tokens and, where given, the other shape fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredLatency {
+    /// Operator kind.
+    pub op: OpKind,
+    /// Tokens in the chunk.
+    pub tokens: u64,
+    /// Tokens already in the KV cache (attention), if the entry is specific to it.
+    #[serde(default)]
+    pub past: Option<u64>,
+    /// Input features (linears), if the entry is specific to it.
+    #[serde(default)]
+    pub in_features: Option<u32>,
+    /// Output features (linears), if the entry is specific to it.
+    #[serde(default)]
+    pub out_features: Option<u32>,
+    /// Measured latency in microseconds.
+    pub us: f64,
+}
+
+impl MeasuredLatency {
+    fn matches(&self, op: &OpDecl, shape: ChunkShape) -> bool {
+        self.op == op.kind
+            && self.tokens == shape.tokens
+            && self.past.is_none_or(|p| p == shape.past)
+            && self.in_features.is_none_or(|f| Some(f) == op.in_features)
+            && self.out_features.is_none_or(|f| Some(f) == op.out_features)
+    }
+}
+
+/// Cost model of one processor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostModel {
+    /// Peak rates per precision (GOPS).
+    pub peak_gops: PeakRates,
+    /// Memory bandwidth in GB/s.
+    pub bandwidth_gbps: f64,
+    /// Fixed cost of launching one subgraph, in microseconds.
+    pub launch_us: f64,
+    /// Fixed cost per operator, in microseconds.
+    pub op_overhead_us: f64,
+    /// Measured latencies that override the roofline.
+    #[serde(default)]
+    pub measured: Vec<MeasuredLatency>,
+}
+
+impl CostModel {
+    /// Time of one operator in nanoseconds, or `None` when the processor cannot run its
+    /// precision at all.
+    pub fn op_ns(&self, model: &ModelConfig, op: &OpDecl, shape: ChunkShape) -> Option<f64> {
+        if let Some(m) = self.measured.iter().find(|m| m.matches(op, shape)) {
+            return Some(m.us * 1e3);
+        }
+        let work = op.work(model, shape);
+        let rate = self.peak_gops.ops_per_s(work.precision);
+        if rate <= 0.0 && work.ops > 0.0 {
+            return None;
+        }
+        let compute_s = if work.ops > 0.0 { work.ops / rate } else { 0.0 };
+        let memory_s = work.bytes / (self.bandwidth_gbps * 1e9);
+        Some(compute_s.max(memory_s) * 1e9 + self.op_overhead_us * 1e3)
+    }
+
+    /// Time of a subgraph (one launch plus its operators), rounded to whole nanoseconds.
+    pub fn subgraph_ns(
+        &self,
+        model: &ModelConfig,
+        ops: &[OpDecl],
+        shape: ChunkShape,
+    ) -> Option<u64> {
+        let mut total = self.launch_us * 1e3;
+        for op in ops {
+            total += self.op_ns(model, op, shape)?;
+        }
+        Some(total.round().max(1.0) as u64)
+    }
+}

@@ -1,0 +1,55 @@
+//! Phase 3: policy + dispatch. Each idle processor takes one ready instance.
+
+use bevy_ecs::prelude::{Query, Res, ResMut};
+
+use crate::components::{BusySlot, Processor, SubgraphState};
+use crate::policy::{Policy, pick_in_order, pick_stall};
+use crate::progress::StageProgress;
+use crate::resources::{Clock, Index, Job, Outbox, Plan, PolicyState, ReadyQueues, RunStats};
+
+/// For every idle processor, in lane order, asks the policy for a ready instance, marks
+/// it Running and hands it to the engine through the [`Outbox`]. A processor never holds
+/// more than one job (seed 000, Eq. 4).
+#[allow(clippy::too_many_arguments)]
+pub fn dispatch_ready(
+    plan: Res<Plan>,
+    index: Res<Index>,
+    clock: Res<Clock>,
+    progress: Res<StageProgress>,
+    mut policy: ResMut<PolicyState>,
+    mut ready: ResMut<ReadyQueues>,
+    mut processors: Query<(&Processor, &mut BusySlot)>,
+    mut states: Query<&mut SubgraphState>,
+    mut outbox: ResMut<Outbox>,
+    mut stats: ResMut<RunStats>,
+) {
+    let plan = &plan.0;
+    let policy = &mut *policy;
+    for (lane, &entity) in index.processors.iter().enumerate() {
+        let (processor, mut slot) = processors.get_mut(entity).expect("processor entity");
+        if slot.running.is_some() || ready.0[lane].is_empty() {
+            continue;
+        }
+        let choice = match policy.policy {
+            Policy::Stall => pick_stall(plan, &progress, &ready.0[lane], processor.kind),
+            Policy::InOrder => {
+                let (sequence, cursor) = &mut policy.sequences[lane];
+                pick_in_order(sequence, cursor, &ready.0[lane])
+            }
+        };
+        let Some(id) = choice else { continue };
+        ready.0[lane].remove(&id);
+        let key = plan.key(id as usize);
+        let instance = index.instances[id as usize].expect("ready instance without an entity");
+        *states.get_mut(instance).expect("instance state") = SubgraphState::Running;
+        slot.running = Some(id);
+        stats.dispatched += 1;
+        outbox.0.push(Job {
+            id,
+            key,
+            processor: lane,
+            estimated_ns: plan.cost_ns(key),
+            dispatched_ns: clock.now_ns,
+        });
+    }
+}

@@ -1,0 +1,101 @@
+//! The ECS world model and scheduler systems of hetsched.
+//!
+//! A prompt is cut into chunks; each chunk runs through a chain of subgraph stages
+//! ([`graph`]); every (chunk, stage) is an entity ([`components`]). One tick of the
+//! [`scheduler_schedule`] runs the [`SchedulerSystems`] phases in order: collect
+//! completions, resolve dependencies, dispatch by policy, record metrics.
+//!
+//! This crate never names a concrete queue: the engine feeds [`resources::Inbox`] and
+//! drains [`resources::Outbox`] (see [`resources`] for the contract).
+//!
+//! # Examples
+//! ```
+//! use std::sync::Arc;
+//! use hetsched_systems::{PrefillPlan, spawn_world, scheduler_schedule};
+//! use hetsched_systems::resources::{Clock, Completion, Inbox, Outbox};
+//! # let plan = hetsched_systems::testing::tiny_plan(2, 64, 32);
+//! let mut world = spawn_world(Arc::new(plan));
+//! let mut schedule = scheduler_schedule();
+//! // A minimal simulated engine: run every dispatched job for its modeled time.
+//! let mut in_flight = Vec::new();
+//! loop {
+//!     schedule.run(&mut world);
+//!     let now = world.resource::<Clock>().now_ns;
+//!     in_flight.extend(world.resource_mut::<Outbox>().0.drain(..).map(|j| (now + j.estimated_ns, now, j)));
+//!     in_flight.sort_by_key(|(end, _, j)| (std::cmp::Reverse(*end), std::cmp::Reverse(j.processor)));
+//!     let Some((end, start, job)) = in_flight.pop() else { break };
+//!     world.resource_mut::<Clock>().now_ns = end;
+//!     world.resource_mut::<Inbox>().0.push(Completion { id: job.id, processor: job.processor, start_ns: start, end_ns: end });
+//! }
+//! assert!(world.resource::<hetsched_systems::StageProgress>().done_count() > 0);
+//! ```
+
+pub mod collect;
+pub mod components;
+pub mod cost;
+pub mod device;
+pub mod dispatch;
+pub mod error;
+pub mod graph;
+pub mod metrics;
+pub mod model;
+pub mod plan;
+pub mod policy;
+pub mod progress;
+pub mod resolve;
+pub mod resources;
+pub mod testing;
+pub mod world;
+
+use bevy_ecs::prelude::{IntoScheduleConfigs, Messages, ResMut, Schedule, SystemSet};
+use bevy_ecs::schedule::SingleThreadedExecutor;
+
+pub use device::{DeviceProfile, ProcessorKind, ProcessorSpec};
+pub use error::PlanError;
+pub use model::{ModelConfig, Precision};
+pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};
+pub use policy::Policy;
+pub use progress::StageProgress;
+pub use world::spawn_world;
+
+/// The phases of one scheduler tick, in the order they run.
+#[derive(SystemSet, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SchedulerSystems {
+    /// Collect completions from the queues.
+    Collect,
+    /// Resolve dependencies; newly ready instances join ready queues.
+    Resolve,
+    /// Policy + dispatch to idle processors.
+    Dispatch,
+    /// Counters and statistics.
+    Metrics,
+}
+
+/// The tick schedule: the [`SchedulerSystems`] phases chained, on a single-threaded executor.
+pub fn scheduler_schedule() -> Schedule {
+    let mut schedule = Schedule::default();
+    schedule.set_executor(SingleThreadedExecutor::new());
+    schedule.configure_sets(
+        (
+            SchedulerSystems::Collect,
+            SchedulerSystems::Resolve,
+            SchedulerSystems::Dispatch,
+            SchedulerSystems::Metrics,
+        )
+            .chain(),
+    );
+    schedule.add_systems((
+        collect::collect_completions.in_set(SchedulerSystems::Collect),
+        resolve::resolve_dependencies.in_set(SchedulerSystems::Resolve),
+        dispatch::dispatch_ready.in_set(SchedulerSystems::Dispatch),
+        (metrics::record_metrics, advance_messages)
+            .chain()
+            .in_set(SchedulerSystems::Metrics),
+    ));
+    schedule
+}
+
+/// Swaps message buffers once per tick so messages live exactly two ticks.
+fn advance_messages(mut finished: ResMut<Messages<resources::SubgraphFinished>>) {
+    finished.update();
+}

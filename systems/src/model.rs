@@ -1,0 +1,384 @@
+//! Model configuration (llama-family decoder) and the operators of one decoder layer.
+//!
+//! Operators carry their shape-derived work (operations and bytes) so the cost model can
+//! price them on any processor; they know nothing about where they run.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::PlanError;
+
+/// Numeric precision of weights, activations or a computation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// 8-bit integer (per-tensor activations, per-channel or per-tensor weights).
+    Int8,
+    /// IEEE half precision.
+    Fp16,
+    /// IEEE single precision.
+    Fp32,
+}
+
+impl Precision {
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Precision::Int8 => 1,
+            Precision::Fp16 => 2,
+            Precision::Fp32 => 4,
+        }
+    }
+}
+
+/// A llama-family decoder-only model, as written in a scene's model file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Human-readable name, e.g. `Qwen1.5-1.8B`.
+    pub name: String,
+    /// Number of decoder layers.
+    pub layers: u32,
+    /// Hidden (embedding) size.
+    pub hidden: u32,
+    /// Attention (query) heads.
+    pub heads: u32,
+    /// Key/value heads (grouped-query attention); equal to `heads` for multi-head attention.
+    pub kv_heads: u32,
+    /// Per-head dimension; defaults to `hidden / heads`.
+    #[serde(default)]
+    pub head_dim: Option<u32>,
+    /// Feed-forward (intermediate) size.
+    pub ffn: u32,
+    /// Vocabulary size.
+    pub vocab: u32,
+    /// Maximum context length in tokens.
+    pub context: u32,
+    /// Precision of linear weights (the NPU needs `int8`).
+    pub weight_precision: Precision,
+    /// Precision of activations fed to linears (`int8` = per-tensor W8A8 on the NPU).
+    pub activation_precision: Precision,
+    /// Precision of float work (norms, RoPE, attention) on CPU/GPU.
+    #[serde(default = "default_float_precision")]
+    pub float_precision: Precision,
+    /// Optional custom layer graph; the llama layer is used when absent.
+    #[serde(default)]
+    pub layer_ops: Option<Vec<OpDecl>>,
+}
+
+fn default_float_precision() -> Precision {
+    Precision::Fp32
+}
+
+impl ModelConfig {
+    /// Per-head dimension.
+    pub fn head_dim(&self) -> u32 {
+        self.head_dim.unwrap_or(self.hidden / self.heads.max(1))
+    }
+
+    /// Checks the shape facts the graph builder relies on.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let bad = |what: String| Err(PlanError::InvalidModel(format!("{}: {what}", self.name)));
+        for (field, value) in [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("ffn", self.ffn),
+            ("vocab", self.vocab),
+            ("context", self.context),
+        ] {
+            if value == 0 {
+                return bad(format!("`{field}` must be at least 1"));
+            }
+        }
+        if self.head_dim.is_none() && !self.hidden.is_multiple_of(self.heads) {
+            return bad(format!(
+                "heads ({}) do not divide hidden ({}); set `head_dim` explicitly or fix the counts",
+                self.heads, self.hidden
+            ));
+        }
+        if self.head_dim == Some(0) {
+            return bad("`head_dim` must be at least 1".into());
+        }
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return bad(format!(
+                "kv_heads ({}) must divide heads ({}) for grouped-query attention",
+                self.kv_heads, self.heads
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which kind of processor an operator needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecClass {
+    /// Float work: CPU or GPU.
+    Float,
+    /// Integer matmul work: the NPU (or a CPU INT8 path when there is no NPU).
+    Int8,
+}
+
+/// The kinds of operator a decoder layer is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// Token embedding lookup.
+    Embed,
+    /// Residual addition of two hidden-size activations.
+    ResidualAdd,
+    /// RMS normalisation over the hidden size.
+    RmsNorm,
+    /// Float -> INT8 per-tensor quantisation of a hidden-size activation.
+    Quantize,
+    /// INT32/INT8 -> float dequantisation.
+    Dequantize,
+    /// A linear layer `in_features -> out_features`.
+    Linear,
+    /// Rotary position embedding on queries and keys.
+    Rope,
+    /// Causal grouped-query attention over the KV cache (depends on chunk position).
+    Attention,
+    /// SiLU(gate) * up of the feed-forward block.
+    SiluMul,
+    /// Final projection to the vocabulary (last token only during prefill).
+    LmHead,
+}
+
+impl OpKind {
+    /// Dynamic operators depend on the chunk's position (not only its length) and so
+    /// cannot be shared across chunks (seed 000 section 3.2).
+    pub fn is_dynamic(self) -> bool {
+        matches!(self, OpKind::Attention)
+    }
+
+    /// Operators that read state written by earlier chunks (the KV cache), giving the
+    /// cross-chunk dependency of seed 000 Eq. 2.
+    pub fn is_cross_chunk(self) -> bool {
+        matches!(self, OpKind::Attention)
+    }
+
+    /// The processor class used when a declaration does not name one.
+    pub fn default_class(self) -> ExecClass {
+        match self {
+            OpKind::Linear | OpKind::SiluMul => ExecClass::Int8,
+            _ => ExecClass::Float,
+        }
+    }
+}
+
+/// One operator as declared in a layer graph (built in, or from a scene's `layer_ops`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpDecl {
+    /// Unique name inside the layer, e.g. `q_proj`.
+    pub name: String,
+    /// Operator kind.
+    pub kind: OpKind,
+    /// Names of the operators whose outputs this one reads.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// Input features of a linear (defaults: hidden).
+    #[serde(default)]
+    pub in_features: Option<u32>,
+    /// Output features of a linear, or the width of a quantize/dequantize (default: hidden).
+    #[serde(default)]
+    pub out_features: Option<u32>,
+    /// Processor class override.
+    #[serde(default)]
+    pub class: Option<ExecClass>,
+}
+
+impl OpDecl {
+    fn new(name: &str, kind: OpKind, inputs: &[&str]) -> Self {
+        OpDecl {
+            name: name.to_string(),
+            kind,
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            in_features: None,
+            out_features: None,
+            class: None,
+        }
+    }
+
+    fn linear(name: &str, input: &str, in_features: u32, out_features: u32) -> Self {
+        OpDecl {
+            in_features: Some(in_features),
+            out_features: Some(out_features),
+            ..OpDecl::new(name, OpKind::Linear, &[input])
+        }
+    }
+
+    /// Processor class of this operator.
+    pub fn class(&self) -> ExecClass {
+        self.class.unwrap_or(self.kind.default_class())
+    }
+}
+
+/// The llama decoder layer as mllm-NPU cuts it: float work (norms, quantize/dequantize,
+/// RoPE, attention) between INT8 linears. Operators without inputs read the layer input
+/// (the residual stream), which [`layer_carry_ops`] produced.
+pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
+    let h = model.hidden;
+    let q = model.heads * model.head_dim();
+    let kv = model.kv_heads * model.head_dim();
+    let f = model.ffn;
+    vec![
+        OpDecl::new("attn_norm", OpKind::RmsNorm, &[]),
+        OpDecl::new("attn_quant", OpKind::Quantize, &["attn_norm"]),
+        OpDecl::linear("q_proj", "attn_quant", h, q),
+        OpDecl::linear("k_proj", "attn_quant", h, kv),
+        OpDecl::linear("v_proj", "attn_quant", h, kv),
+        OpDecl {
+            out_features: Some(q + 2 * kv),
+            ..OpDecl::new(
+                "qkv_dequant",
+                OpKind::Dequantize,
+                &["q_proj", "k_proj", "v_proj"],
+            )
+        },
+        OpDecl::new("rope", OpKind::Rope, &["qkv_dequant"]),
+        OpDecl::new("attention", OpKind::Attention, &["rope"]),
+        OpDecl {
+            out_features: Some(q),
+            ..OpDecl::new("o_quant", OpKind::Quantize, &["attention"])
+        },
+        OpDecl::linear("o_proj", "o_quant", q, h),
+        OpDecl::new("o_dequant", OpKind::Dequantize, &["o_proj"]),
+        OpDecl::new("attn_residual", OpKind::ResidualAdd, &["o_dequant"]),
+        OpDecl::new("ffn_norm", OpKind::RmsNorm, &["attn_residual"]),
+        OpDecl::new("ffn_quant", OpKind::Quantize, &["ffn_norm"]),
+        OpDecl::linear("gate_proj", "ffn_quant", h, f),
+        OpDecl::linear("up_proj", "ffn_quant", h, f),
+        OpDecl::new("silu_mul", OpKind::SiluMul, &["gate_proj", "up_proj"]),
+        OpDecl::linear("down_proj", "silu_mul", f, h),
+    ]
+}
+
+/// Operators that hand one llama layer's output to the next: dequantise the FFN output
+/// and add the residual. They run at the start of every layer but the first, and before
+/// the model head.
+pub fn layer_carry_ops() -> Vec<OpDecl> {
+    vec![
+        OpDecl::new("ffn_dequant", OpKind::Dequantize, &[]),
+        OpDecl::new("ffn_residual", OpKind::ResidualAdd, &["ffn_dequant"]),
+    ]
+}
+
+/// Work of one operator for one chunk: operations, bytes moved, and the precision of the
+/// arithmetic (which picks the processor's peak rate).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpWork {
+    /// Arithmetic operations (a multiply-add counts 2).
+    pub ops: f64,
+    /// Bytes read and written.
+    pub bytes: f64,
+    /// Precision of the arithmetic.
+    pub precision: Precision,
+}
+
+/// Shape of the chunk an operator runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkShape {
+    /// Tokens in the chunk (its fixed length: a short last chunk is padded, as with
+    /// pre-built fixed-length graphs).
+    pub tokens: u64,
+    /// Tokens before this chunk (the KV cache already filled).
+    pub past: u64,
+}
+
+impl OpDecl {
+    /// Work of this operator on a chunk of `shape` for `model`.
+    pub fn work(&self, model: &ModelConfig, shape: ChunkShape) -> OpWork {
+        let c = shape.tokens as f64;
+        let h = model.hidden as f64;
+        let hd = model.head_dim() as f64;
+        let q_width = model.heads as f64 * hd;
+        let kv_width = model.kv_heads as f64 * hd;
+        let act = model.activation_precision;
+        let float = model.float_precision;
+        let fb = float.bytes() as f64;
+        let elementwise = |ops_per: f64, width: f64, bytes_per: f64| OpWork {
+            ops: ops_per * c * width,
+            bytes: bytes_per * c * width,
+            precision: float,
+        };
+        match self.kind {
+            OpKind::Embed => elementwise(0.0, h, model.weight_precision.bytes() as f64 + fb),
+            OpKind::ResidualAdd => elementwise(1.0, h, 3.0 * fb),
+            OpKind::RmsNorm => elementwise(4.0, h, 2.0 * fb),
+            OpKind::Quantize | OpKind::Dequantize => {
+                let width = self.out_features.map_or(h, f64::from);
+                elementwise(2.0, width, fb + act.bytes() as f64)
+            }
+            OpKind::Rope => elementwise(6.0, q_width + kv_width, 2.0 * fb),
+            OpKind::Attention => {
+                // Query t of the chunk sees past + t + 1 keys (causal).
+                let keys = c * shape.past as f64 + c * (c + 1.0) / 2.0;
+                let heads = model.heads as f64;
+                // QK^T and PV (2 multiply-adds per key and head dimension) plus softmax.
+                let ops = heads * keys * (4.0 * hd + 5.0);
+                let kv_len = shape.past as f64 + c;
+                let bytes = fb * (2.0 * kv_len * kv_width + 2.0 * c * q_width + 2.0 * c * kv_width);
+                OpWork {
+                    ops,
+                    bytes,
+                    precision: float,
+                }
+            }
+            OpKind::SiluMul => {
+                let width = model.ffn as f64;
+                OpWork {
+                    ops: 5.0 * c * width,
+                    bytes: 3.0 * c * width * act.bytes() as f64,
+                    precision: if self.class() == ExecClass::Int8 {
+                        act
+                    } else {
+                        float
+                    },
+                }
+            }
+            OpKind::Linear => {
+                let k = self.in_features.unwrap_or(model.hidden) as f64;
+                let n = self.out_features.unwrap_or(model.hidden) as f64;
+                let integer = act == Precision::Int8 && model.weight_precision == Precision::Int8;
+                let precision = match self.class() {
+                    ExecClass::Int8 if integer => Precision::Int8,
+                    // A float model on the NPU runs its FP16 path (seed 000: up to 159x slower).
+                    ExecClass::Int8 => Precision::Fp16,
+                    ExecClass::Float => float,
+                };
+                OpWork {
+                    ops: 2.0 * c * k * n,
+                    bytes: k * n * model.weight_precision.bytes() as f64
+                        + c * k * act.bytes() as f64
+                        + c * n * 4.0,
+                    precision,
+                }
+            }
+            OpKind::LmHead => {
+                // Prefill needs logits of the last token only.
+                let n = model.vocab as f64;
+                OpWork {
+                    ops: 2.0 * h * n,
+                    bytes: h * n * model.weight_precision.bytes() as f64 + n * 4.0,
+                    precision: float,
+                }
+            }
+        }
+    }
+}
+
+/// Operators before the first layer (embedding lookup).
+pub fn prologue_ops() -> Vec<OpDecl> {
+    vec![OpDecl::new("embed", OpKind::Embed, &[])]
+}
+
+/// Operators after the last layer's carry: the final norm and the LM head.
+pub fn epilogue_ops() -> Vec<OpDecl> {
+    vec![
+        OpDecl::new("final_norm", OpKind::RmsNorm, &[]),
+        OpDecl::new("lm_head", OpKind::LmHead, &["final_norm"]),
+    ]
+}

@@ -1,0 +1,55 @@
+//! Phase 2: dependency resolution (seed 000, Eq. 2-3), incremental per completion.
+
+use bevy_ecs::prelude::{MessageReader, Query, Res, ResMut};
+
+use crate::components::{RemainingDeps, SubgraphState};
+use crate::graph::StageDependency;
+use crate::plan::InstanceKey;
+use crate::progress::StageProgress;
+use crate::resources::{Index, Plan, ReadyQueues, SubgraphFinished};
+
+/// For each finished instance G(i, j): the intra-chunk successor G(i, j+1) loses one
+/// dependency; for a cross-chunk successor stage, every chunk the done prefix of stage j
+/// newly covers becomes ready. Newly ready instances join their processor's ready queue.
+pub fn resolve_dependencies(
+    plan: Res<Plan>,
+    index: Res<Index>,
+    mut finished: MessageReader<SubgraphFinished>,
+    mut progress: ResMut<StageProgress>,
+    mut instances: Query<(&mut RemainingDeps, &mut SubgraphState)>,
+    mut ready: ResMut<ReadyQueues>,
+) {
+    let plan = &plan.0;
+    for message in finished.read() {
+        let key = plan.key(message.id as usize);
+        let grown = progress.mark_done(plan, key);
+        let next_stage = key.stage + 1;
+        if next_stage >= plan.stage_count() {
+            continue;
+        }
+        let chunks = match plan.stages[next_stage as usize].dependency {
+            StageDependency::None => continue,
+            StageDependency::IntraChunk => key.chunk..key.chunk + 1,
+            StageDependency::CrossChunk => grown,
+        };
+        for chunk in chunks {
+            let next = InstanceKey {
+                chunk,
+                stage: next_stage,
+            };
+            if !plan.exists(next) {
+                continue;
+            }
+            let id = plan.id(next);
+            let entity = index.instances[id].expect("existing instance without an entity");
+            let (mut remaining, mut state) = instances
+                .get_mut(entity)
+                .expect("instance entity without deps");
+            remaining.0 -= 1;
+            if remaining.0 == 0 {
+                *state = SubgraphState::Ready;
+                ready.0[plan.processor(next)].insert(id as u32);
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Resources: the shared state of the scheduler world, and the backend contract.
+//!
+//! Backend contract: the engine puts [`Completion`]s into [`Inbox`] before a tick and
+//! takes [`Job`]s out of [`Outbox`] after it. Systems never see a concrete queue.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use bevy_ecs::prelude::{Entity, Message, Resource};
+
+use crate::plan::{InstanceKey, PrefillPlan};
+use crate::policy::Policy;
+
+/// The plan this world schedules.
+#[derive(Resource, Clone)]
+pub struct Plan(pub Arc<PrefillPlan>);
+
+/// Entity lookups by dense id and by processor lane.
+#[derive(Resource, Debug, Clone)]
+pub struct Index {
+    /// Instance entity by id (None where no instance exists).
+    pub instances: Vec<Option<Entity>>,
+    /// Processor entity by lane.
+    pub processors: Vec<Entity>,
+}
+
+/// Current time in ns: virtual in simulation, elapsed wall time with real queues. A test
+/// may set it by hand.
+#[derive(Resource, Debug, Clone, Copy, Default)]
+pub struct Clock {
+    /// Nanoseconds since the prefill started.
+    pub now_ns: u64,
+}
+
+/// Ready instance ids per processor lane, ordered by (chunk, stage).
+#[derive(Resource, Debug, Clone)]
+pub struct ReadyQueues(pub Vec<BTreeSet<u32>>);
+
+/// The active policy and its per-processor state.
+#[derive(Resource, Debug, Clone)]
+pub struct PolicyState {
+    /// The policy.
+    pub policy: Policy,
+    /// In-order: each processor's instances in (chunk, stage) order, and how far it got.
+    pub sequences: Vec<(Vec<u32>, usize)>,
+}
+
+/// A job handed to a processor's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Job {
+    /// Instance id.
+    pub id: u32,
+    /// (chunk, stage).
+    pub key: InstanceKey,
+    /// Processor lane.
+    pub processor: usize,
+    /// Modeled duration in ns (a simulated queue takes exactly this long).
+    pub estimated_ns: u64,
+    /// When it was dispatched.
+    pub dispatched_ns: u64,
+}
+
+/// A finished job, as its queue reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// Instance id.
+    pub id: u32,
+    /// Processor lane.
+    pub processor: usize,
+    /// When it started running.
+    pub start_ns: u64,
+    /// When it finished.
+    pub end_ns: u64,
+}
+
+/// Completions waiting to be collected.
+#[derive(Resource, Debug, Default)]
+pub struct Inbox(pub Vec<Completion>);
+
+/// Jobs dispatched this tick, waiting for the engine to hand them to queues.
+#[derive(Resource, Debug, Default)]
+pub struct Outbox(pub Vec<Job>);
+
+/// Written when an instance completes.
+#[derive(Message, Debug, Clone, Copy)]
+pub struct SubgraphFinished {
+    /// Instance id.
+    pub id: u32,
+}
+
+/// One executed subgraph on the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceRecord {
+    /// Instance id.
+    pub id: u32,
+    /// (chunk, stage).
+    pub key: InstanceKey,
+    /// Processor lane.
+    pub processor: usize,
+    /// Start in ns.
+    pub start_ns: u64,
+    /// End in ns.
+    pub end_ns: u64,
+}
+
+/// A sampled counter value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CounterSample {
+    /// Time in ns.
+    pub at_ns: u64,
+    /// Value.
+    pub value: f64,
+}
+
+/// Everything the run recorded for the timeline and the report.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct TimelineLog {
+    /// Executed subgraphs, in completion order.
+    pub slices: Vec<SliceRecord>,
+    /// Counter tracks: name and samples (a sample only where the value changed).
+    pub counters: Vec<(String, Vec<CounterSample>)>,
+}
+
+/// Scheduler statistics.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct RunStats {
+    /// Ticks run.
+    pub ticks: u64,
+    /// Jobs dispatched.
+    pub dispatched: u64,
+}
