@@ -51,7 +51,7 @@ impl CpuFeatures {
     }
 }
 
-/// Variants of the W8A8 INT8 GEMM ([`crate::gemm_i8`]).
+/// Variants of the W8A8 INT8 GEMM ([`crate::gemm_i8()`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum I8Kernel {
     /// Portable scalar loop over the packed layout.

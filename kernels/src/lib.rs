@@ -21,11 +21,11 @@
 //!
 //! # The scalar-twin rule
 //!
-//! Every operation has a scalar f32/i32 implementation in [`reference`]
+//! Every operation has a scalar f32/i32 implementation in [`mod@reference`]
 //! that is always compiled, simple and obviously correct. A fast path (SIMD)
 //! exists only beside its scalar twin and is tested against it:
 //!
-//! * INT8 GEMM ([`gemm_i8`]): AVX-512 VNNI, AVX2, portable scalar; tested for
+//! * INT8 GEMM ([`gemm_i8()`]): AVX-512 VNNI, AVX2, portable scalar; tested for
 //!   **exact** equality of the i32 accumulators with
 //!   [`reference::gemm_i8_reference`].
 //! * f32 GEMM ([`matmul_f32`]): AVX-512F, AVX2+FMA, portable scalar; tested

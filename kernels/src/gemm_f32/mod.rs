@@ -190,6 +190,18 @@ mod tests {
     }
 
     #[test]
+    fn degenerate_shapes() {
+        for kernel in F32Kernel::ALL.into_iter().filter(|v| v.is_available()) {
+            let packed = PackedF32Weights::pack(&[], 3, 0);
+            let mut out = vec![7.0; 2 * 3];
+            matmul_f32_with(kernel, &[], 2, &packed, 0..3, &mut out);
+            assert_eq!(out, vec![0.0; 6], "{}", kernel.name());
+            let packed = PackedF32Weights::pack(&[1.0, 2.0], 1, 2);
+            matmul_f32_with(kernel, &[], 0, &packed, 0..1, &mut []);
+        }
+    }
+
+    #[test]
     fn column_ranges_match_full_output() {
         let (m, k, n) = (9, 20, 50);
         let a = rand_f32(m * k, 1);

@@ -1,18 +1,20 @@
 //! AVX-512 VNNI INT8 GEMM (`vpdpbusd`).
 //!
 //! `vpdpbusd` multiplies **unsigned** bytes by signed bytes. Activations are
-//! signed, so the kernel feeds `a + 128` (computed as `a ^ 0x80`, which lies
-//! in `0..=255`) and removes the bias afterwards:
+//! signed, so the kernel feeds `a + 128` (computed once per call as
+//! `a ^ 0x80` into a padded copy, O(m·k); it lies in `0..=255`) and removes
+//! the bias afterwards:
 //!
 //! ```text
 //! Σ_p (a[p] + 128) · w[j, p] = Σ_p a[p] · w[j, p] + 128 · Σ_p w[j, p]
 //! ```
 //!
 //! so each output column `j` is corrected by subtracting `128 · colsum[j]`
-//! (precomputed in [`PackedI8Weights`]). `vpdpbusd` does not saturate (each
-//! u8×i8 product fits in i16 range plus one bit and four of them fit in i32),
-//! and all arithmetic wraps modulo 2³², so the result equals the scalar
-//! reference exactly whenever the true sum fits in i32.
+//! (precomputed in [`PackedI8Weights`]). `vpdpbusd` (unlike `vpdpbusds`)
+//! does not saturate: each u8×i8 product (|p| <= 255·128) and the sum of
+//! four are exact in i32, and the accumulation wraps modulo 2³², so the
+//! result equals the scalar reference exactly whenever the true sum fits in
+//! i32.
 
 // reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls
 // into `#[target_feature]` functions) need `unsafe`; every block states why

@@ -223,6 +223,21 @@ mod tests {
     }
 
     #[test]
+    fn degenerate_shapes() {
+        // k = 0: all accumulators are 0; m = 0 / n = 0: nothing to write.
+        for kernel in I8Kernel::ALL.into_iter().filter(|v| v.is_available()) {
+            let packed = PackedI8Weights::pack(&[], 3, 0);
+            let mut out = vec![7i32; 2 * 3];
+            gemm_i8_with(kernel, &[], 2, &packed, 0..3, &mut out);
+            assert_eq!(out, vec![0; 6], "{}", kernel.name());
+            let packed = PackedI8Weights::pack(&[1, 2], 1, 2);
+            gemm_i8_with(kernel, &[], 0, &packed, 0..1, &mut []);
+            let packed = PackedI8Weights::pack(&[], 0, 2);
+            gemm_i8_with(kernel, &[1, 2], 1, &packed, 0..0, &mut []);
+        }
+    }
+
+    #[test]
     #[should_panic(expected = "out must be [m, cols.len()]")]
     fn rejects_wrong_output_length() {
         let packed = PackedI8Weights::pack(&[1, 2, 3, 4], 2, 2);

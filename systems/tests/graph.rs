@@ -1,0 +1,160 @@
+//! Graph builder: stage cuts, sharing, dependencies and bad layer graphs.
+
+use hetsched_systems::graph::{Sharing, StageDependency, build_stages};
+use hetsched_systems::model::{ExecClass, OpDecl, OpKind};
+use hetsched_systems::testing::tiny_model;
+use hetsched_systems::{ModelConfig, PlanError, Precision};
+
+fn qwen() -> ModelConfig {
+    ModelConfig {
+        name: "Qwen1.5-1.8B".into(),
+        layers: 24,
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 16,
+        head_dim: None,
+        ffn: 5504,
+        vocab: 151936,
+        context: 32768,
+        weight_precision: Precision::Int8,
+        activation_precision: Precision::Int8,
+        float_precision: Precision::Fp32,
+        layer_ops: None,
+    }
+}
+
+#[test]
+fn qwen_has_144_subgraphs_per_chunk_of_which_120_shared() {
+    let stages = build_stages(&qwen()).unwrap();
+    let per_chunk: Vec<_> = stages.iter().filter(|s| !s.last_chunk_only).collect();
+    assert_eq!(per_chunk.len(), 144);
+    assert_eq!(
+        per_chunk
+            .iter()
+            .filter(|s| s.sharing == Sharing::Static)
+            .count(),
+        120
+    );
+    // One more subgraph, the model head, runs for the last chunk only.
+    assert_eq!(stages.len(), 145);
+    assert!(stages[144].last_chunk_only);
+    assert_eq!(
+        stages[144].op_names(),
+        ["ffn_dequant", "ffn_residual", "final_norm", "lm_head"]
+    );
+}
+
+#[test]
+fn a_layer_alternates_float_and_int8_and_attention_is_the_only_dynamic_cross_chunk_stage() {
+    let stages = build_stages(&qwen()).unwrap();
+    let layer1: Vec<_> = stages.iter().filter(|s| s.layer == Some(1)).collect();
+    let names: Vec<Vec<&str>> = layer1.iter().map(|s| s.op_names()).collect();
+    assert_eq!(
+        names,
+        vec![
+            vec!["ffn_dequant", "ffn_residual", "attn_norm", "attn_quant"],
+            vec!["q_proj", "k_proj", "v_proj"],
+            vec!["qkv_dequant", "rope", "attention", "o_quant"],
+            vec!["o_proj"],
+            vec!["o_dequant", "attn_residual", "ffn_norm", "ffn_quant"],
+            vec!["gate_proj", "up_proj", "silu_mul", "down_proj"],
+        ]
+    );
+    let classes: Vec<ExecClass> = layer1.iter().map(|s| s.class).collect();
+    use ExecClass::{Float, Int8};
+    assert_eq!(classes, [Float, Int8, Float, Int8, Float, Int8]);
+    for (i, s) in layer1.iter().enumerate() {
+        let attention = i == 2;
+        assert_eq!(s.sharing == Sharing::Dynamic, attention, "{}", s.name);
+        assert_eq!(
+            s.dependency == StageDependency::CrossChunk,
+            attention,
+            "{}",
+            s.name
+        );
+    }
+    assert_eq!(stages[0].op_names(), ["embed", "attn_norm", "attn_quant"]);
+    assert_eq!(stages[0].dependency, StageDependency::None);
+}
+
+fn custom(ops: Vec<OpDecl>) -> ModelConfig {
+    ModelConfig {
+        layer_ops: Some(ops),
+        ..tiny_model(2)
+    }
+}
+
+fn op(name: &str, kind: OpKind, inputs: &[&str]) -> OpDecl {
+    OpDecl {
+        name: name.into(),
+        kind,
+        inputs: inputs.iter().map(|s| s.to_string()).collect(),
+        in_features: None,
+        out_features: Some(256),
+        class: None,
+    }
+}
+
+#[test]
+fn a_cyclic_layer_graph_is_rejected_naming_an_operator_in_the_cycle() {
+    let model = custom(vec![
+        op("norm", OpKind::RmsNorm, &["down"]),
+        op("up", OpKind::Linear, &["norm"]),
+        op("down", OpKind::Linear, &["up"]),
+    ]);
+    match build_stages(&model) {
+        Err(PlanError::Cycle(name)) => assert!(["norm", "up", "down"].contains(&name.as_str())),
+        other => panic!("expected a cycle error, got {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_inputs_and_duplicate_names_are_rejected() {
+    let unknown = custom(vec![op("norm", OpKind::RmsNorm, &["nowhere"])]);
+    assert_eq!(
+        build_stages(&unknown),
+        Err(PlanError::UnknownInput {
+            op: "norm".into(),
+            input: "nowhere".into()
+        })
+    );
+    let twice = custom(vec![
+        op("a", OpKind::RmsNorm, &[]),
+        op("a", OpKind::Quantize, &[]),
+    ]);
+    assert_eq!(
+        build_stages(&twice),
+        Err(PlanError::DuplicateOp("a".into()))
+    );
+}
+
+#[test]
+fn custom_layers_are_ordered_by_dependencies_not_declaration() {
+    // Declared out of order: the quantize is listed before the norm it reads.
+    let model = custom(vec![
+        op("quant", OpKind::Quantize, &["norm"]),
+        op("norm", OpKind::RmsNorm, &[]),
+        op("proj", OpKind::Linear, &["quant"]),
+        op("attn", OpKind::Attention, &["proj"]),
+    ]);
+    let stages = build_stages(&model).unwrap();
+    assert_eq!(stages[0].op_names(), ["embed", "norm", "quant"]);
+    assert_eq!(stages[1].op_names(), ["proj"]);
+    assert_eq!(stages[2].op_names(), ["attn", "norm", "quant"]);
+    assert_eq!(stages[2].sharing, Sharing::Dynamic);
+}
+
+#[test]
+fn heads_must_divide_hidden() {
+    let model = ModelConfig {
+        heads: 7,
+        kv_heads: 7,
+        ..tiny_model(1)
+    };
+    let err = build_stages(&model).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("heads (7) do not divide hidden (256)"),
+        "{err}"
+    );
+}

@@ -1,0 +1,229 @@
+//! The command line: the default scene, JSON fields, timeline files, and bad input that
+//! must end in one clear line and a non-zero exit, never a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn hetsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cli")
+        .join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes a scene that reuses the shipped Xiaomi 14 profile and the given model file text.
+fn scene_with_model(name: &str, model: &str, workload: &str) -> PathBuf {
+    let dir = scratch(name);
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/devices/xiaomi14.toml");
+    std::fs::copy(shipped, dir.join("device.toml")).unwrap();
+    std::fs::write(dir.join("model.toml"), model).unwrap();
+    let scene = format!(
+        "name = \"{name}\"\ndevice = \"device.toml\"\nmodel = \"model.toml\"\n[workload]\n{workload}\n"
+    );
+    std::fs::write(dir.join("scene.toml"), scene).unwrap();
+    dir.join("scene.toml")
+}
+
+const GOOD_MODEL: &str = "name = \"m\"\nlayers = 2\nhidden = 256\nheads = 4\nkv_heads = 2\nffn = 512\nvocab = 1000\ncontext = 4096\nweight_precision = \"int8\"\nactivation_precision = \"int8\"\n";
+const GOOD_WORKLOAD: &str = "prompt_len = 512\nchunk_len = 128";
+
+fn assert_clear_failure(out: &Output, expected: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(first.starts_with("error:"), "first line: {first}");
+    assert!(
+        first.contains(expected),
+        "`{first}` should mention `{expected}`"
+    );
+}
+
+#[test]
+fn default_scene_json_has_every_field() {
+    let out = hetsched(&["simulate", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for field in [
+        "scene",
+        "model",
+        "prompt_len",
+        "chunk_len",
+        "policy",
+        "makespan_ms",
+        "prefill_tokens_per_s",
+        "lower_bound_ms",
+        "processors",
+        "npu_bubble_rate",
+        "subgraphs",
+        "subgraphs_per_chunk",
+        "shared_subgraphs_per_chunk",
+    ] {
+        assert!(report.get(field).is_some(), "missing {field}");
+    }
+    assert_eq!(report["model"], "Qwen1.5-1.8B");
+    assert_eq!(report["prompt_len"], 1024);
+    assert_eq!(report["chunk_len"], 256);
+    assert_eq!(report["policy"], "stall");
+    assert_eq!(report["subgraphs_per_chunk"], 144);
+    assert_eq!(report["shared_subgraphs_per_chunk"], 120);
+    assert_eq!(report["subgraphs"], 577);
+    for p in report["processors"].as_array().unwrap() {
+        for field in ["name", "kind", "busy_ms", "utilization"] {
+            assert!(p.get(field).is_some(), "processor missing {field}");
+        }
+    }
+}
+
+#[test]
+fn overrides_and_timeline_files() {
+    let dir = scratch("timeline");
+    let (trace, svg) = (dir.join("t.json"), dir.join("t.svg"));
+    let out = hetsched(&[
+        "simulate",
+        "gemma-2b-k60pro",
+        "--prompt-len",
+        "300",
+        "--chunk-len",
+        "64",
+        "--policy",
+        "inorder",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains("300 tokens in 5 chunks of 64, policy inorder"),
+        "{summary}"
+    );
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
+    assert!(trace["traceEvents"].as_array().unwrap().len() > 5 * 108);
+    assert!(std::fs::read_to_string(svg).unwrap().starts_with("<svg"));
+}
+
+#[test]
+fn missing_scene_file() {
+    assert_clear_failure(&hetsched(&["simulate", "no/such/scene.toml"]), "not found");
+}
+
+#[test]
+fn unknown_key_names_file_line_and_key() {
+    let scene = scene_with_model(
+        "unknown-key",
+        &format!("{GOOD_MODEL}hiden = 3\n"),
+        GOOD_WORKLOAD,
+    );
+    assert_clear_failure(
+        &hetsched(&["simulate", scene.to_str().unwrap()]),
+        "unknown field `hiden`",
+    );
+    assert_clear_failure(
+        &hetsched(&["simulate", scene.to_str().unwrap()]),
+        "model.toml:11",
+    );
+}
+
+#[test]
+fn zero_chunk_and_prompt_lengths() {
+    let scene = scene_with_model("zero", GOOD_MODEL, GOOD_WORKLOAD);
+    let path = scene.to_str().unwrap();
+    assert_clear_failure(
+        &hetsched(&["simulate", path, "--chunk-len", "0"]),
+        "chunk length is 0",
+    );
+    assert_clear_failure(
+        &hetsched(&["simulate", path, "--prompt-len", "0"]),
+        "prompt length is 0",
+    );
+    assert_clear_failure(
+        &hetsched(&["simulate", path, "--prompt-len", "5000"]),
+        "longer than",
+    );
+}
+
+#[test]
+fn heads_not_dividing_hidden() {
+    let model = GOOD_MODEL.replace("heads = 4\nkv_heads = 2", "heads = 6\nkv_heads = 2");
+    let scene = scene_with_model("heads", &model, GOOD_WORKLOAD);
+    assert_clear_failure(
+        &hetsched(&["simulate", scene.to_str().unwrap()]),
+        "do not divide hidden",
+    );
+}
+
+#[test]
+fn cyclic_layer_graph() {
+    let model = format!(
+        "{GOOD_MODEL}layer_ops = [\n  {{ name = \"a\", kind = \"rms_norm\", inputs = [\"c\"] }},\n  {{ name = \"b\", kind = \"linear\", inputs = [\"a\"], out_features = 256 }},\n  {{ name = \"c\", kind = \"quantize\", inputs = [\"b\"] }},\n]\n"
+    );
+    let scene = scene_with_model("cycle", &model, GOOD_WORKLOAD);
+    assert_clear_failure(
+        &hetsched(&["simulate", scene.to_str().unwrap()]),
+        "dependency cycle",
+    );
+}
+
+#[test]
+fn unknown_policy() {
+    let out = hetsched(&["simulate", "--policy", "fastest"]);
+    assert_clear_failure(&out, "unknown policy `fastest`");
+    let scene = scene_with_model(
+        "bad-policy",
+        GOOD_MODEL,
+        "prompt_len = 64\nchunk_len = 32\npolicy = \"fastest\"",
+    );
+    assert_clear_failure(
+        &hetsched(&["simulate", scene.to_str().unwrap()]),
+        "unknown variant `fastest`",
+    );
+}
+
+#[test]
+fn same_input_gives_byte_identical_output() {
+    let dir = scratch("determinism");
+    let run = |tag: &str| {
+        let (trace, svg) = (
+            dir.join(format!("{tag}.json")),
+            dir.join(format!("{tag}.svg")),
+        );
+        let out = hetsched(&[
+            "simulate",
+            "llama-2-7b-xiaomi14",
+            "--json",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+        ]);
+        assert!(out.status.success());
+        (
+            out.stdout,
+            std::fs::read(trace).unwrap(),
+            std::fs::read(svg).unwrap(),
+        )
+    };
+    assert_eq!(run("first"), run("second"));
+}

@@ -1,0 +1,91 @@
+//! Shipped scenes: they load, the graph counts match the paper, and the phone profiles
+//! reproduce the facts of seed 000 they were calibrated to.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use hetsched::engine::simulate;
+use hetsched::report::RunReport;
+use hetsched::scene::{Scene, shipped_scenes};
+
+#[test]
+fn every_shipped_scene_loads_from_disk_and_from_the_binary_alike() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes");
+    assert!(shipped_scenes().len() >= 7);
+    for name in shipped_scenes() {
+        let from_disk = Scene::load(&dir.join(format!("{name}.toml"))).unwrap();
+        let embedded = Scene::load(Path::new(name)).unwrap();
+        assert_eq!(from_disk, embedded, "{name}");
+        from_disk.plan().unwrap();
+    }
+}
+
+#[test]
+fn qwen_graph_counts_match_the_paper() {
+    let scene = Scene::default_scene();
+    let plan = scene.plan().unwrap();
+    assert_eq!(plan.model.name, "Qwen1.5-1.8B");
+    assert_eq!(
+        (plan.workload.prompt_len, plan.workload.chunk_len),
+        (1024, 256)
+    );
+    assert_eq!(plan.stages_per_chunk(), 144);
+    assert_eq!(plan.shared_stages_per_chunk(), 120);
+    assert_eq!(plan.instance_count(), 4 * 144 + 1);
+}
+
+#[test]
+fn xiaomi14_profile_reproduces_the_qwen_figures_of_seed_000() {
+    let mut scene = Scene::load(Path::new("qwen1.5-1.8b-xiaomi14")).unwrap();
+    scene.workload.prompt_len = 256;
+    let plan = scene.plan().unwrap();
+    let work = plan.work_per_processor();
+    let (cpu, npu) = (work[0] as f64 / 1e6, work[1] as f64 / 1e6);
+    // "with a prompt length of 256 ... NPU execution takes 315ms, about twice that of the CPU"
+    assert!((npu - 315.0).abs() < 315.0 * 0.03, "NPU time {npu:.1} ms");
+    assert!(
+        (1.7..=2.3).contains(&(npu / cpu)),
+        "NPU/CPU {:.2}",
+        npu / cpu
+    );
+    // "NPU INT8 matmul 4.5-5.8x CPU INT8"; "FP16 on the NPU up to 159x slower than CPU INT8"
+    let (cpu_rates, npu_rates) = (
+        &plan.device.processors[0].cost.peak_gops,
+        &plan.device.processors[1].cost.peak_gops,
+    );
+    assert!((4.5..=5.8).contains(&(npu_rates.int8 / cpu_rates.int8)));
+    assert!(((cpu_rates.int8 / npu_rates.fp16) - 159.0).abs() < 2.0);
+    assert_eq!(plan.device.processors[1].memory_gib, 4.0);
+}
+
+#[test]
+fn out_of_order_cuts_prefill_latency_on_every_phone_scene() {
+    for name in shipped_scenes()
+        .into_iter()
+        .filter(|n| !n.contains("desktop"))
+    {
+        let scene = Scene::load(Path::new(name)).unwrap();
+        let mut reports = Vec::new();
+        for policy in hetsched::systems::Policy::ALL {
+            let mut plan = scene.plan().unwrap();
+            plan.workload.policy = policy;
+            reports.push(RunReport::new(name, &simulate(Arc::new(plan)).unwrap()));
+        }
+        let (stall, in_order) = (&reports[0], &reports[1]);
+        let gain = 1.0 - stall.makespan_ms / in_order.makespan_ms;
+        assert!(
+            gain > 0.1,
+            "{name}: stall gains only {:.1}% over in-order",
+            100.0 * gain
+        );
+        assert!(
+            stall.ratio_to_lower_bound >= 1.0 && stall.ratio_to_lower_bound < 1.1,
+            "{name}: {}",
+            stall.ratio_to_lower_bound
+        );
+        assert!(
+            in_order.npu_bubble_rate.unwrap() > stall.npu_bubble_rate.unwrap(),
+            "{name}"
+        );
+    }
+}
