@@ -24,6 +24,7 @@
 
 pub mod backends;
 pub mod engine;
+pub mod import;
 pub mod report;
 pub mod scene;
 pub mod timeline;

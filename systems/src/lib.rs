@@ -37,6 +37,7 @@ pub mod device;
 pub mod dispatch;
 pub mod error;
 pub mod graph;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod plan;

@@ -1,0 +1,1 @@
+//! Model import: GGUF files (memory-mapped) and their tokenizer.

@@ -1,0 +1,1 @@
+//! Memory planning: tensor lifetimes and offsets in per-processor regions.
