@@ -5,6 +5,7 @@
 //! completions, which it puts in the inbox for the next tick's collect phase.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bevy_ecs::prelude::World;
 use hetsched_systems::resources::{Clock, Inbox, Outbox, RunStats, TimelineLog};
@@ -40,6 +41,8 @@ pub struct RunOutcome {
     pub makespan_ns: u64,
     /// Scheduler statistics.
     pub stats: RunStats,
+    /// Wall time of every tick (one schedule run), in ns.
+    pub tick_wall_ns: Vec<u64>,
 }
 
 /// Runs `plan` to completion on `backend`.
@@ -47,8 +50,11 @@ pub fn run(plan: Arc<PrefillPlan>, backend: &mut dyn Backend) -> Result<RunOutco
     let total = plan.instance_count();
     let mut world = spawn_world(plan.clone());
     let mut schedule = scheduler_schedule();
+    let mut tick_wall_ns = Vec::new();
     loop {
+        let started = Instant::now();
         schedule.run(&mut world);
+        tick_wall_ns.push(started.elapsed().as_nanos() as u64);
         for job in std::mem::take(&mut world.resource_mut::<Outbox>().0) {
             backend.submit(job)?;
         }
@@ -63,7 +69,7 @@ pub fn run(plan: Arc<PrefillPlan>, backend: &mut dyn Backend) -> Result<RunOutco
         world.resource_mut::<Clock>().now_ns = now;
         world.resource_mut::<Inbox>().0.extend(completions);
     }
-    Ok(finish(plan, world))
+    Ok(finish(plan, world, tick_wall_ns))
 }
 
 /// Runs `plan` on simulated queues.
@@ -71,7 +77,7 @@ pub fn simulate(plan: Arc<PrefillPlan>) -> Result<RunOutcome, EngineError> {
     run(plan, &mut SimBackend::default())
 }
 
-fn finish(plan: Arc<PrefillPlan>, mut world: World) -> RunOutcome {
+fn finish(plan: Arc<PrefillPlan>, mut world: World, tick_wall_ns: Vec<u64>) -> RunOutcome {
     let timeline = std::mem::take(&mut *world.resource_mut::<TimelineLog>());
     let makespan_ns = timeline.slices.iter().map(|s| s.end_ns).max().unwrap_or(0);
     RunOutcome {
@@ -79,5 +85,6 @@ fn finish(plan: Arc<PrefillPlan>, mut world: World) -> RunOutcome {
         timeline,
         makespan_ns,
         stats: world.resource::<RunStats>().clone(),
+        tick_wall_ns,
     }
 }

@@ -23,6 +23,7 @@
 //! ```
 
 pub mod backends;
+pub mod compare;
 pub mod engine;
 pub mod import;
 pub mod report;

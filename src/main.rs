@@ -26,8 +26,25 @@ struct Cli {
 enum Command {
     /// Simulate a prefill on a device profile with a virtual clock.
     Simulate(SimulateArgs),
+    /// Compare every policy over scenes and prompt lengths.
+    Compare(CompareArgs),
     /// List the scenes shipped inside the binary.
     Scenes,
+}
+
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// Scene files or shipped scene names [default: every shipped phone scene].
+    scenes: Vec<PathBuf>,
+    /// Prompt lengths, comma-separated [default: each scene's own].
+    #[arg(long, value_delimiter = ',')]
+    prompt_lens: Vec<u32>,
+    /// Policies, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<Policy>,
+    /// Print the rows as a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -40,7 +57,7 @@ struct SimulateArgs {
     /// Override the chunk length (tokens).
     #[arg(long)]
     chunk_len: Option<u32>,
-    /// Scheduling policy: stall (seed 000, Eq. 6) or inorder.
+    /// Scheduling policy: stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
     #[arg(long)]
     policy: Option<Policy>,
     /// Write a Chrome trace JSON timeline (open in ui.perfetto.dev).
@@ -58,6 +75,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Compare(args) => compare(args),
         Command::Scenes => {
             for name in shipped_scenes() {
                 println!("{name}");
@@ -109,6 +127,39 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         );
     } else {
         print!("{}", report.summary());
+    }
+    Ok(())
+}
+
+fn compare(args: CompareArgs) -> Result<(), String> {
+    let names: Vec<PathBuf> = if args.scenes.is_empty() {
+        shipped_scenes()
+            .into_iter()
+            .filter(|n| !n.contains("desktop"))
+            .map(PathBuf::from)
+            .collect()
+    } else {
+        args.scenes
+    };
+    let scenes = names
+        .iter()
+        .map(|p| Scene::load(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let policies = if args.policies.is_empty() {
+        Policy::ALL.to_vec()
+    } else {
+        args.policies
+    };
+    let rows = hetsched::compare::compare(&scenes, &args.prompt_lens, &policies)
+        .map_err(|e| e.to_string())?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("rows always serialise")
+        );
+    } else {
+        print!("{}", hetsched::compare::table(&rows));
     }
     Ok(())
 }

@@ -65,6 +65,10 @@ pub struct RunReport {
     pub head_subgraphs: usize,
     /// Scheduler ticks.
     pub ticks: u64,
+    /// Median wall time of one tick, in microseconds (a measurement: varies run to run).
+    pub scheduler_us_per_tick: f64,
+    /// Total tick wall time / makespan (a measurement: varies run to run).
+    pub scheduler_overhead_ratio: f64,
 }
 
 fn ms(ns: u64) -> f64 {
@@ -131,6 +135,8 @@ impl RunReport {
             shared_subgraphs_per_chunk: plan.shared_stages_per_chunk(),
             head_subgraphs: plan.stages.len() - plan.stages_per_chunk(),
             ticks: run.stats.ticks,
+            scheduler_us_per_tick: median_ns(&run.tick_wall_ns) / 1e3,
+            scheduler_overhead_ratio: run.tick_wall_ns.iter().sum::<u64>() as f64 / makespan as f64,
         }
     }
 
@@ -177,6 +183,13 @@ impl RunReport {
                 p.subgraphs
             );
         }
+        let _ = writeln!(
+            s,
+            "scheduler  {} ticks, median {:.2} us per tick, {:.4}% of the simulated makespan",
+            self.ticks,
+            self.scheduler_us_per_tick,
+            100.0 * self.scheduler_overhead_ratio
+        );
         if let Some(rate) = self.npu_bubble_rate {
             let _ = writeln!(
                 s,
@@ -186,6 +199,12 @@ impl RunReport {
         }
         s
     }
+}
+
+fn median_ns(samples: &[u64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).map_or(0.0, |&v| v as f64)
 }
 
 fn round6(x: f64) -> f64 {

@@ -3,7 +3,9 @@
 use bevy_ecs::prelude::{Query, Res, ResMut};
 
 use crate::components::{BusySlot, Processor, SubgraphState};
-use crate::policy::{Policy, pick_in_order, pick_stall};
+use crate::policy::{
+    Policy, pick_cpf, pick_heft, pick_in_order, pick_lookahead, pick_peer, pick_stall,
+};
 use crate::progress::StageProgress;
 use crate::resources::{Clock, Index, Job, Outbox, Plan, PolicyState, ReadyQueues, RunStats};
 
@@ -30,11 +32,20 @@ pub fn dispatch_ready(
         if slot.running.is_some() || ready.0[lane].is_empty() {
             continue;
         }
+        let lane_ready = &ready.0[lane];
         let choice = match policy.policy {
-            Policy::Stall => pick_stall(plan, &progress, &ready.0[lane], processor.kind),
+            Policy::Stall => pick_stall(plan, &progress, lane_ready, processor.kind),
             Policy::InOrder => {
                 let (sequence, cursor) = &mut policy.sequences[lane];
-                pick_in_order(sequence, cursor, &ready.0[lane])
+                pick_in_order(sequence, cursor, lane_ready)
+            }
+            Policy::Peer => pick_peer(plan, &progress, &mut policy.peer, lane_ready),
+            Policy::Heft => pick_heft(plan, lane_ready),
+            Policy::Cpf => pick_cpf(plan, lane_ready),
+            Policy::Lookahead => {
+                let others_ready =
+                    ready.0.iter().map(|q| q.len()).sum::<usize>() - lane_ready.len();
+                pick_lookahead(plan, &progress, lane_ready, processor.kind, others_ready)
             }
         };
         let Some(id) = choice else { continue };

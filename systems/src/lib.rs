@@ -40,6 +40,7 @@ pub mod graph;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod optimal;
 pub mod plan;
 pub mod policy;
 pub mod progress;

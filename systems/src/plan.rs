@@ -67,6 +67,11 @@ pub struct PrefillPlan {
     pub chunks: u32,
     /// Modeled cost in ns, indexed by [`PrefillPlan::id`]; 0 for ids with no instance.
     cost_ns: Vec<u64>,
+    /// Longest path from any entry to the start of each instance, by id (ns).
+    top_level_ns: Vec<u64>,
+    /// Longest path from the start of each instance to any exit, its own cost included
+    /// (HEFT's upward rank with fixed placement), by id (ns).
+    bottom_level_ns: Vec<u64>,
 }
 
 impl PrefillPlan {
@@ -115,8 +120,12 @@ impl PrefillPlan {
             stage_processor,
             chunks,
             cost_ns: Vec::new(),
+            top_level_ns: Vec::new(),
+            bottom_level_ns: Vec::new(),
         };
         plan.cost_ns = plan.model_costs()?;
+        plan.top_level_ns = plan.top_levels();
+        plan.bottom_level_ns = plan.bottom_levels();
         Ok(plan)
     }
 
@@ -237,33 +246,85 @@ impl PrefillPlan {
     /// Lower bound: the busiest processor's work and the critical path.
     pub fn lower_bound(&self) -> LowerBound {
         let busiest_processor_ns = self.work_per_processor().into_iter().max().unwrap_or(0);
-        // finish[c] is the earliest finish of stage j-1 of chunk c; prefix_max the
-        // running max over chunks 0..=c (for cross-chunk stages).
-        let mut finish = vec![0u64; self.chunks as usize];
-        let mut critical_path_ns = 0;
-        for stage in 0..self.stage_count() {
-            let mut prefix_max = 0u64;
-            let mut next = vec![0u64; self.chunks as usize];
-            for chunk in 0..self.chunks {
-                let key = InstanceKey { chunk, stage };
-                prefix_max = prefix_max.max(finish[chunk as usize]);
-                if !self.exists(key) {
-                    continue;
-                }
-                let ready = match self.stages[stage as usize].dependency {
-                    StageDependency::None => 0,
-                    StageDependency::IntraChunk => finish[chunk as usize],
-                    StageDependency::CrossChunk => prefix_max,
-                };
-                next[chunk as usize] = ready + self.cost_ns(key);
-                critical_path_ns = critical_path_ns.max(next[chunk as usize]);
-            }
-            finish = next;
-        }
+        let critical_path_ns = self
+            .instances()
+            .map(|k| self.bottom_level_ns(k))
+            .max()
+            .unwrap_or(0);
         LowerBound {
             busiest_processor_ns,
             critical_path_ns,
         }
+    }
+
+    /// Longest dependency path from any entry to the start of `key`, in ns.
+    pub fn top_level_ns(&self, key: InstanceKey) -> u64 {
+        self.top_level_ns[self.id(key)]
+    }
+
+    /// Longest dependency path from the start of `key` to any exit, its own cost
+    /// included, in ns: HEFT's upward rank under fixed placement.
+    pub fn bottom_level_ns(&self, key: InstanceKey) -> u64 {
+        self.bottom_level_ns[self.id(key)]
+    }
+
+    /// Top levels stage by stage: a cross-chunk stage waits for the running maximum over
+    /// earlier chunks of the previous stage's finish.
+    fn top_levels(&self) -> Vec<u64> {
+        let mut top = vec![0u64; self.id_space()];
+        for stage in 1..self.stage_count() {
+            let mut prefix_max = 0u64;
+            for chunk in 0..self.chunks {
+                let before = InstanceKey {
+                    chunk,
+                    stage: stage - 1,
+                };
+                let finish = if self.exists(before) {
+                    top[self.id(before)] + self.cost_ns(before)
+                } else {
+                    0
+                };
+                prefix_max = prefix_max.max(finish);
+                let key = InstanceKey { chunk, stage };
+                if !self.exists(key) {
+                    continue;
+                }
+                top[self.id(key)] = match self.stages[stage as usize].dependency {
+                    StageDependency::None => 0,
+                    StageDependency::IntraChunk => finish,
+                    StageDependency::CrossChunk => prefix_max,
+                };
+            }
+        }
+        top
+    }
+
+    /// Bottom levels from the last stage back: the successors of G(i, j) are G(i, j+1),
+    /// and for a cross-chunk stage j+1 every G(i', j+1) with i' >= i (a suffix maximum).
+    fn bottom_levels(&self) -> Vec<u64> {
+        let mut bottom = vec![0u64; self.id_space()];
+        for stage in (0..self.stage_count()).rev() {
+            let next = stage + 1;
+            let cross = next < self.stage_count()
+                && self.stages[next as usize].dependency == StageDependency::CrossChunk;
+            let mut suffix_max = 0u64;
+            for chunk in (0..self.chunks).rev() {
+                let after = InstanceKey { chunk, stage: next };
+                let after_level = if self.exists(after) {
+                    bottom[self.id(after)]
+                } else {
+                    0
+                };
+                suffix_max = suffix_max.max(after_level);
+                let key = InstanceKey { chunk, stage };
+                if !self.exists(key) {
+                    continue;
+                }
+                let tail = if cross { suffix_max } else { after_level };
+                bottom[self.id(key)] = self.cost_ns(key) + tail;
+            }
+        }
+        bottom
     }
 }
 

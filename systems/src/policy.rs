@@ -15,23 +15,46 @@ use crate::progress::StageProgress;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Policy {
-    /// NPU-stall contribution heuristic (seed 000, Eq. 6).
+    /// NPU-stall contribution heuristic (seed 000, Eq. 6), exactly as written.
     #[default]
     Stall,
     /// Each processor runs its subgraphs in (chunk, stage) order and never skips ahead:
     /// the naive overlap of seed 000, Fig. 13a.
     InOrder,
+    /// The peer implementation's fixed pipeline: two chunks in flight, the second lagging
+    /// the first by one subgraph, a barrier after every step.
+    Peer,
+    /// HEFT as list scheduling: the ready instance with the largest upward rank (bottom
+    /// level) first.
+    Heft,
+    /// Critical-path-first: the ready instance on the longest path through the graph (top
+    /// level + bottom level) first, ties to the larger bottom level.
+    Cpf,
+    /// Ours: Eq. 6's stall contribution, with the NPU lane and ties ordered by upward rank
+    /// so the chunk furthest behind is never starved (see docs/policies.md).
+    Lookahead,
 }
 
 impl Policy {
     /// Every policy, in the order reports list them.
-    pub const ALL: [Policy; 2] = [Policy::Stall, Policy::InOrder];
+    pub const ALL: [Policy; 6] = [
+        Policy::Stall,
+        Policy::InOrder,
+        Policy::Peer,
+        Policy::Heft,
+        Policy::Cpf,
+        Policy::Lookahead,
+    ];
 
     /// Name as written on the command line and in scenes.
     pub fn name(self) -> &'static str {
         match self {
             Policy::Stall => "stall",
             Policy::InOrder => "inorder",
+            Policy::Peer => "peer",
+            Policy::Heft => "heft",
+            Policy::Cpf => "cpf",
+            Policy::Lookahead => "lookahead",
         }
     }
 }
@@ -131,22 +154,74 @@ pub fn stall_contribution(
     }
 }
 
-/// Picks the ready instance with the largest stall contribution; ties go to the earliest
-/// (chunk, stage).
+/// The ready id with the largest score; ties go to the earliest (chunk, stage), which is
+/// the smallest id because ready sets iterate in id order.
+fn pick_max_by<S: PartialOrd>(
+    ready: &BTreeSet<u32>,
+    mut score: impl FnMut(u32) -> S,
+) -> Option<u32> {
+    let mut best: Option<(S, u32)> = None;
+    for &id in ready {
+        let s = score(id);
+        if best.as_ref().is_none_or(|(b, _)| s > *b) {
+            best = Some((s, id));
+        }
+    }
+    best.map(|(_, id)| id)
+}
+
+/// Picks the ready instance with the largest stall contribution (Eq. 6).
 pub fn pick_stall(
     plan: &PrefillPlan,
     progress: &StageProgress,
     ready: &BTreeSet<u32>,
     kind: ProcessorKind,
 ) -> Option<u32> {
-    let mut best: Option<(i64, u32)> = None;
-    for &id in ready {
-        let c = stall_contribution(plan, progress, plan.key(id as usize), kind);
-        if best.is_none_or(|(bc, _)| c > bc) {
-            best = Some((c, id));
-        }
-    }
-    best.map(|(_, id)| id)
+    pick_max_by(ready, |id| {
+        stall_contribution(plan, progress, plan.key(id as usize), kind)
+    })
+}
+
+/// HEFT list scheduling: largest upward rank first.
+pub fn pick_heft(plan: &PrefillPlan, ready: &BTreeSet<u32>) -> Option<u32> {
+    pick_max_by(ready, |id| plan.bottom_level_ns(plan.key(id as usize)))
+}
+
+/// Critical-path-first: longest path through the instance first.
+pub fn pick_cpf(plan: &PrefillPlan, ready: &BTreeSet<u32>) -> Option<u32> {
+    pick_max_by(ready, |id| {
+        let key = plan.key(id as usize);
+        (
+            plan.top_level_ns(key) + plan.bottom_level_ns(key),
+            plan.bottom_level_ns(key),
+        )
+    })
+}
+
+/// Ours: Eq. 6 with two changes, measured on the shipped scenes (docs/policies.md).
+/// 1. When no other processor has ready work, the NPU runs the job whose float
+///    successors are the *longest* (the opposite of Eq. 6's NPU rule): the idle CPU gets
+///    the heavy attention of later chunks early instead of at the end, where it would
+///    leave the NPU waiting.
+/// 2. Ties in Eq. 6 (common: every chunk's copy of a static stage has the same cost) go
+///    to the larger upward rank, the instance with the most work still behind it, instead
+///    of the earliest (chunk, stage).
+///
+/// `others_ready` is the number of ready instances on every other processor.
+pub fn pick_lookahead(
+    plan: &PrefillPlan,
+    progress: &StageProgress,
+    ready: &BTreeSet<u32>,
+    kind: ProcessorKind,
+    others_ready: usize,
+) -> Option<u32> {
+    let feed_idle_cpu = kind == ProcessorKind::Npu && others_ready == 0;
+    pick_max_by(ready, |id| {
+        let key = plan.key(id as usize);
+        let c = stall_contribution(plan, progress, key, kind);
+        let rank = plan.bottom_level_ns(key);
+        (if feed_idle_cpu { -c } else { c }, rank)
+    })
 }
 
 /// In-order: the processor's next instance in (chunk, stage) order, only if it is ready.
@@ -158,4 +233,70 @@ pub fn pick_in_order(sequence: &[u32], cursor: &mut usize, ready: &BTreeSet<u32>
     } else {
         None
     }
+}
+
+/// State of the peer's fixed pipeline: which pair of chunks, which step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerPipeline {
+    /// Chunks `2 * pair` and `2 * pair + 1` are in flight.
+    pub pair: u32,
+    /// Step within the pair: the first chunk runs stage `step`, the second `step - LAG`.
+    pub step: u32,
+}
+
+impl PeerPipeline {
+    /// How many subgraphs the second chunk of a pair lags the first.
+    pub const LAG: u32 = 1;
+
+    /// The instances of the current step.
+    pub fn members(&self, plan: &PrefillPlan) -> Vec<InstanceKey> {
+        let first = InstanceKey {
+            chunk: 2 * self.pair,
+            stage: self.step,
+        };
+        let second = self.step.checked_sub(Self::LAG).map(|stage| InstanceKey {
+            chunk: 2 * self.pair + 1,
+            stage,
+        });
+        [Some(first), second]
+            .into_iter()
+            .flatten()
+            .filter(|k| plan.exists(*k))
+            .collect()
+    }
+
+    /// Moves past every step whose instances are all done (the barrier); returns the
+    /// members of the current step, empty when the prompt is finished.
+    pub fn advance(&mut self, plan: &PrefillPlan, progress: &StageProgress) -> Vec<InstanceKey> {
+        let steps = plan.stage_count() + Self::LAG;
+        loop {
+            if 2 * self.pair >= plan.chunks {
+                return Vec::new();
+            }
+            if self.step >= steps {
+                self.pair += 1;
+                self.step = 0;
+                continue;
+            }
+            let members = self.members(plan);
+            if members.iter().any(|k| !progress.is_done(plan, *k)) {
+                return members;
+            }
+            self.step += 1;
+        }
+    }
+}
+
+/// Peer pipeline: a member of the current step on this lane, if ready.
+pub fn pick_peer(
+    plan: &PrefillPlan,
+    progress: &StageProgress,
+    state: &mut PeerPipeline,
+    ready: &BTreeSet<u32>,
+) -> Option<u32> {
+    state
+        .advance(plan, progress)
+        .into_iter()
+        .map(|k| plan.id(k) as u32)
+        .find(|id| ready.contains(id))
 }

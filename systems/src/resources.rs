@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bevy_ecs::prelude::{Entity, Message, Resource};
 
 use crate::plan::{InstanceKey, PrefillPlan};
-use crate::policy::Policy;
+use crate::policy::{PeerPipeline, Policy};
 
 /// The plan this world schedules.
 #[derive(Resource, Clone)]
@@ -43,6 +43,8 @@ pub struct PolicyState {
     pub policy: Policy,
     /// In-order: each processor's instances in (chunk, stage) order, and how far it got.
     pub sequences: Vec<(Vec<u32>, usize)>,
+    /// Peer: the fixed pipeline's position.
+    pub peer: PeerPipeline,
 }
 
 /// A job handed to a processor's queue.

@@ -126,6 +126,7 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
     world.insert_resource(PolicyState {
         policy: plan.workload.policy,
         sequences,
+        peer: Default::default(),
     });
     world.insert_resource(StageProgress::new(&plan));
     world.insert_resource(Clock::default());

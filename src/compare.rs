@@ -1,0 +1,119 @@
+//! `hetsched compare`: every policy side by side over scenes and prompt lengths.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use hetsched_systems::Policy;
+use serde::Serialize;
+
+use crate::engine::{EngineError, simulate};
+use crate::report::RunReport;
+use crate::scene::{Scene, SceneError};
+
+/// One (scene, prompt length, policy) measurement.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CompareRow {
+    /// Scene name.
+    pub scene: String,
+    /// Prompt length.
+    pub prompt_len: u32,
+    /// Chunk length.
+    pub chunk_len: u32,
+    /// Policy.
+    pub policy: String,
+    /// Simulated prefill latency, ms.
+    pub makespan_ms: f64,
+    /// Prompt tokens per second.
+    pub prefill_tokens_per_s: f64,
+    /// makespan / lower bound.
+    pub ratio_to_lower_bound: f64,
+    /// NPU idle share between its first start and last end.
+    pub npu_bubble_rate: Option<f64>,
+    /// 1 - makespan / in-order makespan (latency cut against in-order).
+    pub gain_over_inorder: f64,
+}
+
+/// Why a comparison failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// A scene or its plan is invalid.
+    #[error(transparent)]
+    Scene(#[from] SceneError),
+    /// A simulation failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Simulates every policy on every scene at every prompt length (the scene's own when
+/// `prompt_lens` is empty).
+pub fn compare(
+    scenes: &[Scene],
+    prompt_lens: &[u32],
+    policies: &[Policy],
+) -> Result<Vec<CompareRow>, CompareError> {
+    let mut rows = Vec::new();
+    for scene in scenes {
+        let lens = if prompt_lens.is_empty() {
+            vec![scene.workload.prompt_len]
+        } else {
+            prompt_lens.to_vec()
+        };
+        for prompt_len in lens {
+            let run_policy = |policy: Policy| -> Result<RunReport, CompareError> {
+                let mut scene = scene.clone();
+                scene.workload.prompt_len = prompt_len;
+                scene.workload.policy = policy;
+                let run = simulate(Arc::new(scene.plan()?))?;
+                Ok(RunReport::new(&scene.name, &run))
+            };
+            let in_order = run_policy(Policy::InOrder)?;
+            for &policy in policies {
+                let report = if policy == Policy::InOrder {
+                    in_order.clone()
+                } else {
+                    run_policy(policy)?
+                };
+                rows.push(CompareRow {
+                    scene: scene.name.clone(),
+                    prompt_len,
+                    chunk_len: report.chunk_len,
+                    policy: policy.name().to_string(),
+                    makespan_ms: report.makespan_ms,
+                    prefill_tokens_per_s: report.prefill_tokens_per_s,
+                    ratio_to_lower_bound: report.ratio_to_lower_bound,
+                    npu_bubble_rate: report.npu_bubble_rate,
+                    gain_over_inorder: 1.0 - report.makespan_ms / in_order.makespan_ms,
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// A plain-text table of `rows`.
+pub fn table(rows: &[CompareRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<48} {:>6} {:<10} {:>12} {:>9} {:>8} {:>8} {:>9}",
+        "scene", "prompt", "policy", "makespan ms", "tok/s", "/bound", "bubble", "vs inord"
+    );
+    for r in rows {
+        let bubble = r
+            .npu_bubble_rate
+            .map_or("-".to_string(), |b| format!("{:.1}%", 100.0 * b));
+        let _ = writeln!(
+            s,
+            "{:<48} {:>6} {:<10} {:>12.1} {:>9.1} {:>8.3} {:>8} {:>8.1}%",
+            r.scene,
+            r.prompt_len,
+            r.policy,
+            r.makespan_ms,
+            r.prefill_tokens_per_s,
+            r.ratio_to_lower_bound,
+            bubble,
+            100.0 * r.gain_over_inorder
+        );
+    }
+    s
+}

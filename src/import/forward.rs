@@ -1,0 +1,357 @@
+//! Unchunked f32 reference prefill of a llama model.
+//!
+//! Built only from `hetsched-kernels`: the scalar references for RMSNorm,
+//! RoPE, causal GQA attention, SiLU·mul and residual adds, and the f32 GEMM
+//! ([`matmul_f32_packed`], tested against the f64-accumulating reference
+//! matmul) for the projections. Weights are dequantized to f32 once, at
+//! load, and packed for the GEMM.
+//!
+//! Per block, for the whole prompt `x[n, hidden]` at positions `0..n`:
+//!
+//! ```text
+//! h = rms_norm(x, attn_norm)
+//! q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ ; rope(q), rope(k)
+//! x += attention_causal_gqa(q, k, v) · Woᵀ
+//! h = rms_norm(x, ffn_norm)
+//! x += (silu(h·Wgateᵀ) ⊙ h·Wupᵀ) · Wdownᵀ
+//! ```
+//!
+//! then `logits = rms_norm(x, output_norm) · Woutᵀ` (`Wout` = `token_embd`
+//! when tied).
+
+use hetsched_kernels::{
+    AttentionShape, PackedF32Weights, add_inplace, attention_causal_gqa, matmul_f32_packed,
+    rms_norm, rope, silu_mul,
+};
+
+use super::error::{ImportError, Result};
+use super::gguf::{GgufFile, TensorView};
+use super::llama::{LlamaConfig, LlamaWeights};
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: PackedF32Weights,
+    wk: PackedF32Weights,
+    wv: PackedF32Weights,
+    wo: PackedF32Weights,
+    ffn_norm: Vec<f32>,
+    w_gate: PackedF32Weights,
+    w_up: PackedF32Weights,
+    w_down: PackedF32Weights,
+}
+
+/// A llama model with every weight dequantized to f32, ready for the
+/// reference forward pass.
+pub struct LlamaModel {
+    config: LlamaConfig,
+    token_embd: Vec<f32>,
+    layers: Vec<Layer>,
+    output_norm: Vec<f32>,
+    output: PackedF32Weights,
+}
+
+impl std::fmt::Debug for LlamaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaModel")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn packed(t: TensorView<'_>) -> Result<PackedF32Weights> {
+    let shape = t.shape();
+    let w = t.to_f32()?;
+    Ok(PackedF32Weights::pack(&w, shape[0], shape[1]))
+}
+
+/// `out[m, w.n()] = a[m, w.k()] · wᵀ`.
+fn linear(a: &[f32], m: usize, w: &PackedF32Weights) -> Vec<f32> {
+    let mut out = vec![0f32; m * w.n()];
+    matmul_f32_packed(a, m, w, &mut out);
+    out
+}
+
+impl LlamaModel {
+    /// Loads the model of `file` with its [`LlamaConfig::from_gguf`] config.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        Self::from_gguf_with_config(file, LlamaConfig::from_gguf(file)?)
+    }
+
+    /// Loads the model of `file` with an explicit `config` (e.g. another
+    /// [`LlamaConfig::rope_style`]); tensors are shape-checked against it.
+    pub fn from_gguf_with_config(file: &GgufFile, config: LlamaConfig) -> Result<Self> {
+        let w = LlamaWeights::from_gguf(file, &config)?;
+        let token_embd = w.token_embd.to_f32()?;
+        let output = match w.output {
+            Some(o) => packed(o)?,
+            None => PackedF32Weights::pack(&token_embd, config.vocab_size, config.hidden),
+        };
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for l in &w.layers {
+            layers.push(Layer {
+                attn_norm: l.attn_norm.to_f32()?,
+                wq: packed(l.attn_q)?,
+                wk: packed(l.attn_k)?,
+                wv: packed(l.attn_v)?,
+                wo: packed(l.attn_output)?,
+                ffn_norm: l.ffn_norm.to_f32()?,
+                w_gate: packed(l.ffn_gate)?,
+                w_up: packed(l.ffn_up)?,
+                w_down: packed(l.ffn_down)?,
+            });
+        }
+        Ok(Self {
+            output_norm: w.output_norm.to_f32()?,
+            config,
+            token_embd,
+            layers,
+            output,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// Row `id` of the token embedding, `[hidden]`.
+    pub fn embedding(&self, id: u32) -> Result<&[f32]> {
+        let h = self.config.hidden;
+        let i = id as usize;
+        if i >= self.config.vocab_size {
+            return Err(ImportError::TokenOutOfRange {
+                id,
+                vocab: self.config.vocab_size,
+            });
+        }
+        Ok(&self.token_embd[i * h..(i + 1) * h])
+    }
+
+    /// Final hidden states after `output_norm`, row-major `[tokens.len(), hidden]`,
+    /// for the prompt `tokens` at positions `0..tokens.len()`.
+    pub fn final_hidden(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let c = &self.config;
+        let n = tokens.len();
+        if n == 0 {
+            return Err(ImportError::EmptyPrompt);
+        }
+        if n > c.context_length {
+            return Err(ImportError::PromptTooLong {
+                len: n,
+                context: c.context_length,
+            });
+        }
+        let h = c.hidden;
+        let mut x = Vec::with_capacity(n * h);
+        for &id in tokens {
+            x.extend_from_slice(self.embedding(id)?);
+        }
+        let positions: Vec<usize> = (0..n).collect();
+        let shape = AttentionShape {
+            n_tokens: n,
+            pos0: 0,
+            kv_len: n,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+        };
+        let mut normed = vec![0f32; n * h];
+        for l in &self.layers {
+            rms_norm(&x, &l.attn_norm, c.norm_eps, &mut normed, n, h);
+            let mut q = linear(&normed, n, &l.wq);
+            let mut k = linear(&normed, n, &l.wk);
+            let v = linear(&normed, n, &l.wv);
+            rope(
+                &mut q,
+                &positions,
+                c.n_heads,
+                c.head_dim,
+                c.rope_base,
+                c.rope_style,
+            );
+            rope(
+                &mut k,
+                &positions,
+                c.n_kv_heads,
+                c.head_dim,
+                c.rope_base,
+                c.rope_style,
+            );
+            let mut attn = vec![0f32; n * c.q_dim()];
+            attention_causal_gqa(&q, &k, &v, &mut attn, &shape);
+            add_inplace(&mut x, &linear(&attn, n, &l.wo));
+
+            rms_norm(&x, &l.ffn_norm, c.norm_eps, &mut normed, n, h);
+            let gate = linear(&normed, n, &l.w_gate);
+            let up = linear(&normed, n, &l.w_up);
+            let mut act = vec![0f32; n * c.ffn];
+            silu_mul(&gate, &up, &mut act);
+            add_inplace(&mut x, &linear(&act, n, &l.w_down));
+        }
+        rms_norm(&x, &self.output_norm, c.norm_eps, &mut normed, n, h);
+        Ok(normed)
+    }
+
+    /// Logits of every position, row-major `[tokens.len(), vocab]`.
+    pub fn forward_all(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let hidden = self.final_hidden(tokens)?;
+        Ok(linear(&hidden, tokens.len(), &self.output))
+    }
+
+    /// Logits of the last position, `[vocab]`: the next-token distribution
+    /// after the prompt.
+    pub fn forward_last(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let hidden = self.final_hidden(tokens)?;
+        let h = self.config.hidden;
+        Ok(linear(&hidden[hidden.len() - h..], 1, &self.output))
+    }
+}
+
+/// The `k` most likely tokens of `logits` with their softmax probabilities,
+/// most likely first (ties by lower id). NaN logits are ignored.
+pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|v| !v.is_nan())
+        .fold(f32::NEG_INFINITY, f32::max);
+    let denom: f64 = logits
+        .iter()
+        .filter(|v| !v.is_nan())
+        .map(|&v| f64::from(v - max).exp())
+        .sum();
+    let mut idx: Vec<u32> = (0..logits.len() as u32)
+        .filter(|&i| !logits[i as usize].is_nan())
+        .collect();
+    idx.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
+    idx.truncate(k);
+    idx.into_iter()
+        .map(|i| {
+            (
+                i,
+                (f64::from(logits[i as usize] - max).exp() / denom) as f32,
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import::gguf::MetadataValue as V;
+    use crate::import::gguf::writer::GgufWriter;
+
+    fn rand(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s >> 12;
+                s ^= s << 25;
+                s ^= s >> 27;
+                ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+                    * 0.3
+            })
+            .collect()
+    }
+
+    /// A 2-layer llama with hidden 8, 2 heads, 1 KV head, ffn 12, vocab 10.
+    fn tiny_model(tied: bool) -> GgufFile {
+        let (h, ffn, vocab, kv) = (8, 12, 10, 4);
+        let mut w = GgufWriter::new();
+        w.kv("general.architecture", V::String("llama".into()))
+            .kv("llama.block_count", V::U32(2))
+            .kv("llama.embedding_length", V::U32(h as u32))
+            .kv("llama.attention.head_count", V::U32(2))
+            .kv("llama.attention.head_count_kv", V::U32(1))
+            .kv("llama.feed_forward_length", V::U32(ffn as u32))
+            .kv("llama.context_length", V::U32(16))
+            .kv("llama.vocab_size", V::U32(vocab as u32))
+            .kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5));
+        let mut seed = 0;
+        let mut t = |w: &mut GgufWriter, name: &str, shape: &[usize]| {
+            seed += 1;
+            let n = shape.iter().product();
+            w.tensor_f32(name, shape, &rand(n, seed));
+        };
+        t(&mut w, "token_embd.weight", &[vocab, h]);
+        t(&mut w, "output_norm.weight", &[h]);
+        if !tied {
+            t(&mut w, "output.weight", &[vocab, h]);
+        }
+        for i in 0..2 {
+            for (name, shape) in [
+                ("attn_norm", vec![h]),
+                ("attn_q", vec![h, h]),
+                ("attn_k", vec![kv, h]),
+                ("attn_v", vec![kv, h]),
+                ("attn_output", vec![h, h]),
+                ("ffn_norm", vec![h]),
+                ("ffn_gate", vec![ffn, h]),
+                ("ffn_up", vec![ffn, h]),
+                ("ffn_down", vec![h, ffn]),
+            ] {
+                t(&mut w, &format!("blk.{i}.{name}.weight"), &shape);
+            }
+        }
+        GgufFile::from_bytes(w.to_bytes()).unwrap()
+    }
+
+    #[test]
+    fn causal_and_last_row_consistent() {
+        for tied in [true, false] {
+            let file = tiny_model(tied);
+            let model = LlamaModel::from_gguf(&file).unwrap();
+            assert_eq!(model.config().tied_output, tied);
+            let tokens = [3, 1, 4, 1, 5, 9];
+            let all = model.forward_all(&tokens).unwrap();
+            assert_eq!(all.len(), 6 * 10);
+            assert!(all.iter().all(|v| v.is_finite()));
+            let last = model.forward_last(&tokens).unwrap();
+            for (a, b) in all[50..].iter().zip(&last) {
+                assert!((a - b).abs() < 1e-5);
+            }
+            // Causality: a prefix's logits equal the full prompt's rows.
+            let prefix = model.forward_all(&tokens[..3]).unwrap();
+            for (a, b) in prefix.iter().zip(&all[..30]) {
+                assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+            }
+            // Changing a later token changes the last logits.
+            let other = model.forward_last(&[3, 1, 4, 1, 5, 2]).unwrap();
+            assert_ne!(other, last);
+        }
+    }
+
+    #[test]
+    fn bad_prompts_are_errors() {
+        let model = LlamaModel::from_gguf(&tiny_model(true)).unwrap();
+        assert!(matches!(
+            model.forward_last(&[]),
+            Err(ImportError::EmptyPrompt)
+        ));
+        assert!(matches!(
+            model.forward_last(&[10]),
+            Err(ImportError::TokenOutOfRange { id: 10, vocab: 10 })
+        ));
+        assert!(matches!(
+            model.forward_last(&[0; 17]),
+            Err(ImportError::PromptTooLong {
+                len: 17,
+                context: 16
+            })
+        ));
+    }
+
+    #[test]
+    fn top_k_orders_and_normalizes() {
+        let top = top_k(&[0.0, 2.0, f32::NAN, 1.0, 2.0], 3);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 4, 3]);
+        let e = 1f32.exp();
+        let z = 1.0 + 2.0 * e * e + e;
+        assert!((top[0].1 - e * e / z).abs() < 1e-6);
+        assert!((top[2].1 - e / z).abs() < 1e-6);
+    }
+}

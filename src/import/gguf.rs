@@ -1,0 +1,841 @@
+//! GGUF v2/v3 container: header, metadata, tensor infos, zero-copy tensor data.
+//!
+//! A GGUF file is (all little-endian):
+//!
+//! ```text
+//! "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+//! n_kv × (string key | u32 value_type | value)
+//! n_tensors × (string name | u32 n_dims | n_dims × u64 dim | u32 ggml_type | u64 offset)
+//! padding to `general.alignment` (default 32)
+//! tensor data; each tensor at data_start + offset (offset a multiple of the alignment)
+//! ```
+//!
+//! Strings are `u64 length | UTF-8 bytes`; an array value is
+//! `u32 element_type | u64 length | elements`.
+//!
+//! **Dimensions are stored innermost first** (ggml's `ne[0]` is the
+//! contiguous one): a `[rows, cols]` row-major matrix is stored as
+//! `dims = [cols, rows]`. [`TensorInfo::dims`] keeps the stored order;
+//! [`TensorInfo::shape`] gives the conventional outermost-first shape. A
+//! linear layer weight with `dims = [in_features, out_features]` is thus the
+//! row-major `[out_features, in_features]` matrix the kernels expect.
+//!
+//! [`GgufHeader::parse`] validates everything a later read could trip on (every
+//! count against the bytes left, every tensor's size, alignment and bounds),
+//! so that no input makes it, or [`TensorView::to_f32`], panic.
+
+pub mod dtype;
+pub mod writer;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+pub use dtype::GgmlType;
+
+use super::error::{ImportError, Result};
+
+/// The magic bytes at offset 0.
+pub const MAGIC: [u8; 4] = *b"GGUF";
+/// Alignment of the data section and tensor offsets when `general.alignment`
+/// is absent.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// Deepest nesting of array values accepted (arrays of arrays of ...).
+pub const MAX_ARRAY_NESTING: usize = 8;
+/// Most dimensions a tensor may have (ggml's `GGML_MAX_DIMS`).
+pub const MAX_DIMS: usize = 4;
+
+/// Type tag of a metadata value (`enum gguf_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum ValueType {
+    U8,
+    I8,
+    U16,
+    I16,
+    U32,
+    I32,
+    F32,
+    Bool,
+    String,
+    Array,
+    U64,
+    I64,
+    F64,
+}
+
+impl ValueType {
+    /// The type with GGUF id `id` (0..=12).
+    pub fn from_id(id: u32) -> Option<Self> {
+        use ValueType::*;
+        Some(match id {
+            0 => U8,
+            1 => I8,
+            2 => U16,
+            3 => I16,
+            4 => U32,
+            5 => I32,
+            6 => F32,
+            7 => Bool,
+            8 => String,
+            9 => Array,
+            10 => U64,
+            11 => I64,
+            12 => F64,
+            _ => return None,
+        })
+    }
+
+    /// The GGUF id.
+    pub fn id(self) -> u32 {
+        use ValueType::*;
+        match self {
+            U8 => 0,
+            I8 => 1,
+            U16 => 2,
+            I16 => 3,
+            U32 => 4,
+            I32 => 5,
+            F32 => 6,
+            Bool => 7,
+            String => 8,
+            Array => 9,
+            U64 => 10,
+            I64 => 11,
+            F64 => 12,
+        }
+    }
+
+    /// Fewest bytes a value of this type occupies in a file.
+    fn min_size(self) -> usize {
+        use ValueType::*;
+        match self {
+            U8 | I8 | Bool => 1,
+            U16 | I16 => 2,
+            U32 | I32 | F32 => 4,
+            U64 | I64 | F64 | String => 8,
+            Array => 12,
+        }
+    }
+}
+
+/// An array metadata value: its element type and elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetadataArray {
+    /// Type of every element.
+    pub elem_type: ValueType,
+    /// The elements, all of `elem_type`.
+    pub values: Vec<MetadataValue>,
+}
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum MetadataValue {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(String),
+    Array(MetadataArray),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl MetadataValue {
+    /// The value's type tag.
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            Self::U8(_) => ValueType::U8,
+            Self::I8(_) => ValueType::I8,
+            Self::U16(_) => ValueType::U16,
+            Self::I16(_) => ValueType::I16,
+            Self::U32(_) => ValueType::U32,
+            Self::I32(_) => ValueType::I32,
+            Self::F32(_) => ValueType::F32,
+            Self::Bool(_) => ValueType::Bool,
+            Self::String(_) => ValueType::String,
+            Self::Array(_) => ValueType::Array,
+            Self::U64(_) => ValueType::U64,
+            Self::I64(_) => ValueType::I64,
+            Self::F64(_) => ValueType::F64,
+        }
+    }
+
+    /// Any integer type holding a non-negative value, widened.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Self::U8(v) => Some(v.into()),
+            Self::U16(v) => Some(v.into()),
+            Self::U32(v) => Some(v.into()),
+            Self::U64(v) => Some(v),
+            Self::I8(v) => u64::try_from(v).ok(),
+            Self::I16(v) => u64::try_from(v).ok(),
+            Self::I32(v) => u64::try_from(v).ok(),
+            Self::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// Any integer type, widened to i64 (u64 values above `i64::MAX` give `None`).
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Self::I8(v) => Some(v.into()),
+            Self::I16(v) => Some(v.into()),
+            Self::I32(v) => Some(v.into()),
+            Self::I64(v) => Some(v),
+            _ => self.as_u64().and_then(|v| i64::try_from(v).ok()),
+        }
+    }
+
+    /// A float (or an integer), widened to f64.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Self::F32(v) => Some(v.into()),
+            Self::F64(v) => Some(v),
+            _ => self.as_i64().map(|v| v as f64),
+        }
+    }
+
+    /// A bool.
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Self::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// A string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Self::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// An array.
+    pub fn as_array(&self) -> Option<&MetadataArray> {
+        match self {
+            Self::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Short description for error messages (type and, for scalars, value).
+    fn describe(&self) -> String {
+        match self {
+            Self::String(s) if s.len() <= 40 => format!("string {s:?}"),
+            Self::String(s) => format!("string of {} bytes", s.len()),
+            Self::Array(a) => format!("array of {} {:?}", a.values.len(), a.elem_type),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// The key/value metadata of a GGUF file, with typed accessors.
+///
+/// The `get_*` accessors return `Ok(None)` for an absent key and
+/// [`ImportError::WrongKeyType`] for a present key of the wrong type; the
+/// `require_*` ones turn absence into [`ImportError::MissingKey`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Metadata {
+    entries: BTreeMap<String, MetadataValue>,
+}
+
+impl Metadata {
+    /// The value under `key`.
+    pub fn get(&self, key: &str) -> Option<&MetadataValue> {
+        self.entries.get(key)
+    }
+
+    /// All entries, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &MetadataValue)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The value under `key`, or [`ImportError::MissingKey`].
+    pub fn require(&self, key: &str) -> Result<&MetadataValue> {
+        self.get(key)
+            .ok_or_else(|| ImportError::MissingKey(key.to_owned()))
+    }
+
+    fn typed<'a, T>(
+        &'a self,
+        key: &str,
+        expected: &'static str,
+        f: impl FnOnce(&'a MetadataValue) -> Option<T>,
+    ) -> Result<Option<T>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => f(v).map(Some).ok_or_else(|| ImportError::WrongKeyType {
+                key: key.to_owned(),
+                expected,
+                found: v.describe(),
+            }),
+        }
+    }
+
+    /// A non-negative integer of any width.
+    pub fn get_u64(&self, key: &str) -> Result<Option<u64>> {
+        self.typed(key, "a non-negative integer", MetadataValue::as_u64)
+    }
+
+    /// A float or integer, as f64.
+    pub fn get_f64(&self, key: &str) -> Result<Option<f64>> {
+        self.typed(key, "a number", MetadataValue::as_f64)
+    }
+
+    /// A bool.
+    pub fn get_bool(&self, key: &str) -> Result<Option<bool>> {
+        self.typed(key, "a bool", MetadataValue::as_bool)
+    }
+
+    /// A string.
+    pub fn get_str(&self, key: &str) -> Result<Option<&str>> {
+        self.typed(key, "a string", MetadataValue::as_str)
+    }
+
+    /// An array of strings.
+    pub fn get_str_array(&self, key: &str) -> Result<Option<Vec<&str>>> {
+        self.typed(key, "an array of strings", |v| {
+            v.as_array()?.values.iter().map(|e| e.as_str()).collect()
+        })
+    }
+
+    /// An array of integers, as i64.
+    pub fn get_i64_array(&self, key: &str) -> Result<Option<Vec<i64>>> {
+        self.typed(key, "an array of integers", |v| {
+            v.as_array()?.values.iter().map(|e| e.as_i64()).collect()
+        })
+    }
+
+    /// [`Self::get_u64`], required.
+    pub fn require_u64(&self, key: &str) -> Result<u64> {
+        self.get_u64(key)?
+            .ok_or_else(|| ImportError::MissingKey(key.to_owned()))
+    }
+
+    /// [`Self::get_str`], required.
+    pub fn require_str(&self, key: &str) -> Result<&str> {
+        self.get_str(key)?
+            .ok_or_else(|| ImportError::MissingKey(key.to_owned()))
+    }
+}
+
+/// Where a tensor is and what it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Tensor name (e.g. `blk.0.attn_q.weight`).
+    pub name: String,
+    /// Dimensions **innermost first**, as stored (`dims[0]` is contiguous).
+    pub dims: Vec<u64>,
+    /// Element type.
+    pub ty: GgmlType,
+    /// Offset of the data, relative to the start of the data section.
+    pub offset: u64,
+    /// Number of elements (product of `dims`; fits in `usize`).
+    pub n_elements: usize,
+    /// Number of bytes of the data (fits in the file).
+    pub n_bytes: usize,
+}
+
+impl TensorInfo {
+    /// The shape **outermost first** (`dims` reversed): a weight stored with
+    /// `dims = [in, out]` has shape `[out, in]`, row-major.
+    pub fn shape(&self) -> Vec<usize> {
+        // Every dim is <= n_elements or the product is 0; parse checked
+        // that each fits usize.
+        self.dims.iter().rev().map(|&d| d as usize).collect()
+    }
+}
+
+/// Everything before the tensor data, parsed and validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GgufHeader {
+    /// Format version (2 or 3).
+    pub version: u32,
+    /// Key/value metadata.
+    pub metadata: Metadata,
+    /// Tensor infos in file order.
+    pub tensors: Vec<TensorInfo>,
+    /// Alignment of the data section and of tensor offsets.
+    pub alignment: u64,
+    /// Absolute byte offset of the data section.
+    pub data_offset: usize,
+}
+
+/// Bounds-checked little-endian cursor; every overrun is [`ImportError::Truncated`].
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    fn take(&mut self, n: u64) -> Result<&'a [u8]> {
+        let truncated = ImportError::Truncated {
+            offset: self.pos,
+            needed: n,
+            len: self.bytes.len(),
+        };
+        let n = usize::try_from(n).map_err(|_| truncated)?;
+        if n > self.remaining() {
+            return Err(ImportError::Truncated {
+                offset: self.pos,
+                needed: n as u64,
+                len: self.bytes.len(),
+            });
+        }
+        let s = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let s = self.take(N as u64)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn string(&mut self) -> Result<String> {
+        let len = self.u64()?;
+        let offset = self.pos;
+        let bytes = self.take(len)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| ImportError::InvalidUtf8 { offset })
+    }
+
+    /// Checks that `count` items of at least `min_size` bytes each fit in the rest.
+    fn check_count(&self, what: &'static str, count: u64, min_size: usize) -> Result<usize> {
+        let fits = (self.remaining() / min_size.max(1)) as u64;
+        if count > fits {
+            return Err(ImportError::AbsurdCount {
+                what,
+                count,
+                offset: self.pos,
+                remaining: self.remaining(),
+            });
+        }
+        Ok(count as usize)
+    }
+
+    fn value_type(&mut self) -> Result<ValueType> {
+        let offset = self.pos;
+        let ty = self.u32()?;
+        ValueType::from_id(ty).ok_or(ImportError::UnknownValueType { ty, offset })
+    }
+
+    fn value(&mut self, ty: ValueType, depth: usize) -> Result<MetadataValue> {
+        use MetadataValue as V;
+        Ok(match ty {
+            ValueType::U8 => V::U8(self.array::<1>()?[0]),
+            ValueType::I8 => V::I8(i8::from_le_bytes(self.array()?)),
+            ValueType::U16 => V::U16(u16::from_le_bytes(self.array()?)),
+            ValueType::I16 => V::I16(i16::from_le_bytes(self.array()?)),
+            ValueType::U32 => V::U32(self.u32()?),
+            ValueType::I32 => V::I32(i32::from_le_bytes(self.array()?)),
+            ValueType::F32 => V::F32(f32::from_le_bytes(self.array()?)),
+            ValueType::U64 => V::U64(self.u64()?),
+            ValueType::I64 => V::I64(i64::from_le_bytes(self.array()?)),
+            ValueType::F64 => V::F64(f64::from_le_bytes(self.array()?)),
+            ValueType::Bool => {
+                let offset = self.pos;
+                match self.array::<1>()?[0] {
+                    0 => V::Bool(false),
+                    1 => V::Bool(true),
+                    value => return Err(ImportError::InvalidBool { value, offset }),
+                }
+            }
+            ValueType::String => V::String(self.string()?),
+            ValueType::Array => {
+                if depth >= MAX_ARRAY_NESTING {
+                    return Err(ImportError::NestingTooDeep { offset: self.pos });
+                }
+                let elem_type = self.value_type()?;
+                let len = self.u64()?;
+                let len = self.check_count("array length", len, elem_type.min_size())?;
+                let mut values = Vec::with_capacity(len);
+                for _ in 0..len {
+                    values.push(self.value(elem_type, depth + 1)?);
+                }
+                V::Array(MetadataArray { elem_type, values })
+            }
+        })
+    }
+}
+
+impl GgufHeader {
+    /// Parses and validates the header of the GGUF file `bytes`.
+    ///
+    /// Besides syntax, checks: version 2 or 3; every count against the bytes
+    /// left; unique keys and tensor names; `general.alignment` a power of two;
+    /// 1 to 4 dims per tensor with a `usize` element count whose innermost
+    /// dim is a multiple of the type's block size; a known ggml type; offsets
+    /// aligned; every tensor's bytes inside the file.
+    pub fn parse(bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader { bytes, pos: 0 };
+        let magic = r.take(4).map_err(|_| ImportError::BadMagic {
+            found: bytes[..bytes.len().min(4)].to_vec(),
+        })?;
+        if magic != MAGIC {
+            return Err(ImportError::BadMagic {
+                found: magic.to_vec(),
+            });
+        }
+        let version = r.u32()?;
+        if !(2..=3).contains(&version) {
+            return Err(ImportError::UnsupportedVersion(version));
+        }
+        let n_tensors = r.u64()?;
+        let n_kv = r.u64()?;
+        // A key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes.
+        let n_kv = r.check_count("metadata key/value count", n_kv, 13)?;
+        let mut metadata = Metadata::default();
+        for _ in 0..n_kv {
+            let key = r.string()?;
+            let ty = r.value_type()?;
+            let value = r.value(ty, 0)?;
+            if metadata.entries.contains_key(&key) {
+                return Err(ImportError::DuplicateKey(key));
+            }
+            metadata.entries.insert(key, value);
+        }
+        let alignment = match metadata.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(v) => {
+                let a = v.as_u64().ok_or_else(|| ImportError::WrongKeyType {
+                    key: "general.alignment".into(),
+                    expected: "an unsigned integer",
+                    found: v.describe(),
+                })?;
+                if !a.is_power_of_two() {
+                    return Err(ImportError::BadAlignment(a));
+                }
+                a
+            }
+        };
+
+        // A tensor info takes at least 8 (name) + 4 + 8 (one dim) + 4 + 8 bytes.
+        let n_tensors = r.check_count("tensor count", n_tensors, 32)?;
+        let mut raw = Vec::with_capacity(n_tensors);
+        for _ in 0..n_tensors {
+            let name = r.string()?;
+            let n_dims = r.u32()?;
+            let n_dims = r.check_count("tensor dimension count", n_dims.into(), 8)?;
+            let mut dims = Vec::with_capacity(n_dims);
+            for _ in 0..n_dims {
+                dims.push(r.u64()?);
+            }
+            let ty = r.u32()?;
+            let offset = r.u64()?;
+            raw.push((name, dims, ty, offset));
+        }
+
+        let header_end = r.pos as u64;
+        let data_offset = header_end
+            .checked_next_multiple_of(alignment)
+            .and_then(|o| usize::try_from(o).ok())
+            .ok_or(ImportError::BadAlignment(alignment))?;
+        if !raw.is_empty() && data_offset > bytes.len() {
+            return Err(ImportError::Truncated {
+                offset: r.pos,
+                needed: data_offset as u64 - header_end,
+                len: bytes.len(),
+            });
+        }
+
+        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(raw.len());
+        let mut names = std::collections::HashSet::with_capacity(raw.len());
+        for (name, dims, ty_id, offset) in raw {
+            if !names.insert(name.clone()) {
+                return Err(ImportError::DuplicateTensor(name));
+            }
+            let info = tensor_info(
+                name,
+                dims,
+                ty_id,
+                offset,
+                alignment,
+                data_offset,
+                bytes.len(),
+            )?;
+            tensors.push(info);
+        }
+        Ok(Self {
+            version,
+            metadata,
+            tensors,
+            alignment,
+            data_offset,
+        })
+    }
+}
+
+fn tensor_info(
+    name: String,
+    dims: Vec<u64>,
+    ty_id: u32,
+    offset: u64,
+    alignment: u64,
+    data_offset: usize,
+    len: usize,
+) -> Result<TensorInfo> {
+    let bad =
+        |name: String, dims: Vec<u64>, reason| ImportError::BadTensorDims { name, dims, reason };
+    if dims.is_empty() || dims.len() > MAX_DIMS {
+        return Err(bad(name, dims, "a tensor has 1 to 4 dimensions"));
+    }
+    let Some(ty) = GgmlType::from_id(ty_id) else {
+        return Err(ImportError::UnknownTensorType { name, ty: ty_id });
+    };
+    let n_elements = dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| {
+            usize::try_from(n).is_ok() && dims.iter().all(|&d| usize::try_from(d).is_ok())
+        });
+    let Some(n_elements) = n_elements else {
+        return Err(bad(name, dims, "the element count overflows"));
+    };
+    if !dims[0].is_multiple_of(ty.block_size()) {
+        return Err(bad(
+            name,
+            dims,
+            "the innermost dim is not a multiple of the type's block size",
+        ));
+    }
+    let Some(n_bytes) = ty.bytes_for(n_elements) else {
+        return Err(bad(name, dims, "the byte size overflows"));
+    };
+    if !offset.is_multiple_of(alignment) {
+        return Err(ImportError::MisalignedOffset {
+            name,
+            offset,
+            alignment,
+        });
+    }
+    let start = (data_offset as u64).checked_add(offset);
+    let end = start.and_then(|s| s.checked_add(n_bytes));
+    match (start, end) {
+        (Some(_), Some(end)) if end <= len as u64 => {}
+        _ => {
+            return Err(ImportError::TensorOutOfBounds {
+                name,
+                start: (data_offset as u64).saturating_add(offset),
+                size: n_bytes,
+                len,
+            });
+        }
+    }
+    Ok(TensorInfo {
+        name,
+        dims,
+        ty,
+        offset,
+        n_elements: n_elements as usize,
+        n_bytes: n_bytes as usize,
+    })
+}
+
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+/// A GGUF file: the bytes (memory-mapped or owned) and their parsed header.
+///
+/// Tensor data is never copied: [`TensorView::data`] borrows from the map.
+pub struct GgufFile {
+    bytes: Bytes,
+    header: GgufHeader,
+}
+
+impl fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("len", &self.bytes().len())
+            .field("version", &self.header.version)
+            .field("metadata_keys", &self.header.metadata.len())
+            .field("tensors", &self.header.tensors.len())
+            .finish()
+    }
+}
+
+/// Maps `file` read-only.
+#[allow(unsafe_code)]
+fn map_read_only(file: &std::fs::File) -> std::io::Result<Mmap> {
+    // SAFETY: the file was opened read-only by `GgufFile::open` and this
+    // program never writes to it while the map lives. Model files are not
+    // expected to be modified by other processes while loaded; if one were
+    // truncated under us, reads of the map could fault (the usual caveat of
+    // memory-mapped I/O), which is accepted for read-only model weights.
+    unsafe { Mmap::map(file) }
+}
+
+impl GgufFile {
+    /// Memory-maps and parses the GGUF file at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let io = |source| ImportError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let map = map_read_only(&file).map_err(io)?;
+        let header = GgufHeader::parse(&map)?;
+        Ok(Self {
+            bytes: Bytes::Mapped(map),
+            header,
+        })
+    }
+
+    /// Parses a GGUF file held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self> {
+        let header = GgufHeader::parse(&bytes)?;
+        Ok(Self {
+            bytes: Bytes::Owned(bytes),
+            header,
+        })
+    }
+
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &GgufHeader {
+        &self.header
+    }
+
+    /// The key/value metadata.
+    pub fn metadata(&self) -> &Metadata {
+        &self.header.metadata
+    }
+
+    /// Tensor infos in file order.
+    pub fn tensor_infos(&self) -> &[TensorInfo] {
+        &self.header.tensors
+    }
+
+    /// Every tensor, in file order.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
+        self.header.tensors.iter().map(|info| self.view(info))
+    }
+
+    fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
+        let start = self.header.data_offset + info.offset as usize;
+        TensorView {
+            info,
+            // In bounds: checked by `GgufHeader::parse`.
+            data: &self.bytes()[start..start + info.n_bytes],
+        }
+    }
+
+    /// The tensor named `name`, if present.
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        self.header
+            .tensors
+            .iter()
+            .find(|t| t.name == name)
+            .map(|info| self.view(info))
+    }
+
+    /// The tensor named `name`, or [`ImportError::MissingTensor`].
+    pub fn require_tensor(&self, name: &str) -> Result<TensorView<'_>> {
+        self.tensor(name)
+            .ok_or_else(|| ImportError::MissingTensor(name.to_owned()))
+    }
+}
+
+/// A tensor's info and its bytes, borrowed from the file.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    /// Name, dims, type, offset.
+    pub info: &'a TensorInfo,
+    /// The raw bytes (`info.n_bytes` of them), borrowed from the file.
+    pub data: &'a [u8],
+}
+
+impl TensorView<'_> {
+    /// The tensor's name.
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// Shape outermost first (see [`TensorInfo::shape`]).
+    pub fn shape(&self) -> Vec<usize> {
+        self.info.shape()
+    }
+
+    /// Dequantizes the whole tensor to f32, row-major in [`Self::shape`]
+    /// (which is also the stored element order).
+    pub fn to_f32(&self) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; self.info.n_elements];
+        self.dequantize_into(self.data, &mut out)?;
+        Ok(out)
+    }
+
+    /// Dequantizes rows `rows` of the tensor seen as a matrix
+    /// `[n_elements / dims[0], dims[0]]` (e.g. a few token embeddings) into
+    /// a row-major `[rows.len(), dims[0]]` vector.
+    pub fn rows_f32(&self, rows: std::ops::Range<usize>) -> Result<Vec<f32>> {
+        let cols = self.info.dims[0] as usize;
+        let n_rows = self.info.n_elements.checked_div(cols).unwrap_or(0);
+        if rows.start > rows.end || rows.end > n_rows {
+            return Err(ImportError::InvalidConfig(format!(
+                "rows {rows:?} out of range for tensor {:?} with {n_rows} rows",
+                self.info.name
+            )));
+        }
+        let row_bytes = self.info.n_bytes.checked_div(n_rows).unwrap_or(0);
+        let bytes = &self.data[rows.start * row_bytes..rows.end * row_bytes];
+        let mut out = vec![0f32; rows.len() * cols];
+        self.dequantize_into(bytes, &mut out)?;
+        Ok(out)
+    }
+
+    fn dequantize_into(&self, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+        if dtype::dequantize(self.info.ty, bytes, out) {
+            Ok(())
+        } else {
+            Err(ImportError::UnsupportedTensorType {
+                name: self.info.name.clone(),
+                ty: self.info.ty,
+            })
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! A minimal GGUF writer, for building small files in tests and tools.
+
+use super::{DEFAULT_ALIGNMENT, GgmlType, MAGIC, MetadataValue};
+
+/// Builds a GGUF file in memory: metadata in insertion order, tensors laid
+/// out in insertion order at aligned offsets.
+///
+/// The writer does not validate: it writes what it is given (so tests can
+/// also build malformed files), except that tensor data is padded to the
+/// alignment (`general.alignment` if set as an integer, else 32).
+#[derive(Clone, Debug)]
+pub struct GgufWriter {
+    version: u32,
+    kv: Vec<(String, MetadataValue)>,
+    tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)>,
+}
+
+impl Default for GgufWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GgufWriter {
+    /// An empty version-3 file.
+    pub fn new() -> Self {
+        Self {
+            version: 3,
+            kv: Vec::new(),
+            tensors: Vec::new(),
+        }
+    }
+
+    /// Sets the version field written (2 and 3 share one layout).
+    pub fn version(&mut self, version: u32) -> &mut Self {
+        self.version = version;
+        self
+    }
+
+    /// Appends a metadata entry.
+    pub fn kv(&mut self, key: &str, value: MetadataValue) -> &mut Self {
+        self.kv.push((key.to_owned(), value));
+        self
+    }
+
+    /// Appends a tensor with raw `data`; `dims` innermost first (as stored),
+    /// `ty` a ggml type id (any `u32`, so unknown types can be written).
+    pub fn tensor_raw(&mut self, name: &str, dims: &[u64], ty: u32, data: Vec<u8>) -> &mut Self {
+        self.tensors
+            .push((name.to_owned(), dims.to_vec(), ty, data));
+        self
+    }
+
+    /// Appends a tensor of type `ty` with raw `data`; `shape` outermost first
+    /// (row-major), stored reversed as GGUF dims.
+    pub fn tensor(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        ty: GgmlType,
+        data: Vec<u8>,
+    ) -> &mut Self {
+        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        self.tensor_raw(name, &dims, ty.id(), data)
+    }
+
+    /// Appends an F32 tensor; `shape` outermost first, `values` row-major.
+    pub fn tensor_f32(&mut self, name: &str, shape: &[usize], values: &[f32]) -> &mut Self {
+        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.tensor(name, shape, GgmlType::F32, data)
+    }
+
+    fn alignment(&self) -> u64 {
+        self.kv
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "general.alignment")
+            .and_then(|(_, v)| v.as_u64())
+            .filter(|a| a.is_power_of_two())
+            .unwrap_or(DEFAULT_ALIGNMENT)
+    }
+
+    /// Serializes the file.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let align = self.alignment() as usize;
+        let mut out = Vec::new();
+        out.extend(MAGIC);
+        out.extend(self.version.to_le_bytes());
+        out.extend((self.tensors.len() as u64).to_le_bytes());
+        out.extend((self.kv.len() as u64).to_le_bytes());
+        for (key, value) in &self.kv {
+            write_str(&mut out, key);
+            out.extend(value.value_type().id().to_le_bytes());
+            write_value(&mut out, value);
+        }
+        let mut offset = 0usize;
+        let mut offsets = Vec::with_capacity(self.tensors.len());
+        for (name, dims, ty, data) in &self.tensors {
+            write_str(&mut out, name);
+            out.extend((dims.len() as u32).to_le_bytes());
+            for d in dims {
+                out.extend(d.to_le_bytes());
+            }
+            out.extend(ty.to_le_bytes());
+            out.extend((offset as u64).to_le_bytes());
+            offsets.push(offset);
+            offset = (offset + data.len()).next_multiple_of(align);
+        }
+        if !self.tensors.is_empty() {
+            out.resize(out.len().next_multiple_of(align), 0);
+        }
+        let data_start = out.len();
+        for ((_, _, _, data), off) in self.tensors.iter().zip(offsets) {
+            out.resize(data_start + off, 0);
+            out.extend(data);
+        }
+        out
+    }
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as u64).to_le_bytes());
+    out.extend(s.as_bytes());
+}
+
+fn write_value(out: &mut Vec<u8>, value: &MetadataValue) {
+    use MetadataValue as V;
+    match value {
+        V::U8(v) => out.push(*v),
+        V::I8(v) => out.extend(v.to_le_bytes()),
+        V::U16(v) => out.extend(v.to_le_bytes()),
+        V::I16(v) => out.extend(v.to_le_bytes()),
+        V::U32(v) => out.extend(v.to_le_bytes()),
+        V::I32(v) => out.extend(v.to_le_bytes()),
+        V::F32(v) => out.extend(v.to_le_bytes()),
+        V::Bool(v) => out.push(u8::from(*v)),
+        V::String(s) => write_str(out, s),
+        V::Array(a) => {
+            out.extend(a.elem_type.id().to_le_bytes());
+            out.extend((a.values.len() as u64).to_le_bytes());
+            for v in &a.values {
+                write_value(out, v);
+            }
+        }
+        V::U64(v) => out.extend(v.to_le_bytes()),
+        V::I64(v) => out.extend(v.to_le_bytes()),
+        V::F64(v) => out.extend(v.to_le_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{GgufFile, MetadataArray, ValueType};
+    use super::*;
+
+    #[test]
+    fn round_trips_every_value_type_and_tensors() {
+        use MetadataValue as V;
+        let values = vec![
+            ("a.u8", V::U8(7)),
+            ("a.i8", V::I8(-7)),
+            ("a.u16", V::U16(700)),
+            ("a.i16", V::I16(-700)),
+            ("a.u32", V::U32(70_000)),
+            ("a.i32", V::I32(-70_000)),
+            ("a.f32", V::F32(1.5)),
+            ("a.bool", V::Bool(true)),
+            ("a.str", V::String("héllo".into())),
+            ("a.u64", V::U64(1 << 40)),
+            ("a.i64", V::I64(-(1 << 40))),
+            ("a.f64", V::F64(-2.25)),
+            (
+                "a.nested",
+                V::Array(MetadataArray {
+                    elem_type: ValueType::Array,
+                    values: vec![V::Array(MetadataArray {
+                        elem_type: ValueType::String,
+                        values: vec![V::String("x".into()), V::String(String::new())],
+                    })],
+                }),
+            ),
+        ];
+        for version in [2, 3] {
+            let mut w = GgufWriter::new();
+            w.version(version);
+            for (k, v) in &values {
+                w.kv(k, v.clone());
+            }
+            w.tensor_f32("t.a", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+            w.tensor_f32("t.b", &[1], &[-1.0]);
+            let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+            assert_eq!(f.header().version, version);
+            for (k, v) in &values {
+                assert_eq!(f.metadata().get(k), Some(v), "{k}");
+            }
+            let a = f.tensor("t.a").unwrap();
+            assert_eq!(a.info.dims, [3, 2]);
+            assert_eq!(a.shape(), [2, 3]);
+            assert_eq!(a.to_f32().unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+            assert_eq!(a.rows_f32(1..2).unwrap(), [4.0, 5.0, 6.0]);
+            assert_eq!(f.tensor("t.b").unwrap().to_f32().unwrap(), [-1.0]);
+            assert_eq!(f.tensor("t.b").unwrap().info.offset, 32);
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! The llama architecture in GGUF: hyper-parameters and tensors.
+//!
+//! Tensor names and shapes (outermost first, i.e. GGUF dims reversed; a
+//! linear weight is `[out_features, in_features]`, one row per output):
+//!
+//! | tensor | shape |
+//! |--------|-------|
+//! | `token_embd.weight` | `[vocab, hidden]` |
+//! | `blk.N.attn_norm.weight`, `blk.N.ffn_norm.weight`, `output_norm.weight` | `[hidden]` |
+//! | `blk.N.attn_q.weight` | `[n_heads · head_dim, hidden]` |
+//! | `blk.N.attn_k.weight`, `blk.N.attn_v.weight` | `[n_kv_heads · head_dim, hidden]` |
+//! | `blk.N.attn_output.weight` | `[hidden, n_heads · head_dim]` |
+//! | `blk.N.ffn_gate.weight`, `blk.N.ffn_up.weight` | `[ffn, hidden]` |
+//! | `blk.N.ffn_down.weight` | `[hidden, ffn]` |
+//! | `output.weight` (absent when tied to `token_embd.weight`) | `[vocab, hidden]` |
+//!
+//! llama.cpp's converter permutes the rows of `attn_q` / `attn_k` so that
+//! RoPE rotates **adjacent** pairs `(x[2i], x[2i+1])` (rope type NORM):
+//! [`LlamaConfig::rope_style`] is [`RopeStyle::Adjacent`] for this
+//! architecture, which the SmolLM2 forward test confirms (Hugging Face's
+//! half-split `rotate_half` gives wrong predictions on these weights).
+
+use hetsched_kernels::RopeStyle;
+
+use super::error::{ImportError, Result};
+use super::gguf::{GgufFile, Metadata, TensorView};
+
+/// Hyper-parameters of a llama-architecture model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// Transformer blocks (`llama.block_count`).
+    pub n_layers: usize,
+    /// Model width (`llama.embedding_length`).
+    pub hidden: usize,
+    /// Query heads (`llama.attention.head_count`).
+    pub n_heads: usize,
+    /// Key/value heads (`llama.attention.head_count_kv`, default `n_heads`).
+    pub n_kv_heads: usize,
+    /// Dimension of a head: `hidden / n_heads`.
+    pub head_dim: usize,
+    /// FFN inner width (`llama.feed_forward_length`).
+    pub ffn: usize,
+    /// RoPE base (`llama.rope.freq_base`, default 10000).
+    pub rope_base: f32,
+    /// Rotated dimensions per head (`llama.rope.dimension_count`, default
+    /// `head_dim`; only `head_dim` is supported).
+    pub rope_dims: usize,
+    /// Which elements RoPE pairs: [`RopeStyle::Adjacent`] for GGUF llama.
+    pub rope_style: RopeStyle,
+    /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
+    pub norm_eps: f32,
+    /// Trained context (`llama.context_length`).
+    pub context_length: usize,
+    /// Vocabulary size: length of `tokenizer.ggml.tokens`, else `llama.vocab_size`.
+    pub vocab_size: usize,
+    /// Whether the output projection reuses `token_embd.weight` (no `output.weight`).
+    pub tied_output: bool,
+}
+
+fn to_usize(key: &str, v: u64) -> Result<usize> {
+    usize::try_from(v).map_err(|_| ImportError::WrongKeyType {
+        key: key.to_owned(),
+        expected: "a value that fits usize",
+        found: v.to_string(),
+    })
+}
+
+fn req(md: &Metadata, key: &str) -> Result<usize> {
+    to_usize(key, md.require_u64(key)?)
+}
+
+fn opt(md: &Metadata, key: &str) -> Result<Option<usize>> {
+    md.get_u64(key)?.map(|v| to_usize(key, v)).transpose()
+}
+
+fn positive_f32(md: &Metadata, key: &str, default: Option<f64>) -> Result<f32> {
+    let v = match (md.get_f64(key)?, default) {
+        (Some(v), _) => v,
+        (None, Some(d)) => d,
+        (None, None) => return Err(ImportError::MissingKey(key.to_owned())),
+    };
+    let f = v as f32;
+    if !(f.is_finite() && f > 0.0) {
+        return Err(ImportError::InvalidConfig(format!(
+            "{key} = {v} must be positive and finite"
+        )));
+    }
+    Ok(f)
+}
+
+impl LlamaConfig {
+    /// Reads the configuration of the model in `file` (`tied_output` from
+    /// the absence of `output.weight`).
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        Self::from_metadata(file.metadata(), file.tensor("output.weight").is_none())
+    }
+
+    /// Reads the configuration from metadata alone.
+    ///
+    /// Errors: [`ImportError::UnsupportedArchitecture`] unless
+    /// `general.architecture` is `"llama"`; [`ImportError::MissingKey`] /
+    /// [`ImportError::WrongKeyType`] for absent or mistyped keys;
+    /// [`ImportError::InvalidConfig`] for inconsistent values (zero sizes,
+    /// heads not dividing the width or each other, odd head dim, partial
+    /// rotary, non-positive eps or base).
+    pub fn from_metadata(md: &Metadata, tied_output: bool) -> Result<Self> {
+        let arch = md.require_str("general.architecture")?;
+        if arch != "llama" {
+            return Err(ImportError::UnsupportedArchitecture(arch.to_owned()));
+        }
+        let n_layers = req(md, "llama.block_count")?;
+        let hidden = req(md, "llama.embedding_length")?;
+        let n_heads = req(md, "llama.attention.head_count")?;
+        let n_kv_heads = opt(md, "llama.attention.head_count_kv")?.unwrap_or(n_heads);
+        let ffn = req(md, "llama.feed_forward_length")?;
+        let context_length = req(md, "llama.context_length")?;
+        let norm_eps = positive_f32(md, "llama.attention.layer_norm_rms_epsilon", None)?;
+        let rope_base = positive_f32(md, "llama.rope.freq_base", Some(10_000.0))?;
+        let vocab_size = match md.get("tokenizer.ggml.tokens") {
+            Some(v) => match v.as_array() {
+                Some(a) => a.values.len(),
+                None => {
+                    return Err(ImportError::WrongKeyType {
+                        key: "tokenizer.ggml.tokens".into(),
+                        expected: "an array of strings",
+                        found: format!("{:?}", v.value_type()),
+                    });
+                }
+            },
+            None => req(md, "llama.vocab_size")?,
+        };
+
+        let invalid = |msg: String| Err(ImportError::InvalidConfig(msg));
+        for (name, v) in [
+            ("llama.block_count", n_layers),
+            ("llama.embedding_length", hidden),
+            ("llama.attention.head_count", n_heads),
+            ("llama.attention.head_count_kv", n_kv_heads),
+            ("llama.feed_forward_length", ffn),
+            ("llama.context_length", context_length),
+            ("vocabulary size", vocab_size),
+        ] {
+            if v == 0 {
+                return invalid(format!("{name} is 0"));
+            }
+        }
+        if !hidden.is_multiple_of(n_heads) {
+            return invalid(format!(
+                "hidden {hidden} is not a multiple of {n_heads} heads"
+            ));
+        }
+        if !n_heads.is_multiple_of(n_kv_heads) {
+            return invalid(format!(
+                "{n_kv_heads} KV heads do not divide {n_heads} query heads"
+            ));
+        }
+        let head_dim = hidden / n_heads;
+        if !head_dim.is_multiple_of(2) {
+            return invalid(format!("head dim {head_dim} is odd"));
+        }
+        for key in ["llama.attention.key_length", "llama.attention.value_length"] {
+            if let Some(v) = opt(md, key)?
+                && v != head_dim
+            {
+                return invalid(format!(
+                    "{key} = {v} differs from hidden / heads = {head_dim} (unsupported)"
+                ));
+            }
+        }
+        let rope_dims = opt(md, "llama.rope.dimension_count")?.unwrap_or(head_dim);
+        if rope_dims != head_dim {
+            return invalid(format!(
+                "llama.rope.dimension_count = {rope_dims} != head dim {head_dim}: partial rotary is unsupported"
+            ));
+        }
+        Ok(Self {
+            n_layers,
+            hidden,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            ffn,
+            rope_base,
+            rope_dims,
+            rope_style: RopeStyle::Adjacent,
+            norm_eps,
+            context_length,
+            vocab_size,
+            tied_output,
+        })
+    }
+
+    /// Width of the concatenated query heads: `n_heads · head_dim`.
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Width of the concatenated key (or value) heads: `n_kv_heads · head_dim`.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
+/// The tensors of one transformer block.
+#[derive(Clone, Copy, Debug)]
+pub struct LlamaLayerWeights<'a> {
+    /// `blk.N.attn_norm.weight`, `[hidden]`.
+    pub attn_norm: TensorView<'a>,
+    /// `blk.N.attn_q.weight`, `[q_dim, hidden]`.
+    pub attn_q: TensorView<'a>,
+    /// `blk.N.attn_k.weight`, `[kv_dim, hidden]`.
+    pub attn_k: TensorView<'a>,
+    /// `blk.N.attn_v.weight`, `[kv_dim, hidden]`.
+    pub attn_v: TensorView<'a>,
+    /// `blk.N.attn_output.weight`, `[hidden, q_dim]`.
+    pub attn_output: TensorView<'a>,
+    /// `blk.N.ffn_norm.weight`, `[hidden]`.
+    pub ffn_norm: TensorView<'a>,
+    /// `blk.N.ffn_gate.weight`, `[ffn, hidden]`.
+    pub ffn_gate: TensorView<'a>,
+    /// `blk.N.ffn_up.weight`, `[ffn, hidden]`.
+    pub ffn_up: TensorView<'a>,
+    /// `blk.N.ffn_down.weight`, `[hidden, ffn]`.
+    pub ffn_down: TensorView<'a>,
+}
+
+/// Every tensor of a llama model, borrowed from the file and shape-checked
+/// against a [`LlamaConfig`]. [`TensorView::to_f32`] dequantizes one to a
+/// row-major `[out_features, in_features]` (or `[len]`) `Vec<f32>`.
+#[derive(Clone, Debug)]
+pub struct LlamaWeights<'a> {
+    /// `token_embd.weight`, `[vocab, hidden]`.
+    pub token_embd: TensorView<'a>,
+    /// The blocks, in order.
+    pub layers: Vec<LlamaLayerWeights<'a>>,
+    /// `output_norm.weight`, `[hidden]`.
+    pub output_norm: TensorView<'a>,
+    /// `output.weight`, `[vocab, hidden]`; `None` when tied.
+    pub output: Option<TensorView<'a>>,
+}
+
+fn shaped<'a>(file: &'a GgufFile, name: &str, shape: &[usize]) -> Result<TensorView<'a>> {
+    let t = file.require_tensor(name)?;
+    let found = t.shape();
+    if found != shape {
+        return Err(ImportError::ShapeMismatch {
+            name: name.to_owned(),
+            expected: shape.to_vec(),
+            found,
+        });
+    }
+    Ok(t)
+}
+
+impl<'a> LlamaWeights<'a> {
+    /// Looks up every tensor of `config` in `file` by its llama.cpp name and
+    /// checks its shape ([`ImportError::MissingTensor`],
+    /// [`ImportError::ShapeMismatch`]).
+    pub fn from_gguf(file: &'a GgufFile, config: &LlamaConfig) -> Result<Self> {
+        let c = config;
+        let (h, q, kv) = (c.hidden, c.q_dim(), c.kv_dim());
+        let token_embd = shaped(file, "token_embd.weight", &[c.vocab_size, h])?;
+        let output_norm = shaped(file, "output_norm.weight", &[h])?;
+        let output = match file.tensor("output.weight") {
+            None if c.tied_output => None,
+            None => return Err(ImportError::MissingTensor("output.weight".into())),
+            Some(_) => Some(shaped(file, "output.weight", &[c.vocab_size, h])?),
+        };
+        let mut layers = Vec::new();
+        for i in 0..c.n_layers {
+            let t = |name: &str, shape: &[usize]| {
+                shaped(file, &format!("blk.{i}.{name}.weight"), shape)
+            };
+            layers.push(LlamaLayerWeights {
+                attn_norm: t("attn_norm", &[h])?,
+                attn_q: t("attn_q", &[q, h])?,
+                attn_k: t("attn_k", &[kv, h])?,
+                attn_v: t("attn_v", &[kv, h])?,
+                attn_output: t("attn_output", &[h, q])?,
+                ffn_norm: t("ffn_norm", &[h])?,
+                ffn_gate: t("ffn_gate", &[c.ffn, h])?,
+                ffn_up: t("ffn_up", &[c.ffn, h])?,
+                ffn_down: t("ffn_down", &[h, c.ffn])?,
+            });
+        }
+        Ok(Self {
+            token_embd,
+            layers,
+            output_norm,
+            output,
+        })
+    }
+
+    /// The output projection: `output.weight`, or `token_embd.weight` when tied.
+    pub fn output_or_tied(&self) -> TensorView<'a> {
+        self.output.unwrap_or(self.token_embd)
+    }
+}

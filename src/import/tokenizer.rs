@@ -1,0 +1,258 @@
+//! A `tokenizers` tokenizer built from GGUF tokenizer metadata.
+//!
+//! Supported: `tokenizer.ggml.model = "gpt2"` (byte-level BPE, as llama.cpp
+//! calls it). The pieces:
+//!
+//! * **Model**: BPE with vocabulary `tokenizer.ggml.tokens` (token `i` has id
+//!   `i`) and merges `tokenizer.ggml.merges` (`"left right"`, split at the
+//!   first space after the first character, as llama.cpp does), in rank order.
+//! * **Added tokens**: `tokenizer.ggml.token_type` 3 (control) tokens become
+//!   special added tokens, type 4 (user-defined) plain added tokens; both are
+//!   matched in the input text before pre-tokenization (so
+//!   `"<|im_start|>"` encodes to its one id).
+//! * **Pre-tokenizer**, chosen by `tokenizer.ggml.pre` like llama.cpp's
+//!   `llm_tokenizer_bpe`:
+//!   - `gpt2`, `mpt`, `olmo`, `jais`: the GPT-2 split regex
+//!     `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+//!     then the byte-to-unicode mapping (`ByteLevel` with `use_regex`);
+//!   - `smollm`, `starcoder`, `refact`, `command-r`, `codeshell`, `exaone`:
+//!     first every digit `\p{N}` is isolated, then the GPT-2 regex (so
+//!     `"2024"` is four tokens);
+//!   - absent: the GPT-2 regex (llama.cpp's fallback would differ on
+//!     punctuation and digit runs; files written by current converters
+//!     always carry the key);
+//!   - anything else: [`ImportError::UnsupportedTokenizer`].
+//!
+//!   `tokenizer.ggml.add_space_prefix = true` sets `ByteLevel`'s
+//!   `add_prefix_space`.
+//! * **Decoder**: byte-level (the inverse byte mapping).
+//! * **BOS**: [`GgufTokenizer::encode`] prepends `tokenizer.ggml.bos_token_id`
+//!   when `tokenizer.ggml.add_bos_token` is true (SmolLM2: false).
+
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+use super::error::{ImportError, Result};
+use super::gguf::{GgufFile, Metadata};
+
+/// `tokenizer.ggml.token_type` of control tokens (llama.cpp `LLAMA_TOKEN_TYPE_CONTROL`).
+pub const TOKEN_TYPE_CONTROL: i64 = 3;
+/// `tokenizer.ggml.token_type` of user-defined tokens.
+pub const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+const DIGITS_FIRST: &[&str] = &[
+    "smollm",
+    "starcoder",
+    "refact",
+    "command-r",
+    "codeshell",
+    "exaone",
+];
+const GPT2_ONLY: &[&str] = &["gpt2", "mpt", "olmo", "jais"];
+
+/// A byte-level BPE tokenizer reconstructed from a GGUF file.
+#[derive(Clone, Debug)]
+pub struct GgufTokenizer {
+    tokenizer: Tokenizer,
+    vocab_size: usize,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+}
+
+fn tok_err(e: impl std::fmt::Display) -> ImportError {
+    ImportError::Tokenizer(e.to_string())
+}
+
+fn token_id(md: &Metadata, key: &str, vocab: usize) -> Result<Option<u32>> {
+    match md.get_u64(key)? {
+        None => Ok(None),
+        Some(id) if id < vocab as u64 => Ok(Some(id as u32)),
+        Some(id) => Err(ImportError::WrongKeyType {
+            key: key.to_owned(),
+            expected: "a token id inside the vocabulary",
+            found: id.to_string(),
+        }),
+    }
+}
+
+impl GgufTokenizer {
+    /// Builds the tokenizer of `file`.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        Self::from_metadata(file.metadata())
+    }
+
+    /// Builds the tokenizer from `tokenizer.ggml.*` metadata (see the module
+    /// docs for what is read and supported).
+    pub fn from_metadata(md: &Metadata) -> Result<Self> {
+        let model = md.require_str("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(ImportError::UnsupportedTokenizer(format!(
+                "tokenizer.ggml.model = {model:?} (supported: \"gpt2\", byte-level BPE)"
+            )));
+        }
+        let pre = md.get_str("tokenizer.ggml.pre")?;
+        let digits_first = match pre {
+            None => false,
+            Some(p) if GPT2_ONLY.contains(&p) => false,
+            Some(p) if DIGITS_FIRST.contains(&p) => true,
+            Some(p) => {
+                return Err(ImportError::UnsupportedTokenizer(format!(
+                    "tokenizer.ggml.pre = {p:?} (supported: {})",
+                    [GPT2_ONLY, DIGITS_FIRST].concat().join(", ")
+                )));
+            }
+        };
+        let tokens = md
+            .get_str_array("tokenizer.ggml.tokens")?
+            .ok_or_else(|| ImportError::MissingKey("tokenizer.ggml.tokens".into()))?;
+        let merges = md
+            .get_str_array("tokenizer.ggml.merges")?
+            .ok_or_else(|| ImportError::MissingKey("tokenizer.ggml.merges".into()))?;
+        let types = md.get_i64_array("tokenizer.ggml.token_type")?;
+        if let Some(t) = &types
+            && t.len() != tokens.len()
+        {
+            return Err(ImportError::InvalidConfig(format!(
+                "tokenizer.ggml.token_type has {} entries for {} tokens",
+                t.len(),
+                tokens.len()
+            )));
+        }
+        let vocab_size = tokens.len();
+        if vocab_size > u32::MAX as usize {
+            return Err(ImportError::InvalidConfig("more than 2^32 tokens".into()));
+        }
+
+        let vocab: Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| ((*t).to_owned(), i as u32))
+            .collect();
+        let mut merge_pairs = Vec::with_capacity(merges.len());
+        for m in &merges {
+            // Split at the first space after the first character (a merge's
+            // left part is never empty, but may itself be a space).
+            let first_len = m.chars().next().map_or(0, char::len_utf8);
+            let Some(pos) = m[first_len..].find(' ').map(|p| p + first_len) else {
+                return Err(ImportError::Tokenizer(format!(
+                    "merge {m:?} has no space separating its two parts"
+                )));
+            };
+            merge_pairs.push((m[..pos].to_owned(), m[pos + 1..].to_owned()));
+        }
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merge_pairs)
+            .build()
+            .map_err(tok_err)?;
+
+        let add_prefix_space = md
+            .get_bool("tokenizer.ggml.add_space_prefix")?
+            .unwrap_or(false);
+        let byte_level = ByteLevel::new(add_prefix_space, false, true);
+        let pre_tokenizer: PreTokenizerWrapper = if digits_first {
+            let digits = Split::new(
+                SplitPattern::Regex(r"\p{N}".into()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(tok_err)?;
+            Sequence::new(vec![digits.into(), byte_level.into()]).into()
+        } else {
+            byte_level.into()
+        };
+
+        let mut tokenizer = Tokenizer::new(bpe);
+        tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
+        tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
+        if let Some(types) = &types {
+            let pick = |ty: i64, special: bool| -> Vec<AddedToken> {
+                tokens
+                    .iter()
+                    .zip(types)
+                    .filter(|&(t, &tt)| tt == ty && !t.is_empty())
+                    .map(|(t, _)| AddedToken::from(*t, special))
+                    .collect()
+            };
+            tokenizer.add_special_tokens(&pick(TOKEN_TYPE_CONTROL, true));
+            tokenizer.add_tokens(&pick(TOKEN_TYPE_USER_DEFINED, false));
+        }
+
+        Ok(Self {
+            tokenizer,
+            vocab_size,
+            bos: token_id(md, "tokenizer.ggml.bos_token_id", vocab_size)?,
+            eos: token_id(md, "tokenizer.ggml.eos_token_id", vocab_size)?,
+            add_bos: md
+                .get_bool("tokenizer.ggml.add_bos_token")?
+                .unwrap_or(false),
+        })
+    }
+
+    /// Token ids of `text`, with BOS first when `add_bos_token` is set.
+    /// Special tokens written in the text (e.g. `<|im_start|>`) are matched.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.tokenizer.encode(text, false).map_err(tok_err)?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if self.add_bos
+            && let Some(bos) = self.bos
+        {
+            ids.push(bos);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// The text of `ids`, special tokens included (`decode(encode(s)) == s`
+    /// without BOS).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            return Err(ImportError::TokenOutOfRange {
+                id,
+                vocab: self.vocab_size,
+            });
+        }
+        self.tokenizer.decode(ids, false).map_err(tok_err)
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// `tokenizer.ggml.bos_token_id`.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// `tokenizer.ggml.eos_token_id`.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// `tokenizer.ggml.add_bos_token` (default false).
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The id of the vocabulary entry `token` (in its byte-level spelling,
+    /// e.g. `"Ġworld"`).
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.tokenizer.token_to_id(token)
+    }
+
+    /// The vocabulary entry of `id`, in its byte-level spelling.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.tokenizer.id_to_token(id)
+    }
+
+    /// The underlying `tokenizers` tokenizer.
+    pub fn inner(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+}

@@ -1,0 +1,144 @@
+//! The strategies, and running them: one ([`plan_with`]) or all, keeping the best
+//! ([`plan_offsets`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::align::aligned_sizes;
+use super::buffer::{Buffer, MemoryPlan, Placement};
+use super::error::MemoryError;
+use super::{order, place};
+
+/// An offset-assignment strategy: an order in which buffers are placed, each into
+/// the smallest address gap among already placed buffers whose lifetimes intersect
+/// its own (best fit), or above them all when no gap holds it.
+///
+/// # Examples
+/// ```
+/// use hetsched_systems::memory::Strategy;
+/// assert_eq!(Strategy::ALL[0], Strategy::GreedyBySize);
+/// assert_eq!(Strategy::GreedyByStart.name(), "greedy-by-start");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// Largest aligned size first (ties: longer lifetime, then id): TFLite's
+    /// greedy by size.
+    GreedyBySize,
+    /// Largest `size x lifetime` first (ties: larger, then id).
+    GreedyBySizeTimesLifetime,
+    /// TFLite's greedy by breadth: time steps with the most live bytes first, within
+    /// a step its buffers largest first.
+    GreedyByBreadth,
+    /// Earliest start first (ties: larger, then id).
+    GreedyByStart,
+}
+
+impl Strategy {
+    /// Every strategy, in the order [`plan_offsets`] tries them (and breaks ties).
+    pub const ALL: [Strategy; 4] = [
+        Strategy::GreedyBySize,
+        Strategy::GreedyBySizeTimesLifetime,
+        Strategy::GreedyByBreadth,
+        Strategy::GreedyByStart,
+    ];
+
+    /// A short kebab-case name, as in serialized form.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::GreedyBySize => "greedy-by-size",
+            Strategy::GreedyBySizeTimesLifetime => "greedy-by-size-times-lifetime",
+            Strategy::GreedyByBreadth => "greedy-by-breadth",
+            Strategy::GreedyByStart => "greedy-by-start",
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Plans offsets with one strategy. Every offset is a multiple of `alignment`, and
+/// sizes are rounded up to it when packed.
+///
+/// # Errors
+/// [`MemoryError::BadAlignment`] unless `alignment` is a power of two;
+/// [`MemoryError::EmptyLifetime`] for a buffer with `end <= start`;
+/// [`MemoryError::Overflow`] when the aligned sizes add up past `u64::MAX`.
+///
+/// # Examples
+/// ```
+/// use hetsched_systems::memory::{Buffer, Strategy, check_plan, plan_with};
+/// let buffers = [
+///     Buffer { id: 0, bytes: 64, start: 0, end: 10 },
+///     Buffer { id: 1, bytes: 64, start: 10, end: 20 },
+/// ];
+/// let plan = plan_with(&buffers, 16, Strategy::GreedyByStart).unwrap();
+/// assert_eq!(plan.peak_bytes, 64); // disjoint lifetimes share offset 0
+/// check_plan(&buffers, &plan, 16).unwrap();
+/// ```
+pub fn plan_with(
+    buffers: &[Buffer],
+    alignment: u64,
+    strategy: Strategy,
+) -> Result<MemoryPlan, MemoryError> {
+    let sizes = aligned_sizes(buffers, alignment)?;
+    Ok(run(buffers, &sizes, alignment, strategy))
+}
+
+/// Plans offsets with every strategy in [`Strategy::ALL`] and keeps the plan with
+/// the lowest peak (the first in that order on ties). Deterministic.
+///
+/// # Errors
+/// As [`plan_with`].
+///
+/// # Examples
+/// ```
+/// use hetsched_systems::memory::{Buffer, Strategy, plan_offsets, plan_with};
+/// let buffers: Vec<Buffer> = (0..50)
+///     .map(|i| Buffer { id: i, bytes: 100 + 37 * u64::from(i % 7), start: u64::from(i), end: u64::from(i) + 5 })
+///     .collect();
+/// let best = plan_offsets(&buffers, 16).unwrap();
+/// for s in Strategy::ALL {
+///     assert!(best.peak_bytes <= plan_with(&buffers, 16, s).unwrap().peak_bytes);
+/// }
+/// assert!(plan_offsets(&buffers, 24).is_err());
+/// ```
+pub fn plan_offsets(buffers: &[Buffer], alignment: u64) -> Result<MemoryPlan, MemoryError> {
+    let sizes = aligned_sizes(buffers, alignment)?;
+    let mut best: Option<MemoryPlan> = None;
+    for strategy in Strategy::ALL {
+        let plan = run(buffers, &sizes, alignment, strategy);
+        if best.as_ref().is_none_or(|b| plan.peak_bytes < b.peak_bytes) {
+            best = Some(plan);
+        }
+    }
+    Ok(best.expect("Strategy::ALL is not empty"))
+}
+
+fn run(buffers: &[Buffer], sizes: &[u64], alignment: u64, strategy: Strategy) -> MemoryPlan {
+    let order = match strategy {
+        Strategy::GreedyBySize => order::by_size(buffers, sizes),
+        Strategy::GreedyBySizeTimesLifetime => order::by_area(buffers, sizes),
+        Strategy::GreedyByBreadth => order::by_breadth(buffers, sizes),
+        Strategy::GreedyByStart => order::by_start(buffers, sizes),
+    };
+    let offsets = place::place_in_order(buffers, sizes, &order, place::Path::Auto);
+    let peak_bytes = offsets
+        .iter()
+        .zip(sizes)
+        .map(|(o, s)| o + s)
+        .max()
+        .unwrap_or(0);
+    MemoryPlan {
+        placements: buffers
+            .iter()
+            .zip(offsets)
+            .map(|(b, offset)| Placement { id: b.id, offset })
+            .collect(),
+        peak_bytes,
+        strategy,
+        alignment,
+    }
+}

@@ -1,0 +1,502 @@
+//! Memory planner: validity on random buffer sets, hand cases, a SmolLM2-shaped
+//! chunked prefill, and timing on 20k buffers.
+
+use std::time::Instant;
+
+use hetsched_systems::memory::{
+    Buffer, MemoryError, MemoryPlan, Placement, Strategy, aligned_lower_bound, check_plan, fits,
+    lower_bound, plan_offsets, plan_with,
+};
+use proptest::prelude::*;
+use proptest::strategy::Strategy as PropStrategy;
+
+fn buf(id: u32, bytes: u64, start: u64, end: u64) -> Buffer {
+    Buffer {
+        id,
+        bytes,
+        start,
+        end,
+    }
+}
+
+fn align_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+/// O(n^2) reference check of address conflicts.
+fn naive_conflict(buffers: &[Buffer], plan: &MemoryPlan, alignment: u64) -> bool {
+    (0..buffers.len()).any(|i| {
+        (0..i).any(|j| {
+            let (a, b) = (&buffers[i], &buffers[j]);
+            let (ao, bo) = (plan.offset(i), plan.offset(j));
+            let (ae, be) = (
+                ao + align_up(a.bytes, alignment),
+                bo + align_up(b.bytes, alignment),
+            );
+            a.overlaps_in_time(b) && ao < be && bo < ae
+        })
+    })
+}
+
+fn buffer_set() -> impl PropStrategy<Value = Vec<Buffer>> {
+    prop::collection::vec((1u64..1 << 20, 0u64..1000, 1u64..300), 0..60).prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (bytes, start, len))| buf(i as u32, bytes, start, start + len))
+            .collect()
+    })
+}
+
+fn alignment() -> impl PropStrategy<Value = u64> {
+    prop::sample::select(vec![1u64, 16, 64, 4096])
+}
+
+proptest! {
+    // Failures print their seed; no regression files next to the tests.
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_strategy_gives_a_valid_plan_above_the_bound(
+        buffers in buffer_set(),
+        alignment in alignment(),
+    ) {
+        let bound = lower_bound(&buffers);
+        let aligned_bound = aligned_lower_bound(&buffers, alignment).unwrap();
+        prop_assert!(aligned_bound >= bound);
+        let best = plan_offsets(&buffers, alignment).unwrap();
+        check_plan(&buffers, &best, alignment).map_err(TestCaseError::fail)?;
+        prop_assert!(!naive_conflict(&buffers, &best, alignment));
+        prop_assert!(best.peak_bytes >= aligned_bound);
+        for strategy in Strategy::ALL {
+            let plan = plan_with(&buffers, alignment, strategy).unwrap();
+            prop_assert_eq!(plan.strategy, strategy);
+            check_plan(&buffers, &plan, alignment).map_err(TestCaseError::fail)?;
+            prop_assert!(!naive_conflict(&buffers, &plan, alignment));
+            prop_assert!(plan.peak_bytes >= aligned_bound);
+            prop_assert!(best.peak_bytes <= plan.peak_bytes);
+        }
+        // Deterministic.
+        prop_assert_eq!(plan_offsets(&buffers, alignment).unwrap(), best);
+    }
+
+    /// `check_plan` agrees with the O(n^2) reference on arbitrary (often bad) plans.
+    #[test]
+    fn check_plan_catches_exactly_the_overlaps(
+        buffers in buffer_set(),
+        alignment in alignment(),
+        slots in prop::collection::vec(0u64..8, 60),
+    ) {
+        let unit = align_up(1 << 20, alignment);
+        let placements: Vec<Placement> = buffers
+            .iter()
+            .zip(&slots)
+            .map(|(b, &s)| Placement { id: b.id, offset: s * unit })
+            .collect();
+        let peak_bytes = placements
+            .iter()
+            .zip(&buffers)
+            .map(|(p, b)| p.offset + align_up(b.bytes, alignment))
+            .max()
+            .unwrap_or(0);
+        let plan = MemoryPlan { placements, peak_bytes, strategy: Strategy::GreedyBySize, alignment };
+        prop_assert_eq!(
+            check_plan(&buffers, &plan, alignment).is_ok(),
+            !naive_conflict(&buffers, &plan, alignment)
+        );
+    }
+}
+
+#[test]
+fn disjoint_lifetimes_share_offset_zero() {
+    let buffers: Vec<Buffer> = (0..10)
+        .map(|i| {
+            buf(
+                i,
+                1000 * u64::from(i + 1),
+                10 * u64::from(i),
+                10 * u64::from(i + 1),
+            )
+        })
+        .collect();
+    for strategy in Strategy::ALL {
+        let plan = plan_with(&buffers, 1, strategy).unwrap();
+        assert!(plan.placements.iter().all(|p| p.offset == 0), "{strategy}");
+        assert_eq!(plan.peak_bytes, 10_000, "{strategy}");
+    }
+    assert_eq!(lower_bound(&buffers), 10_000);
+}
+
+#[test]
+fn overlapping_lifetimes_stack() {
+    let sizes = [100u64, 64, 1, 4097, 300];
+    let buffers: Vec<Buffer> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| buf(i as u32, s, i as u64, 100))
+        .collect();
+    for alignment in [1, 16, 64, 4096] {
+        let stacked: u64 = sizes.iter().map(|&s| align_up(s, alignment)).sum();
+        for strategy in Strategy::ALL {
+            let plan = plan_with(&buffers, alignment, strategy).unwrap();
+            check_plan(&buffers, &plan, alignment).unwrap();
+            assert_eq!(
+                plan.peak_bytes, stacked,
+                "{strategy} at alignment {alignment}"
+            );
+        }
+        assert_eq!(aligned_lower_bound(&buffers, alignment).unwrap(), stacked);
+    }
+}
+
+#[test]
+fn greedy_by_size_beats_by_start() {
+    // By start: 0 at 0, 1 at 10, then 2 (20 bytes) does not fit in 0's old 10 bytes.
+    // By size: 2 at 0, 1 above it, 0 under 1 in the bytes 2 is not yet using.
+    let buffers = [buf(0, 10, 0, 2), buf(1, 10, 1, 4), buf(2, 20, 2, 5)];
+    let by_size = plan_with(&buffers, 1, Strategy::GreedyBySize).unwrap();
+    let by_start = plan_with(&buffers, 1, Strategy::GreedyByStart).unwrap();
+    assert_eq!(lower_bound(&buffers), 30);
+    assert_eq!(by_size.peak_bytes, 30);
+    assert_eq!(by_start.peak_bytes, 40);
+    let best = plan_offsets(&buffers, 1).unwrap();
+    assert_eq!(best.peak_bytes, 30);
+    assert_eq!(best.strategy, Strategy::GreedyBySize);
+}
+
+#[test]
+fn half_open_lifetimes_touching_do_not_conflict() {
+    let buffers = [buf(0, 64, 0, 5), buf(1, 64, 5, 9), buf(2, 64, 4, 6)];
+    let plan = plan_offsets(&buffers, 64).unwrap();
+    check_plan(&buffers, &plan, 64).unwrap();
+    assert_eq!(plan.peak_bytes, 128);
+    assert_eq!(plan.offset(0), plan.offset(1));
+}
+
+#[test]
+fn bad_input_is_rejected_with_advice() {
+    let buffers = [buf(0, 64, 0, 5)];
+    for bad in [0, 3, 48, 1000] {
+        let err = plan_offsets(&buffers, bad).unwrap_err();
+        assert_eq!(err, MemoryError::BadAlignment(bad));
+        assert!(err.to_string().contains("power of two"));
+        assert!(aligned_lower_bound(&buffers, bad).is_err());
+    }
+    let err = plan_offsets(&[buf(9, 64, 5, 5)], 64).unwrap_err();
+    assert!(matches!(err, MemoryError::EmptyLifetime { id: 9, .. }));
+    let err = plan_offsets(&[buf(0, u64::MAX, 0, 1)], 64).unwrap_err();
+    assert_eq!(err, MemoryError::Overflow);
+
+    let plan = plan_offsets(&[buf(0, 5000, 0, 1), buf(1, 5000, 0, 1)], 4096).unwrap();
+    assert_eq!(plan.peak_bytes, 16384);
+    let err = fits(&plan, 10_000).unwrap_err();
+    assert_eq!(
+        err,
+        MemoryError::BudgetExceeded {
+            needed: 16384,
+            available: 10_000
+        }
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("16384") && msg.contains("10000") && msg.contains("6384"),
+        "{msg}"
+    );
+    assert!(fits(&plan, 16384).is_ok());
+}
+
+#[test]
+fn zero_byte_buffers_and_empty_sets() {
+    let plan = plan_offsets(&[], 64).unwrap();
+    assert_eq!(plan.peak_bytes, 0);
+    assert!(plan.placements.is_empty());
+    let buffers = [buf(0, 0, 0, 10), buf(1, 100, 0, 10), buf(2, 0, 3, 4)];
+    for strategy in Strategy::ALL {
+        let plan = plan_with(&buffers, 64, strategy).unwrap();
+        check_plan(&buffers, &plan, 64).unwrap();
+        assert_eq!(plan.peak_bytes, 128);
+    }
+}
+
+/// A SmolLM2-135M-shaped chunked prefill: its buffers, lifetimes in ns from a
+/// pipelined two-processor schedule.
+mod smollm2 {
+    use super::{Buffer, buf};
+
+    const LAYERS: usize = 30;
+    const HIDDEN: u64 = 576;
+    const HEADS: u64 = 9;
+    const KV_DIM: u64 = 3 * 64;
+    const FFN: u64 = 1536;
+    const VOCAB: u64 = 49152;
+    const CHUNK: u64 = 256;
+    /// fp32 activations.
+    const ELEM: u64 = 4;
+
+    /// Per-chunk stages: 0 embedding, then per layer 5 (qkv, attention, o-proj +
+    /// residual, gate/up, down + residual); the head runs after the last chunk's
+    /// last layer.
+    const STAGES: usize = 1 + 5 * LAYERS;
+    const HEAD: usize = STAGES;
+
+    fn qkv(l: usize) -> usize {
+        1 + 5 * l
+    }
+    fn attn(l: usize) -> usize {
+        2 + 5 * l
+    }
+    fn o_proj(l: usize) -> usize {
+        3 + 5 * l
+    }
+    fn up(l: usize) -> usize {
+        4 + 5 * l
+    }
+    fn down(l: usize) -> usize {
+        5 + 5 * l
+    }
+
+    /// Attention runs on the CPU (1), everything else on the NPU (0).
+    fn processor(stage: usize) -> usize {
+        usize::from(stage != 0 && stage != HEAD && (stage - 1) % 5 == 1)
+    }
+
+    /// Modeled ns: linears at ~1 int8 TOP/s on the NPU, attention growing with the past.
+    fn duration(chunk: usize, stage: usize) -> u64 {
+        let linear = |k: u64, n: u64| CHUNK * k * n * 2 / 1000;
+        if stage == 0 {
+            return 20_000;
+        }
+        if stage == HEAD {
+            return HIDDEN * VOCAB * 2 / 1000;
+        }
+        match (stage - 1) % 5 {
+            0 => linear(HIDDEN, HIDDEN + 2 * KV_DIM),
+            1 => 4 * CHUNK * (chunk as u64 + 1) * CHUNK * HEADS * 64 / 4000,
+            2 => linear(HIDDEN, HIDDEN),
+            3 => linear(HIDDEN, 2 * FFN),
+            _ => linear(FFN, HIDDEN),
+        }
+    }
+
+    /// List-schedules every (chunk, stage) on its processor, lowest (chunk, stage)
+    /// first among the ready ones, so chunk i+1 starts while chunk i is in flight.
+    /// Returns (start, end) per chunk and stage.
+    fn schedule(chunks: usize) -> Vec<Vec<(u64, u64)>> {
+        let stages = |c: usize| if c + 1 == chunks { STAGES + 1 } else { STAGES };
+        let mut times: Vec<Vec<Option<(u64, u64)>>> =
+            (0..chunks).map(|c| vec![None; stages(c)]).collect();
+        let done = |times: &Vec<Vec<Option<(u64, u64)>>>, c: usize, s: usize, now: u64| {
+            times[c][s].is_some_and(|(_, e)| e <= now)
+        };
+        let (mut now, mut busy) = (0u64, [0u64; 2]);
+        let total: usize = (0..chunks).map(stages).sum();
+        let mut started = 0;
+        while started < total {
+            for (p, busy_until) in busy.iter_mut().enumerate() {
+                if *busy_until > now {
+                    continue;
+                }
+                let pick = (0..chunks)
+                    .flat_map(|c| (0..stages(c)).map(move |s| (c, s)))
+                    .find(|&(c, s)| {
+                        times[c][s].is_none()
+                            && processor(s) == p
+                            && (s == 0 || done(&times, c, s - 1, now))
+                            && (processor(s) == 0 || (0..c).all(|e| done(&times, e, s - 1, now)))
+                    });
+                if let Some((c, s)) = pick {
+                    let end = now + duration(c, s);
+                    times[c][s] = Some((now, end));
+                    *busy_until = end;
+                    started += 1;
+                }
+            }
+            let next = times
+                .iter()
+                .flatten()
+                .flatten()
+                .map(|&(_, e)| e)
+                .filter(|&e| e > now)
+                .min();
+            if let Some(next) = next {
+                now = next;
+            } else {
+                assert_eq!(started, total, "schedule deadlocked");
+            }
+        }
+        for c in 1..chunks {
+            // Pipelined: chunk c starts while chunk c - 1 is in flight.
+            assert!(times[c][0].unwrap().0 < times[c - 1][STAGES - 1].unwrap().1);
+        }
+        times
+            .into_iter()
+            .map(|t| t.into_iter().map(Option::unwrap).collect())
+            .collect()
+    }
+
+    /// The prefill's buffers: per chunk and layer the activations between stages, the
+    /// attention scores scratch, and K/V slices read by that and every later chunk.
+    pub fn buffers(prompt: u64) -> Vec<Buffer> {
+        let chunks = prompt.div_ceil(CHUNK) as usize;
+        let t = schedule(chunks);
+        let mut out = Vec::new();
+        let mut add = |bytes: u64, producer: (usize, usize), consumers: &[(usize, usize)]| {
+            let start = t[producer.0][producer.1].0;
+            let end = consumers
+                .iter()
+                .map(|&(c, s)| t[c][s].1)
+                .chain([t[producer.0][producer.1].1])
+                .max()
+                .unwrap();
+            out.push(buf(out.len() as u32, bytes, start, end));
+        };
+        let act = |width: u64| CHUNK * width * ELEM;
+        for c in 0..chunks {
+            for l in 0..LAYERS {
+                // The layer's input hidden state: read by qkv and the residual add.
+                let producer = if l == 0 { 0 } else { down(l - 1) };
+                add(act(HIDDEN), (c, producer), &[(c, qkv(l)), (c, o_proj(l))]);
+                add(act(HIDDEN), (c, qkv(l)), &[(c, attn(l))]);
+                // K and V slices: read by this and every later chunk's attention.
+                let readers: Vec<_> = (c..chunks).map(|r| (r, attn(l))).collect();
+                add(act(KV_DIM), (c, qkv(l)), &readers);
+                add(act(KV_DIM), (c, qkv(l)), &readers);
+                // Scores scratch, all heads, over the past and this chunk.
+                add(
+                    HEADS * CHUNK * CHUNK * (c as u64 + 1) * ELEM,
+                    (c, attn(l)),
+                    &[],
+                );
+                add(act(HIDDEN), (c, attn(l)), &[(c, o_proj(l))]);
+                // Post-attention hidden state: read by gate/up and the residual add.
+                add(act(HIDDEN), (c, o_proj(l)), &[(c, up(l)), (c, down(l))]);
+                add(act(FFN), (c, up(l)), &[(c, down(l))]);
+                add(act(FFN), (c, up(l)), &[(c, down(l))]);
+            }
+            // The final hidden state: the head reads the last chunk's.
+            let readers: &[(usize, usize)] = if c + 1 == chunks { &[(c, HEAD)] } else { &[] };
+            add(act(HIDDEN), (c, down(LAYERS - 1)), readers);
+        }
+        add(VOCAB * ELEM, (chunks - 1, HEAD), &[]);
+        out
+    }
+}
+
+#[test]
+fn smollm2_chunked_prefill_plans_near_the_bound() {
+    for prompt in [1024, 4096] {
+        let buffers = smollm2::buffers(prompt);
+        let alignment = 64;
+        let bound = aligned_lower_bound(&buffers, alignment).unwrap();
+        assert_eq!(bound, lower_bound(&buffers));
+        let total: u64 = buffers.iter().map(|b| b.bytes).sum();
+        println!(
+            "SmolLM2-shaped prefill, prompt {prompt}, chunk 256: {} buffers, {total} bytes in all, \
+             lower bound {bound} bytes",
+            buffers.len()
+        );
+        for strategy in Strategy::ALL {
+            let plan = plan_with(&buffers, alignment, strategy).unwrap();
+            check_plan(&buffers, &plan, alignment).unwrap();
+            println!(
+                "  {:<30} peak {:>10} bytes, {:.4} x bound",
+                strategy.name(),
+                plan.peak_bytes,
+                plan.peak_bytes as f64 / bound as f64
+            );
+        }
+        let t = Instant::now();
+        let best = plan_offsets(&buffers, alignment).unwrap();
+        let elapsed = t.elapsed();
+        check_plan(&buffers, &best, alignment).unwrap();
+        println!(
+            "  plan_offsets: {} ({:.4} x bound) in {:.1} ms",
+            best.strategy,
+            best.peak_bytes as f64 / bound as f64,
+            elapsed.as_secs_f64() * 1e3
+        );
+        assert!(best.peak_bytes * 100 <= bound * 110, "prompt {prompt}");
+    }
+}
+
+/// splitmix64: a small deterministic generator for the timing set.
+fn rng(seed: &mut u64) -> u64 {
+    *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *seed;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// 20k buffers over 10 ms: sizes log-uniform in 64 B..1 MiB, lifetimes mostly short
+/// (up to 100 us), one in twenty long (up to 2 ms).
+fn random_buffers(n: u32, seed: u64) -> Vec<Buffer> {
+    let mut seed = seed;
+    (0..n)
+        .map(|id| {
+            let bytes = (64 << (rng(&mut seed) % 15)) | (rng(&mut seed) % 64);
+            let start = rng(&mut seed) % 10_000_000;
+            let max_len = if rng(&mut seed).is_multiple_of(20) {
+                2_000_000
+            } else {
+                100_000
+            };
+            buf(id, bytes, start, start + 1 + rng(&mut seed) % max_len)
+        })
+        .collect()
+}
+
+#[test]
+fn twenty_thousand_buffers_plan_quickly() {
+    let buffers = random_buffers(20_000, 7);
+    let alignment = 64;
+    let bound = aligned_lower_bound(&buffers, alignment).unwrap();
+    for strategy in Strategy::ALL {
+        let t = Instant::now();
+        let plan = plan_with(&buffers, alignment, strategy).unwrap();
+        println!(
+            "20k random: {:<30} {:>7.1} ms, {:.4} x bound",
+            strategy.name(),
+            t.elapsed().as_secs_f64() * 1e3,
+            plan.peak_bytes as f64 / bound as f64
+        );
+    }
+    let t = Instant::now();
+    let best = plan_offsets(&buffers, alignment).unwrap();
+    let elapsed = t.elapsed();
+    println!(
+        "20k random: plan_offsets (all strategies) {:.1} ms, {} at {:.4} x bound",
+        elapsed.as_secs_f64() * 1e3,
+        best.strategy,
+        best.peak_bytes as f64 / bound as f64
+    );
+    let t = Instant::now();
+    check_plan(&buffers, &best, alignment).unwrap();
+    println!(
+        "20k random: check_plan {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    // Generous for a loaded machine; typically far below.
+    assert!(elapsed.as_secs_f64() < 2.0, "planning took {elapsed:?}");
+}
+
+#[test]
+fn twenty_thousand_overlapping_buffers_stack_quickly() {
+    // Every lifetime overlaps every other: each placement conflicts with all placed.
+    let mut seed = 3;
+    let buffers: Vec<Buffer> = (0..20_000)
+        .map(|id| {
+            let start = rng(&mut seed) % 1000;
+            buf(id, 64 + rng(&mut seed) % 100_000, start, start + 1_000_000)
+        })
+        .collect();
+    let t = Instant::now();
+    let plan = plan_with(&buffers, 64, Strategy::GreedyBySize).unwrap();
+    let elapsed = t.elapsed();
+    println!(
+        "20k all-overlapping: greedy-by-size {:.1} ms",
+        elapsed.as_secs_f64() * 1e3
+    );
+    let stacked: u64 = buffers.iter().map(|b| align_up(b.bytes, 64)).sum();
+    assert_eq!(plan.peak_bytes, stacked);
+    assert!(elapsed.as_secs_f64() < 3.0, "planning took {elapsed:?}");
+}

@@ -1,0 +1,128 @@
+//! Heuristics against the exact optimum on small random instances: none may beat it (a
+//! heuristic below the optimum would mean a broken simulator or a broken solver), and the
+//! mean gap of each policy is printed (`cargo test --test optimality -- --nocapture`).
+
+use std::sync::Arc;
+
+use hetsched::engine::simulate;
+use hetsched::systems::cost::{CostModel, PeakRates};
+use hetsched::systems::optimal::optimal_makespan_ns;
+use hetsched::systems::testing::tiny_model;
+use hetsched::systems::{
+    DeviceProfile, Policy, PrefillPlan, ProcessorKind, ProcessorSpec, Workload,
+};
+
+/// A small deterministic generator, so the instances are the same on every run.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next() % 1_000_000) as f64 / 1_000_000.0
+    }
+}
+
+fn processor(
+    name: &str,
+    kind: ProcessorKind,
+    int8: f64,
+    fp32: f64,
+    launch_us: f64,
+) -> ProcessorSpec {
+    ProcessorSpec {
+        name: name.into(),
+        kind,
+        memory_gib: 4.0,
+        cost: CostModel {
+            peak_gops: PeakRates {
+                int8,
+                fp16: fp32,
+                fp32,
+            },
+            bandwidth_gbps: 10.0,
+            launch_us,
+            op_overhead_us: 1.0,
+            measured: Vec::new(),
+        },
+    }
+}
+
+fn random_plan(rng: &mut XorShift) -> PrefillPlan {
+    let device = DeviceProfile {
+        name: "random".into(),
+        processors: vec![
+            processor(
+                "cpu",
+                ProcessorKind::Cpu,
+                50.0,
+                rng.uniform(2.0, 40.0),
+                rng.uniform(0.0, 300.0),
+            ),
+            processor(
+                "npu",
+                ProcessorKind::Npu,
+                rng.uniform(50.0, 800.0),
+                1.0,
+                rng.uniform(0.0, 300.0),
+            ),
+        ],
+    };
+    // One layer (6 stages) and 3 chunks, plus the head: 19 instances.
+    let chunk_len = 16 * (1 + rng.next() % 8) as u32;
+    let workload = Workload {
+        prompt_len: 3 * chunk_len,
+        chunk_len,
+        policy: Policy::Stall,
+        float_processor: None,
+    };
+    PrefillPlan::new(tiny_model(1), device, workload).unwrap()
+}
+
+#[test]
+fn no_heuristic_beats_the_optimum_and_gaps_are_reported() {
+    let mut rng = XorShift(0x5eed_1234_abcd_0001);
+    let mut gaps = vec![Vec::new(); Policy::ALL.len()];
+    for _ in 0..40 {
+        let plan = random_plan(&mut rng);
+        let optimum = optimal_makespan_ns(&plan, 20).expect("small instance");
+        assert!(
+            optimum >= plan.lower_bound().ns(),
+            "optimum below the lower bound"
+        );
+        for (i, policy) in Policy::ALL.into_iter().enumerate() {
+            let mut plan = plan.clone();
+            plan.workload.policy = policy;
+            let makespan = simulate(Arc::new(plan)).unwrap().makespan_ns;
+            assert!(
+                makespan >= optimum,
+                "{policy}: {makespan} ns below the optimum {optimum} ns"
+            );
+            gaps[i].push(makespan as f64 / optimum as f64 - 1.0);
+        }
+    }
+    for (policy, g) in Policy::ALL.iter().zip(&gaps) {
+        let mean = g.iter().sum::<f64>() / g.len() as f64;
+        let worst = g.iter().copied().fold(0.0, f64::max);
+        println!(
+            "{policy:<10} mean gap to optimum {:.2}%  worst {:.2}%",
+            100.0 * mean,
+            100.0 * worst
+        );
+    }
+}
+
+#[test]
+fn the_solver_finds_the_known_optimum_of_a_chain() {
+    // A single chunk is a chain: the optimum is its critical path.
+    let plan = hetsched::systems::testing::tiny_plan(1, 32, 32);
+    assert_eq!(
+        optimal_makespan_ns(&plan, 16),
+        Some(plan.lower_bound().critical_path_ns)
+    );
+    assert_eq!(optimal_makespan_ns(&plan, 3), None);
+}
