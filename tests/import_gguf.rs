@@ -595,7 +595,16 @@ fn bad_llama_metadata_and_tensors() {
         matches!(LlamaWeights::from_gguf(&file, &c), Err(ImportError::MissingTensor(n)) if n == "output.weight")
     );
 
-    // Tokenizer: unknown pre-tokenizer and model are errors.
+    // Tokenizer: an absent or "default" pre-tokenizer falls back to GPT-2's;
+    // an unknown one, or another model, is an error.
+    for pre in [
+        None,
+        Some(V::String("default".into())),
+        Some(V::String("gpt2".into())),
+    ] {
+        let tok = GgufTokenizer::from_gguf(&edit("tokenizer.ggml.pre", pre)).unwrap();
+        assert_eq!(tok.encode("ab ab").unwrap(), [6, 2, 4]);
+    }
     let err =
         GgufTokenizer::from_gguf(&edit("tokenizer.ggml.pre", Some(V::String("qwen2".into()))))
             .unwrap_err();

@@ -78,8 +78,10 @@ impl LlamaModel {
     }
 
     /// Loads the model of `file` with an explicit `config` (e.g. another
-    /// [`LlamaConfig::rope_style`]); tensors are shape-checked against it.
+    /// [`LlamaConfig::rope_style`]); it is [validated](LlamaConfig::validate)
+    /// and the tensors are shape-checked against it.
     pub fn from_gguf_with_config(file: &GgufFile, config: LlamaConfig) -> Result<Self> {
+        config.validate()?;
         let w = LlamaWeights::from_gguf(file, &config)?;
         let token_embd = w.token_embd.to_f32()?;
         let output = match w.output {
@@ -343,6 +345,34 @@ mod tests {
                 context: 16
             })
         ));
+    }
+
+    #[test]
+    fn inconsistent_configs_are_errors_not_kernel_panics() {
+        let file = tiny_model(true);
+        let good = LlamaConfig::from_gguf(&file).unwrap();
+        let bad = [
+            LlamaConfig {
+                n_kv_heads: 3,
+                ..good.clone()
+            },
+            LlamaConfig {
+                head_dim: 3,
+                ..good.clone()
+            },
+            LlamaConfig {
+                rope_dims: 2,
+                ..good.clone()
+            },
+            LlamaConfig {
+                norm_eps: -1.0,
+                ..good.clone()
+            },
+        ];
+        for config in bad {
+            let err = LlamaModel::from_gguf_with_config(&file, config).unwrap_err();
+            assert!(matches!(err, ImportError::InvalidConfig(_)), "{err}");
+        }
     }
 
     #[test]

@@ -130,50 +130,18 @@ impl LlamaConfig {
             None => req(md, "llama.vocab_size")?,
         };
 
-        let invalid = |msg: String| Err(ImportError::InvalidConfig(msg));
-        for (name, v) in [
-            ("llama.block_count", n_layers),
-            ("llama.embedding_length", hidden),
-            ("llama.attention.head_count", n_heads),
-            ("llama.attention.head_count_kv", n_kv_heads),
-            ("llama.feed_forward_length", ffn),
-            ("llama.context_length", context_length),
-            ("vocabulary size", vocab_size),
-        ] {
-            if v == 0 {
-                return invalid(format!("{name} is 0"));
-            }
-        }
-        if !hidden.is_multiple_of(n_heads) {
-            return invalid(format!(
-                "hidden {hidden} is not a multiple of {n_heads} heads"
-            ));
-        }
-        if !n_heads.is_multiple_of(n_kv_heads) {
-            return invalid(format!(
-                "{n_kv_heads} KV heads do not divide {n_heads} query heads"
-            ));
-        }
-        let head_dim = hidden / n_heads;
-        if !head_dim.is_multiple_of(2) {
-            return invalid(format!("head dim {head_dim} is odd"));
-        }
+        let head_dim = hidden.checked_div(n_heads).unwrap_or(0);
         for key in ["llama.attention.key_length", "llama.attention.value_length"] {
             if let Some(v) = opt(md, key)?
                 && v != head_dim
             {
-                return invalid(format!(
+                return Err(ImportError::InvalidConfig(format!(
                     "{key} = {v} differs from hidden / heads = {head_dim} (unsupported)"
-                ));
+                )));
             }
         }
         let rope_dims = opt(md, "llama.rope.dimension_count")?.unwrap_or(head_dim);
-        if rope_dims != head_dim {
-            return invalid(format!(
-                "llama.rope.dimension_count = {rope_dims} != head dim {head_dim}: partial rotary is unsupported"
-            ));
-        }
-        Ok(Self {
+        let config = Self {
             n_layers,
             hidden,
             n_heads,
@@ -187,7 +155,58 @@ impl LlamaConfig {
             context_length,
             vocab_size,
             tied_output,
-        })
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks that the fields are consistent, so that the kernels' shape
+    /// assertions cannot fire: no zero sizes, `head_dim = hidden / n_heads`
+    /// even, `n_kv_heads` dividing `n_heads`, `rope_dims == head_dim`,
+    /// positive finite `norm_eps` and `rope_base`
+    /// ([`ImportError::InvalidConfig`] otherwise).
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |msg: String| Err(ImportError::InvalidConfig(msg));
+        for (name, v) in [
+            ("llama.block_count", self.n_layers),
+            ("llama.embedding_length", self.hidden),
+            ("llama.attention.head_count", self.n_heads),
+            ("llama.attention.head_count_kv", self.n_kv_heads),
+            ("llama.feed_forward_length", self.ffn),
+            ("llama.context_length", self.context_length),
+            ("vocabulary size", self.vocab_size),
+        ] {
+            if v == 0 {
+                return invalid(format!("{name} is 0"));
+            }
+        }
+        let (hidden, n_heads, n_kv_heads) = (self.hidden, self.n_heads, self.n_kv_heads);
+        if !hidden.is_multiple_of(n_heads) || self.head_dim != hidden / n_heads {
+            return invalid(format!(
+                "hidden {hidden} is not {n_heads} heads of dimension {}",
+                self.head_dim
+            ));
+        }
+        if !n_heads.is_multiple_of(n_kv_heads) {
+            return invalid(format!(
+                "{n_kv_heads} KV heads do not divide {n_heads} query heads"
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return invalid(format!("head dim {} is odd", self.head_dim));
+        }
+        if self.rope_dims != self.head_dim {
+            return invalid(format!(
+                "llama.rope.dimension_count = {} != head dim {}: partial rotary is unsupported",
+                self.rope_dims, self.head_dim
+            ));
+        }
+        for (name, v) in [("norm eps", self.norm_eps), ("rope base", self.rope_base)] {
+            if !(v.is_finite() && v > 0.0) {
+                return invalid(format!("{name} {v} must be positive and finite"));
+            }
+        }
+        Ok(())
     }
 
     /// Width of the concatenated query heads: `n_heads · head_dim`.

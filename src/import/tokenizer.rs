@@ -18,9 +18,10 @@
 //!   - `smollm`, `starcoder`, `refact`, `command-r`, `codeshell`, `exaone`:
 //!     first every digit `\p{N}` is isolated, then the GPT-2 regex (so
 //!     `"2024"` is four tokens);
-//!   - absent: the GPT-2 regex (llama.cpp's fallback would differ on
-//!     punctuation and digit runs; files written by current converters
-//!     always carry the key);
+//!   - absent or `default`: the GPT-2 regex, a documented fallback
+//!     (llama.cpp's own default splits punctuation and digit runs
+//!     differently; files written by current converters always carry a
+//!     specific value);
 //!   - anything else: [`ImportError::UnsupportedTokenizer`].
 //!
 //!   `tokenizer.ggml.add_space_prefix = true` sets `ByteLevel`'s
@@ -98,12 +99,12 @@ impl GgufTokenizer {
         }
         let pre = md.get_str("tokenizer.ggml.pre")?;
         let digits_first = match pre {
-            None => false,
+            None | Some("default") => false,
             Some(p) if GPT2_ONLY.contains(&p) => false,
             Some(p) if DIGITS_FIRST.contains(&p) => true,
             Some(p) => {
                 return Err(ImportError::UnsupportedTokenizer(format!(
-                    "tokenizer.ggml.pre = {p:?} (supported: {})",
+                    "tokenizer.ggml.pre = {p:?} (supported: {}, default)",
                     [GPT2_ONLY, DIGITS_FIRST].concat().join(", ")
                 )));
             }
