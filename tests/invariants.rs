@@ -5,37 +5,9 @@
 use std::sync::Arc;
 
 use hetsched::engine::{RunOutcome, simulate};
-use hetsched::systems::cost::{CostModel, PeakRates};
-use hetsched::systems::testing::tiny_model;
-use hetsched::systems::{
-    DeviceProfile, Policy, PrefillPlan, ProcessorKind, ProcessorSpec, Workload,
-};
+use hetsched::systems::testing::{processor, tiny_model};
+use hetsched::systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
 use proptest::prelude::*;
-
-fn processor(
-    name: &str,
-    kind: ProcessorKind,
-    int8: f64,
-    fp32: f64,
-    launch_us: f64,
-) -> ProcessorSpec {
-    ProcessorSpec {
-        name: name.into(),
-        kind,
-        memory_gib: 4.0,
-        cost: CostModel {
-            peak_gops: PeakRates {
-                int8,
-                fp16: fp32,
-                fp32,
-            },
-            bandwidth_gbps: 10.0,
-            launch_us,
-            op_overhead_us: 1.0,
-            measured: Vec::new(),
-        },
-    }
-}
 
 /// Checks every invariant of a finished run; returns the first violation.
 pub fn check_run(run: &RunOutcome) -> Result<(), String> {

@@ -5,12 +5,9 @@
 use std::sync::Arc;
 
 use hetsched::engine::simulate;
-use hetsched::systems::cost::{CostModel, PeakRates};
 use hetsched::systems::optimal::optimal_makespan_ns;
-use hetsched::systems::testing::tiny_model;
-use hetsched::systems::{
-    DeviceProfile, Policy, PrefillPlan, ProcessorKind, ProcessorSpec, Workload,
-};
+use hetsched::systems::testing::{processor, tiny_model};
+use hetsched::systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
 
 /// A small deterministic generator, so the instances are the same on every run.
 struct XorShift(u64);
@@ -24,31 +21,6 @@ impl XorShift {
     }
     fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         lo + (hi - lo) * (self.next() % 1_000_000) as f64 / 1_000_000.0
-    }
-}
-
-fn processor(
-    name: &str,
-    kind: ProcessorKind,
-    int8: f64,
-    fp32: f64,
-    launch_us: f64,
-) -> ProcessorSpec {
-    ProcessorSpec {
-        name: name.into(),
-        kind,
-        memory_gib: 4.0,
-        cost: CostModel {
-            peak_gops: PeakRates {
-                int8,
-                fp16: fp32,
-                fp32,
-            },
-            bandwidth_gbps: 10.0,
-            launch_us,
-            op_overhead_us: 1.0,
-            measured: Vec::new(),
-        },
     }
 }
 

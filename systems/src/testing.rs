@@ -25,9 +25,16 @@ pub fn tiny_model(layers: u32) -> ModelConfig {
     }
 }
 
-/// A phone-like device: a CPU and an NPU four times faster at INT8.
-pub fn tiny_device() -> DeviceProfile {
-    let processor = |name: &str, kind, int8: f64, fp32: f64| ProcessorSpec {
+/// A processor with FP16 = FP32 rate, 10 GB/s, 1 us per operator and 4 GiB: the knobs
+/// tests vary are the INT8 and FP32 rates and the launch overhead.
+pub fn processor(
+    name: &str,
+    kind: ProcessorKind,
+    int8: f64,
+    fp32: f64,
+    launch_us: f64,
+) -> ProcessorSpec {
+    ProcessorSpec {
         name: name.into(),
         kind,
         memory_gib: 4.0,
@@ -37,17 +44,21 @@ pub fn tiny_device() -> DeviceProfile {
                 fp16: fp32,
                 fp32,
             },
-            bandwidth_gbps: 20.0,
-            launch_us: 5.0,
+            bandwidth_gbps: 10.0,
+            launch_us,
             op_overhead_us: 1.0,
             measured: Vec::new(),
         },
-    };
+    }
+}
+
+/// A phone-like device: a CPU and an NPU four times faster at INT8.
+pub fn tiny_device() -> DeviceProfile {
     DeviceProfile {
         name: "tiny phone".into(),
         processors: vec![
-            processor("cpu", ProcessorKind::Cpu, 50.0, 20.0),
-            processor("npu", ProcessorKind::Npu, 200.0, 0.5),
+            processor("cpu", ProcessorKind::Cpu, 50.0, 20.0, 5.0),
+            processor("npu", ProcessorKind::Npu, 200.0, 0.5, 5.0),
         ],
     }
 }
