@@ -16,6 +16,7 @@ use hetsched::import::{
     GgmlType, GgufFile, GgufTokenizer, ImportError, LlamaConfig, LlamaModel, LlamaWeights,
     MetadataValue as V, TEST_MODEL_PATH,
 };
+use hetsched_kernels::seeded::SeededRng;
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------
@@ -26,17 +27,9 @@ const FFN: usize = 32;
 const KV: usize = 16;
 const TOKENS: [&str; 8] = ["a", "b", "ab", "Ġ", "Ġab", "c", "<s>", "</s>"];
 
-/// xorshift bytes.
+/// Reproducible random bytes.
 fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
-        })
-        .collect()
+    SeededRng::new(seed).bytes(len)
 }
 
 /// `rows × cols` elements of `ty` with sane scales and random quants.

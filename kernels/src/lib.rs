@@ -85,6 +85,7 @@ pub mod cpu;
 pub mod gemm_f32;
 pub mod gemm_i8;
 pub mod reference;
+pub mod seeded;
 mod tiling;
 
 pub use cpu::{CpuFeatures, F32Kernel, I8Kernel};

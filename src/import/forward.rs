@@ -248,15 +248,10 @@ mod tests {
     use crate::import::gguf::writer::GgufWriter;
 
     fn rand(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s >> 12;
-                s ^= s << 25;
-                s ^= s >> 27;
-                ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
-                    * 0.3
-            })
+        hetsched_kernels::seeded::SeededRng::new(seed)
+            .f32s(len)
+            .into_iter()
+            .map(|x| x * 0.3)
             .collect()
     }
 

@@ -105,20 +105,7 @@ pub fn matmul_f32_with(
 mod tests {
     use super::*;
     use crate::reference;
-
-    /// xorshift64* floats in [-1, 1).
-    fn rand_f32(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s >> 12;
-                s ^= s << 25;
-                s ^= s >> 27;
-                let bits = s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40; // 24 bits
-                bits as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
+    use crate::seeded::SeededRng;
 
     /// Asserts `|got - want| <= 1e-4 * Σ_p |a[i,p] b[j,p]|` elementwise.
     fn assert_close(got: &[f32], want: &[f32], a: &[f32], b: &[f32], dims: (usize, usize, usize)) {
@@ -145,8 +132,8 @@ mod tests {
             for &k in &[1, 2, 3, 7, 16, 17, 33, 64, 65, 127, 576] {
                 for &n in &[1, 3, 16, 17, 31, 33, 65] {
                     seed += 1;
-                    let a = rand_f32(m * k, seed);
-                    let b = rand_f32(n * k, seed + 5000);
+                    let a = SeededRng::new(seed).f32s(m * k);
+                    let b = SeededRng::new(seed + 5000).f32s(n * k);
                     let mut want = vec![0f32; m * n];
                     reference::matmul_f32(&a, &b, &mut want, m, k, n);
                     let packed = PackedF32Weights::pack(&b, n, k);
@@ -204,8 +191,8 @@ mod tests {
     #[test]
     fn column_ranges_match_full_output() {
         let (m, k, n) = (9, 20, 50);
-        let a = rand_f32(m * k, 1);
-        let b = rand_f32(n * k, 2);
+        let a = SeededRng::new(1).f32s(m * k);
+        let b = SeededRng::new(2).f32s(n * k);
         let packed = PackedF32Weights::pack(&b, n, k);
         for kernel in F32Kernel::ALL.into_iter().filter(|v| v.is_available()) {
             let mut full = vec![0f32; m * n];
@@ -229,8 +216,8 @@ mod tests {
     #[test]
     fn unpacked_entry_point_matches_reference() {
         let (m, k, n) = (13, 70, 29);
-        let a = rand_f32(m * k, 9);
-        let b = rand_f32(n * k, 10);
+        let a = SeededRng::new(9).f32s(m * k);
+        let b = SeededRng::new(10).f32s(n * k);
         let mut want = vec![0f32; m * n];
         reference::matmul_f32(&a, &b, &mut want, m, k, n);
         let mut got = vec![0f32; m * n];

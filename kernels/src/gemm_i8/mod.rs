@@ -109,19 +109,7 @@ pub fn matmul_w8a8(x: &[f32], m: usize, w: &PackedI8Weights, w_scales: &[f32], o
 mod tests {
     use super::*;
     use crate::reference::{gemm_i8_reference, matmul_f32, quantize_weights_per_row};
-
-    /// xorshift64* i8 generator covering the full range -128..=127.
-    fn rand_i8(len: usize, seed: u64) -> Vec<i8> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s >> 12;
-                s ^= s << 25;
-                s ^= s >> 27;
-                (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8 as i8
-            })
-            .collect()
-    }
+    use crate::seeded::SeededRng;
 
     fn check_variant(kernel: I8Kernel) {
         if !kernel.is_available() {
@@ -134,8 +122,8 @@ mod tests {
             for &k in &dims {
                 for &n in &[1, 3, 16, 17, 33, 65] {
                     seed += 1;
-                    let a = rand_i8(m * k, seed);
-                    let b = rand_i8(n * k, seed + 1000);
+                    let a = SeededRng::new(seed).i8s(m * k);
+                    let b = SeededRng::new(seed + 1000).i8s(n * k);
                     let mut want = vec![0i32; m * n];
                     gemm_i8_reference(&a, &b, &mut want, m, k, n);
                     let packed = PackedI8Weights::pack(&b, n, k);
@@ -185,8 +173,8 @@ mod tests {
     #[test]
     fn column_ranges_match_full_output() {
         let (m, k, n) = (11, 37, 70);
-        let a = rand_i8(m * k, 7);
-        let b = rand_i8(n * k, 8);
+        let a = SeededRng::new(7).i8s(m * k);
+        let b = SeededRng::new(8).i8s(n * k);
         let packed = PackedI8Weights::pack(&b, n, k);
         let mut full = vec![0i32; m * n];
         gemm_i8_reference(&a, &b, &mut full, m, k, n);
@@ -210,8 +198,8 @@ mod tests {
     #[test]
     fn row_split_by_slicing_matches_full_output() {
         let (m, k, n) = (10, 40, 20);
-        let a = rand_i8(m * k, 3);
-        let b = rand_i8(n * k, 4);
+        let a = SeededRng::new(3).i8s(m * k);
+        let b = SeededRng::new(4).i8s(n * k);
         let packed = PackedI8Weights::pack(&b, n, k);
         let mut full = vec![0i32; m * n];
         gemm_i8(&a, m, &packed, &mut full);
@@ -247,11 +235,13 @@ mod tests {
     #[test]
     fn w8a8_linear_approximates_f32() {
         let (m, k, n) = (4, 64, 24);
-        let x: Vec<f32> = rand_i8(m * k, 11)
+        let x: Vec<f32> = SeededRng::new(11)
+            .i8s(m * k)
             .iter()
             .map(|&v| f32::from(v) / 37.0)
             .collect();
-        let wf: Vec<f32> = rand_i8(n * k, 12)
+        let wf: Vec<f32> = SeededRng::new(12)
+            .i8s(n * k)
             .iter()
             .map(|&v| f32::from(v) / 91.0)
             .collect();
