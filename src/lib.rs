@@ -25,6 +25,7 @@
 pub mod backends;
 pub mod compare;
 pub mod engine;
+pub mod exec;
 pub mod import;
 pub mod report;
 pub mod scene;

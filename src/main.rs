@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use hetsched::engine;
+use std::time::Instant;
+
+use hetsched::engine::{self, RunOutcome};
+use hetsched::exec::{self, ExecModel, LinearPrecision, PrefillOptions, PrefillReport};
+use hetsched::import::{GgufFile, GgufTokenizer};
 use hetsched::report::RunReport;
 use hetsched::scene::{DEFAULT_SCENE, Scene, shipped_scenes};
 use hetsched::systems::Policy;
@@ -26,6 +30,8 @@ struct Cli {
 enum Command {
     /// Simulate a prefill on a device profile with a virtual clock.
     Simulate(SimulateArgs),
+    /// Prefill a real model (GGUF) on this machine's queues and print the next token.
+    Run(RunArgs),
     /// Compare every policy over scenes and prompt lengths.
     Compare(CompareArgs),
     /// List the scenes shipped inside the binary.
@@ -71,10 +77,49 @@ struct SimulateArgs {
     json: bool,
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    /// GGUF model file (llama architecture), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf.
+    #[arg(long)]
+    model: PathBuf,
+    /// Prompt text.
+    #[arg(
+        long,
+        conflicts_with = "prompt_file",
+        required_unless_present = "prompt_file"
+    )]
+    prompt: Option<String>,
+    /// File holding the prompt text.
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
+    /// Tokens per chunk.
+    #[arg(long, default_value_t = 128)]
+    chunk_len: u32,
+    /// Scheduling policy: stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
+    #[arg(long, default_value = "stall")]
+    policy: Policy,
+    /// Arithmetic of the linear layers.
+    #[arg(long, value_enum, default_value = "w8a8")]
+    precision: LinearPrecision,
+    /// Compute threads [default: the machine's cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Write a Chrome trace JSON timeline with real timestamps.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Write an SVG timeline picture.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Run(args) => run(args),
         Command::Compare(args) => compare(args),
         Command::Scenes => {
             for name in shipped_scenes() {
@@ -107,19 +152,11 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     let plan = Arc::new(scene.plan().map_err(|e| e.to_string())?);
     let run = engine::simulate(plan).map_err(|e| e.to_string())?;
     let report = RunReport::new(&scene.name, &run);
-    if args.trace.is_some() || args.svg.is_some() {
-        let title = format!(
-            "{} — {}, {} tokens, chunk {}",
-            scene.name, report.policy, report.prompt_len, report.chunk_len
-        );
-        let trace = Trace::new(&title, &run);
-        if let Some(path) = &args.trace {
-            write(path, &to_chrome_json(&trace))?;
-        }
-        if let Some(path) = &args.svg {
-            write(path, &to_svg(&trace))?;
-        }
-    }
+    let title = format!(
+        "{} — {}, {} tokens, chunk {}",
+        scene.name, report.policy, report.prompt_len, report.chunk_len
+    );
+    write_timelines(&title, &run, args.trace.as_deref(), args.svg.as_deref())?;
     if args.json {
         println!(
             "{}",
@@ -127,6 +164,76 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         );
     } else {
         print!("{}", report.summary());
+    }
+    Ok(())
+}
+
+fn run(args: RunArgs) -> Result<(), String> {
+    let text = match (&args.prompt, &args.prompt_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read prompt file {}: {e}", path.display()))?,
+        (None, None) => return Err("give --prompt TEXT or --prompt-file FILE".into()),
+    };
+    let loading = Instant::now();
+    let file = GgufFile::open(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?;
+    let tokenizer = GgufTokenizer::from_gguf(&file).map_err(|e| e.to_string())?;
+    let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
+    let model = Arc::new(ExecModel::load(&file, args.precision).map_err(|e| e.to_string())?);
+    exec::check_prompt(&model, &tokens).map_err(|e| e.to_string())?;
+    let load_ms = loading.elapsed().as_secs_f64() * 1e3;
+    let options = PrefillOptions {
+        chunk_len: args.chunk_len,
+        policy: args.policy,
+        threads: args.threads.unwrap_or(PrefillOptions::default().threads),
+        device: exec::host_device(),
+    };
+    let name = model.name.clone();
+    let result = exec::prefill(model, &tokens, &options).map_err(|e| e.to_string())?;
+    let report = PrefillReport::new(
+        &name,
+        args.precision.as_str(),
+        options.threads,
+        load_ms,
+        &result,
+        &tokenizer,
+    );
+    let title = format!(
+        "{name} ({}) on this machine — {}, {} tokens, chunk {}",
+        report.precision, report.schedule.policy, report.prompt_tokens, report.schedule.chunk_len
+    );
+    write_timelines(
+        &title,
+        &result.outcome,
+        args.trace.as_deref(),
+        args.svg.as_deref(),
+    )?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report always serialises")
+        );
+    } else {
+        print!("{}", report.summary());
+    }
+    Ok(())
+}
+
+fn write_timelines(
+    title: &str,
+    run: &RunOutcome,
+    trace: Option<&Path>,
+    svg: Option<&Path>,
+) -> Result<(), String> {
+    if trace.is_none() && svg.is_none() {
+        return Ok(());
+    }
+    let timeline = Trace::new(title, run);
+    if let Some(path) = trace {
+        write(path, &to_chrome_json(&timeline))?;
+    }
+    if let Some(path) = svg {
+        write(path, &to_svg(&timeline))?;
     }
     Ok(())
 }

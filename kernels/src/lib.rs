@@ -80,14 +80,17 @@
 //! }
 //! ```
 
+pub mod attention;
 pub mod convert;
 pub mod cpu;
 pub mod gemm_f32;
 pub mod gemm_i8;
 pub mod reference;
+pub mod rope_table;
 pub mod seeded;
 mod tiling;
 
+pub use attention::{AttentionKv, attention_causal_gqa_gemm};
 pub use cpu::{CpuFeatures, F32Kernel, I8Kernel};
 pub use gemm_f32::{
     PackedF32Weights, matmul_f32, matmul_f32_packed, matmul_f32_packed_cols, matmul_f32_with,
@@ -96,3 +99,4 @@ pub use gemm_i8::{PackedI8Weights, gemm_i8, gemm_i8_cols, gemm_i8_with, matmul_w
 pub use reference::{
     AttentionShape, RopeStyle, add_inplace, attention_causal_gqa, rms_norm, rope, silu_mul,
 };
+pub use rope_table::RopeTable;

@@ -1,0 +1,316 @@
+//! Runs one subgraph instance (a stage of one chunk) on real kernels.
+
+use std::sync::Arc;
+
+use hetsched_kernels::{
+    AttentionKv, AttentionShape, attention_causal_gqa_gemm, matmul_f32_packed_cols, rms_norm,
+    silu_mul,
+};
+use hetsched_systems::plan::InstanceKey;
+use rayon::prelude::*;
+
+use super::error::ExecError;
+use super::state::{ChunkValues, KvRows, PrefillState};
+use super::steps::{NormSite, Projection, Step};
+use super::values::{LinearOut, dequantize, linear, quantize};
+use super::weights::{ExecModel, LayerWeights};
+
+/// Query tokens per attention task: small blocks let work stealing balance the causal
+/// triangle (late tokens see more keys) across threads.
+const ATTENTION_BLOCK: usize = 16;
+
+/// Executes stages of one prefill: the model, its compiled stages and the shared state.
+#[derive(Debug)]
+pub struct StageRunner {
+    model: Arc<ExecModel>,
+    /// Steps per stage.
+    steps: Vec<Vec<Step>>,
+    /// Decoder layer per stage (`None`: the head).
+    layers: Vec<Option<u32>>,
+    /// What the run writes.
+    pub state: PrefillState,
+}
+
+/// Short-hand for the error of a value that was not produced.
+fn missing(op: &'static str, chunk: usize, value: &'static str) -> ExecError {
+    ExecError::MissingValue {
+        op,
+        chunk: chunk as u32,
+        value,
+    }
+}
+
+fn failed(reason: String) -> ExecError {
+    ExecError::Kernel(reason)
+}
+
+impl StageRunner {
+    /// A runner for `steps` (compiled from the plan's stages, whose layers are `layers`).
+    pub fn new(
+        model: Arc<ExecModel>,
+        steps: Vec<Vec<Step>>,
+        layers: Vec<Option<u32>>,
+        state: PrefillState,
+    ) -> Self {
+        Self {
+            model,
+            steps,
+            layers,
+            state,
+        }
+    }
+
+    /// Runs stage `key.stage` of chunk `key.chunk`.
+    pub fn run(&self, key: InstanceKey) -> Result<(), ExecError> {
+        let chunk = key.chunk as usize;
+        let stage = key.stage as usize;
+        let (Some(steps), Some(slot)) = (self.steps.get(stage), self.state.chunks.get(chunk))
+        else {
+            return Err(failed(format!(
+                "no stage {stage} of chunk {chunk} in this prefill"
+            )));
+        };
+        // The head (no layer) reads the last layer's output.
+        let layer = self.layers[stage].map_or(self.model.layers.len(), |l| l as usize);
+        let mut values = slot.lock();
+        for &step in steps {
+            self.step(step, layer, chunk, &mut values)?;
+        }
+        Ok(())
+    }
+
+    fn layer(&self, layer: usize) -> Result<&LayerWeights, ExecError> {
+        self.model
+            .layers
+            .get(layer)
+            .ok_or_else(|| failed(format!("layer {layer} is not in the model")))
+    }
+
+    fn step(
+        &self,
+        step: Step,
+        layer: usize,
+        chunk: usize,
+        v: &mut ChunkValues,
+    ) -> Result<(), ExecError> {
+        let m = &self.model;
+        let c = &m.config;
+        let positions = self.state.positions(chunk);
+        let rows = positions.len();
+        match step {
+            Step::Embed => {
+                v.x = Vec::with_capacity(rows * c.hidden);
+                for &id in &self.state.tokens[positions] {
+                    let row = id as usize;
+                    v.x.extend_from_slice(&m.token_embd[row * c.hidden..(row + 1) * c.hidden]);
+                }
+            }
+            Step::Norm(site) => {
+                let (weight, x, rows) = match site {
+                    NormSite::Attention => (&self.layer(layer)?.attn_norm, &v.x[..], rows),
+                    NormSite::Ffn => (&self.layer(layer)?.ffn_norm, &v.x[..], rows),
+                    // Prefill needs the last token's logits only.
+                    NormSite::Final => (&m.output_norm, &v.x[(rows - 1) * c.hidden..], 1),
+                };
+                let mut out = vec![0f32; rows * c.hidden];
+                rms_norm(x, weight, c.norm_eps, &mut out, rows, c.hidden);
+                v.normed = Some(out);
+            }
+            Step::QuantizeNormed => {
+                let x = v
+                    .normed
+                    .take()
+                    .ok_or(missing("quantize", chunk, "normed"))?;
+                v.act = Some(quantize(x, m.precision));
+            }
+            Step::QuantizeAttention => {
+                let x = v
+                    .attn
+                    .take()
+                    .ok_or(missing("o_quant", chunk, "attention"))?;
+                v.act = Some(quantize(x, m.precision));
+            }
+            Step::Linear(p) => {
+                let w = self.layer(layer)?;
+                let weights = match p {
+                    Projection::Q => &w.wq,
+                    Projection::K => &w.wk,
+                    Projection::V => &w.wv,
+                    Projection::O => &w.wo,
+                    Projection::Gate => &w.w_gate,
+                    Projection::Up => &w.w_up,
+                    Projection::Down => &w.w_down,
+                };
+                let act = v
+                    .act
+                    .as_ref()
+                    .ok_or(missing("linear", chunk, "activation"))?;
+                let out = linear(act, rows, weights).map_err(failed)?;
+                match p {
+                    Projection::Q => v.q_raw = Some(out),
+                    Projection::K | Projection::V => self.keep_kv(layer, chunk, p, out),
+                    Projection::O => v.o_raw = Some(out),
+                    Projection::Gate => v.gate_raw = Some(out),
+                    Projection::Up => v.up_raw = Some(out),
+                    Projection::Down => v.down_raw = Some(out),
+                }
+            }
+            Step::DequantizeQkv => {
+                let q = v
+                    .q_raw
+                    .take()
+                    .ok_or(missing("qkv_dequant", chunk, "q_proj"))?;
+                v.q = Some(dequantize(q, &self.layer(layer)?.wq).map_err(failed)?);
+            }
+            Step::Rope => {
+                let q = v.q.as_mut().ok_or(missing("rope", chunk, "queries"))?;
+                m.rope.apply(q, positions, c.n_heads);
+                self.write_kv(layer, chunk)?;
+            }
+            Step::Attention => {
+                let q = v.q.take().ok_or(missing("attention", chunk, "queries"))?;
+                v.attn = Some(self.attention(layer, chunk, &q)?);
+            }
+            Step::DequantizeO => {
+                let o = v
+                    .o_raw
+                    .take()
+                    .ok_or(missing("o_dequant", chunk, "o_proj"))?;
+                v.delta = Some(dequantize(o, &self.layer(layer)?.wo).map_err(failed)?);
+            }
+            Step::DequantizeDown => {
+                // The carry at the start of layer l (or of the head) hands on layer l-1.
+                let prev = layer.checked_sub(1).ok_or(missing(
+                    "ffn_dequant",
+                    chunk,
+                    "a previous layer",
+                ))?;
+                let d = v
+                    .down_raw
+                    .take()
+                    .ok_or(missing("ffn_dequant", chunk, "down_proj"))?;
+                v.delta = Some(dequantize(d, &self.layer(prev)?.w_down).map_err(failed)?);
+            }
+            Step::Residual => {
+                let d = v.delta.take().ok_or(missing("residual", chunk, "delta"))?;
+                for (x, d) in v.x.iter_mut().zip(&d) {
+                    *x += d;
+                }
+            }
+            Step::SiluMul => {
+                let w = self.layer(layer)?;
+                let gate = v
+                    .gate_raw
+                    .take()
+                    .ok_or(missing("silu_mul", chunk, "gate_proj"))?;
+                let up = v
+                    .up_raw
+                    .take()
+                    .ok_or(missing("silu_mul", chunk, "up_proj"))?;
+                let gate = dequantize(gate, &w.w_gate).map_err(failed)?;
+                let up = dequantize(up, &w.w_up).map_err(failed)?;
+                let mut h = vec![0f32; gate.len()];
+                silu_mul(&gate, &up, &mut h);
+                v.act = Some(quantize(h, m.precision));
+            }
+            Step::LmHead => {
+                let x = v
+                    .normed
+                    .take()
+                    .ok_or(missing("lm_head", chunk, "final_norm"))?;
+                let mut logits = vec![0f32; c.vocab_size];
+                let n = c.vocab_size;
+                // Split the vocabulary: one token's head is a matrix-vector product.
+                let cols = n.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
+                logits
+                    .par_chunks_mut(cols)
+                    .enumerate()
+                    .for_each(|(i, out)| {
+                        let start = i * cols;
+                        matmul_f32_packed_cols(&x, 1, &m.output, start..start + out.len(), out);
+                    });
+                *self.state.logits.lock() = Some(logits);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps a chunk's key or value projection until its rows are written.
+    fn keep_kv(&self, layer: usize, chunk: usize, p: Projection, out: LinearOut) {
+        let mut rows = self.state.kv[layer].rows[chunk].lock();
+        let (mut k, mut v) = match std::mem::take(&mut *rows) {
+            KvRows::Pending { k, v } => (k, v),
+            _ => (None, None),
+        };
+        if p == Projection::K {
+            k = Some(out);
+        } else {
+            v = Some(out);
+        }
+        *rows = KvRows::Pending { k, v };
+    }
+
+    /// Writes chunk `chunk`'s keys (rotated) and values into layer `layer`'s cache, once.
+    ///
+    /// Seed 000's Eq. 2 lets chunk i's attention start once the projections of chunks
+    /// 0..=i are done, before their own attention stages ran: so whichever stage needs
+    /// a chunk's rows first writes them.
+    fn write_kv(&self, layer: usize, chunk: usize) -> Result<(), ExecError> {
+        let m = &self.model;
+        let c = &m.config;
+        let kv = &self.state.kv[layer];
+        let mut rows = kv.rows[chunk].lock();
+        let (k, v) = match std::mem::replace(&mut *rows, KvRows::Written) {
+            KvRows::Written => return Ok(()),
+            KvRows::Pending {
+                k: Some(k),
+                v: Some(v),
+            } => (k, v),
+            other => {
+                *rows = other;
+                return Err(missing("attention", chunk, "keys and values"));
+            }
+        };
+        let w = self.layer(layer)?;
+        let mut k = dequantize(k, &w.wk).map_err(failed)?;
+        let v = dequantize(v, &w.wv).map_err(failed)?;
+        let positions = self.state.positions(chunk);
+        m.rope.apply(&mut k, positions.clone(), c.n_kv_heads);
+        let kv_dim = c.kv_dim();
+        let span = positions.start * kv_dim..positions.end * kv_dim;
+        let mut cache = kv.cache.write();
+        cache.k[span.clone()].copy_from_slice(&k);
+        cache.v[span].copy_from_slice(&v);
+        Ok(())
+    }
+
+    fn attention(&self, layer: usize, chunk: usize, q: &[f32]) -> Result<Vec<f32>, ExecError> {
+        let c = &self.model.config;
+        for earlier in 0..=chunk {
+            self.write_kv(layer, earlier)?;
+        }
+        let positions = self.state.positions(chunk);
+        let kv_len = positions.end;
+        let gathered = {
+            let cache = self.state.kv[layer].cache.read();
+            AttentionKv::gather(&cache.k, &cache.v, kv_len, c.n_kv_heads, c.head_dim)
+        };
+        let row = c.n_heads * c.head_dim;
+        let mut out = vec![0f32; q.len()];
+        out.par_chunks_mut(ATTENTION_BLOCK * row)
+            .zip(q.par_chunks(ATTENTION_BLOCK * row))
+            .enumerate()
+            .for_each(|(b, (out, q))| {
+                let shape = AttentionShape {
+                    n_tokens: q.len() / row,
+                    pos0: positions.start + b * ATTENTION_BLOCK,
+                    kv_len,
+                    n_heads: c.n_heads,
+                    n_kv_heads: c.n_kv_heads,
+                    head_dim: c.head_dim,
+                };
+                attention_causal_gqa_gemm(q, &gathered, out, &shape);
+            });
+        Ok(out)
+    }
+}

@@ -1,0 +1,174 @@
+//! Real processor queues: one host thread per processor lane, fed over a crossbeam
+//! channel, all computing on one shared pool of worker threads.
+//!
+//! On a desktop the lanes stand for the device's processors: the CPU lane runs float
+//! subgraphs, the NPU lane emulates the Hexagon NPU's INT8 semantics on the host. The
+//! pool is shared because the host's cores are: whichever lane has work gets every
+//! idle core, and `--threads N` bounds the compute threads of the whole run.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use hetsched_systems::resources::{Completion, Job};
+
+use crate::backends::{Backend, BackendError};
+
+/// Runs one job's work. Implemented by the real executor; an embedder may plug in its
+/// own (a test double, or a bridge to a vendor runtime).
+pub trait JobRunner: Send + Sync + 'static {
+    /// Does the work of `job`, on the calling thread (which may fan out onto the
+    /// current rayon pool). An `Err` fails the job with that reason.
+    fn run(&self, job: &Job) -> Result<(), String>;
+}
+
+enum Report {
+    Done(Completion),
+    Failed(BackendError),
+}
+
+/// Thread-backed queues implementing [`Backend`].
+pub struct ThreadQueues {
+    lanes: Vec<Sender<Job>>,
+    reports: Receiver<Report>,
+    handles: Vec<JoinHandle<()>>,
+    in_flight: usize,
+    started: Instant,
+}
+
+impl std::fmt::Debug for ThreadQueues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadQueues")
+            .field("lanes", &self.lanes.len())
+            .field("in_flight", &self.in_flight)
+            .finish()
+    }
+}
+
+impl ThreadQueues {
+    /// Starts `lanes` queue threads that run jobs with `runner` inside `pool`. Times are
+    /// reported from now.
+    pub fn start(
+        lanes: usize,
+        runner: Arc<dyn JobRunner>,
+        pool: Arc<rayon::ThreadPool>,
+    ) -> std::io::Result<Self> {
+        let (report_tx, reports) = unbounded();
+        let started = Instant::now();
+        let mut senders = Vec::with_capacity(lanes);
+        let mut handles = Vec::with_capacity(lanes);
+        for lane in 0..lanes {
+            let (tx, rx) = unbounded::<Job>();
+            let (runner, pool, report_tx) = (runner.clone(), pool.clone(), report_tx.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("hetsched-lane-{lane}"))
+                .spawn(move || serve(rx, &*runner, &pool, &report_tx, started))?;
+            senders.push(tx);
+            handles.push(handle);
+        }
+        Ok(Self {
+            lanes: senders,
+            reports,
+            handles,
+            in_flight: 0,
+            started,
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+}
+
+fn serve(
+    jobs: Receiver<Job>,
+    runner: &dyn JobRunner,
+    pool: &rayon::ThreadPool,
+    reports: &Sender<Report>,
+    started: Instant,
+) {
+    for job in jobs {
+        let start_ns = started.elapsed().as_nanos() as u64;
+        // A kernel that panics (a broken invariant) fails the job instead of the process.
+        let outcome = catch_unwind(AssertUnwindSafe(|| pool.install(|| runner.run(&job))))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "unknown panic".into());
+                Err(format!("the job panicked: {what}"))
+            });
+        let end_ns = started.elapsed().as_nanos() as u64;
+        let report = match outcome {
+            Ok(()) => Report::Done(Completion {
+                id: job.id,
+                processor: job.processor,
+                start_ns,
+                end_ns,
+            }),
+            Err(reason) => Report::Failed(BackendError {
+                processor: job.processor,
+                job: job.id,
+                reason,
+            }),
+        };
+        if reports.send(report).is_err() {
+            return;
+        }
+    }
+}
+
+impl Backend for ThreadQueues {
+    fn submit(&mut self, job: Job) -> Result<(), BackendError> {
+        let lane = self.lanes.get(job.processor).ok_or_else(|| BackendError {
+            processor: job.processor,
+            job: job.id,
+            reason: format!(
+                "no queue for processor {} ({} lanes)",
+                job.processor,
+                self.lanes.len()
+            ),
+        })?;
+        lane.send(job).map_err(|_| BackendError {
+            processor: job.processor,
+            job: job.id,
+            reason: "the queue thread has stopped".into(),
+        })?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    fn wait(&mut self) -> Result<(u64, Vec<Completion>), BackendError> {
+        let first = self.reports.recv().map_err(|_| BackendError {
+            processor: 0,
+            job: 0,
+            reason: "every queue thread has stopped".into(),
+        })?;
+        let mut done = Vec::new();
+        for report in std::iter::once(first).chain(self.reports.try_iter()) {
+            self.in_flight -= 1;
+            match report {
+                Report::Done(c) => done.push(c),
+                Report::Failed(e) => return Err(e),
+            }
+        }
+        Ok((self.now_ns(), done))
+    }
+}
+
+impl Drop for ThreadQueues {
+    fn drop(&mut self) {
+        // Closing the channels ends the lane threads once their current job is done.
+        self.lanes.clear();
+        for handle in self.handles.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}

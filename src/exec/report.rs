@@ -1,0 +1,106 @@
+//! The report of a real prefill (`hetsched run --json`).
+
+use serde::Serialize;
+
+use super::PrefillResult;
+use crate::import::{GgufTokenizer, top_k};
+use crate::report::RunReport;
+
+/// One candidate next token.
+#[derive(Debug, Clone, Serialize)]
+pub struct TopToken {
+    /// Token id.
+    pub id: u32,
+    /// Its text.
+    pub text: String,
+    /// Softmax probability.
+    pub prob: f32,
+}
+
+/// What `hetsched run` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrefillReport {
+    /// Model name.
+    pub model: String,
+    /// Linear precision (`f32` or `w8a8`).
+    pub precision: &'static str,
+    /// Compute threads.
+    pub threads: usize,
+    /// Prompt tokens (BOS included when the model adds one).
+    pub prompt_tokens: usize,
+    /// Time to load and prepare the weights, in ms.
+    pub load_ms: f64,
+    /// Prefill wall time, first dispatch to last completion, in ms.
+    pub prefill_ms: f64,
+    /// Prompt tokens per second of prefill.
+    pub prefill_tokens_per_s: f64,
+    /// The most likely next tokens.
+    pub top_tokens: Vec<TopToken>,
+    /// The schedule that ran (real timestamps; its lower bound comes from the cost model).
+    pub schedule: RunReport,
+}
+
+impl PrefillReport {
+    /// Builds the report of `result`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        model: &str,
+        precision: &'static str,
+        threads: usize,
+        load_ms: f64,
+        result: &PrefillResult,
+        tokenizer: &GgufTokenizer,
+    ) -> Self {
+        let schedule = RunReport::new(&format!("{model} (real)"), &result.outcome);
+        let prompt_tokens = schedule.prompt_len as usize;
+        let top_tokens = top_k(&result.logits, 5)
+            .into_iter()
+            .map(|(id, prob)| TopToken {
+                id,
+                text: tokenizer
+                    .decode(&[id])
+                    .unwrap_or_else(|_| format!("<{id}>")),
+                prob,
+            })
+            .collect();
+        Self {
+            model: model.to_string(),
+            precision,
+            threads,
+            prompt_tokens,
+            load_ms,
+            prefill_ms: schedule.makespan_ms,
+            prefill_tokens_per_s: schedule.prefill_tokens_per_s,
+            top_tokens,
+            schedule,
+        }
+    }
+
+    /// A few human-readable lines.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} ({}), {} threads, policy {}, chunk {}\n\
+             prompt tokens: {}\n\
+             prefill: {:.1} ms ({:.0} tok/s); weights loaded in {:.0} ms\n\
+             next token:\n",
+            self.model,
+            self.precision,
+            self.threads,
+            self.schedule.policy,
+            self.schedule.chunk_len,
+            self.prompt_tokens,
+            self.prefill_ms,
+            self.prefill_tokens_per_s,
+            self.load_ms
+        );
+        for t in &self.top_tokens {
+            s.push_str(&format!(
+                "  {:>6}  {:>6.2}%  {:?}\n",
+                t.id,
+                100.0 * t.prob,
+                t.text
+            ));
+        }
+        s
+    }
+}

@@ -1,0 +1,121 @@
+//! Everything a prefill writes: each chunk's activations, the in-place KV cache, and
+//! the logits.
+//!
+//! Concurrency: the scheduler runs at most one stage of a chunk at a time (a chunk's
+//! stages form a chain), so each chunk's values sit behind their own mutex, uncontended
+//! in practice. The KV cache is one preallocated `[prompt, kv_dim]` buffer per layer for
+//! keys and one for values; every chunk writes its rows in place, at its offset.
+
+use std::ops::Range;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::values::{Act, LinearOut};
+
+/// The values one chunk carries between operators. Each is taken by the operator that
+/// consumes it, so a missing value shows a broken dependency instead of stale data.
+#[derive(Debug, Default)]
+pub struct ChunkValues {
+    /// The residual stream, `[tokens, hidden]`.
+    pub x: Vec<f32>,
+    /// Normalised residual.
+    pub normed: Option<Vec<f32>>,
+    /// Input of the next projections (read by several).
+    pub act: Option<Act>,
+    /// Query projection output.
+    pub q_raw: Option<LinearOut>,
+    /// Dequantized queries, `[tokens, heads, head_dim]`.
+    pub q: Option<Vec<f32>>,
+    /// Attention output.
+    pub attn: Option<Vec<f32>>,
+    /// Attention output projection.
+    pub o_raw: Option<LinearOut>,
+    /// What the next residual add adds.
+    pub delta: Option<Vec<f32>>,
+    /// FFN gate projection.
+    pub gate_raw: Option<LinearOut>,
+    /// FFN up projection.
+    pub up_raw: Option<LinearOut>,
+    /// FFN down projection.
+    pub down_raw: Option<LinearOut>,
+}
+
+/// A chunk's rows of one layer's KV cache.
+#[derive(Debug, Default)]
+pub enum KvRows {
+    /// The projections have not run yet.
+    #[default]
+    Missing,
+    /// Projected, not yet rotated and written (the first stage that needs them does it).
+    Pending {
+        /// Key projection output.
+        k: Option<LinearOut>,
+        /// Value projection output.
+        v: Option<LinearOut>,
+    },
+    /// In the cache.
+    Written,
+}
+
+/// One layer's KV cache: `[prompt, kv_dim]` keys and values.
+#[derive(Debug)]
+pub struct KvCache {
+    /// Keys after RoPE.
+    pub k: Vec<f32>,
+    /// Values.
+    pub v: Vec<f32>,
+}
+
+/// One layer's cache and the state of each chunk's rows in it.
+#[derive(Debug)]
+pub struct LayerKv {
+    /// The buffers.
+    pub cache: RwLock<KvCache>,
+    /// Per chunk.
+    pub rows: Vec<Mutex<KvRows>>,
+}
+
+/// The shared state of one prefill.
+#[derive(Debug)]
+pub struct PrefillState {
+    /// Prompt tokens.
+    pub tokens: Vec<u32>,
+    /// Tokens per chunk (the last chunk may be shorter).
+    pub chunk_len: usize,
+    /// Per chunk.
+    pub chunks: Vec<Mutex<ChunkValues>>,
+    /// Per layer.
+    pub kv: Vec<LayerKv>,
+    /// Next-token logits, once the head has run.
+    pub logits: Mutex<Option<Vec<f32>>>,
+}
+
+impl PrefillState {
+    /// Empty state for `tokens` cut into chunks of `chunk_len`, with a KV cache of
+    /// `layers` × `[tokens, kv_dim]`.
+    pub fn new(tokens: Vec<u32>, chunk_len: usize, layers: usize, kv_dim: usize) -> Self {
+        let chunk_count = tokens.len().div_ceil(chunk_len.max(1));
+        let kv = (0..layers)
+            .map(|_| LayerKv {
+                cache: RwLock::new(KvCache {
+                    k: vec![0f32; tokens.len() * kv_dim],
+                    v: vec![0f32; tokens.len() * kv_dim],
+                }),
+                rows: (0..chunk_count).map(|_| Mutex::default()).collect(),
+            })
+            .collect();
+        Self {
+            chunks: (0..chunk_count).map(|_| Mutex::default()).collect(),
+            tokens,
+            chunk_len,
+            kv,
+            logits: Mutex::new(None),
+        }
+    }
+
+    /// Absolute positions of chunk `chunk`'s tokens.
+    pub fn positions(&self, chunk: usize) -> Range<usize> {
+        let start = (chunk * self.chunk_len).min(self.tokens.len());
+        start..(start + self.chunk_len).min(self.tokens.len())
+    }
+}

