@@ -236,3 +236,108 @@ fn same_input_gives_byte_identical_output() {
     };
     assert_eq!(run("first"), run("second"));
 }
+
+fn test_model() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(hetsched::import::TEST_MODEL_PATH);
+    assert!(
+        path.is_file(),
+        "test model {} is missing: run scripts/fetch-model.sh",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+#[test]
+fn run_prefills_the_test_model_and_reports_json() {
+    let model = test_model();
+    let dir = scratch("run-json");
+    let trace = dir.join("run.json");
+    let out = hetsched(&[
+        "run",
+        "--model",
+        &model,
+        "--prompt",
+        "The capital of France is",
+        "--chunk-len",
+        "2",
+        "--threads",
+        "2",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for field in [
+        "prompt_tokens",
+        "prefill_ms",
+        "prefill_tokens_per_s",
+        "precision",
+        "top_tokens",
+    ] {
+        assert!(report.get(field).is_some(), "missing {field}: {report}");
+    }
+    assert_eq!(report["precision"], "w8a8");
+    assert_eq!(report["prompt_tokens"], 5);
+    assert_eq!(report["top_tokens"].as_array().unwrap().len(), 5);
+    assert_eq!(report["top_tokens"][0]["text"], " Paris");
+    assert!(report["prefill_ms"].as_f64().unwrap() > 0.0);
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
+    assert!(
+        trace.to_string().contains("L0.embed"),
+        "the trace names the subgraphs"
+    );
+}
+
+#[test]
+fn run_refuses_bad_models_and_prompts() {
+    let model = test_model();
+    let dir = scratch("run-bad");
+    let corrupt = dir.join("corrupt.gguf");
+    std::fs::write(&corrupt, b"GGUF\x03\x00\x00\x00garbage").unwrap();
+    let corrupt = corrupt.to_str().unwrap();
+    let missing = dir.join("missing.gguf");
+    let missing = missing.to_str().unwrap();
+    let empty_file = dir.join("empty.txt");
+    std::fs::write(&empty_file, "").unwrap();
+    let empty_file = empty_file.to_str().unwrap();
+    for (args, expected) in [
+        (
+            vec!["run", "--model", missing, "--prompt", "hi"],
+            "missing.gguf",
+        ),
+        (
+            vec!["run", "--model", corrupt, "--prompt", "hi"],
+            "corrupt.gguf",
+        ),
+        (vec!["run", "--model", &model, "--prompt", ""], "empty"),
+        (
+            vec!["run", "--model", &model, "--prompt-file", empty_file],
+            "empty",
+        ),
+        (
+            vec!["run", "--model", &model, "--prompt-file", missing],
+            "cannot read prompt file",
+        ),
+        (
+            vec![
+                "run",
+                "--model",
+                &model,
+                "--prompt",
+                "hi",
+                "--chunk-len",
+                "0",
+            ],
+            "chunk length",
+        ),
+    ] {
+        let out = hetsched(&args);
+        assert_clear_failure(&out, expected);
+    }
+}

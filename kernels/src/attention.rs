@@ -9,6 +9,7 @@
 
 use crate::gemm_f32::{PackedF32Weights, matmul_f32_packed, matmul_f32_packed_cols};
 use crate::reference::AttentionShape;
+use crate::vector::exp_approx;
 
 /// Keys and values of every KV head, packed for the GEMM.
 #[derive(Clone, Debug)]
@@ -150,7 +151,7 @@ fn softmax_scaled(s: &[f32], scale: f32, out: &mut [f32]) {
     let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max) * scale;
     let mut sum = 0f32;
     for (o, &v) in out.iter_mut().zip(s) {
-        let e = (v * scale - max).exp();
+        let e = exp_approx(v * scale - max);
         *o = e;
         sum += e;
     }

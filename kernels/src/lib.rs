@@ -89,6 +89,7 @@ pub mod reference;
 pub mod rope_table;
 pub mod seeded;
 mod tiling;
+pub mod vector;
 
 pub use attention::{AttentionKv, attention_causal_gqa_gemm};
 pub use cpu::{CpuFeatures, F32Kernel, I8Kernel};
@@ -100,3 +101,6 @@ pub use reference::{
     AttentionShape, RopeStyle, add_inplace, attention_causal_gqa, rms_norm, rope, silu_mul,
 };
 pub use rope_table::RopeTable;
+pub use vector::{
+    exp_approx, max_abs, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,
+};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use hetsched_kernels::{
     AttentionKv, AttentionShape, attention_causal_gqa_gemm, matmul_f32_packed_cols, rms_norm,
-    silu_mul,
+    silu_mul_fast,
 };
 use hetsched_systems::plan::InstanceKey;
 use rayon::prelude::*;
@@ -210,7 +210,7 @@ impl StageRunner {
                 let gate = dequantize(gate, &w.w_gate).map_err(failed)?;
                 let up = dequantize(up, &w.w_up).map_err(failed)?;
                 let mut h = vec![0f32; gate.len()];
-                silu_mul(&gate, &up, &mut h);
+                silu_mul_fast(&gate, &up, &mut h);
                 v.act = Some(quantize(h, m.precision));
             }
             Step::LmHead => {

@@ -5,8 +5,10 @@
 //! per-row weight scales applied only when the accumulators are dequantized. No
 //! per-group scales: the NPU cannot do them.
 
-use hetsched_kernels::reference::{dequantize_i32_acc, quantize_per_tensor, scale_for_max_abs};
-use hetsched_kernels::{gemm_i8, matmul_f32_packed};
+use hetsched_kernels::reference::dequantize_i32_acc;
+use hetsched_kernels::{
+    gemm_i8, matmul_f32_packed, quantize_per_tensor_fast, scale_for_max_abs_fast,
+};
 use rayon::prelude::*;
 
 use super::weights::{LinearPrecision, LinearWeights};
@@ -48,9 +50,9 @@ pub fn quantize(x: Vec<f32>, precision: LinearPrecision) -> Act {
     match precision {
         LinearPrecision::F32 => Act::F32(x),
         LinearPrecision::W8a8 => {
-            let scale = scale_for_max_abs(&x);
+            let scale = scale_for_max_abs_fast(&x);
             let mut q = vec![0i8; x.len()];
-            quantize_per_tensor(&x, scale, &mut q);
+            quantize_per_tensor_fast(&x, scale, &mut q);
             Act::Int8 { q, scale }
         }
     }

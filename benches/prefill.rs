@@ -1,0 +1,71 @@
+//! Real prefill speed: SmolLM2-135M on a 512-token prompt, through the scheduler and the
+//! thread queues, in tokens per second ("elem/s" below). The W8A8 path runs the INT8
+//! linears as the emulated NPU; the f32 path is the accuracy reference.
+//!
+//! Needs the model (`scripts/fetch-model.sh`); without it the bench says so and skips.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
+use hetsched::import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
+use hetsched::systems::Policy;
+
+const PROMPT_TOKENS: usize = 512;
+
+/// A 512-token prompt from a text every Debian machine has (cycled if short).
+fn prompt(tokenizer: &GgufTokenizer) -> Vec<u32> {
+    let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3")
+        .unwrap_or_else(|_| "The quick brown fox jumps over the lazy dog. ".repeat(200));
+    let ids = tokenizer.encode(&text).expect("the text tokenizes");
+    ids.iter().copied().cycle().take(PROMPT_TOKENS).collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TEST_MODEL_PATH);
+    if !path.is_file() {
+        eprintln!(
+            "skipping prefill bench: {} is missing (run scripts/fetch-model.sh)",
+            path.display()
+        );
+        return;
+    }
+    let file = GgufFile::open(&path).expect("the test model opens");
+    let tokens = prompt(&GgufTokenizer::from_gguf(&file).expect("tokenizer"));
+    let mut group = c.benchmark_group("prefill_smollm2_512");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(PROMPT_TOKENS as u64));
+    for precision in [LinearPrecision::W8a8, LinearPrecision::F32] {
+        let model = Arc::new(ExecModel::load(&file, precision).expect("the model loads"));
+        let runs: &[(u32, usize, Policy)] = match precision {
+            LinearPrecision::W8a8 => &[
+                (128, 2, Policy::Stall),
+                (256, 2, Policy::Stall),
+                (128, 2, Policy::InOrder),
+                (128, 1, Policy::Stall),
+            ],
+            LinearPrecision::F32 => &[(128, 2, Policy::Stall)],
+        };
+        for &(chunk_len, threads, policy) in runs {
+            let options = PrefillOptions {
+                chunk_len,
+                policy,
+                threads,
+                ..PrefillOptions::default()
+            };
+            let id = format!(
+                "{} chunk {chunk_len} {threads} threads {}",
+                precision.as_str(),
+                policy.name()
+            );
+            group.bench_function(BenchmarkId::from_parameter(id), |b| {
+                b.iter(|| prefill(model.clone(), &tokens, &options).expect("prefill runs"))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,97 @@
+//! The vectorizable element-wise kernels against their scalar twins.
+
+use hetsched_kernels::seeded::SeededRng;
+use hetsched_kernels::{
+    exp_approx, max_abs, quantize_per_tensor_fast, reference, scale_for_max_abs_fast, silu_mul_fast,
+};
+use proptest::prelude::*;
+
+/// exp: relative error against f64 over the normal range.
+const EXP_TOL: f64 = 3e-7;
+/// SiLU·up: relative to max(|result|, 1e-30) plus the exp error carried through.
+const SILU_TOL: f32 = 1e-6;
+
+#[test]
+fn exp_is_within_a_few_ulp_over_the_normal_range() {
+    let mut worst = 0f64;
+    let steps = 200_000;
+    for i in 0..=steps {
+        let x = -87.0 + 175.0 * i as f64 / steps as f64;
+        let got = f64::from(exp_approx(x as f32));
+        let want = (x as f32 as f64).exp();
+        worst = worst.max(((got - want) / want).abs());
+    }
+    println!("exp_approx worst relative error {worst:.2e}");
+    assert!(worst < EXP_TOL, "worst relative error {worst}");
+    assert_eq!(exp_approx(0.0), 1.0);
+    assert!(exp_approx(f32::NAN).is_nan());
+    assert!(exp_approx(-1e4) >= 0.0 && exp_approx(-1e4) < 1e-37);
+    assert!(exp_approx(1e4).is_finite());
+}
+
+/// Values around every rounding tie of a scale, plus specials.
+fn quant_inputs(seed: u64, len: usize, scale: f32) -> Vec<f32> {
+    let mut rng = SeededRng::new(seed);
+    let mut x: Vec<f32> = (0..len)
+        .map(|i| match i % 4 {
+            // Exact ties k + 0.5 (and just beside them).
+            0 => ((rng.unit_f32() * 130.0).round() + 0.5) * scale,
+            1 => rng.unit_f32() * 200.0 * scale,
+            2 => (((rng.unit_f32() * 130.0).round() + 0.5) * scale).next_up(),
+            _ => rng.unit_f32() * scale,
+        })
+        .collect();
+    x.extend([
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1e30,
+        -1e30,
+    ]);
+    x
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn quantize_equals_reference_bit_for_bit(
+        seed in any::<u64>(),
+        len in 0usize..300,
+        scale in 1e-4f32..10.0,
+    ) {
+        let x = quant_inputs(seed, len, scale);
+        let mut want = vec![0i8; x.len()];
+        let mut got = vec![0i8; x.len()];
+        reference::quantize_per_tensor(&x, scale, &mut want);
+        quantize_per_tensor_fast(&x, scale, &mut got);
+        prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn max_abs_scale_equals_reference(seed in any::<u64>(), len in 0usize..300, with_nan in any::<bool>()) {
+        let mut x = SeededRng::new(seed).f32s(len);
+        if with_nan && !x.is_empty() {
+            x[len / 2] = f32::NAN;
+        }
+        prop_assert_eq!(scale_for_max_abs_fast(&x), reference::scale_for_max_abs(&x));
+        let want = x.iter().filter(|v| !v.is_nan()).fold(0f32, |m, v| m.max(v.abs()));
+        prop_assert_eq!(max_abs(&x), want);
+    }
+
+    #[test]
+    fn silu_mul_matches_reference(seed in any::<u64>(), len in 0usize..300, spread in 0.1f32..100.0) {
+        let mut rng = SeededRng::new(seed);
+        let gate: Vec<f32> = rng.f32s(len).iter().map(|v| v * spread).collect();
+        let up = rng.f32s(len);
+        let mut want = vec![0f32; len];
+        let mut got = vec![0f32; len];
+        reference::silu_mul(&gate, &up, &mut want);
+        silu_mul_fast(&gate, &up, &mut got);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            prop_assert!((g - w).abs() <= SILU_TOL * w.abs().max(1e-30), "{i}: {g} vs {w} (gate {})", gate[i]);
+        }
+    }
+}

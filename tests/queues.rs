@@ -1,0 +1,123 @@
+//! The thread queues behind real execution: every job runs once, a lane runs one job at
+//! a time, and a job that fails or panics ends the run with a clear error, not a hang.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hetsched::engine::{self, EngineError};
+use hetsched::exec::{JobRunner, ThreadQueues};
+use hetsched::systems::resources::Job;
+use hetsched::systems::testing::tiny_plan;
+
+/// Busy-waits a little per job so jobs on different lanes overlap.
+struct Counting {
+    runs: Vec<AtomicUsize>,
+    fail: Option<u32>,
+    panic: Option<u32>,
+}
+
+impl Counting {
+    fn new(ids: usize, fail: Option<u32>, panic: Option<u32>) -> Self {
+        Self {
+            runs: (0..ids).map(|_| AtomicUsize::new(0)).collect(),
+            fail,
+            panic,
+        }
+    }
+}
+
+impl JobRunner for Counting {
+    fn run(&self, job: &Job) -> Result<(), String> {
+        self.runs[job.id as usize].fetch_add(1, Ordering::SeqCst);
+        if self.panic == Some(job.id) {
+            panic!("kernel invariant broken in job {}", job.id);
+        }
+        if self.fail == Some(job.id) {
+            return Err("device lost".into());
+        }
+        let until = std::time::Instant::now() + std::time::Duration::from_micros(200);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
+fn pool() -> Arc<rayon::ThreadPool> {
+    Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn every_job_runs_once_and_lanes_never_overlap() {
+    let plan = Arc::new(tiny_plan(3, 64, 16));
+    let runner = Arc::new(Counting::new(plan.id_space(), None, None));
+    let lanes = plan.device.processors.len();
+    let mut queues = ThreadQueues::start(lanes, runner.clone(), pool()).unwrap();
+    let run = engine::run(plan.clone(), &mut queues).unwrap();
+    for key in plan.instances() {
+        let id = plan.id(key);
+        assert_eq!(runner.runs[id].load(Ordering::SeqCst), 1, "{key:?}");
+    }
+    assert_eq!(run.timeline.slices.len(), plan.instance_count());
+    for lane in 0..lanes {
+        let mut spans: Vec<(u64, u64)> = run
+            .timeline
+            .slices
+            .iter()
+            .filter(|s| s.processor == lane)
+            .map(|s| (s.start_ns, s.end_ns))
+            .collect();
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "lane {lane} ran two jobs at once: {w:?}");
+        }
+    }
+    // Dependencies on real time: no instance starts before its predecessors ended.
+    let end_of = |id: usize| {
+        run.timeline
+            .slices
+            .iter()
+            .find(|s| s.id as usize == id)
+            .unwrap()
+            .end_ns
+    };
+    for s in &run.timeline.slices {
+        for pred in plan.predecessors(s.key) {
+            assert!(
+                end_of(plan.id(pred)) <= s.start_ns,
+                "{:?} before {pred:?}",
+                s.key
+            );
+        }
+    }
+}
+
+#[test]
+fn a_failed_job_stops_the_run_with_its_reason() {
+    let plan = Arc::new(tiny_plan(2, 64, 16));
+    let victim = plan.id(plan.instances().nth(5).unwrap()) as u32;
+    let runner = Arc::new(Counting::new(plan.id_space(), Some(victim), None));
+    let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, pool()).unwrap();
+    let err = engine::run(plan, &mut queues).unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Backend(e) if e.job == victim),
+        "{err}"
+    );
+    assert!(err.to_string().contains("device lost"), "{err}");
+}
+
+#[test]
+fn a_panicking_job_is_reported_not_propagated() {
+    let plan = Arc::new(tiny_plan(2, 64, 16));
+    let victim = plan.id(plan.instances().nth(3).unwrap()) as u32;
+    let runner = Arc::new(Counting::new(plan.id_space(), None, Some(victim)));
+    let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, pool()).unwrap();
+    let err = engine::run(plan, &mut queues).unwrap_err();
+    assert!(err.to_string().contains("panicked"), "{err}");
+    assert!(err.to_string().contains("kernel invariant broken"), "{err}");
+}
