@@ -9,7 +9,7 @@
 
 use crate::gemm_f32::{PackedF32Weights, matmul_f32_packed, matmul_f32_packed_cols};
 use crate::reference::AttentionShape;
-use crate::vector::exp_approx;
+use crate::vector::{exp_approx, max_f32, sum_f32};
 
 /// Keys and values of every KV head, packed for the GEMM.
 #[derive(Clone, Debug)]
@@ -146,16 +146,15 @@ pub fn attention_causal_gqa_gemm(
     }
 }
 
-/// `out = softmax(scale * s)`, subtracting the maximum first.
+/// `out = softmax(scale * s)`, subtracting the maximum first. The exponentials are
+/// written before they are summed: a running sum in the same loop would keep the
+/// compiler from vectorizing it.
 fn softmax_scaled(s: &[f32], scale: f32, out: &mut [f32]) {
-    let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max) * scale;
-    let mut sum = 0f32;
+    let max = max_f32(s) * scale;
     for (o, &v) in out.iter_mut().zip(s) {
-        let e = exp_approx(v * scale - max);
-        *o = e;
-        sum += e;
+        *o = exp_approx(v * scale - max);
     }
-    let inv = 1.0 / sum;
+    let inv = 1.0 / sum_f32(out);
     for o in out.iter_mut() {
         *o *= inv;
     }

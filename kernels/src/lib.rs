@@ -102,5 +102,6 @@ pub use reference::{
 };
 pub use rope_table::RopeTable;
 pub use vector::{
-    exp_approx, max_abs, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,
+    exp_approx, max_abs, max_f32, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,
+    sum_f32,
 };

@@ -72,6 +72,35 @@ pub fn max_abs(x: &[f32]) -> f32 {
     m
 }
 
+/// Largest element, NaNs ignored (`-inf` for an empty slice): exact, any order.
+pub fn max_f32(x: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = x.chunks_exact(16);
+    for chunk in &mut chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let tail = chunks.remainder().iter().copied();
+    lanes
+        .into_iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m })
+}
+
+/// Sum in 16 interleaved partial sums (so the loop vectorizes): the result differs from
+/// a left-to-right sum by rounding only.
+pub fn sum_f32(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for chunk in &mut chunks {
+        for (s, &v) in lanes.iter_mut().zip(chunk) {
+            *s += v;
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
 /// The twin of [`crate::reference::scale_for_max_abs`]: `max|x| / 127`, or 1 for an
 /// all-zero (or empty) tensor.
 pub fn scale_for_max_abs_fast(x: &[f32]) -> f32 {

@@ -2,7 +2,8 @@
 
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{
-    exp_approx, max_abs, quantize_per_tensor_fast, reference, scale_for_max_abs_fast, silu_mul_fast,
+    exp_approx, max_abs, max_f32, quantize_per_tensor_fast, reference, scale_for_max_abs_fast,
+    silu_mul_fast, sum_f32,
 };
 use proptest::prelude::*;
 
@@ -79,6 +80,15 @@ proptest! {
         prop_assert_eq!(scale_for_max_abs_fast(&x), reference::scale_for_max_abs(&x));
         let want = x.iter().filter(|v| !v.is_nan()).fold(0f32, |m, v| m.max(v.abs()));
         prop_assert_eq!(max_abs(&x), want);
+    }
+
+    #[test]
+    fn max_and_sum_match_sequential(seed in any::<u64>(), len in 0usize..300) {
+        let x = SeededRng::new(seed).f32s(len);
+        prop_assert_eq!(max_f32(&x), x.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+        let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
+        // 16 partial sums of values in [-1, 1): rounding error at most ~len ulps of 1.
+        prop_assert!((f64::from(sum_f32(&x)) - want).abs() <= 1e-6 * (len as f64 + 1.0));
     }
 
     #[test]
