@@ -1,11 +1,19 @@
 //! Scheduler speed on the default scene (Qwen1.5-1.8B on a Snapdragon 8 Gen 3, chunk 256):
-//! one policy decision over a full ready queue, and a whole simulated prefill, at 1K, 4K
-//! and 32K-token prompts. The median tick time of a run is in `simulate --json`
+//! one policy decision over a full ready queue, one scheduler tick, and a whole simulated
+//! prefill, at 1K, 4K and 32K-token prompts. The median tick time of a run is in `simulate --json`
 //! (`scheduler_us_per_tick`).
 
 use std::collections::BTreeSet;
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bevy_ecs::prelude::World;
+use bevy_ecs::schedule::Schedule;
+use hetsched::backends::Backend;
+use hetsched::backends::sim::SimBackend;
+use hetsched::systems::resources::{Clock, Inbox, Outbox};
+use hetsched::systems::{scheduler_schedule, spawn_world};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched::engine::simulate;
@@ -70,6 +78,60 @@ fn policy_decision(c: &mut Criterion) {
     group.finish();
 }
 
+/// A simulated prefill stepped one tick at a time, so a bench can time single ticks.
+struct TickStepper {
+    plan: Arc<PrefillPlan>,
+    world: World,
+    schedule: Schedule,
+    backend: SimBackend,
+}
+
+impl TickStepper {
+    fn new(plan: Arc<PrefillPlan>) -> Self {
+        Self {
+            world: spawn_world(plan.clone()),
+            schedule: scheduler_schedule(),
+            backend: SimBackend::default(),
+            plan,
+        }
+    }
+
+    /// Runs one tick (timed) and hands its jobs to the simulated queues and the next
+    /// completions to the inbox (untimed); starts a new prefill when this one is done.
+    fn tick(&mut self) -> Duration {
+        let started = Instant::now();
+        self.schedule.run(&mut self.world);
+        let elapsed = started.elapsed();
+        for job in std::mem::take(&mut self.world.resource_mut::<Outbox>().0) {
+            self.backend
+                .submit(job)
+                .expect("the simulated queue accepts jobs");
+        }
+        let done = self.world.resource::<StageProgress>().done_count();
+        if done == self.plan.instance_count() || self.backend.in_flight() == 0 {
+            *self = TickStepper::new(self.plan.clone());
+        } else {
+            let (now, completions) = self.backend.wait().expect("simulated queues never fail");
+            self.world.resource_mut::<Clock>().now_ns = now;
+            self.world.resource_mut::<Inbox>().0.extend(completions);
+        }
+        elapsed
+    }
+}
+
+fn one_tick(c: &mut Criterion) {
+    let mut group = c.benchmark_group("tick");
+    for prompt_len in PROMPTS {
+        let mut stepper = TickStepper::new(plan(prompt_len, Policy::Stall));
+        group.bench_with_input(
+            BenchmarkId::new("stall", prompt_len),
+            &prompt_len,
+            |b, _| b.iter_custom(|iters| (0..iters).map(|_| stepper.tick()).sum()),
+        );
+    }
+    group.finish();
+}
+
 fn simulated_prefill(c: &mut Criterion) {
     let mut group = c.benchmark_group("sim/prefill");
     group.sample_size(10);
@@ -87,5 +149,5 @@ fn simulated_prefill(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, policy_decision, simulated_prefill);
+criterion_group!(benches, policy_decision, one_tick, simulated_prefill);
 criterion_main!(benches);

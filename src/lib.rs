@@ -29,6 +29,7 @@ pub mod exec;
 pub mod import;
 pub mod report;
 pub mod scene;
+pub mod sweep;
 pub mod timeline;
 
 pub use hetsched_systems as systems;

@@ -34,6 +34,8 @@ enum Command {
     Run(RunArgs),
     /// Compare every policy over scenes and prompt lengths.
     Compare(CompareArgs),
+    /// Sweep chunk length x policy (x prompt length) on one scene: CSV and an SVG plot.
+    Sweep(SweepArgs),
     /// List the scenes shipped inside the binary.
     Scenes,
 }
@@ -51,6 +53,27 @@ struct CompareArgs {
     /// Print the rows as a JSON array instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args)]
+struct SweepArgs {
+    /// Scene file, or the name of a shipped scene [default: qwen1.5-1.8b-xiaomi14].
+    scene: Option<PathBuf>,
+    /// Chunk lengths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "32,64,128,256,512")]
+    chunk_lens: Vec<u32>,
+    /// Prompt lengths, comma-separated [default: the scene's own].
+    #[arg(long, value_delimiter = ',')]
+    prompt_lens: Vec<u32>,
+    /// Policies, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<Policy>,
+    /// Write the rows as CSV here [default: print them to stdout].
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write the plot (tokens/s against chunk length, a line per policy) here.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -121,6 +144,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Run(args) => run(args),
         Command::Compare(args) => compare(args),
+        Command::Sweep(args) => sweep(args),
         Command::Scenes => {
             for name in shipped_scenes() {
                 println!("{name}");
@@ -267,6 +291,37 @@ fn compare(args: CompareArgs) -> Result<(), String> {
         );
     } else {
         print!("{}", hetsched::compare::table(&rows));
+    }
+    Ok(())
+}
+
+fn sweep(args: SweepArgs) -> Result<(), String> {
+    let scene_path = args.scene.unwrap_or_else(|| PathBuf::from(DEFAULT_SCENE));
+    let scene = Scene::load(&scene_path).map_err(|e| e.to_string())?;
+    if args.chunk_lens.is_empty() {
+        return Err("give at least one chunk length with --chunk-lens".into());
+    }
+    let policies = if args.policies.is_empty() {
+        Policy::ALL.to_vec()
+    } else {
+        args.policies
+    };
+    let rows = hetsched::sweep::sweep(
+        &scene,
+        &args.chunk_lens,
+        &args.prompt_lens,
+        &policies,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    )
+    .map_err(|e| e.to_string())?;
+    let csv = hetsched::sweep::to_csv(&rows).map_err(|e| format!("cannot write CSV: {e}"))?;
+    match &args.csv {
+        Some(path) => write(path, &csv)?,
+        None => print!("{csv}"),
+    }
+    if let Some(path) = &args.svg {
+        let title = format!("{}: simulated prefill speed", scene.name);
+        write(path, &hetsched::sweep::to_svg(&title, &rows))?;
     }
     Ok(())
 }

@@ -341,3 +341,39 @@ fn run_refuses_bad_models_and_prompts() {
         assert_clear_failure(&out, expected);
     }
 }
+
+#[test]
+fn sweep_writes_csv_rows_and_a_plot() {
+    let dir = scratch("sweep");
+    let (csv, svg) = (dir.join("sweep.csv"), dir.join("sweep.svg"));
+    let out = hetsched(&[
+        "sweep",
+        "--chunk-lens",
+        "64,256",
+        "--prompt-lens",
+        "512,1024",
+        "--policies",
+        "stall,inorder",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("scene,prompt_len,chunk_len,policy,makespan_ms"));
+    // 2 chunk lengths x 2 prompt lengths x 2 policies.
+    assert_eq!(lines.len(), 1 + 8, "{text}");
+    assert!(
+        lines.iter().any(|l| l.contains(",1024,256,stall,")),
+        "{text}"
+    );
+    let plot = std::fs::read_to_string(svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() == 4);
+    assert_clear_failure(&hetsched(&["sweep", "--chunk-lens", "0"]), "chunk length");
+}

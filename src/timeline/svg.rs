@@ -12,12 +12,12 @@ const TOP: f64 = 50.0;
 const LANE_HEIGHT: f64 = 44.0;
 const LANE_GAP: f64 = 10.0;
 /// Tableau 10: distinguishable, and readable on white.
-const PALETTE: [&str; 10] = [
+pub(crate) const PALETTE: [&str; 10] = [
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
     "#9c755f", "#bab0ac",
 ];
 
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -25,7 +25,7 @@ fn escape(text: &str) -> String {
 }
 
 /// A tick step of 1, 2 or 5 times a power of ten giving at most about ten ticks.
-fn tick_step_ms(span_ms: f64) -> f64 {
+pub(crate) fn tick_step_ms(span_ms: f64) -> f64 {
     let raw = (span_ms / 10.0).max(1e-6);
     let power = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 5.0, 10.0]
