@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use hetsched::engine::{self, RunOutcome};
 use hetsched::exec::{self, ExecModel, LinearPrecision, PrefillOptions, PrefillReport};
-use hetsched::import::{GgufFile, GgufTokenizer};
+use hetsched::import::{GgufFile, GgufTokenizer, HfModel, ImportError};
 use hetsched::report::RunReport;
 use hetsched::scene::{DEFAULT_SCENE, Scene, shipped_scenes};
 use hetsched::systems::Policy;
@@ -102,7 +102,8 @@ struct SimulateArgs {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// GGUF model file (llama architecture), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf.
+    /// GGUF model file (llama architecture), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf, or a
+    /// Hugging Face directory (config.json, tokenizer.json, *.safetensors).
     #[arg(long)]
     model: PathBuf,
     /// Prompt text.
@@ -200,10 +201,25 @@ fn run(args: RunArgs) -> Result<(), String> {
         (None, None) => return Err("give --prompt TEXT or --prompt-file FILE".into()),
     };
     let loading = Instant::now();
-    let file = GgufFile::open(&args.model).map_err(|e| format!("{}: {e}", args.model.display()))?;
-    let tokenizer = GgufTokenizer::from_gguf(&file).map_err(|e| e.to_string())?;
+    let shown = |e: ImportError| format!("{}: {e}", args.model.display());
+    let (tokenizer, model) = if args.model.is_dir() {
+        let hf = HfModel::open(&args.model).map_err(shown)?;
+        let tokenizer =
+            GgufTokenizer::from_tokenizer_json(&hf.tokenizer_path(), false).map_err(shown)?;
+        (
+            tokenizer,
+            ExecModel::from_source(&hf, args.precision).map_err(shown)?,
+        )
+    } else {
+        let file = GgufFile::open(&args.model).map_err(shown)?;
+        let tokenizer = GgufTokenizer::from_gguf(&file).map_err(shown)?;
+        (
+            tokenizer,
+            ExecModel::load(&file, args.precision).map_err(shown)?,
+        )
+    };
     let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
-    let model = Arc::new(ExecModel::load(&file, args.precision).map_err(|e| e.to_string())?);
+    let model = Arc::new(model);
     exec::check_prompt(&model, &tokens).map_err(|e| e.to_string())?;
     let load_ms = loading.elapsed().as_secs_f64() * 1e3;
     let options = PrefillOptions {

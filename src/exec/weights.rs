@@ -6,7 +6,7 @@ use hetsched_kernels::{PackedF32Weights, PackedI8Weights, RopeTable};
 use hetsched_systems::model::{ModelConfig, Precision};
 use serde::{Deserialize, Serialize};
 
-use crate::import::{GgufFile, ImportError, LlamaConfig, LlamaWeights, TensorView};
+use crate::import::{GgufFile, GgufSource, ImportError, LayerTensor, LlamaConfig, LlamaSource};
 
 /// Arithmetic of the linear layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -44,20 +44,17 @@ pub enum LinearWeights {
 }
 
 impl LinearWeights {
-    fn load(t: TensorView<'_>, precision: LinearPrecision) -> Result<Self, ImportError> {
-        let shape = t.shape();
-        let (n, k) = (shape[0], shape[1]);
-        let w = t.to_f32()?;
-        Ok(match precision {
-            LinearPrecision::F32 => LinearWeights::F32(PackedF32Weights::pack(&w, n, k)),
+    fn new(w: &[f32], n: usize, k: usize, precision: LinearPrecision) -> Self {
+        match precision {
+            LinearPrecision::F32 => LinearWeights::F32(PackedF32Weights::pack(w, n, k)),
             LinearPrecision::W8a8 => {
-                let (q, scales) = quantize_weights_per_row(&w, n, k);
+                let (q, scales) = quantize_weights_per_row(w, n, k);
                 LinearWeights::Int8 {
                     packed: PackedI8Weights::pack(&q, n, k),
                     scales,
                 }
             }
-        })
+        }
     }
 
     /// Output features.
@@ -122,38 +119,56 @@ pub struct ExecModel {
 }
 
 impl ExecModel {
-    /// Loads every weight of `file` for `precision` (dequantizing GGUF blocks to f32 and,
-    /// for W8A8, requantizing per output row).
+    /// Loads every weight of a GGUF `file` for `precision` (dequantizing GGUF blocks to
+    /// f32 and, for W8A8, requantizing per output row).
     pub fn load(file: &GgufFile, precision: LinearPrecision) -> Result<Self, ImportError> {
-        let config = LlamaConfig::from_gguf(file)?;
+        Self::from_source(&GgufSource::new(file)?, precision)
+    }
+
+    /// Loads every weight of `source` (a GGUF file or a Hugging Face directory).
+    pub fn from_source(
+        source: &dyn LlamaSource,
+        precision: LinearPrecision,
+    ) -> Result<Self, ImportError> {
+        let config = source.config().clone();
         config.validate()?;
-        let w = LlamaWeights::from_gguf(file, &config)?;
-        let token_embd = w.token_embd.to_f32()?;
-        let output = match w.output {
-            Some(o) => PackedF32Weights::pack(&o.to_f32()?, config.vocab_size, config.hidden),
-            None => PackedF32Weights::pack(&token_embd, config.vocab_size, config.hidden),
+        let (vocab, h) = (config.vocab_size, config.hidden);
+        let token_embd = checked("token_embd", source.token_embd()?, &[vocab, h])?;
+        let output = match source.output()? {
+            Some(o) => PackedF32Weights::pack(&checked("output", o, &[vocab, h])?, vocab, h),
+            None => PackedF32Weights::pack(&token_embd, vocab, h),
         };
-        let linear = |t| LinearWeights::load(t, precision);
-        let mut layers = Vec::with_capacity(w.layers.len());
-        for l in &w.layers {
+        let mut layers = Vec::with_capacity(config.n_layers);
+        for l in 0..config.n_layers {
+            let tensor = |which: LayerTensor| {
+                let shape = which.shape(&config);
+                checked(
+                    &format!("layer {l} {which:?}"),
+                    source.layer(l, which)?,
+                    &shape,
+                )
+            };
+            let linear = |which: LayerTensor| -> Result<LinearWeights, ImportError> {
+                let shape = which.shape(&config);
+                Ok(LinearWeights::new(
+                    &tensor(which)?,
+                    shape[0],
+                    shape[1],
+                    precision,
+                ))
+            };
             layers.push(LayerWeights {
-                attn_norm: l.attn_norm.to_f32()?,
-                wq: linear(l.attn_q)?,
-                wk: linear(l.attn_k)?,
-                wv: linear(l.attn_v)?,
-                wo: linear(l.attn_output)?,
-                ffn_norm: l.ffn_norm.to_f32()?,
-                w_gate: linear(l.ffn_gate)?,
-                w_up: linear(l.ffn_up)?,
-                w_down: linear(l.ffn_down)?,
+                attn_norm: tensor(LayerTensor::AttnNorm)?,
+                wq: linear(LayerTensor::Q)?,
+                wk: linear(LayerTensor::K)?,
+                wv: linear(LayerTensor::V)?,
+                wo: linear(LayerTensor::O)?,
+                ffn_norm: tensor(LayerTensor::FfnNorm)?,
+                w_gate: linear(LayerTensor::Gate)?,
+                w_up: linear(LayerTensor::Up)?,
+                w_down: linear(LayerTensor::Down)?,
             });
         }
-        let name = file
-            .metadata()
-            .get("general.name")
-            .and_then(|v| v.as_str())
-            .unwrap_or("llama")
-            .to_string();
         let rope = RopeTable::new(
             config.head_dim,
             config.rope_base,
@@ -161,8 +176,8 @@ impl ExecModel {
             config.context_length,
         );
         Ok(Self {
-            output_norm: w.output_norm.to_f32()?,
-            name,
+            output_norm: checked("output_norm", source.output_norm()?, &[h])?,
+            name: source.name(),
             precision,
             token_embd,
             layers,
@@ -195,5 +210,18 @@ impl ExecModel {
             float_precision: Precision::Fp32,
             layer_ops: None,
         }
+    }
+}
+
+/// `data` if it holds exactly `shape`'s elements.
+fn checked(name: &str, data: Vec<f32>, shape: &[usize]) -> Result<Vec<f32>, ImportError> {
+    if data.len() == shape.iter().product::<usize>() {
+        Ok(data)
+    } else {
+        Err(ImportError::ShapeMismatch {
+            name: name.to_string(),
+            expected: shape.to_vec(),
+            found: vec![data.len()],
+        })
     }
 }

@@ -20,6 +20,14 @@ pub enum ImportError {
         /// Underlying error.
         source: std::io::Error,
     },
+    /// A safetensors file or a Hugging Face `config.json` could not be read.
+    #[error("{path}: {message}")]
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        message: String,
+    },
     /// The first four bytes are not `GGUF`.
     #[error("bad magic {found:02x?}: not a GGUF file (expected the bytes \"GGUF\")")]
     BadMagic {

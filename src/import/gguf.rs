@@ -401,7 +401,7 @@ impl fmt::Debug for GgufFile {
 
 /// Maps `file` read-only.
 #[allow(unsafe_code)]
-fn map_read_only(file: &std::fs::File) -> std::io::Result<Mmap> {
+pub(crate) fn map_read_only(file: &std::fs::File) -> std::io::Result<Mmap> {
     // SAFETY: the file was opened read-only by `GgufFile::open` and this
     // program never writes to it while the map lives. Model files are not
     // expected to be modified by other processes while loaded; if one were

@@ -31,13 +31,17 @@
 pub mod error;
 pub mod forward;
 pub mod gguf;
+pub mod hf;
 pub mod llama;
+pub mod source;
 pub mod tokenizer;
 
 pub use error::ImportError;
 pub use forward::{LlamaModel, top_k};
 pub use gguf::{GgmlType, GgufFile, GgufHeader, Metadata, MetadataValue, TensorInfo, TensorView};
+pub use hf::HfModel;
 pub use llama::{LlamaConfig, LlamaLayerWeights, LlamaWeights};
+pub use source::{GgufSource, LayerTensor, LlamaSource};
 pub use tokenizer::GgufTokenizer;
 
 /// Where `scripts/fetch-model.sh` puts the test model, relative to the

@@ -83,6 +83,28 @@ fn token_id(md: &Metadata, key: &str, vocab: usize) -> Result<Option<u32>> {
 }
 
 impl GgufTokenizer {
+    /// Loads a Hugging Face `tokenizer.json` (the tokenizer of a safetensors checkpoint).
+    /// BOS is added when the file names a `bos_token` in `added_tokens` as `<s>` or
+    /// `<|begin_of_text|>` and `add_bos` is asked for; SmolLM2-style checkpoints add none.
+    pub fn from_tokenizer_json(path: &std::path::Path, add_bos: bool) -> Result<Self> {
+        let tokenizer =
+            Tokenizer::from_file(path).map_err(|e| tok_err(format!("{}: {e}", path.display())))?;
+        let vocab_size = tokenizer.get_vocab_size(true);
+        let bos = ["<s>", "<|begin_of_text|>"]
+            .iter()
+            .find_map(|t| tokenizer.token_to_id(t));
+        let eos = ["</s>", "<|endoftext|>", "<|end_of_text|>"]
+            .iter()
+            .find_map(|t| tokenizer.token_to_id(t));
+        Ok(Self {
+            tokenizer,
+            vocab_size,
+            bos,
+            eos,
+            add_bos: add_bos && bos.is_some(),
+        })
+    }
+
     /// Builds the tokenizer of `file`.
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         Self::from_metadata(file.metadata())

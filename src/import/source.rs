@@ -1,0 +1,142 @@
+//! Where a llama model's tensors come from: a GGUF file or a Hugging Face safetensors
+//! directory. The executor asks for tensors by role and gets row-major f32.
+
+use super::error::{ImportError, Result};
+use super::gguf::GgufFile;
+use super::llama::{LlamaConfig, LlamaWeights};
+
+/// A tensor of one decoder layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerTensor {
+    /// RMSNorm before attention, `[hidden]`.
+    AttnNorm,
+    /// Query projection, `[q_dim, hidden]`.
+    Q,
+    /// Key projection, `[kv_dim, hidden]`.
+    K,
+    /// Value projection, `[kv_dim, hidden]`.
+    V,
+    /// Attention output projection, `[hidden, q_dim]`.
+    O,
+    /// RMSNorm before the FFN, `[hidden]`.
+    FfnNorm,
+    /// FFN gate, `[ffn, hidden]`.
+    Gate,
+    /// FFN up, `[ffn, hidden]`.
+    Up,
+    /// FFN down, `[hidden, ffn]`.
+    Down,
+}
+
+impl LayerTensor {
+    /// Every layer tensor.
+    pub const ALL: [LayerTensor; 9] = [
+        LayerTensor::AttnNorm,
+        LayerTensor::Q,
+        LayerTensor::K,
+        LayerTensor::V,
+        LayerTensor::O,
+        LayerTensor::FfnNorm,
+        LayerTensor::Gate,
+        LayerTensor::Up,
+        LayerTensor::Down,
+    ];
+
+    /// Shape (outermost first) under `c`.
+    pub fn shape(self, c: &LlamaConfig) -> Vec<usize> {
+        let (h, q, kv, f) = (c.hidden, c.q_dim(), c.kv_dim(), c.ffn);
+        match self {
+            LayerTensor::AttnNorm | LayerTensor::FfnNorm => vec![h],
+            LayerTensor::Q => vec![q, h],
+            LayerTensor::K | LayerTensor::V => vec![kv, h],
+            LayerTensor::O => vec![h, q],
+            LayerTensor::Gate | LayerTensor::Up => vec![f, h],
+            LayerTensor::Down => vec![h, f],
+        }
+    }
+}
+
+/// A loaded model file (or directory) the executor can take weights from.
+pub trait LlamaSource {
+    /// Hyper-parameters.
+    fn config(&self) -> &LlamaConfig;
+    /// A human-readable model name.
+    fn name(&self) -> String;
+    /// `[vocab, hidden]` token embeddings.
+    fn token_embd(&self) -> Result<Vec<f32>>;
+    /// `[hidden]` final norm weight.
+    fn output_norm(&self) -> Result<Vec<f32>>;
+    /// `[vocab, hidden]` LM head, or `None` when tied to the embeddings.
+    fn output(&self) -> Result<Option<Vec<f32>>>;
+    /// Tensor `which` of layer `layer`, row-major, shaped as [`LayerTensor::shape`].
+    fn layer(&self, layer: usize, which: LayerTensor) -> Result<Vec<f32>>;
+}
+
+/// A GGUF file as a [`LlamaSource`].
+#[derive(Debug)]
+pub struct GgufSource<'a> {
+    file: &'a GgufFile,
+    config: LlamaConfig,
+    weights: LlamaWeights<'a>,
+}
+
+impl<'a> GgufSource<'a> {
+    /// Reads the llama config of `file` and checks every tensor's presence and shape.
+    pub fn new(file: &'a GgufFile) -> Result<Self> {
+        let config = LlamaConfig::from_gguf(file)?;
+        config.validate()?;
+        let weights = LlamaWeights::from_gguf(file, &config)?;
+        Ok(Self {
+            file,
+            config,
+            weights,
+        })
+    }
+}
+
+impl LlamaSource for GgufSource<'_> {
+    fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    fn name(&self) -> String {
+        self.file
+            .metadata()
+            .get("general.name")
+            .and_then(|v| v.as_str())
+            .unwrap_or("llama")
+            .to_string()
+    }
+
+    fn token_embd(&self) -> Result<Vec<f32>> {
+        self.weights.token_embd.to_f32()
+    }
+
+    fn output_norm(&self) -> Result<Vec<f32>> {
+        self.weights.output_norm.to_f32()
+    }
+
+    fn output(&self) -> Result<Option<Vec<f32>>> {
+        self.weights.output.map(|o| o.to_f32()).transpose()
+    }
+
+    fn layer(&self, layer: usize, which: LayerTensor) -> Result<Vec<f32>> {
+        let l = self
+            .weights
+            .layers
+            .get(layer)
+            .ok_or_else(|| ImportError::MissingTensor(format!("blk.{layer}")))?;
+        let t = match which {
+            LayerTensor::AttnNorm => l.attn_norm,
+            LayerTensor::Q => l.attn_q,
+            LayerTensor::K => l.attn_k,
+            LayerTensor::V => l.attn_v,
+            LayerTensor::O => l.attn_output,
+            LayerTensor::FfnNorm => l.ffn_norm,
+            LayerTensor::Gate => l.ffn_gate,
+            LayerTensor::Up => l.ffn_up,
+            LayerTensor::Down => l.ffn_down,
+        };
+        t.to_f32()
+    }
+}
