@@ -411,4 +411,51 @@ impl GpuContext {
         let words = self.gemm_host_a(Kind::I8, HostA::I8(a), m, w)?;
         Ok(unpack_i32(&words, m, w.rows()))
     }
+
+    /// Whether [`GpuContext::matmul_f16_coop_device`] can run here: `VK_NV_cooperative_matrix`
+    /// with `shaderFloat16`, and 32-wide subgroups (the kernel's 2x2 subgroup grid assumes it).
+    pub fn has_coop_matrix_f16(&self) -> bool {
+        self.info.coop_matrix_nv && self.info.shader_f16 && self.info.subgroup_size == Some(32)
+    }
+
+    /// Resident f16 GEMM on tensor cores (`VK_NV_cooperative_matrix`, 16x16x16 f16 tiles,
+    /// f32 accumulation), same operands as [`GpuContext::matmul_f16_device`]; `m` and `n`
+    /// must be multiples of 16. [`GpuError::Unsupported`] where the extension is missing.
+    pub fn matmul_f16_coop_device(
+        &self,
+        a: &GpuMatrix,
+        w: &GpuMatrix,
+        out: &GpuMatrix,
+        repeat: usize,
+    ) -> Result<Option<u64>> {
+        if !self.has_coop_matrix_f16() {
+            return Err(GpuError::Unsupported {
+                kernel: "matmul_f16_coop_device",
+                feature: "VK_NV_cooperative_matrix with shaderFloat16 and 32-wide subgroups",
+            });
+        }
+        check_operands(Kind::F16, a, w, out)?;
+        if !a.rows().is_multiple_of(16) || !w.rows().is_multiple_of(16) {
+            return Err(shape(
+                "matmul_f16_coop_device",
+                format!(
+                    "m = {} and n = {} must be multiples of 16",
+                    a.rows(),
+                    w.rows()
+                ),
+            ));
+        }
+        let mut push = push(a, w, out);
+        push[5] = out.ld_words() as u32;
+        let mut job = Job::new(self)?;
+        for _ in 0..repeat.max(1) {
+            job.dispatch(
+                Shader::GemmF16CoopNv,
+                &[&a.buf, &w.buf, &out.buf],
+                push,
+                groups(a.rows(), w.rows()),
+            )?;
+        }
+        Ok(job.finish()?.gpu_ns)
+    }
 }

@@ -121,3 +121,34 @@ fn i8_resident_device_and_split() {
     };
     assert_eq!(small.gemm_i8(&a, m, k, &w, n).unwrap(), want);
 }
+
+#[test]
+fn coop_matrix_f16_matches_or_is_refused() {
+    let Some(ctx) = common::gpu() else { return };
+    let mut rng = SeededRng::new(15);
+    let (m, k, n) = (48, 40, 144);
+    let a = halves(&mut rng, m * k);
+    let w = halves(&mut rng, n * k);
+    let a_gpu = ctx.upload_f16(&a, m, k).unwrap();
+    let w_gpu = ctx.upload_f16(&w, n, k).unwrap();
+    let out = ctx.alloc_matrix(m, n, Elem::F32).unwrap();
+    let result = ctx.matmul_f16_coop_device(&a_gpu, &w_gpu, &out, 1);
+    if !ctx.has_coop_matrix_f16() {
+        assert!(
+            matches!(result, Err(hetsched_gpu::GpuError::Unsupported { .. })),
+            "{result:?}"
+        );
+        return;
+    }
+    result.unwrap();
+    let (af, wf) = (widen(&a), widen(&w));
+    let mut want = vec![0.0; m * n];
+    reference::matmul_f32(&af, &wf, &mut want, m, k, n);
+    common::assert_close(
+        "coop",
+        &ctx.download_f32(&out).unwrap(),
+        &want,
+        &common::abs_dot(&af, &wf, m, k, n),
+        1e-4,
+    );
+}
