@@ -87,6 +87,8 @@ pub struct DeviceInfo {
     pub storage_8bit: bool,
     /// `shaderFloat16`.
     pub shader_f16: bool,
+    /// `shaderFloat64`: quantization uses it for exact rounding at ties (see quantize.comp).
+    pub shader_f64: bool,
     /// `storageBuffer16BitAccess`.
     pub storage_16bit: bool,
     /// `VK_KHR_cooperative_matrix` is offered.
@@ -244,8 +246,16 @@ fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, Devi
         shader_int8: core12 && have.shader_int8,
         storage_buffer8_bit_access: core12 && have.storage_buffer8_bit_access,
         shader_float16: core12 && have.shader_float16,
+        shader_float64: have.shader_float64,
         storage_buffer16_bit_access: core12 && have.storage_buffer16_bit_access,
         cooperative_matrix: extensions.nv_cooperative_matrix && have.cooperative_matrix,
+        // GL_KHR_memory_scope_semantics (needed by the cooperative-matrix shader) makes
+        // glslang declare the Vulkan memory model.
+        vulkan_memory_model: core12 && have.vulkan_memory_model,
+        // With the memory model on, device-scope atomics (absmax.comp) need this as well.
+        vulkan_memory_model_device_scope: core12
+            && have.vulkan_memory_model
+            && have.vulkan_memory_model_device_scope,
         ..DeviceFeatures::empty()
     };
     (extensions, features)
@@ -284,6 +294,7 @@ fn describe(
         shader_int8: features.shader_int8,
         storage_8bit: features.storage_buffer8_bit_access,
         shader_f16: features.shader_float16,
+        shader_f64: features.shader_float64,
         storage_16bit: features.storage_buffer16_bit_access,
         coop_matrix_khr: p.supported_extensions().khr_cooperative_matrix,
         coop_matrix_nv: extensions.nv_cooperative_matrix && features.cooperative_matrix,

@@ -54,10 +54,17 @@ pub enum GpuError {
 pub type Result<T> = std::result::Result<T, GpuError>;
 
 /// Wraps any displayable vulkano error with what we were doing when it happened.
-pub(crate) fn vk<E: std::fmt::Display>(context: &'static str) -> impl FnOnce(E) -> GpuError {
-    move |e| GpuError::Vulkan {
-        context,
-        message: e.to_string(),
+pub(crate) fn vk<E: std::fmt::Display + std::fmt::Debug>(
+    context: &'static str,
+) -> impl FnOnce(E) -> GpuError {
+    move |e| {
+        let mut message = e.to_string();
+        // vulkano's `Validated` displays only "a validation error occurred"; the details
+        // (which feature, which VUID) are in its Debug form.
+        if message.contains("validation error") {
+            message = format!("{message}: {e:?}");
+        }
+        GpuError::Vulkan { context, message }
     }
 }
 

@@ -34,6 +34,19 @@ pub(crate) struct Job<'c> {
     downloads: Vec<Subbuffer<[u32]>>,
 }
 
+/// One storage buffer of a [`GpuContext::run_simple`] call, bound in order from binding 0.
+pub(crate) enum Bind<'a> {
+    /// Uploaded from the host.
+    Upload(&'a [u32]),
+    /// Allocated, `words` long, contents undefined (the kernel writes every word).
+    Output(u64),
+}
+
+/// Workgroups for a grid-stride loop over `items` with 256-thread groups.
+pub(crate) fn stride_groups(items: usize) -> [u32; 3] {
+    [items.div_ceil(256).clamp(1, 65_535) as u32, 1, 1]
+}
+
 /// What a finished job gives back.
 pub(crate) struct Finished {
     /// One word vector per [`Job::download`], in call order.
@@ -87,6 +100,67 @@ impl GpuContext {
         )
         .map_err(vk("allocating a staging buffer"))
     }
+}
+
+impl GpuContext {
+    /// Uploads `binds`, runs one dispatch, reads back the buffers at `read` (indices into
+    /// `binds`), in that order.
+    pub(crate) fn run_simple(
+        &self,
+        shader: Shader,
+        binds: &[Bind<'_>],
+        read: &[usize],
+        push: [u32; PUSH_WORDS],
+        groups: [u32; 3],
+    ) -> Result<Vec<Vec<u32>>> {
+        let mut job = Job::new(self)?;
+        let mut bufs = Vec::with_capacity(binds.len());
+        for (i, b) in binds.iter().enumerate() {
+            bufs.push(match b {
+                Bind::Upload(words) => job.upload(words, &format!("input {i} of {shader:?}"))?,
+                Bind::Output(words) => {
+                    self.alloc_words(*words, &format!("output {i} of {shader:?}"))?
+                }
+            });
+        }
+        let refs: Vec<&Subbuffer<[u32]>> = bufs.iter().collect();
+        job.dispatch(shader, &refs, push, groups)?;
+        for &i in read {
+            job.download(&bufs[i]);
+        }
+        Ok(job.finish()?.downloads)
+    }
+}
+
+/// Calls `f(start, end)` over row ranges whose buffers stay within the storage-buffer limit,
+/// given the bytes one row needs in its largest buffer; sums the GPU times into the context's
+/// last time.
+pub(crate) fn for_row_chunks(
+    ctx: &GpuContext,
+    op: &'static str,
+    rows: usize,
+    row_bytes: usize,
+    mut f: impl FnMut(usize, usize) -> Result<()>,
+) -> Result<()> {
+    let limit = ctx.info.max_storage_buffer_range as usize;
+    let per = limit / row_bytes.max(1);
+    if per == 0 {
+        return Err(GpuError::BufferTooLarge {
+            what: format!("one row of {op}"),
+            bytes: row_bytes as u64,
+            limit: limit as u64,
+        });
+    }
+    let mut total: Option<u64> = Some(0);
+    let mut start = 0;
+    while start < rows {
+        let end = (start + per).min(rows);
+        f(start, end)?;
+        total = total.zip(ctx.last_gpu_time_ns()).map(|(t, g)| t + g);
+        start = end;
+    }
+    ctx.set_last_gpu_time(total);
+    Ok(())
 }
 
 impl<'c> Job<'c> {

@@ -16,13 +16,21 @@
 //! attention activations `[tokens, heads, head_dim]`, KV caches
 //! `[kv_len, n_kv_heads, head_dim]`; symmetric INT8 in `[-127, 127]`, round to nearest even.
 
+mod attention;
 mod buffers;
 mod context;
+mod elementwise;
 mod error;
 mod gemm;
 mod job;
+mod norm;
 mod pipelines;
+mod quant;
+mod rope;
+
+pub use attention::MAX_HEAD_DIM;
 
 pub use buffers::{Elem, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use error::{GpuError, Result};
+pub use hetsched_kernels::reference::{AttentionShape, RopeStyle};

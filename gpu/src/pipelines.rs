@@ -53,6 +53,14 @@ shaders! {
     GemmF16 => "gemm_f16",
     GemmF16CoopNv => "gemm_f16_coopmat_nv",
     GemmI8 => "gemm_i8",
+    RmsNorm => "rms_norm",
+    Rope => "rope",
+    SiluMul => "silu_mul",
+    AbsMax => "absmax",
+    Quantize => "quantize",
+    QuantizeF32 => "quantize_f32",
+    Dequantize => "dequantize",
+    Attention => "attention",
 }
 
 /// The lazily built pipelines of one device.

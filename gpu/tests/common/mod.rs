@@ -56,3 +56,15 @@ pub fn abs_dot(a: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
     hetsched_kernels::reference::matmul_f32(&a_abs, &w_abs, &mut out, m, k, n);
     out
 }
+
+/// Asserts exact equality, reporting the first differing element rather than both vectors.
+pub fn assert_same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
+        let n = got.iter().zip(want).filter(|(g, w)| g != w).count();
+        panic!(
+            "{what}: {n} elements differ, first at {i}: got {:?}, want {:?}",
+            got[i], want[i]
+        );
+    }
+}
