@@ -16,6 +16,22 @@ use crate::pipelines::{PUSH_WORDS, Shader};
 /// Output tile of the tiled GEMM kernels (rows and columns per workgroup).
 const TILE: usize = 128;
 
+/// Below this many 128x128 output tiles the f32 GEMM switches to 64x64 tiles: a SmolLM2
+/// chunk (512 x 1536 = 48 large tiles) would leave most of a 132-SM GPU idle.
+const SMALL_TILE_BELOW: usize = 264;
+
+/// Output tile of the f32 GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum GemmTile {
+    /// 64x64 when the product has fewer than 264 tiles of 128x128, else 128x128.
+    #[default]
+    Auto,
+    /// 128x128 per workgroup, 8x8 per thread: best for large products.
+    Large,
+    /// 64x64 per workgroup, 4x4 per thread: more workgroups for small products.
+    Small,
+}
+
 /// Which GEMM kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -156,12 +172,49 @@ impl GpuContext {
         check_operands(kind, a, w, out)?;
         let mut job = Job::new(self)?;
         for _ in 0..repeat.max(1) {
-            job.dispatch(
-                kind.shader(),
-                &[&a.buf, &w.buf, &out.buf],
-                push(a, w, out),
-                groups(a.rows(), w.rows()),
-            )?;
+            self.record_gemm(&mut job, kind, GemmTile::Auto, (a, w, out))?;
+        }
+        Ok(job.finish()?.gpu_ns)
+    }
+
+    /// Records one GEMM dispatch, choosing the f32 tile size.
+    fn record_gemm(
+        &self,
+        job: &mut Job<'_>,
+        kind: Kind,
+        tile: GemmTile,
+        (a, w, out): (&GpuMatrix, &GpuMatrix, &GpuMatrix),
+    ) -> Result<()> {
+        let (m, n) = (a.rows(), w.rows());
+        let small = match tile {
+            GemmTile::Auto => m.div_ceil(TILE) * n.div_ceil(TILE) < SMALL_TILE_BELOW,
+            GemmTile::Large => false,
+            GemmTile::Small => true,
+        };
+        let (shader, grid) = if kind == Kind::F32 && small {
+            let t = TILE / 2;
+            (
+                Shader::GemmF32Small,
+                [n.div_ceil(t) as u32, m.div_ceil(t) as u32, 1],
+            )
+        } else {
+            (kind.shader(), groups(m, n))
+        };
+        job.dispatch(shader, &[&a.buf, &w.buf, &out.buf], push(a, w, out), grid)
+    }
+
+    /// Resident f32 GEMM with a chosen tile size, `repeat` times in one submission; returns
+    /// the GPU time of all of them. For tests and benchmarks of each variant.
+    pub fn matmul_f32_device_with(
+        &self,
+        (a, w, out): (&GpuMatrix, &GpuMatrix, &GpuMatrix),
+        tile: GemmTile,
+        repeat: usize,
+    ) -> Result<Option<u64>> {
+        check_operands(Kind::F32, a, w, out)?;
+        let mut job = Job::new(self)?;
+        for _ in 0..repeat.max(1) {
+            self.record_gemm(&mut job, Kind::F32, tile, (a, w, out))?;
         }
         Ok(job.finish()?.gpu_ns)
     }
@@ -231,12 +284,7 @@ impl GpuContext {
             let a_mat = GpuContext::matrix_from(a_buf, rows, k, kind.elem());
             let c_buf = self.alloc_words((rows * c_ld_words) as u64, "output")?;
             let c_mat = GpuContext::matrix_from(c_buf, rows, n, out_elem);
-            job.dispatch(
-                kind.shader(),
-                &[&a_mat.buf, &w.buf, &c_mat.buf],
-                push(&a_mat, w, &c_mat),
-                groups(rows, n),
-            )?;
+            self.record_gemm(&mut job, kind, GemmTile::Auto, (&a_mat, w, &c_mat))?;
             let i = job.download(&c_mat.buf);
             let mut done = job.finish()?;
             total_ns = total_ns.zip(done.gpu_ns).map(|(t, g)| t + g);

@@ -33,4 +33,5 @@ pub use attention::MAX_HEAD_DIM;
 pub use buffers::{Elem, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use error::{GpuError, Result};
+pub use gemm::GemmTile;
 pub use hetsched_kernels::reference::{AttentionShape, RopeStyle};

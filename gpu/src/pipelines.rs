@@ -50,6 +50,7 @@ macro_rules! shaders {
 
 shaders! {
     GemmF32 => "gemm_f32",
+    GemmF32Small => "gemm_f32_small",
     GemmF16 => "gemm_f16",
     GemmF16CoopNv => "gemm_f16_coopmat_nv",
     GemmI8 => "gemm_i8",

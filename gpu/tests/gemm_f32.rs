@@ -2,7 +2,7 @@
 
 mod common;
 
-use hetsched_gpu::{Elem, GpuError, GpuOptions};
+use hetsched_gpu::{Elem, GemmTile, GpuError, GpuOptions};
 use hetsched_kernels::{reference, seeded::SeededRng};
 
 const REL: f32 = 1e-4;
@@ -141,4 +141,32 @@ fn device_info_is_reported() {
     assert!(!info.name.is_empty());
     assert!(info.max_storage_buffer_range >= 1 << 20);
     eprintln!("{info:?}");
+}
+
+#[test]
+fn both_tile_sizes_match_reference() {
+    let Some(ctx) = common::gpu() else { return };
+    let mut rng = SeededRng::new(4);
+    for &(m, k, n) in &[(3, 5, 7), (130, 70, 129), (65, 33, 200)] {
+        let a = rng.f32s(m * k);
+        let w = rng.f32s(n * k);
+        let want = reference(&a, &w, m, k, n);
+        let scale = common::abs_dot(&a, &w, m, k, n);
+        let (a_gpu, w_gpu) = (
+            ctx.upload_f32(&a, m, k).unwrap(),
+            ctx.upload_f32(&w, n, k).unwrap(),
+        );
+        for tile in [GemmTile::Large, GemmTile::Small] {
+            let out = ctx.alloc_matrix(m, n, Elem::F32).unwrap();
+            ctx.matmul_f32_device_with((&a_gpu, &w_gpu, &out), tile, 2)
+                .unwrap();
+            common::assert_close(
+                &format!("{tile:?} {m}x{k}x{n}"),
+                &ctx.download_f32(&out).unwrap(),
+                &want,
+                &scale,
+                REL,
+            );
+        }
+    }
 }
