@@ -6,7 +6,8 @@
 #                                  # target/gl/ (the remote machine has neither cargo nor a loader)
 #   scripts/gpu-bench.sh remote    # there (carry target/gpu-carry, target/gl), from the repo root: unpack the loader,
 #                                  # run the GPU tests with HETSCHED_REQUIRE_GPU=1, then the
-#                                  # benchmark as a table and as JSON into $OUT
+#                                  # benchmark (table on stdout and $OUT/bench.txt, JSON lines
+#                                  # in $OUT/bench.json)
 #
 # The device tool's call that produced docs/gpu.md's figures:
 #   run(command="bash target/gpu-carry/gpu-bench.sh remote", carry=["target/gpu-carry", "target/gl"])
@@ -50,8 +51,7 @@ remote)
   for t in target/gpu-carry/test-*; do
     HETSCHED_REQUIRE_GPU=1 "$t" 2>&1 | tee -a "$out/tests.log" | grep -E 'test result|FAILED|panicked' || status=1
   done
-  target/gpu-carry/gpu_bench 2>&1 | tee "$out/bench.txt" || status=1
-  target/gpu-carry/gpu_bench --json >"$out/bench.json" 2>&1 || status=1
+  target/gpu-carry/gpu_bench --json "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
   exit $status
   ;;
 *)

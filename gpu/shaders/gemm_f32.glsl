@@ -1,9 +1,8 @@
 // Tiled f32 GEMM: C[m, n] = A[m, k] · W[n, k]ᵀ (both operands k-contiguous, the GGUF layout).
 //
-// One workgroup of 16x16 threads computes a 128x128 tile of C (H = 2); each thread an 8x8
-// block (rows ty*4..+3 and 64+ty*4..+3, columns likewise), so that its shared-memory reads
-// are vec4-wide and the two halves do not hit the same banks; gemm_f32_small.comp sets
-// H = 1. Each step stages a 16-deep slice of A and W in shared memory, transposed to
+// One workgroup of 16x16 threads computes a 64x64 tile of C (H = 1, gemm_f32_small.comp);
+// each thread a 4x4 block, so that its shared-memory reads are vec4-wide. The H = 2 form of
+// this code (128x128) was slow on NVIDIA, see gemm_f32.comp, which spells that one out. Each step stages a 16-deep slice of A and W in shared memory, transposed to
 // [k][row], while the next slice's global loads are already in flight in registers. Rows are padded to whole vec4s with zeros (see buffers.rs),
 // so only row/column indices need bounds checks, never k.
 layout(local_size_x = 16, local_size_y = 16) in;
