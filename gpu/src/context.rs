@@ -16,7 +16,7 @@ use vulkano::{
     memory::allocator::StandardMemoryAllocator,
 };
 
-use crate::error::{GpuError, Result, vk};
+use crate::error::{GpuError, Result, describe, vk};
 use crate::pipelines::Pipelines;
 
 /// What kind of processor the Vulkan device is, in order of preference.
@@ -136,16 +136,16 @@ impl GpuContext {
     /// Opens the best Vulkan device: a discrete GPU, then integrated, virtual, and last a CPU
     /// implementation (lavapipe). Errors, never panics, when there is no loader or no device.
     pub fn new(options: GpuOptions) -> Result<Self> {
-        let library = VulkanLibrary::new().map_err(|e| GpuError::NoDevice(e.to_string()))?;
+        let library = VulkanLibrary::new().map_err(|e| GpuError::NoDevice(describe(&e)))?;
         let instance = Instance::new(library, InstanceCreateInfo::default())
-            .map_err(|e| GpuError::NoDevice(format!("creating the instance: {e}")))?;
+            .map_err(|e| GpuError::NoDevice(format!("creating the instance: {}", describe(&e))))?;
         let wanted = options
             .device_name_contains
             .as_deref()
             .map(str::to_lowercase);
         let (physical, family) = instance
             .enumerate_physical_devices()
-            .map_err(|e| GpuError::NoDevice(format!("enumerating devices: {e}")))?
+            .map_err(|e| GpuError::NoDevice(format!("enumerating devices: {}", describe(&e))))?
             .filter(|p| {
                 wanted
                     .as_deref()
@@ -185,7 +185,7 @@ impl GpuContext {
             .next()
             .ok_or_else(|| GpuError::NoDevice("the device returned no queue".into()))?;
 
-        let info = describe(&physical, family, &extensions, &features, &options);
+        let info = device_info(&physical, family, &extensions, &features, &options);
         let memory = Arc::new(StandardMemoryAllocator::new_default(device.clone()));
         let descriptors = Arc::new(StandardDescriptorSetAllocator::new(
             device.clone(),
@@ -261,7 +261,7 @@ fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, Devi
     (extensions, features)
 }
 
-fn describe(
+fn device_info(
     p: &PhysicalDevice,
     family: u32,
     extensions: &DeviceExtensions,

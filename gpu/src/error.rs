@@ -57,14 +57,20 @@ pub type Result<T> = std::result::Result<T, GpuError>;
 pub(crate) fn vk<E: std::fmt::Display + std::fmt::Debug>(
     context: &'static str,
 ) -> impl FnOnce(E) -> GpuError {
-    move |e| {
-        let mut message = e.to_string();
-        // vulkano's `Validated` displays only "a validation error occurred"; the details
-        // (which feature, which VUID) are in its Debug form.
-        if message.contains("validation error") {
-            message = format!("{message}: {e:?}");
-        }
-        GpuError::Vulkan { context, message }
+    move |e| GpuError::Vulkan {
+        context,
+        message: describe(&e),
+    }
+}
+
+/// An error's text. vulkano's `Validated` displays only "a (non-)validation error occurred";
+/// the details (which feature, which VUID, which driver error) are in its Debug form.
+pub(crate) fn describe<E: std::fmt::Display + std::fmt::Debug>(e: &E) -> String {
+    let message = e.to_string();
+    if message.contains("validation error occurred") {
+        format!("{e:?}")
+    } else {
+        message
     }
 }
 
