@@ -1,0 +1,302 @@
+//! Device selection: one Vulkan instance, device, compute queue and the allocators shared by
+//! every kernel.
+
+use std::sync::{Arc, Mutex};
+
+use vulkano::{
+    Version, VulkanLibrary,
+    command_buffer::allocator::StandardCommandBufferAllocator,
+    descriptor_set::allocator::StandardDescriptorSetAllocator,
+    device::{
+        Device, DeviceCreateInfo, DeviceExtensions, DeviceFeatures, Queue, QueueCreateInfo,
+        QueueFlags,
+        physical::{PhysicalDevice, PhysicalDeviceType},
+    },
+    instance::{Instance, InstanceCreateInfo},
+    memory::allocator::StandardMemoryAllocator,
+};
+
+use crate::error::{GpuError, Result, describe, vk};
+use crate::pipelines::Pipelines;
+
+/// What kind of processor the Vulkan device is, in order of preference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeviceKind {
+    /// A discrete GPU (first choice).
+    DiscreteGpu,
+    /// A GPU sharing memory with the CPU.
+    IntegratedGpu,
+    /// A GPU in a virtual machine.
+    VirtualGpu,
+    /// A CPU implementation such as Mesa's lavapipe (last choice; what CI runs on).
+    Cpu,
+    /// Anything else the driver reports.
+    Other,
+}
+
+impl DeviceKind {
+    fn of(t: PhysicalDeviceType) -> Self {
+        match t {
+            PhysicalDeviceType::DiscreteGpu => DeviceKind::DiscreteGpu,
+            PhysicalDeviceType::IntegratedGpu => DeviceKind::IntegratedGpu,
+            PhysicalDeviceType::VirtualGpu => DeviceKind::VirtualGpu,
+            PhysicalDeviceType::Cpu => DeviceKind::Cpu,
+            _ => DeviceKind::Other,
+        }
+    }
+}
+
+/// How to pick and set up the device.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Only consider devices whose name contains this text (case-insensitive).
+    pub device_name_contains: Option<String>,
+    /// Refuse CPU implementations (lavapipe): for callers that only want real GPU speed.
+    pub reject_cpu_devices: bool,
+    /// Pretend `maxStorageBufferRange` is at most this many bytes. Tests use it to exercise
+    /// the splitting of large operations without allocating 128 MiB buffers.
+    pub max_buffer_bytes: Option<u64>,
+}
+
+/// What the chosen device offers that the kernels rely on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceInfo {
+    /// The driver's device name, e.g. "NVIDIA H100 80GB HBM3" or "llvmpipe (LLVM 15...)".
+    pub name: String,
+    /// Discrete, integrated, virtual, CPU.
+    pub kind: DeviceKind,
+    /// Driver name and version text, when the driver reports them.
+    pub driver: String,
+    /// Vulkan API version of the device, "major.minor.patch".
+    pub api_version: String,
+    /// Bytes one storage buffer binding may span (`maxStorageBufferRange`, possibly lowered by
+    /// [`GpuOptions::max_buffer_bytes`]). Larger operands are split or refused.
+    pub max_storage_buffer_range: u64,
+    /// Shared memory per workgroup (`maxComputeSharedMemorySize`).
+    pub max_shared_memory: u32,
+    /// `maxComputeWorkGroupCount`.
+    pub max_workgroup_count: [u32; 3],
+    /// Subgroup (warp) size, when reported.
+    pub subgroup_size: Option<u32>,
+    /// Nanoseconds per timestamp tick, when the compute queue supports timestamps.
+    pub timestamp_period_ns: Option<f32>,
+    /// `shaderInt8` (8-bit arithmetic in shaders).
+    pub shader_int8: bool,
+    /// `storageBuffer8BitAccess` (i8 storage buffers). The INT8 kernels pack four i8 in a
+    /// 32-bit word either way, so they run without it.
+    pub storage_8bit: bool,
+    /// `shaderFloat16`.
+    pub shader_f16: bool,
+    /// `shaderFloat64`: quantization uses it for exact rounding at ties (see quantize.comp).
+    pub shader_f64: bool,
+    /// `storageBuffer16BitAccess`.
+    pub storage_16bit: bool,
+    /// `VK_KHR_cooperative_matrix` is offered.
+    pub coop_matrix_khr: bool,
+    /// `VK_NV_cooperative_matrix` is offered (what the cooperative-matrix f16 GEMM uses: the
+    /// Debian glslang that builds our shaders knows only `GL_NV_cooperative_matrix`).
+    pub coop_matrix_nv: bool,
+}
+
+impl DeviceInfo {
+    /// Whether each kernel call can report its GPU time.
+    pub fn has_timestamps(&self) -> bool {
+        self.timestamp_period_ns.is_some()
+    }
+}
+
+/// The Vulkan device, its compute queue, allocators and (lazily built) pipelines.
+///
+/// Safe to share between threads: every call records and submits its own command buffer and
+/// waits for it.
+pub struct GpuContext {
+    pub(crate) device: Arc<Device>,
+    pub(crate) queue: Arc<Queue>,
+    pub(crate) memory: Arc<StandardMemoryAllocator>,
+    pub(crate) descriptors: Arc<StandardDescriptorSetAllocator>,
+    pub(crate) commands: Arc<StandardCommandBufferAllocator>,
+    pub(crate) pipelines: Pipelines,
+    pub(crate) info: DeviceInfo,
+    pub(crate) last_gpu_time_ns: Mutex<Option<u64>>,
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext")
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+fn preference(p: &PhysicalDevice) -> DeviceKind {
+    DeviceKind::of(p.properties().device_type)
+}
+
+impl GpuContext {
+    /// Opens the best Vulkan device: a discrete GPU, then integrated, virtual, and last a CPU
+    /// implementation (lavapipe). Errors, never panics, when there is no loader or no device.
+    pub fn new(options: GpuOptions) -> Result<Self> {
+        let library = VulkanLibrary::new().map_err(|e| GpuError::NoDevice(describe(&e)))?;
+        let instance = Instance::new(library, InstanceCreateInfo::default())
+            .map_err(|e| GpuError::NoDevice(format!("creating the instance: {}", describe(&e))))?;
+        let wanted = options
+            .device_name_contains
+            .as_deref()
+            .map(str::to_lowercase);
+        let (physical, family) = instance
+            .enumerate_physical_devices()
+            .map_err(|e| GpuError::NoDevice(format!("enumerating devices: {}", describe(&e))))?
+            .filter(|p| {
+                wanted
+                    .as_deref()
+                    .is_none_or(|w| p.properties().device_name.to_lowercase().contains(w))
+            })
+            .filter(|p| !(options.reject_cpu_devices && preference(p) == DeviceKind::Cpu))
+            .filter_map(|p| {
+                let family = p
+                    .queue_family_properties()
+                    .iter()
+                    .position(|q| q.queue_flags.intersects(QueueFlags::COMPUTE))?;
+                Some((p, family as u32))
+            })
+            .min_by_key(|(p, _)| preference(p))
+            .ok_or_else(|| {
+                GpuError::NoDevice(match &options.device_name_contains {
+                    Some(w) => format!("no device with a compute queue whose name contains {w:?}"),
+                    None => "no physical device with a compute queue".into(),
+                })
+            })?;
+
+        let (extensions, features) = wanted_extensions_and_features(&physical);
+        let (device, mut queues) = Device::new(
+            physical.clone(),
+            DeviceCreateInfo {
+                enabled_extensions: extensions,
+                enabled_features: features,
+                queue_create_infos: vec![QueueCreateInfo {
+                    queue_family_index: family,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        )
+        .map_err(vk("creating the logical device"))?;
+        let queue = queues
+            .next()
+            .ok_or_else(|| GpuError::NoDevice("the device returned no queue".into()))?;
+
+        let info = device_info(&physical, family, &extensions, &features, &options);
+        let memory = Arc::new(StandardMemoryAllocator::new_default(device.clone()));
+        let descriptors = Arc::new(StandardDescriptorSetAllocator::new(
+            device.clone(),
+            Default::default(),
+        ));
+        let commands = Arc::new(StandardCommandBufferAllocator::new(
+            device.clone(),
+            Default::default(),
+        ));
+        Ok(GpuContext {
+            pipelines: Pipelines::new(device.clone()),
+            device,
+            queue,
+            memory,
+            descriptors,
+            commands,
+            info,
+            last_gpu_time_ns: Mutex::new(None),
+        })
+    }
+
+    /// The chosen device and what it offers.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// GPU time of the last kernel call on this context, in nanoseconds, from timestamp
+    /// queries around its dispatches (uploads and downloads excluded); `None` when the queue
+    /// has no timestamps or nothing ran yet. With several threads sharing the context, this is
+    /// whichever call finished last: use the `*_device` calls, which return their own time,
+    /// to attribute times exactly.
+    pub fn last_gpu_time_ns(&self) -> Option<u64> {
+        *self
+            .last_gpu_time_ns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn set_last_gpu_time(&self, ns: Option<u64>) {
+        *self
+            .last_gpu_time_ns
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = ns;
+    }
+}
+
+/// Extensions and features the kernels can use, each enabled only where offered.
+fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, DeviceFeatures) {
+    let offered = p.supported_extensions();
+    let extensions = DeviceExtensions {
+        nv_cooperative_matrix: offered.nv_cooperative_matrix,
+        ..DeviceExtensions::empty()
+    };
+    let have = p.supported_features();
+    // The 8/16-bit features are core from Vulkan 1.2; older devices simply go without them.
+    let core12 = p.api_version() >= Version::V1_2;
+    let features = DeviceFeatures {
+        shader_int8: core12 && have.shader_int8,
+        storage_buffer8_bit_access: core12 && have.storage_buffer8_bit_access,
+        shader_float16: core12 && have.shader_float16,
+        shader_float64: have.shader_float64,
+        storage_buffer16_bit_access: core12 && have.storage_buffer16_bit_access,
+        cooperative_matrix: extensions.nv_cooperative_matrix && have.cooperative_matrix,
+        // GL_KHR_memory_scope_semantics (needed by the cooperative-matrix shader) makes
+        // glslang declare the Vulkan memory model.
+        vulkan_memory_model: core12 && have.vulkan_memory_model,
+        // With the memory model on, device-scope atomics (absmax.comp) need this as well.
+        vulkan_memory_model_device_scope: core12
+            && have.vulkan_memory_model
+            && have.vulkan_memory_model_device_scope,
+        ..DeviceFeatures::empty()
+    };
+    (extensions, features)
+}
+
+fn device_info(
+    p: &PhysicalDevice,
+    family: u32,
+    extensions: &DeviceExtensions,
+    features: &DeviceFeatures,
+    options: &GpuOptions,
+) -> DeviceInfo {
+    let props = p.properties();
+    let timestamps = p.queue_family_properties()[family as usize]
+        .timestamp_valid_bits
+        .is_some_and(|bits| bits > 0);
+    let mut range = u64::from(props.max_storage_buffer_range);
+    if let Some(cap) = options.max_buffer_bytes {
+        range = range.min(cap);
+    }
+    let v = p.api_version();
+    DeviceInfo {
+        name: props.device_name.clone(),
+        kind: DeviceKind::of(props.device_type),
+        driver: [props.driver_name.clone(), props.driver_info.clone()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" "),
+        api_version: format!("{}.{}.{}", v.major, v.minor, v.patch),
+        max_storage_buffer_range: range,
+        max_shared_memory: props.max_compute_shared_memory_size,
+        max_workgroup_count: props.max_compute_work_group_count,
+        subgroup_size: props.subgroup_size,
+        timestamp_period_ns: timestamps.then_some(props.timestamp_period),
+        shader_int8: features.shader_int8,
+        storage_8bit: features.storage_buffer8_bit_access,
+        shader_f16: features.shader_float16,
+        shader_f64: features.shader_float64,
+        storage_16bit: features.storage_buffer16_bit_access,
+        coop_matrix_khr: p.supported_extensions().khr_cooperative_matrix,
+        coop_matrix_nv: extensions.nv_cooperative_matrix && features.cooperative_matrix,
+    }
+}

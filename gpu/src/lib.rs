@@ -1,0 +1,37 @@
+//! Vulkan compute kernels for hetsched (vulkano 0.35, GLSL compiled by `glslc` in
+//! `build.rs`): tiled GEMM in f32, f16 and INT8, RMSNorm, RoPE, causal GQA attention,
+//! SiLU x up, quantize and dequantize. Each kernel matches its scalar twin in
+//! `hetsched_kernels::reference` within the tolerance its test states.
+//!
+//! # Entry points
+//! * [`GpuContext::new`]: picks a device (discrete GPU first, Mesa's lavapipe last) and
+//!   reports what it offers in [`DeviceInfo`].
+//! * Host-slice kernels (`ctx.matmul_f32(&a, m, k, &w, n)`, ...): upload, run, read back.
+//! * Resident matrices ([`GpuMatrix`], `ctx.upload_f32`, `ctx.matmul_f32_device`): upload
+//!   weights once and reuse them for every chunk.
+//! * [`GpuContext::last_gpu_time_ns`]: GPU time of the last call from timestamp queries.
+//!
+//! # Layouts
+//! The conventions of `hetsched_kernels`: row-major; weights `[n, k]`, `out = a · wᵀ`;
+//! attention activations `[tokens, heads, head_dim]`, KV caches
+//! `[kv_len, n_kv_heads, head_dim]`; symmetric INT8 in `[-127, 127]`, round to nearest even.
+
+mod attention;
+mod buffers;
+mod context;
+mod elementwise;
+mod error;
+mod gemm;
+mod job;
+mod norm;
+mod pipelines;
+mod quant;
+mod rope;
+
+pub use attention::MAX_HEAD_DIM;
+
+pub use buffers::{Elem, GpuMatrix};
+pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
+pub use error::{GpuError, Result};
+pub use gemm::GemmTile;
+pub use hetsched_kernels::reference::{AttentionShape, RopeStyle};

@@ -1,0 +1,125 @@
+//! Compute pipelines from the SPIR-V that `build.rs` compiles with `glslc`, built lazily on
+//! first use (a test or a scheduler that never runs attention never pays for its pipeline).
+
+// Creating a shader module from SPIR-V words is `unsafe` in vulkano: it cannot check that the
+// code is valid SPIR-V. The words come from glslc, which only emits valid modules.
+#![allow(unsafe_code)]
+
+use std::sync::{Arc, OnceLock};
+
+use vulkano::{
+    device::Device,
+    pipeline::{
+        ComputePipeline, PipelineLayout, PipelineShaderStageCreateInfo,
+        compute::ComputePipelineCreateInfo, layout::PipelineDescriptorSetLayoutCreateInfo,
+    },
+    shader::{ShaderModule, ShaderModuleCreateInfo},
+};
+
+use crate::error::{GpuError, Result, vk};
+
+/// Every kernel's push-constant block is exactly this many 32-bit words (64 bytes, half the
+/// 128 bytes Vulkan guarantees), so one recording path serves all of them.
+pub(crate) const PUSH_WORDS: usize = 16;
+
+macro_rules! shaders {
+    ($($variant:ident => $file:literal,)*) => {
+        /// One compiled GLSL compute shader.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Shader { $($variant,)* }
+
+        impl Shader {
+            const ALL: &'static [Shader] = &[$(Shader::$variant,)*];
+
+            fn spirv(self) -> &'static [u8] {
+                match self {
+                    $(Shader::$variant => include_bytes!(concat!(env!("OUT_DIR"), "/", $file, ".spv")),)*
+                }
+            }
+
+            fn name(self) -> &'static str {
+                match self { $(Shader::$variant => $file,)* }
+            }
+
+            fn index(self) -> usize {
+                Self::ALL.iter().position(|&s| s == self).unwrap_or(0)
+            }
+        }
+    };
+}
+
+shaders! {
+    GemmF32 => "gemm_f32",
+    GemmF32Small => "gemm_f32_small",
+    GemmF16 => "gemm_f16",
+    GemmF16CoopNv => "gemm_f16_coopmat_nv",
+    GemmI8 => "gemm_i8",
+    RmsNorm => "rms_norm",
+    Rope => "rope",
+    SiluMul => "silu_mul",
+    AbsMax => "absmax",
+    Quantize => "quantize",
+    QuantizeF32 => "quantize_f32",
+    Dequantize => "dequantize",
+    Attention => "attention",
+}
+
+/// The lazily built pipelines of one device.
+pub(crate) struct Pipelines {
+    device: Arc<Device>,
+    built: Vec<OnceLock<Arc<ComputePipeline>>>,
+}
+
+impl Pipelines {
+    pub(crate) fn new(device: Arc<Device>) -> Self {
+        Pipelines {
+            device,
+            built: Shader::ALL.iter().map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The pipeline of `shader`, built on first use.
+    pub(crate) fn get(&self, shader: Shader) -> Result<Arc<ComputePipeline>> {
+        let slot = &self.built[shader.index()];
+        if let Some(p) = slot.get() {
+            return Ok(p.clone());
+        }
+        // Two threads may both build it; the loser's pipeline is dropped. Cheaper than a lock
+        // held across a compile.
+        let p = build(&self.device, shader)?;
+        Ok(slot.get_or_init(|| p).clone())
+    }
+}
+
+fn build(device: &Arc<Device>, shader: Shader) -> Result<Arc<ComputePipeline>> {
+    let bytes = shader.spirv();
+    if !bytes.len().is_multiple_of(4) {
+        return Err(GpuError::Vulkan {
+            context: "loading SPIR-V",
+            message: format!("{}.spv is not a whole number of words", shader.name()),
+        });
+    }
+    let words: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    // SAFETY: the words are a SPIR-V module emitted by glslc in build.rs (see the module note).
+    let module = unsafe { ShaderModule::new(device.clone(), ShaderModuleCreateInfo::new(&words)) }
+        .map_err(vk("creating a shader module"))?;
+    let entry = module.entry_point("main").ok_or_else(|| GpuError::Vulkan {
+        context: "creating a pipeline",
+        message: format!("{}.spv has no entry point main", shader.name()),
+    })?;
+    let stage = PipelineShaderStageCreateInfo::new(entry);
+    let layout_info = PipelineDescriptorSetLayoutCreateInfo::from_stages([&stage])
+        .into_pipeline_layout_create_info(device.clone())
+        .map_err(vk("deriving a pipeline layout"))?;
+    let layout = PipelineLayout::new(device.clone(), layout_info)
+        .map_err(vk("creating a pipeline layout"))?;
+    ComputePipeline::new(
+        device.clone(),
+        None,
+        ComputePipelineCreateInfo::stage_layout(stage, layout),
+    )
+    .map_err(vk("creating a compute pipeline"))
+}

@@ -1,0 +1,94 @@
+//! Causal GQA attention against `reference::attention_causal_gqa`:
+//! |diff| <= 1e-5 · max|v| + 1e-6 per element.
+
+mod common;
+
+use hetsched_gpu::{AttentionShape, GpuError};
+use hetsched_kernels::{reference, seeded::SeededRng};
+
+fn check(ctx: &hetsched_gpu::GpuContext, s: AttentionShape, seed: u64) {
+    let mut rng = SeededRng::new(seed);
+    let q: Vec<f32> = rng
+        .f32s(s.n_tokens * s.n_heads * s.head_dim)
+        .into_iter()
+        .map(|x| x * 4.0)
+        .collect();
+    let kv = s.kv_len * s.n_kv_heads * s.head_dim;
+    let k: Vec<f32> = rng.f32s(kv).into_iter().map(|x| x * 4.0).collect();
+    let v = rng.f32s(kv);
+    let got = ctx.attention_causal_gqa(&q, &k, &v, &s).unwrap();
+    let mut want = vec![0.0; q.len()];
+    reference::attention_causal_gqa(&q, &k, &v, &mut want, &s);
+    let vmax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let tol = vec![vmax + 0.1; want.len()];
+    common::assert_close(&format!("{s:?}"), &got, &want, &tol, 1e-5);
+}
+
+#[test]
+fn matches_reference_with_past_offset_and_gqa() {
+    let Some(ctx) = common::gpu() else { return };
+    let shape = |n_tokens, pos0, kv_len, n_heads, n_kv_heads, head_dim| AttentionShape {
+        n_tokens,
+        pos0,
+        kv_len,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    };
+    // First chunk, later chunk with a past, cache longer than needed (ignored future), SmolLM2
+    // heads (9 q / 3 kv / 64), odd head dims, one token, more than 64 keys per block.
+    for (i, s) in [
+        shape(1, 0, 1, 1, 1, 1),
+        shape(7, 0, 7, 4, 2, 8),
+        shape(5, 60, 70, 9, 3, 64),
+        shape(33, 100, 200, 9, 3, 64),
+        shape(3, 2, 5, 6, 1, 130),
+        shape(2, 250, 252, 2, 2, 256),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check(ctx, s, 30 + i as u64);
+    }
+}
+
+#[test]
+fn rejects_bad_shapes() {
+    let Some(ctx) = common::gpu() else { return };
+    let s = AttentionShape {
+        n_tokens: 2,
+        pos0: 1,
+        kv_len: 2,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 1,
+    };
+    let err = ctx
+        .attention_causal_gqa(&[0.0; 2], &[0.0; 2], &[0.0; 2], &s)
+        .unwrap_err();
+    assert!(err.to_string().contains("kv_len"), "{err}");
+    let s = AttentionShape {
+        n_tokens: 1,
+        pos0: 0,
+        kv_len: 1,
+        n_heads: 3,
+        n_kv_heads: 2,
+        head_dim: 1,
+    };
+    assert!(matches!(
+        ctx.attention_causal_gqa(&[0.0; 3], &[0.0; 2], &[0.0; 2], &s),
+        Err(GpuError::Shape { .. })
+    ));
+    let s = AttentionShape {
+        n_tokens: 1,
+        pos0: 0,
+        kv_len: 1,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 300,
+    };
+    assert!(
+        ctx.attention_causal_gqa(&[0.0; 300], &[0.0; 300], &[0.0; 300], &s)
+            .is_err()
+    );
+}
