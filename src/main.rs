@@ -128,6 +128,10 @@ struct RunArgs {
     /// Compute threads [default: the machine's cores].
     #[arg(long)]
     threads: Option<usize>,
+    /// Processor queues: cpu and npu (the emulated NPU) always; add gpu to run the float
+    /// stages on a Vulkan device (a build with `--features gpu`).
+    #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
+    backends: Vec<String>,
     /// Write a Chrome trace JSON timeline with real timestamps.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -227,6 +231,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         policy: args.policy,
         threads: args.threads.unwrap_or(PrefillOptions::default().threads),
         device: exec::host_device(),
+        gpu: wants_gpu(&args.backends)?,
     };
     let name = model.name.clone();
     let result = exec::prefill(model, &tokens, &options).map_err(|e| e.to_string())?;
@@ -257,6 +262,23 @@ fn run(args: RunArgs) -> Result<(), String> {
         print!("{}", report.summary());
     }
     Ok(())
+}
+
+/// Whether `--backends` asks for the GPU lane; cpu and npu are required.
+fn wants_gpu(backends: &[String]) -> Result<bool, String> {
+    for b in backends {
+        if !["cpu", "gpu", "npu"].contains(&b.as_str()) {
+            return Err(format!("unknown backend `{b}`: use cpu, gpu and npu"));
+        }
+    }
+    for needed in ["cpu", "npu"] {
+        if !backends.iter().any(|b| b == needed) {
+            return Err(format!(
+                "--backends must include `{needed}`: this host runs the INT8 stages on the emulated NPU lane and host work on the cpu lane"
+            ));
+        }
+    }
+    Ok(backends.iter().any(|b| b == "gpu"))
 }
 
 fn write_timelines(

@@ -63,6 +63,9 @@ pub enum ExecError {
     /// The run stopped early.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The GPU lane was asked for and cannot run.
+    #[error("GPU unavailable: {0}")]
+    Gpu(String),
     /// The thread pool could not start.
     #[error("could not start {threads} worker threads: {reason}")]
     Threads {

@@ -2,22 +2,16 @@
 
 use std::sync::Arc;
 
-use hetsched_kernels::{
-    AttentionKv, AttentionShape, attention_causal_gqa_gemm, matmul_f32_packed_cols, rms_norm,
-    silu_mul_fast,
-};
+use hetsched_kernels::{AttentionShape, matmul_f32_packed_cols, silu_mul_fast};
 use hetsched_systems::plan::InstanceKey;
 use rayon::prelude::*;
 
 use super::error::ExecError;
+use super::float_kernels::FloatKernels;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{NormSite, Projection, Step};
 use super::values::{LinearOut, dequantize, linear, quantize};
 use super::weights::{ExecModel, LayerWeights};
-
-/// Query tokens per attention task: small blocks let work stealing balance the causal
-/// triangle (late tokens see more keys) across threads.
-const ATTENTION_BLOCK: usize = 16;
 
 /// Executes stages of one prefill: the model, its compiled stages and the shared state.
 #[derive(Debug)]
@@ -27,6 +21,8 @@ pub struct StageRunner {
     steps: Vec<Vec<Step>>,
     /// Decoder layer per stage (`None`: the head).
     layers: Vec<Option<u32>>,
+    /// Float kernels per processor lane.
+    lanes: Vec<Arc<dyn FloatKernels>>,
     /// What the run writes.
     pub state: PrefillState,
 }
@@ -44,24 +40,38 @@ fn failed(reason: String) -> ExecError {
     ExecError::Kernel(reason)
 }
 
+impl std::fmt::Debug for dyn FloatKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.device())
+    }
+}
+
 impl StageRunner {
-    /// A runner for `steps` (compiled from the plan's stages, whose layers are `layers`).
+    /// A runner for `steps` (compiled from the plan's stages, whose layers are `layers`),
+    /// running float kernels on `lanes[processor]`.
     pub fn new(
         model: Arc<ExecModel>,
         steps: Vec<Vec<Step>>,
         layers: Vec<Option<u32>>,
+        lanes: Vec<Arc<dyn FloatKernels>>,
         state: PrefillState,
     ) -> Self {
         Self {
             model,
             steps,
             layers,
+            lanes,
             state,
         }
     }
 
-    /// Runs stage `key.stage` of chunk `key.chunk`.
-    pub fn run(&self, key: InstanceKey) -> Result<(), ExecError> {
+    /// Runs stage `key.stage` of chunk `key.chunk` on processor lane `lane`.
+    pub fn run(&self, key: InstanceKey, lane: usize) -> Result<(), ExecError> {
+        let Some(kernels) = self.lanes.get(lane) else {
+            return Err(failed(format!(
+                "no float kernels for processor lane {lane}"
+            )));
+        };
         let chunk = key.chunk as usize;
         let stage = key.stage as usize;
         let (Some(steps), Some(slot)) = (self.steps.get(stage), self.state.chunks.get(chunk))
@@ -74,7 +84,7 @@ impl StageRunner {
         let layer = self.layers[stage].map_or(self.model.layers.len(), |l| l as usize);
         let mut values = slot.lock();
         for &step in steps {
-            self.step(step, layer, chunk, &mut values)?;
+            self.step(&**kernels, step, layer, chunk, &mut values)?;
         }
         Ok(())
     }
@@ -88,6 +98,7 @@ impl StageRunner {
 
     fn step(
         &self,
+        kernels: &dyn FloatKernels,
         step: Step,
         layer: usize,
         chunk: usize,
@@ -112,9 +123,8 @@ impl StageRunner {
                     // Prefill needs the last token's logits only.
                     NormSite::Final => (&m.output_norm, &v.x[(rows - 1) * c.hidden..], 1),
                 };
-                let mut out = vec![0f32; rows * c.hidden];
-                rms_norm(x, weight, c.norm_eps, &mut out, rows, c.hidden);
-                v.normed = Some(out);
+                let out = kernels.rms_norm(x, weight, c.norm_eps, rows, c.hidden);
+                v.normed = Some(out.map_err(failed)?);
             }
             Step::QuantizeNormed => {
                 let x = v
@@ -164,12 +174,12 @@ impl StageRunner {
             }
             Step::Rope => {
                 let q = v.q.as_mut().ok_or(missing("rope", chunk, "queries"))?;
-                m.rope.apply(q, positions, c.n_heads);
+                kernels.rope(q, positions, c.n_heads).map_err(failed)?;
                 self.write_kv(layer, chunk)?;
             }
             Step::Attention => {
                 let q = v.q.take().ok_or(missing("attention", chunk, "queries"))?;
-                v.attn = Some(self.attention(layer, chunk, &q)?);
+                v.attn = Some(self.attention(kernels, layer, chunk, &q)?);
             }
             Step::DequantizeO => {
                 let o = v
@@ -284,33 +294,29 @@ impl StageRunner {
         Ok(())
     }
 
-    fn attention(&self, layer: usize, chunk: usize, q: &[f32]) -> Result<Vec<f32>, ExecError> {
+    fn attention(
+        &self,
+        kernels: &dyn FloatKernels,
+        layer: usize,
+        chunk: usize,
+        q: &[f32],
+    ) -> Result<Vec<f32>, ExecError> {
         let c = &self.model.config;
         for earlier in 0..=chunk {
             self.write_kv(layer, earlier)?;
         }
         let positions = self.state.positions(chunk);
-        let kv_len = positions.end;
-        let gathered = {
-            let cache = self.state.kv[layer].cache.read();
-            AttentionKv::gather(&cache.k, &cache.v, kv_len, c.n_kv_heads, c.head_dim)
+        let shape = AttentionShape {
+            n_tokens: positions.len(),
+            pos0: positions.start,
+            kv_len: positions.end,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
         };
-        let row = c.n_heads * c.head_dim;
-        let mut out = vec![0f32; q.len()];
-        out.par_chunks_mut(ATTENTION_BLOCK * row)
-            .zip(q.par_chunks(ATTENTION_BLOCK * row))
-            .enumerate()
-            .for_each(|(b, (out, q))| {
-                let shape = AttentionShape {
-                    n_tokens: q.len() / row,
-                    pos0: positions.start + b * ATTENTION_BLOCK,
-                    kv_len,
-                    n_heads: c.n_heads,
-                    n_kv_heads: c.n_kv_heads,
-                    head_dim: c.head_dim,
-                };
-                attention_causal_gqa_gemm(q, &gathered, out, &shape);
-            });
-        Ok(out)
+        let cache = self.state.kv[layer].cache.read();
+        kernels
+            .attention(q, &cache.k, &cache.v, &shape)
+            .map_err(failed)
     }
 }

@@ -20,6 +20,7 @@
 //! ```
 
 mod error;
+mod float_kernels;
 mod interpret;
 mod queues;
 mod report;
@@ -32,9 +33,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hetsched_systems::resources::Job;
-use hetsched_systems::{DeviceProfile, Policy, PrefillPlan, Workload};
+use hetsched_systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
 
 pub use error::ExecError;
+#[cfg(feature = "gpu")]
+pub use float_kernels::GpuFloat;
+pub use float_kernels::{CpuFloat, FloatKernels};
 pub use interpret::StageRunner;
 pub use queues::{JobRunner, ThreadQueues};
 pub use report::{PrefillReport, TopToken};
@@ -60,6 +64,8 @@ pub struct PrefillOptions {
     pub threads: usize,
     /// Processors (one queue each) and their cost models, which the policies consult.
     pub device: DeviceProfile,
+    /// Run the float stages on a Vulkan GPU lane (needs the `gpu` feature and a device).
+    pub gpu: bool,
 }
 
 impl Default for PrefillOptions {
@@ -69,6 +75,7 @@ impl Default for PrefillOptions {
             policy: Policy::default(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             device: host_device(),
+            gpu: false,
         }
     }
 }
@@ -89,10 +96,68 @@ pub struct PrefillResult {
     pub outcome: RunOutcome,
 }
 
+/// `device` with a GPU lane added (costed like its CPU: the policies only need a guess),
+/// which takes the float stages.
+pub fn with_gpu_lane(mut device: DeviceProfile) -> DeviceProfile {
+    if device.first_of(ProcessorKind::Gpu).is_none()
+        && let Some(cpu) = device.first_of(ProcessorKind::Cpu)
+    {
+        let mut gpu = device.processors[cpu].clone();
+        gpu.name = "gpu".into();
+        gpu.kind = ProcessorKind::Gpu;
+        device.processors.push(gpu);
+        device.name = format!("{} + Vulkan GPU", device.name);
+    }
+    device
+}
+
 impl JobRunner for StageRunner {
     fn run(&self, job: &Job) -> Result<(), String> {
-        StageRunner::run(self, job.key).map_err(|e| e.to_string())
+        StageRunner::run(self, job.key, job.processor).map_err(|e| e.to_string())
     }
+}
+
+/// Float kernels for every lane of `device`.
+fn lane_kernels(
+    model: &Arc<ExecModel>,
+    device: &DeviceProfile,
+) -> Result<Vec<Arc<dyn FloatKernels>>, ExecError> {
+    let cpu: Arc<dyn FloatKernels> = Arc::new(CpuFloat {
+        model: model.clone(),
+    });
+    let mut gpu: Option<Arc<dyn FloatKernels>> = None;
+    device
+        .processors
+        .iter()
+        .map(|p| match p.kind {
+            ProcessorKind::Gpu => {
+                if gpu.is_none() {
+                    gpu = Some(open_gpu(model)?);
+                }
+                Ok(gpu.clone().expect("opened just above"))
+            }
+            _ => Ok(cpu.clone()),
+        })
+        .collect()
+}
+
+#[cfg(feature = "gpu")]
+fn open_gpu(model: &ExecModel) -> Result<Arc<dyn FloatKernels>, ExecError> {
+    let context = hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default())
+        .map_err(|e| ExecError::Gpu(e.to_string()))?;
+    Ok(Arc::new(GpuFloat {
+        context: parking_lot::Mutex::new(context),
+        head_dim: model.config.head_dim,
+        rope_base: model.config.rope_base,
+        rope_style: model.config.rope_style,
+    }))
+}
+
+#[cfg(not(feature = "gpu"))]
+fn open_gpu(_model: &ExecModel) -> Result<Arc<dyn FloatKernels>, ExecError> {
+    Err(ExecError::Gpu(
+        "this build has no GPU support: rebuild with `cargo build --release --features gpu`".into(),
+    ))
 }
 
 /// Checks `tokens` against the model: not empty, within the context, inside the
@@ -124,17 +189,22 @@ pub fn prefill(
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
     check_prompt(&model, tokens)?;
+    let (device, float_processor) = if options.gpu {
+        (
+            with_gpu_lane(options.device.clone()),
+            Some("gpu".to_string()),
+        )
+    } else {
+        (options.device.clone(), None)
+    };
     let workload = Workload {
         prompt_len: tokens.len() as u32,
         chunk_len: options.chunk_len,
         policy: options.policy,
-        float_processor: None,
+        float_processor,
     };
-    let plan = Arc::new(PrefillPlan::new(
-        model.model_config(),
-        options.device.clone(),
-        workload,
-    )?);
+    let plan = Arc::new(PrefillPlan::new(model.model_config(), device, workload)?);
+    let lanes = lane_kernels(&model, &plan.device)?;
     let steps = Step::compile_stages(&plan.stages)?;
     let layers = plan.stages.iter().map(|s| s.layer).collect();
     let state = PrefillState::new(
@@ -143,7 +213,7 @@ pub fn prefill(
         model.layers.len(),
         model.config.kv_dim(),
     );
-    let runner = Arc::new(StageRunner::new(model, steps, layers, state));
+    let runner = Arc::new(StageRunner::new(model, steps, layers, lanes, state));
     let threads = options.threads.max(1);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
