@@ -5,81 +5,13 @@
 use std::sync::Arc;
 
 use hetsched::engine::{RunOutcome, simulate};
-use hetsched::systems::testing::{processor, tiny_model};
+use hetsched::systems::testing::{Timing, check_schedule, processor, tiny_model};
 use hetsched::systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
 use proptest::prelude::*;
 
-/// Checks every invariant of a finished run; returns the first violation.
-pub fn check_run(run: &RunOutcome) -> Result<(), String> {
-    let plan = &run.plan;
-    let mut slice_of = vec![None; plan.id_space()];
-    for s in &run.timeline.slices {
-        let id = plan.id(s.key);
-        if slice_of[id].replace(s).is_some() {
-            return Err(format!("{:?} ran twice", s.key));
-        }
-        if s.processor != plan.processor(s.key) {
-            return Err(format!(
-                "{:?} ran on lane {} instead of {}",
-                s.key,
-                s.processor,
-                plan.processor(s.key)
-            ));
-        }
-        if s.end_ns - s.start_ns != plan.cost_ns(s.key) {
-            return Err(format!(
-                "{:?} took {} ns, modeled {}",
-                s.key,
-                s.end_ns - s.start_ns,
-                plan.cost_ns(s.key)
-            ));
-        }
-    }
-    for key in plan.instances() {
-        let Some(s) = slice_of[plan.id(key)] else {
-            return Err(format!("{key:?} never ran"));
-        };
-        for p in plan.predecessors(key) {
-            let before = slice_of[plan.id(p)].ok_or(format!("{p:?} never ran"))?;
-            if before.end_ns > s.start_ns {
-                return Err(format!(
-                    "{key:?} started at {} before {p:?} ended at {}",
-                    s.start_ns, before.end_ns
-                ));
-            }
-        }
-    }
-    if run.timeline.slices.len() != plan.instance_count() {
-        return Err(format!(
-            "{} slices for {} instances",
-            run.timeline.slices.len(),
-            plan.instance_count()
-        ));
-    }
-    for lane in 0..plan.device.processors.len() {
-        let mut spans: Vec<(u64, u64)> = run
-            .timeline
-            .slices
-            .iter()
-            .filter(|s| s.processor == lane)
-            .map(|s| (s.start_ns, s.end_ns))
-            .collect();
-        spans.sort_unstable();
-        if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
-            return Err(format!(
-                "lane {lane} ran two jobs at once: {:?} and {:?}",
-                w[0], w[1]
-            ));
-        }
-    }
-    if run.makespan_ns < plan.lower_bound().ns() {
-        return Err(format!(
-            "makespan {} below the lower bound {}",
-            run.makespan_ns,
-            plan.lower_bound().ns()
-        ));
-    }
-    Ok(())
+/// Checks every invariant of a finished simulated run; returns the first violation.
+fn check_run(run: &RunOutcome) -> Result<(), String> {
+    check_schedule(&run.plan, &run.timeline.slices, Timing::Modeled)
 }
 
 fn policy() -> impl Strategy<Value = Policy> {

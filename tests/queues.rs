@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use hetsched::engine::{self, EngineError};
 use hetsched::exec::{JobRunner, ThreadQueues};
 use hetsched::systems::resources::Job;
-use hetsched::systems::testing::tiny_plan;
+use hetsched::systems::testing::{Timing, check_schedule, tiny_plan};
 
 /// Busy-waits a little per job so jobs on different lanes overlap.
 struct Counting {
@@ -63,38 +63,7 @@ fn every_job_runs_once_and_lanes_never_overlap() {
         let id = plan.id(key);
         assert_eq!(runner.runs[id].load(Ordering::SeqCst), 1, "{key:?}");
     }
-    assert_eq!(run.timeline.slices.len(), plan.instance_count());
-    for lane in 0..lanes {
-        let mut spans: Vec<(u64, u64)> = run
-            .timeline
-            .slices
-            .iter()
-            .filter(|s| s.processor == lane)
-            .map(|s| (s.start_ns, s.end_ns))
-            .collect();
-        spans.sort();
-        for w in spans.windows(2) {
-            assert!(w[0].1 <= w[1].0, "lane {lane} ran two jobs at once: {w:?}");
-        }
-    }
-    // Dependencies on real time: no instance starts before its predecessors ended.
-    let end_of = |id: usize| {
-        run.timeline
-            .slices
-            .iter()
-            .find(|s| s.id as usize == id)
-            .unwrap()
-            .end_ns
-    };
-    for s in &run.timeline.slices {
-        for pred in plan.predecessors(s.key) {
-            assert!(
-                end_of(plan.id(pred)) <= s.start_ns,
-                "{:?} before {pred:?}",
-                s.key
-            );
-        }
-    }
+    check_schedule(&plan, &run.timeline.slices, Timing::Measured).unwrap();
 }
 
 #[test]

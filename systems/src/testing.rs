@@ -5,6 +5,7 @@ use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
 use crate::model::{ModelConfig, Precision};
 use crate::plan::{PrefillPlan, Workload};
 use crate::policy::Policy;
+use crate::resources::SliceRecord;
 
 /// A small llama-shaped model with `layers` layers.
 pub fn tiny_model(layers: u32) -> ModelConfig {
@@ -72,4 +73,92 @@ pub fn tiny_plan(layers: u32, prompt_len: u32, chunk_len: u32) -> PrefillPlan {
         float_processor: None,
     };
     PrefillPlan::new(tiny_model(layers), tiny_device(), workload).expect("the tiny plan is valid")
+}
+
+/// Whether slice durations must equal the modeled costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// A simulated run: every job takes exactly its modeled time, and the makespan can
+    /// not beat the lower bound.
+    Modeled,
+    /// Real queues: durations are measured.
+    Measured,
+}
+
+/// Checks the scheduler invariants on the slices of a finished run: every instance ran
+/// exactly once, on its planned lane, after all its predecessors ended; a lane never ran
+/// two jobs at once; with [`Timing::Modeled`], durations equal their costs and the
+/// makespan is at least the lower bound. Returns the first violation.
+pub fn check_schedule(
+    plan: &PrefillPlan,
+    slices: &[SliceRecord],
+    timing: Timing,
+) -> Result<(), String> {
+    let mut slice_of = vec![None; plan.id_space()];
+    for s in slices {
+        let id = plan.id(s.key);
+        if slice_of[id].replace(s).is_some() {
+            return Err(format!("{:?} ran twice", s.key));
+        }
+        if s.processor != plan.processor(s.key) {
+            return Err(format!(
+                "{:?} ran on lane {} instead of {}",
+                s.key,
+                s.processor,
+                plan.processor(s.key)
+            ));
+        }
+        if timing == Timing::Modeled && s.end_ns - s.start_ns != plan.cost_ns(s.key) {
+            return Err(format!(
+                "{:?} took {} ns, modeled {}",
+                s.key,
+                s.end_ns - s.start_ns,
+                plan.cost_ns(s.key)
+            ));
+        }
+    }
+    for key in plan.instances() {
+        let Some(s) = slice_of[plan.id(key)] else {
+            return Err(format!("{key:?} never ran"));
+        };
+        for p in plan.predecessors(key) {
+            let before = slice_of[plan.id(p)].ok_or(format!("{p:?} never ran"))?;
+            if before.end_ns > s.start_ns {
+                return Err(format!(
+                    "{key:?} started at {} before {p:?} ended at {}",
+                    s.start_ns, before.end_ns
+                ));
+            }
+        }
+    }
+    if slices.len() != plan.instance_count() {
+        return Err(format!(
+            "{} slices for {} instances",
+            slices.len(),
+            plan.instance_count()
+        ));
+    }
+    for lane in 0..plan.device.processors.len() {
+        let mut spans: Vec<(u64, u64)> = slices
+            .iter()
+            .filter(|s| s.processor == lane)
+            .map(|s| (s.start_ns, s.end_ns))
+            .collect();
+        spans.sort_unstable();
+        if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
+            return Err(format!(
+                "lane {lane} ran two jobs at once: {:?} and {:?}",
+                w[0], w[1]
+            ));
+        }
+    }
+    let makespan = slices.iter().map(|s| s.end_ns).max().unwrap_or(0);
+    if timing == Timing::Modeled && makespan < plan.lower_bound().ns() {
+        return Err(format!(
+            "makespan {} below the lower bound {}",
+            makespan,
+            plan.lower_bound().ns()
+        ));
+    }
+    Ok(())
 }
