@@ -1,8 +1,11 @@
 //! Phase 3: policy + dispatch. Each idle processor takes one ready instance.
 
+use std::collections::BTreeSet;
+
 use bevy_ecs::prelude::{Query, Res, ResMut};
 
 use crate::components::{BusySlot, Processor, SubgraphState};
+use crate::memory_dispatch::MemoryLedger;
 use crate::policy::{
     Policy, pick_cpf, pick_heft, pick_in_order, pick_lookahead, pick_peer, pick_stall,
 };
@@ -11,7 +14,8 @@ use crate::resources::{Clock, Index, Job, Outbox, Plan, PolicyState, ReadyQueues
 
 /// For every idle processor, in lane order, asks the policy for a ready instance, marks
 /// it Running and hands it to the engine through the [`Outbox`]. A processor never holds
-/// more than one job (seed 000, Eq. 4).
+/// more than one job (seed 000, Eq. 4). The policy chooses among the ready instances the
+/// [`MemoryLedger`] admits; the others wait until memory frees.
 #[allow(clippy::too_many_arguments)]
 pub fn dispatch_ready(
     plan: Res<Plan>,
@@ -24,6 +28,7 @@ pub fn dispatch_ready(
     mut states: Query<&mut SubgraphState>,
     mut outbox: ResMut<Outbox>,
     mut stats: ResMut<RunStats>,
+    mut memory: ResMut<MemoryLedger>,
 ) {
     let plan = &plan.0;
     let policy = &mut *policy;
@@ -32,7 +37,23 @@ pub fn dispatch_ready(
         if slot.running.is_some() || ready.0[lane].is_empty() {
             continue;
         }
-        let lane_ready = &ready.0[lane];
+        let admitted: BTreeSet<u32>;
+        let lane_ready = if memory.unconstrained() {
+            &ready.0[lane]
+        } else {
+            admitted = ready.0[lane]
+                .iter()
+                .copied()
+                .filter(|&id| memory.admits(plan.key(id as usize)))
+                .collect();
+            if admitted.len() < ready.0[lane].len() {
+                stats.held_for_memory += 1;
+            }
+            &admitted
+        };
+        if lane_ready.is_empty() {
+            continue;
+        }
         let choice = match policy.policy {
             Policy::Stall => pick_stall(plan, &progress, lane_ready, processor.kind),
             Policy::InOrder => {
@@ -44,13 +65,14 @@ pub fn dispatch_ready(
             Policy::Cpf => pick_cpf(plan, lane_ready),
             Policy::Lookahead => {
                 let others_ready =
-                    ready.0.iter().map(|q| q.len()).sum::<usize>() - lane_ready.len();
+                    ready.0.iter().map(|q| q.len()).sum::<usize>() - ready.0[lane].len();
                 pick_lookahead(plan, &progress, lane_ready, processor.kind, others_ready)
             }
         };
         let Some(id) = choice else { continue };
         ready.0[lane].remove(&id);
         let key = plan.key(id as usize);
+        memory.start(key);
         let instance = index.instances[id as usize].expect("ready instance without an entity");
         *states.get_mut(instance).expect("instance state") = SubgraphState::Running;
         slot.running = Some(id);

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::device::{DeviceProfile, ProcessorKind};
 use crate::error::PlanError;
 use crate::graph::{Sharing, StageDependency, StageTemplate, build_stages};
+use crate::memory::{MemoryConfig, MemoryProfile};
 use crate::model::{ChunkShape, ExecClass, ModelConfig};
 use crate::policy::Policy;
 
@@ -65,6 +66,8 @@ pub struct PrefillPlan {
     pub stage_processor: Vec<usize>,
     /// Number of chunks.
     pub chunks: u32,
+    /// Memory regions' budgets and alignment (see [`PrefillPlan::with_memory`]).
+    pub memory: MemoryConfig,
     /// Modeled cost in ns, indexed by [`PrefillPlan::id`]; 0 for ids with no instance.
     cost_ns: Vec<u64>,
     /// Longest path from any entry to the start of each instance, by id (ns).
@@ -119,6 +122,7 @@ impl PrefillPlan {
             stages,
             stage_processor,
             chunks,
+            memory: MemoryConfig::default(),
             cost_ns: Vec::new(),
             top_level_ns: Vec::new(),
             bottom_level_ns: Vec::new(),
@@ -126,7 +130,21 @@ impl PrefillPlan {
         plan.cost_ns = plan.model_costs()?;
         plan.top_level_ns = plan.top_levels();
         plan.bottom_level_ns = plan.bottom_levels();
+        // The device's own memory must hold the KV cache and one chunk (no budget set yet).
+        MemoryProfile::new(&plan).check_feasible()?;
         Ok(plan)
+    }
+
+    /// Sets the memory budgets and alignment, refusing budgets that can never be met.
+    ///
+    /// # Errors
+    /// [`PlanError::InvalidMemory`] for an unknown region or a bad alignment;
+    /// [`PlanError::Memory`] when a region cannot hold the KV cache and one chunk.
+    pub fn with_memory(mut self, memory: MemoryConfig) -> Result<Self, PlanError> {
+        memory.validate(&self.device)?;
+        self.memory = memory;
+        MemoryProfile::new(&self).check_feasible()?;
+        Ok(self)
     }
 
     fn model_costs(&self) -> Result<Vec<u64>, PlanError> {

@@ -1,0 +1,173 @@
+//! A chunk's memory over its own progress, and whether a budget can ever be met.
+//!
+//! A chunk's stages run one after another, so the bytes a chunk holds in a region depend
+//! only on how far it got: `wait[j]` before stage `j` starts, `run[j]` while it runs.
+//! `peak_from[j]` is the most it will hold from stage `j` on. These are the same for
+//! every chunk but the last (which also runs the model head), so two profiles describe a
+//! whole prefill. Sizes are rounded up to the region alignment, as the planner packs them.
+
+use super::align::align_up;
+use super::error::MemoryError;
+use super::region::Region;
+use super::tensors::{KvCache, chunk_tensors};
+use crate::plan::{InstanceKey, PrefillPlan};
+
+/// Bytes per (stage, region) of one chunk's progress; index `stage * regions + region`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkProfile {
+    /// Regions per stage row.
+    pub regions: usize,
+    /// Stages this chunk runs.
+    pub stages: u32,
+    /// Allocated when stage `j` starts (its outputs and workspace).
+    pub alloc: Vec<u64>,
+    /// Freed when stage `j` ends (its workspace and tensors it reads last).
+    pub free: Vec<u64>,
+    /// Held before stage `j` starts; row `stages` is what is left at the end (0).
+    pub wait: Vec<u64>,
+    /// Held while stage `j` runs.
+    pub run: Vec<u64>,
+    /// The most held from stage `j` on (`run` suffix maximum); row `stages` is 0.
+    pub peak_from: Vec<u64>,
+}
+
+impl ChunkProfile {
+    /// The profile of chunk `chunk` of `plan`, with sizes aligned as in `regions`.
+    pub fn new(plan: &PrefillPlan, regions: &[Region], chunk: u32) -> ChunkProfile {
+        let r = regions.len();
+        let stages = (0..plan.stage_count())
+            .take_while(|&stage| plan.exists(InstanceKey { chunk, stage }))
+            .count() as u32;
+        let n = stages as usize;
+        let mut alloc = vec![0u64; n * r];
+        let mut free = vec![0u64; n * r];
+        for t in chunk_tensors(plan) {
+            if t.producer >= stages {
+                continue;
+            }
+            let size = align_up(t.bytes, regions[t.region].alignment).unwrap_or(u64::MAX);
+            let last = t.last_use(plan, chunk) as usize;
+            alloc[t.producer as usize * r + t.region] += size;
+            free[last * r + t.region] += size;
+        }
+        let mut wait = vec![0u64; (n + 1) * r];
+        let mut run = vec![0u64; n * r];
+        for j in 0..n {
+            for k in 0..r {
+                run[j * r + k] = wait[j * r + k] + alloc[j * r + k];
+                wait[(j + 1) * r + k] = run[j * r + k] - free[j * r + k];
+            }
+        }
+        let mut peak_from = vec![0u64; (n + 1) * r];
+        for j in (0..n).rev() {
+            for k in 0..r {
+                peak_from[j * r + k] = peak_from[(j + 1) * r + k].max(run[j * r + k]);
+            }
+        }
+        ChunkProfile {
+            regions: r,
+            stages,
+            alloc,
+            free,
+            wait,
+            run,
+            peak_from,
+        }
+    }
+
+    /// The most this chunk ever holds in `region`.
+    pub fn peak(&self, region: usize) -> u64 {
+        self.peak_from[region]
+    }
+
+    /// Row `stage` of a per-stage table.
+    pub fn row<'a>(&self, table: &'a [u64], stage: u32) -> &'a [u64] {
+        let at = stage as usize * self.regions;
+        &table[at..at + self.regions]
+    }
+}
+
+/// Everything memory-aware dispatch needs: regions, KV cache per region, and the
+/// profiles of an ordinary chunk and of the last one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryProfile {
+    /// Regions in lane order.
+    pub regions: Vec<Region>,
+    /// KV cache bytes per region (aligned), held for the whole prefill.
+    pub kv_bytes: Vec<u64>,
+    /// Every chunk but the last.
+    pub chunk: ChunkProfile,
+    /// The last chunk (runs the model head too).
+    pub last: ChunkProfile,
+    /// Chunks in the prefill.
+    pub chunks: u32,
+}
+
+impl MemoryProfile {
+    /// The profile of `plan`.
+    pub fn new(plan: &PrefillPlan) -> MemoryProfile {
+        let regions = plan.memory.regions(&plan.device);
+        let kv = KvCache::of(plan);
+        let mut kv_bytes = vec![0u64; regions.len()];
+        let align = regions[kv.region].alignment;
+        kv_bytes[kv.region] =
+            u64::from(kv.layers) * align_up(kv.bytes_per_layer, align).unwrap_or(u64::MAX);
+        let chunk = ChunkProfile::new(plan, &regions, 0);
+        let last = ChunkProfile::new(plan, &regions, plan.chunks - 1);
+        MemoryProfile {
+            regions,
+            kv_bytes,
+            chunk,
+            last,
+            chunks: plan.chunks,
+        }
+    }
+
+    /// The profile of chunk `chunk`.
+    pub fn of(&self, chunk: u32) -> &ChunkProfile {
+        if chunk + 1 == self.chunks {
+            &self.last
+        } else {
+            &self.chunk
+        }
+    }
+
+    /// The least budget each region needs: KV cache plus the largest one chunk holds.
+    pub fn minimum_bytes(&self) -> Vec<u64> {
+        (0..self.regions.len())
+            .map(|r| self.kv_bytes[r].saturating_add(self.chunk.peak(r).max(self.last.peak(r))))
+            .collect()
+    }
+
+    /// Whether every region's budget holds every chunk at its peak at once: then memory
+    /// never delays a job and dispatch can skip its checks.
+    pub fn unconstrained(&self) -> bool {
+        self.regions.iter().enumerate().all(|(r, region)| {
+            let chunks = u128::from(self.chunks.saturating_sub(1)) * u128::from(self.chunk.peak(r))
+                + u128::from(self.last.peak(r))
+                + u128::from(self.kv_bytes[r]);
+            chunks <= u128::from(region.budget_bytes)
+        })
+    }
+
+    /// Refuses a budget that can never be met: one chunk alone, with the KV cache, must
+    /// fit in every region.
+    ///
+    /// # Errors
+    /// [`MemoryError::NeverFits`] for the first region too small.
+    pub fn check_feasible(&self) -> Result<(), MemoryError> {
+        for (r, needed) in self.minimum_bytes().into_iter().enumerate() {
+            let region = &self.regions[r];
+            if needed > region.budget_bytes {
+                return Err(MemoryError::NeverFits {
+                    region: region.name.clone(),
+                    needed,
+                    available: region.budget_bytes,
+                    kv_cache: self.kv_bytes[r],
+                    chunk_peak: self.chunk.peak(r).max(self.last.peak(r)),
+                });
+            }
+        }
+        Ok(())
+    }
+}

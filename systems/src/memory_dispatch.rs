@@ -1,0 +1,234 @@
+//! Memory-aware dispatch: the [`MemoryLedger`] of live bytes per region, the admission
+//! rule dispatch asks before it starts a job, and [`release_memory`], which frees a
+//! finished job's dead tensors.
+//!
+//! A job allocates its outputs and workspace when it starts; a tensor is freed when its
+//! last consumer ends; the KV cache is held from the start. A job is admitted only if the
+//! state after it is *safe*: the chunks in flight can all finish one after another, in
+//! chunk order, each with what is free plus what the chunks before it release (a banker's
+//! algorithm over chunks). Chunk order is the one order that always exists: a chunk's
+//! cross-chunk stages wait for earlier chunks only, and chunks start in order. Running
+//! jobs need no more memory and end on their own, so the check looks at the state once
+//! they have ended. Then either a job is running, or the first unfinished chunk's next
+//! job is ready and admitted: no set of waiting jobs can hold memory the others need,
+//! and there is no memory deadlock. The check costs O(chunks in flight x regions) per
+//! candidate; when every chunk fits at its peak at once the ledger only counts.
+
+use bevy_ecs::prelude::{MessageReader, Res, ResMut, Resource};
+
+use crate::memory::MemoryProfile;
+use crate::plan::{InstanceKey, PrefillPlan};
+use crate::resources::{Plan, SubgraphFinished};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ChunkState {
+    /// Stages done.
+    done: u32,
+    /// Stage `done` is running.
+    running: bool,
+}
+
+/// Live bytes per region, and each chunk's progress through its memory profile.
+#[derive(Resource, Debug, Clone)]
+pub struct MemoryLedger {
+    profile: MemoryProfile,
+    live: Vec<u64>,
+    high_water: Vec<u64>,
+    chunks: Vec<ChunkState>,
+    /// Chunks whose first stage was dispatched (always a prefix: chunks start in order).
+    started: u32,
+    first_unfinished: u32,
+    unconstrained: bool,
+    /// The largest allocation of any one job, per region.
+    largest_alloc: Vec<u64>,
+}
+
+impl MemoryLedger {
+    /// Nothing running; the KV cache allocated.
+    pub fn new(plan: &PrefillPlan) -> MemoryLedger {
+        let profile = MemoryProfile::new(plan);
+        let live = profile.kv_bytes.clone();
+        let largest_alloc = (0..live.len())
+            .map(|r| {
+                [&profile.chunk, &profile.last]
+                    .into_iter()
+                    .flat_map(|p| (0..p.stages).map(move |j| p.row(&p.alloc, j)[r]))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        MemoryLedger {
+            largest_alloc,
+            unconstrained: profile.unconstrained(),
+            high_water: live.clone(),
+            live,
+            chunks: vec![ChunkState::default(); plan.chunks as usize],
+            started: 0,
+            first_unfinished: 0,
+            profile,
+        }
+    }
+
+    /// The profile the ledger follows.
+    pub fn profile(&self) -> &MemoryProfile {
+        &self.profile
+    }
+
+    /// Bytes live in each region now (KV cache included).
+    pub fn live(&self) -> &[u64] {
+        &self.live
+    }
+
+    /// The most bytes live in each region so far.
+    pub fn high_water(&self) -> &[u64] {
+        &self.high_water
+    }
+
+    /// Whether budgets are large enough that memory never delays a job.
+    pub fn unconstrained(&self) -> bool {
+        self.unconstrained
+    }
+
+    /// Whether `key` may start now: its allocation fits now, and the state after it is
+    /// safe (see the module doc).
+    pub fn admits(&self, key: InstanceKey) -> bool {
+        self.unconstrained || self.admits_after(None, key)
+    }
+
+    /// Whether `key` could still start if `first` (of another chunk) started before it.
+    /// Dispatch uses it so a later chunk's job never takes the memory an earlier chunk's
+    /// ready job needs (which would leave the later chunk's tensors waiting on the
+    /// earlier chunk, and the earlier chunk waiting on memory).
+    pub fn admits_after(&self, first: Option<InstanceKey>, key: InstanceKey) -> bool {
+        if self.unconstrained {
+            return true;
+        }
+        let mut started = self.started;
+        let mut live = self.live.clone();
+        if let Some(f) = first {
+            debug_assert_ne!(f.chunk, key.chunk);
+            if f.stage == 0 {
+                if f.chunk != started {
+                    return false;
+                }
+                started += 1;
+            }
+            let p = self.profile.of(f.chunk);
+            for (l, &a) in live.iter_mut().zip(p.row(&p.alloc, f.stage)) {
+                *l += a;
+            }
+        }
+        if key.stage == 0 && key.chunk != started {
+            return false;
+        }
+        let p = self.profile.of(key.chunk);
+        let alloc = p.row(&p.alloc, key.stage);
+        let budgets = self.profile.regions.iter().map(|r| r.budget_bytes);
+        if alloc
+            .iter()
+            .zip(&live)
+            .zip(budgets)
+            .any(|((&need, &live), budget)| need > 0 && live.saturating_add(need) > budget)
+        {
+            return false;
+        }
+        // Running jobs need nothing more and end on their own, so safety is judged on
+        // the state once they have ended: every chunk settled, `first` and `key` run.
+        let end = started.max(key.chunk + 1);
+        let settled = |chunk: u32, r: usize| -> (u64, u64) {
+            let p = self.profile.of(chunk);
+            let next = match first {
+                _ if chunk == key.chunk => key.stage + 1,
+                Some(f) if f.chunk == chunk => f.stage + 1,
+                _ => {
+                    let s = self.chunks[chunk as usize];
+                    s.done + u32::from(s.running)
+                }
+            };
+            (p.row(&p.wait, next)[r], p.row(&p.peak_from, next)[r])
+        };
+        (0..self.profile.regions.len()).all(|r| {
+            let budget = i128::from(self.profile.regions[r].budget_bytes);
+            let mut free = budget - i128::from(self.profile.kv_bytes[r]);
+            for chunk in self.first_unfinished..end {
+                free -= i128::from(settled(chunk, r).0);
+            }
+            // Chunks finish in order, each releasing what it held to those after it.
+            (self.first_unfinished..end).all(|chunk| {
+                let (held, peak) = settled(chunk, r);
+                let ok = i128::from(peak) - i128::from(held) <= free;
+                free += i128::from(held);
+                ok
+            })
+        })
+    }
+
+    /// Regions under pressure: the largest job of the prefill could not start in them now.
+    pub fn pressured(&self) -> Vec<usize> {
+        if self.unconstrained {
+            return Vec::new();
+        }
+        (0..self.live.len())
+            .filter(|&r| {
+                self.live[r].saturating_add(self.largest_alloc[r])
+                    > self.profile.regions[r].budget_bytes
+            })
+            .collect()
+    }
+
+    /// Bytes `key` frees, net of what it allocates, in `regions`, once it ends.
+    pub fn relief(&self, key: InstanceKey, regions: &[usize]) -> i128 {
+        let p = self.profile.of(key.chunk);
+        let (alloc, free) = (p.row(&p.alloc, key.stage), p.row(&p.free, key.stage));
+        regions
+            .iter()
+            .map(|&r| i128::from(free[r]) - i128::from(alloc[r]))
+            .sum()
+    }
+
+    /// Records that `key` started: its outputs and workspace are allocated.
+    pub fn start(&mut self, key: InstanceKey) {
+        let p = self.profile.of(key.chunk);
+        for (r, &bytes) in p.row(&p.alloc, key.stage).iter().enumerate() {
+            self.live[r] += bytes;
+            self.high_water[r] = self.high_water[r].max(self.live[r]);
+        }
+        let state = &mut self.chunks[key.chunk as usize];
+        debug_assert_eq!(state.done, key.stage, "chunk stages run in order");
+        state.running = true;
+        if key.stage == 0 {
+            self.started = self.started.max(key.chunk + 1);
+        }
+    }
+
+    /// Records that `key` finished: its workspace and the tensors it read last are freed.
+    pub fn finish(&mut self, key: InstanceKey) {
+        let p = self.profile.of(key.chunk);
+        for (r, &bytes) in p.row(&p.free, key.stage).iter().enumerate() {
+            self.live[r] -= bytes;
+        }
+        let stages = p.stages;
+        let state = &mut self.chunks[key.chunk as usize];
+        state.done += 1;
+        state.running = false;
+        while self
+            .chunks
+            .get(self.first_unfinished as usize)
+            .is_some_and(|s| s.done == self.profile.of(self.first_unfinished).stages)
+        {
+            self.first_unfinished += 1;
+        }
+        debug_assert!(self.chunks[key.chunk as usize].done <= stages);
+    }
+}
+
+/// Frees the memory of every job finished this tick.
+pub fn release_memory(
+    plan: Res<Plan>,
+    mut finished: MessageReader<SubgraphFinished>,
+    mut ledger: ResMut<MemoryLedger>,
+) {
+    for message in finished.read() {
+        ledger.finish(plan.0.key(message.id as usize));
+    }
+}
