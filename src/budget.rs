@@ -24,6 +24,8 @@ pub enum BudgetSpec {
     PerRegion(Vec<(String, u64)>),
     /// A multiple of each region's planned peak under the in-order policy.
     InOrderFactor(f64),
+    /// A device-wide budget: a multiple of the in-order policy's planned peaks summed.
+    DeviceInOrderFactor(f64),
 }
 
 /// Why a budget could not be parsed or applied.
@@ -32,7 +34,8 @@ pub enum BudgetError {
     /// The text is not a budget.
     #[error(
         "memory budget `{0}` not understood; write BYTES (e.g. 3000000000 or 512MiB), \
-         REGION=BYTES[,REGION=BYTES] (e.g. hexagon=64MiB) or FACTORx (e.g. 1.5x the in-order peak)"
+         REGION=BYTES[,REGION=BYTES] (e.g. hexagon=64MiB, device=1GiB), FACTORx (e.g. 1.5x each \
+         region's in-order peak) or device=FACTORx (the device total)"
     )]
     Syntax(String),
     /// The scene (or the budgets applied to it) do not make a plan.
@@ -57,12 +60,19 @@ impl FromStr for BudgetSpec {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || BudgetError::Syntax(s.to_string());
-        if let Some(factor) = s.strip_suffix('x') {
-            let factor: f64 = factor.parse().map_err(|_| bad())?;
-            if !(factor.is_finite() && factor > 0.0) {
-                return Err(bad());
+        let factor_of = |f: &str| -> Result<f64, BudgetError> {
+            let factor: f64 = f.parse().map_err(|_| bad())?;
+            if factor.is_finite() && factor > 0.0 {
+                Ok(factor)
+            } else {
+                Err(bad())
             }
-            return Ok(BudgetSpec::InOrderFactor(factor));
+        };
+        if let Some(f) = s.strip_prefix("device=").and_then(|f| f.strip_suffix('x')) {
+            return Ok(BudgetSpec::DeviceInOrderFactor(factor_of(f)?));
+        }
+        if let Some(factor) = s.strip_suffix('x') {
+            return Ok(BudgetSpec::InOrderFactor(factor_of(factor)?));
         }
         if s.contains('=') {
             let pairs = s
@@ -79,6 +89,17 @@ impl FromStr for BudgetSpec {
     }
 }
 
+/// Each region's planned peak when `scene` runs with the in-order policy.
+fn in_order_peaks(scene: &Scene) -> Result<Vec<(String, u64)>, BudgetError> {
+    let mut baseline = scene.clone();
+    baseline.workload.policy = Policy::InOrder;
+    let run = simulate(Arc::new(baseline.plan()?))?;
+    Ok(region_memory(&run)
+        .into_iter()
+        .map(|m| (m.region, m.peak_bytes))
+        .collect())
+}
+
 /// Sets `scene`'s region budgets from `spec`. A factor runs the scene once with the
 /// in-order policy (with the scene's own budgets) to measure each region's planned peak.
 ///
@@ -92,19 +113,25 @@ pub fn apply_budget(scene: &mut Scene, spec: &BudgetSpec) -> Result<(), BudgetEr
         .map(|p| p.name.clone())
         .collect();
     let budgets: Vec<(String, u64)> = match spec {
+        BudgetSpec::DeviceInOrderFactor(factor) => {
+            let total: u64 = in_order_peaks(scene)?.into_iter().map(|(_, b)| b).sum();
+            scene.memory.device_budget_bytes = Some((total as f64 * factor).ceil() as u64);
+            Vec::new()
+        }
         BudgetSpec::Bytes(b) => names.into_iter().map(|n| (n, *b)).collect(),
         BudgetSpec::PerRegion(pairs) => pairs.clone(),
-        BudgetSpec::InOrderFactor(factor) => {
-            let mut baseline = scene.clone();
-            baseline.workload.policy = Policy::InOrder;
-            let run = simulate(Arc::new(baseline.plan()?))?;
-            region_memory(&run)
-                .into_iter()
-                .map(|m| (m.region, (m.peak_bytes as f64 * factor).ceil() as u64))
-                .collect()
-        }
+        BudgetSpec::InOrderFactor(factor) => in_order_peaks(scene)?
+            .into_iter()
+            .map(|(name, peak)| (name, (peak as f64 * factor).ceil() as u64))
+            .collect(),
     };
-    scene.memory.budget_bytes.extend(budgets);
+    for (name, bytes) in budgets {
+        if name == "device" {
+            scene.memory.device_budget_bytes = Some(bytes);
+        } else {
+            scene.memory.budget_bytes.insert(name, bytes);
+        }
+    }
     // Refuse here, with the scene's error, rather than at the run.
     scene.plan()?;
     Ok(())

@@ -6,6 +6,7 @@ use bevy_ecs::prelude::{Query, Res, ResMut};
 
 use crate::components::{BusySlot, Processor, SubgraphState};
 use crate::memory_dispatch::MemoryLedger;
+use crate::plan::PrefillPlan;
 use crate::policy::{
     Policy, pick_cpf, pick_heft, pick_in_order, pick_lookahead, pick_peer, pick_stall,
 };
@@ -70,19 +71,96 @@ pub fn dispatch_ready(
             }
         };
         let Some(id) = choice else { continue };
-        ready.0[lane].remove(&id);
-        let key = plan.key(id as usize);
-        memory.start(key);
-        let instance = index.instances[id as usize].expect("ready instance without an entity");
-        *states.get_mut(instance).expect("instance state") = SubgraphState::Running;
-        slot.running = Some(id);
-        stats.dispatched += 1;
-        outbox.0.push(Job {
+        launch(
             id,
-            key,
-            processor: lane,
-            estimated_ns: plan.cost_ns(key),
-            dispatched_ns: clock.now_ns,
-        });
+            lane,
+            plan,
+            &index,
+            &clock,
+            &mut ready,
+            &mut slot,
+            &mut states,
+            &mut outbox,
+            &mut stats,
+            &mut memory,
+        );
     }
+    // Liveness under a budget: a policy with its own pipeline (`peer`'s barrier) may wait
+    // for a job memory keeps out. With nothing running, the earliest ready job the
+    // ledger admits runs (the first unfinished chunk's next job always is admitted).
+    if memory.unconstrained()
+        || !outbox.0.is_empty()
+        || processors.iter().any(|(_, slot)| slot.running.is_some())
+    {
+        return;
+    }
+    let earliest = ready
+        .0
+        .iter()
+        .enumerate()
+        .filter_map(|(lane, q)| {
+            q.iter()
+                .find(|&&id| memory.admits(plan.key(id as usize)))
+                .map(|&id| (id, lane))
+        })
+        .min();
+    if let Some((id, lane)) = earliest {
+        if policy.policy == Policy::InOrder {
+            // In-order never needs this (its next job is the first chunk's); if it ever
+            // does, the job must be the lane's next in order.
+            let (sequence, cursor) = &mut policy.sequences[lane];
+            if sequence.get(*cursor) != Some(&id) {
+                return;
+            }
+            *cursor += 1;
+        }
+        let (_, mut slot) = processors
+            .get_mut(index.processors[lane])
+            .expect("processor entity");
+        launch(
+            id,
+            lane,
+            plan,
+            &index,
+            &clock,
+            &mut ready,
+            &mut slot,
+            &mut states,
+            &mut outbox,
+            &mut stats,
+            &mut memory,
+        );
+    }
+}
+
+/// Starts ready instance `id` on `lane`: Running, in the lane's slot, memory allocated,
+/// a [`Job`] in the [`Outbox`].
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    id: u32,
+    lane: usize,
+    plan: &PrefillPlan,
+    index: &Index,
+    clock: &Clock,
+    ready: &mut ReadyQueues,
+    slot: &mut BusySlot,
+    states: &mut Query<&mut SubgraphState>,
+    outbox: &mut Outbox,
+    stats: &mut RunStats,
+    memory: &mut MemoryLedger,
+) {
+    ready.0[lane].remove(&id);
+    let key = plan.key(id as usize);
+    memory.start(key);
+    let instance = index.instances[id as usize].expect("ready instance without an entity");
+    *states.get_mut(instance).expect("instance state") = SubgraphState::Running;
+    slot.running = Some(id);
+    stats.dispatched += 1;
+    outbox.0.push(Job {
+        id,
+        key,
+        processor: lane,
+        estimated_ns: plan.cost_ns(key),
+        dispatched_ns: clock.now_ns,
+    });
 }

@@ -39,8 +39,6 @@ pub struct MemoryLedger {
     started: u32,
     first_unfinished: u32,
     unconstrained: bool,
-    /// The largest allocation of any one job, per region.
-    largest_alloc: Vec<u64>,
 }
 
 impl MemoryLedger {
@@ -48,17 +46,7 @@ impl MemoryLedger {
     pub fn new(plan: &PrefillPlan) -> MemoryLedger {
         let profile = MemoryProfile::new(plan);
         let live = profile.kv_bytes.clone();
-        let largest_alloc = (0..live.len())
-            .map(|r| {
-                [&profile.chunk, &profile.last]
-                    .into_iter()
-                    .flat_map(|p| (0..p.stages).map(move |j| p.row(&p.alloc, j)[r]))
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
         MemoryLedger {
-            largest_alloc,
             unconstrained: profile.unconstrained(),
             high_water: live.clone(),
             live,
@@ -74,12 +62,12 @@ impl MemoryLedger {
         &self.profile
     }
 
-    /// Bytes live in each region now (KV cache included).
+    /// Bytes live in each region now (KV cache included), then in the whole device.
     pub fn live(&self) -> &[u64] {
         &self.live
     }
 
-    /// The most bytes live in each region so far.
+    /// The most bytes live in each region so far, then in the whole device.
     pub fn high_water(&self) -> &[u64] {
         &self.high_water
     }
@@ -123,7 +111,7 @@ impl MemoryLedger {
         }
         let p = self.profile.of(key.chunk);
         let alloc = p.row(&p.alloc, key.stage);
-        let budgets = self.profile.regions.iter().map(|r| r.budget_bytes);
+        let budgets = self.profile.budgets.iter().copied();
         if alloc
             .iter()
             .zip(&live)
@@ -147,8 +135,8 @@ impl MemoryLedger {
             };
             (p.row(&p.wait, next)[r], p.row(&p.peak_from, next)[r])
         };
-        (0..self.profile.regions.len()).all(|r| {
-            let budget = i128::from(self.profile.regions[r].budget_bytes);
+        (0..self.profile.columns()).all(|r| {
+            let budget = i128::from(self.profile.budgets[r]);
             let mut free = budget - i128::from(self.profile.kv_bytes[r]);
             for chunk in self.first_unfinished..end {
                 free -= i128::from(settled(chunk, r).0);
@@ -161,29 +149,6 @@ impl MemoryLedger {
                 ok
             })
         })
-    }
-
-    /// Regions under pressure: the largest job of the prefill could not start in them now.
-    pub fn pressured(&self) -> Vec<usize> {
-        if self.unconstrained {
-            return Vec::new();
-        }
-        (0..self.live.len())
-            .filter(|&r| {
-                self.live[r].saturating_add(self.largest_alloc[r])
-                    > self.profile.regions[r].budget_bytes
-            })
-            .collect()
-    }
-
-    /// Bytes `key` frees, net of what it allocates, in `regions`, once it ends.
-    pub fn relief(&self, key: InstanceKey, regions: &[usize]) -> i128 {
-        let p = self.profile.of(key.chunk);
-        let (alloc, free) = (p.row(&p.alloc, key.stage), p.row(&p.free, key.stage));
-        regions
-            .iter()
-            .map(|&r| i128::from(free[r]) - i128::from(alloc[r]))
-            .sum()
     }
 
     /// Records that `key` started: its outputs and workspace are allocated.

@@ -30,10 +30,13 @@ pub fn record_metrics(
         timeline
             .counters
             .push(("chunks running".to_string(), Vec::new()));
-        for region in &memory.profile().regions {
-            timeline
-                .counters
-                .push((format!("live bytes {}", region.name), Vec::new()));
+        let profile = memory.profile();
+        for column in 0..profile.columns() {
+            let name = match profile.regions.get(column) {
+                Some(region) => format!("live bytes {}", region.name),
+                None => "live bytes device".to_string(),
+            };
+            timeline.counters.push((name, Vec::new()));
         }
     }
     let mut values: Vec<f64> = ready.0.iter().map(|q| q.len() as f64).collect();
@@ -46,7 +49,7 @@ pub fn record_metrics(
     running_chunks.dedup();
     values.push(running_chunks.len() as f64);
     values.extend(memory.live().iter().map(|&b| b as f64));
-    debug_assert_eq!(values.len(), 2 * lanes + 1);
+    debug_assert_eq!(values.len(), 2 * lanes + 2);
     for ((_, samples), value) in timeline.counters.iter_mut().zip(values) {
         match samples.last_mut() {
             Some(last) if last.value == value => {}

@@ -5,6 +5,8 @@
 //! `peak_from[j]` is the most it will hold from stage `j` on. These are the same for
 //! every chunk but the last (which also runs the model head), so two profiles describe a
 //! whole prefill. Sizes are rounded up to the region alignment, as the planner packs them.
+//! Every table has one column per region and a last column for the whole device (the sum),
+//! which the device budget (`MemoryConfig::device_budget_bytes`) limits.
 
 use super::align::align_up;
 use super::error::MemoryError;
@@ -12,10 +14,11 @@ use super::region::Region;
 use super::tensors::{KvCache, chunk_tensors};
 use crate::plan::{InstanceKey, PrefillPlan};
 
-/// Bytes per (stage, region) of one chunk's progress; index `stage * regions + region`.
+/// Bytes per (stage, column) of one chunk's progress; index `stage * columns + column`,
+/// where the columns are the regions and then the device total.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkProfile {
-    /// Regions per stage row.
+    /// Columns per stage row: regions + 1 (the device total).
     pub regions: usize,
     /// Stages this chunk runs.
     pub stages: u32,
@@ -34,7 +37,7 @@ pub struct ChunkProfile {
 impl ChunkProfile {
     /// The profile of chunk `chunk` of `plan`, with sizes aligned as in `regions`.
     pub fn new(plan: &PrefillPlan, regions: &[Region], chunk: u32) -> ChunkProfile {
-        let r = regions.len();
+        let r = regions.len() + 1;
         let stages = (0..plan.stage_count())
             .take_while(|&stage| plan.exists(InstanceKey { chunk, stage }))
             .count() as u32;
@@ -49,6 +52,8 @@ impl ChunkProfile {
             let last = t.last_use(plan, chunk) as usize;
             alloc[t.producer as usize * r + t.region] += size;
             free[last * r + t.region] += size;
+            alloc[t.producer as usize * r + r - 1] += size;
+            free[last * r + r - 1] += size;
         }
         let mut wait = vec![0u64; (n + 1) * r];
         let mut run = vec![0u64; n * r];
@@ -93,8 +98,10 @@ impl ChunkProfile {
 pub struct MemoryProfile {
     /// Regions in lane order.
     pub regions: Vec<Region>,
-    /// KV cache bytes per region (aligned), held for the whole prefill.
+    /// KV cache bytes per column (aligned), held for the whole prefill.
     pub kv_bytes: Vec<u64>,
+    /// Budget per column: each region's, then the device's.
+    pub budgets: Vec<u64>,
     /// Every chunk but the last.
     pub chunk: ChunkProfile,
     /// The last chunk (runs the model head too).
@@ -108,15 +115,23 @@ impl MemoryProfile {
     pub fn new(plan: &PrefillPlan) -> MemoryProfile {
         let regions = plan.memory.regions(&plan.device);
         let kv = KvCache::of(plan);
-        let mut kv_bytes = vec![0u64; regions.len()];
+        let mut kv_bytes = vec![0u64; regions.len() + 1];
         let align = regions[kv.region].alignment;
         kv_bytes[kv.region] =
             u64::from(kv.layers) * align_up(kv.bytes_per_layer, align).unwrap_or(u64::MAX);
+        kv_bytes[regions.len()] = kv_bytes[kv.region];
+        let mut budgets: Vec<u64> = regions.iter().map(|r| r.budget_bytes).collect();
+        budgets.push(
+            plan.memory
+                .device_budget_bytes
+                .unwrap_or_else(|| budgets.iter().fold(0u64, |a, &b| a.saturating_add(b))),
+        );
         let chunk = ChunkProfile::new(plan, &regions, 0);
         let last = ChunkProfile::new(plan, &regions, plan.chunks - 1);
         MemoryProfile {
             regions,
             kv_bytes,
+            budgets,
             chunk,
             last,
             chunks: plan.chunks,
@@ -132,9 +147,21 @@ impl MemoryProfile {
         }
     }
 
-    /// The least budget each region needs: KV cache plus the largest one chunk holds.
+    /// Columns: regions, then the device total.
+    pub fn columns(&self) -> usize {
+        self.budgets.len()
+    }
+
+    /// Name of a column: the region's, or `device` for the total.
+    pub fn column_name(&self, column: usize) -> &str {
+        self.regions
+            .get(column)
+            .map_or("device (all regions)", |r| r.name.as_str())
+    }
+
+    /// The least budget each column needs: KV cache plus the largest one chunk holds.
     pub fn minimum_bytes(&self) -> Vec<u64> {
-        (0..self.regions.len())
+        (0..self.columns())
             .map(|r| self.kv_bytes[r].saturating_add(self.chunk.peak(r).max(self.last.peak(r))))
             .collect()
     }
@@ -142,11 +169,11 @@ impl MemoryProfile {
     /// Whether every region's budget holds every chunk at its peak at once: then memory
     /// never delays a job and dispatch can skip its checks.
     pub fn unconstrained(&self) -> bool {
-        self.regions.iter().enumerate().all(|(r, region)| {
+        (0..self.columns()).all(|r| {
             let chunks = u128::from(self.chunks.saturating_sub(1)) * u128::from(self.chunk.peak(r))
                 + u128::from(self.last.peak(r))
                 + u128::from(self.kv_bytes[r]);
-            chunks <= u128::from(region.budget_bytes)
+            chunks <= u128::from(self.budgets[r])
         })
     }
 
@@ -157,12 +184,11 @@ impl MemoryProfile {
     /// [`MemoryError::NeverFits`] for the first region too small.
     pub fn check_feasible(&self) -> Result<(), MemoryError> {
         for (r, needed) in self.minimum_bytes().into_iter().enumerate() {
-            let region = &self.regions[r];
-            if needed > region.budget_bytes {
+            if needed > self.budgets[r] {
                 return Err(MemoryError::NeverFits {
-                    region: region.name.clone(),
+                    region: self.column_name(r).to_string(),
                     needed,
-                    available: region.budget_bytes,
+                    available: self.budgets[r],
                     kv_cache: self.kv_bytes[r],
                     chunk_peak: self.chunk.peak(r).max(self.last.peak(r)),
                 });

@@ -36,6 +36,10 @@ pub struct MemoryConfig {
     /// processor's whole `memory_gib`.
     #[serde(default)]
     pub budget_bytes: BTreeMap<String, u64>,
+    /// Budget in bytes for all regions together: on a phone the CPU and NPU windows are
+    /// views of one DRAM, so a user's limit is often on the sum. None: no such limit.
+    #[serde(default)]
+    pub device_budget_bytes: Option<u64>,
 }
 
 impl Default for MemoryConfig {
@@ -43,6 +47,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             alignment: DEFAULT_ALIGNMENT,
             budget_bytes: BTreeMap::new(),
+            device_budget_bytes: None,
         }
     }
 }
@@ -51,6 +56,11 @@ impl MemoryConfig {
     /// Checks the alignment and that every budget names a processor of `device`.
     pub fn validate(&self, device: &DeviceProfile) -> Result<(), PlanError> {
         validate_alignment(self.alignment).map_err(|e| PlanError::InvalidMemory(e.to_string()))?;
+        if self.device_budget_bytes == Some(0) {
+            return Err(PlanError::InvalidMemory(
+                "device memory budget is 0 bytes; give a positive budget or leave it out".into(),
+            ));
+        }
         for (name, &bytes) in &self.budget_bytes {
             if !device.processors.iter().any(|p| &p.name == name) {
                 let names: Vec<&str> = device.processors.iter().map(|p| p.name.as_str()).collect();

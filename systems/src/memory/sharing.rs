@@ -21,6 +21,12 @@ pub struct ChunkSharing {
     pub weights_bytes: u64,
     /// Activation buffers of one copy of the model's subgraphs, bytes.
     pub activation_bytes: u64,
+    /// One copy of the static (shareable) per-chunk subgraphs: weights and buffers, bytes.
+    pub static_bytes: u64,
+    /// One copy of the dynamic (per-chunk) subgraphs: weights and buffers, bytes.
+    pub dynamic_bytes: u64,
+    /// The model head (last chunk only), bytes.
+    pub head_bytes: u64,
     /// Every chunk owns each subgraph: weights and buffers, bytes.
     pub per_chunk_graphs_bytes: u64,
     /// Static subgraphs once, dynamic ones per chunk, bytes.
@@ -81,24 +87,28 @@ fn buffer_bytes(ops: &[OpDecl], plan: &PrefillPlan) -> u64 {
 pub fn chunk_sharing(plan: &PrefillPlan) -> ChunkSharing {
     let chunks = u64::from(plan.chunks);
     let (mut weights, mut activations) = (0u64, 0u64);
-    let (mut per_chunk, mut sharing) = (0u64, 0u64);
+    let (mut statics, mut dynamics, mut head) = (0u64, 0u64, 0u64);
     for stage in &plan.stages {
         let w: u64 = stage.ops.iter().map(|op| weight_bytes(op, plan)).sum();
         let b = buffer_bytes(&stage.ops, plan);
         weights += w;
         activations += b;
-        let copies = if stage.last_chunk_only { 1 } else { chunks };
-        per_chunk += copies * (w + b);
-        sharing += match stage.sharing {
-            Sharing::Static => w + b,
-            Sharing::Dynamic => copies * (w + b),
-        };
+        match (stage.last_chunk_only, stage.sharing) {
+            (true, _) => head += w + b,
+            (false, Sharing::Static) => statics += w + b,
+            (false, Sharing::Dynamic) => dynamics += w + b,
+        }
     }
+    let per_chunk = chunks * (statics + dynamics) + head;
+    let sharing = statics + chunks * dynamics + head;
     let saved = per_chunk - sharing;
     ChunkSharing {
         chunks: plan.chunks,
         weights_bytes: weights,
         activation_bytes: activations,
+        static_bytes: statics,
+        dynamic_bytes: dynamics,
+        head_bytes: head,
         per_chunk_graphs_bytes: per_chunk,
         chunk_sharing_bytes: sharing,
         saved_bytes: saved,
