@@ -16,8 +16,10 @@
 
 use bevy_ecs::prelude::{MessageReader, Res, ResMut, Resource};
 
+use crate::graph::StageDependency;
 use crate::memory::MemoryProfile;
 use crate::plan::{InstanceKey, PrefillPlan};
+use crate::policy::Policy;
 use crate::resources::{Plan, SubgraphFinished};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,6 +41,13 @@ pub struct MemoryLedger {
     started: u32,
     first_unfinished: u32,
     unconstrained: bool,
+    /// Per stage: whether it waits for the previous stage of every earlier chunk.
+    cross: Vec<bool>,
+    /// Whether the safety witness may settle chunks out of order first. Not for
+    /// `inorder`, which only ever runs a lane's jobs in (chunk, stage) order: it needs the
+    /// first unfinished chunk's next job admitted in every safe state, which only the
+    /// plain chunk-order witness guarantees. Other policies get the dispatch fallback.
+    settle: bool,
 }
 
 impl MemoryLedger {
@@ -47,6 +56,12 @@ impl MemoryLedger {
         let profile = MemoryProfile::new(plan);
         let live = profile.kv_bytes.clone();
         MemoryLedger {
+            settle: plan.workload.policy != Policy::InOrder,
+            cross: plan
+                .stages
+                .iter()
+                .map(|s| s.dependency == StageDependency::CrossChunk)
+                .collect(),
             unconstrained: profile.unconstrained(),
             high_water: live.clone(),
             live,
@@ -123,29 +138,66 @@ impl MemoryLedger {
         // Running jobs need nothing more and end on their own, so safety is judged on
         // the state once they have ended: every chunk settled, `first` and `key` run.
         let end = started.max(key.chunk + 1);
-        let settled = |chunk: u32, r: usize| -> (u64, u64) {
-            let p = self.profile.of(chunk);
-            let next = match first {
+        let mut next: Vec<u32> = (self.first_unfinished..end)
+            .map(|chunk| match first {
                 _ if chunk == key.chunk => key.stage + 1,
                 Some(f) if f.chunk == chunk => f.stage + 1,
                 _ => {
                     let s = self.chunks[chunk as usize];
                     s.done + u32::from(s.running)
                 }
-            };
-            (p.row(&p.wait, next)[r], p.row(&p.peak_from, next)[r])
-        };
-        (0..self.profile.columns()).all(|r| {
-            let budget = i128::from(self.profile.budgets[r]);
-            let mut free = budget - i128::from(self.profile.kv_bytes[r]);
-            for chunk in self.first_unfinished..end {
-                free -= i128::from(settled(chunk, r).0);
+            })
+            .collect();
+        self.safe(&mut next)
+    }
+
+    /// Whether a state is safe: `next[i]` is the next stage of chunk
+    /// `first_unfinished + i` once running jobs have ended. The witness: first every
+    /// chunk, in order, runs the stages that free at least what they take (and whose
+    /// dependencies are met in this hypothetical); then chunks finish one after another
+    /// in chunk order, each releasing what it held to those after it.
+    fn safe(&self, next: &mut [u32]) -> bool {
+        let columns = self.profile.columns();
+        let mut free: Vec<i128> = (0..columns)
+            .map(|c| i128::from(self.profile.budgets[c]) - i128::from(self.profile.kv_bytes[c]))
+            .collect();
+        let chunk_of = |i: usize| self.first_unfinished + i as u32;
+        for (i, &n) in next.iter().enumerate() {
+            let p = self.profile.of(chunk_of(i));
+            for (f, &held) in free.iter_mut().zip(p.row(&p.wait, n)) {
+                *f -= i128::from(held);
             }
-            // Chunks finish in order, each releasing what it held to those after it.
-            (self.first_unfinished..end).all(|chunk| {
-                let (held, peak) = settled(chunk, r);
-                let ok = i128::from(peak) - i128::from(held) <= free;
-                free += i128::from(held);
+        }
+        // Settle: stages that take no net memory, in chunk order (a cross-chunk stage
+        // needs the earlier chunks past its previous stage).
+        let mut earlier_done = u32::MAX;
+        for (i, n) in next.iter_mut().enumerate().filter(|_| self.settle) {
+            let p = self.profile.of(chunk_of(i));
+            while *n < p.stages && (!self.cross[*n as usize] || earlier_done >= *n) {
+                let (alloc, before, after) = (
+                    p.row(&p.alloc, *n),
+                    p.row(&p.wait, *n),
+                    p.row(&p.wait, *n + 1),
+                );
+                let settles =
+                    (0..columns).all(|c| i128::from(alloc[c]) <= free[c] && after[c] <= before[c]);
+                if !settles {
+                    break;
+                }
+                for c in 0..columns {
+                    free[c] += i128::from(before[c] - after[c]);
+                }
+                *n += 1;
+            }
+            earlier_done = earlier_done.min(*n);
+        }
+        // Then chunks finish in order.
+        next.iter().enumerate().all(|(i, &n)| {
+            let p = self.profile.of(chunk_of(i));
+            let (held, peak) = (p.row(&p.wait, n), p.row(&p.peak_from, n));
+            (0..columns).all(|c| {
+                let ok = i128::from(peak[c]) - i128::from(held[c]) <= free[c];
+                free[c] += i128::from(held[c]);
                 ok
             })
         })
