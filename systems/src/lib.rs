@@ -3,7 +3,7 @@
 //! A prompt is cut into chunks; each chunk runs through a chain of subgraph stages
 //! ([`graph`]); every (chunk, stage) is an entity ([`components`]). One tick of the
 //! [`scheduler_schedule`] runs the [`SchedulerSystems`] phases in order: collect
-//! completions, resolve dependencies (and free dead tensors), dispatch by policy within
+//! completions (freeing dead tensors), resolve dependencies, dispatch by policy within
 //! each memory region's budget ([`memory_dispatch`]), record metrics.
 //!
 //! This crate never names a concrete queue: the engine feeds [`resources::Inbox`] and
@@ -90,11 +90,7 @@ pub fn scheduler_schedule() -> Schedule {
     );
     schedule.add_systems((
         collect::collect_completions.in_set(SchedulerSystems::Collect),
-        (
-            resolve::resolve_dependencies,
-            memory_dispatch::release_memory,
-        )
-            .in_set(SchedulerSystems::Resolve),
+        resolve::resolve_dependencies.in_set(SchedulerSystems::Resolve),
         dispatch::dispatch_ready.in_set(SchedulerSystems::Dispatch),
         (metrics::record_metrics, advance_messages)
             .chain()

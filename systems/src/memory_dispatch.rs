@@ -1,6 +1,6 @@
-//! Memory-aware dispatch: the [`MemoryLedger`] of live bytes per region, the admission
-//! rule dispatch asks before it starts a job, and [`release_memory`], which frees a
-//! finished job's dead tensors.
+//! Memory-aware dispatch: the [`MemoryLedger`] of live bytes per region and the
+//! admission rule `dispatch_ready` asks before it starts a job; `collect_completions`
+//! frees a finished job's dead tensors.
 //!
 //! A job allocates its outputs and workspace when it starts; a tensor is freed when its
 //! last consumer ends; the KV cache is held from the start. A job is admitted only if the
@@ -14,13 +14,12 @@
 //! and there is no memory deadlock. The check costs O(chunks in flight x regions) per
 //! candidate; when every chunk fits at its peak at once the ledger only counts.
 
-use bevy_ecs::prelude::{MessageReader, Res, ResMut, Resource};
+use bevy_ecs::prelude::Resource;
 
 use crate::graph::StageDependency;
 use crate::memory::MemoryProfile;
 use crate::plan::{InstanceKey, PrefillPlan};
 use crate::policy::Policy;
-use crate::resources::{Plan, SubgraphFinished};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct ChunkState {
@@ -236,16 +235,5 @@ impl MemoryLedger {
             self.first_unfinished += 1;
         }
         debug_assert!(self.chunks[key.chunk as usize].done <= stages);
-    }
-}
-
-/// Frees the memory of every job finished this tick.
-pub fn release_memory(
-    plan: Res<Plan>,
-    mut finished: MessageReader<SubgraphFinished>,
-    mut ledger: ResMut<MemoryLedger>,
-) {
-    for message in finished.read() {
-        ledger.finish(plan.0.key(message.id as usize));
     }
 }

@@ -11,7 +11,7 @@
 use super::align::align_up;
 use super::error::MemoryError;
 use super::region::Region;
-use super::tensors::{KvCache, chunk_tensors};
+use super::tensors::{KvCache, TensorTemplate, chunk_tensors};
 use crate::plan::{InstanceKey, PrefillPlan};
 
 /// Bytes per (stage, column) of one chunk's progress; index `stage * columns + column`,
@@ -35,8 +35,14 @@ pub struct ChunkProfile {
 }
 
 impl ChunkProfile {
-    /// The profile of chunk `chunk` of `plan`, with sizes aligned as in `regions`.
-    pub fn new(plan: &PrefillPlan, regions: &[Region], chunk: u32) -> ChunkProfile {
+    /// The profile of chunk `chunk` of `plan`, whose chunk tensors are `tensors`
+    /// ([`chunk_tensors`]), with sizes aligned as in `regions`.
+    pub fn new(
+        plan: &PrefillPlan,
+        regions: &[Region],
+        tensors: &[TensorTemplate],
+        chunk: u32,
+    ) -> ChunkProfile {
         let r = regions.len() + 1;
         let stages = (0..plan.stage_count())
             .take_while(|&stage| plan.exists(InstanceKey { chunk, stage }))
@@ -44,7 +50,7 @@ impl ChunkProfile {
         let n = stages as usize;
         let mut alloc = vec![0u64; n * r];
         let mut free = vec![0u64; n * r];
-        for t in chunk_tensors(plan) {
+        for t in tensors {
             if t.producer >= stages {
                 continue;
             }
@@ -126,8 +132,9 @@ impl MemoryProfile {
                 .device_budget_bytes
                 .unwrap_or_else(|| budgets.iter().fold(0u64, |a, &b| a.saturating_add(b))),
         );
-        let chunk = ChunkProfile::new(plan, &regions, 0);
-        let last = ChunkProfile::new(plan, &regions, plan.chunks - 1);
+        let tensors = chunk_tensors(plan);
+        let chunk = ChunkProfile::new(plan, &regions, &tensors, 0);
+        let last = ChunkProfile::new(plan, &regions, &tensors, plan.chunks - 1);
         MemoryProfile {
             regions,
             kv_bytes,
