@@ -52,7 +52,7 @@ pub struct MemoryLedger {
 impl MemoryLedger {
     /// Nothing running; the KV cache allocated.
     pub fn new(plan: &PrefillPlan) -> MemoryLedger {
-        let profile = MemoryProfile::new(plan);
+        let profile = plan.memory_profile().clone();
         let live = profile.kv_bytes.clone();
         MemoryLedger {
             settle: plan.workload.policy != Policy::InOrder,

@@ -67,7 +67,9 @@ pub struct PrefillPlan {
     /// Number of chunks.
     pub chunks: u32,
     /// Memory regions' budgets and alignment (see [`PrefillPlan::with_memory`]).
-    pub memory: MemoryConfig,
+    memory: MemoryConfig,
+    /// What each chunk holds as it runs, computed once (see [`PrefillPlan::memory_profile`]).
+    memory_profile: MemoryProfile,
     /// Modeled cost in ns, indexed by [`PrefillPlan::id`]; 0 for ids with no instance.
     cost_ns: Vec<u64>,
     /// Longest path from any entry to the start of each instance, by id (ns).
@@ -123,6 +125,7 @@ impl PrefillPlan {
             stage_processor,
             chunks,
             memory: MemoryConfig::default(),
+            memory_profile: MemoryProfile::default(),
             cost_ns: Vec::new(),
             top_level_ns: Vec::new(),
             bottom_level_ns: Vec::new(),
@@ -131,7 +134,8 @@ impl PrefillPlan {
         plan.top_level_ns = plan.top_levels();
         plan.bottom_level_ns = plan.bottom_levels();
         // The device's own memory must hold the KV cache and one chunk (no budget set yet).
-        MemoryProfile::new(&plan).check_feasible()?;
+        plan.memory_profile = MemoryProfile::new(&plan);
+        plan.memory_profile.check_feasible()?;
         Ok(plan)
     }
 
@@ -143,8 +147,20 @@ impl PrefillPlan {
     pub fn with_memory(mut self, memory: MemoryConfig) -> Result<Self, PlanError> {
         memory.validate(&self.device)?;
         self.memory = memory;
-        MemoryProfile::new(&self).check_feasible()?;
+        self.memory_profile = MemoryProfile::new(&self);
+        self.memory_profile.check_feasible()?;
         Ok(self)
+    }
+
+    /// The memory settings (budgets, alignment).
+    pub fn memory(&self) -> &MemoryConfig {
+        &self.memory
+    }
+
+    /// Chunk tensors, regions and what a chunk holds as it runs, under
+    /// [`PrefillPlan::memory`].
+    pub fn memory_profile(&self) -> &MemoryProfile {
+        &self.memory_profile
     }
 
     fn model_costs(&self) -> Result<Vec<u64>, PlanError> {

@@ -11,7 +11,7 @@ use crate::components::{
     RemainingDeps, SubgraphInstance, SubgraphState, SubgraphTemplate, Tensor,
 };
 use crate::graph::StageDependency;
-use crate::memory::{KvCache, chunk_tensors};
+use crate::memory::KvCache;
 use crate::memory_dispatch::MemoryLedger;
 use crate::plan::{InstanceKey, PrefillPlan};
 use crate::progress::StageProgress;
@@ -23,7 +23,7 @@ use crate::resources::{
 /// A world ready for the first tick of `plan`.
 pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
     let mut world = World::new();
-    let regions = plan.memory.regions(&plan.device);
+    let regions = &plan.memory_profile().regions;
     let processors: Vec<Entity> = plan
         .device
         .processors
@@ -153,14 +153,14 @@ fn spawn_tensors(world: &mut World, plan: &PrefillPlan, instances: &[Option<Enti
         bytes: kv.bytes_per_layer,
         region: kv.region,
     }));
-    let templates = chunk_tensors(plan);
+    let templates = &plan.memory_profile().tensors;
     let mut tensors = Vec::with_capacity(templates.len() * plan.chunks as usize);
     for chunk in 0..plan.chunks {
         let entity = |stage: u32| {
             let key = InstanceKey { chunk, stage };
             plan.exists(key).then(|| instances[plan.id(key)]).flatten()
         };
-        for t in &templates {
+        for t in templates {
             let Some(producer) = entity(t.producer) else {
                 continue;
             };

@@ -16,7 +16,7 @@ use crate::plan::{InstanceKey, PrefillPlan};
 
 /// Bytes per (stage, column) of one chunk's progress; index `stage * columns + column`,
 /// where the columns are the regions and then the device total.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChunkProfile {
     /// Columns per stage row: regions + 1 (the device total).
     pub regions: usize,
@@ -98,10 +98,13 @@ impl ChunkProfile {
     }
 }
 
-/// Everything memory-aware dispatch needs: regions, KV cache per region, and the
-/// profiles of an ordinary chunk and of the last one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Everything memory-aware dispatch needs: regions, KV cache per region, the chunk
+/// tensors, and the profiles of an ordinary chunk and of the last one. A plan computes
+/// it once ([`PrefillPlan::memory_profile`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryProfile {
+    /// The tensors of one chunk ([`chunk_tensors`]).
+    pub tensors: Vec<TensorTemplate>,
     /// Regions in lane order.
     pub regions: Vec<Region>,
     /// KV cache bytes per column (aligned), held for the whole prefill.
@@ -119,7 +122,7 @@ pub struct MemoryProfile {
 impl MemoryProfile {
     /// The profile of `plan`.
     pub fn new(plan: &PrefillPlan) -> MemoryProfile {
-        let regions = plan.memory.regions(&plan.device);
+        let regions = plan.memory().regions(&plan.device);
         let kv = KvCache::of(plan);
         let mut kv_bytes = vec![0u64; regions.len() + 1];
         let align = regions[kv.region].alignment;
@@ -128,7 +131,7 @@ impl MemoryProfile {
         kv_bytes[regions.len()] = kv_bytes[kv.region];
         let mut budgets: Vec<u64> = regions.iter().map(|r| r.budget_bytes).collect();
         budgets.push(
-            plan.memory
+            plan.memory()
                 .device_budget_bytes
                 .unwrap_or_else(|| budgets.iter().fold(0u64, |a, &b| a.saturating_add(b))),
         );
@@ -136,6 +139,7 @@ impl MemoryProfile {
         let chunk = ChunkProfile::new(plan, &regions, &tensors, 0);
         let last = ChunkProfile::new(plan, &regions, &tensors, plan.chunks - 1);
         MemoryProfile {
+            tensors,
             regions,
             kv_bytes,
             budgets,

@@ -6,7 +6,7 @@ use super::bound::lower_bound;
 use super::buffer::{Buffer, MemoryPlan};
 use super::error::MemoryError;
 use super::strategy::{Strategy, plan_offsets};
-use super::tensors::{KvCache, chunk_tensors};
+use super::tensors::KvCache;
 use crate::plan::{InstanceKey, PrefillPlan};
 
 /// The buffers of a finished run, per region (lane order).
@@ -34,9 +34,8 @@ pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec
     for _ in 0..kv.layers {
         push(kv.region, kv.bytes_per_layer, 0, makespan);
     }
-    let tensors = chunk_tensors(plan);
     for chunk in 0..plan.chunks {
-        for t in &tensors {
+        for t in &plan.memory_profile().tensors {
             let span = |stage: u32| spans[plan.id(InstanceKey { chunk, stage })];
             if !plan.exists(InstanceKey {
                 chunk,
@@ -89,7 +88,7 @@ pub fn plan_schedule(
     plan: &PrefillPlan,
     spans: &[Option<(u64, u64)>],
 ) -> Result<Vec<(RegionMemory, Vec<Buffer>, MemoryPlan)>, MemoryError> {
-    let regions = plan.memory.regions(&plan.device);
+    let regions = &plan.memory_profile().regions;
     let kv = KvCache::of(plan);
     schedule_buffers(plan, spans)
         .into_iter()
