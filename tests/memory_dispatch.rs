@@ -358,3 +358,99 @@ fn chunk_sharing_saves_the_papers_7_2_gb_on_qwen() {
         4 * (s.static_bytes + s.dynamic_bytes) + s.head_bytes
     );
 }
+
+#[test]
+fn a_scene_memory_table_sets_budgets_and_bad_ones_are_refused() {
+    let dir = std::env::temp_dir().join(format!("hetsched-memory-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("devices")).unwrap();
+    std::fs::create_dir_all(dir.join("models")).unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes");
+    for f in ["devices/xiaomi14.toml", "models/qwen1.5-1.8b.toml"] {
+        std::fs::copy(root.join(f), dir.join(f)).unwrap();
+    }
+    let scene = |memory: &str| {
+        let path = dir.join("s.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "name = \"s\"\ndevice = \"devices/xiaomi14.toml\"\nmodel = \"models/qwen1.5-1.8b.toml\"\n\
+                 [workload]\nprompt_len = 1024\nchunk_len = 256\n{memory}"
+            ),
+        )
+        .unwrap();
+        Scene::load(&path).and_then(|s| s.plan())
+    };
+    let plan = scene("[memory]\nalignment = 4096\nbudget_bytes = { hexagon = 40_000_000 }\ndevice_budget_bytes = 900_000_000\n")
+        .unwrap();
+    let profile = plan.memory_profile();
+    assert_eq!(profile.regions[1].budget_bytes, 40_000_000);
+    assert_eq!(profile.regions[1].alignment, 4096);
+    assert_eq!(*profile.budgets.last().unwrap(), 900_000_000);
+    let run = simulate(Arc::new(plan)).unwrap();
+    check_memory(&run).unwrap();
+    let unknown = scene("[memory]\nbudget_bytes = { gpu = 1 }\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unknown.contains("`gpu`") && unknown.contains("cpu, hexagon"),
+        "{unknown}"
+    );
+    let alignment = scene("[memory]\nalignment = 48\n").unwrap_err().to_string();
+    assert!(alignment.contains("power of two"), "{alignment}");
+    let small = scene("[memory]\nbudget_bytes = { cpu = 100_000_000 }\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        small.contains("region `cpu`") && small.contains("KV cache 402653184"),
+        "{small}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn json_report_and_trace_carry_memory() {
+    let dir = std::env::temp_dir().join(format!("hetsched-memtrace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(["simulate", "--json", "--memory-budget", "2x", "--trace"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let memory = report["memory"].as_array().unwrap();
+    assert_eq!(memory.len(), 2);
+    for m in memory {
+        for field in [
+            "region",
+            "peak_bytes",
+            "lower_bound_bytes",
+            "capacity_bytes",
+            "budget_bytes",
+        ] {
+            assert!(m.get(field).is_some(), "memory entry missing {field}");
+        }
+        assert!(m["peak_bytes"].as_u64() >= m["lower_bound_bytes"].as_u64());
+        assert!(m["lower_bound_bytes"].as_u64() <= m["budget_bytes"].as_u64());
+    }
+    assert_eq!(memory[0]["kv_cache_bytes"], 402653184);
+    assert!(report["chunk_sharing"]["saving"].as_f64().unwrap() > 0.6);
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let counters: Vec<&str> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    for name in ["live bytes cpu", "live bytes hexagon", "live bytes device"] {
+        assert!(counters.contains(&name), "no counter track `{name}`");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
