@@ -454,3 +454,27 @@ fn json_report_and_trace_carry_memory() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn huge_shapes_are_refused_up_front() {
+    // Terabytes of activations: refused with a message, no panic, no overflow.
+    let mut model = tiny_model(2);
+    model.hidden = 1 << 20;
+    model.heads = 1;
+    model.kv_heads = 1;
+    model.ffn = 1 << 22;
+    model.vocab = 1 << 20;
+    model.context = u32::MAX;
+    let device = DeviceProfile {
+        name: "d".into(),
+        processors: vec![processor("cpu", ProcessorKind::Cpu, 50.0, 20.0, 5.0)],
+    };
+    let workload = Workload {
+        prompt_len: 3_000_000_000,
+        chunk_len: 2_000_000_000,
+        policy: Policy::Stall,
+        float_processor: None,
+    };
+    let err = PrefillPlan::new(model, device, workload).expect_err("cannot fit");
+    assert!(matches!(err, PlanError::Memory(_)), "{err}");
+}

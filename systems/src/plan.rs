@@ -130,12 +130,13 @@ impl PrefillPlan {
             top_level_ns: Vec::new(),
             bottom_level_ns: Vec::new(),
         };
+        // The device's own memory must hold the KV cache and one chunk (no budget set yet);
+        // checked before costs, so a prompt far too large is refused, not priced.
+        plan.memory_profile = MemoryProfile::new(&plan);
+        plan.memory_profile.check_feasible()?;
         plan.cost_ns = plan.model_costs()?;
         plan.top_level_ns = plan.top_levels();
         plan.bottom_level_ns = plan.bottom_levels();
-        // The device's own memory must hold the KV cache and one chunk (no budget set yet).
-        plan.memory_profile = MemoryProfile::new(&plan);
-        plan.memory_profile.check_feasible()?;
         Ok(plan)
     }
 

@@ -56,17 +56,20 @@ impl ChunkProfile {
             }
             let size = align_up(t.bytes, regions[t.region].alignment).unwrap_or(u64::MAX);
             let last = t.last_use(plan, chunk) as usize;
-            alloc[t.producer as usize * r + t.region] += size;
-            free[last * r + t.region] += size;
-            alloc[t.producer as usize * r + r - 1] += size;
-            free[last * r + r - 1] += size;
+            // Saturating: absurd sizes must reach the feasibility check, not overflow.
+            for column in [t.region, r - 1] {
+                let at = t.producer as usize * r + column;
+                alloc[at] = alloc[at].saturating_add(size);
+                let at = last * r + column;
+                free[at] = free[at].saturating_add(size);
+            }
         }
         let mut wait = vec![0u64; (n + 1) * r];
         let mut run = vec![0u64; n * r];
         for j in 0..n {
             for k in 0..r {
-                run[j * r + k] = wait[j * r + k] + alloc[j * r + k];
-                wait[(j + 1) * r + k] = run[j * r + k] - free[j * r + k];
+                run[j * r + k] = wait[j * r + k].saturating_add(alloc[j * r + k]);
+                wait[(j + 1) * r + k] = run[j * r + k].saturating_sub(free[j * r + k]);
             }
         }
         let mut peak_from = vec![0u64; (n + 1) * r];
@@ -126,8 +129,8 @@ impl MemoryProfile {
         let kv = KvCache::of(plan);
         let mut kv_bytes = vec![0u64; regions.len() + 1];
         let align = regions[kv.region].alignment;
-        kv_bytes[kv.region] =
-            u64::from(kv.layers) * align_up(kv.bytes_per_layer, align).unwrap_or(u64::MAX);
+        kv_bytes[kv.region] = u64::from(kv.layers)
+            .saturating_mul(align_up(kv.bytes_per_layer, align).unwrap_or(u64::MAX));
         kv_bytes[regions.len()] = kv_bytes[kv.region];
         let mut budgets: Vec<u64> = regions.iter().map(|r| r.budget_bytes).collect();
         budgets.push(

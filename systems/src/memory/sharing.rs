@@ -3,11 +3,12 @@
 //! static subgraph is built once and only dynamic ones (attention) are per chunk.
 //!
 //! A subgraph's memory is its weights plus one activation buffer per operator (QNN
-//! allocates them so; seed 000, section 4.5). The model head runs for the last chunk
+//! allocates them so; seed 000, section 4.5), sized as the scheduler's tensors are. The model head runs for the last chunk
 //! only, so both ways hold one copy of it.
 
 use serde::Serialize;
 
+use super::tensors::output_bytes;
 use crate::graph::Sharing;
 use crate::model::{OpDecl, OpKind};
 use crate::plan::PrefillPlan;
@@ -40,37 +41,13 @@ pub struct ChunkSharing {
 fn weight_bytes(op: &OpDecl, plan: &PrefillPlan) -> u64 {
     let m = &plan.model;
     let w = m.weight_precision.bytes();
-    let hidden = u64::from(m.hidden);
-    match op.kind {
-        OpKind::Linear => {
-            u64::from(op.in_features.unwrap_or(m.hidden))
-                * u64::from(op.out_features.unwrap_or(m.hidden))
-                * w
-        }
-        OpKind::Embed | OpKind::LmHead => u64::from(m.vocab) * hidden * w,
+    let count = match op.kind {
+        OpKind::Linear => u64::from(op.in_features.unwrap_or(m.hidden))
+            .saturating_mul(u64::from(op.out_features.unwrap_or(m.hidden))),
+        OpKind::Embed | OpKind::LmHead => u64::from(m.vocab).saturating_mul(u64::from(m.hidden)),
         _ => 0,
-    }
-}
-
-/// Per-operator activation buffer bytes of one stage of `plan`'s chunk length.
-fn buffer_bytes(ops: &[OpDecl], plan: &PrefillPlan) -> u64 {
-    let m = &plan.model;
-    let c = u64::from(plan.workload.chunk_len);
-    let (f, a) = (m.float_precision.bytes(), m.activation_precision.bytes());
-    let hd = u64::from(m.head_dim());
-    let width = |op: &OpDecl| u64::from(op.out_features.unwrap_or(m.hidden));
-    ops.iter()
-        .map(|op| match op.kind {
-            OpKind::Embed | OpKind::ResidualAdd | OpKind::RmsNorm => c * u64::from(m.hidden) * f,
-            OpKind::Quantize => c * width(op) * a,
-            OpKind::Dequantize => c * width(op) * f,
-            OpKind::Linear => c * width(op) * 4,
-            OpKind::Rope => c * u64::from(m.heads + m.kv_heads) * hd * f,
-            OpKind::Attention => c * u64::from(m.heads) * hd * f,
-            OpKind::SiluMul => c * u64::from(m.ffn) * a,
-            OpKind::LmHead => u64::from(m.vocab) * 4,
-        })
-        .sum()
+    };
+    count.saturating_mul(w)
 }
 
 /// The chunk-sharing accounting of `plan`.
@@ -86,22 +63,31 @@ fn buffer_bytes(ops: &[OpDecl], plan: &PrefillPlan) -> u64 {
 /// ```
 pub fn chunk_sharing(plan: &PrefillPlan) -> ChunkSharing {
     let chunks = u64::from(plan.chunks);
+    let tokens = u64::from(plan.workload.chunk_len);
     let (mut weights, mut activations) = (0u64, 0u64);
     let (mut statics, mut dynamics, mut head) = (0u64, 0u64, 0u64);
     for stage in &plan.stages {
-        let w: u64 = stage.ops.iter().map(|op| weight_bytes(op, plan)).sum();
-        let b = buffer_bytes(&stage.ops, plan);
-        weights += w;
-        activations += b;
-        match (stage.last_chunk_only, stage.sharing) {
-            (true, _) => head += w + b,
-            (false, Sharing::Static) => statics += w + b,
-            (false, Sharing::Dynamic) => dynamics += w + b,
-        }
+        // Saturating throughout: absurd shapes give u64::MAX, never an overflow.
+        let sum =
+            |f: &dyn Fn(&OpDecl) -> u64| stage.ops.iter().map(f).fold(0u64, u64::saturating_add);
+        let w = sum(&|op| weight_bytes(op, plan));
+        let b = sum(&|op| output_bytes(op, &plan.model, tokens));
+        weights = weights.saturating_add(w);
+        activations = activations.saturating_add(b);
+        let part = match (stage.last_chunk_only, stage.sharing) {
+            (true, _) => &mut head,
+            (false, Sharing::Static) => &mut statics,
+            (false, Sharing::Dynamic) => &mut dynamics,
+        };
+        *part = part.saturating_add(w.saturating_add(b));
     }
-    let per_chunk = chunks * (statics + dynamics) + head;
-    let sharing = statics + chunks * dynamics + head;
-    let saved = per_chunk - sharing;
+    let per_chunk = chunks
+        .saturating_mul(statics.saturating_add(dynamics))
+        .saturating_add(head);
+    let sharing = statics
+        .saturating_add(chunks.saturating_mul(dynamics))
+        .saturating_add(head);
+    let saved = per_chunk.saturating_sub(sharing);
     ChunkSharing {
         chunks: plan.chunks,
         weights_bytes: weights,

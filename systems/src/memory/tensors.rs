@@ -62,32 +62,45 @@ impl TensorTemplate {
     }
 }
 
-/// Bytes per token and whether the output has one row only (the LM head's logits).
-fn output_row(op: &OpDecl, model: &ModelConfig) -> (u64, bool) {
+/// Bytes per token of an operator's output, and whether the output has one row only
+/// (the LM head's logits). Saturating: absurd shapes give `u64::MAX`, which no budget
+/// holds, so the plan is refused instead of overflowing.
+pub(super) fn output_row(op: &OpDecl, model: &ModelConfig) -> (u64, bool) {
     let float = model.float_precision.bytes();
     let act = model.activation_precision.bytes();
     let hidden = u64::from(model.hidden);
     let hd = u64::from(model.head_dim());
     let width = |default: u64| op.out_features.map_or(default, u64::from);
-    match op.kind {
-        OpKind::Embed | OpKind::ResidualAdd | OpKind::RmsNorm => (hidden * float, false),
-        OpKind::Quantize => (width(hidden) * act, false),
-        OpKind::Dequantize => (width(hidden) * float, false),
+    let (count, bytes, single) = match op.kind {
+        OpKind::Embed | OpKind::ResidualAdd | OpKind::RmsNorm => (hidden, float, false),
+        OpKind::Quantize => (width(hidden), act, false),
+        OpKind::Dequantize => (width(hidden), float, false),
         // INT32 accumulators (or FP32), as the cost model counts them.
-        OpKind::Linear => (width(hidden) * 4, false),
+        OpKind::Linear => (width(hidden), 4, false),
         // Queries and keys rotated; values pass through.
-        OpKind::Rope => (u64::from(model.heads + model.kv_heads) * hd * float, false),
-        OpKind::Attention => (u64::from(model.heads) * hd * float, false),
+        OpKind::Rope => (
+            (u64::from(model.heads) + u64::from(model.kv_heads)).saturating_mul(hd),
+            float,
+            false,
+        ),
+        OpKind::Attention => (u64::from(model.heads).saturating_mul(hd), float, false),
         OpKind::SiluMul => {
             let bytes = if op.class() == ExecClass::Int8 {
                 act
             } else {
                 float
             };
-            (u64::from(model.ffn) * bytes, false)
+            (u64::from(model.ffn), bytes, false)
         }
-        OpKind::LmHead => (u64::from(model.vocab) * 4, true),
-    }
+        OpKind::LmHead => (u64::from(model.vocab), 4, true),
+    };
+    (count.saturating_mul(bytes), single)
+}
+
+/// Bytes of an operator's output for chunks of `tokens` tokens.
+pub(super) fn output_bytes(op: &OpDecl, model: &ModelConfig, tokens: u64) -> u64 {
+    let (row, single) = output_row(op, model);
+    row.saturating_mul(if single { 1 } else { tokens })
 }
 
 /// The operators of a chunk's chain with the ops each reads (indexes into the chain).
@@ -148,13 +161,13 @@ pub fn chunk_tensors(plan: &PrefillPlan) -> Vec<TensorTemplate> {
     let mut workspace = vec![0u64; plan.stages.len()];
     let mut tensors = Vec::new();
     for (i, (stage, op, _)) in chain.iter().enumerate() {
-        let (row, single) = output_row(op, &plan.model);
-        let bytes = row * if single { 1 } else { tokens };
+        let bytes = output_bytes(op, &plan.model, tokens);
         let mut consumers: Vec<u32> = readers[i].iter().copied().filter(|s| s != stage).collect();
         consumers.sort_unstable();
         consumers.dedup();
         if consumers.is_empty() {
-            workspace[*stage as usize] += bytes;
+            let w = &mut workspace[*stage as usize];
+            *w = w.saturating_add(bytes);
             continue;
         }
         let producer_lane = lane(*stage);
@@ -205,8 +218,9 @@ impl KvCache {
     /// The KV cache of `plan`.
     pub fn of(plan: &PrefillPlan) -> KvCache {
         let m = &plan.model;
-        let bytes_per_token =
-            u64::from(m.kv_heads) * u64::from(m.head_dim()) * m.float_precision.bytes();
+        let bytes_per_token = u64::from(m.kv_heads)
+            .saturating_mul(u64::from(m.head_dim()))
+            .saturating_mul(m.float_precision.bytes());
         let attention_stage = plan
             .stages
             .iter()
@@ -219,7 +233,9 @@ impl KvCache {
         let region = attention_stage.map_or(0, |s| plan.stage_processor[s]);
         KvCache {
             layers,
-            bytes_per_layer: 2 * bytes_per_token * u64::from(plan.workload.prompt_len),
+            bytes_per_layer: bytes_per_token
+                .saturating_mul(2)
+                .saturating_mul(u64::from(plan.workload.prompt_len)),
             bytes_per_token,
             region,
         }
@@ -227,13 +243,15 @@ impl KvCache {
 
     /// Total bytes (every layer).
     pub fn bytes(&self) -> u64 {
-        u64::from(self.layers) * self.bytes_per_layer
+        u64::from(self.layers).saturating_mul(self.bytes_per_layer)
     }
 
     /// Offsets of chunk `chunk`'s K and V rows inside a layer's buffer, for chunks of
     /// `chunk_len` tokens: K at `chunk * chunk_len` rows, V in the second half.
     pub fn write_offset(&self, chunk: u32, chunk_len: u32) -> (u64, u64) {
-        let k = u64::from(chunk) * u64::from(chunk_len) * self.bytes_per_token;
+        let k = u64::from(chunk)
+            .saturating_mul(u64::from(chunk_len))
+            .saturating_mul(self.bytes_per_token);
         (k, self.bytes_per_layer / 2 + k)
     }
 }
