@@ -23,6 +23,7 @@
 //! ```
 
 pub mod backends;
+pub mod budget;
 pub mod compare;
 pub mod engine;
 pub mod exec;

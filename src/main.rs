@@ -98,6 +98,10 @@ struct SimulateArgs {
     /// Print one JSON object instead of the summary.
     #[arg(long)]
     json: bool,
+    /// Memory budget per region: BYTES (e.g. 512MiB), REGION=BYTES[,..], or FACTORx (times
+    /// the in-order policy's planned peak).
+    #[arg(long, value_name = "BUDGET")]
+    memory_budget: Option<hetsched::budget::BudgetSpec>,
 }
 
 #[derive(clap::Args)]
@@ -177,6 +181,9 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     }
     if let Some(p) = args.policy {
         scene.workload.policy = p;
+    }
+    if let Some(budget) = &args.memory_budget {
+        hetsched::budget::apply_budget(&mut scene, budget).map_err(|e| e.to_string())?;
     }
     let plan = Arc::new(scene.plan().map_err(|e| e.to_string())?);
     let run = engine::simulate(plan).map_err(|e| e.to_string())?;

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use hetsched_systems::ProcessorKind;
+use hetsched_systems::memory::{ChunkSharing, RegionMemory, chunk_sharing, plan_schedule};
 use serde::Serialize;
 
 use crate::engine::RunOutcome;
@@ -69,6 +70,31 @@ pub struct RunReport {
     pub scheduler_us_per_tick: f64,
     /// Total tick wall time / makespan (a measurement: varies run to run).
     pub scheduler_overhead_ratio: f64,
+    /// Per memory region: the offset plan of the tensors of the schedule that ran
+    /// (`peak_bytes`) against the most bytes live at once (`lower_bound_bytes`).
+    pub memory: Vec<RegionMemory>,
+    /// Dispatch decisions where a ready job waited for memory.
+    pub held_for_memory: u64,
+    /// Graph memory of per-chunk graphs against chunk-sharing graphs.
+    pub chunk_sharing: ChunkSharing,
+}
+
+/// Each region's planned memory for a finished run.
+pub fn region_memory(run: &RunOutcome) -> Vec<RegionMemory> {
+    let plan = &run.plan;
+    let mut spans = vec![None; plan.id_space()];
+    for s in &run.timeline.slices {
+        spans[s.id as usize] = Some((s.start_ns, s.end_ns));
+    }
+    plan_schedule(plan, &spans)
+        .expect("the plan's alignment was validated and its sizes fit its budgets")
+        .into_iter()
+        .map(|(summary, _, _)| summary)
+        .collect()
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
 }
 
 fn ms(ns: u64) -> f64 {
@@ -137,6 +163,9 @@ impl RunReport {
             ticks: run.stats.ticks,
             scheduler_us_per_tick: median_ns(&run.tick_wall_ns) / 1e3,
             scheduler_overhead_ratio: run.tick_wall_ns.iter().sum::<u64>() as f64 / makespan as f64,
+            memory: region_memory(run),
+            held_for_memory: run.stats.held_for_memory,
+            chunk_sharing: chunk_sharing(plan),
         }
     }
 
@@ -189,6 +218,27 @@ impl RunReport {
             self.ticks,
             self.scheduler_us_per_tick,
             100.0 * self.scheduler_overhead_ratio
+        );
+        for m in &self.memory {
+            let _ = writeln!(
+                s,
+                "memory     {:<10} planned {:>9.1} MiB, lower bound {:>9.1} MiB ({:.3}x), KV cache {:.1} MiB, budget {:.1} MiB",
+                m.region,
+                mib(m.peak_bytes),
+                mib(m.lower_bound_bytes),
+                m.peak_bytes as f64 / m.lower_bound_bytes.max(1) as f64,
+                mib(m.kv_cache_bytes),
+                mib(m.budget_bytes)
+            );
+        }
+        let c = &self.chunk_sharing;
+        let _ = writeln!(
+            s,
+            "graphs     per-chunk {:.2} GB, chunk-sharing {:.2} GB: {:.1}% ({:.2} GB) less",
+            c.per_chunk_graphs_bytes as f64 / 1e9,
+            c.chunk_sharing_bytes as f64 / 1e9,
+            100.0 * c.saving,
+            c.saved_bytes as f64 / 1e9
         );
         if let Some(rate) = self.npu_bubble_rate {
             let _ = writeln!(

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use hetsched_systems::memory::MemoryConfig;
 use hetsched_systems::{DeviceProfile, ModelConfig, PlanError, PrefillPlan, Workload};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -122,6 +123,8 @@ struct SceneFile {
     device: String,
     model: String,
     workload: Workload,
+    #[serde(default)]
+    memory: MemoryConfig,
 }
 
 /// A loaded scene.
@@ -135,6 +138,8 @@ pub struct Scene {
     pub model: ModelConfig,
     /// Workload.
     pub workload: Workload,
+    /// Memory budgets and alignment (the optional `[memory]` table).
+    pub memory: MemoryConfig,
 }
 
 /// Where scene files come from.
@@ -242,15 +247,17 @@ impl Scene {
             device: parse(&device_path, &device_text)?,
             model: parse(&model_path, &model_text)?,
             workload: scene.workload,
+            memory: scene.memory,
         })
     }
 
-    /// Builds the prefill plan of this scene.
+    /// Builds the prefill plan of this scene, with its memory budgets.
     pub fn plan(&self) -> Result<PrefillPlan, SceneError> {
         Ok(PrefillPlan::new(
             self.model.clone(),
             self.device.clone(),
             self.workload.clone(),
-        )?)
+        )?
+        .with_memory(self.memory.clone())?)
     }
 }

@@ -3,10 +3,13 @@
 use bevy_ecs::prelude::{MessageWriter, Query, Res, ResMut};
 
 use crate::components::{BusySlot, SubgraphState};
+use crate::memory_dispatch::MemoryLedger;
 use crate::resources::{Inbox, Index, Plan, SliceRecord, SubgraphFinished, TimelineLog};
 
-/// Marks each reported instance Done, frees its processor, records its slice, and
-/// announces it with [`SubgraphFinished`].
+/// Marks each reported instance Done, frees its processor and the memory its dead
+/// tensors held ([`MemoryLedger::finish`]), records its slice, and announces it with
+/// [`SubgraphFinished`].
+#[allow(clippy::too_many_arguments)]
 pub fn collect_completions(
     plan: Res<Plan>,
     index: Res<Index>,
@@ -15,6 +18,7 @@ pub fn collect_completions(
     mut slots: Query<&mut BusySlot>,
     mut timeline: ResMut<TimelineLog>,
     mut finished: MessageWriter<SubgraphFinished>,
+    mut memory: ResMut<MemoryLedger>,
 ) {
     for done in inbox.0.drain(..) {
         let entity = index.instances[done.id as usize]
@@ -40,9 +44,11 @@ pub fn collect_completions(
         );
         slot.running = None;
         slot.busy_ns += done.end_ns - done.start_ns;
+        let key = plan.0.key(done.id as usize);
+        memory.finish(key);
         timeline.slices.push(SliceRecord {
             id: done.id,
-            key: plan.0.key(done.id as usize),
+            key,
             processor: done.processor,
             start_ns: done.start_ns,
             end_ns: done.end_ns,

@@ -5,6 +5,7 @@ use bevy_ecs::prelude::{Component, Entity};
 
 use crate::device::ProcessorKind;
 use crate::graph::Sharing;
+use crate::memory::TensorKind;
 use crate::model::ExecClass;
 use crate::plan::InstanceKey;
 
@@ -28,11 +29,15 @@ pub struct BusySlot {
     pub busy_ns: u64,
 }
 
-/// Memory a processor can address.
+/// Memory a processor can address: its region (see `memory::Region`).
 #[derive(Component, Debug, Clone, Copy)]
 pub struct MemoryRegion {
     /// Capacity in bytes.
     pub capacity_bytes: u64,
+    /// Bytes the scheduler may keep live in it (activations and KV cache).
+    pub budget_bytes: u64,
+    /// Alignment of planned offsets.
+    pub alignment: u64,
 }
 
 /// A chunk of the prompt.
@@ -107,22 +112,30 @@ pub struct EstimatedCost {
     pub ns: u64,
 }
 
-/// An activation tensor: the output of one instance.
+/// A tensor of one chunk: an activation a stage hands to later stages, or a stage's
+/// workspace (see `memory::chunk_tensors`).
 #[derive(Component, Debug, Clone)]
 pub struct Tensor {
-    /// Shape, outermost first: [tokens, width].
-    pub shape: [u32; 2],
-    /// Bytes per element.
-    pub element_bytes: u32,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Region (processor lane) it is allocated in.
+    pub region: usize,
+    /// Activation or workspace.
+    pub kind: TensorKind,
     /// Producing instance.
     pub producer: Entity,
-    /// Consuming instances.
+    /// Consuming instances, in stage order (none for a workspace).
     pub consumers: Vec<Entity>,
 }
 
-impl Tensor {
-    /// Size in bytes.
-    pub fn bytes(&self) -> u64 {
-        u64::from(self.shape[0]) * u64::from(self.shape[1]) * u64::from(self.element_bytes)
-    }
+/// One layer's KV cache buffer, preallocated for the whole prompt; chunks write their
+/// rows in place (see `memory::KvCache`).
+#[derive(Component, Debug, Clone, Copy)]
+pub struct KvCacheLayer {
+    /// Decoder layer.
+    pub layer: u32,
+    /// Bytes (K and V).
+    pub bytes: u64,
+    /// Region (processor lane).
+    pub region: usize,
 }

@@ -30,6 +30,12 @@ pub enum PlanError {
         "the layer graph has a dependency cycle through operator `{0}`; remove one of its inputs"
     )]
     Cycle(String),
+    /// The scene's memory settings are unusable.
+    #[error("invalid memory settings: {0}")]
+    InvalidMemory(String),
+    /// A memory budget can never be met.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
     /// A stage needs a processor the device does not have.
     #[error("the device has no processor for {0} work; add one to the device profile")]
     NoProcessor(String),

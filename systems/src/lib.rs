@@ -3,7 +3,8 @@
 //! A prompt is cut into chunks; each chunk runs through a chain of subgraph stages
 //! ([`graph`]); every (chunk, stage) is an entity ([`components`]). One tick of the
 //! [`scheduler_schedule`] runs the [`SchedulerSystems`] phases in order: collect
-//! completions, resolve dependencies, dispatch by policy, record metrics.
+//! completions (freeing dead tensors), resolve dependencies, dispatch by policy within
+//! each memory region's budget ([`memory_dispatch`]), record metrics.
 //!
 //! This crate never names a concrete queue: the engine feeds [`resources::Inbox`] and
 //! drains [`resources::Outbox`] (see [`resources`] for the contract).
@@ -38,6 +39,7 @@ pub mod dispatch;
 pub mod error;
 pub mod graph;
 pub mod memory;
+pub mod memory_dispatch;
 pub mod metrics;
 pub mod model;
 pub mod optimal;

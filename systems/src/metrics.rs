@@ -3,10 +3,12 @@
 use bevy_ecs::prelude::{Query, Res, ResMut};
 
 use crate::components::{BusySlot, Processor};
+use crate::memory_dispatch::MemoryLedger;
 use crate::resources::{Clock, CounterSample, Plan, ReadyQueues, RunStats, TimelineLog};
 
-/// Samples per-processor ready-queue lengths and the number of chunks with work in
-/// flight, adding a counter point only where a value changed.
+/// Samples per-processor ready-queue lengths, the number of chunks with work in flight
+/// and the live bytes of every memory region (`live bytes <region>`), adding a counter
+/// point only where a value changed.
 pub fn record_metrics(
     plan: Res<Plan>,
     clock: Res<Clock>,
@@ -14,6 +16,7 @@ pub fn record_metrics(
     processors: Query<(&Processor, &BusySlot)>,
     mut timeline: ResMut<TimelineLog>,
     mut stats: ResMut<RunStats>,
+    memory: Res<MemoryLedger>,
 ) {
     stats.ticks += 1;
     let lanes = ready.0.len();
@@ -27,6 +30,14 @@ pub fn record_metrics(
         timeline
             .counters
             .push(("chunks running".to_string(), Vec::new()));
+        let profile = memory.profile();
+        for column in 0..profile.columns() {
+            let name = match profile.regions.get(column) {
+                Some(region) => format!("live bytes {}", region.name),
+                None => "live bytes device".to_string(),
+            };
+            timeline.counters.push((name, Vec::new()));
+        }
     }
     let mut values: Vec<f64> = ready.0.iter().map(|q| q.len() as f64).collect();
     let mut running_chunks: Vec<u32> = processors
@@ -37,7 +48,8 @@ pub fn record_metrics(
     running_chunks.sort_unstable();
     running_chunks.dedup();
     values.push(running_chunks.len() as f64);
-    debug_assert_eq!(values.len(), lanes + 1);
+    values.extend(memory.live().iter().map(|&b| b as f64));
+    debug_assert_eq!(values.len(), 2 * lanes + 2);
     for ((_, samples), value) in timeline.counters.iter_mut().zip(values) {
         match samples.last_mut() {
             Some(last) if last.value == value => {}

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::device::{DeviceProfile, ProcessorKind};
 use crate::error::PlanError;
 use crate::graph::{Sharing, StageDependency, StageTemplate, build_stages};
+use crate::memory::{MemoryConfig, MemoryProfile};
 use crate::model::{ChunkShape, ExecClass, ModelConfig};
 use crate::policy::Policy;
 
@@ -65,6 +66,10 @@ pub struct PrefillPlan {
     pub stage_processor: Vec<usize>,
     /// Number of chunks.
     pub chunks: u32,
+    /// Memory regions' budgets and alignment (see [`PrefillPlan::with_memory`]).
+    memory: MemoryConfig,
+    /// What each chunk holds as it runs, computed once (see [`PrefillPlan::memory_profile`]).
+    memory_profile: MemoryProfile,
     /// Modeled cost in ns, indexed by [`PrefillPlan::id`]; 0 for ids with no instance.
     cost_ns: Vec<u64>,
     /// Longest path from any entry to the start of each instance, by id (ns).
@@ -119,14 +124,44 @@ impl PrefillPlan {
             stages,
             stage_processor,
             chunks,
+            memory: MemoryConfig::default(),
+            memory_profile: MemoryProfile::default(),
             cost_ns: Vec::new(),
             top_level_ns: Vec::new(),
             bottom_level_ns: Vec::new(),
         };
+        // The device's own memory must hold the KV cache and one chunk (no budget set yet);
+        // checked before costs, so a prompt far too large is refused, not priced.
+        plan.memory_profile = MemoryProfile::new(&plan);
+        plan.memory_profile.check_feasible()?;
         plan.cost_ns = plan.model_costs()?;
         plan.top_level_ns = plan.top_levels();
         plan.bottom_level_ns = plan.bottom_levels();
         Ok(plan)
+    }
+
+    /// Sets the memory budgets and alignment, refusing budgets that can never be met.
+    ///
+    /// # Errors
+    /// [`PlanError::InvalidMemory`] for an unknown region or a bad alignment;
+    /// [`PlanError::Memory`] when a region cannot hold the KV cache and one chunk.
+    pub fn with_memory(mut self, memory: MemoryConfig) -> Result<Self, PlanError> {
+        memory.validate(&self.device)?;
+        self.memory = memory;
+        self.memory_profile = MemoryProfile::new(&self);
+        self.memory_profile.check_feasible()?;
+        Ok(self)
+    }
+
+    /// The memory settings (budgets, alignment).
+    pub fn memory(&self) -> &MemoryConfig {
+        &self.memory
+    }
+
+    /// Chunk tensors, regions and what a chunk holds as it runs, under
+    /// [`PrefillPlan::memory`].
+    pub fn memory_profile(&self) -> &MemoryProfile {
+        &self.memory_profile
     }
 
     fn model_costs(&self) -> Result<Vec<u64>, PlanError> {

@@ -130,4 +130,6 @@ pub struct RunStats {
     pub ticks: u64,
     /// Jobs dispatched.
     pub dispatched: u64,
+    /// Dispatch decisions where a ready job had to wait for memory.
+    pub held_for_memory: u64,
 }

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use bevy_ecs::prelude::{Entity, Messages, World};
 
 use crate::components::{
-    BusySlot, Chunk, EstimatedCost, MemoryRegion, Placement, Processor, RemainingDeps,
-    SubgraphInstance, SubgraphState, SubgraphTemplate, Tensor,
+    BusySlot, Chunk, EstimatedCost, KvCacheLayer, MemoryRegion, Placement, Processor,
+    RemainingDeps, SubgraphInstance, SubgraphState, SubgraphTemplate, Tensor,
 };
 use crate::graph::StageDependency;
-use crate::model::OpKind;
+use crate::memory::KvCache;
+use crate::memory_dispatch::MemoryLedger;
 use crate::plan::{InstanceKey, PrefillPlan};
 use crate::progress::StageProgress;
 use crate::resources::{
@@ -22,6 +23,7 @@ use crate::resources::{
 /// A world ready for the first tick of `plan`.
 pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
     let mut world = World::new();
+    let regions = &plan.memory_profile().regions;
     let processors: Vec<Entity> = plan
         .device
         .processors
@@ -37,7 +39,9 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
                     },
                     BusySlot::default(),
                     MemoryRegion {
-                        capacity_bytes: (p.memory_gib * (1u64 << 30) as f64) as u64,
+                        capacity_bytes: regions[index].capacity_bytes,
+                        budget_bytes: regions[index].budget_bytes,
+                        alignment: regions[index].alignment,
                     },
                 ))
                 .id()
@@ -134,45 +138,40 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
     world.insert_resource(Outbox::default());
     world.insert_resource(TimelineLog::default());
     world.insert_resource(RunStats::default());
+    world.insert_resource(MemoryLedger::new(&plan));
     world.init_resource::<Messages<SubgraphFinished>>();
     world.insert_resource(Plan(plan));
     world
 }
 
-/// One output tensor per instance, consumed by the instances that depend on it.
+/// Every chunk's tensors (exported activations and stage workspaces, see
+/// [`chunk_tensors`]) and one KV cache buffer per layer.
 fn spawn_tensors(world: &mut World, plan: &PrefillPlan, instances: &[Option<Entity>]) {
-    for key in plan.instances() {
-        let stage = &plan.stages[key.stage as usize];
-        let mut consumers = Vec::new();
-        let next = key.stage + 1;
-        if next < plan.stage_count() {
-            let chunks = match plan.stages[next as usize].dependency {
-                StageDependency::CrossChunk => key.chunk..plan.chunks,
-                _ => key.chunk..key.chunk + 1,
-            };
-            consumers.extend(
-                chunks
-                    .map(|chunk| InstanceKey { chunk, stage: next })
-                    .filter(|k| plan.exists(*k))
-                    .filter_map(|k| instances[plan.id(k)]),
-            );
-        }
-        let last = stage.ops.last().expect("stages are never empty");
-        let (tokens, width) = match last.kind {
-            OpKind::LmHead => (1, plan.model.vocab),
-            OpKind::SiluMul => (plan.workload.chunk_len, plan.model.ffn),
-            _ => (
-                plan.workload.chunk_len,
-                last.out_features.unwrap_or(plan.model.hidden),
-            ),
+    let kv = KvCache::of(plan);
+    world.spawn_batch((0..kv.layers).map(move |layer| KvCacheLayer {
+        layer,
+        bytes: kv.bytes_per_layer,
+        region: kv.region,
+    }));
+    let templates = &plan.memory_profile().tensors;
+    let mut tensors = Vec::with_capacity(templates.len() * plan.chunks as usize);
+    for chunk in 0..plan.chunks {
+        let entity = |stage: u32| {
+            let key = InstanceKey { chunk, stage };
+            plan.exists(key).then(|| instances[plan.id(key)]).flatten()
         };
-        let element_bytes = if last.kind == OpKind::Quantize { 1 } else { 4 };
-        let producer = instances[plan.id(key)].expect("instance entity");
-        world.spawn(Tensor {
-            shape: [tokens, width],
-            element_bytes,
-            producer,
-            consumers,
-        });
+        for t in templates {
+            let Some(producer) = entity(t.producer) else {
+                continue;
+            };
+            tensors.push(Tensor {
+                bytes: t.bytes,
+                region: t.region,
+                kind: t.kind,
+                producer,
+                consumers: t.consumers.iter().filter_map(|&s| entity(s)).collect(),
+            });
+        }
     }
+    world.spawn_batch(tensors);
 }

@@ -17,6 +17,25 @@ pub enum MemoryError {
         /// Bytes the region has.
         available: u64,
     },
+    /// A region's budget cannot hold even one chunk next to the KV cache: the prefill
+    /// could never finish, so it is refused before it starts.
+    #[error(
+        "memory budget of region `{region}` is {available} bytes but the prefill needs at least \
+         {needed} bytes there (KV cache {kv_cache} + one chunk's peak {chunk_peak}); raise the \
+         budget to at least {needed} bytes, use shorter chunks, or shorten the prompt"
+    )]
+    NeverFits {
+        /// The region (processor name).
+        region: String,
+        /// The least budget that works.
+        needed: u64,
+        /// The budget given.
+        available: u64,
+        /// KV cache bytes in the region.
+        kv_cache: u64,
+        /// The most one chunk holds in the region.
+        chunk_peak: u64,
+    },
     /// The alignment is 0 or not a power of two.
     #[error("alignment {0} is not a power of two; use a power of two such as 1, 16, 64 or 4096")]
     BadAlignment(u64),

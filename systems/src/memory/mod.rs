@@ -11,6 +11,14 @@
 //! - [`plan_offsets`]: every strategy, keeping the lowest peak (deterministic).
 //! - [`check_plan`]: verifies a plan; [`fits`]: checks it against a capacity.
 //!
+//! Wired into the scheduler through:
+//! - [`chunk_tensors`] and [`KvCache`]: the tensors of a chunk (from the model's
+//!   operators) and the preallocated KV cache, each in a [`Region`] of the device.
+//! - [`MemoryProfile`]: what a chunk holds as it progresses; the least feasible budget.
+//! - [`schedule_buffers`] / [`plan_schedule`]: lifetimes from the schedule that ran,
+//!   planned per region after the run.
+//! - [`chunk_sharing`]: graph memory of per-chunk vs chunk-sharing graphs.
+//!
 //! # Examples
 //! ```
 //! use hetsched_systems::memory::{Buffer, check_plan, fits, lower_bound, plan_offsets};
@@ -35,7 +43,12 @@ mod check;
 mod error;
 mod order;
 mod place;
+mod profile;
+mod region;
+mod schedule;
+mod sharing;
 mod strategy;
+mod tensors;
 
 pub use align::{align_up, validate_alignment};
 pub use bound::{aligned_lower_bound, lower_bound};
@@ -43,4 +56,9 @@ pub use budget::fits;
 pub use buffer::{Buffer, MemoryPlan, Placement};
 pub use check::check_plan;
 pub use error::MemoryError;
+pub use profile::{ChunkProfile, MemoryProfile};
+pub use region::{DEFAULT_ALIGNMENT, MemoryConfig, Region};
+pub use schedule::{RegionMemory, plan_schedule, schedule_buffers};
+pub use sharing::{ChunkSharing, chunk_sharing};
 pub use strategy::{Strategy, plan_offsets, plan_with};
+pub use tensors::{KvCache, TensorKind, TensorTemplate, chunk_tensors};

@@ -104,3 +104,14 @@ impl<T: Ord + Copy + Default> RangeMax<T> {
         best
     }
 }
+
+/// Largest (aligned) first; ties: earliest start, then longer lifetime.
+pub(super) fn by_size_then_start(buffers: &[Buffer], sizes: &[u64]) -> Vec<u32> {
+    sorted_by(buffers, |i| {
+        (
+            Reverse(sizes[i]),
+            buffers[i].start,
+            Reverse(buffers[i].lifetime()),
+        )
+    })
+}

@@ -31,15 +31,21 @@ pub enum Strategy {
     GreedyByBreadth,
     /// Earliest start first (ties: larger, then id).
     GreedyByStart,
+    /// Largest aligned size first, ties by earliest start (then larger lifetime, id):
+    /// equal-size tensors of successive chunks stack in time order, which packs the
+    /// many same-size activations of a chunked prefill tighter than the lifetime
+    /// tie-break (gemma-2b at chunk 128: 1.034x the bound instead of 1.063x).
+    GreedyBySizeThenStart,
 }
 
 impl Strategy {
     /// Every strategy, in the order [`plan_offsets`] tries them (and breaks ties).
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::GreedyBySize,
         Strategy::GreedyBySizeTimesLifetime,
         Strategy::GreedyByBreadth,
         Strategy::GreedyByStart,
+        Strategy::GreedyBySizeThenStart,
     ];
 
     /// A short kebab-case name, as in serialized form.
@@ -49,6 +55,7 @@ impl Strategy {
             Strategy::GreedyBySizeTimesLifetime => "greedy-by-size-times-lifetime",
             Strategy::GreedyByBreadth => "greedy-by-breadth",
             Strategy::GreedyByStart => "greedy-by-start",
+            Strategy::GreedyBySizeThenStart => "greedy-by-size-then-start",
         }
     }
 }
@@ -123,6 +130,7 @@ fn run(buffers: &[Buffer], sizes: &[u64], alignment: u64, strategy: Strategy) ->
         Strategy::GreedyBySizeTimesLifetime => order::by_area(buffers, sizes),
         Strategy::GreedyByBreadth => order::by_breadth(buffers, sizes),
         Strategy::GreedyByStart => order::by_start(buffers, sizes),
+        Strategy::GreedyBySizeThenStart => order::by_size_then_start(buffers, sizes),
     };
     let offsets = place::place_in_order(buffers, sizes, &order, place::Path::Auto);
     let peak_bytes = offsets

@@ -1,0 +1,213 @@
+//! A chunk's memory over its own progress, and whether a budget can ever be met.
+//!
+//! A chunk's stages run one after another, so the bytes a chunk holds in a region depend
+//! only on how far it got: `wait[j]` before stage `j` starts, `run[j]` while it runs.
+//! `peak_from[j]` is the most it will hold from stage `j` on. These are the same for
+//! every chunk but the last (which also runs the model head), so two profiles describe a
+//! whole prefill. Sizes are rounded up to the region alignment, as the planner packs them.
+//! Every table has one column per region and a last column for the whole device (the sum),
+//! which the device budget (`MemoryConfig::device_budget_bytes`) limits.
+
+use super::align::align_up;
+use super::error::MemoryError;
+use super::region::Region;
+use super::tensors::{KvCache, TensorTemplate, chunk_tensors};
+use crate::plan::{InstanceKey, PrefillPlan};
+
+/// Bytes per (stage, column) of one chunk's progress; index `stage * columns + column`,
+/// where the columns are the regions and then the device total.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChunkProfile {
+    /// Columns per stage row: regions + 1 (the device total).
+    pub regions: usize,
+    /// Stages this chunk runs.
+    pub stages: u32,
+    /// Allocated when stage `j` starts (its outputs and workspace).
+    pub alloc: Vec<u64>,
+    /// Freed when stage `j` ends (its workspace and tensors it reads last).
+    pub free: Vec<u64>,
+    /// Held before stage `j` starts; row `stages` is what is left at the end (0).
+    pub wait: Vec<u64>,
+    /// Held while stage `j` runs.
+    pub run: Vec<u64>,
+    /// The most held from stage `j` on (`run` suffix maximum); row `stages` is 0.
+    pub peak_from: Vec<u64>,
+}
+
+impl ChunkProfile {
+    /// The profile of chunk `chunk` of `plan`, whose chunk tensors are `tensors`
+    /// ([`chunk_tensors`]), with sizes aligned as in `regions`.
+    pub fn new(
+        plan: &PrefillPlan,
+        regions: &[Region],
+        tensors: &[TensorTemplate],
+        chunk: u32,
+    ) -> ChunkProfile {
+        let r = regions.len() + 1;
+        let stages = (0..plan.stage_count())
+            .take_while(|&stage| plan.exists(InstanceKey { chunk, stage }))
+            .count() as u32;
+        let n = stages as usize;
+        let mut alloc = vec![0u64; n * r];
+        let mut free = vec![0u64; n * r];
+        for t in tensors {
+            if t.producer >= stages {
+                continue;
+            }
+            let size = align_up(t.bytes, regions[t.region].alignment).unwrap_or(u64::MAX);
+            let last = t.last_use(plan, chunk) as usize;
+            // Saturating: absurd sizes must reach the feasibility check, not overflow.
+            for column in [t.region, r - 1] {
+                let at = t.producer as usize * r + column;
+                alloc[at] = alloc[at].saturating_add(size);
+                let at = last * r + column;
+                free[at] = free[at].saturating_add(size);
+            }
+        }
+        let mut wait = vec![0u64; (n + 1) * r];
+        let mut run = vec![0u64; n * r];
+        for j in 0..n {
+            for k in 0..r {
+                run[j * r + k] = wait[j * r + k].saturating_add(alloc[j * r + k]);
+                wait[(j + 1) * r + k] = run[j * r + k].saturating_sub(free[j * r + k]);
+            }
+        }
+        let mut peak_from = vec![0u64; (n + 1) * r];
+        for j in (0..n).rev() {
+            for k in 0..r {
+                peak_from[j * r + k] = peak_from[(j + 1) * r + k].max(run[j * r + k]);
+            }
+        }
+        ChunkProfile {
+            regions: r,
+            stages,
+            alloc,
+            free,
+            wait,
+            run,
+            peak_from,
+        }
+    }
+
+    /// The most this chunk ever holds in `region`.
+    pub fn peak(&self, region: usize) -> u64 {
+        self.peak_from[region]
+    }
+
+    /// Row `stage` of a per-stage table.
+    pub fn row<'a>(&self, table: &'a [u64], stage: u32) -> &'a [u64] {
+        let at = stage as usize * self.regions;
+        &table[at..at + self.regions]
+    }
+}
+
+/// Everything memory-aware dispatch needs: regions, KV cache per region, the chunk
+/// tensors, and the profiles of an ordinary chunk and of the last one. A plan computes
+/// it once ([`PrefillPlan::memory_profile`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryProfile {
+    /// The tensors of one chunk ([`chunk_tensors`]).
+    pub tensors: Vec<TensorTemplate>,
+    /// Regions in lane order.
+    pub regions: Vec<Region>,
+    /// KV cache bytes per column (aligned), held for the whole prefill.
+    pub kv_bytes: Vec<u64>,
+    /// Budget per column: each region's, then the device's.
+    pub budgets: Vec<u64>,
+    /// Every chunk but the last.
+    pub chunk: ChunkProfile,
+    /// The last chunk (runs the model head too).
+    pub last: ChunkProfile,
+    /// Chunks in the prefill.
+    pub chunks: u32,
+}
+
+impl MemoryProfile {
+    /// The profile of `plan`.
+    pub fn new(plan: &PrefillPlan) -> MemoryProfile {
+        let regions = plan.memory().regions(&plan.device);
+        let kv = KvCache::of(plan);
+        let mut kv_bytes = vec![0u64; regions.len() + 1];
+        let align = regions[kv.region].alignment;
+        kv_bytes[kv.region] = u64::from(kv.layers)
+            .saturating_mul(align_up(kv.bytes_per_layer, align).unwrap_or(u64::MAX));
+        kv_bytes[regions.len()] = kv_bytes[kv.region];
+        let mut budgets: Vec<u64> = regions.iter().map(|r| r.budget_bytes).collect();
+        budgets.push(
+            plan.memory()
+                .device_budget_bytes
+                .unwrap_or_else(|| budgets.iter().fold(0u64, |a, &b| a.saturating_add(b))),
+        );
+        let tensors = chunk_tensors(plan);
+        let chunk = ChunkProfile::new(plan, &regions, &tensors, 0);
+        let last = ChunkProfile::new(plan, &regions, &tensors, plan.chunks - 1);
+        MemoryProfile {
+            tensors,
+            regions,
+            kv_bytes,
+            budgets,
+            chunk,
+            last,
+            chunks: plan.chunks,
+        }
+    }
+
+    /// The profile of chunk `chunk`.
+    pub fn of(&self, chunk: u32) -> &ChunkProfile {
+        if chunk + 1 == self.chunks {
+            &self.last
+        } else {
+            &self.chunk
+        }
+    }
+
+    /// Columns: regions, then the device total.
+    pub fn columns(&self) -> usize {
+        self.budgets.len()
+    }
+
+    /// Name of a column: the region's, or `device` for the total.
+    pub fn column_name(&self, column: usize) -> &str {
+        self.regions
+            .get(column)
+            .map_or("device (all regions)", |r| r.name.as_str())
+    }
+
+    /// The least budget each column needs: KV cache plus the largest one chunk holds.
+    pub fn minimum_bytes(&self) -> Vec<u64> {
+        (0..self.columns())
+            .map(|r| self.kv_bytes[r].saturating_add(self.chunk.peak(r).max(self.last.peak(r))))
+            .collect()
+    }
+
+    /// Whether every region's budget holds every chunk at its peak at once: then memory
+    /// never delays a job and dispatch can skip its checks.
+    pub fn unconstrained(&self) -> bool {
+        (0..self.columns()).all(|r| {
+            let chunks = u128::from(self.chunks.saturating_sub(1)) * u128::from(self.chunk.peak(r))
+                + u128::from(self.last.peak(r))
+                + u128::from(self.kv_bytes[r]);
+            chunks <= u128::from(self.budgets[r])
+        })
+    }
+
+    /// Refuses a budget that can never be met: one chunk alone, with the KV cache, must
+    /// fit in every region.
+    ///
+    /// # Errors
+    /// [`MemoryError::NeverFits`] for the first region too small.
+    pub fn check_feasible(&self) -> Result<(), MemoryError> {
+        for (r, needed) in self.minimum_bytes().into_iter().enumerate() {
+            if needed > self.budgets[r] {
+                return Err(MemoryError::NeverFits {
+                    region: self.column_name(r).to_string(),
+                    needed,
+                    available: self.budgets[r],
+                    kv_cache: self.kv_bytes[r],
+                    chunk_peak: self.chunk.peak(r).max(self.last.peak(r)),
+                });
+            }
+        }
+        Ok(())
+    }
+}

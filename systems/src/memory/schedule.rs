@@ -1,0 +1,116 @@
+//! Tensor lifetimes from the schedule that actually ran, planned per region.
+
+use serde::Serialize;
+
+use super::bound::lower_bound;
+use super::buffer::{Buffer, MemoryPlan};
+use super::error::MemoryError;
+use super::strategy::{Strategy, plan_offsets};
+use super::tensors::KvCache;
+use crate::plan::{InstanceKey, PrefillPlan};
+
+/// The buffers of a finished run, per region (lane order).
+///
+/// `spans[id]` is when instance `id` ran, `(start, end)` in ns (`None` where no instance
+/// ran). A tensor is live from its producer's start to its last consumer's end (at
+/// least to its producer's end); a workspace while its stage runs; each layer's KV cache
+/// buffer for the whole prefill, `[0, makespan)`. Buffer ids count from 0 per region in
+/// this order: KV cache layers, then tensors by (chunk, stage).
+pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec<Vec<Buffer>> {
+    let regions = plan.device.processors.len();
+    let mut buffers: Vec<Vec<Buffer>> = vec![Vec::new(); regions];
+    let makespan = spans.iter().flatten().map(|s| s.1).max().unwrap_or(0);
+    let mut push = |region: usize, bytes: u64, start: u64, end: u64| {
+        let list = &mut buffers[region];
+        list.push(Buffer {
+            id: list.len() as u32,
+            bytes,
+            start,
+            // A zero-length job still holds its buffers for an instant.
+            end: end.max(start + 1),
+        });
+    };
+    let kv = KvCache::of(plan);
+    for _ in 0..kv.layers {
+        push(kv.region, kv.bytes_per_layer, 0, makespan);
+    }
+    for chunk in 0..plan.chunks {
+        for t in &plan.memory_profile().tensors {
+            let span = |stage: u32| spans[plan.id(InstanceKey { chunk, stage })];
+            if !plan.exists(InstanceKey {
+                chunk,
+                stage: t.producer,
+            }) {
+                continue;
+            }
+            let Some((start, produced)) = span(t.producer) else {
+                continue;
+            };
+            let end = t
+                .last_consumer(plan, chunk)
+                .and_then(span)
+                .map_or(produced, |(_, e)| e.max(produced));
+            push(t.region, t.bytes, start, end);
+        }
+    }
+    buffers
+}
+
+/// One region's memory after a run: the planned arena against the lower bound.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RegionMemory {
+    /// Region (processor) name.
+    pub region: String,
+    /// Arena size of the best offset plan, bytes.
+    pub peak_bytes: u64,
+    /// Most bytes live at any one time: no plan needs less.
+    pub lower_bound_bytes: u64,
+    /// Bytes the processor can address.
+    pub capacity_bytes: u64,
+    /// Budget the scheduler kept live bytes under.
+    pub budget_bytes: u64,
+    /// KV cache bytes in this region (live for the whole prefill).
+    pub kv_cache_bytes: u64,
+    /// Buffers planned.
+    pub buffers: usize,
+    /// Strategy of the plan kept.
+    pub strategy: Strategy,
+    /// Alignment of offsets and sizes.
+    pub alignment: u64,
+}
+
+/// Plans every region's buffers of a finished run ([`schedule_buffers`]) with
+/// [`plan_offsets`]; returns each region's summary, buffers and plan.
+///
+/// # Errors
+/// As [`plan_offsets`] (an invalid alignment, or sizes overflowing `u64`).
+pub fn plan_schedule(
+    plan: &PrefillPlan,
+    spans: &[Option<(u64, u64)>],
+) -> Result<Vec<(RegionMemory, Vec<Buffer>, MemoryPlan)>, MemoryError> {
+    let regions = &plan.memory_profile().regions;
+    let kv = KvCache::of(plan);
+    schedule_buffers(plan, spans)
+        .into_iter()
+        .zip(regions)
+        .map(|(buffers, region)| {
+            let offsets = plan_offsets(&buffers, region.alignment)?;
+            let summary = RegionMemory {
+                region: region.name.clone(),
+                peak_bytes: offsets.peak_bytes,
+                lower_bound_bytes: lower_bound(&buffers),
+                capacity_bytes: region.capacity_bytes,
+                budget_bytes: region.budget_bytes,
+                kv_cache_bytes: if kv.region == region.lane {
+                    kv.bytes()
+                } else {
+                    0
+                },
+                buffers: buffers.len(),
+                strategy: offsets.strategy,
+                alignment: region.alignment,
+            };
+            Ok((summary, buffers, offsets))
+        })
+        .collect()
+}

@@ -1,0 +1,239 @@
+//! Memory-aware dispatch: the [`MemoryLedger`] of live bytes per region and the
+//! admission rule `dispatch_ready` asks before it starts a job; `collect_completions`
+//! frees a finished job's dead tensors.
+//!
+//! A job allocates its outputs and workspace when it starts; a tensor is freed when its
+//! last consumer ends; the KV cache is held from the start. A job is admitted only if the
+//! state after it is *safe*: the chunks in flight can all finish one after another, in
+//! chunk order, each with what is free plus what the chunks before it release (a banker's
+//! algorithm over chunks). Chunk order is the one order that always exists: a chunk's
+//! cross-chunk stages wait for earlier chunks only, and chunks start in order. Running
+//! jobs need no more memory and end on their own, so the check looks at the state once
+//! they have ended. Then either a job is running, or the first unfinished chunk's next
+//! job is ready and admitted: no set of waiting jobs can hold memory the others need,
+//! and there is no memory deadlock. The check costs O(chunks in flight x regions) per
+//! candidate; when every chunk fits at its peak at once the ledger only counts.
+
+use bevy_ecs::prelude::Resource;
+
+use crate::graph::StageDependency;
+use crate::memory::MemoryProfile;
+use crate::plan::{InstanceKey, PrefillPlan};
+use crate::policy::Policy;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ChunkState {
+    /// Stages done.
+    done: u32,
+    /// Stage `done` is running.
+    running: bool,
+}
+
+/// Live bytes per region, and each chunk's progress through its memory profile.
+#[derive(Resource, Debug, Clone)]
+pub struct MemoryLedger {
+    profile: MemoryProfile,
+    live: Vec<u64>,
+    high_water: Vec<u64>,
+    chunks: Vec<ChunkState>,
+    /// Chunks whose first stage was dispatched (always a prefix: chunks start in order).
+    started: u32,
+    first_unfinished: u32,
+    unconstrained: bool,
+    /// Per stage: whether it waits for the previous stage of every earlier chunk.
+    cross: Vec<bool>,
+    /// Whether the safety witness may settle chunks out of order first. Not for
+    /// `inorder`, which only ever runs a lane's jobs in (chunk, stage) order: it needs the
+    /// first unfinished chunk's next job admitted in every safe state, which only the
+    /// plain chunk-order witness guarantees. Other policies get the dispatch fallback.
+    settle: bool,
+}
+
+impl MemoryLedger {
+    /// Nothing running; the KV cache allocated.
+    pub fn new(plan: &PrefillPlan) -> MemoryLedger {
+        let profile = plan.memory_profile().clone();
+        let live = profile.kv_bytes.clone();
+        MemoryLedger {
+            settle: plan.workload.policy != Policy::InOrder,
+            cross: plan
+                .stages
+                .iter()
+                .map(|s| s.dependency == StageDependency::CrossChunk)
+                .collect(),
+            unconstrained: profile.unconstrained(),
+            high_water: live.clone(),
+            live,
+            chunks: vec![ChunkState::default(); plan.chunks as usize],
+            started: 0,
+            first_unfinished: 0,
+            profile,
+        }
+    }
+
+    /// The profile the ledger follows.
+    pub fn profile(&self) -> &MemoryProfile {
+        &self.profile
+    }
+
+    /// Bytes live in each region now (KV cache included), then in the whole device.
+    pub fn live(&self) -> &[u64] {
+        &self.live
+    }
+
+    /// The most bytes live in each region so far, then in the whole device.
+    pub fn high_water(&self) -> &[u64] {
+        &self.high_water
+    }
+
+    /// Whether budgets are large enough that memory never delays a job.
+    pub fn unconstrained(&self) -> bool {
+        self.unconstrained
+    }
+
+    /// Whether `key` may start now: its allocation fits now, and the state after it is
+    /// safe (see the module doc).
+    pub fn admits(&self, key: InstanceKey) -> bool {
+        self.unconstrained || self.admits_after(None, key)
+    }
+
+    /// Whether `key` could still start if `first` (of another chunk) started before it.
+    /// Dispatch uses it so a later chunk's job never takes the memory an earlier chunk's
+    /// ready job needs (which would leave the later chunk's tensors waiting on the
+    /// earlier chunk, and the earlier chunk waiting on memory).
+    pub fn admits_after(&self, first: Option<InstanceKey>, key: InstanceKey) -> bool {
+        if self.unconstrained {
+            return true;
+        }
+        let mut started = self.started;
+        let mut live = self.live.clone();
+        if let Some(f) = first {
+            debug_assert_ne!(f.chunk, key.chunk);
+            if f.stage == 0 {
+                if f.chunk != started {
+                    return false;
+                }
+                started += 1;
+            }
+            let p = self.profile.of(f.chunk);
+            for (l, &a) in live.iter_mut().zip(p.row(&p.alloc, f.stage)) {
+                *l += a;
+            }
+        }
+        if key.stage == 0 && key.chunk != started {
+            return false;
+        }
+        let p = self.profile.of(key.chunk);
+        let alloc = p.row(&p.alloc, key.stage);
+        let budgets = self.profile.budgets.iter().copied();
+        if alloc
+            .iter()
+            .zip(&live)
+            .zip(budgets)
+            .any(|((&need, &live), budget)| need > 0 && live.saturating_add(need) > budget)
+        {
+            return false;
+        }
+        // Running jobs need nothing more and end on their own, so safety is judged on
+        // the state once they have ended: every chunk settled, `first` and `key` run.
+        let end = started.max(key.chunk + 1);
+        let mut next: Vec<u32> = (self.first_unfinished..end)
+            .map(|chunk| match first {
+                _ if chunk == key.chunk => key.stage + 1,
+                Some(f) if f.chunk == chunk => f.stage + 1,
+                _ => {
+                    let s = self.chunks[chunk as usize];
+                    s.done + u32::from(s.running)
+                }
+            })
+            .collect();
+        self.safe(&mut next)
+    }
+
+    /// Whether a state is safe: `next[i]` is the next stage of chunk
+    /// `first_unfinished + i` once running jobs have ended. The witness: first every
+    /// chunk, in order, runs the stages that free at least what they take (and whose
+    /// dependencies are met in this hypothetical); then chunks finish one after another
+    /// in chunk order, each releasing what it held to those after it.
+    fn safe(&self, next: &mut [u32]) -> bool {
+        let columns = self.profile.columns();
+        let mut free: Vec<i128> = (0..columns)
+            .map(|c| i128::from(self.profile.budgets[c]) - i128::from(self.profile.kv_bytes[c]))
+            .collect();
+        let chunk_of = |i: usize| self.first_unfinished + i as u32;
+        for (i, &n) in next.iter().enumerate() {
+            let p = self.profile.of(chunk_of(i));
+            for (f, &held) in free.iter_mut().zip(p.row(&p.wait, n)) {
+                *f -= i128::from(held);
+            }
+        }
+        // Settle: stages that take no net memory, in chunk order (a cross-chunk stage
+        // needs the earlier chunks past its previous stage).
+        let mut earlier_done = u32::MAX;
+        for (i, n) in next.iter_mut().enumerate().filter(|_| self.settle) {
+            let p = self.profile.of(chunk_of(i));
+            while *n < p.stages && (!self.cross[*n as usize] || earlier_done >= *n) {
+                let (alloc, before, after) = (
+                    p.row(&p.alloc, *n),
+                    p.row(&p.wait, *n),
+                    p.row(&p.wait, *n + 1),
+                );
+                let settles =
+                    (0..columns).all(|c| i128::from(alloc[c]) <= free[c] && after[c] <= before[c]);
+                if !settles {
+                    break;
+                }
+                for c in 0..columns {
+                    free[c] += i128::from(before[c] - after[c]);
+                }
+                *n += 1;
+            }
+            earlier_done = earlier_done.min(*n);
+        }
+        // Then chunks finish in order.
+        next.iter().enumerate().all(|(i, &n)| {
+            let p = self.profile.of(chunk_of(i));
+            let (held, peak) = (p.row(&p.wait, n), p.row(&p.peak_from, n));
+            (0..columns).all(|c| {
+                let ok = i128::from(peak[c]) - i128::from(held[c]) <= free[c];
+                free[c] += i128::from(held[c]);
+                ok
+            })
+        })
+    }
+
+    /// Records that `key` started: its outputs and workspace are allocated.
+    pub fn start(&mut self, key: InstanceKey) {
+        let p = self.profile.of(key.chunk);
+        for (r, &bytes) in p.row(&p.alloc, key.stage).iter().enumerate() {
+            self.live[r] += bytes;
+            self.high_water[r] = self.high_water[r].max(self.live[r]);
+        }
+        let state = &mut self.chunks[key.chunk as usize];
+        debug_assert_eq!(state.done, key.stage, "chunk stages run in order");
+        state.running = true;
+        if key.stage == 0 {
+            self.started = self.started.max(key.chunk + 1);
+        }
+    }
+
+    /// Records that `key` finished: its workspace and the tensors it read last are freed.
+    pub fn finish(&mut self, key: InstanceKey) {
+        let p = self.profile.of(key.chunk);
+        for (r, &bytes) in p.row(&p.free, key.stage).iter().enumerate() {
+            self.live[r] -= bytes;
+        }
+        let stages = p.stages;
+        let state = &mut self.chunks[key.chunk as usize];
+        state.done += 1;
+        state.running = false;
+        while self
+            .chunks
+            .get(self.first_unfinished as usize)
+            .is_some_and(|s| s.done == self.profile.of(self.first_unfinished).stages)
+        {
+            self.first_unfinished += 1;
+        }
+        debug_assert!(self.chunks[key.chunk as usize].done <= stages);
+    }
+}
