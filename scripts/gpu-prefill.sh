@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# SmolLM2-135M real prefill with the Vulkan GPU lane on the remote GPU machine of the device
+# tool (no cargo, no Vulkan loader, at most 64 MiB carried per call there).
+#
+#   scripts/gpu-prefill.sh prepare   # here: release build with --features gpu, strip it into
+#                                    # target/gpu-run/, split the test model in two (the first
+#                                    # part into target/model-a/), fetch the loader debs
+#   device call 1: run(command="ls -l target/model-a", carry=["target/model-a"])
+#   device call 2: run(command="bash target/gpu-run/gpu-prefill.sh remote",
+#                      carry=["target/gpu-run", "target/gl"])
+#                                    # there: join the model, unpack the loader, run prefills
+#                                    # (GPU lane vs CPU only, stall vs inorder), JSON and traces
+#                                    # into $OUT
+set -euo pipefail
+model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+case "${1:-}" in
+prepare)
+  cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+  cargo build -q --release --features gpu
+  rm -rf target/gpu-run target/model-a && mkdir -p target/gpu-run target/model-a
+  cp target/release/hetsched target/gpu-run/ && strip target/gpu-run/hetsched
+  cp scripts/gpu-prefill.sh target/gpu-run/
+  head -c 60M "$model" > target/model-a/part-a
+  tail -c +$((60 * 1024 * 1024 + 1)) "$model" > target/gpu-run/part-b
+  head -c 2500 /usr/share/common-licenses/GPL-3 > target/gpu-run/prompt.txt
+  if [ ! -d target/gl ]; then
+    mkdir -p target/gl /tmp/amd64/partial
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+    # shellcheck disable=SC2086
+    apt-get $o update -q >/dev/null
+    # shellcheck disable=SC2086
+    (cd target/gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+  fi
+  du -sh target/gpu-run target/gl target/model-a
+  ;;
+remote)
+  for f in target/gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  [ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+  nproc
+  cat target/model-a/part-a target/gpu-run/part-b > /tmp/model.gguf
+  out=${OUT:-/tmp}
+  bin=target/gpu-run/hetsched
+  # Output names avoid `+` and `,` (the device tool only returns plain names).
+  prefill() { # threads backends policy precision
+    local name="t$1-${2//,/_}-$3-$4"
+    "$bin" run --model /tmp/model.gguf --prompt-file target/gpu-run/prompt.txt \
+      --threads "$1" --backends "$2" --policy "$3" --precision "$4" --json \
+      --trace "$out/$name.trace.json" --svg "$out/$name.svg" > "$out/$name.json" || echo "FAILED $name"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['prompt_tokens'], 'tokens', round(r['prefill_ms'],1), 'ms', round(r['prefill_tokens_per_s']), 'tok/s', [(t['text'], round(t['prob'], 4)) for t in r['top_tokens'][:2]])" "$out/$name.json" "$name" || true
+  }
+  for threads in 2 8; do
+    for backends in cpu,npu cpu,gpu,npu; do
+      for policy in stall inorder; do
+        prefill "$threads" "$backends" "$policy" w8a8
+      done
+    done
+  done
+  for backends in cpu,npu cpu,gpu,npu; do
+    prefill 8 "$backends" stall f32
+  done
+  ;;
+*)
+  echo "usage: scripts/gpu-prefill.sh prepare|remote" >&2
+  exit 2
+  ;;
+esac
