@@ -32,6 +32,8 @@ enum Command {
     Simulate(SimulateArgs),
     /// Prefill a real model (GGUF) on this machine's queues and print the next token.
     Run(RunArgs),
+    /// Perplexity of a text, and KL / top-1 agreement of a precision against f32.
+    Eval(EvalArgs),
     /// Compare every policy over scenes and prompt lengths.
     Compare(CompareArgs),
     /// Sweep chunk length x policy (x prompt length) on one scene: CSV and an SVG plot.
@@ -147,11 +149,37 @@ struct RunArgs {
     json: bool,
 }
 
+#[derive(clap::Args)]
+struct EvalArgs {
+    /// GGUF model file or Hugging Face directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// Text to evaluate on (e.g. /usr/share/common-licenses/GPL-3).
+    #[arg(long, value_name = "FILE")]
+    text: PathBuf,
+    /// Arithmetic of the linear layers.
+    #[arg(long, value_enum, default_value = "w8a8")]
+    precision: LinearPrecision,
+    /// Tokens per window.
+    #[arg(long, default_value_t = 256)]
+    ctx: usize,
+    /// Evaluate at most this many windows.
+    #[arg(long, default_value_t = usize::MAX)]
+    max_windows: usize,
+    /// Compute threads [default: the machine's cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Run(args) => run(args),
+        Command::Eval(args) => eval(args),
         Command::Compare(args) => compare(args),
         Command::Sweep(args) => sweep(args),
         Command::Scenes => {
@@ -212,23 +240,8 @@ fn run(args: RunArgs) -> Result<(), String> {
         (None, None) => return Err("give --prompt TEXT or --prompt-file FILE".into()),
     };
     let loading = Instant::now();
-    let shown = |e: ImportError| format!("{}: {e}", args.model.display());
-    let (tokenizer, model) = if args.model.is_dir() {
-        let hf = HfModel::open(&args.model).map_err(shown)?;
-        let tokenizer =
-            GgufTokenizer::from_tokenizer_json(&hf.tokenizer_path(), false).map_err(shown)?;
-        (
-            tokenizer,
-            ExecModel::from_source(&hf, args.precision).map_err(shown)?,
-        )
-    } else {
-        let file = GgufFile::open(&args.model).map_err(shown)?;
-        let tokenizer = GgufTokenizer::from_gguf(&file).map_err(shown)?;
-        (
-            tokenizer,
-            ExecModel::load(&file, args.precision).map_err(shown)?,
-        )
-    };
+    let (tokenizer, model) = load_model(&args.model, &[args.precision])?;
+    let model = model.into_iter().next().expect("one precision asked for");
     let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     let model = Arc::new(model);
     exec::check_prompt(&model, &tokens).map_err(|e| e.to_string())?;
@@ -239,6 +252,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         threads: args.threads.unwrap_or(PrefillOptions::default().threads),
         device: exec::host_device(),
         gpu: wants_gpu(&args.backends)?,
+        all_logits: false,
     };
     let name = model.name.clone();
     let result = exec::prefill(model, &tokens, &options).map_err(|e| e.to_string())?;
@@ -286,6 +300,82 @@ fn wants_gpu(backends: &[String]) -> Result<bool, String> {
         }
     }
     Ok(backends.iter().any(|b| b == "gpu"))
+}
+
+/// The tokenizer and the model at each of `precisions`, from a GGUF file or a Hugging
+/// Face directory.
+fn load_model(
+    path: &Path,
+    precisions: &[LinearPrecision],
+) -> Result<(GgufTokenizer, Vec<ExecModel>), String> {
+    let shown = |e: ImportError| format!("{}: {e}", path.display());
+    if path.is_dir() {
+        let hf = HfModel::open(path).map_err(shown)?;
+        let tokenizer =
+            GgufTokenizer::from_tokenizer_json(&hf.tokenizer_path(), false).map_err(shown)?;
+        let models = precisions
+            .iter()
+            .map(|&p| ExecModel::from_source(&hf, p).map_err(shown))
+            .collect::<Result<_, _>>()?;
+        Ok((tokenizer, models))
+    } else {
+        let file = GgufFile::open(path).map_err(shown)?;
+        let tokenizer = GgufTokenizer::from_gguf(&file).map_err(shown)?;
+        let models = precisions
+            .iter()
+            .map(|&p| ExecModel::load(&file, p).map_err(shown))
+            .collect::<Result<_, _>>()?;
+        Ok((tokenizer, models))
+    }
+}
+
+fn eval(args: EvalArgs) -> Result<(), String> {
+    let text = std::fs::read_to_string(&args.text)
+        .map_err(|e| format!("cannot read text file {}: {e}", args.text.display()))?;
+    let precisions: &[LinearPrecision] = match args.precision {
+        LinearPrecision::F32 => &[LinearPrecision::F32],
+        other => &[other, LinearPrecision::F32],
+    };
+    let (tokenizer, models) = load_model(&args.model, precisions)?;
+    let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
+    let mut models = models.into_iter().map(Arc::new);
+    let model = models.next().expect("at least one model");
+    let reference = models.next().unwrap_or_else(|| model.clone());
+    let options = PrefillOptions {
+        threads: args.threads.unwrap_or(PrefillOptions::default().threads),
+        ..PrefillOptions::default()
+    };
+    let report = exec::evaluate(
+        &model,
+        &reference,
+        &tokens,
+        args.ctx,
+        args.max_windows,
+        &options,
+    )
+    .map_err(|e| e.to_string())?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report always serialises")
+        );
+    } else {
+        println!(
+            "{} ({}): perplexity {:.3} (f32 {:.3}) over {} tokens in {} windows of {}\n\
+             KL(f32 || {}) {:.4} nats, top-1 agreement with f32 {:.1}%",
+            model.name,
+            report.precision,
+            report.perplexity,
+            report.perplexity_f32,
+            report.tokens,
+            report.windows,
+            report.ctx,
+            report.precision,
+            report.kl_divergence,
+            100.0 * report.top1_agreement
+        );
+    }
+    Ok(())
 }
 
 fn write_timelines(

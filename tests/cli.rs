@@ -377,3 +377,52 @@ fn sweep_writes_csv_rows_and_a_plot() {
     assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() == 4);
     assert_clear_failure(&hetsched(&["sweep", "--chunk-lens", "0"]), "chunk length");
 }
+
+#[test]
+fn eval_reports_perplexity_and_agreement_as_json() {
+    let model = test_model();
+    let out = hetsched(&[
+        "eval",
+        "--model",
+        &model,
+        "--text",
+        "/usr/share/common-licenses/Apache-2.0",
+        "--ctx",
+        "32",
+        "--max-windows",
+        "2",
+        "--threads",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for field in ["perplexity", "tokens", "kl_divergence", "top1_agreement"] {
+        assert!(report.get(field).is_some(), "missing {field}: {report}");
+    }
+    assert_eq!(report["tokens"], 62);
+    assert!(report["perplexity"].as_f64().unwrap() > 1.0);
+    let missing = scratch("eval-bad").join("missing.txt");
+    let out = hetsched(&[
+        "eval",
+        "--model",
+        &model,
+        "--text",
+        missing.to_str().unwrap(),
+    ]);
+    assert_clear_failure(&out, "cannot read text file");
+    let out = hetsched(&[
+        "eval",
+        "--model",
+        &model,
+        "--text",
+        "/usr/share/common-licenses/Apache-2.0",
+        "--ctx",
+        "1",
+    ]);
+    assert_clear_failure(&out, "--ctx 1");
+}

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use hetsched::exec::{ExecError, ExecModel, LinearPrecision, PrefillOptions, prefill};
+use hetsched::exec::{ExecError, ExecModel, LinearPrecision, PrefillOptions, evaluate, prefill};
 use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, TEST_MODEL_PATH, top_k};
 use hetsched::systems::Policy;
 use hetsched::systems::testing::{Timing, check_schedule};
@@ -192,4 +192,51 @@ fn bad_prompts_are_refused_before_any_work() {
         matches!(err, ExecError::TokenOutOfRange { id, .. } if id == vocab),
         "{err}"
     );
+}
+
+#[test]
+fn eval_perplexity_equals_the_reference_forward() {
+    let l = loaded();
+    let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3")
+        .unwrap_or_else(|_| PASSAGE.repeat(4));
+    let tokens = l.tokenizer.encode(&text).unwrap();
+    let ctx = 48;
+    let opts = options(16, Policy::Stall);
+    let f32_report = evaluate(&l.f32, &l.f32, &tokens, ctx, 2, &opts).unwrap();
+    // The same windows through the unchunked reference forward.
+    let vocab = l.f32.config.vocab_size;
+    let mut nll = 0f64;
+    for window in tokens.chunks_exact(ctx).take(2) {
+        let logits = l.reference.forward_all(window).unwrap();
+        for t in 0..ctx - 1 {
+            let row = &logits[t * vocab..(t + 1) * vocab];
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let lse = row
+                .iter()
+                .map(|&v| (v as f64 - max).exp())
+                .sum::<f64>()
+                .ln()
+                + max;
+            nll -= row[window[t + 1] as usize] as f64 - lse;
+        }
+    }
+    let want = (nll / (2 * (ctx - 1)) as f64).exp();
+    println!(
+        "eval f32 perplexity {:.4}, reference {want:.4}",
+        f32_report.perplexity
+    );
+    assert_eq!(f32_report.tokens, 2 * (ctx - 1));
+    assert!((f32_report.perplexity - want).abs() <= 1e-3 * want);
+    assert_eq!(f32_report.kl_divergence, 0.0);
+    assert_eq!(f32_report.top1_agreement, 1.0);
+
+    let w8a8 = evaluate(&l.w8a8, &l.f32, &tokens, ctx, 2, &opts).unwrap();
+    println!("{w8a8:?}");
+    assert_eq!(w8a8.precision, "w8a8");
+    assert!((w8a8.perplexity_f32 - want).abs() <= 1e-3 * want);
+    assert!(w8a8.kl_divergence > 0.0 && w8a8.top1_agreement < 1.0);
+    assert!(matches!(
+        evaluate(&l.f32, &l.f32, &tokens[..10], ctx, 2, &opts),
+        Err(ExecError::InvalidEval(_))
+    ));
 }

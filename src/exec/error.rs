@@ -51,6 +51,9 @@ pub enum ExecError {
         /// Missing value.
         value: &'static str,
     },
+    /// An evaluation setting that cannot work.
+    #[error("{0}")]
+    InvalidEval(String),
     /// A kernel refused its input (shapes or precisions that do not match).
     #[error("kernel failed: {0}")]
     Kernel(String),

@@ -120,7 +120,8 @@ impl StageRunner {
                 let (weight, x, rows) = match site {
                     NormSite::Attention => (&self.layer(layer)?.attn_norm, &v.x[..], rows),
                     NormSite::Ffn => (&self.layer(layer)?.ffn_norm, &v.x[..], rows),
-                    // Prefill needs the last token's logits only.
+                    // Prefill needs the last token's logits only (evaluation wants all).
+                    NormSite::Final if self.state.all_logits => (&m.output_norm, &v.x[..], rows),
                     NormSite::Final => (&m.output_norm, &v.x[(rows - 1) * c.hidden..], 1),
                 };
                 let out = kernels.rms_norm(x, weight, c.norm_eps, rows, c.hidden);
@@ -228,17 +229,25 @@ impl StageRunner {
                     .normed
                     .take()
                     .ok_or(missing("lm_head", chunk, "final_norm"))?;
-                let mut logits = vec![0f32; c.vocab_size];
                 let n = c.vocab_size;
-                // Split the vocabulary: one token's head is a matrix-vector product.
-                let cols = n.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
-                logits
-                    .par_chunks_mut(cols)
-                    .enumerate()
-                    .for_each(|(i, out)| {
-                        let start = i * cols;
-                        matmul_f32_packed_cols(&x, 1, &m.output, start..start + out.len(), out);
-                    });
+                let rows = x.len() / c.hidden;
+                let mut logits = vec![0f32; rows * n];
+                if rows == 1 {
+                    // Split the vocabulary: one token's head is a matrix-vector product.
+                    let cols = n.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
+                    logits
+                        .par_chunks_mut(cols)
+                        .enumerate()
+                        .for_each(|(i, out)| {
+                            let start = i * cols;
+                            matmul_f32_packed_cols(&x, 1, &m.output, start..start + out.len(), out);
+                        });
+                } else {
+                    logits
+                        .par_chunks_mut(n)
+                        .zip(x.par_chunks(c.hidden))
+                        .for_each(|(out, x)| matmul_f32_packed_cols(x, 1, &m.output, 0..n, out));
+                }
                 *self.state.logits.lock() = Some(logits);
             }
         }

@@ -20,6 +20,7 @@
 //! ```
 
 mod error;
+mod eval;
 mod float_kernels;
 mod interpret;
 mod queues;
@@ -36,6 +37,7 @@ use hetsched_systems::resources::Job;
 use hetsched_systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
 
 pub use error::ExecError;
+pub use eval::{EvalReport, evaluate};
 #[cfg(feature = "gpu")]
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
@@ -66,6 +68,9 @@ pub struct PrefillOptions {
     pub device: DeviceProfile,
     /// Run the float stages on a Vulkan GPU lane (needs the `gpu` feature and a device).
     pub gpu: bool,
+    /// Logits for every token of the last chunk (`[tokens, vocab]`), not just the last
+    /// token: with a chunk as long as the prompt, every position's (for evaluation).
+    pub all_logits: bool,
 }
 
 impl Default for PrefillOptions {
@@ -76,6 +81,7 @@ impl Default for PrefillOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             device: host_device(),
             gpu: false,
+            all_logits: false,
         }
     }
 }
@@ -207,12 +213,13 @@ pub fn prefill(
     let lanes = lane_kernels(&model, &plan.device)?;
     let steps = Step::compile_stages(&plan.stages)?;
     let layers = plan.stages.iter().map(|s| s.layer).collect();
-    let state = PrefillState::new(
+    let mut state = PrefillState::new(
         tokens.to_vec(),
         options.chunk_len as usize,
         model.layers.len(),
         model.config.kv_dim(),
     );
+    state.all_logits = options.all_logits;
     let runner = Arc::new(StageRunner::new(model, steps, layers, lanes, state));
     let threads = options.threads.max(1);
     let pool = rayon::ThreadPoolBuilder::new()

@@ -86,8 +86,11 @@ pub struct PrefillState {
     pub chunks: Vec<Mutex<ChunkValues>>,
     /// Per layer.
     pub kv: Vec<LayerKv>,
-    /// Next-token logits, once the head has run.
+    /// Next-token logits, once the head has run: `[vocab]`, or `[last chunk's tokens,
+    /// vocab]` with `all_logits`.
     pub logits: Mutex<Option<Vec<f32>>>,
+    /// Compute the head for every token of the last chunk (evaluation), not just the last.
+    pub all_logits: bool,
 }
 
 impl PrefillState {
@@ -110,6 +113,7 @@ impl PrefillState {
             chunk_len,
             kv,
             logits: Mutex::new(None),
+            all_logits: false,
         }
     }
 

@@ -1,0 +1,127 @@
+//! `hetsched eval`: perplexity of a text under real prefill, and how far a precision's
+//! next-token distributions are from f32's (KL divergence, top-1 agreement).
+//!
+//! The text is cut into windows of `ctx` tokens; each window is one prefill (one chunk,
+//! through the scheduler and the queues like any run) that returns every position's
+//! logits. Position t predicts token t+1 of the same window.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{ExecError, ExecModel, PrefillOptions, prefill};
+
+/// What `hetsched eval --json` prints.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EvalReport {
+    /// Precision evaluated.
+    pub precision: &'static str,
+    /// Tokens per window.
+    pub ctx: usize,
+    /// Windows evaluated.
+    pub windows: usize,
+    /// Predicted tokens (ctx - 1 per window).
+    pub tokens: usize,
+    /// exp(mean negative log-likelihood).
+    pub perplexity: f64,
+    /// The f32 model's perplexity on the same windows.
+    pub perplexity_f32: f64,
+    /// Mean KL(f32 || this precision) over positions, in nats (0 for f32 itself).
+    pub kl_divergence: f64,
+    /// Share of positions whose most likely token equals f32's.
+    pub top1_agreement: f64,
+}
+
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = logits
+        .iter()
+        .map(|&v| (v as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
+    logits.iter().map(|&v| v as f64 - lse).collect()
+}
+
+fn argmax(x: &[f64]) -> usize {
+    x.iter()
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |best, (i, &v)| {
+            if v > best.1 { (i, v) } else { best }
+        })
+        .0
+}
+
+/// Evaluates `model` against the f32 `reference` (the same weights in f32; pass the same
+/// model to evaluate f32 alone) on `tokens`, in windows of `ctx` tokens, at most
+/// `max_windows` of them.
+pub fn evaluate(
+    model: &Arc<ExecModel>,
+    reference: &Arc<ExecModel>,
+    tokens: &[u32],
+    ctx: usize,
+    max_windows: usize,
+    options: &PrefillOptions,
+) -> Result<EvalReport, ExecError> {
+    if ctx < 2 {
+        return Err(ExecError::InvalidEval(format!(
+            "--ctx {ctx} leaves nothing to predict: use at least 2 tokens per window"
+        )));
+    }
+    let windows: Vec<&[u32]> = tokens.chunks_exact(ctx).take(max_windows).collect();
+    if windows.is_empty() {
+        return Err(ExecError::InvalidEval(format!(
+            "the text has {} tokens, fewer than one window of {ctx}: give a longer text or a smaller --ctx",
+            tokens.len()
+        )));
+    }
+    let options = PrefillOptions {
+        chunk_len: ctx as u32,
+        all_logits: true,
+        ..options.clone()
+    };
+    let vocab = model.config.vocab_size;
+    let same = Arc::ptr_eq(model, reference);
+    let (mut nll, mut nll_f32, mut kl, mut agree, mut count) = (0.0, 0.0, 0.0, 0usize, 0usize);
+    for window in &windows {
+        let logits = prefill(model.clone(), window, &options)?.logits;
+        let reference_logits = if same {
+            None
+        } else {
+            Some(prefill(reference.clone(), window, &options)?.logits)
+        };
+        for t in 0..ctx - 1 {
+            let next = window[t + 1] as usize;
+            let lp = log_softmax(&logits[t * vocab..(t + 1) * vocab]);
+            nll -= lp[next];
+            match &reference_logits {
+                Some(r) => {
+                    let lq = log_softmax(&r[t * vocab..(t + 1) * vocab]);
+                    nll_f32 -= lq[next];
+                    kl += lq
+                        .iter()
+                        .zip(&lp)
+                        .map(|(q, p)| q.exp() * (q - p))
+                        .sum::<f64>();
+                    agree += usize::from(argmax(&lq) == argmax(&lp));
+                }
+                None => {
+                    nll_f32 -= lp[next];
+                    agree += 1;
+                }
+            }
+            count += 1;
+        }
+    }
+    let n = count as f64;
+    Ok(EvalReport {
+        precision: model.precision.as_str(),
+        ctx,
+        windows: windows.len(),
+        tokens: count,
+        perplexity: (nll / n).exp(),
+        perplexity_f32: (nll_f32 / n).exp(),
+        kl_divergence: kl / n,
+        top1_agreement: agree as f64 / n,
+    })
+}
