@@ -1,6 +1,7 @@
 //! Real prefill speed: SmolLM2-135M on a 512-token prompt, through the scheduler and the
 //! thread queues, in tokens per second ("elem/s" below). The W8A8 path runs the INT8
-//! linears as the emulated NPU; the f32 path is the accuracy reference.
+//! linears as the emulated NPU (w8a8-shadow adds the float outlier shadow); the f32 path
+//! is the accuracy reference.
 //!
 //! Needs the model (`scripts/fetch-model.sh`); without it the bench says so and skips.
 
@@ -36,7 +37,11 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("prefill_smollm2_512");
     group.sample_size(10);
     group.throughput(Throughput::Elements(PROMPT_TOKENS as u64));
-    for precision in [LinearPrecision::W8a8, LinearPrecision::F32] {
+    for precision in [
+        LinearPrecision::W8a8,
+        LinearPrecision::W8a8Shadow,
+        LinearPrecision::F32,
+    ] {
         let model = Arc::new(ExecModel::load(&file, precision).expect("the model loads"));
         let runs: &[(u32, usize, Policy)] = match precision {
             LinearPrecision::W8a8 => &[
@@ -45,7 +50,7 @@ fn bench(c: &mut Criterion) {
                 (128, 2, Policy::InOrder),
                 (128, 1, Policy::Stall),
             ],
-            LinearPrecision::F32 => &[(128, 2, Policy::Stall)],
+            LinearPrecision::W8a8Shadow | LinearPrecision::F32 => &[(128, 2, Policy::Stall)],
         };
         for &(chunk_len, threads, policy) in runs {
             let options = PrefillOptions {

@@ -7,7 +7,7 @@
 
 use hetsched_kernels::reference::dequantize_i32_acc;
 use hetsched_kernels::{
-    gemm_i8, matmul_f32_packed, quantize_per_tensor_fast, scale_for_max_abs_fast,
+    gemm_i8, matmul_f32_packed, max_abs, quantize_per_tensor_fast, scale_for_max_abs_fast,
 };
 use rayon::prelude::*;
 
@@ -24,6 +24,9 @@ pub enum Act {
         q: Vec<i8>,
         /// Scale: real value = q × scale.
         scale: f32,
+        /// Outliers beyond the scale's range (shadowing only): flat index and the part
+        /// the saturated INT8 value misses.
+        outliers: Vec<(u32, f32)>,
     },
 }
 
@@ -38,6 +41,8 @@ pub enum LinearOut {
         acc: Vec<i32>,
         /// The input's per-tensor scale.
         a_scale: f32,
+        /// The float shadow of the outliers, `[rows, n]`, added at dequantization.
+        shadow: Option<Vec<f32>>,
     },
 }
 
@@ -45,7 +50,13 @@ pub enum LinearOut {
 /// large enough that every task streams the weights efficiently.
 const ROWS_PER_TASK: usize = 16;
 
-/// The quantize operator: per-tensor INT8 for W8A8, a pass-through for f32.
+/// Outlier shadowing clips the activation range at this many root-mean-squares: the bulk
+/// of an activation keeps INT8 resolution, the few values beyond go to the float shadow.
+pub const SHADOW_CLIP_RMS: f32 = 3.0;
+
+/// The quantize operator: per-tensor INT8 for W8A8 (scale from max |x|; with shadowing,
+/// from min(max |x|, [`SHADOW_CLIP_RMS`] × rms) and the excess of each value beyond it kept
+/// as an outlier), a pass-through for f32.
 pub fn quantize(x: Vec<f32>, precision: LinearPrecision) -> Act {
     match precision {
         LinearPrecision::F32 => Act::F32(x),
@@ -53,9 +64,38 @@ pub fn quantize(x: Vec<f32>, precision: LinearPrecision) -> Act {
             let scale = scale_for_max_abs_fast(&x);
             let mut q = vec![0i8; x.len()];
             quantize_per_tensor_fast(&x, scale, &mut q);
-            Act::Int8 { q, scale }
+            Act::Int8 {
+                q,
+                scale,
+                outliers: Vec::new(),
+            }
+        }
+        LinearPrecision::W8a8Shadow => {
+            let rms = (sum_squares(&x) / x.len().max(1) as f32).sqrt();
+            let limit = max_abs(&x).min(SHADOW_CLIP_RMS * rms);
+            let scale = if limit > 0.0 { limit / 127.0 } else { 1.0 };
+            let mut q = vec![0i8; x.len()];
+            quantize_per_tensor_fast(&x, scale, &mut q);
+            let outliers = x
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.abs() > limit)
+                .map(|(i, &v)| (i as u32, v - f32::from(q[i]) * scale))
+                .collect();
+            Act::Int8 { q, scale, outliers }
         }
     }
+}
+
+fn sum_squares(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for chunk in &mut chunks {
+        for (s, &v) in lanes.iter_mut().zip(chunk) {
+            *s += v * v;
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|v| v * v).sum::<f32>()
 }
 
 /// `x[rows, k] · wᵀ`, split by rows over the current thread pool.
@@ -70,15 +110,40 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Stri
                 .for_each(|(o, a)| matmul_f32_packed(a, a.len() / k, packed, o));
             Ok(LinearOut::F32(out))
         }
-        (Act::Int8 { q, scale }, LinearWeights::Int8 { packed, .. }) => {
+        (
+            Act::Int8 { q, scale, outliers },
+            LinearWeights::Int8 {
+                packed,
+                shadow: float_t,
+                ..
+            },
+        ) => {
             check_len(q.len(), rows * k)?;
             let mut acc = vec![0i32; rows * n];
             acc.par_chunks_mut(ROWS_PER_TASK * n)
                 .zip(q.par_chunks(ROWS_PER_TASK * k))
                 .for_each(|(o, a)| gemm_i8(a, a.len() / k, packed, o));
+            // The outliers' float shadow: each adds residual × its input channel's weights
+            // to its row (runs inside this job: not yet a subgraph of its own).
+            let shadow = match (outliers.is_empty(), float_t) {
+                (true, _) => None,
+                (false, Some(wt)) => {
+                    let mut y = vec![0f32; rows * n];
+                    for &(i, r) in outliers {
+                        let (row, c) = (i as usize / k, i as usize % k);
+                        let out = &mut y[row * n..(row + 1) * n];
+                        for (o, &w) in out.iter_mut().zip(&wt[c * n..(c + 1) * n]) {
+                            *o += r * w;
+                        }
+                    }
+                    Some(y)
+                }
+                (false, None) => return Err("outliers without float weights to shadow them".into()),
+            };
             Ok(LinearOut::Int32 {
                 acc,
                 a_scale: *scale,
+                shadow,
             })
         }
         _ => Err("activation and weight precisions differ".into()),
@@ -89,11 +154,23 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Stri
 pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, String> {
     match (out, w) {
         (LinearOut::F32(y), LinearWeights::F32(_)) => Ok(y),
-        (LinearOut::Int32 { acc, a_scale }, LinearWeights::Int8 { scales, .. }) => {
+        (
+            LinearOut::Int32 {
+                acc,
+                a_scale,
+                shadow,
+            },
+            LinearWeights::Int8 { scales, .. },
+        ) => {
             let n = scales.len();
             check_len(acc.len() % n.max(1), 0)?;
             let mut y = vec![0f32; acc.len()];
             dequantize_i32_acc(&acc, acc.len() / n.max(1), n, a_scale, scales, &mut y);
+            if let Some(shadow) = shadow {
+                for (y, s) in y.iter_mut().zip(&shadow) {
+                    *y += s;
+                }
+            }
             Ok(y)
         }
         _ => Err("accumulator and weight precisions differ".into()),
@@ -107,5 +184,44 @@ fn check_len(found: usize, expected: usize) -> Result<(), String> {
         Err(format!(
             "activation has {found} elements where {expected} were expected"
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hetsched_kernels::seeded::SeededRng;
+
+    use super::*;
+
+    #[test]
+    fn shadow_quantize_keeps_what_saturation_drops() {
+        let mut x = SeededRng::new(3).f32s(4096);
+        // A few massive activations, as SmolLM2's hot channels have.
+        for (i, v) in [(7, 300.0), (1000, -150.0), (4095, 80.0)] {
+            x[i] = v;
+        }
+        let Act::Int8 { q, scale, outliers } = quantize(x.clone(), LinearPrecision::W8a8Shadow)
+        else {
+            panic!("shadowing quantizes to INT8");
+        };
+        let plain = scale_for_max_abs_fast(&x);
+        assert!(
+            scale < plain / 10.0,
+            "the clipped scale {scale} keeps the bulk's resolution"
+        );
+        let indices: Vec<usize> = outliers.iter().map(|&(i, _)| i as usize).collect();
+        for i in [7, 1000, 4095] {
+            assert!(indices.contains(&i), "outlier {i} kept");
+        }
+        for &(i, r) in &outliers {
+            let i = i as usize;
+            assert_eq!(q[i].unsigned_abs(), 127, "an outlier saturates");
+            assert!((f32::from(q[i]) * scale + r - x[i]).abs() <= 1e-4 * x[i].abs());
+        }
+        for (i, &v) in x.iter().enumerate() {
+            if !indices.contains(&i) {
+                assert!((f32::from(q[i]) * scale - v).abs() <= 0.5 * scale * 1.0001);
+            }
+        }
     }
 }

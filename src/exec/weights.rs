@@ -17,6 +17,12 @@ pub enum LinearPrecision {
     /// INT8 weights (one scale per output row) and INT8 activations (one scale per tensor),
     /// INT32 accumulation: what the Hexagon NPU runs.
     W8a8,
+    /// W8A8 with outlier shadowing (seed 000 section 3.3): the activation scale is clipped
+    /// below the few outliers, which are multiplied in float with the float weights and
+    /// added to the INT8 result.
+    #[value(name = "w8a8-shadow")]
+    #[serde(rename = "w8a8-shadow")]
+    W8a8Shadow,
 }
 
 impl LinearPrecision {
@@ -25,6 +31,7 @@ impl LinearPrecision {
         match self {
             LinearPrecision::F32 => "f32",
             LinearPrecision::W8a8 => "w8a8",
+            LinearPrecision::W8a8Shadow => "w8a8-shadow",
         }
     }
 }
@@ -40,6 +47,9 @@ pub enum LinearWeights {
         packed: PackedI8Weights,
         /// `[n]` scales.
         scales: Vec<f32>,
+        /// For outlier shadowing: the float weights transposed, `[k, n]` (row `c` holds
+        /// every output's weight of input channel `c`).
+        shadow: Option<Vec<f32>>,
     },
 }
 
@@ -47,11 +57,21 @@ impl LinearWeights {
     fn new(w: &[f32], n: usize, k: usize, precision: LinearPrecision) -> Self {
         match precision {
             LinearPrecision::F32 => LinearWeights::F32(PackedF32Weights::pack(w, n, k)),
-            LinearPrecision::W8a8 => {
+            LinearPrecision::W8a8 | LinearPrecision::W8a8Shadow => {
                 let (q, scales) = quantize_weights_per_row(w, n, k);
+                let shadow = (precision == LinearPrecision::W8a8Shadow).then(|| {
+                    let mut t = vec![0f32; k * n];
+                    for (j, row) in w.chunks_exact(k).enumerate() {
+                        for (c, &v) in row.iter().enumerate() {
+                            t[c * n + j] = v;
+                        }
+                    }
+                    t
+                });
                 LinearWeights::Int8 {
                     packed: PackedI8Weights::pack(&q, n, k),
                     scales,
+                    shadow,
                 }
             }
         }
@@ -192,7 +212,9 @@ impl ExecModel {
         let c = &self.config;
         let (weights, activations) = match self.precision {
             LinearPrecision::F32 => (Precision::Fp32, Precision::Fp32),
-            LinearPrecision::W8a8 => (Precision::Int8, Precision::Int8),
+            LinearPrecision::W8a8 | LinearPrecision::W8a8Shadow => {
+                (Precision::Int8, Precision::Int8)
+            }
         };
         let count = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
         ModelConfig {
