@@ -244,15 +244,14 @@ fn run(args: RunArgs) -> Result<(), String> {
     let model = model.into_iter().next().expect("one precision asked for");
     let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     let model = Arc::new(model);
-    exec::check_prompt(&model, &tokens).map_err(|e| e.to_string())?;
     let load_ms = loading.elapsed().as_secs_f64() * 1e3;
+    let defaults = PrefillOptions::default();
     let options = PrefillOptions {
         chunk_len: args.chunk_len,
         policy: args.policy,
-        threads: args.threads.unwrap_or(PrefillOptions::default().threads),
-        device: exec::host_device(),
+        threads: args.threads.unwrap_or(defaults.threads),
         gpu: wants_gpu(&args.backends)?,
-        all_logits: false,
+        ..defaults
     };
     let name = model.name.clone();
     let result = exec::prefill(model, &tokens, &options).map_err(|e| e.to_string())?;
@@ -341,9 +340,10 @@ fn eval(args: EvalArgs) -> Result<(), String> {
     let mut models = models.into_iter().map(Arc::new);
     let model = models.next().expect("at least one model");
     let reference = models.next().unwrap_or_else(|| model.clone());
+    let defaults = PrefillOptions::default();
     let options = PrefillOptions {
-        threads: args.threads.unwrap_or(PrefillOptions::default().threads),
-        ..PrefillOptions::default()
+        threads: args.threads.unwrap_or(defaults.threads),
+        ..defaults
     };
     let report = exec::evaluate(
         &model,

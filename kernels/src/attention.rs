@@ -92,25 +92,8 @@ pub fn attention_causal_gqa_gemm(
     );
     assert_eq!(shape.n_kv_heads, kv.n_kv_heads, "n_kv_heads mismatch");
     assert_eq!(d, kv.head_dim, "head_dim mismatch");
-    assert!(
-        shape.n_kv_heads > 0 && shape.n_heads.is_multiple_of(shape.n_kv_heads),
-        "n_kv_heads must divide n_heads"
-    );
-    assert!(
-        shape.kv_len >= shape.pos0 + shape.n_tokens,
-        "kv_len must be >= pos0 + n_tokens"
-    );
+    shape.validate_queries(q.len(), out.len());
     let q_tok = shape.n_heads * d;
-    assert_eq!(
-        q.len(),
-        shape.n_tokens * q_tok,
-        "q must be [n_tokens, n_heads, head_dim]"
-    );
-    assert_eq!(
-        out.len(),
-        q.len(),
-        "out must be [n_tokens, n_heads, head_dim]"
-    );
     let n = shape.n_tokens;
     if n == 0 || d == 0 {
         return;

@@ -10,7 +10,7 @@ use super::error::ExecError;
 use super::float_kernels::FloatKernels;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{NormSite, Projection, Step};
-use super::values::{LinearOut, dequantize, linear, quantize};
+use super::values::{LinearOut, dequantize, linear, matmul_rows, quantize};
 use super::weights::{ExecModel, LayerWeights};
 
 /// Executes stages of one prefill: the model, its compiled stages and the shared state.
@@ -230,10 +230,9 @@ impl StageRunner {
                     .take()
                     .ok_or(missing("lm_head", chunk, "final_norm"))?;
                 let n = c.vocab_size;
-                let rows = x.len() / c.hidden;
-                let mut logits = vec![0f32; rows * n];
-                if rows == 1 {
+                let logits = if x.len() == c.hidden {
                     // Split the vocabulary: one token's head is a matrix-vector product.
+                    let mut logits = vec![0f32; n];
                     let cols = n.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
                     logits
                         .par_chunks_mut(cols)
@@ -242,12 +241,10 @@ impl StageRunner {
                             let start = i * cols;
                             matmul_f32_packed_cols(&x, 1, &m.output, start..start + out.len(), out);
                         });
-                } else {
                     logits
-                        .par_chunks_mut(n)
-                        .zip(x.par_chunks(c.hidden))
-                        .for_each(|(out, x)| matmul_f32_packed_cols(x, 1, &m.output, 0..n, out));
-                }
+                } else {
+                    matmul_rows(&x, &m.output)
+                };
                 *self.state.logits.lock() = Some(logits);
             }
         }

@@ -7,7 +7,8 @@
 
 use hetsched_kernels::reference::dequantize_i32_acc;
 use hetsched_kernels::{
-    gemm_i8, matmul_f32_packed, max_abs, quantize_per_tensor_fast, scale_for_max_abs_fast,
+    PackedF32Weights, gemm_i8, matmul_f32_packed, max_abs, quantize_per_tensor_fast,
+    scale_for_max_abs_fast,
 };
 use rayon::prelude::*;
 
@@ -98,17 +99,24 @@ fn sum_squares(x: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + chunks.remainder().iter().map(|v| v * v).sum::<f32>()
 }
 
+/// `a[rows, k] · wᵀ` in f32, blocks of rows spread over the current thread pool (each
+/// block streams the weights once).
+pub fn matmul_rows(a: &[f32], w: &PackedF32Weights) -> Vec<f32> {
+    let (k, n) = (w.k(), w.n());
+    let mut out = vec![0f32; a.len() / k.max(1) * n];
+    out.par_chunks_mut(ROWS_PER_TASK * n)
+        .zip(a.par_chunks(ROWS_PER_TASK * k))
+        .for_each(|(o, a)| matmul_f32_packed(a, a.len() / k, w, o));
+    out
+}
+
 /// `x[rows, k] · wᵀ`, split by rows over the current thread pool.
 pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, String> {
     let (k, n) = (w.k(), w.n());
     match (x, w) {
         (Act::F32(a), LinearWeights::F32(packed)) => {
             check_len(a.len(), rows * k)?;
-            let mut out = vec![0f32; rows * n];
-            out.par_chunks_mut(ROWS_PER_TASK * n)
-                .zip(a.par_chunks(ROWS_PER_TASK * k))
-                .for_each(|(o, a)| matmul_f32_packed(a, a.len() / k, packed, o));
-            Ok(LinearOut::F32(out))
+            Ok(LinearOut::F32(matmul_rows(a, packed)))
         }
         (
             Act::Int8 { q, scale, outliers },

@@ -28,7 +28,9 @@ impl AttentionShape {
         h / (self.n_heads / self.n_kv_heads)
     }
 
-    fn validate(&self, q: usize, k: usize, v: usize, out: usize) {
+    /// Checks the head grouping, the positions and the query/output lengths (the caches
+    /// are checked by each kernel against its own layout).
+    pub(crate) fn validate_queries(&self, q: usize, out: usize) {
         assert!(
             self.n_kv_heads > 0 && self.n_heads.is_multiple_of(self.n_kv_heads),
             "n_kv_heads must divide n_heads"
@@ -38,9 +40,13 @@ impl AttentionShape {
             "kv_len must be >= pos0 + n_tokens"
         );
         let q_len = self.n_tokens * self.n_heads * self.head_dim;
-        let kv = self.kv_len * self.n_kv_heads * self.head_dim;
         assert_eq!(q, q_len, "q must be [n_tokens, n_heads, head_dim]");
         assert_eq!(out, q_len, "out must be [n_tokens, n_heads, head_dim]");
+    }
+
+    fn validate(&self, q: usize, k: usize, v: usize, out: usize) {
+        self.validate_queries(q, out);
+        let kv = self.kv_len * self.n_kv_heads * self.head_dim;
         assert_eq!(k, kv, "k_cache must be [kv_len, n_kv_heads, head_dim]");
         assert_eq!(v, kv, "v_cache must be [kv_len, n_kv_heads, head_dim]");
     }
