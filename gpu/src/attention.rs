@@ -11,7 +11,7 @@ use crate::pipelines::{PUSH_WORDS, Shader};
 /// Largest head dimension of the kernel (its per-thread accumulators are sized for it).
 pub const MAX_HEAD_DIM: usize = 256;
 
-fn validate(s: &AttentionShape, q: usize, k: usize, v: usize) -> Result<()> {
+pub(crate) fn validate_shape(s: &AttentionShape, q: usize, k: usize, v: usize) -> Result<()> {
     let op = "attention_causal_gqa";
     if s.n_kv_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv_heads) {
         return Err(shape(
@@ -71,7 +71,7 @@ impl GpuContext {
         v_cache: &[f32],
         s: &AttentionShape,
     ) -> Result<Vec<f32>> {
-        validate(s, q.len(), k_cache.len(), v_cache.len())?;
+        validate_shape(s, q.len(), k_cache.len(), v_cache.len())?;
         if q.is_empty() {
             return Ok(Vec::new());
         }

@@ -102,6 +102,11 @@ impl HostA<'_> {
     }
 }
 
+/// Operand checks of the resident f32 GEMM, for [`crate::GpuBatch::matmul_f32`].
+pub(crate) fn check_f32_operands(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix) -> Result<()> {
+    check_operands(Kind::F32, a, w, out)
+}
+
 fn check_operands(kind: Kind, a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix) -> Result<()> {
     let op = kind.name();
     if a.elem() != kind.elem() || w.elem() != kind.elem() || out.elem() != kind.out_elem() {
@@ -175,6 +180,16 @@ impl GpuContext {
             self.record_gemm(&mut job, kind, GemmTile::Auto, (a, w, out))?;
         }
         Ok(job.finish()?.gpu_ns)
+    }
+
+    /// Records one f32 GEMM dispatch into `job` (operands already checked).
+    pub(crate) fn record_f32_gemm(
+        &self,
+        job: &mut Job<'_>,
+        tile: GemmTile,
+        operands: (&GpuMatrix, &GpuMatrix, &GpuMatrix),
+    ) -> Result<()> {
+        self.record_gemm(job, Kind::F32, tile, operands)
     }
 
     /// Records one GEMM dispatch, choosing the f32 tile size.

@@ -201,8 +201,15 @@ impl<'c> Job<'c> {
     /// before the first dispatch so that the GPU time excludes them.
     pub(crate) fn upload(&mut self, words: &[u32], what: &str) -> Result<Subbuffer<[u32]>> {
         let dst = self.ctx.alloc_words(words.len() as u64, what)?;
+        self.upload_into(words, dst.clone())?;
+        Ok(dst)
+    }
+
+    /// Copies `words` into the existing device buffer `dst` (same length) through a staging
+    /// buffer.
+    pub(crate) fn upload_into(&mut self, words: &[u32], dst: Subbuffer<[u32]>) -> Result<()> {
         if words.is_empty() {
-            return Ok(dst);
+            return Ok(());
         }
         let staging = self.ctx.host_buffer(
             words.len() as u64,
@@ -212,10 +219,15 @@ impl<'c> Job<'c> {
             .write()
             .map_err(vk("writing a staging buffer"))?
             .copy_from_slice(words);
+        self.copy(staging, dst)
+    }
+
+    /// Records a device-side copy of `src` into `dst` (same length).
+    pub(crate) fn copy(&mut self, src: Subbuffer<[u32]>, dst: Subbuffer<[u32]>) -> Result<()> {
         self.builder
-            .copy_buffer(CopyBufferInfo::buffers(staging, dst.clone()))
-            .map_err(vk("recording an upload"))?;
-        Ok(dst)
+            .copy_buffer(CopyBufferInfo::buffers(src, dst))
+            .map_err(vk("recording a copy"))?;
+        Ok(())
     }
 
     /// Zero-fills `buf` (device memory starts undefined).
