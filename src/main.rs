@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use std::time::Instant;
 
 use hetsched::engine::{self, RunOutcome};
-use hetsched::exec::{self, ExecModel, LinearPrecision, PrefillOptions, PrefillReport};
+use hetsched::exec::{self, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
 use hetsched::import::{GgufFile, GgufTokenizer, HfModel, ImportError};
 use hetsched::report::RunReport;
 use hetsched::scene::{DEFAULT_SCENE, Scene, shipped_scenes};
@@ -134,8 +134,9 @@ struct RunArgs {
     /// Compute threads [default: the machine's cores].
     #[arg(long)]
     threads: Option<usize>,
-    /// Processor queues: cpu and npu (the emulated NPU) always; add gpu to run the float
-    /// stages on a Vulkan device (a build with `--features gpu`).
+    /// Processor queues: cpu,npu (the emulated NPU); cpu,gpu,npu to run the float stages on
+    /// a Vulkan GPU lane; gpu alone to run every stage on the GPU with weights and KV cache
+    /// resident there (needs --precision f32). GPU needs a build with `--features gpu`.
     #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
     backends: Vec<String>,
     /// Write a Chrome trace JSON timeline with real timestamps.
@@ -250,7 +251,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         chunk_len: args.chunk_len,
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
-        gpu: wants_gpu(&args.backends)?,
+        gpu: gpu_use(&args.backends)?,
         ..defaults
     };
     let name = model.name.clone();
@@ -284,21 +285,22 @@ fn run(args: RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `--backends` asks for the GPU lane; cpu and npu are required.
-fn wants_gpu(backends: &[String]) -> Result<bool, String> {
+/// How `--backends` uses the GPU: `cpu,npu` (none), `cpu,gpu,npu` (a float lane), or
+/// `gpu` alone (every stage resident on the GPU).
+fn gpu_use(backends: &[String]) -> Result<GpuUse, String> {
     for b in backends {
         if !["cpu", "gpu", "npu"].contains(&b.as_str()) {
             return Err(format!("unknown backend `{b}`: use cpu, gpu and npu"));
         }
     }
-    for needed in ["cpu", "npu"] {
-        if !backends.iter().any(|b| b == needed) {
-            return Err(format!(
-                "--backends must include `{needed}`: this host runs the INT8 stages on the emulated NPU lane and host work on the cpu lane"
-            ));
-        }
+    let has = |name: &str| backends.iter().any(|b| b == name);
+    match (has("cpu"), has("gpu"), has("npu")) {
+        (false, true, false) => Ok(GpuUse::Resident),
+        (true, gpu, true) => Ok(if gpu { GpuUse::FloatLane } else { GpuUse::Off }),
+        _ => Err(
+            "--backends takes cpu,npu (INT8 stages on the emulated NPU lane, float work on the cpu lane), cpu,gpu,npu (float stages on a Vulkan GPU lane) or gpu (every stage on the GPU, f32, weights and KV cache resident)".into(),
+        ),
     }
-    Ok(backends.iter().any(|b| b == "gpu"))
 }
 
 /// The tokenizer and the model at each of `precisions`, from a GGUF file or a Hugging
