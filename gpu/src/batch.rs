@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use hetsched_kernels::reference::{AttentionShape, RopeStyle};
 
-use crate::attention::validate_shape;
+use crate::attention::{attention_dispatch, validate_shape};
 use crate::buffers::{Elem, GpuMatrix};
 use crate::context::GpuContext;
 use crate::error::{Result, shape};
@@ -89,6 +89,16 @@ impl GpuContext {
         Ok(GpuBatch {
             ctx: self,
             job: Job::new(self)?,
+            reads: Vec::new(),
+        })
+    }
+
+    /// A batch without timestamps, for [`GpuBatch::submit_async`]: a stream of batches
+    /// that nobody waits for one by one.
+    pub fn batch_untimed(&self) -> Result<GpuBatch<'_>> {
+        Ok(GpuBatch {
+            ctx: self,
+            job: Job::with_timer(self, false)?,
             reads: Vec::new(),
         })
     }
@@ -250,19 +260,12 @@ impl GpuBatch<'_> {
         }
         let kv = s.kv_len * kv_cols;
         validate_shape(s, q.rows() * q_cols, kv, kv)?;
+        let (shader, push, groups) = attention_dispatch(s);
         self.job.dispatch(
-            Shader::Attention,
+            shader,
             &[&q.buf, &k_cache.buf, &v_cache.buf, &out.buf],
-            push(&[
-                s.n_tokens as u32,
-                s.pos0 as u32,
-                s.kv_len as u32,
-                s.n_heads as u32,
-                s.n_kv_heads as u32,
-                s.head_dim as u32,
-                s.scale().to_bits(),
-            ]),
-            [s.n_heads as u32, s.n_tokens.clamp(1, 65_535) as u32, 1],
+            push,
+            groups,
         )
     }
 
@@ -312,6 +315,14 @@ impl GpuBatch<'_> {
         let i = self.job.download(&m.buf.clone().slice(start..start + len));
         self.reads.push((i, len as usize));
         Ok(())
+    }
+
+    /// Submits everything recorded and returns at once. It runs after every earlier
+    /// submission on this context and before every later one, so a later
+    /// [`GpuBatch::submit`] (or [`GpuContext::wait_idle`]) sees its results; errors of the
+    /// work itself surface there. A batch with reads is refused (use `submit`).
+    pub fn submit_async(self) -> Result<()> {
+        self.job.submit_async()
     }
 
     /// Submits everything recorded, waits for it, and returns the reads and the GPU time.

@@ -12,13 +12,12 @@ use vulkano::{
     buffer::{Buffer, BufferCreateInfo, BufferUsage, Subbuffer},
     command_buffer::{
         AutoCommandBufferBuilder, CommandBufferUsage, CopyBufferInfo, PrimaryAutoCommandBuffer,
-        PrimaryCommandBufferAbstract,
     },
     descriptor_set::{DescriptorSet, WriteDescriptorSet},
     memory::allocator::{AllocationCreateInfo, MemoryTypeFilter},
     pipeline::{Pipeline, PipelineBindPoint},
     query::{QueryPool, QueryPoolCreateInfo, QueryResultFlags, QueryType},
-    sync::{GpuFuture, PipelineStage},
+    sync::PipelineStage,
 };
 
 use crate::context::GpuContext;
@@ -165,6 +164,11 @@ pub(crate) fn for_row_chunks(
 
 impl<'c> Job<'c> {
     pub(crate) fn new(ctx: &'c GpuContext) -> Result<Self> {
+        Self::with_timer(ctx, true)
+    }
+
+    /// A job that records no timestamps (when `timed` is false or the queue has none).
+    pub(crate) fn with_timer(ctx: &'c GpuContext, timed: bool) -> Result<Self> {
         let mut builder = AutoCommandBufferBuilder::primary(
             ctx.commands.clone(),
             ctx.queue.queue_family_index(),
@@ -172,7 +176,7 @@ impl<'c> Job<'c> {
         )
         .map_err(vk("starting a command buffer"))?;
         let timer = match ctx.info.timestamp_period_ns {
-            Some(_) => {
+            Some(_) if timed => {
                 let pool = QueryPool::new(
                     ctx.device.clone(),
                     QueryPoolCreateInfo {
@@ -186,7 +190,7 @@ impl<'c> Job<'c> {
                     .map_err(vk("resetting timestamps"))?;
                 Some(pool)
             }
-            None => None,
+            _ => None,
         };
         Ok(Job {
             ctx,
@@ -298,6 +302,22 @@ impl<'c> Job<'c> {
         self.downloads.len() - 1
     }
 
+    /// Submits without waiting: the work runs after every earlier submission, and every
+    /// later one runs after it. No downloads (nothing would read them) and no GPU time.
+    pub(crate) fn submit_async(self) -> Result<()> {
+        if !self.downloads.is_empty() {
+            return Err(GpuError::Shape {
+                op: "submit_async",
+                problem: "a batch with reads must be submitted with `submit`, which waits".into(),
+            });
+        }
+        let cb = self
+            .builder
+            .build()
+            .map_err(vk("finishing a command buffer"))?;
+        self.ctx.submit(cb, false)
+    }
+
     /// Submits, waits, and reads downloads and timestamps.
     pub(crate) fn finish(mut self) -> Result<Finished> {
         if let (Some(pool), true) = (&self.timer, self.dispatched) {
@@ -323,12 +343,7 @@ impl<'c> Job<'c> {
             .builder
             .build()
             .map_err(vk("finishing a command buffer"))?;
-        cb.execute(self.ctx.queue.clone())
-            .map_err(vk("submitting work"))?
-            .then_signal_fence_and_flush()
-            .map_err(vk("submitting work"))?
-            .wait(None)
-            .map_err(vk("waiting for the GPU"))?;
+        self.ctx.submit(cb, true)?;
         let mut downloads = Vec::with_capacity(readbacks.len());
         for dst in readbacks {
             downloads.push(dst.read().map_err(vk("reading results"))?.to_vec());

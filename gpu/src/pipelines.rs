@@ -62,6 +62,7 @@ shaders! {
     QuantizeF32 => "quantize_f32",
     Dequantize => "dequantize",
     Attention => "attention",
+    AttentionTiled => "attention_tiled",
     Add => "add",
 }
 

@@ -194,3 +194,26 @@ fn shape_mistakes_are_errors_not_panics() {
     // Nothing valid was recorded: submitting is harmless.
     assert!(b.submit().unwrap().reads.is_empty());
 }
+
+#[test]
+fn batches_submitted_without_waiting_run_in_order() {
+    let Some(ctx) = common::gpu() else { return };
+    // Each batch reads what the previous one wrote: x <- x + x, sixteen times, nobody
+    // waiting in between; a final waited batch reads the result.
+    let n = 4096;
+    let x = ctx.upload_f32(&vec![1.0; n], 1, n).unwrap();
+    for _ in 0..16 {
+        let mut b = ctx.batch_untimed().unwrap();
+        b.add_assign(&x, &x).unwrap();
+        b.submit_async().unwrap();
+    }
+    let mut b = ctx.batch().unwrap();
+    b.read(&x, 0..1).unwrap();
+    let got = b.submit().unwrap().reads.remove(0);
+    assert!(got.iter().all(|&v| v == 65_536.0), "{:?}", &got[..4]);
+    // A batch with reads cannot go without waiting.
+    let mut b = ctx.batch_untimed().unwrap();
+    b.read(&x, 0..1).unwrap();
+    assert!(matches!(b.submit_async(), Err(GpuError::Shape { .. })));
+    ctx.wait_idle().unwrap();
+}
