@@ -16,7 +16,7 @@ pub const MAX_HEAD_DIM: usize = 256;
 const TILED_MAX_HEAD_DIM: usize = 128;
 
 /// Query tokens per workgroup of the tiled kernel.
-const TILED_QUERIES: usize = 16;
+const TILED_QUERIES: usize = 8;
 
 /// The kernel for `s`, its push constants and its grid.
 pub(crate) fn attention_dispatch(s: &AttentionShape) -> (Shader, [u32; PUSH_WORDS], [u32; 3]) {
