@@ -7,6 +7,7 @@
 //! the 16-byte row padding is empty): the element-wise kernels index them as flat arrays.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use hetsched_kernels::reference::{AttentionShape, RopeStyle};
 
@@ -20,10 +21,11 @@ use crate::pipelines::{PUSH_WORDS, Shader};
 use crate::rope::cos_sin_table;
 
 /// Kernels recorded for one submission; see the module note. Dropping it without
-/// [`GpuBatch::submit`] runs nothing.
-pub struct GpuBatch<'c> {
-    ctx: &'c GpuContext,
-    job: Job<'c>,
+/// [`GpuBatch::submit`] runs nothing. `C` is how it holds its context: a borrow
+/// ([`GpuContext::batch`]) or an `Arc` ([`GpuBatch::owned`]), for a batch that stays open
+/// across calls and gathers the work of several of them.
+pub struct GpuBatch<C: AsRef<GpuContext>> {
+    job: Job<C>,
     reads: Vec<(usize, usize)>,
 }
 
@@ -85,9 +87,8 @@ impl GpuContext {
     /// assert_eq!(out.reads[0].len(), 2 * 3);
     /// # Ok(()) }
     /// ```
-    pub fn batch(&self) -> Result<GpuBatch<'_>> {
+    pub fn batch(&self) -> Result<GpuBatch<&GpuContext>> {
         Ok(GpuBatch {
-            ctx: self,
             job: Job::new(self)?,
             reads: Vec::new(),
         })
@@ -95,9 +96,8 @@ impl GpuContext {
 
     /// A batch without timestamps, for [`GpuBatch::submit_async`]: a stream of batches
     /// that nobody waits for one by one.
-    pub fn batch_untimed(&self) -> Result<GpuBatch<'_>> {
+    pub fn batch_untimed(&self) -> Result<GpuBatch<&GpuContext>> {
         Ok(GpuBatch {
-            ctx: self,
             job: Job::with_timer(self, false)?,
             reads: Vec::new(),
         })
@@ -123,7 +123,18 @@ impl GpuContext {
     }
 }
 
-impl GpuBatch<'_> {
+impl GpuBatch<Arc<GpuContext>> {
+    /// A batch without timestamps that owns a handle on its context, so that it can be
+    /// kept open while the work of several calls is recorded into it.
+    pub fn owned(ctx: Arc<GpuContext>) -> Result<Self> {
+        Ok(GpuBatch {
+            job: Job::with_timer(ctx, false)?,
+            reads: Vec::new(),
+        })
+    }
+}
+
+impl<C: AsRef<GpuContext>> GpuBatch<C> {
     /// Writes host rows into `dst` starting at row `row0`.
     pub fn write(&mut self, dst: &GpuMatrix, row0: usize, data: &[f32]) -> Result<()> {
         let cols = dst.cols();
@@ -181,8 +192,7 @@ impl GpuBatch<'_> {
     /// `out = a · wᵀ`: `a` `[m, k]`, `w` `[n, k]`, `out` `[m, n]`, all f32.
     pub fn matmul_f32(&mut self, a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix) -> Result<()> {
         crate::gemm::check_f32_operands(a, w, out)?;
-        self.ctx
-            .record_f32_gemm(&mut self.job, GemmTile::Auto, (a, w, out))
+        crate::gemm::record_f32_gemm(&mut self.job, GemmTile::Auto, (a, w, out))
     }
 
     /// RMSNorm of every row of `x` `[rows, cols]` into `out`, `weight` `[1, cols]`.

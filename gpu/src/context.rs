@@ -135,6 +135,12 @@ impl std::fmt::Debug for GpuContext {
     }
 }
 
+impl AsRef<GpuContext> for GpuContext {
+    fn as_ref(&self) -> &GpuContext {
+        self
+    }
+}
+
 fn preference(p: &PhysicalDevice) -> DeviceKind {
     DeviceKind::of(p.properties().device_type)
 }

@@ -24,9 +24,10 @@ use crate::context::GpuContext;
 use crate::error::{GpuError, Result, vk};
 use crate::pipelines::{PUSH_WORDS, Shader};
 
-/// One command buffer being recorded.
-pub(crate) struct Job<'c> {
-    ctx: &'c GpuContext,
+/// One command buffer being recorded, on the context `C` refers to (a borrow for a call's
+/// own job, an `Arc` for a batch kept open across calls).
+pub(crate) struct Job<C: AsRef<GpuContext>> {
+    ctx: C,
     builder: AutoCommandBufferBuilder<PrimaryAutoCommandBuffer>,
     timer: Option<Arc<QueryPool>>,
     dispatched: bool,
@@ -162,13 +163,19 @@ pub(crate) fn for_row_chunks(
     Ok(())
 }
 
-impl<'c> Job<'c> {
-    pub(crate) fn new(ctx: &'c GpuContext) -> Result<Self> {
+impl<C: AsRef<GpuContext>> Job<C> {
+    pub(crate) fn new(ctx: C) -> Result<Self> {
         Self::with_timer(ctx, true)
     }
 
+    /// The context the job records for.
+    pub(crate) fn ctx(&self) -> &GpuContext {
+        self.ctx.as_ref()
+    }
+
     /// A job that records no timestamps (when `timed` is false or the queue has none).
-    pub(crate) fn with_timer(ctx: &'c GpuContext, timed: bool) -> Result<Self> {
+    pub(crate) fn with_timer(handle: C, timed: bool) -> Result<Self> {
+        let ctx = handle.as_ref();
         let mut builder = AutoCommandBufferBuilder::primary(
             ctx.commands.clone(),
             ctx.queue.queue_family_index(),
@@ -193,7 +200,7 @@ impl<'c> Job<'c> {
             _ => None,
         };
         Ok(Job {
-            ctx,
+            ctx: handle,
             builder,
             timer,
             dispatched: false,
@@ -204,7 +211,7 @@ impl<'c> Job<'c> {
     /// A new device buffer holding `words`, copied from a staging buffer. Record uploads
     /// before the first dispatch so that the GPU time excludes them.
     pub(crate) fn upload(&mut self, words: &[u32], what: &str) -> Result<Subbuffer<[u32]>> {
-        let dst = self.ctx.alloc_words(words.len() as u64, what)?;
+        let dst = self.ctx().alloc_words(words.len() as u64, what)?;
         self.upload_into(words, dst.clone())?;
         Ok(dst)
     }
@@ -215,7 +222,7 @@ impl<'c> Job<'c> {
         if words.is_empty() {
             return Ok(());
         }
-        let staging = self.ctx.host_buffer(
+        let staging = self.ctx().host_buffer(
             words.len() as u64,
             MemoryTypeFilter::PREFER_HOST | MemoryTypeFilter::HOST_SEQUENTIAL_WRITE,
         )?;
@@ -250,7 +257,7 @@ impl<'c> Job<'c> {
         push: [u32; PUSH_WORDS],
         groups: [u32; 3],
     ) -> Result<()> {
-        let max = self.ctx.info.max_workgroup_count;
+        let max = self.ctx().info.max_workgroup_count;
         if groups.iter().zip(max).any(|(&g, m)| g > m) {
             return Err(GpuError::Shape {
                 op: "dispatch",
@@ -262,14 +269,14 @@ impl<'c> Job<'c> {
         if groups.contains(&0) {
             return Ok(());
         }
-        let pipeline = self.ctx.pipelines.get(shader)?;
+        let pipeline = self.ctx().pipelines.get(shader)?;
         let layout = pipeline.layout().clone();
         let set_layout = layout.set_layouts()[0].clone();
         let writes = buffers
             .iter()
             .enumerate()
             .map(|(i, b)| WriteDescriptorSet::buffer(i as u32, (*b).clone()));
-        let set = DescriptorSet::new(self.ctx.descriptors.clone(), set_layout, writes, [])
+        let set = DescriptorSet::new(self.ctx().descriptors.clone(), set_layout, writes, [])
             .map_err(vk("writing a descriptor set"))?;
         if !self.dispatched {
             self.dispatched = true;
@@ -311,11 +318,9 @@ impl<'c> Job<'c> {
                 problem: "a batch with reads must be submitted with `submit`, which waits".into(),
             });
         }
-        let cb = self
-            .builder
-            .build()
-            .map_err(vk("finishing a command buffer"))?;
-        self.ctx.submit(cb, false)
+        let Job { ctx, builder, .. } = self;
+        let cb = builder.build().map_err(vk("finishing a command buffer"))?;
+        ctx.as_ref().submit(cb, false)
     }
 
     /// Submits, waits, and reads downloads and timestamps.
@@ -330,7 +335,7 @@ impl<'c> Job<'c> {
         }
         let mut readbacks = Vec::with_capacity(self.downloads.len());
         for src in &self.downloads {
-            let dst = self.ctx.host_buffer(
+            let dst = self.ctx().host_buffer(
                 src.len(),
                 MemoryTypeFilter::PREFER_HOST | MemoryTypeFilter::HOST_RANDOM_ACCESS,
             )?;
@@ -339,27 +344,32 @@ impl<'c> Job<'c> {
                 .map_err(vk("recording a download"))?;
             readbacks.push(dst);
         }
-        let cb = self
-            .builder
-            .build()
-            .map_err(vk("finishing a command buffer"))?;
-        self.ctx.submit(cb, true)?;
+        let Job {
+            ctx,
+            builder,
+            timer,
+            dispatched,
+            ..
+        } = self;
+        let ctx = ctx.as_ref();
+        let cb = builder.build().map_err(vk("finishing a command buffer"))?;
+        ctx.submit(cb, true)?;
         let mut downloads = Vec::with_capacity(readbacks.len());
         for dst in readbacks {
             downloads.push(dst.read().map_err(vk("reading results"))?.to_vec());
         }
-        let gpu_ns = match (&self.timer, self.dispatched) {
+        let gpu_ns = match (&timer, dispatched) {
             (Some(pool), true) => {
                 let mut ticks = [0u64; 2];
                 pool.get_results(0..2, &mut ticks, QueryResultFlags::WAIT)
                     .map_err(vk("reading timestamps"))?;
-                let period = self.ctx.info.timestamp_period_ns.unwrap_or(1.0);
+                let period = ctx.info.timestamp_period_ns.unwrap_or(1.0);
                 Some((ticks[1].saturating_sub(ticks[0]) as f64 * f64::from(period)) as u64)
             }
             _ => None,
         };
-        if self.dispatched {
-            self.ctx.set_last_gpu_time(gpu_ns);
+        if dispatched {
+            ctx.set_last_gpu_time(gpu_ns);
         }
         Ok(Finished { downloads, gpu_ns })
     }

@@ -7,12 +7,14 @@
 //! ready chunk's stage runs next); a stage's steps are the same [`Step`]s the CPU
 //! interpreter runs, with f32 linears (the GPU has no NPU's INT8-only restriction).
 //!
-//! A stage is submitted without waiting for it: the device runs submissions in order
-//! (each waits on a semaphore of the one before), as a CUDA stream would, so the lane is
-//! free again once the stage is queued and host recording overlaps device work. Waiting
-//! per stage cost about 100 us of fence latency each on an H100 (hundreds of stages per
-//! prefill). The timeline therefore shows when stages were queued; the head's slice, which
-//! waits for its logits, ends when the device has finished everything.
+//! A stage is queued, not waited for: it is recorded into an open command buffer, which is
+//! submitted every few stages without waiting; the device runs submissions in order (each
+//! waits on a semaphore of the one before), as a CUDA stream would. So the lane is free
+//! again once the stage is recorded, and host recording overlaps device work. Waiting per
+//! stage cost about 100 us of fence latency each on an H100, and a submission per stage
+//! about 40 us of host time (hundreds of stages per prefill). The timeline therefore shows
+//! when stages were queued; the head's slice, which waits for its logits, ends when the
+//! device has finished everything.
 //!
 //! KV rows follow the CPU interpreter's rule (seed 000 Eq. 2 lets chunk i's attention run
 //! before chunk j < i rotated its keys): whichever stage needs chunk j's rows of a layer
@@ -64,7 +66,7 @@ impl GpuLayer {
 /// A model's weights resident on a Vulkan device, f32.
 pub struct GpuModel {
     /// The device.
-    pub context: GpuContext,
+    pub context: Arc<GpuContext>,
     /// The host model (configuration, token embeddings; its weights are not used).
     pub host: Arc<ExecModel>,
     layers: Vec<GpuLayer>,
@@ -134,7 +136,7 @@ impl GpuModel {
         let head = &model.output;
         let output = upload(ctx, &mut bytes, &head.to_rows(), head.n(), head.k())?;
         Ok(Self {
-            context,
+            context: Arc::new(context),
             host: model,
             layers,
             output_norm,
@@ -265,7 +267,31 @@ struct RunState {
     kv: Vec<Vec<KvRows>>,
     /// `[rows, vocab]` logits of the head.
     logits: GpuMatrix,
+    /// The lane thread that records (see [`OPEN`]).
+    recorder: Option<std::thread::ThreadId>,
 }
+
+/// An open command buffer: whose it is, the batch, and how many stages it holds.
+struct OpenBatch {
+    runner: u64,
+    batch: GpuBatch<Arc<GpuContext>>,
+    stages: usize,
+}
+
+thread_local! {
+    /// The open command buffer of the runner recording on this thread. Here rather than in
+    /// the runner because vulkano's command buffer builders stay on the thread whose pool
+    /// allocated them (they are not `Send`).
+    static OPEN: std::cell::RefCell<Option<OpenBatch>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Identifies runners, so that a batch left open by a failed prefill is never continued.
+static NEXT_RUNNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Stages recorded into one command buffer before it is submitted: a submission costs
+/// about 40 us of host time on an H100 (semaphore, fence, two queue submits), a recorded
+/// stage about 10 us, and the device starts only once a batch is submitted.
+const STAGES_PER_SUBMISSION: usize = 6;
 
 /// Runs stages of one prefill on the device; the [`JobRunner`] of the GPU lane.
 pub struct GpuStageRunner {
@@ -275,6 +301,8 @@ pub struct GpuStageRunner {
     tokens: Vec<u32>,
     all_logits: bool,
     state: Mutex<RunState>,
+    /// This runner's identity for [`OPEN`].
+    id: u64,
     /// Next-token logits once the head ran (see [`super::PrefillState::logits`]).
     pub logits: Mutex<Option<Vec<f32>>>,
 }
@@ -358,6 +386,7 @@ impl GpuStageRunner {
             logits: alloc(head_rows, c.vocab_size)?,
             chunks,
             caches,
+            recorder: None,
         };
         Ok(Self {
             model,
@@ -366,12 +395,14 @@ impl GpuStageRunner {
             tokens,
             all_logits,
             state: Mutex::new(state),
+            id: NEXT_RUNNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             logits: Mutex::new(None),
         })
     }
 
-    /// Runs stage `key.stage` of chunk `key.chunk` as one command buffer, submitted without
-    /// waiting (the device runs submissions in order); the head's waits for all of them.
+    /// Records stage `key.stage` of chunk `key.chunk` into the open command buffer, which
+    /// is submitted without waiting every [`STAGES_PER_SUBMISSION`] stages (the device runs
+    /// submissions in order); the head's submission waits for all of them.
     pub fn run_stage(&self, key: InstanceKey) -> Result<(), ExecError> {
         let (chunk, stage) = (key.chunk as usize, key.stage as usize);
         let mut state = self.state.lock();
@@ -382,17 +413,41 @@ impl GpuStageRunner {
         };
         // The head (no layer) reads the last layer's output.
         let layer = self.layers[stage].map_or(self.model.layers.len(), |l| l as usize);
-        let mut batch = self.model.context.batch_untimed().map_err(gpu_err)?;
+        // Stages must be recorded in the order the device is to run them: on one thread.
+        let me = std::thread::current().id();
+        if *state.recorder.get_or_insert(me) != me {
+            return Err(ExecError::Kernel(
+                "the resident GPU runner records on one lane thread only; give its plan a single GPU processor".into(),
+            ));
+        }
+        let open = OPEN.with(|open| open.borrow_mut().take());
+        let (mut batch, recorded) = match open {
+            Some(open) if open.runner == self.id => (open.batch, open.stages),
+            // Nothing open, or what a failed prefill left: start afresh.
+            _ => (
+                GpuBatch::owned(self.model.context.clone()).map_err(gpu_err)?,
+                0,
+            ),
+        };
         let mut reads_logits = false;
         for &step in steps {
             reads_logits |= self.record(&mut batch, &mut state, step, layer, chunk)?;
         }
         if reads_logits {
-            // Runs after every stage submitted before it: its wait is the prefill's.
+            // Runs after every stage recorded or submitted before it: its wait is the
+            // prefill's.
             let out = batch.submit().map_err(gpu_err)?;
             *self.logits.lock() = out.reads.into_iter().next();
-        } else {
+        } else if recorded + 1 >= STAGES_PER_SUBMISSION {
             batch.submit_async().map_err(gpu_err)?;
+        } else {
+            OPEN.with(|open| {
+                *open.borrow_mut() = Some(OpenBatch {
+                    runner: self.id,
+                    batch,
+                    stages: recorded + 1,
+                })
+            });
         }
         Ok(())
     }
@@ -407,7 +462,7 @@ impl GpuStageRunner {
     /// Records one step; returns whether it reads the logits back.
     fn record(
         &self,
-        b: &mut GpuBatch<'_>,
+        b: &mut GpuBatch<Arc<GpuContext>>,
         state: &mut RunState,
         step: Step,
         layer: usize,
@@ -562,7 +617,7 @@ impl GpuStageRunner {
     /// cache, once (see the module note).
     fn write_kv(
         &self,
-        b: &mut GpuBatch<'_>,
+        b: &mut GpuBatch<Arc<GpuContext>>,
         state: &mut RunState,
         layer: usize,
         chunk: usize,
@@ -589,5 +644,9 @@ impl GpuStageRunner {
 impl JobRunner for GpuStageRunner {
     fn run(&self, job: &Job) -> Result<(), String> {
         self.run_stage(job.key).map_err(|e| e.to_string())
+    }
+
+    fn uses_pool(&self) -> bool {
+        false
     }
 }
