@@ -98,6 +98,32 @@ pub fn build_stages(model: &ModelConfig) -> Result<Vec<StageTemplate>, PlanError
     Ok(stages)
 }
 
+/// Merges the stages of one processor: within a decoder layer (or the head), stage `j` joins
+/// stage `j - 1` unless it holds a cross-chunk operator, whose wait for earlier chunks must
+/// stay a subgraph boundary (seed 000, Eq. 2). For a device whose one processor runs every
+/// class (the all-GPU executor): cutting at class changes would only add jobs there (a
+/// llama layer becomes 2 subgraphs instead of 6). A merged stage keeps its first
+/// operator's class.
+pub fn merge_for_one_processor(stages: Vec<StageTemplate>) -> Vec<StageTemplate> {
+    let mut merged: Vec<StageTemplate> = Vec::with_capacity(stages.len());
+    for stage in stages {
+        match merged.last_mut() {
+            Some(prev)
+                if prev.layer == stage.layer
+                    && prev.last_chunk_only == stage.last_chunk_only
+                    && stage.dependency != StageDependency::CrossChunk =>
+            {
+                if stage.sharing == Sharing::Dynamic {
+                    prev.sharing = Sharing::Dynamic;
+                }
+                prev.ops.extend(stage.ops);
+            }
+            _ => merged.push(stage),
+        }
+    }
+    merged
+}
+
 fn new_stage(layer: Option<u32>, op: OpDecl, last_chunk_only: bool) -> StageTemplate {
     StageTemplate {
         name: String::new(),

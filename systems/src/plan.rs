@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::device::{DeviceProfile, ProcessorKind};
 use crate::error::PlanError;
-use crate::graph::{Sharing, StageDependency, StageTemplate, build_stages};
+use crate::graph::{
+    Sharing, StageDependency, StageTemplate, build_stages, merge_for_one_processor,
+};
 use crate::memory::{MemoryConfig, MemoryProfile};
 use crate::model::{ChunkShape, ExecClass, ModelConfig};
 use crate::policy::Policy;
@@ -87,7 +89,10 @@ impl PrefillPlan {
         workload: Workload,
     ) -> Result<Self, PlanError> {
         device.validate()?;
-        let stages = build_stages(&model)?;
+        let mut stages = build_stages(&model)?;
+        if device.processors.len() == 1 {
+            stages = merge_for_one_processor(stages);
+        }
         if workload.prompt_len == 0 {
             return Err(PlanError::InvalidWorkload(
                 "prompt length is 0; give at least one token".into(),

@@ -1,6 +1,6 @@
 //! Graph builder: stage cuts, sharing, dependencies and bad layer graphs.
 
-use hetsched_systems::graph::{Sharing, StageDependency, build_stages};
+use hetsched_systems::graph::{Sharing, StageDependency, build_stages, merge_for_one_processor};
 use hetsched_systems::model::{ExecClass, OpDecl, OpKind};
 use hetsched_systems::testing::tiny_model;
 use hetsched_systems::{ModelConfig, PlanError, Precision};
@@ -157,4 +157,31 @@ fn heads_must_divide_hidden() {
             .contains("heads (7) do not divide hidden (256)"),
         "{err}"
     );
+}
+
+#[test]
+fn one_processor_cuts_a_layer_only_at_its_cross_chunk_operator() {
+    let stages = build_stages(&qwen()).unwrap();
+    let merged = merge_for_one_processor(stages.clone());
+    // Per layer: what leads up to attention, and attention with everything after it.
+    assert_eq!(merged.iter().filter(|s| !s.last_chunk_only).count(), 2 * 24);
+    // The head stays a stage of its own; the cross-chunk stages are all still there.
+    assert!(merged.last().unwrap().last_chunk_only);
+    let cross = |s: &[hetsched_systems::graph::StageTemplate]| {
+        s.iter()
+            .filter(|s| s.dependency == StageDependency::CrossChunk)
+            .count()
+    };
+    assert_eq!(cross(&merged), cross(&stages));
+    // Same operators in the same order, no stage spanning two layers.
+    let ops = |s: &[hetsched_systems::graph::StageTemplate]| -> Vec<String> {
+        s.iter()
+            .flat_map(|s| s.op_names().into_iter().map(String::from))
+            .collect()
+    };
+    assert_eq!(ops(&merged), ops(&stages));
+    for stage in &merged {
+        let dynamic = stage.ops.iter().any(|op| op.kind.is_dynamic());
+        assert_eq!(stage.sharing == Sharing::Dynamic, dynamic, "{}", stage.name);
+    }
 }
