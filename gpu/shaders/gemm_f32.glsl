@@ -18,7 +18,8 @@ layout(push_constant) uniform Push {
     uint lda4;   // A row stride in vec4
     uint ldw4;   // W row stride in vec4
     uint ldc4;   // C row stride in vec4
-    uint pad[10];
+    uint split_steps; // k steps per workgroup layer z (split-K; 0: all of k, one layer)
+    uint pad[9];
 } p;
 
 // H halves of 64 rows/columns: H = 2 gives the 128x128 tile, H = 1 a 64x64 tile (4x4 per
@@ -48,12 +49,17 @@ void main() {
 
     vec4 ra[H];
     vec4 rw[H];
-    uint steps = (p.K4 + BK4 - 1) / BK4;
+    // Split-K: layer z of the grid sums steps s0 .. s0 + steps of k into its own slice of C
+    // ([z][M][ldc4]); gemm_reduce.comp adds the slices.
+    uint all_steps = (p.K4 + BK4 - 1) / BK4;
+    uint per = p.split_steps == 0 ? all_steps : p.split_steps;
+    uint s0 = gl_WorkGroupID.z * per;
+    uint steps = s0 < all_steps ? min(per, all_steps - s0) : 0;
 
     // Prefetch step 0.
     for (int h = 0; h < H; h++) {
         uint row = m0 + lr + h * 64;
-        uint kk = lk;
+        uint kk = s0 * BK4 + lk;
         ra[h] = (row < p.M && kk < p.K4) ? a[row * p.lda4 + kk] : vec4(0.0);
         uint col = n0 + lr + h * 64;
         rw[h] = (col < p.N && kk < p.K4) ? w[col * p.ldw4 + kk] : vec4(0.0);
@@ -70,7 +76,7 @@ void main() {
         }
         barrier();
         if (s + 1 < steps) {
-            uint kk = (s + 1) * BK4 + lk;
+            uint kk = (s0 + s + 1) * BK4 + lk;
             for (int h = 0; h < H; h++) {
                 uint row = m0 + lr + h * 64;
                 ra[h] = (row < p.M && kk < p.K4) ? a[row * p.lda4 + kk] : vec4(0.0);
@@ -97,7 +103,7 @@ void main() {
         if (row >= p.M) continue;
         for (int j = 0; j < H; j++) {
             uint cj = n0 / 4 + 16 * j + tx;
-            if (cj < p.ldc4) c[row * p.ldc4 + cj] = acc[i][j];
+            if (cj < p.ldc4) c[(gl_WorkGroupID.z * p.M + row) * p.ldc4 + cj] = acc[i][j];
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use vulkano::{
     Version, VulkanLibrary,
+    buffer::Subbuffer,
     command_buffer::{PrimaryAutoCommandBuffer, allocator::StandardCommandBufferAllocator},
     descriptor_set::allocator::StandardDescriptorSetAllocator,
     device::{
@@ -122,6 +123,9 @@ pub struct GpuContext {
     /// The last submission while it may still run: every submission waits for it (through
     /// a semaphore), so submissions run in order even when nobody waits for them.
     stream: Mutex<Option<Pending>>,
+    /// Partial products of split-K GEMMs, grown on demand. Shared by every GEMM: within a
+    /// command buffer vulkano orders its uses, across command buffers the stream does.
+    split_k_scratch: Mutex<Option<Subbuffer<[u32]>>>,
 }
 
 /// A submission that was flushed and may still run.
@@ -218,6 +222,7 @@ impl GpuContext {
             info,
             last_gpu_time_ns: Mutex::new(None),
             stream: Mutex::new(None),
+            split_k_scratch: Mutex::new(None),
         })
     }
 
@@ -265,6 +270,28 @@ impl GpuContext {
             *stream = Some(submitted);
         }
         Ok(())
+    }
+
+    /// The split-K scratch buffer, at least `words` long.
+    pub(crate) fn split_k_scratch(&self, words: u64) -> Result<Subbuffer<[u32]>> {
+        let mut scratch = self
+            .split_k_scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match &*scratch {
+            Some(buf) if buf.len() >= words => Ok(buf.clone()),
+            _ => {
+                // Grown in powers of two; a replaced buffer lives on in the command buffers
+                // that still use it.
+                let limit = self.info.max_storage_buffer_range / 4;
+                let buf = self.alloc_words(
+                    words.next_power_of_two().min(limit).max(words),
+                    "split-K scratch",
+                )?;
+                *scratch = Some(buf.clone());
+                Ok(buf)
+            }
+        }
     }
 
     /// Waits for every submission so far (a no-op when none is pending).

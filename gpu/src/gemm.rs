@@ -187,16 +187,78 @@ fn record_gemm(
         GemmTile::Large => false,
         GemmTile::Small => true,
     };
-    let (shader, grid) = if kind == Kind::F32 && small {
-        let t = TILE / 2;
-        (
+    if kind == Kind::F32 && small {
+        return record_f32_small(job, (a, w, out));
+    }
+    job.dispatch(
+        kind.shader(),
+        &[&a.buf, &w.buf, &out.buf],
+        push(a, w, out),
+        groups(m, n),
+    )
+}
+
+/// Workgroups the 64x64 f32 kernel aims for: two per SM of a 132-SM GPU.
+const SPLIT_K_TARGET: usize = 264;
+
+/// Fewest k steps (of 16) one split-K slice sums.
+const SPLIT_K_MIN_STEPS: usize = 4;
+
+/// Split-K factor for an `m x n` product over `k_steps` steps of 16: enough slices of k
+/// that the 64x64 tiles times the slices reach [`SPLIT_K_TARGET`] workgroups, each slice
+/// at least [`SPLIT_K_MIN_STEPS`] deep. SmolLM2's 512 x 576 x 576 has 72 tiles: 4 slices.
+fn split_k(m: usize, n: usize, k_steps: usize) -> usize {
+    let tiles = m.div_ceil(TILE / 2) * n.div_ceil(TILE / 2);
+    if tiles >= SPLIT_K_TARGET {
+        return 1;
+    }
+    SPLIT_K_TARGET
+        .div_ceil(tiles)
+        .min(k_steps / SPLIT_K_MIN_STEPS)
+        .max(1)
+}
+
+/// The 64x64-tile f32 GEMM, with split-K when the product has too few tiles to fill the
+/// GPU: each slice of k writes its own partial product into the context's scratch
+/// buffer, and a second kernel adds them into `out`.
+fn record_f32_small(
+    job: &mut Job<impl AsRef<GpuContext>>,
+    (a, w, out): (&GpuMatrix, &GpuMatrix, &GpuMatrix),
+) -> Result<()> {
+    let (m, n) = (a.rows(), w.rows());
+    let t = TILE / 2;
+    let k_steps = (a.ld_words() / 4).div_ceil(4);
+    let mut splits = split_k(m, n, k_steps);
+    let per = k_steps.div_ceil(splits.max(1)).max(1);
+    splits = k_steps.div_ceil(per).max(1);
+    let len = m * out.ld_words();
+    let scratch_bytes = (splits * len * 4) as u64;
+    if splits == 1 || scratch_bytes > job.ctx().info.max_storage_buffer_range {
+        return job.dispatch(
             Shader::GemmF32Small,
+            &[&a.buf, &w.buf, &out.buf],
+            push(a, w, out),
             [n.div_ceil(t) as u32, m.div_ceil(t) as u32, 1],
-        )
-    } else {
-        (kind.shader(), groups(m, n))
-    };
-    job.dispatch(shader, &[&a.buf, &w.buf, &out.buf], push(a, w, out), grid)
+        );
+    }
+    let scratch = job.ctx().split_k_scratch((splits * len) as u64)?;
+    let mut p = push(a, w, out);
+    p[6] = per as u32;
+    job.dispatch(
+        Shader::GemmF32Small,
+        &[&a.buf, &w.buf, &scratch],
+        p,
+        [n.div_ceil(t) as u32, m.div_ceil(t) as u32, splits as u32],
+    )?;
+    let mut p = [0u32; PUSH_WORDS];
+    p[0] = len as u32;
+    p[1] = splits as u32;
+    job.dispatch(
+        Shader::GemmReduce,
+        &[&scratch, &out.buf],
+        p,
+        crate::job::stride_groups(len),
+    )
 }
 
 impl GpuContext {

@@ -51,6 +51,7 @@ macro_rules! shaders {
 shaders! {
     GemmF32 => "gemm_f32",
     GemmF32Small => "gemm_f32_small",
+    GemmReduce => "gemm_reduce",
     GemmF16 => "gemm_f16",
     GemmF16CoopNv => "gemm_f16_coopmat_nv",
     GemmI8 => "gemm_i8",

@@ -17,13 +17,15 @@ fn reference(a: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
 fn matches_reference_on_ragged_shapes() {
     let Some(ctx) = common::gpu() else { return };
     let mut rng = SeededRng::new(1);
-    // Odd sizes straddle every tile and vec4 boundary; 1x1x1 and k = 1 are the edges.
+    // Odd sizes straddle every tile and vec4 boundary; 1x1x1 and k = 1 are the edges; the
+    // small-m, long-k shapes take the split-K path (9 and 13 slices, the last one short).
     for &(m, k, n) in &[
         (1, 1, 1),
         (3, 5, 7),
         (17, 33, 9),
         (130, 70, 129),
         (64, 576, 200),
+        (33, 1000, 70),
         (5, 1, 300),
     ] {
         let a = rng.f32s(m * k);
