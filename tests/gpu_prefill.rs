@@ -95,6 +95,14 @@ fn resident_gpu_prefill_matches_the_cpu_path() {
         assert_eq!(plan.device.processors.len(), 1);
         assert_eq!(plan.device.processors[0].kind, ProcessorKind::Gpu);
         assert_eq!(gpu.outcome.timeline.slices.len(), plan.instance_count());
+        // The timeline shows when the device ran each stage (timestamps): one at a time, in
+        // the order they were queued.
+        let mut slices = gpu.outcome.timeline.slices.clone();
+        slices.sort_by_key(|s| s.start_ns);
+        for pair in slices.windows(2) {
+            assert!(pair[0].start_ns <= pair[0].end_ns, "{:?}", pair[0]);
+            assert!(pair[0].end_ns <= pair[1].start_ns, "overlap: {pair:?}");
+        }
     }
 }
 

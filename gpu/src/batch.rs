@@ -327,6 +327,10 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         Ok(())
     }
 
+    pub(crate) fn job_mut(&mut self) -> &mut Job<C> {
+        &mut self.job
+    }
+
     /// Submits everything recorded and returns at once. It runs after every earlier
     /// submission on this context and before every later one, so a later
     /// [`GpuBatch::submit`] (or [`GpuContext::wait_idle`]) sees its results; errors of the

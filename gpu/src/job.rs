@@ -6,6 +6,7 @@
 // says why it holds.
 #![allow(unsafe_code)]
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use vulkano::{
@@ -238,6 +239,30 @@ impl<C: AsRef<GpuContext>> Job<C> {
         self.builder
             .copy_buffer(CopyBufferInfo::buffers(src, dst))
             .map_err(vk("recording a copy"))?;
+        Ok(())
+    }
+
+    /// Resets `queries` of `pool` (before any is written).
+    pub(crate) fn reset_queries(
+        &mut self,
+        pool: &Arc<QueryPool>,
+        queries: Range<u32>,
+    ) -> Result<()> {
+        // SAFETY: the pool is used by no pending command buffer: it was just created.
+        unsafe { self.builder.reset_query_pool(pool.clone(), queries) }
+            .map_err(vk("resetting timestamps"))?;
+        Ok(())
+    }
+
+    /// Writes timestamp `query` of `pool` when every earlier command has finished.
+    pub(crate) fn write_timestamp(&mut self, pool: &Arc<QueryPool>, query: u32) -> Result<()> {
+        // SAFETY: the query was reset when its pool was made (`GpuContext::timer`), and the
+        // caller writes each query once.
+        unsafe {
+            self.builder
+                .write_timestamp(pool.clone(), query, PipelineStage::BottomOfPipe)
+        }
+        .map_err(vk("recording a timestamp"))?;
         Ok(())
     }
 

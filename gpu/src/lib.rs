@@ -30,6 +30,7 @@ mod norm;
 mod pipelines;
 mod quant;
 mod rope;
+mod timer;
 
 pub use attention::MAX_HEAD_DIM;
 
@@ -39,3 +40,4 @@ pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use error::{GpuError, Result};
 pub use gemm::GemmTile;
 pub use hetsched_kernels::reference::{AttentionShape, RopeStyle};
+pub use timer::GpuTimer;

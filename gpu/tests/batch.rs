@@ -217,3 +217,35 @@ fn batches_submitted_without_waiting_run_in_order() {
     assert!(matches!(b.submit_async(), Err(GpuError::Shape { .. })));
     ctx.wait_idle().unwrap();
 }
+
+#[test]
+fn timestamps_bracket_queued_work_and_are_written_once() {
+    let Some(ctx) = common::gpu() else { return };
+    let Some(timer) = ctx.timer(3).unwrap() else {
+        println!("skipped: this device's compute queue has no timestamps");
+        return;
+    };
+    let x = ctx
+        .upload_f32(&vec![1.0; 1 << 16], 1 << 4, 1 << 12)
+        .unwrap();
+    let mut b = ctx.batch_untimed().unwrap();
+    b.timestamp(&timer, 0).unwrap();
+    for _ in 0..8 {
+        b.add_assign(&x, &x).unwrap();
+    }
+    b.timestamp(&timer, 1).unwrap();
+    assert!(matches!(
+        b.timestamp(&timer, 1),
+        Err(GpuError::Shape { .. })
+    ));
+    assert!(matches!(
+        b.timestamp(&timer, 3),
+        Err(GpuError::Shape { .. })
+    ));
+    b.submit_async().unwrap();
+    ctx.wait_idle().unwrap();
+    let t = timer.read_ns().unwrap();
+    let (start, end) = (t[0].unwrap(), t[1].unwrap());
+    assert!(end >= start, "{start} .. {end}");
+    assert_eq!(t[2], None, "never written");
+}

@@ -22,7 +22,7 @@
 
 use std::sync::Arc;
 
-use hetsched_gpu::{AttentionShape, Elem, GpuBatch, GpuContext, GpuMatrix};
+use hetsched_gpu::{AttentionShape, Elem, GpuBatch, GpuContext, GpuMatrix, GpuTimer};
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::resources::Job;
 use parking_lot::Mutex;
@@ -303,6 +303,8 @@ pub struct GpuStageRunner {
     state: Mutex<RunState>,
     /// This runner's identity for [`OPEN`].
     id: u64,
+    /// Device timestamps around every stage (2 per instance), where the queue has them.
+    timer: Option<GpuTimer>,
     /// Next-token logits once the head ran (see [`super::PrefillState::logits`]).
     pub logits: Mutex<Option<Vec<f32>>>,
 }
@@ -381,6 +383,7 @@ impl GpuStageRunner {
                 ))
             })
             .collect::<Result<_, ExecError>>()?;
+        let timer = ctx.timer(2 * steps.len() * chunks.len()).map_err(gpu_err)?;
         let state = RunState {
             kv: vec![vec![KvRows::Missing; chunks.len()]; model.layers.len()],
             logits: alloc(head_rows, c.vocab_size)?,
@@ -396,6 +399,7 @@ impl GpuStageRunner {
             all_logits,
             state: Mutex::new(state),
             id: NEXT_RUNNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            timer,
             logits: Mutex::new(None),
         })
     }
@@ -429,9 +433,16 @@ impl GpuStageRunner {
                 0,
             ),
         };
+        let stamp = 2 * (chunk * self.steps.len() + stage);
+        if let Some(timer) = &self.timer {
+            batch.timestamp(timer, stamp).map_err(gpu_err)?;
+        }
         let mut reads_logits = false;
         for &step in steps {
             reads_logits |= self.record(&mut batch, &mut state, step, layer, chunk)?;
+        }
+        if let Some(timer) = &self.timer {
+            batch.timestamp(timer, stamp + 1).map_err(gpu_err)?;
         }
         if reads_logits {
             // Runs after every stage recorded or submitted before it: its wait is the
@@ -450,6 +461,29 @@ impl GpuStageRunner {
             });
         }
         Ok(())
+    }
+
+    /// When each stage ran on the device, `(start, end)` in ns on the device's clock, by
+    /// (chunk, stage); `None` where the queue has no timestamps. Read after the prefill.
+    pub fn device_times(&self) -> Result<Option<Vec<(InstanceKey, u64, u64)>>, ExecError> {
+        let Some(timer) = &self.timer else {
+            return Ok(None);
+        };
+        let stamps = timer.read_ns().map_err(gpu_err)?;
+        let stages = self.steps.len().max(1);
+        Ok(Some(
+            stamps
+                .chunks_exact(2)
+                .enumerate()
+                .filter_map(|(i, pair)| {
+                    let key = InstanceKey {
+                        chunk: (i / stages) as u32,
+                        stage: (i % stages) as u32,
+                    };
+                    Some((key, pair[0]?, pair[1]?))
+                })
+                .collect(),
+        ))
     }
 
     fn layer(&self, layer: usize) -> Result<&GpuLayer, ExecError> {

@@ -35,6 +35,8 @@ mod weights;
 use std::path::Path;
 use std::sync::Arc;
 
+#[cfg(feature = "gpu")]
+use hetsched_systems::InstanceKey;
 use hetsched_systems::resources::Job;
 use hetsched_systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
 
@@ -232,6 +234,33 @@ pub fn resident_gpu_device() -> DeviceProfile {
     device
 }
 
+/// Redraws `outcome`'s timeline with the device's times of each stage (from
+/// [`GpuStageRunner::device_times`]): the host only queued them. The device clock is
+/// anchored so that the first stage starts when the host queued it.
+#[cfg(feature = "gpu")]
+fn on_device_clock(outcome: &mut RunOutcome, times: &[(InstanceKey, u64, u64)]) {
+    let by_key: std::collections::HashMap<InstanceKey, (u64, u64)> = times
+        .iter()
+        .map(|&(key, start, end)| (key, (start, end)))
+        .collect();
+    let Some(&device_zero) = times.iter().map(|(_, start, _)| start).min() else {
+        return;
+    };
+    let host_zero = outcome
+        .timeline
+        .slices
+        .iter()
+        .map(|s| s.start_ns)
+        .min()
+        .unwrap_or(0);
+    for slice in &mut outcome.timeline.slices {
+        if let Some(&(start, end)) = by_key.get(&slice.key) {
+            slice.start_ns = host_zero + start.saturating_sub(device_zero);
+            slice.end_ns = host_zero + end.saturating_sub(device_zero);
+        }
+    }
+}
+
 /// Prefills `tokens` with every stage on the GPU of `gpu`, whose weights are already
 /// resident: upload once with [`GpuModel::upload`], prefill many times.
 #[cfg(feature = "gpu")]
@@ -262,7 +291,10 @@ pub fn prefill_on_gpu(
         options.chunk_len as usize,
         options.all_logits,
     )?);
-    let outcome = run_on_queues(plan, runner.clone(), 1)?;
+    let mut outcome = run_on_queues(plan, runner.clone(), 1)?;
+    if let Some(times) = runner.device_times()? {
+        on_device_clock(&mut outcome, &times);
+    }
     let logits = runner.logits.lock().take().ok_or(ExecError::MissingValue {
         op: "prefill",
         chunk: 0,
