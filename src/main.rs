@@ -252,6 +252,8 @@ fn run(args: RunArgs) -> Result<(), String> {
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
         gpu: gpu_use(&args.backends)?,
+        // A timeline asked for shows the device's times.
+        gpu_timestamps: args.trace.is_some() || args.svg.is_some(),
         ..defaults
     };
     let name = model.name.clone();

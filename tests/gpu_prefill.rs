@@ -79,6 +79,7 @@ fn resident_gpu_prefill_matches_the_cpu_path() {
         };
         let gpu_options = PrefillOptions {
             gpu: GpuUse::Resident,
+            gpu_timestamps: true,
             ..cpu_options.clone()
         };
         let Some(gpu) = on_gpu(&model, &tokens, &gpu_options) else {

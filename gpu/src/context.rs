@@ -226,6 +226,15 @@ impl GpuContext {
         })
     }
 
+    /// Builds every kernel's pipeline now rather than on first use, so that the driver's
+    /// shader compilation (about 200 ms on an H100 for the first calls) stays out of
+    /// measured work.
+    pub fn build_pipelines(&self) -> Result<()> {
+        let coop = self.has_coop_matrix_f16();
+        self.pipelines
+            .build_all(|s| s == crate::pipelines::Shader::GemmF16CoopNv && !coop)
+    }
+
     /// The chosen device and what it offers.
     pub fn info(&self) -> &DeviceInfo {
         &self.info

@@ -81,6 +81,14 @@ impl Pipelines {
         }
     }
 
+    /// Builds every pipeline not built yet, except those `unsupported` names.
+    pub(crate) fn build_all(&self, unsupported: impl Fn(Shader) -> bool) -> Result<()> {
+        for &shader in Shader::ALL.iter().filter(|&&s| !unsupported(s)) {
+            self.get(shader)?;
+        }
+        Ok(())
+    }
+
     /// The pipeline of `shader`, built on first use.
     pub(crate) fn get(&self, shader: Shader) -> Result<Arc<ComputePipeline>> {
         let slot = &self.built[shader.index()];

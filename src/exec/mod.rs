@@ -46,7 +46,7 @@ pub use eval::{EvalReport, evaluate};
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
 #[cfg(feature = "gpu")]
-pub use gpu_resident::{GpuModel, GpuStageRunner};
+pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner};
 pub use interpret::StageRunner;
 pub use queues::{JobRunner, ThreadQueues};
 pub use report::{PrefillReport, TopToken};
@@ -74,6 +74,9 @@ pub struct PrefillOptions {
     pub device: DeviceProfile,
     /// Whether and how a Vulkan GPU takes part (needs the `gpu` feature and a device).
     pub gpu: GpuUse,
+    /// With [`GpuUse::Resident`]: bracket every stage with device timestamps, so that the
+    /// timeline shows when the GPU ran it (it costs about 5% of the prefill).
+    pub gpu_timestamps: bool,
     /// Logits for every token of the last chunk (`[tokens, vocab]`), not just the last
     /// token: with a chunk as long as the prompt, every position's (for evaluation).
     pub all_logits: bool,
@@ -87,6 +90,7 @@ impl Default for PrefillOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             device: host_device(),
             gpu: GpuUse::Off,
+            gpu_timestamps: false,
             all_logits: false,
         }
     }
@@ -167,10 +171,14 @@ fn lane_kernels(
         .collect()
 }
 
+/// The Vulkan device, every pipeline built (their compilation stays out of the prefill).
 #[cfg(feature = "gpu")]
 fn gpu_context() -> Result<hetsched_gpu::GpuContext, ExecError> {
-    hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default())
-        .map_err(|e| ExecError::Gpu(e.to_string()))
+    let failed = |e: hetsched_gpu::GpuError| ExecError::Gpu(e.to_string());
+    let context =
+        hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()).map_err(failed)?;
+    context.build_pipelines().map_err(failed)?;
+    Ok(context)
 }
 
 #[cfg(feature = "gpu")]
@@ -238,12 +246,12 @@ pub fn resident_gpu_device() -> DeviceProfile {
 /// [`GpuStageRunner::device_times`]): the host only queued them. The device clock is
 /// anchored so that the first stage starts when the host queued it.
 #[cfg(feature = "gpu")]
-fn on_device_clock(outcome: &mut RunOutcome, times: &[(InstanceKey, u64, u64)]) {
+fn on_device_clock(outcome: &mut RunOutcome, times: &[DeviceTime]) {
     let by_key: std::collections::HashMap<InstanceKey, (u64, u64)> = times
         .iter()
-        .map(|&(key, start, end)| (key, (start, end)))
+        .map(|t| (t.key, (t.start_ns, t.end_ns)))
         .collect();
-    let Some(&device_zero) = times.iter().map(|(_, start, _)| start).min() else {
+    let Some(device_zero) = times.iter().map(|t| t.start_ns).min() else {
         return;
     };
     let host_zero = outcome
@@ -290,6 +298,7 @@ pub fn prefill_on_gpu(
         tokens.to_vec(),
         options.chunk_len as usize,
         options.all_logits,
+        options.gpu_timestamps,
     )?);
     let mut outcome = run_on_queues(plan, runner.clone(), 1)?;
     if let Some(times) = runner.device_times()? {
