@@ -171,13 +171,14 @@ fn lane_kernels(
         .collect()
 }
 
-/// The Vulkan device, every pipeline built (their compilation stays out of the prefill).
+/// The Vulkan device, prepared (pipelines built, first allocations and submission done) so
+/// that none of that lands in the prefill.
 #[cfg(feature = "gpu")]
 fn gpu_context() -> Result<hetsched_gpu::GpuContext, ExecError> {
     let failed = |e: hetsched_gpu::GpuError| ExecError::Gpu(e.to_string());
     let context =
         hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()).map_err(failed)?;
-    context.build_pipelines().map_err(failed)?;
+    context.prepare().map_err(failed)?;
     Ok(context)
 }
 
