@@ -88,7 +88,7 @@ struct SimulateArgs {
     /// Override the chunk length (tokens).
     #[arg(long)]
     chunk_len: Option<u32>,
-    /// Scheduling policy: stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
+    /// Scheduling policy: stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead, balance.
     #[arg(long)]
     policy: Option<Policy>,
     /// Write a Chrome trace JSON timeline (open in ui.perfetto.dev).
@@ -125,7 +125,7 @@ struct RunArgs {
     /// Tokens per chunk.
     #[arg(long, default_value_t = 128)]
     chunk_len: u32,
-    /// Scheduling policy: stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
+    /// Scheduling policy: stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead, balance.
     #[arg(long, default_value = "stall")]
     policy: Policy,
     /// Arithmetic of the linear layers.
