@@ -187,6 +187,41 @@ fn cyclic_layer_graph() {
 }
 
 #[test]
+fn placement_rules_name_known_processors_and_kinds() {
+    let cases = [
+        ("attention = [\"tpu\"]", "`tpu` is neither a processor"),
+        ("attention = [\"gpu\"]", "has no gpu processor"),
+        ("attention = []", "attention is empty"),
+        (
+            "attention = [\"cpu\", \"hexagon\"]",
+            "drop it from the [placement] rule",
+        ),
+        ("int8 = [\"cpu\"]", "unknown field `int8`"),
+    ];
+    for (i, (rule, expected)) in cases.into_iter().enumerate() {
+        let workload = format!("{GOOD_WORKLOAD}\n[placement]\n{rule}");
+        let scene = scene_with_model(&format!("placement{i}"), GOOD_MODEL, &workload);
+        let out = hetsched(&["simulate", scene.to_str().unwrap()]);
+        assert_clear_failure(&out, expected);
+    }
+    // A valid rule: INT8 linears on the NPU or the CPU.
+    let workload = format!("{GOOD_WORKLOAD}\n[placement]\nint8_linear = [\"hexagon\", \"cpu\"]");
+    let scene = scene_with_model("placement-ok", GOOD_MODEL, &workload);
+    let out = hetsched(&[
+        "simulate",
+        scene.to_str().unwrap(),
+        "--policy",
+        "heft",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn unknown_policy() {
     let out = hetsched(&["simulate", "--policy", "fastest"]);
     assert_clear_failure(&out, "unknown policy `fastest`");
