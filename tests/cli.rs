@@ -79,7 +79,7 @@ fn default_scene_json_has_every_field() {
     assert_eq!(report["model"], "Qwen1.5-1.8B");
     assert_eq!(report["prompt_len"], 1024);
     assert_eq!(report["chunk_len"], 256);
-    assert_eq!(report["policy"], "stall");
+    assert_eq!(report["policy"], "balance");
     assert_eq!(report["subgraphs_per_chunk"], 144);
     assert_eq!(report["shared_subgraphs_per_chunk"], 120);
     assert_eq!(report["subgraphs"], 577);

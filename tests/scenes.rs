@@ -91,3 +91,51 @@ fn out_of_order_cuts_prefill_latency_on_every_phone_scene() {
         );
     }
 }
+
+/// The schedule-quality goal: the default policy within 1.05x of the lower bound and an
+/// NPU bubble rate of at most 5% on every shipped phone scene, at prompt 1024, chunk 256.
+#[test]
+fn the_default_policy_meets_the_goal_on_every_phone_scene() {
+    for name in shipped_scenes()
+        .into_iter()
+        .filter(|n| !n.contains("desktop"))
+    {
+        let mut scene = Scene::load(Path::new(name)).unwrap();
+        scene.workload.prompt_len = 1024;
+        scene.workload.chunk_len = 256;
+        scene.workload.policy = Policy::default();
+        let report = RunReport::new(name, &simulate(Arc::new(scene.plan().unwrap())).unwrap());
+        assert!(
+            report.ratio_to_lower_bound <= 1.05,
+            "{name}: {} is {:.3}x the lower bound",
+            report.policy,
+            report.ratio_to_lower_bound
+        );
+        let bubble = report.npu_bubble_rate.unwrap();
+        assert!(bubble <= 0.05, "{name}: NPU bubble rate {bubble:.3}");
+    }
+}
+
+/// On the CPU + GPU + NPU scenes, letting the default policy choose where each stage runs
+/// beats the same policy with every stage at its home processor.
+#[test]
+fn placement_choice_beats_fixed_placement_on_the_three_processor_scenes() {
+    let flexible: Vec<&str> = shipped_scenes()
+        .into_iter()
+        .filter(|n| Scene::load(Path::new(n)).unwrap().has_flexible_placement())
+        .collect();
+    assert!(flexible.len() >= 2, "{flexible:?}");
+    for name in flexible {
+        let scene = Scene::load(Path::new(name)).unwrap();
+        let makespan = |scene: &Scene| {
+            simulate(Arc::new(scene.plan().unwrap()))
+                .unwrap()
+                .makespan_ns
+        };
+        let (chosen, fixed) = (makespan(&scene), makespan(&scene.with_fixed_placement()));
+        assert!(
+            (chosen as f64) < 0.95 * fixed as f64,
+            "{name}: {chosen} ns with placement choice, {fixed} ns fixed"
+        );
+    }
+}

@@ -34,7 +34,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hetsched_systems::resources::Job;
-use hetsched_systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
+use hetsched_systems::{
+    DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
+};
 
 pub use error::ExecError;
 pub use eval::{EvalReport, evaluate};
@@ -68,6 +70,9 @@ pub struct PrefillOptions {
     pub device: DeviceProfile,
     /// Run the float stages on a Vulkan GPU lane (needs the `gpu` feature and a device).
     pub gpu: bool,
+    /// Where each kind of stage may run (a scene's `[placement]` table; empty: fixed).
+    /// Under flexible placement each job runs on the lane the dispatcher chose for it.
+    pub placement: PlacementConfig,
     /// Logits for every token of the last chunk (`[tokens, vocab]`), not just the last
     /// token: with a chunk as long as the prompt, every position's (for evaluation).
     pub all_logits: bool,
@@ -81,6 +86,7 @@ impl Default for PrefillOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             device: host_device(),
             gpu: false,
+            placement: PlacementConfig::default(),
             all_logits: false,
         }
     }
@@ -209,7 +215,12 @@ pub fn prefill(
         policy: options.policy,
         float_processor,
     };
-    let plan = Arc::new(PrefillPlan::new(model.model_config(), device, workload)?);
+    let plan = Arc::new(PrefillPlan::placed(
+        model.model_config(),
+        device,
+        workload,
+        options.placement.clone(),
+    )?);
     let lanes = lane_kernels(&model, &plan.device)?;
     let steps = Step::compile_stages(&plan.stages)?;
     let layers = plan.stages.iter().map(|s| s.layer).collect();
