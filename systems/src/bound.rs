@@ -132,3 +132,64 @@ impl Dual<'_> {
         (lo..=hi).map(|k| at(k, weights)).max().unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::PlacementConfig;
+    use crate::plan::{InstanceKey, Workload};
+    use crate::policy::Policy;
+    use crate::testing::{tiny_device, tiny_model};
+
+    /// The two-processor fractional optimum, exactly: jobs sorted by how much cheaper they
+    /// are on processor 0, processor 0 takes a prefix and one job is split.
+    fn two_processor_optimum(jobs: &[(u64, u64)]) -> f64 {
+        let mut jobs = jobs.to_vec();
+        jobs.sort_by(|x, y| (x.0 as f64 / x.1 as f64).total_cmp(&(y.0 as f64 / y.1 as f64)));
+        let (mut on_0, mut on_1) = (0.0, jobs.iter().map(|j| j.1 as f64).sum::<f64>());
+        for &(a, b) in &jobs {
+            let (a, b) = (a as f64, b as f64);
+            if on_0 + a >= on_1 - b {
+                // Split: x of it on processor 0 so both loads meet.
+                let x = (on_1 - on_0) / (a + b);
+                return on_0 + x * a;
+            }
+            on_0 += a;
+            on_1 -= b;
+        }
+        on_0.max(on_1)
+    }
+
+    #[test]
+    fn the_dual_search_finds_the_two_processor_optimum() {
+        let every = Some(vec!["npu".to_string(), "cpu".to_string()]);
+        let placement = PlacementConfig {
+            int8_linear: every.clone(),
+            attention: every.clone(),
+            float: every,
+        };
+        let workload = Workload {
+            prompt_len: 512,
+            chunk_len: 128,
+            policy: Policy::Balance,
+            float_processor: None,
+        };
+        let plan = PrefillPlan::placed(tiny_model(2), tiny_device(), workload, placement).unwrap();
+        let (cpu, npu) = (0, 1);
+        let jobs: Vec<(u64, u64)> = plan
+            .instances()
+            .map(|k: InstanceKey| (plan.cost_on(k, npu).unwrap(), plan.cost_on(k, cpu).unwrap()))
+            .collect();
+        let exact = two_processor_optimum(&jobs);
+        let found = load_bound_ns(&plan) as f64;
+        assert!(found <= exact + 1.0, "{found} above the LP optimum {exact}");
+        assert!(
+            found >= 0.999 * exact,
+            "{found} far below the LP optimum {exact}"
+        );
+        // Fixed placement: the busiest processor.
+        let fixed = crate::testing::tiny_plan(2, 512, 128);
+        let busiest = fixed.work_per_processor().into_iter().max().unwrap();
+        assert_eq!(load_bound_ns(&fixed), busiest);
+    }
+}
