@@ -283,16 +283,18 @@ impl Scene {
         .with_memory(self.memory.clone())?)
     }
 
-    /// Whether the scene lets some kind of stage run on more than one processor.
+    /// Whether the scene lets some kind of stage run on more than one processor (false
+    /// for a scene whose plan cannot be built).
     pub fn has_flexible_placement(&self) -> bool {
-        self.placement.names_alternates()
+        self.placement != PlacementConfig::default()
+            && self.plan().is_ok_and(|plan| plan.is_flexible())
     }
 
     /// The same scene with fixed placement: every kind of stage on the first processor
     /// its `[placement]` rule lists (its home).
     pub fn with_fixed_placement(&self) -> Scene {
         Scene {
-            placement: self.placement.homes_only(),
+            placement: self.placement.homes_only(&self.device),
             ..self.clone()
         }
     }

@@ -146,7 +146,7 @@ fn homes_only(plan: &PrefillPlan) -> PrefillPlan {
         plan.model.clone(),
         plan.device.clone(),
         plan.workload.clone(),
-        plan.placement.homes_only(),
+        plan.placement.homes_only(&plan.device),
     )
     .unwrap()
 }

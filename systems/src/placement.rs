@@ -80,27 +80,26 @@ impl PlacementConfig {
         }
     }
 
-    /// Whether some rule lists more than one processor entry (a kind entry may also
-    /// expand to several processors).
-    pub fn names_alternates(&self) -> bool {
-        [&self.int8_linear, &self.attention, &self.float]
-            .into_iter()
-            .flatten()
-            .any(|rule| rule.len() > 1)
-    }
-
-    /// The same table with every rule cut to its home: fixed placement, each stage where
-    /// this table would put it by default. `hetsched compare` measures what placement
-    /// choice buys against it.
-    pub fn homes_only(&self) -> PlacementConfig {
-        let home = |rule: &Option<Vec<String>>| {
-            rule.as_ref()
-                .map(|r| r.iter().take(1).cloned().collect::<Vec<_>>())
+    /// The same table with every rule cut to its home processor (by name): fixed
+    /// placement, each stage where this table would put it by default. `hetsched compare`
+    /// measures what placement choice buys against it. Rules that do not resolve on
+    /// `device` are kept as they are (building the plan reports them).
+    pub fn homes_only(&self, device: &DeviceProfile) -> PlacementConfig {
+        let home = |kind: StageKind| {
+            let rule = self.rule(kind)?;
+            let home = rule
+                .first()
+                .and_then(|entry| resolve_entry(device, kind, entry).ok())
+                .and_then(|lanes| lanes.first().copied());
+            Some(match home {
+                Some(lane) => vec![device.processors[lane].name.clone()],
+                None => rule.to_vec(),
+            })
         };
         PlacementConfig {
-            int8_linear: home(&self.int8_linear),
-            attention: home(&self.attention),
-            float: home(&self.float),
+            int8_linear: home(StageKind::Int8Linear),
+            attention: home(StageKind::Attention),
+            float: home(StageKind::Float),
         }
     }
 
