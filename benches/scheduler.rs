@@ -18,7 +18,7 @@ use hetsched::systems::{scheduler_schedule, spawn_world};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched::engine::simulate;
 use hetsched::scene::Scene;
-use hetsched::systems::policy::{pick_lookahead, pick_stall};
+use hetsched::systems::policy::{BalanceView, LaneTimes, pick_balance, pick_lookahead, pick_stall};
 use hetsched::systems::{InstanceKey, Policy, PrefillPlan, ProcessorKind, StageProgress};
 
 const PROMPTS: [u32; 3] = [1024, 4096, 32768];
@@ -59,20 +59,34 @@ fn policy_decision(c: &mut Criterion) {
             &prompt_len,
             |b, _| b.iter(|| black_box(pick_stall(&plan, &progress, &ready, ProcessorKind::Npu))),
         );
+        let npu = (1, ProcessorKind::Npu);
+        let times = LaneTimes {
+            now_ns: 0,
+            free_at_ns: vec![0; plan.lanes()],
+        };
         group.bench_with_input(
             BenchmarkId::new("lookahead", prompt_len),
             &prompt_len,
             |b, _| {
-                b.iter(|| {
-                    black_box(pick_lookahead(
-                        &plan,
-                        &progress,
-                        &ready,
-                        ProcessorKind::Npu,
-                        0,
-                    ))
-                })
+                b.iter(|| black_box(pick_lookahead(&plan, &progress, &ready, npu, &times, true)))
             },
+        );
+        // The NPU's whole ready queue is its own backlog; the float side is idle.
+        let backlog: u64 = ready
+            .iter()
+            .map(|&id| plan.cost_ns(plan.key(id as usize)))
+            .sum();
+        let view = BalanceView {
+            times: &times,
+            remaining_ns: &plan.work_per_processor(),
+            ready_ns: &[0, backlog],
+            others_idle: true,
+            float_threatens_tail: false,
+        };
+        group.bench_with_input(
+            BenchmarkId::new("balance", prompt_len),
+            &prompt_len,
+            |b, _| b.iter(|| black_box(pick_balance(&plan, &progress, &ready, npu, view))),
         );
     }
     group.finish();
@@ -122,12 +136,14 @@ impl TickStepper {
 fn one_tick(c: &mut Criterion) {
     let mut group = c.benchmark_group("tick");
     for prompt_len in PROMPTS {
-        let mut stepper = TickStepper::new(plan(prompt_len, Policy::Stall));
-        group.bench_with_input(
-            BenchmarkId::new("stall", prompt_len),
-            &prompt_len,
-            |b, _| b.iter_custom(|iters| (0..iters).map(|_| stepper.tick()).sum()),
-        );
+        for policy in [Policy::Stall, Policy::Balance] {
+            let mut stepper = TickStepper::new(plan(prompt_len, policy));
+            group.bench_with_input(
+                BenchmarkId::new(policy.name(), prompt_len),
+                &prompt_len,
+                |b, _| b.iter_custom(|iters| (0..iters).map(|_| stepper.tick()).sum()),
+            );
+        }
     }
     group.finish();
 }
@@ -136,7 +152,12 @@ fn simulated_prefill(c: &mut Criterion) {
     let mut group = c.benchmark_group("sim/prefill");
     group.sample_size(10);
     for prompt_len in PROMPTS {
-        for policy in [Policy::Stall, Policy::InOrder, Policy::Lookahead] {
+        for policy in [
+            Policy::Stall,
+            Policy::InOrder,
+            Policy::Lookahead,
+            Policy::Balance,
+        ] {
             let plan = plan(prompt_len, policy);
             group.throughput(Throughput::Elements(u64::from(prompt_len)));
             group.bench_with_input(

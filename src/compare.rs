@@ -31,6 +31,11 @@ pub struct CompareRow {
     pub npu_bubble_rate: Option<f64>,
     /// 1 - makespan / in-order makespan (latency cut against in-order).
     pub gain_over_inorder: f64,
+    /// For a scene with flexible placement: the same policy's makespan with every stage
+    /// on its home processor (fixed placement), ms.
+    pub fixed_placement_makespan_ms: Option<f64>,
+    /// 1 - makespan / fixed-placement makespan: what placement choice buys.
+    pub gain_over_fixed_placement: Option<f64>,
 }
 
 /// Why a comparison failed.
@@ -59,19 +64,26 @@ pub fn compare(
             prompt_lens.to_vec()
         };
         for prompt_len in lens {
-            let run_policy = |policy: Policy| -> Result<RunReport, CompareError> {
+            let run = |scene: &Scene, policy: Policy| -> Result<RunReport, CompareError> {
                 let mut scene = scene.clone();
                 scene.workload.prompt_len = prompt_len;
                 scene.workload.policy = policy;
                 let run = simulate(Arc::new(scene.plan()?))?;
                 Ok(RunReport::new(&scene.name, &run))
             };
-            let in_order = run_policy(Policy::InOrder)?;
+            let fixed = scene
+                .has_flexible_placement()
+                .then(|| scene.with_fixed_placement());
+            let in_order = run(scene, Policy::InOrder)?;
             for &policy in policies {
                 let report = if policy == Policy::InOrder {
                     in_order.clone()
                 } else {
-                    run_policy(policy)?
+                    run(scene, policy)?
+                };
+                let fixed_ms = match &fixed {
+                    Some(fixed) => Some(run(fixed, policy)?.makespan_ms),
+                    None => None,
                 };
                 rows.push(CompareRow {
                     scene: scene.name.clone(),
@@ -83,6 +95,8 @@ pub fn compare(
                     ratio_to_lower_bound: report.ratio_to_lower_bound,
                     npu_bubble_rate: report.npu_bubble_rate,
                     gain_over_inorder: 1.0 - report.makespan_ms / in_order.makespan_ms,
+                    fixed_placement_makespan_ms: fixed_ms,
+                    gain_over_fixed_placement: fixed_ms.map(|f| 1.0 - report.makespan_ms / f),
                 });
             }
         }
@@ -95,16 +109,27 @@ pub fn table(rows: &[CompareRow]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<48} {:>6} {:<10} {:>12} {:>9} {:>8} {:>8} {:>9}",
-        "scene", "prompt", "policy", "makespan ms", "tok/s", "/bound", "bubble", "vs inord"
+        "{:<58} {:>6} {:<10} {:>12} {:>9} {:>8} {:>8} {:>9} {:>9}",
+        "scene",
+        "prompt",
+        "policy",
+        "makespan ms",
+        "tok/s",
+        "/bound",
+        "bubble",
+        "vs inord",
+        "vs fixed"
     );
     for r in rows {
         let bubble = r
             .npu_bubble_rate
             .map_or("-".to_string(), |b| format!("{:.1}%", 100.0 * b));
+        let vs_fixed = r
+            .gain_over_fixed_placement
+            .map_or("-".to_string(), |g| format!("{:.1}%", 100.0 * g));
         let _ = writeln!(
             s,
-            "{:<48} {:>6} {:<10} {:>12.1} {:>9.1} {:>8.3} {:>8} {:>8.1}%",
+            "{:<58} {:>6} {:<10} {:>12.1} {:>9.1} {:>8.3} {:>8} {:>8.1}% {:>9}",
             r.scene,
             r.prompt_len,
             r.policy,
@@ -112,7 +137,8 @@ pub fn table(rows: &[CompareRow]) -> String {
             r.prefill_tokens_per_s,
             r.ratio_to_lower_bound,
             bubble,
-            100.0 * r.gain_over_inorder
+            100.0 * r.gain_over_inorder,
+            vs_fixed
         );
     }
     s

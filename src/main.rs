@@ -88,7 +88,7 @@ struct SimulateArgs {
     /// Override the chunk length (tokens).
     #[arg(long)]
     chunk_len: Option<u32>,
-    /// Scheduling policy: stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
+    /// Scheduling policy: balance (ours, the default), stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
     #[arg(long)]
     policy: Option<Policy>,
     /// Write a Chrome trace JSON timeline (open in ui.perfetto.dev).
@@ -125,8 +125,8 @@ struct RunArgs {
     /// Tokens per chunk.
     #[arg(long, default_value_t = 128)]
     chunk_len: u32,
-    /// Scheduling policy: stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
-    #[arg(long, default_value = "stall")]
+    /// Scheduling policy: balance (ours, the default), stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
+    #[arg(long, default_value = "balance")]
     policy: Policy,
     /// Arithmetic of the linear layers.
     #[arg(long, value_enum, default_value = "w8a8")]

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use hetsched_systems::memory::MemoryConfig;
-use hetsched_systems::{DeviceProfile, ModelConfig, PlanError, PrefillPlan, Workload};
+use hetsched_systems::{
+    DeviceProfile, ModelConfig, PlacementConfig, PlanError, PrefillPlan, Workload,
+};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
@@ -42,12 +44,24 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../scenes/llama-2-7b-k60pro.toml"),
     ),
     (
+        "qwen1.5-1.8b-xiaomi14-gpu.toml",
+        include_str!("../scenes/qwen1.5-1.8b-xiaomi14-gpu.toml"),
+    ),
+    (
+        "llama-2-7b-xiaomi14-gpu.toml",
+        include_str!("../scenes/llama-2-7b-xiaomi14-gpu.toml"),
+    ),
+    (
         "smollm2-135m-desktop.toml",
         include_str!("../scenes/smollm2-135m-desktop.toml"),
     ),
     (
         "devices/xiaomi14.toml",
         include_str!("../scenes/devices/xiaomi14.toml"),
+    ),
+    (
+        "devices/xiaomi14-gpu.toml",
+        include_str!("../scenes/devices/xiaomi14-gpu.toml"),
     ),
     (
         "devices/k60pro.toml",
@@ -125,6 +139,8 @@ struct SceneFile {
     workload: Workload,
     #[serde(default)]
     memory: MemoryConfig,
+    #[serde(default)]
+    placement: PlacementConfig,
 }
 
 /// A loaded scene.
@@ -140,6 +156,9 @@ pub struct Scene {
     pub workload: Workload,
     /// Memory budgets and alignment (the optional `[memory]` table).
     pub memory: MemoryConfig,
+    /// Where each kind of stage may run (the optional `[placement]` table; empty: fixed
+    /// placement).
+    pub placement: PlacementConfig,
 }
 
 /// Where scene files come from.
@@ -248,16 +267,35 @@ impl Scene {
             model: parse(&model_path, &model_text)?,
             workload: scene.workload,
             memory: scene.memory,
+            placement: scene.placement,
         })
     }
 
-    /// Builds the prefill plan of this scene, with its memory budgets.
+    /// Builds the prefill plan of this scene, with its placement rules and memory
+    /// budgets.
     pub fn plan(&self) -> Result<PrefillPlan, SceneError> {
-        Ok(PrefillPlan::new(
+        Ok(PrefillPlan::placed(
             self.model.clone(),
             self.device.clone(),
             self.workload.clone(),
+            self.placement.clone(),
         )?
         .with_memory(self.memory.clone())?)
+    }
+
+    /// Whether the scene lets some kind of stage run on more than one processor (false
+    /// for a scene whose plan cannot be built).
+    pub fn has_flexible_placement(&self) -> bool {
+        self.placement != PlacementConfig::default()
+            && self.plan().is_ok_and(|plan| plan.is_flexible())
+    }
+
+    /// The same scene with fixed placement: every kind of stage on the first processor
+    /// its `[placement]` rule lists (its home).
+    pub fn with_fixed_placement(&self) -> Scene {
+        Scene {
+            placement: self.placement.homes_only(&self.device),
+            ..self.clone()
+        }
     }
 }

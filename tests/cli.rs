@@ -79,7 +79,7 @@ fn default_scene_json_has_every_field() {
     assert_eq!(report["model"], "Qwen1.5-1.8B");
     assert_eq!(report["prompt_len"], 1024);
     assert_eq!(report["chunk_len"], 256);
-    assert_eq!(report["policy"], "stall");
+    assert_eq!(report["policy"], "balance");
     assert_eq!(report["subgraphs_per_chunk"], 144);
     assert_eq!(report["shared_subgraphs_per_chunk"], 120);
     assert_eq!(report["subgraphs"], 577);
@@ -183,6 +183,41 @@ fn cyclic_layer_graph() {
     assert_clear_failure(
         &hetsched(&["simulate", scene.to_str().unwrap()]),
         "dependency cycle",
+    );
+}
+
+#[test]
+fn placement_rules_name_known_processors_and_kinds() {
+    let cases = [
+        ("attention = [\"tpu\"]", "`tpu` is neither a processor"),
+        ("attention = [\"gpu\"]", "has no gpu processor"),
+        ("attention = []", "attention is empty"),
+        (
+            "attention = [\"cpu\", \"hexagon\"]",
+            "drop it from the [placement] rule",
+        ),
+        ("int8 = [\"cpu\"]", "unknown field `int8`"),
+    ];
+    for (i, (rule, expected)) in cases.into_iter().enumerate() {
+        let workload = format!("{GOOD_WORKLOAD}\n[placement]\n{rule}");
+        let scene = scene_with_model(&format!("placement{i}"), GOOD_MODEL, &workload);
+        let out = hetsched(&["simulate", scene.to_str().unwrap()]);
+        assert_clear_failure(&out, expected);
+    }
+    // A valid rule: INT8 linears on the NPU or the CPU.
+    let workload = format!("{GOOD_WORKLOAD}\n[placement]\nint8_linear = [\"hexagon\", \"cpu\"]");
+    let scene = scene_with_model("placement-ok", GOOD_MODEL, &workload);
+    let out = hetsched(&[
+        "simulate",
+        scene.to_str().unwrap(),
+        "--policy",
+        "heft",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

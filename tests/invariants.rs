@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use hetsched::engine::{RunOutcome, simulate};
 use hetsched::systems::testing::{Timing, check_schedule, processor, tiny_model};
-use hetsched::systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
+use hetsched::systems::{
+    DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
+};
 use proptest::prelude::*;
 
 /// Checks every invariant of a finished simulated run; returns the first violation.
@@ -45,6 +47,69 @@ proptest! {
         let workload = Workload { prompt_len, chunk_len, policy, float_processor };
         let plan = Arc::new(PrefillPlan::new(tiny_model(layers), device, workload).unwrap());
         let run = simulate(plan).unwrap();
+        if let Err(violation) = check_run(&run) {
+            return Err(TestCaseError::fail(violation));
+        }
+    }
+}
+
+/// A non-empty subset of `names` in a shuffled order, from the bits of `pick`.
+fn rule(names: &[&str], pick: u32) -> Vec<String> {
+    let mut chosen: Vec<String> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| pick & (1 << i) != 0)
+        .map(|(_, n)| n.to_string())
+        .collect();
+    if chosen.is_empty() {
+        chosen.push(names[pick as usize % names.len()].to_string());
+    }
+    let len = chosen.len();
+    chosen.rotate_left((pick as usize >> 4) % len);
+    chosen
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Flexible placement: every kind of stage on a random set of processors (by name or
+    /// kind), so instances compete for processors across queues. Besides the invariants
+    /// above, each instance ran on a processor its rule allows (its home only under
+    /// `inorder` and `peer`), for that processor's modeled cost.
+    #[test]
+    fn flexible_placement_keeps_the_invariants(
+        layers in 1u32..4,
+        prompt_len in 1u32..1200,
+        chunk_len in 16u32..400,
+        policy in policy(),
+        npu_int8 in 20.0f64..2000.0,
+        cpu_fp32 in 5.0f64..200.0,
+        launch_us in 0.0f64..500.0,
+        with_gpu in any::<bool>(),
+        picks in prop::array::uniform3(0u32..64),
+        by_kind in any::<bool>(),
+    ) {
+        let mut processors = vec![
+            processor("cpu0", ProcessorKind::Cpu, 50.0, cpu_fp32, launch_us),
+            processor("npu0", ProcessorKind::Npu, npu_int8, 1.0, launch_us),
+        ];
+        if with_gpu {
+            processors.push(processor("gpu0", ProcessorKind::Gpu, 100.0, cpu_fp32 * 3.0, launch_us));
+        }
+        let names: Vec<&str> = if by_kind {
+            vec!["cpu", "npu", "gpu"][..processors.len()].to_vec()
+        } else {
+            processors.iter().map(|p| p.name.as_str()).collect()
+        };
+        let placement = PlacementConfig {
+            int8_linear: Some(rule(&names, picks[0])),
+            attention: Some(rule(&names, picks[1])),
+            float: Some(rule(&names, picks[2])),
+        };
+        let device = DeviceProfile { name: "random".into(), processors };
+        let workload = Workload { prompt_len, chunk_len, policy, float_processor: None };
+        let plan = PrefillPlan::placed(tiny_model(layers), device, workload, placement).unwrap();
+        let run = simulate(Arc::new(plan)).unwrap();
         if let Err(violation) = check_run(&run) {
             return Err(TestCaseError::fail(violation));
         }

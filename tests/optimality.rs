@@ -7,7 +7,9 @@ use std::sync::Arc;
 use hetsched::engine::simulate;
 use hetsched::systems::optimal::optimal_makespan_ns;
 use hetsched::systems::testing::{processor, tiny_model};
-use hetsched::systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
+use hetsched::systems::{
+    DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
+};
 use hetsched_kernels::seeded::SeededRng;
 
 fn random_plan(rng: &mut SeededRng) -> PrefillPlan {
@@ -41,13 +43,56 @@ fn random_plan(rng: &mut SeededRng) -> PrefillPlan {
     PrefillPlan::new(tiny_model(1), device, workload).unwrap()
 }
 
-#[test]
-fn no_heuristic_beats_the_optimum_and_gaps_are_reported() {
-    // Seeded, so the instances are the same on every run.
-    let mut rng = SeededRng::new(0x5eed_1234_abcd_0001);
+/// A CPU + GPU + NPU device where INT8 linears may run on the NPU or the CPU and
+/// attention on the GPU or the CPU: one layer and 2 chunks, plus the head (13 instances).
+fn random_flexible_plan(rng: &mut SeededRng) -> PrefillPlan {
+    let launch = rng.uniform(0.0, 300.0);
+    let cpu_fp32 = rng.uniform(2.0, 40.0);
+    let device = DeviceProfile {
+        name: "random flexible".into(),
+        processors: vec![
+            processor(
+                "cpu",
+                ProcessorKind::Cpu,
+                rng.uniform(20.0, 200.0),
+                cpu_fp32,
+                launch,
+            ),
+            processor(
+                "gpu",
+                ProcessorKind::Gpu,
+                0.0,
+                cpu_fp32 * rng.uniform(0.5, 4.0),
+                launch,
+            ),
+            processor(
+                "npu",
+                ProcessorKind::Npu,
+                rng.uniform(50.0, 800.0),
+                0.0,
+                launch,
+            ),
+        ],
+    };
+    let chunk_len = 16 * (1 + rng.next_u64() % 8) as u32;
+    let workload = Workload {
+        prompt_len: 2 * chunk_len,
+        chunk_len,
+        policy: Policy::Stall,
+        float_processor: None,
+    };
+    let placement = PlacementConfig {
+        int8_linear: Some(vec!["npu".into(), "cpu".into()]),
+        attention: Some(vec!["gpu".into(), "cpu".into()]),
+        float: None,
+    };
+    PrefillPlan::placed(tiny_model(1), device, workload, placement).unwrap()
+}
+
+/// Runs every policy on `plans` against the exact optimum and prints the mean gaps.
+fn measure_gaps(label: &str, plans: impl Iterator<Item = PrefillPlan>) {
     let mut gaps = vec![Vec::new(); Policy::ALL.len()];
-    for _ in 0..40 {
-        let plan = random_plan(&mut rng);
+    for plan in plans {
         let optimum = optimal_makespan_ns(&plan, 20).expect("small instance");
         assert!(
             optimum >= plan.lower_bound().ns(),
@@ -68,11 +113,42 @@ fn no_heuristic_beats_the_optimum_and_gaps_are_reported() {
         let mean = g.iter().sum::<f64>() / g.len() as f64;
         let worst = g.iter().copied().fold(0.0, f64::max);
         println!(
-            "{policy:<10} mean gap to optimum {:.2}%  worst {:.2}%",
+            "{label}: {policy:<10} mean gap to optimum {:.2}%  worst {:.2}%",
             100.0 * mean,
             100.0 * worst
         );
     }
+}
+
+#[test]
+fn no_heuristic_beats_the_optimum_and_gaps_are_reported() {
+    // Seeded, so the instances are the same on every run.
+    let mut rng = SeededRng::new(0x5eed_1234_abcd_0001);
+    measure_gaps("fixed", (0..40).map(|_| random_plan(&mut rng)));
+}
+
+#[test]
+fn with_placement_choice_no_heuristic_beats_the_optimum() {
+    let mut rng = SeededRng::new(0x5eed_1234_abcd_0002);
+    let plans: Vec<PrefillPlan> = (0..30).map(|_| random_flexible_plan(&mut rng)).collect();
+    for plan in &plans {
+        assert!(plan.is_flexible());
+        // Fixing every stage at home can only lose: the optimum with choice is no worse.
+        let fixed_optimum = optimal_makespan_ns(&homes_only(plan), 20).unwrap();
+        assert!(optimal_makespan_ns(plan, 20).unwrap() <= fixed_optimum);
+    }
+    measure_gaps("flexible", plans.into_iter());
+}
+
+/// `plan` with every stage fixed at its home processor.
+fn homes_only(plan: &PrefillPlan) -> PrefillPlan {
+    PrefillPlan::placed(
+        plan.model.clone(),
+        plan.device.clone(),
+        plan.workload.clone(),
+        plan.placement.homes_only(&plan.device),
+    )
+    .unwrap()
 }
 
 #[test]

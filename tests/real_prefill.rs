@@ -10,8 +10,8 @@ use std::sync::{Arc, OnceLock};
 
 use hetsched::exec::{ExecError, ExecModel, LinearPrecision, PrefillOptions, evaluate, prefill};
 use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, TEST_MODEL_PATH, top_k};
-use hetsched::systems::Policy;
 use hetsched::systems::testing::{Timing, check_schedule};
+use hetsched::systems::{PlacementConfig, Policy};
 
 /// Logits of the chunked run against the reference: max |diff| <= this × max |logit|.
 const LOGIT_TOL: f32 = 1e-3;
@@ -105,6 +105,39 @@ fn chunked_out_of_order_prefill_equals_the_reference() {
                 "the stall policy ran the chunks strictly one after another"
             );
         }
+    }
+}
+
+#[test]
+fn flexible_placement_runs_each_job_where_the_dispatcher_placed_it() {
+    // INT8 linears on the emulated NPU or the CPU, float stages on the CPU or the
+    // emulated NPU: each job runs on the lane the dispatcher chose at run time.
+    let l = loaded();
+    let tokens = l.tokenizer.encode(PASSAGE).unwrap();
+    let want = l.reference.forward_last(&tokens).unwrap();
+    for policy in [Policy::Heft, Policy::Balance] {
+        let flexible = PrefillOptions {
+            placement: PlacementConfig {
+                int8_linear: Some(vec!["npu-emu".into(), "cpu".into()]),
+                attention: Some(vec!["cpu".into(), "npu-emu".into()]),
+                float: Some(vec!["cpu".into(), "npu-emu".into()]),
+            },
+            ..options(16, policy)
+        };
+        let run = prefill(l.f32.clone(), &tokens, &flexible).unwrap();
+        let plan = &run.outcome.plan;
+        check_schedule(plan, &run.outcome.timeline.slices, Timing::Measured).unwrap();
+        let away = run
+            .outcome
+            .timeline
+            .slices
+            .iter()
+            .filter(|s| s.processor != plan.processor(s.key))
+            .count();
+        assert!(away > 0, "{policy}: every job ran on its home processor");
+        let diff = max_relative_diff(&run.logits, &want);
+        println!("{policy}: {away} jobs off their home lane; max relative logit diff {diff:.2e}");
+        assert!(diff <= LOGIT_TOL, "{policy}: relative diff {diff}");
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use hetsched::engine::simulate;
 use hetsched::report::RunReport;
 use hetsched::scene::{Scene, shipped_scenes};
+use hetsched::systems::Policy;
 
 #[test]
 fn every_shipped_scene_loads_from_disk_and_from_the_binary_alike() {
@@ -64,28 +65,77 @@ fn out_of_order_cuts_prefill_latency_on_every_phone_scene() {
         .into_iter()
         .filter(|n| !n.contains("desktop"))
     {
+        // The scene's own policy (out of order) against in-order.
         let scene = Scene::load(Path::new(name)).unwrap();
-        let mut reports = Vec::new();
-        for policy in hetsched::systems::Policy::ALL {
+        let run = |policy| {
             let mut plan = scene.plan().unwrap();
             plan.workload.policy = policy;
-            reports.push(RunReport::new(name, &simulate(Arc::new(plan)).unwrap()));
-        }
-        let (stall, in_order) = (&reports[0], &reports[1]);
-        let gain = 1.0 - stall.makespan_ms / in_order.makespan_ms;
+            RunReport::new(name, &simulate(Arc::new(plan)).unwrap())
+        };
+        let (ours, in_order) = (&run(scene.workload.policy), &run(Policy::InOrder));
+        let gain = 1.0 - ours.makespan_ms / in_order.makespan_ms;
         assert!(
             gain > 0.1,
-            "{name}: stall gains only {:.1}% over in-order",
+            "{name}: {} gains only {:.1}% over in-order",
+            scene.workload.policy,
             100.0 * gain
         );
         assert!(
-            stall.ratio_to_lower_bound >= 1.0 && stall.ratio_to_lower_bound < 1.1,
+            ours.ratio_to_lower_bound >= 1.0 && ours.ratio_to_lower_bound < 1.1,
             "{name}: {}",
-            stall.ratio_to_lower_bound
+            ours.ratio_to_lower_bound
         );
         assert!(
-            in_order.npu_bubble_rate.unwrap() > stall.npu_bubble_rate.unwrap(),
+            in_order.npu_bubble_rate.unwrap() > ours.npu_bubble_rate.unwrap(),
             "{name}"
+        );
+    }
+}
+
+/// The schedule-quality goal: the default policy within 1.05x of the lower bound and an
+/// NPU bubble rate of at most 5% on every shipped phone scene, at prompt 1024, chunk 256.
+#[test]
+fn the_default_policy_meets_the_goal_on_every_phone_scene() {
+    for name in shipped_scenes()
+        .into_iter()
+        .filter(|n| !n.contains("desktop"))
+    {
+        let mut scene = Scene::load(Path::new(name)).unwrap();
+        scene.workload.prompt_len = 1024;
+        scene.workload.chunk_len = 256;
+        scene.workload.policy = Policy::default();
+        let report = RunReport::new(name, &simulate(Arc::new(scene.plan().unwrap())).unwrap());
+        assert!(
+            report.ratio_to_lower_bound <= 1.05,
+            "{name}: {} is {:.3}x the lower bound",
+            report.policy,
+            report.ratio_to_lower_bound
+        );
+        let bubble = report.npu_bubble_rate.unwrap();
+        assert!(bubble <= 0.05, "{name}: NPU bubble rate {bubble:.3}");
+    }
+}
+
+/// On the CPU + GPU + NPU scenes, letting the default policy choose where each stage runs
+/// beats the same policy with every stage at its home processor.
+#[test]
+fn placement_choice_beats_fixed_placement_on_the_three_processor_scenes() {
+    let flexible: Vec<&str> = shipped_scenes()
+        .into_iter()
+        .filter(|n| Scene::load(Path::new(n)).unwrap().has_flexible_placement())
+        .collect();
+    assert!(flexible.len() >= 2, "{flexible:?}");
+    for name in flexible {
+        let scene = Scene::load(Path::new(name)).unwrap();
+        let makespan = |scene: &Scene| {
+            simulate(Arc::new(scene.plan().unwrap()))
+                .unwrap()
+                .makespan_ns
+        };
+        let (chosen, fixed) = (makespan(&scene), makespan(&scene.with_fixed_placement()));
+        assert!(
+            (chosen as f64) < 0.95 * fixed as f64,
+            "{name}: {chosen} ns with placement choice, {fixed} ns fixed"
         );
     }
 }

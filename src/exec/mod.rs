@@ -38,7 +38,9 @@ use std::sync::Arc;
 #[cfg(feature = "gpu")]
 use hetsched_systems::InstanceKey;
 use hetsched_systems::resources::Job;
-use hetsched_systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
+use hetsched_systems::{
+    DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
+};
 
 pub use error::ExecError;
 pub use eval::{EvalReport, evaluate};
@@ -77,6 +79,9 @@ pub struct PrefillOptions {
     /// With [`GpuUse::Resident`]: bracket every stage with device timestamps, so that the
     /// timeline shows when the GPU ran it (it costs about 5% of the prefill).
     pub gpu_timestamps: bool,
+    /// Where each kind of stage may run (a scene's `[placement]` table; empty: fixed).
+    /// Under flexible placement each job runs on the lane the dispatcher chose for it.
+    pub placement: PlacementConfig,
     /// Logits for every token of the last chunk (`[tokens, vocab]`), not just the last
     /// token: with a chunk as long as the prompt, every position's (for evaluation).
     pub all_logits: bool,
@@ -91,6 +96,7 @@ impl Default for PrefillOptions {
             device: host_device(),
             gpu: GpuUse::Off,
             gpu_timestamps: false,
+            placement: PlacementConfig::default(),
             all_logits: false,
         }
     }
@@ -383,7 +389,12 @@ pub fn prefill(
         policy: options.policy,
         float_processor,
     };
-    let plan = Arc::new(PrefillPlan::new(model.model_config(), device, workload)?);
+    let plan = Arc::new(PrefillPlan::placed(
+        model.model_config(),
+        device,
+        workload,
+        options.placement.clone(),
+    )?);
     let lanes = lane_kernels(&model, &plan.device)?;
     let steps = Step::compile_stages(&plan.stages)?;
     let layers = plan.stages.iter().map(|s| s.layer).collect();

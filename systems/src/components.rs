@@ -25,6 +25,9 @@ pub struct Processor {
 pub struct BusySlot {
     /// Instance id running now, if any.
     pub running: Option<u32>,
+    /// When the running job is modeled to end, in ns (placement-aware policies compare
+    /// finish times across processors with it).
+    pub expected_end_ns: u64,
     /// Total busy time so far, in ns.
     pub busy_ns: u64,
 }
@@ -96,7 +99,8 @@ pub enum SubgraphState {
 #[derive(Component, Debug, Clone, Copy)]
 pub struct RemainingDeps(pub u32);
 
-/// Where an instance runs.
+/// Where an instance runs: its home processor until it is dispatched, then the processor
+/// the dispatcher chose (one of its eligible ones, see `PrefillPlan::eligible`).
 #[derive(Component, Debug, Clone, Copy)]
 pub struct Placement {
     /// Processor entity.
@@ -105,7 +109,7 @@ pub struct Placement {
     pub index: usize,
 }
 
-/// Modeled execution time on its placement.
+/// Modeled execution time on its [`Placement`].
 #[derive(Component, Debug, Clone, Copy)]
 pub struct EstimatedCost {
     /// Nanoseconds.

@@ -31,6 +31,7 @@
 //! assert!(world.resource::<hetsched_systems::StageProgress>().done_count() > 0);
 //! ```
 
+pub mod bound;
 pub mod collect;
 pub mod components;
 pub mod cost;
@@ -43,6 +44,7 @@ pub mod memory_dispatch;
 pub mod metrics;
 pub mod model;
 pub mod optimal;
+pub mod placement;
 pub mod plan;
 pub mod policy;
 pub mod progress;
@@ -57,6 +59,7 @@ use bevy_ecs::schedule::SingleThreadedExecutor;
 pub use device::{DeviceProfile, ProcessorKind, ProcessorSpec};
 pub use error::PlanError;
 pub use model::{ModelConfig, Precision};
+pub use placement::PlacementConfig;
 pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};
 pub use policy::Policy;
 pub use progress::StageProgress;

@@ -1,8 +1,11 @@
 //! The prefill plan: chunks x stages, where each instance runs and what it costs, and
 //! the lower bound on any schedule's makespan. Plain data, built once per run.
 
+use std::num::NonZeroU64;
+
 use serde::{Deserialize, Serialize};
 
+use crate::bound::load_bound_ns;
 use crate::device::{DeviceProfile, ProcessorKind};
 use crate::error::PlanError;
 use crate::graph::{
@@ -10,6 +13,7 @@ use crate::graph::{
 };
 use crate::memory::{MemoryConfig, MemoryProfile};
 use crate::model::{ChunkShape, ExecClass, ModelConfig};
+use crate::placement::PlacementConfig;
 use crate::policy::Policy;
 
 /// A workload: how long the prompt is and how it is cut and scheduled.
@@ -37,12 +41,15 @@ pub struct InstanceKey {
     pub stage: u32,
 }
 
-/// Lower bound on the makespan of any schedule of a plan.
+/// Lower bound on the makespan of any schedule of a plan (docs/policies.md, "The lower
+/// bound").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LowerBound {
-    /// Work of the busiest processor, in ns.
+    /// Load bound, in ns. With fixed placement: the busiest processor's work. With
+    /// flexible placement: the best fractional spread of the work over each instance's
+    /// eligible processors (see [`crate::bound`]).
     pub busiest_processor_ns: u64,
-    /// Longest dependency chain, in ns.
+    /// Longest dependency chain, each instance at its cheapest eligible processor, in ns.
     pub critical_path_ns: u64,
 }
 
@@ -64,29 +71,58 @@ pub struct PrefillPlan {
     pub workload: Workload,
     /// Per-chunk stage chain.
     pub stages: Vec<StageTemplate>,
-    /// Processor index of each stage.
+    /// Home processor of each stage: its only one under fixed placement; under flexible
+    /// placement the one `inorder` and `peer` use and whose region holds its tensors.
     pub stage_processor: Vec<usize>,
+    /// The `[placement]` rules the plan was built with (empty: fixed placement).
+    pub placement: PlacementConfig,
+    /// Processors each stage may run on, home first.
+    stage_lanes: Vec<Vec<usize>>,
     /// Number of chunks.
     pub chunks: u32,
     /// Memory regions' budgets and alignment (see [`PrefillPlan::with_memory`]).
     memory: MemoryConfig,
     /// What each chunk holds as it runs, computed once (see [`PrefillPlan::memory_profile`]).
     memory_profile: MemoryProfile,
-    /// Modeled cost in ns, indexed by [`PrefillPlan::id`]; 0 for ids with no instance.
+    /// Modeled cost in ns on each lane, indexed by `id * lanes + lane`; `None` where the
+    /// lane is not eligible or the id has no instance.
+    lane_cost_ns: Vec<Option<NonZeroU64>>,
+    /// Modeled cost on the home processor, by id (ns); 0 for ids with no instance.
     cost_ns: Vec<u64>,
-    /// Longest path from any entry to the start of each instance, by id (ns).
+    /// Cheapest eligible cost, by id (ns).
+    min_cost_ns: Vec<u64>,
+    /// Longest path (cheapest costs) from any entry to the start of each instance, by id.
     top_level_ns: Vec<u64>,
-    /// Longest path from the start of each instance to any exit, its own cost included
-    /// (HEFT's upward rank with fixed placement), by id (ns).
+    /// Longest path (cheapest costs) from the start of each instance to any exit, its own
+    /// cost included, by id (ns).
     bottom_level_ns: Vec<u64>,
+    /// HEFT's upward rank: the bottom level with each instance at its mean eligible cost.
+    upward_rank_ns: Vec<u64>,
+    /// The lower bound, computed once.
+    lower_bound: LowerBound,
 }
 
 impl PrefillPlan {
-    /// Builds and validates the plan.
+    /// Builds and validates the plan with fixed placement (no `[placement]` rules).
     pub fn new(
         model: ModelConfig,
         device: DeviceProfile,
         workload: Workload,
+    ) -> Result<Self, PlanError> {
+        Self::placed(model, device, workload, PlacementConfig::default())
+    }
+
+    /// Builds and validates the plan; `placement` lists the processors each kind of stage
+    /// may run on (see [`PlacementConfig`]).
+    ///
+    /// # Errors
+    /// [`PlanError`] for a bad model, device, workload or placement rule, a processor that
+    /// cannot price a stage it is eligible for, or memory that cannot hold one chunk.
+    pub fn placed(
+        model: ModelConfig,
+        device: DeviceProfile,
+        workload: Workload,
+        placement: PlacementConfig,
     ) -> Result<Self, PlanError> {
         device.validate()?;
         let mut stages = build_stages(&model)?;
@@ -117,13 +153,17 @@ impl PrefillPlan {
             .or_else(|| device.first_of(ProcessorKind::Cpu))
             .or_else(|| device.first_of(ProcessorKind::Gpu))
             .ok_or_else(|| PlanError::NoProcessor("linear (NPU, CPU or GPU)".into()))?;
-        let stage_processor: Vec<usize> = stages
+        let stage_lanes = stages
             .iter()
-            .map(|s| match s.class {
-                ExecClass::Float => float_processor,
-                ExecClass::Int8 => int8_processor,
+            .map(|s| {
+                let default = match s.class {
+                    ExecClass::Float => float_processor,
+                    ExecClass::Int8 => int8_processor,
+                };
+                placement.lanes(&device, s, default)
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()?;
+        let stage_processor = stage_lanes.iter().map(|lanes| lanes[0]).collect();
         let chunks = workload.prompt_len.div_ceil(workload.chunk_len);
         let mut plan = PrefillPlan {
             model,
@@ -131,20 +171,55 @@ impl PrefillPlan {
             workload,
             stages,
             stage_processor,
+            placement,
+            stage_lanes,
             chunks,
             memory: MemoryConfig::default(),
             memory_profile: MemoryProfile::default(),
+            lane_cost_ns: Vec::new(),
             cost_ns: Vec::new(),
+            min_cost_ns: Vec::new(),
             top_level_ns: Vec::new(),
             bottom_level_ns: Vec::new(),
+            upward_rank_ns: Vec::new(),
+            lower_bound: LowerBound {
+                busiest_processor_ns: 0,
+                critical_path_ns: 0,
+            },
         };
         // The device's own memory must hold the KV cache and one chunk (no budget set yet);
         // checked before costs, so a prompt far too large is refused, not priced.
         plan.memory_profile = MemoryProfile::new(&plan);
         plan.memory_profile.check_feasible()?;
-        plan.cost_ns = plan.model_costs()?;
+        plan.lane_cost_ns = plan.model_costs()?;
+        let lanes = plan.lanes();
+        let mut mean_cost_ns = vec![0; plan.id_space()];
+        let mut cost_ns = vec![0; plan.id_space()];
+        let mut min_cost_ns = vec![0; plan.id_space()];
+        for key in plan.instances() {
+            let id = plan.id(key);
+            let costs: Vec<u64> = plan
+                .eligible(key)
+                .iter()
+                .map(|&l| plan.lane_cost_ns[id * lanes + l].map_or(0, NonZeroU64::get))
+                .collect();
+            cost_ns[id] = costs[0];
+            min_cost_ns[id] = costs.iter().copied().min().unwrap_or(0);
+            mean_cost_ns[id] = costs.iter().sum::<u64>() / costs.len() as u64;
+        }
+        plan.cost_ns = cost_ns;
+        plan.min_cost_ns = min_cost_ns;
         plan.top_level_ns = plan.top_levels();
-        plan.bottom_level_ns = plan.bottom_levels();
+        plan.bottom_level_ns = plan.bottom_levels(&plan.min_cost_ns);
+        plan.upward_rank_ns = plan.bottom_levels(&mean_cost_ns);
+        plan.lower_bound = LowerBound {
+            busiest_processor_ns: load_bound_ns(&plan),
+            critical_path_ns: plan
+                .instances()
+                .map(|k| plan.bottom_level_ns(k))
+                .max()
+                .unwrap_or(0),
+        };
         Ok(plan)
     }
 
@@ -172,23 +247,42 @@ impl PrefillPlan {
         &self.memory_profile
     }
 
-    fn model_costs(&self) -> Result<Vec<u64>, PlanError> {
-        let mut costs = vec![0; self.id_space()];
+    /// Every instance priced on every lane it may run on.
+    fn model_costs(&self) -> Result<Vec<Option<NonZeroU64>>, PlanError> {
+        let lanes = self.lanes();
+        let mut costs = vec![None; self.id_space() * lanes];
         for key in self.instances() {
             let stage = &self.stages[key.stage as usize];
-            let processor = &self.device.processors[self.stage_processor[key.stage as usize]];
             let shape = ChunkShape {
                 tokens: u64::from(self.workload.chunk_len),
                 past: u64::from(key.chunk) * u64::from(self.workload.chunk_len),
             };
-            costs[self.id(key)] = processor.cost.subgraph_ns(&self.model, &stage.ops, shape).ok_or_else(|| {
-                PlanError::InvalidDevice(format!(
-                    "processor `{}` has no peak rate for the precision of stage {}; give it one",
-                    processor.name, stage.name
-                ))
-            })?;
+            for &lane in self.eligible(key) {
+                let processor = &self.device.processors[lane];
+                let ns = processor
+                    .cost
+                    .subgraph_ns(&self.model, &stage.ops, shape)
+                    .and_then(NonZeroU64::new)
+                    .ok_or_else(|| {
+                        let why = if lane == self.processor(key) {
+                            "give it one"
+                        } else {
+                            "give it one, or drop it from the [placement] rule"
+                        };
+                        PlanError::InvalidDevice(format!(
+                            "processor `{}` has no peak rate for the precision of stage {}; {why}",
+                            processor.name, stage.name
+                        ))
+                    })?;
+                costs[self.id(key) * lanes + lane] = Some(ns);
+            }
         }
         Ok(costs)
+    }
+
+    /// Number of processor lanes.
+    pub fn lanes(&self) -> usize {
+        self.device.processors.len()
     }
 
     /// Stages per chunk, including the last-chunk-only head.
@@ -236,14 +330,38 @@ impl PrefillPlan {
         self.instances().count()
     }
 
-    /// Modeled cost of an instance in ns.
+    /// Modeled cost of an instance on its home processor, in ns.
     pub fn cost_ns(&self, key: InstanceKey) -> u64 {
         self.cost_ns[self.id(key)]
     }
 
-    /// Processor index an instance runs on.
+    /// Modeled cost of an instance on `lane`, in ns, or `None` when it may not run there.
+    pub fn cost_on(&self, key: InstanceKey, lane: usize) -> Option<u64> {
+        self.lane_cost_ns
+            .get(self.id(key) * self.lanes() + lane)
+            .copied()
+            .flatten()
+            .map(NonZeroU64::get)
+    }
+
+    /// Cheapest modeled cost of an instance over its eligible processors, in ns.
+    pub fn min_cost_ns(&self, key: InstanceKey) -> u64 {
+        self.min_cost_ns[self.id(key)]
+    }
+
+    /// Home processor of an instance: its only one under fixed placement.
     pub fn processor(&self, key: InstanceKey) -> usize {
         self.stage_processor[key.stage as usize]
+    }
+
+    /// Processors an instance may run on, home first.
+    pub fn eligible(&self, key: InstanceKey) -> &[usize] {
+        &self.stage_lanes[key.stage as usize]
+    }
+
+    /// Whether some stage may run on more than one processor.
+    pub fn is_flexible(&self) -> bool {
+        self.stage_lanes.iter().any(|lanes| lanes.len() > 1)
     }
 
     /// The instances `key` waits for (seed 000, Eq. 2-3).
@@ -277,7 +395,7 @@ impl PrefillPlan {
             .count()
     }
 
-    /// Total modeled work per processor, in ns.
+    /// Total modeled work per home processor, in ns.
     pub fn work_per_processor(&self) -> Vec<u64> {
         let mut work = vec![0; self.device.processors.len()];
         for key in self.instances() {
@@ -286,18 +404,9 @@ impl PrefillPlan {
         work
     }
 
-    /// Lower bound: the busiest processor's work and the critical path.
+    /// Lower bound: the load bound and the critical path (cheapest costs).
     pub fn lower_bound(&self) -> LowerBound {
-        let busiest_processor_ns = self.work_per_processor().into_iter().max().unwrap_or(0);
-        let critical_path_ns = self
-            .instances()
-            .map(|k| self.bottom_level_ns(k))
-            .max()
-            .unwrap_or(0);
-        LowerBound {
-            busiest_processor_ns,
-            critical_path_ns,
-        }
+        self.lower_bound
     }
 
     /// Longest dependency path from any entry to the start of `key`, in ns.
@@ -306,9 +415,15 @@ impl PrefillPlan {
     }
 
     /// Longest dependency path from the start of `key` to any exit, its own cost
-    /// included, in ns: HEFT's upward rank under fixed placement.
+    /// included, each instance at its cheapest processor, in ns.
     pub fn bottom_level_ns(&self, key: InstanceKey) -> u64 {
         self.bottom_level_ns[self.id(key)]
+    }
+
+    /// HEFT's upward rank: the bottom level with each instance at its mean cost over its
+    /// eligible processors (equal to the bottom level under fixed placement), in ns.
+    pub fn upward_rank_ns(&self, key: InstanceKey) -> u64 {
+        self.upward_rank_ns[self.id(key)]
     }
 
     /// Top levels stage by stage: a cross-chunk stage waits for the running maximum over
@@ -323,7 +438,7 @@ impl PrefillPlan {
                     stage: stage - 1,
                 };
                 let finish = if self.exists(before) {
-                    top[self.id(before)] + self.cost_ns(before)
+                    top[self.id(before)] + self.min_cost_ns(before)
                 } else {
                     0
                 };
@@ -342,9 +457,10 @@ impl PrefillPlan {
         top
     }
 
-    /// Bottom levels from the last stage back: the successors of G(i, j) are G(i, j+1),
-    /// and for a cross-chunk stage j+1 every G(i', j+1) with i' >= i (a suffix maximum).
-    fn bottom_levels(&self) -> Vec<u64> {
+    /// Bottom levels under `cost` (by id) from the last stage back: the successors of
+    /// G(i, j) are G(i, j+1), and for a cross-chunk stage j+1 every G(i', j+1) with
+    /// i' >= i (a suffix maximum).
+    fn bottom_levels(&self, cost: &[u64]) -> Vec<u64> {
         let mut bottom = vec![0u64; self.id_space()];
         for stage in (0..self.stage_count()).rev() {
             let next = stage + 1;
@@ -364,7 +480,7 @@ impl PrefillPlan {
                     continue;
                 }
                 let tail = if cross { suffix_max } else { after_level };
-                bottom[self.id(key)] = self.cost_ns(key) + tail;
+                bottom[self.id(key)] = cost[self.id(key)] + tail;
             }
         }
         bottom

@@ -5,15 +5,18 @@ use bevy_ecs::prelude::{MessageReader, Query, Res, ResMut};
 use crate::components::{RemainingDeps, SubgraphState};
 use crate::graph::StageDependency;
 use crate::plan::InstanceKey;
+use crate::policy::queue_lanes;
 use crate::progress::StageProgress;
-use crate::resources::{Index, Plan, ReadyQueues, SubgraphFinished};
+use crate::resources::{Index, Plan, PolicyState, ReadyQueues, SubgraphFinished};
 
 /// For each finished instance G(i, j): the intra-chunk successor G(i, j+1) loses one
 /// dependency; for a cross-chunk successor stage, every chunk the done prefix of stage j
-/// newly covers becomes ready. Newly ready instances join their processor's ready queue.
+/// newly covers becomes ready. Newly ready instances join the ready queue of every
+/// processor the policy may run them on.
 pub fn resolve_dependencies(
     plan: Res<Plan>,
     index: Res<Index>,
+    policy: Res<PolicyState>,
     mut finished: MessageReader<SubgraphFinished>,
     mut progress: ResMut<StageProgress>,
     mut instances: Query<(&mut RemainingDeps, &mut SubgraphState)>,
@@ -48,7 +51,9 @@ pub fn resolve_dependencies(
             remaining.0 -= 1;
             if remaining.0 == 0 {
                 *state = SubgraphState::Ready;
-                ready.0[plan.processor(next)].insert(id as u32);
+                for &lane in queue_lanes(plan, policy.policy, next) {
+                    ready.0[lane].insert(id as u32);
+                }
             }
         }
     }

@@ -32,7 +32,9 @@ pub struct Clock {
     pub now_ns: u64,
 }
 
-/// Ready instance ids per processor lane, ordered by (chunk, stage).
+/// Ready instance ids per processor lane, ordered by (chunk, stage). A ready instance is
+/// in the queue of every processor it may run on (its home only, for policies that keep
+/// fixed placement: see `policy::queue_lanes`) and leaves all of them when one takes it.
 #[derive(Resource, Debug, Clone)]
 pub struct ReadyQueues(pub Vec<BTreeSet<u32>>);
 
@@ -45,6 +47,8 @@ pub struct PolicyState {
     pub sequences: Vec<(Vec<u32>, usize)>,
     /// Peer: the fixed pipeline's position.
     pub peer: PeerPipeline,
+    /// Modeled work not yet dispatched, by home processor (ns).
+    pub remaining_ns: Vec<u64>,
 }
 
 /// A job handed to a processor's queue.

@@ -14,6 +14,7 @@ use crate::graph::StageDependency;
 use crate::memory::KvCache;
 use crate::memory_dispatch::MemoryLedger;
 use crate::plan::{InstanceKey, PrefillPlan};
+use crate::policy::queue_lanes;
 use crate::progress::StageProgress;
 use crate::resources::{
     Clock, Inbox, Index, Outbox, Plan, PolicyState, ReadyQueues, RunStats, SubgraphFinished,
@@ -116,7 +117,9 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
             .id();
         instances[id] = Some(entity);
         if deps == 0 {
-            ready[lane].insert(id as u32);
+            for &l in queue_lanes(&plan, plan.workload.policy, key) {
+                ready[l].insert(id as u32);
+            }
         }
         sequences[lane].0.push(id as u32);
     }
@@ -131,6 +134,7 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
         policy: plan.workload.policy,
         sequences,
         peer: Default::default(),
+        remaining_ns: plan.work_per_processor(),
     });
     world.insert_resource(StageProgress::new(&plan));
     world.insert_resource(Clock::default());
