@@ -19,12 +19,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod calibrate;
+mod calibration;
 mod error;
 mod eval;
 mod float_kernels;
 mod interpret;
 mod queues;
 mod report;
+mod shadow;
 mod state;
 mod steps;
 mod values;
@@ -36,6 +39,11 @@ use std::sync::Arc;
 use hetsched_systems::resources::Job;
 use hetsched_systems::{DeviceProfile, Policy, PrefillPlan, ProcessorKind, Workload};
 
+pub use calibrate::{ActivationRecorder, CalibrateOptions, calibrate};
+pub use calibration::{
+    CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, ModelIdentity, OutlierStats,
+    SiteCalibration, default_calibration_path,
+};
 pub use error::ExecError;
 pub use eval::{EvalReport, evaluate};
 #[cfg(feature = "gpu")]
@@ -43,10 +51,15 @@ pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
 pub use interpret::StageRunner;
 pub use queues::{JobRunner, ThreadQueues};
-pub use report::{PrefillReport, TopToken};
+pub use report::{PrefillReport, TopToken, shadow_summary};
+pub use shadow::{
+    ActSite, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
+    ShadowUsage,
+};
 pub use state::PrefillState;
 pub use steps::Step;
-pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights};
+pub use values::SHADOW_CLIP_RMS;
+pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights, ShadowSetup};
 
 use crate::engine::{self, RunOutcome};
 use crate::scene::Scene;
@@ -71,6 +84,8 @@ pub struct PrefillOptions {
     /// Logits for every token of the last chunk (`[tokens, vocab]`), not just the last
     /// token: with a chunk as long as the prompt, every position's (for evaluation).
     pub all_logits: bool,
+    /// Sees every activation before it is quantized (calibration).
+    pub recorder: Option<Arc<ActivationRecorder>>,
 }
 
 impl Default for PrefillOptions {
@@ -82,6 +97,7 @@ impl Default for PrefillOptions {
             device: host_device(),
             gpu: false,
             all_logits: false,
+            recorder: None,
         }
     }
 }
@@ -100,6 +116,8 @@ pub struct PrefillResult {
     pub logits: Vec<f32>,
     /// The schedule that ran, with real timestamps.
     pub outcome: RunOutcome,
+    /// The outlier shadow's work in this prefill (zero without a shadow).
+    pub shadow: ShadowUsage,
 }
 
 /// `device` with a GPU lane added (costed like its CPU: the policies only need a guess),
@@ -220,7 +238,9 @@ pub fn prefill(
         model.config.kv_dim(),
     );
     state.all_logits = options.all_logits;
-    let runner = Arc::new(StageRunner::new(model, steps, layers, lanes, state));
+    state.recorder = options.recorder.clone();
+    let shadow_before = model.shadow_counters.snapshot();
+    let runner = Arc::new(StageRunner::new(model.clone(), steps, layers, lanes, state));
     let threads = options.threads.max(1);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -249,5 +269,9 @@ pub fn prefill(
             chunk: 0,
             value: "logits",
         })?;
-    Ok(PrefillResult { logits, outcome })
+    Ok(PrefillResult {
+        logits,
+        outcome,
+        shadow: model.shadow_counters.snapshot().since(shadow_before),
+    })
 }
