@@ -58,6 +58,9 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 130.0;
 const TOP: f64 = 50.0;
 const GAP: f64 = 50.0;
+/// One statistic of a site, plotted as a fraction.
+type Statistic = fn(&OutlierStats) -> f64;
+
 const COLORS: [&str; 4] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"];
 
 /// Two panels against the layer index, one line per site: (a) share of channels with
@@ -76,7 +79,7 @@ pub fn to_svg(title: &str, calibration: &Calibration) -> String {
         r#"<text x="{LEFT}" y="24" font-size="15">{}</text>"#,
         escape(title)
     );
-    let panels: [(&str, fn(&OutlierStats) -> f64); 2] = [
+    let panels: [(&str, Statistic); 2] = [
         ("(a) share of channels with outliers", |st| {
             st.channels_with_outliers
         }),

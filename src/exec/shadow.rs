@@ -11,6 +11,7 @@
 //! channel's row is read from the memory-mapped model file when an outlier needs it.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -201,8 +202,8 @@ impl ShadowRows {
             }
             let weights: &[f32] = match self.slots[c] {
                 COLD => {
-                    if !cold_read.contains_key(&c) {
-                        cold_read.insert(c, self.read_cold(c)?);
+                    if let Entry::Vacant(slot) = cold_read.entry(c) {
+                        slot.insert(self.read_cold(c)?);
                     }
                     &cold_read[&c]
                 }
