@@ -9,8 +9,9 @@
 #   device call 2: run(command="bash target/gpu-run/gpu-prefill.sh remote",
 #                      carry=["target/gpu-run", "target/gl"])
 #                                    # there: join the model, unpack the loader, run prefills
-#                                    # (GPU lane vs CPU only, stall vs inorder), JSON and traces
-#                                    # into $OUT
+#                                    # (GPU lane vs CPU only, stall vs inorder; every stage
+#                                    # resident on the GPU), JSON and traces into $OUT;
+#                                    # `remote resident` runs the resident ones only
 set -euo pipefail
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 
@@ -45,13 +46,15 @@ remote)
   out=${OUT:-/tmp}
   bin=target/gpu-run/hetsched
   # Output names avoid `+` and `,` (the device tool only returns plain names).
-  prefill() { # threads backends policy precision
-    local name="t$1-${2//,/_}-$3-$4"
-    "$bin" run --model /tmp/model.gguf --prompt-file target/gpu-run/prompt.txt \
+  prefill() { # threads backends policy precision [chunk_len] [prompt file] [name suffix]
+    local chunk="${5:-128}" prompt="${6:-target/gpu-run/prompt.txt}"
+    local name="t$1-${2//,/_}-$3-$4-c$chunk${7:-}"
+    "$bin" run --model /tmp/model.gguf --prompt-file "$prompt" --chunk-len "$chunk" \
       --threads "$1" --backends "$2" --policy "$3" --precision "$4" --json \
       --trace "$out/$name.trace.json" --svg "$out/$name.svg" > "$out/$name.json" || echo "FAILED $name"
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['prompt_tokens'], 'tokens', round(r['prefill_ms'],1), 'ms', round(r['prefill_tokens_per_s']), 'tok/s', [(t['text'], round(t['prob'], 4)) for t in r['top_tokens'][:2]])" "$out/$name.json" "$name" || true
   }
+  if [ "${2:-all}" = all ]; then
   for threads in 2 8; do
     for backends in cpu,npu cpu,gpu,npu; do
       for policy in stall inorder; do
@@ -61,6 +64,18 @@ remote)
   done
   for backends in cpu,npu cpu,gpu,npu; do
     prefill 8 "$backends" stall f32
+  done
+  fi
+  # Every stage resident on the GPU (f32), three runs each: chunk 128 and one 512 chunk,
+  # then a 4x longer prompt.
+  head -c 10000 /usr/share/common-licenses/GPL-3 > /tmp/prompt-long.txt 2>/dev/null ||
+    for _ in 1 2 3 4; do cat target/gpu-run/prompt.txt; done > /tmp/prompt-long.txt
+  for run in 1 2 3; do
+    for chunk in 128 512; do
+      prefill 1 gpu stall f32 "$chunk" target/gpu-run/prompt.txt "-r$run"
+    done
+    prefill 1 gpu stall f32 512 /tmp/prompt-long.txt "-long-r$run"
+    prefill 1 gpu inorder f32 512 /tmp/prompt-long.txt "-long-r$run"
   done
   ;;
 *)

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use hetsched::engine::{self, RunOutcome};
 use hetsched::exec::{
-    self, Calibration, ExecModel, LinearPrecision, PrefillOptions, PrefillReport, PrunedScale,
+    self, Calibration, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport,
+    PrunedScale,
 };
 use hetsched::import::{
     ColumnSource, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor,
@@ -144,8 +145,9 @@ struct RunArgs {
     /// Compute threads [default: the machine's cores].
     #[arg(long)]
     threads: Option<usize>,
-    /// Processor queues: cpu and npu (the emulated NPU) always; add gpu to run the float
-    /// stages on a Vulkan device (a build with `--features gpu`).
+    /// Processor queues: cpu,npu (the emulated NPU); cpu,gpu,npu to run the float stages on
+    /// a Vulkan GPU lane; gpu alone to run every stage on the GPU with weights and KV cache
+    /// resident there (needs --precision f32). GPU needs a build with `--features gpu`.
     #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
     backends: Vec<String>,
     #[command(flatten)]
@@ -337,7 +339,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         chunk_len: args.chunk_len,
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
-        gpu: wants_gpu(&args.backends)?,
+        gpu: gpu_use(&args.backends)?,
         ..defaults
     };
     let name = model.name.clone();
@@ -364,21 +366,22 @@ fn run(args: RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `--backends` asks for the GPU lane; cpu and npu are required.
-fn wants_gpu(backends: &[String]) -> Result<bool, String> {
+/// How `--backends` uses the GPU: `cpu,npu` (none), `cpu,gpu,npu` (a float lane), or
+/// `gpu` alone (every stage resident on the GPU).
+fn gpu_use(backends: &[String]) -> Result<GpuUse, String> {
     for b in backends {
         if !["cpu", "gpu", "npu"].contains(&b.as_str()) {
             return Err(format!("unknown backend `{b}`: use cpu, gpu and npu"));
         }
     }
-    for needed in ["cpu", "npu"] {
-        if !backends.iter().any(|b| b == needed) {
-            return Err(format!(
-                "--backends must include `{needed}`: this host runs the INT8 stages on the emulated NPU lane and host work on the cpu lane"
-            ));
-        }
+    let has = |name: &str| backends.iter().any(|b| b == name);
+    match (has("cpu"), has("gpu"), has("npu")) {
+        (false, true, false) => Ok(GpuUse::Resident),
+        (true, gpu, true) => Ok(if gpu { GpuUse::FloatLane } else { GpuUse::Off }),
+        _ => Err(
+            "--backends takes cpu,npu (INT8 stages on the emulated NPU lane, float work on the cpu lane), cpu,gpu,npu (float stages on a Vulkan GPU lane) or gpu (every stage on the GPU, f32, weights and KV cache resident)".into(),
+        ),
     }
-    Ok(backends.iter().any(|b| b == "gpu"))
 }
 
 /// The tokenizer and the model at each of `precisions`, from a GGUF file or a Hugging

@@ -1,5 +1,6 @@
 //! With the `gpu` feature: the float stages (RMSNorm, RoPE, attention) of a real prefill
-//! run on a Vulkan GPU lane (lavapipe in CI) and give the CPU path's logits.
+//! run on a Vulkan GPU lane (lavapipe in CI) and give the CPU path's logits; and every
+//! stage resident on the GPU gives them too.
 //!
 //! `cargo test --features gpu --test gpu_prefill`. Without a Vulkan device the test says
 //! it skipped, unless `HETSCHED_REQUIRE_GPU=1` (set by CI after installing lavapipe).
@@ -8,26 +9,121 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hetsched::exec::{ExecError, ExecModel, LinearPrecision, PrefillOptions, prefill};
+use hetsched::exec::{
+    ExecError, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillResult, prefill,
+};
 use hetsched::import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
 use hetsched::systems::ProcessorKind;
 
 /// GPU float kernels (f32, other summation orders) against the CPU path.
 const LOGIT_TOL: f32 = 1e-3;
 
-#[test]
-fn gpu_lane_prefill_matches_the_cpu_path() {
+fn test_model() -> GgufFile {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TEST_MODEL_PATH);
     assert!(
         path.is_file(),
         "test model {} is missing: run scripts/setup.sh",
         path.display()
     );
-    let file = GgufFile::open(&path).unwrap();
-    let tokens = GgufTokenizer::from_gguf(&file)
+    GgufFile::open(&path).unwrap()
+}
+
+fn prompt(file: &GgufFile) -> Vec<u32> {
+    GgufTokenizer::from_gguf(file)
         .unwrap()
         .encode("The quick brown fox jumps over the lazy dog. The capital of France is")
-        .unwrap();
+        .unwrap()
+}
+
+/// `prefill` on the GPU, or `None` (after saying why) when there is no device and none
+/// was demanded.
+fn on_gpu(
+    model: &Arc<ExecModel>,
+    tokens: &[u32],
+    options: &PrefillOptions,
+) -> Option<PrefillResult> {
+    match prefill(model.clone(), tokens, options) {
+        Err(ExecError::Gpu(reason))
+            if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
+        {
+            println!("skipped: no Vulkan device ({reason})");
+            None
+        }
+        other => Some(other.unwrap()),
+    }
+}
+
+/// Largest |difference| relative to the largest |logit|.
+fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    diff / scale
+}
+
+#[test]
+fn resident_gpu_prefill_matches_the_cpu_path() {
+    let file = test_model();
+    let tokens = prompt(&file);
+    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
+    // Chunks of 5 tokens: attention of later chunks writes earlier chunks' KV rows.
+    for all_logits in [false, true] {
+        let cpu_options = PrefillOptions {
+            chunk_len: 5,
+            threads: 2,
+            all_logits,
+            ..PrefillOptions::default()
+        };
+        let gpu_options = PrefillOptions {
+            gpu: GpuUse::Resident,
+            ..cpu_options.clone()
+        };
+        let Some(gpu) = on_gpu(&model, &tokens, &gpu_options) else {
+            return;
+        };
+        let cpu = prefill(model.clone(), &tokens, &cpu_options).unwrap();
+        let diff = relative_diff(&gpu.logits, &cpu.logits);
+        println!(
+            "resident GPU vs CPU (all_logits {all_logits}): max |diff| / max |logit| {diff:.2e}"
+        );
+        assert!(diff <= LOGIT_TOL, "relative diff {diff}");
+        // One lane, the GPU, ran every instance exactly once.
+        let plan = &gpu.outcome.plan;
+        assert_eq!(plan.device.processors.len(), 1);
+        assert_eq!(plan.device.processors[0].kind, ProcessorKind::Gpu);
+        assert_eq!(gpu.outcome.timeline.slices.len(), plan.instance_count());
+    }
+}
+
+#[test]
+fn resident_gpu_prefill_refuses_int8_weights_clearly() {
+    let file = test_model();
+    let tokens = prompt(&file);
+    let model = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
+    let options = PrefillOptions {
+        gpu: GpuUse::Resident,
+        ..PrefillOptions::default()
+    };
+    match prefill(model, &tokens, &options) {
+        Err(ExecError::Gpu(reason)) if reason.contains("f32") => {}
+        Err(ExecError::Gpu(reason)) if reason.contains("Vulkan") || reason.contains("device") => {
+            assert_ne!(
+                std::env::var("HETSCHED_REQUIRE_GPU").as_deref(),
+                Ok("1"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected a clear GPU error, got {other:?}"),
+    }
+}
+
+#[test]
+fn gpu_lane_prefill_matches_the_cpu_path() {
+    let file = test_model();
+    let tokens = prompt(&file);
     let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
     let cpu_options = PrefillOptions {
         chunk_len: 8,
@@ -35,27 +131,16 @@ fn gpu_lane_prefill_matches_the_cpu_path() {
         ..PrefillOptions::default()
     };
     let gpu_options = PrefillOptions {
-        gpu: true,
+        gpu: GpuUse::FloatLane,
         ..cpu_options.clone()
     };
-    let on_gpu = match prefill(model.clone(), &tokens, &gpu_options) {
-        Err(ExecError::Gpu(reason))
-            if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
-        {
-            println!("skipped: no Vulkan device ({reason})");
-            return;
-        }
-        other => other.unwrap(),
+    let Some(on_gpu) = on_gpu(&model, &tokens, &gpu_options) else {
+        return;
     };
     let on_cpu = prefill(model, &tokens, &cpu_options).unwrap();
-    let scale = on_cpu.logits.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let diff = on_gpu
-        .logits
-        .iter()
-        .zip(&on_cpu.logits)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    println!("GPU lane vs CPU: max |diff| {diff:.2e} of max |logit| {scale:.2}");
-    assert!(diff <= LOGIT_TOL * scale, "diff {diff}");
+    let diff = relative_diff(&on_gpu.logits, &on_cpu.logits);
+    println!("GPU lane vs CPU: max |diff| / max |logit| {diff:.2e}");
+    assert!(diff <= LOGIT_TOL, "relative diff {diff}");
     // The float stages really ran on the GPU lane.
     let plan = &on_gpu.outcome.plan;
     let gpu_lane = plan.device.first_of(ProcessorKind::Gpu).unwrap();

@@ -8,10 +8,39 @@ use crate::error::{Result, shape};
 use crate::job::Bind;
 use crate::pipelines::{PUSH_WORDS, Shader};
 
-/// Largest head dimension of the kernel (its per-thread accumulators are sized for it).
+/// Largest head dimension of the kernels (their per-thread accumulators are sized for it).
 pub const MAX_HEAD_DIM: usize = 256;
 
-fn validate(s: &AttentionShape, q: usize, k: usize, v: usize) -> Result<()> {
+/// Largest head dimension of the tiled kernel (its shared-memory tiles are sized for it);
+/// larger heads use one workgroup per query.
+const TILED_MAX_HEAD_DIM: usize = 128;
+
+/// Query tokens per workgroup of the tiled kernel.
+const TILED_QUERIES: usize = 8;
+
+/// The kernel for `s`, its push constants and its grid.
+pub(crate) fn attention_dispatch(s: &AttentionShape) -> (Shader, [u32; PUSH_WORDS], [u32; 3]) {
+    let mut push = [0u32; PUSH_WORDS];
+    push[0] = s.n_tokens as u32;
+    push[1] = s.pos0 as u32;
+    push[2] = s.kv_len as u32;
+    push[3] = s.n_heads as u32;
+    push[4] = s.n_kv_heads as u32;
+    push[5] = s.head_dim as u32;
+    push[6] = s.scale().to_bits();
+    let (shader, query_groups) = if s.head_dim <= TILED_MAX_HEAD_DIM {
+        (Shader::AttentionTiled, s.n_tokens.div_ceil(TILED_QUERIES))
+    } else {
+        (Shader::Attention, s.n_tokens)
+    };
+    (
+        shader,
+        push,
+        [s.n_heads as u32, query_groups.clamp(1, 65_535) as u32, 1],
+    )
+}
+
+pub(crate) fn validate_shape(s: &AttentionShape, q: usize, k: usize, v: usize) -> Result<()> {
     let op = "attention_causal_gqa";
     if s.n_kv_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv_heads) {
         return Err(shape(
@@ -71,20 +100,13 @@ impl GpuContext {
         v_cache: &[f32],
         s: &AttentionShape,
     ) -> Result<Vec<f32>> {
-        validate(s, q.len(), k_cache.len(), v_cache.len())?;
+        validate_shape(s, q.len(), k_cache.len(), v_cache.len())?;
         if q.is_empty() {
             return Ok(Vec::new());
         }
-        let mut push = [0u32; PUSH_WORDS];
-        push[0] = s.n_tokens as u32;
-        push[1] = s.pos0 as u32;
-        push[2] = s.kv_len as u32;
-        push[3] = s.n_heads as u32;
-        push[4] = s.n_kv_heads as u32;
-        push[5] = s.head_dim as u32;
-        push[6] = s.scale().to_bits();
+        let (shader, push, groups) = attention_dispatch(s);
         let got = self.run_simple(
-            Shader::Attention,
+            shader,
             &[
                 Bind::Upload(&words(q)),
                 Bind::Upload(&words(k_cache)),
@@ -93,7 +115,7 @@ impl GpuContext {
             ],
             &[3],
             push,
-            [s.n_heads as u32, s.n_tokens.min(65_535) as u32, 1],
+            groups,
         )?;
         Ok(got[0].iter().map(|&b| f32::from_bits(b)).collect())
     }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use vulkano::{
     Version, VulkanLibrary,
-    command_buffer::allocator::StandardCommandBufferAllocator,
+    command_buffer::{PrimaryAutoCommandBuffer, allocator::StandardCommandBufferAllocator},
     descriptor_set::allocator::StandardDescriptorSetAllocator,
     device::{
         Device, DeviceCreateInfo, DeviceExtensions, DeviceFeatures, Queue, QueueCreateInfo,
@@ -14,6 +14,7 @@ use vulkano::{
     },
     instance::{Instance, InstanceCreateInfo},
     memory::allocator::StandardMemoryAllocator,
+    sync::{self, GpuFuture, future::FenceSignalFuture},
 };
 
 use crate::error::{GpuError, Result, describe, vk};
@@ -118,13 +119,25 @@ pub struct GpuContext {
     pub(crate) pipelines: Pipelines,
     pub(crate) info: DeviceInfo,
     pub(crate) last_gpu_time_ns: Mutex<Option<u64>>,
+    /// The last submission while it may still run: every submission waits for it (through
+    /// a semaphore), so submissions run in order even when nobody waits for them.
+    stream: Mutex<Option<Pending>>,
 }
+
+/// A submission that was flushed and may still run.
+type Pending = FenceSignalFuture<Box<dyn GpuFuture + Send + Sync>>;
 
 impl std::fmt::Debug for GpuContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuContext")
             .field("info", &self.info)
             .finish()
+    }
+}
+
+impl AsRef<GpuContext> for GpuContext {
+    fn as_ref(&self) -> &GpuContext {
+        self
     }
 }
 
@@ -204,6 +217,7 @@ impl GpuContext {
             commands,
             info,
             last_gpu_time_ns: Mutex::new(None),
+            stream: Mutex::new(None),
         })
     }
 
@@ -222,6 +236,44 @@ impl GpuContext {
             .last_gpu_time_ns
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Submits `cb` after every earlier submission (a semaphore orders them: Vulkan does
+    /// not order separate submissions on its own) and, with `wait`, waits for it.
+    pub(crate) fn submit(&self, cb: Arc<PrimaryAutoCommandBuffer>, wait: bool) -> Result<()> {
+        let mut stream = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        let previous: Box<dyn GpuFuture + Send + Sync> = match stream.take() {
+            Some(mut pending) => {
+                pending.cleanup_finished();
+                if pending.is_signaled().map_err(vk("polling a fence"))? {
+                    sync::now(self.device.clone()).boxed_send_sync()
+                } else {
+                    pending.then_signal_semaphore().boxed_send_sync()
+                }
+            }
+            None => sync::now(self.device.clone()).boxed_send_sync(),
+        };
+        let submitted = previous
+            .then_execute(self.queue.clone(), cb)
+            .map_err(vk("submitting work"))?
+            .boxed_send_sync()
+            .then_signal_fence_and_flush()
+            .map_err(vk("submitting work"))?;
+        if wait {
+            submitted.wait(None).map_err(vk("waiting for the GPU"))?;
+        } else {
+            *stream = Some(submitted);
+        }
+        Ok(())
+    }
+
+    /// Waits for every submission so far (a no-op when none is pending).
+    pub fn wait_idle(&self) -> Result<()> {
+        let pending = self.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(pending) = pending {
+            pending.wait(None).map_err(vk("waiting for the GPU"))?;
+        }
+        Ok(())
     }
 
     pub(crate) fn set_last_gpu_time(&self, ns: Option<u64>) {

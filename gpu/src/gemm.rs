@@ -102,6 +102,11 @@ impl HostA<'_> {
     }
 }
 
+/// Operand checks of the resident f32 GEMM, for [`crate::GpuBatch::matmul_f32`].
+pub(crate) fn check_f32_operands(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix) -> Result<()> {
+    check_operands(Kind::F32, a, w, out)
+}
+
 fn check_operands(kind: Kind, a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix) -> Result<()> {
     let op = kind.name();
     if a.elem() != kind.elem() || w.elem() != kind.elem() || out.elem() != kind.out_elem() {
@@ -160,6 +165,40 @@ fn groups(m: usize, n: usize) -> [u32; 3] {
     [n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1]
 }
 
+/// Records one f32 GEMM dispatch into `job` (operands already checked).
+pub(crate) fn record_f32_gemm(
+    job: &mut Job<impl AsRef<GpuContext>>,
+    tile: GemmTile,
+    operands: (&GpuMatrix, &GpuMatrix, &GpuMatrix),
+) -> Result<()> {
+    record_gemm(job, Kind::F32, tile, operands)
+}
+
+/// Records one GEMM dispatch, choosing the f32 tile size.
+fn record_gemm(
+    job: &mut Job<impl AsRef<GpuContext>>,
+    kind: Kind,
+    tile: GemmTile,
+    (a, w, out): (&GpuMatrix, &GpuMatrix, &GpuMatrix),
+) -> Result<()> {
+    let (m, n) = (a.rows(), w.rows());
+    let small = match tile {
+        GemmTile::Auto => m.div_ceil(TILE) * n.div_ceil(TILE) < SMALL_TILE_BELOW,
+        GemmTile::Large => false,
+        GemmTile::Small => true,
+    };
+    let (shader, grid) = if kind == Kind::F32 && small {
+        let t = TILE / 2;
+        (
+            Shader::GemmF32Small,
+            [n.div_ceil(t) as u32, m.div_ceil(t) as u32, 1],
+        )
+    } else {
+        (kind.shader(), groups(m, n))
+    };
+    job.dispatch(shader, &[&a.buf, &w.buf, &out.buf], push(a, w, out), grid)
+}
+
 impl GpuContext {
     fn gemm_device(
         &self,
@@ -172,35 +211,9 @@ impl GpuContext {
         check_operands(kind, a, w, out)?;
         let mut job = Job::new(self)?;
         for _ in 0..repeat.max(1) {
-            self.record_gemm(&mut job, kind, GemmTile::Auto, (a, w, out))?;
+            record_gemm(&mut job, kind, GemmTile::Auto, (a, w, out))?;
         }
         Ok(job.finish()?.gpu_ns)
-    }
-
-    /// Records one GEMM dispatch, choosing the f32 tile size.
-    fn record_gemm(
-        &self,
-        job: &mut Job<'_>,
-        kind: Kind,
-        tile: GemmTile,
-        (a, w, out): (&GpuMatrix, &GpuMatrix, &GpuMatrix),
-    ) -> Result<()> {
-        let (m, n) = (a.rows(), w.rows());
-        let small = match tile {
-            GemmTile::Auto => m.div_ceil(TILE) * n.div_ceil(TILE) < SMALL_TILE_BELOW,
-            GemmTile::Large => false,
-            GemmTile::Small => true,
-        };
-        let (shader, grid) = if kind == Kind::F32 && small {
-            let t = TILE / 2;
-            (
-                Shader::GemmF32Small,
-                [n.div_ceil(t) as u32, m.div_ceil(t) as u32, 1],
-            )
-        } else {
-            (kind.shader(), groups(m, n))
-        };
-        job.dispatch(shader, &[&a.buf, &w.buf, &out.buf], push(a, w, out), grid)
     }
 
     /// Resident f32 GEMM with a chosen tile size, `repeat` times in one submission; returns
@@ -214,7 +227,7 @@ impl GpuContext {
         check_operands(Kind::F32, a, w, out)?;
         let mut job = Job::new(self)?;
         for _ in 0..repeat.max(1) {
-            self.record_gemm(&mut job, Kind::F32, tile, (a, w, out))?;
+            record_gemm(&mut job, Kind::F32, tile, (a, w, out))?;
         }
         Ok(job.finish()?.gpu_ns)
     }
@@ -284,7 +297,7 @@ impl GpuContext {
             let a_mat = GpuContext::matrix_from(a_buf, rows, k, kind.elem());
             let c_buf = self.alloc_words((rows * c_ld_words) as u64, "output")?;
             let c_mat = GpuContext::matrix_from(c_buf, rows, n, out_elem);
-            self.record_gemm(&mut job, kind, GemmTile::Auto, (&a_mat, w, &c_mat))?;
+            record_gemm(&mut job, kind, GemmTile::Auto, (&a_mat, w, &c_mat))?;
             let i = job.download(&c_mat.buf);
             let mut done = job.finish()?;
             total_ns = total_ns.zip(done.gpu_ns).map(|(t, g)| t + g);

@@ -12,22 +12,22 @@ use vulkano::{
     buffer::{Buffer, BufferCreateInfo, BufferUsage, Subbuffer},
     command_buffer::{
         AutoCommandBufferBuilder, CommandBufferUsage, CopyBufferInfo, PrimaryAutoCommandBuffer,
-        PrimaryCommandBufferAbstract,
     },
     descriptor_set::{DescriptorSet, WriteDescriptorSet},
     memory::allocator::{AllocationCreateInfo, MemoryTypeFilter},
     pipeline::{Pipeline, PipelineBindPoint},
     query::{QueryPool, QueryPoolCreateInfo, QueryResultFlags, QueryType},
-    sync::{GpuFuture, PipelineStage},
+    sync::PipelineStage,
 };
 
 use crate::context::GpuContext;
 use crate::error::{GpuError, Result, vk};
 use crate::pipelines::{PUSH_WORDS, Shader};
 
-/// One command buffer being recorded.
-pub(crate) struct Job<'c> {
-    ctx: &'c GpuContext,
+/// One command buffer being recorded, on the context `C` refers to (a borrow for a call's
+/// own job, an `Arc` for a batch kept open across calls).
+pub(crate) struct Job<C: AsRef<GpuContext>> {
+    ctx: C,
     builder: AutoCommandBufferBuilder<PrimaryAutoCommandBuffer>,
     timer: Option<Arc<QueryPool>>,
     dispatched: bool,
@@ -163,8 +163,19 @@ pub(crate) fn for_row_chunks(
     Ok(())
 }
 
-impl<'c> Job<'c> {
-    pub(crate) fn new(ctx: &'c GpuContext) -> Result<Self> {
+impl<C: AsRef<GpuContext>> Job<C> {
+    pub(crate) fn new(ctx: C) -> Result<Self> {
+        Self::with_timer(ctx, true)
+    }
+
+    /// The context the job records for.
+    pub(crate) fn ctx(&self) -> &GpuContext {
+        self.ctx.as_ref()
+    }
+
+    /// A job that records no timestamps (when `timed` is false or the queue has none).
+    pub(crate) fn with_timer(handle: C, timed: bool) -> Result<Self> {
+        let ctx = handle.as_ref();
         let mut builder = AutoCommandBufferBuilder::primary(
             ctx.commands.clone(),
             ctx.queue.queue_family_index(),
@@ -172,7 +183,7 @@ impl<'c> Job<'c> {
         )
         .map_err(vk("starting a command buffer"))?;
         let timer = match ctx.info.timestamp_period_ns {
-            Some(_) => {
+            Some(_) if timed => {
                 let pool = QueryPool::new(
                     ctx.device.clone(),
                     QueryPoolCreateInfo {
@@ -186,10 +197,10 @@ impl<'c> Job<'c> {
                     .map_err(vk("resetting timestamps"))?;
                 Some(pool)
             }
-            None => None,
+            _ => None,
         };
         Ok(Job {
-            ctx,
+            ctx: handle,
             builder,
             timer,
             dispatched: false,
@@ -200,11 +211,18 @@ impl<'c> Job<'c> {
     /// A new device buffer holding `words`, copied from a staging buffer. Record uploads
     /// before the first dispatch so that the GPU time excludes them.
     pub(crate) fn upload(&mut self, words: &[u32], what: &str) -> Result<Subbuffer<[u32]>> {
-        let dst = self.ctx.alloc_words(words.len() as u64, what)?;
+        let dst = self.ctx().alloc_words(words.len() as u64, what)?;
+        self.upload_into(words, dst.clone())?;
+        Ok(dst)
+    }
+
+    /// Copies `words` into the existing device buffer `dst` (same length) through a staging
+    /// buffer.
+    pub(crate) fn upload_into(&mut self, words: &[u32], dst: Subbuffer<[u32]>) -> Result<()> {
         if words.is_empty() {
-            return Ok(dst);
+            return Ok(());
         }
-        let staging = self.ctx.host_buffer(
+        let staging = self.ctx().host_buffer(
             words.len() as u64,
             MemoryTypeFilter::PREFER_HOST | MemoryTypeFilter::HOST_SEQUENTIAL_WRITE,
         )?;
@@ -212,10 +230,15 @@ impl<'c> Job<'c> {
             .write()
             .map_err(vk("writing a staging buffer"))?
             .copy_from_slice(words);
+        self.copy(staging, dst)
+    }
+
+    /// Records a device-side copy of `src` into `dst` (same length).
+    pub(crate) fn copy(&mut self, src: Subbuffer<[u32]>, dst: Subbuffer<[u32]>) -> Result<()> {
         self.builder
-            .copy_buffer(CopyBufferInfo::buffers(staging, dst.clone()))
-            .map_err(vk("recording an upload"))?;
-        Ok(dst)
+            .copy_buffer(CopyBufferInfo::buffers(src, dst))
+            .map_err(vk("recording a copy"))?;
+        Ok(())
     }
 
     /// Zero-fills `buf` (device memory starts undefined).
@@ -234,7 +257,7 @@ impl<'c> Job<'c> {
         push: [u32; PUSH_WORDS],
         groups: [u32; 3],
     ) -> Result<()> {
-        let max = self.ctx.info.max_workgroup_count;
+        let max = self.ctx().info.max_workgroup_count;
         if groups.iter().zip(max).any(|(&g, m)| g > m) {
             return Err(GpuError::Shape {
                 op: "dispatch",
@@ -246,14 +269,14 @@ impl<'c> Job<'c> {
         if groups.contains(&0) {
             return Ok(());
         }
-        let pipeline = self.ctx.pipelines.get(shader)?;
+        let pipeline = self.ctx().pipelines.get(shader)?;
         let layout = pipeline.layout().clone();
         let set_layout = layout.set_layouts()[0].clone();
         let writes = buffers
             .iter()
             .enumerate()
             .map(|(i, b)| WriteDescriptorSet::buffer(i as u32, (*b).clone()));
-        let set = DescriptorSet::new(self.ctx.descriptors.clone(), set_layout, writes, [])
+        let set = DescriptorSet::new(self.ctx().descriptors.clone(), set_layout, writes, [])
             .map_err(vk("writing a descriptor set"))?;
         if !self.dispatched {
             self.dispatched = true;
@@ -286,6 +309,20 @@ impl<'c> Job<'c> {
         self.downloads.len() - 1
     }
 
+    /// Submits without waiting: the work runs after every earlier submission, and every
+    /// later one runs after it. No downloads (nothing would read them) and no GPU time.
+    pub(crate) fn submit_async(self) -> Result<()> {
+        if !self.downloads.is_empty() {
+            return Err(GpuError::Shape {
+                op: "submit_async",
+                problem: "a batch with reads must be submitted with `submit`, which waits".into(),
+            });
+        }
+        let Job { ctx, builder, .. } = self;
+        let cb = builder.build().map_err(vk("finishing a command buffer"))?;
+        ctx.as_ref().submit(cb, false)
+    }
+
     /// Submits, waits, and reads downloads and timestamps.
     pub(crate) fn finish(mut self) -> Result<Finished> {
         if let (Some(pool), true) = (&self.timer, self.dispatched) {
@@ -298,7 +335,7 @@ impl<'c> Job<'c> {
         }
         let mut readbacks = Vec::with_capacity(self.downloads.len());
         for src in &self.downloads {
-            let dst = self.ctx.host_buffer(
+            let dst = self.ctx().host_buffer(
                 src.len(),
                 MemoryTypeFilter::PREFER_HOST | MemoryTypeFilter::HOST_RANDOM_ACCESS,
             )?;
@@ -307,32 +344,32 @@ impl<'c> Job<'c> {
                 .map_err(vk("recording a download"))?;
             readbacks.push(dst);
         }
-        let cb = self
-            .builder
-            .build()
-            .map_err(vk("finishing a command buffer"))?;
-        cb.execute(self.ctx.queue.clone())
-            .map_err(vk("submitting work"))?
-            .then_signal_fence_and_flush()
-            .map_err(vk("submitting work"))?
-            .wait(None)
-            .map_err(vk("waiting for the GPU"))?;
+        let Job {
+            ctx,
+            builder,
+            timer,
+            dispatched,
+            ..
+        } = self;
+        let ctx = ctx.as_ref();
+        let cb = builder.build().map_err(vk("finishing a command buffer"))?;
+        ctx.submit(cb, true)?;
         let mut downloads = Vec::with_capacity(readbacks.len());
         for dst in readbacks {
             downloads.push(dst.read().map_err(vk("reading results"))?.to_vec());
         }
-        let gpu_ns = match (&self.timer, self.dispatched) {
+        let gpu_ns = match (&timer, dispatched) {
             (Some(pool), true) => {
                 let mut ticks = [0u64; 2];
                 pool.get_results(0..2, &mut ticks, QueryResultFlags::WAIT)
                     .map_err(vk("reading timestamps"))?;
-                let period = self.ctx.info.timestamp_period_ns.unwrap_or(1.0);
+                let period = ctx.info.timestamp_period_ns.unwrap_or(1.0);
                 Some((ticks[1].saturating_sub(ticks[0]) as f64 * f64::from(period)) as u64)
             }
             _ => None,
         };
-        if self.dispatched {
-            self.ctx.set_last_gpu_time(gpu_ns);
+        if dispatched {
+            ctx.set_last_gpu_time(gpu_ns);
         }
         Ok(Finished { downloads, gpu_ns })
     }

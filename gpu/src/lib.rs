@@ -9,6 +9,8 @@
 //! * Host-slice kernels (`ctx.matmul_f32(&a, m, k, &w, n)`, ...): upload, run, read back.
 //! * Resident matrices ([`GpuMatrix`], `ctx.upload_f32`, `ctx.matmul_f32_device`): upload
 //!   weights once and reuse them for every chunk.
+//! * [`GpuBatch`] (`ctx.batch()`): several kernels on resident matrices in one
+//!   submission, for subgraphs whose tensors stay on the device.
 //! * [`GpuContext::last_gpu_time_ns`]: GPU time of the last call from timestamp queries.
 //!
 //! # Layouts
@@ -17,6 +19,7 @@
 //! `[kv_len, n_kv_heads, head_dim]`; symmetric INT8 in `[-127, 127]`, round to nearest even.
 
 mod attention;
+mod batch;
 mod buffers;
 mod context;
 mod elementwise;
@@ -30,6 +33,7 @@ mod rope;
 
 pub use attention::MAX_HEAD_DIM;
 
+pub use batch::{BatchOutput, GpuBatch};
 pub use buffers::{Elem, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use error::{GpuError, Result};

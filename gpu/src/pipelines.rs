@@ -62,6 +62,8 @@ shaders! {
     QuantizeF32 => "quantize_f32",
     Dequantize => "dequantize",
     Attention => "attention",
+    AttentionTiled => "attention_tiled",
+    Add => "add",
 }
 
 /// The lazily built pipelines of one device.

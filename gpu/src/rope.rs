@@ -9,7 +9,7 @@ use crate::pipelines::{PUSH_WORDS, Shader};
 
 /// `(cos, sin)` of every (token, pair) as interleaved f32 bits, computed in f64 like the
 /// reference; see rope.comp for why the GPU does not evaluate them.
-fn cos_sin_table(positions: &[usize], head_dim: usize, theta_base: f32) -> Vec<u32> {
+pub(crate) fn cos_sin_table(positions: &[usize], head_dim: usize, theta_base: f32) -> Vec<u32> {
     let half = head_dim / 2;
     let base = f64::from(theta_base);
     let mut table = Vec::with_capacity(positions.len() * half * 2);

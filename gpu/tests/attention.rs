@@ -42,6 +42,8 @@ fn matches_reference_with_past_offset_and_gqa() {
         shape(7, 0, 7, 4, 2, 8),
         shape(5, 60, 70, 9, 3, 64),
         shape(33, 100, 200, 9, 3, 64),
+        shape(40, 17, 57, 9, 3, 64),
+        shape(20, 0, 20, 4, 4, 128),
         shape(3, 2, 5, 6, 1, 130),
         shape(2, 250, 252, 2, 2, 256),
     ]

@@ -24,6 +24,8 @@ mod calibration;
 mod error;
 mod eval;
 mod float_kernels;
+#[cfg(feature = "gpu")]
+mod gpu_resident;
 mod interpret;
 mod queues;
 mod report;
@@ -49,6 +51,8 @@ pub use eval::{EvalReport, evaluate};
 #[cfg(feature = "gpu")]
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
+#[cfg(feature = "gpu")]
+pub use gpu_resident::{GpuModel, GpuStageRunner};
 pub use interpret::StageRunner;
 pub use queues::{JobRunner, ThreadQueues};
 pub use report::{PrefillReport, TopToken, shadow_summary};
@@ -79,8 +83,8 @@ pub struct PrefillOptions {
     pub threads: usize,
     /// Processors (one queue each) and their cost models, which the policies consult.
     pub device: DeviceProfile,
-    /// Run the float stages on a Vulkan GPU lane (needs the `gpu` feature and a device).
-    pub gpu: bool,
+    /// Whether and how a Vulkan GPU takes part (needs the `gpu` feature and a device).
+    pub gpu: GpuUse,
     /// Logits for every token of the last chunk (`[tokens, vocab]`), not just the last
     /// token: with a chunk as long as the prompt, every position's (for evaluation).
     pub all_logits: bool,
@@ -95,11 +99,25 @@ impl Default for PrefillOptions {
             policy: Policy::default(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             device: host_device(),
-            gpu: false,
+            gpu: GpuUse::Off,
             all_logits: false,
             recorder: None,
         }
     }
+}
+
+/// How a prefill uses a Vulkan GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuUse {
+    /// CPU and emulated-NPU lanes only.
+    #[default]
+    Off,
+    /// A GPU lane beside them takes the float stages; tensors travel between host and
+    /// device for every call (`--backends cpu,gpu,npu`).
+    FloatLane,
+    /// The GPU is the only lane and runs every stage with weights, activations and KV
+    /// cache resident on the device; f32 linears (`--backends gpu`).
+    Resident,
 }
 
 /// The host's device profile (from [`HOST_SCENE`]).
@@ -166,22 +184,137 @@ fn lane_kernels(
 }
 
 #[cfg(feature = "gpu")]
+fn gpu_context() -> Result<hetsched_gpu::GpuContext, ExecError> {
+    hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default())
+        .map_err(|e| ExecError::Gpu(e.to_string()))
+}
+
+#[cfg(feature = "gpu")]
 fn open_gpu(model: &ExecModel) -> Result<Arc<dyn FloatKernels>, ExecError> {
-    let context = hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default())
-        .map_err(|e| ExecError::Gpu(e.to_string()))?;
     Ok(Arc::new(GpuFloat {
-        context: parking_lot::Mutex::new(context),
+        context: parking_lot::Mutex::new(gpu_context()?),
         head_dim: model.config.head_dim,
         rope_base: model.config.rope_base,
         rope_style: model.config.rope_style,
     }))
 }
 
+/// What a build without the `gpu` feature says when asked for a GPU.
+#[cfg(not(feature = "gpu"))]
+fn no_gpu_support() -> ExecError {
+    ExecError::Gpu(
+        "this build has no GPU support: rebuild with `cargo build --release --features gpu`".into(),
+    )
+}
+
 #[cfg(not(feature = "gpu"))]
 fn open_gpu(_model: &ExecModel) -> Result<Arc<dyn FloatKernels>, ExecError> {
-    Err(ExecError::Gpu(
-        "this build has no GPU support: rebuild with `cargo build --release --features gpu`".into(),
-    ))
+    Err(no_gpu_support())
+}
+
+/// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]).
+#[cfg(feature = "gpu")]
+fn prefill_resident(
+    model: Arc<ExecModel>,
+    tokens: &[u32],
+    options: &PrefillOptions,
+) -> Result<PrefillResult, ExecError> {
+    let gpu = Arc::new(GpuModel::upload(gpu_context()?, model)?);
+    gpu.warm_up()?;
+    prefill_on_gpu(&gpu, tokens, options)
+}
+
+#[cfg(not(feature = "gpu"))]
+fn prefill_resident(
+    _model: Arc<ExecModel>,
+    _tokens: &[u32],
+    _options: &PrefillOptions,
+) -> Result<PrefillResult, ExecError> {
+    Err(no_gpu_support())
+}
+
+/// The device profile of [`GpuUse::Resident`]: one GPU lane, costed like the host's CPU
+/// (the policies only need a guess, and with one lane they only order chunks).
+pub fn resident_gpu_device() -> DeviceProfile {
+    let mut device = host_device();
+    let cpu = device.first_of(ProcessorKind::Cpu).map_or_else(
+        || device.processors[0].clone(),
+        |i| device.processors[i].clone(),
+    );
+    device.processors = vec![hetsched_systems::device::ProcessorSpec {
+        name: "gpu".into(),
+        kind: ProcessorKind::Gpu,
+        ..cpu
+    }];
+    device.name = "Vulkan GPU (every stage resident)".into();
+    device
+}
+
+/// Prefills `tokens` with every stage on the GPU of `gpu`, whose weights are already
+/// resident: upload once with [`GpuModel::upload`], prefill many times.
+#[cfg(feature = "gpu")]
+pub fn prefill_on_gpu(
+    gpu: &Arc<GpuModel>,
+    tokens: &[u32],
+    options: &PrefillOptions,
+) -> Result<PrefillResult, ExecError> {
+    check_prompt(&gpu.host, tokens)?;
+    let workload = Workload {
+        prompt_len: tokens.len() as u32,
+        chunk_len: options.chunk_len,
+        policy: options.policy,
+        float_processor: None,
+    };
+    let plan = Arc::new(PrefillPlan::new(
+        gpu.host.model_config(),
+        resident_gpu_device(),
+        workload,
+    )?);
+    let steps = Step::compile_stages(&plan.stages)?;
+    let layers = plan.stages.iter().map(|s| s.layer).collect();
+    let runner = Arc::new(GpuStageRunner::new(
+        gpu.clone(),
+        steps,
+        layers,
+        tokens.to_vec(),
+        options.chunk_len as usize,
+        options.all_logits,
+    )?);
+    let outcome = run_on_queues(plan, runner.clone(), 1)?;
+    let logits = runner.logits.lock().take().ok_or(ExecError::MissingValue {
+        op: "prefill",
+        chunk: 0,
+        value: "logits",
+    })?;
+    Ok(PrefillResult {
+        logits,
+        outcome,
+        shadow: ShadowUsage::default(),
+    })
+}
+
+/// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
+/// `threads` compute threads shared by the queues.
+fn run_on_queues(
+    plan: Arc<PrefillPlan>,
+    runner: Arc<dyn JobRunner>,
+    threads: usize,
+) -> Result<RunOutcome, ExecError> {
+    let threads = threads.max(1);
+    let failed = |e: &dyn std::fmt::Display| ExecError::Threads {
+        threads,
+        reason: e.to_string(),
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("hetsched-worker-{i}"))
+        .build()
+        .map_err(|e| failed(&e))?;
+    let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, Arc::new(pool))
+        .map_err(|e| failed(&e))?;
+    let outcome = engine::run(plan, &mut queues)?;
+    drop(queues);
+    Ok(outcome)
 }
 
 /// Checks `tokens` against the model: not empty, within the context, inside the
@@ -213,7 +346,10 @@ pub fn prefill(
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
     check_prompt(&model, tokens)?;
-    let (device, float_processor) = if options.gpu {
+    if options.gpu == GpuUse::Resident {
+        return prefill_resident(model, tokens, options);
+    }
+    let (device, float_processor) = if options.gpu == GpuUse::FloatLane {
         (
             with_gpu_lane(options.device.clone()),
             Some("gpu".to_string()),
@@ -241,24 +377,7 @@ pub fn prefill(
     state.recorder = options.recorder.clone();
     let shadow_before = model.shadow_counters.snapshot();
     let runner = Arc::new(StageRunner::new(model.clone(), steps, layers, lanes, state));
-    let threads = options.threads.max(1);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("hetsched-worker-{i}"))
-        .build()
-        .map_err(|e| ExecError::Threads {
-            threads,
-            reason: e.to_string(),
-        })?;
-    let mut queues =
-        ThreadQueues::start(plan.device.processors.len(), runner.clone(), Arc::new(pool)).map_err(
-            |e| ExecError::Threads {
-                threads,
-                reason: e.to_string(),
-            },
-        )?;
-    let outcome = engine::run(plan, &mut queues)?;
-    drop(queues);
+    let outcome = run_on_queues(plan, runner.clone(), options.threads)?;
     let logits = runner
         .state
         .logits

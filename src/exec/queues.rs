@@ -22,6 +22,13 @@ pub trait JobRunner: Send + Sync + 'static {
     /// Does the work of `job`, on the calling thread (which may fan out onto the
     /// current rayon pool). An `Err` fails the job with that reason.
     fn run(&self, job: &Job) -> Result<(), String>;
+
+    /// Whether `run` computes on the shared rayon pool (so the lane hands each job to a
+    /// pool thread). A runner that only queues device work says no and runs on the lane's
+    /// own thread, saving two thread hand-offs per job.
+    fn uses_pool(&self) -> bool {
+        true
+    }
 }
 
 enum Report {
@@ -92,15 +99,21 @@ fn serve(
     for job in jobs {
         let start_ns = started.elapsed().as_nanos() as u64;
         // A kernel that panics (a broken invariant) fails the job instead of the process.
-        let outcome = catch_unwind(AssertUnwindSafe(|| pool.install(|| runner.run(&job))))
-            .unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "unknown panic".into());
-                Err(format!("the job panicked: {what}"))
-            });
+        let run = || {
+            if runner.uses_pool() {
+                pool.install(|| runner.run(&job))
+            } else {
+                runner.run(&job)
+            }
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(format!("the job panicked: {what}"))
+        });
         let end_ns = started.elapsed().as_nanos() as u64;
         let report = match outcome {
             Ok(()) => Report::Done(Completion {

@@ -105,10 +105,13 @@ impl PrefillPlan {
             )));
         }
         let float_processor = float_processor(&device, &workload)?;
+        // Without an NPU the linears fall back to the CPU, and on a GPU-only device (every
+        // tensor resident there) to the GPU.
         let int8_processor = device
             .first_of(ProcessorKind::Npu)
             .or_else(|| device.first_of(ProcessorKind::Cpu))
-            .ok_or_else(|| PlanError::NoProcessor("INT8 (NPU or CPU)".into()))?;
+            .or_else(|| device.first_of(ProcessorKind::Gpu))
+            .ok_or_else(|| PlanError::NoProcessor("linear (NPU, CPU or GPU)".into()))?;
         let stage_processor: Vec<usize> = stages
             .iter()
             .map(|s| match s.class {
