@@ -539,9 +539,9 @@ impl TensorView<'_> {
     }
 
     /// Dequantizes column `column` of the tensor seen as a matrix
-    /// `[n_elements / dims[0], dims[0]]`: one element per row, decoding only the
-    /// block that holds it (an outlier shadow reads one input channel's weights
-    /// this way, on demand, from the memory map).
+    /// `[n_elements / dims[0], dims[0]]`: one element per row, decoded alone from
+    /// the block that holds it (an outlier shadow reads one input channel's
+    /// weights this way, on demand, from the memory map).
     pub fn column_f32(&self, column: usize) -> Result<Vec<f32>> {
         let cols = self.info.dims[0] as usize;
         if column >= cols {
@@ -557,12 +557,20 @@ impl TensorView<'_> {
         // GGUF rows are whole blocks (checked when the header was parsed).
         let row_bytes = cols / block * block_bytes;
         let at = column / block * block_bytes;
-        let mut decoded = vec![0f32; block];
         let mut out = Vec::with_capacity(n_rows);
         for row in 0..n_rows {
             let start = row * row_bytes + at;
-            self.dequantize_into(&self.data[start..start + block_bytes], &mut decoded)?;
-            out.push(decoded[column % block]);
+            let element = dtype::dequantize_element(
+                self.info.ty,
+                &self.data[start..start + block_bytes],
+                column % block,
+            );
+            out.push(element.ok_or_else(|| {
+                ImportError::InvalidConfig(format!(
+                    "tensor {:?}: cannot decode column {column} of its {:?} blocks",
+                    self.info.name, self.info.ty
+                ))
+            })?);
         }
         Ok(out)
     }
