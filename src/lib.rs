@@ -28,6 +28,7 @@ pub mod compare;
 pub mod engine;
 pub mod exec;
 pub mod import;
+pub mod outliers;
 pub mod report;
 pub mod scene;
 pub mod sweep;

@@ -8,8 +8,14 @@ use clap::{Parser, Subcommand};
 use std::time::Instant;
 
 use hetsched::engine::{self, RunOutcome};
-use hetsched::exec::{self, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
-use hetsched::import::{GgufFile, GgufTokenizer, HfModel, ImportError};
+use hetsched::exec::{
+    self, Calibration, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport,
+    PrunedScale,
+};
+use hetsched::import::{
+    ColumnSource, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor,
+    LlamaSource,
+};
 use hetsched::report::RunReport;
 use hetsched::scene::{DEFAULT_SCENE, Scene, shipped_scenes};
 use hetsched::systems::Policy;
@@ -34,6 +40,11 @@ enum Command {
     Run(RunArgs),
     /// Perplexity of a text, and KL / top-1 agreement of a precision against f32.
     Eval(EvalArgs),
+    /// Record activation ranges and outliers over a corpus; decide which layers keep the
+    /// outlier shadow; write the calibration file that w8a8-shadow runs follow.
+    Calibrate(CalibrateArgs),
+    /// Outlier statistics of a calibration file (seed 000 Figs 10-11): table, JSON, SVG.
+    Outliers(OutliersArgs),
     /// Compare every policy over scenes and prompt lengths.
     Compare(CompareArgs),
     /// Sweep chunk length x policy (x prompt length) on one scene: CSV and an SVG plot.
@@ -139,6 +150,8 @@ struct RunArgs {
     /// resident there (needs --precision f32). GPU needs a build with `--features gpu`.
     #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
     backends: Vec<String>,
+    #[command(flatten)]
+    shadow: ShadowArgs,
     /// Write a Chrome trace JSON timeline with real timestamps.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -146,6 +159,76 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
     /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Which calibration a w8a8-shadow run follows.
+#[derive(clap::Args)]
+struct ShadowArgs {
+    /// Calibration file for w8a8-shadow [default: MODEL.calibration.json beside the model
+    /// when it exists; without one every site is shadowed with every float row resident].
+    #[arg(long, value_name = "FILE", conflicts_with = "no_calibration")]
+    calibration: Option<PathBuf>,
+    /// Ignore the calibration file beside the model (shadow every site, every row).
+    #[arg(long)]
+    no_calibration: bool,
+    /// Re-decide the calibration's pruning: the share of sites whose shadow is dropped.
+    #[arg(long, value_name = "RATE")]
+    prune: Option<f64>,
+    /// Override the calibration's scale for pruned sites: max (each tensor's max |x|) or
+    /// percentile (the calibrated percentile of |x|; values beyond saturate).
+    #[arg(long, value_enum)]
+    pruned_scale: Option<PrunedScale>,
+}
+
+#[derive(clap::Args)]
+struct CalibrateArgs {
+    /// GGUF model file or Hugging Face directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// Text files to calibrate on (e.g. /usr/share/common-licenses/Apache-2.0).
+    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
+    corpus: Vec<PathBuf>,
+    /// Where to write the calibration [default: MODEL.calibration.json beside the model].
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Share of sites (layer x activation) whose outlier shadow is dropped: the least
+    /// important ones (largest outlier / clipped scale).
+    #[arg(long, default_value_t = 0.85)]
+    prune: f64,
+    /// Tokens per window.
+    #[arg(long, default_value_t = 256)]
+    ctx: usize,
+    /// Windows at most over the whole corpus.
+    #[arg(long, default_value_t = 16)]
+    max_windows: usize,
+    /// Percentile of |x| for each site's clipped scale.
+    #[arg(long, default_value_t = 99.99)]
+    percentile: f64,
+    /// Scale of pruned sites: max (each tensor's max |x|) or percentile (the calibrated
+    /// percentile of |x|; values beyond saturate).
+    #[arg(long, value_enum, default_value = "max")]
+    pruned_scale: PrunedScale,
+    /// Compute threads [default: the machine's cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Write the outlier statistics plot (SVG) here.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Print the outlier statistics as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct OutliersArgs {
+    /// Calibration file written by `hetsched calibrate`.
+    calibration: PathBuf,
+    /// Write the plot (SVG) here.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -170,6 +253,8 @@ struct EvalArgs {
     /// Compute threads [default: the machine's cores].
     #[arg(long)]
     threads: Option<usize>,
+    #[command(flatten)]
+    shadow: ShadowArgs,
     /// Print one JSON object instead of the summary.
     #[arg(long)]
     json: bool,
@@ -181,6 +266,8 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Run(args) => run(args),
         Command::Eval(args) => eval(args),
+        Command::Calibrate(args) => calibrate(args),
+        Command::Outliers(args) => outliers(args),
         Command::Compare(args) => compare(args),
         Command::Sweep(args) => sweep(args),
         Command::Scenes => {
@@ -241,7 +328,8 @@ fn run(args: RunArgs) -> Result<(), String> {
         (None, None) => return Err("give --prompt TEXT or --prompt-file FILE".into()),
     };
     let loading = Instant::now();
-    let (tokenizer, model) = load_model(&args.model, &[args.precision])?;
+    let calibration = find_calibration(&args.model, args.precision, &args.shadow)?;
+    let (tokenizer, model) = load_model(&args.model, &[args.precision], calibration.as_ref())?;
     let model = model.into_iter().next().expect("one precision asked for");
     let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     let model = Arc::new(model);
@@ -257,15 +345,8 @@ fn run(args: RunArgs) -> Result<(), String> {
         ..defaults
     };
     let name = model.name.clone();
-    let result = exec::prefill(model, &tokens, &options).map_err(|e| e.to_string())?;
-    let report = PrefillReport::new(
-        &name,
-        args.precision.as_str(),
-        options.threads,
-        load_ms,
-        &result,
-        &tokenizer,
-    );
+    let result = exec::prefill(model.clone(), &tokens, &options).map_err(|e| e.to_string())?;
+    let report = PrefillReport::new(&model, options.threads, load_ms, &result, &tokenizer);
     let title = format!(
         "{name} ({}) on this machine — {}, {} tokens, chunk {}",
         report.precision, report.schedule.policy, report.prompt_tokens, report.schedule.chunk_len
@@ -306,30 +387,110 @@ fn gpu_use(backends: &[String]) -> Result<GpuUse, String> {
 }
 
 /// The tokenizer and the model at each of `precisions`, from a GGUF file or a Hugging
-/// Face directory.
+/// Face directory; a w8a8-shadow model follows `calibration` (its path and contents)
+/// when given.
 fn load_model(
     path: &Path,
     precisions: &[LinearPrecision],
+    calibration: Option<&(PathBuf, Calibration)>,
 ) -> Result<(GgufTokenizer, Vec<ExecModel>), String> {
     let shown = |e: ImportError| format!("{}: {e}", path.display());
+    // Declared first: `source` may borrow it.
+    let file;
+    let (tokenizer, source, columns): (_, Box<dyn LlamaSource + '_>, Arc<dyn ColumnSource>);
     if path.is_dir() {
-        let hf = HfModel::open(path).map_err(shown)?;
-        let tokenizer =
+        let hf = Arc::new(HfModel::open(path).map_err(shown)?);
+        tokenizer =
             GgufTokenizer::from_tokenizer_json(&hf.tokenizer_path(), false).map_err(shown)?;
-        let models = precisions
-            .iter()
-            .map(|&p| ExecModel::from_source(&hf, p).map_err(shown))
-            .collect::<Result<_, _>>()?;
-        Ok((tokenizer, models))
+        source = Box::new(SharedSource(hf.clone()));
+        columns = hf;
     } else {
-        let file = GgufFile::open(path).map_err(shown)?;
-        let tokenizer = GgufTokenizer::from_gguf(&file).map_err(shown)?;
-        let models = precisions
-            .iter()
-            .map(|&p| ExecModel::load(&file, p).map_err(shown))
-            .collect::<Result<_, _>>()?;
-        Ok((tokenizer, models))
+        file = Arc::new(GgufFile::open(path).map_err(shown)?);
+        tokenizer = GgufTokenizer::from_gguf(&file).map_err(shown)?;
+        source = Box::new(GgufSource::new(&file).map_err(shown)?);
+        columns = file.clone();
     }
+    let models = precisions
+        .iter()
+        .map(|&p| match (p, calibration) {
+            (LinearPrecision::W8a8Shadow, Some((cal_path, cal))) => {
+                let mut model = ExecModel::from_source_calibrated(&*source, cal, columns.clone())
+                    .map_err(|e| format!("{}: {e}", cal_path.display()))?;
+                model.calibration_file = Some(cal_path.display().to_string());
+                Ok(model)
+            }
+            _ => ExecModel::from_source(&*source, p).map_err(shown),
+        })
+        .collect::<Result<_, String>>()?;
+    Ok((tokenizer, models))
+}
+
+/// A Hugging Face checkpoint shared between the loader and the shadow's cold-row reads.
+struct SharedSource(Arc<HfModel>);
+
+impl LlamaSource for SharedSource {
+    fn config(&self) -> &hetsched::import::LlamaConfig {
+        self.0.config()
+    }
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn token_embd(&self) -> Result<Vec<f32>, ImportError> {
+        self.0.token_embd()
+    }
+    fn output_norm(&self) -> Result<Vec<f32>, ImportError> {
+        self.0.output_norm()
+    }
+    fn output(&self) -> Result<Option<Vec<f32>>, ImportError> {
+        self.0.output()
+    }
+    fn layer(&self, layer: usize, which: LayerTensor) -> Result<Vec<f32>, ImportError> {
+        self.0.layer(layer, which)
+    }
+}
+
+/// The calibration a `precision` run follows: `--calibration FILE` (which must exist),
+/// else the default file beside the model if there is one; none for other precisions or
+/// with `--no-calibration`. `--prune` re-decides its kept sites.
+fn find_calibration(
+    model: &Path,
+    precision: LinearPrecision,
+    args: &ShadowArgs,
+) -> Result<Option<(PathBuf, Calibration)>, String> {
+    if precision != LinearPrecision::W8a8Shadow || args.no_calibration {
+        if args.calibration.is_some() || args.prune.is_some() || args.pruned_scale.is_some() {
+            return Err(
+                "--calibration and --prune apply to --precision w8a8-shadow with a calibration"
+                    .into(),
+            );
+        }
+        return Ok(None);
+    }
+    let path = match &args.calibration {
+        Some(path) => path.clone(),
+        None => {
+            let path = exec::default_calibration_path(model);
+            if !path.exists() {
+                if args.prune.is_some() || args.pruned_scale.is_some() {
+                    return Err(format!(
+                        "--prune needs a calibration: none at {}; run `hetsched calibrate --model {} --corpus TEXT` or pass --calibration FILE",
+                        path.display(),
+                        model.display()
+                    ));
+                }
+                return Ok(None);
+            }
+            path
+        }
+    };
+    let mut calibration = Calibration::load(&path).map_err(|e| e.to_string())?;
+    if let Some(rate) = args.prune {
+        calibration.prune(rate).map_err(|e| e.to_string())?;
+    }
+    if let Some(scale) = args.pruned_scale {
+        calibration.pruned_scale = scale;
+    }
+    Ok(Some((path, calibration)))
 }
 
 fn eval(args: EvalArgs) -> Result<(), String> {
@@ -339,7 +500,8 @@ fn eval(args: EvalArgs) -> Result<(), String> {
         LinearPrecision::F32 => &[LinearPrecision::F32],
         other => &[other, LinearPrecision::F32],
     };
-    let (tokenizer, models) = load_model(&args.model, precisions)?;
+    let calibration = find_calibration(&args.model, args.precision, &args.shadow)?;
+    let (tokenizer, models) = load_model(&args.model, precisions, calibration.as_ref())?;
     let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     let mut models = models.into_iter().map(Arc::new);
     let model = models.next().expect("at least one model");
@@ -378,6 +540,85 @@ fn eval(args: EvalArgs) -> Result<(), String> {
             report.kl_divergence,
             100.0 * report.top1_agreement
         );
+        if let Some(sh) = &report.shadow {
+            println!("{}", exec::shadow_summary(sh));
+        }
+    }
+    Ok(())
+}
+
+fn calibrate(args: CalibrateArgs) -> Result<(), String> {
+    let mut corpus = Vec::new();
+    let (tokenizer, models) = load_model(&args.model, &[LinearPrecision::F32], None)?;
+    for path in &args.corpus {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read corpus file {}: {e}", path.display()))?;
+        let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
+        corpus.push((path.display().to_string(), tokens));
+    }
+    let model = Arc::new(models.into_iter().next().expect("one precision asked for"));
+    let defaults = PrefillOptions::default();
+    let options = exec::CalibrateOptions {
+        ctx: args.ctx,
+        max_windows: args.max_windows,
+        prune: args.prune,
+        percentile: args.percentile,
+        pruned_scale: args.pruned_scale,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        prefill: PrefillOptions {
+            threads: args.threads.unwrap_or(defaults.threads),
+            ..defaults
+        },
+    };
+    let calibration = exec::calibrate(&model, &corpus, &options).map_err(|e| e.to_string())?;
+    let out = args
+        .out
+        .unwrap_or_else(|| exec::default_calibration_path(&args.model));
+    calibration.save(&out).map_err(|e| e.to_string())?;
+    if !args.json {
+        println!(
+            "calibrated {} on {} windows ({} tokens); wrote {}",
+            model.name,
+            calibration.windows,
+            calibration.tokens,
+            out.display()
+        );
+    }
+    show_outliers(&calibration, args.svg.as_deref(), args.json)
+}
+
+fn outliers(args: OutliersArgs) -> Result<(), String> {
+    let calibration = Calibration::load(&args.calibration).map_err(|e| e.to_string())?;
+    show_outliers(&calibration, args.svg.as_deref(), args.json)
+}
+
+/// Prints a calibration's outlier statistics (table or JSON) and writes the plot.
+fn show_outliers(calibration: &Calibration, svg: Option<&Path>, json: bool) -> Result<(), String> {
+    if let Some(path) = svg {
+        let title = format!(
+            "{}: activation outliers beyond {} RMS ({} windows of {})",
+            calibration.model.name, calibration.clip_rms, calibration.windows, calibration.ctx
+        );
+        write(path, &hetsched::outliers::to_svg(&title, calibration))?;
+    }
+    if json {
+        let stats = calibration.outlier_stats();
+        let (channels, top) = hetsched::outliers::means(&stats);
+        let value = serde_json::json!({
+            "model": calibration.model,
+            "prune": calibration.prune,
+            "kept_sites": calibration.kept_sites(),
+            "sites": stats.len(),
+            "mean_channels_with_outliers": channels,
+            "mean_outliers_in_top_channels": top,
+            "stats": stats,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).expect("the statistics always serialise")
+        );
+    } else {
+        print!("{}", hetsched::outliers::table(calibration));
     }
     Ok(())
 }

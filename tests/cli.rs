@@ -461,3 +461,107 @@ fn eval_reports_perplexity_and_agreement_as_json() {
     ]);
     assert_clear_failure(&out, "--ctx 1");
 }
+
+#[test]
+fn calibrate_writes_a_file_that_run_follows_and_outliers_reads() {
+    let model = test_model();
+    let dir = scratch("calibrate");
+    let (cal, svg) = (dir.join("cal.json"), dir.join("outliers.svg"));
+    let (cal, svg) = (cal.to_str().unwrap(), svg.to_str().unwrap());
+    let out = hetsched(&[
+        "calibrate",
+        "--model",
+        &model,
+        "--corpus",
+        "/usr/share/common-licenses/Apache-2.0",
+        "--ctx",
+        "64",
+        "--max-windows",
+        "2",
+        "--threads",
+        "2",
+        "--out",
+        cal,
+        "--svg",
+        svg,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["sites"], 120);
+    assert_eq!(stats["kept_sites"], 18);
+    assert_eq!(stats["stats"].as_array().unwrap().len(), 120);
+    let plot = std::fs::read_to_string(svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() == 8);
+
+    let out = hetsched(&["outliers", cal, "--json"]);
+    assert!(out.status.success());
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(),
+        stats
+    );
+
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--model",
+            &model,
+            "--prompt",
+            "The capital of France is",
+            "--precision",
+            "w8a8-shadow",
+            "--threads",
+            "2",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        hetsched(&args)
+    };
+    let out = run(&["--calibration", cal, "--prune", "0.5"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shadow = &report["shadow"];
+    assert_eq!(shadow["kept_sites"], 60, "{shadow}");
+    assert_eq!(shadow["calibration"], cal);
+    assert!(shadow["resident_bytes"].as_u64() < shadow["full_copy_bytes"].as_u64());
+
+    let missing = dir.join("missing.json");
+    assert_clear_failure(
+        &run(&["--calibration", missing.to_str().unwrap()]),
+        "hetsched calibrate",
+    );
+    let corrupt = dir.join("corrupt.json");
+    std::fs::write(&corrupt, "{\"version\": 1").unwrap();
+    assert_clear_failure(
+        &run(&["--calibration", corrupt.to_str().unwrap()]),
+        "corrupt",
+    );
+    assert_clear_failure(
+        &run(&["--calibration", cal, "--prune", "2"]),
+        "outside 0..=1",
+    );
+    assert_clear_failure(
+        &hetsched(&[
+            "run",
+            "--model",
+            &model,
+            "--prompt",
+            "hi",
+            "--calibration",
+            cal,
+        ]),
+        "w8a8-shadow",
+    );
+    assert_clear_failure(
+        &hetsched(&["outliers", corrupt.to_str().unwrap()]),
+        "corrupt",
+    );
+}

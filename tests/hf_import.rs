@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
 use hetsched::import::{
-    GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor, LlamaSource,
-    TEST_MODEL_PATH,
+    ColumnSource, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor,
+    LlamaSource, TEST_MODEL_PATH,
 };
 use safetensors::{Dtype, tensor::TensorView};
 
@@ -151,6 +151,18 @@ fn a_safetensors_checkpoint_prefills_like_the_gguf_file() {
         .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
     println!("HF vs GGUF: max |diff| {diff:.2e} of max |logit| {scale:.2}");
     assert!(diff <= 1e-4 * scale, "max diff {diff}");
+
+    // The outlier shadow's cold rows: a column read from the safetensors map equals the
+    // column of the whole tensor.
+    for which in [LayerTensor::Q, LayerTensor::Down] {
+        let whole = hf.layer(3, which).unwrap();
+        let cols = which.shape(hf.config())[1];
+        for c in [0, 7, cols - 1] {
+            let want: Vec<f32> = whole.chunks_exact(cols).map(|row| row[c]).collect();
+            assert_eq!(hf.layer_column(3, which, c).unwrap(), want, "{which:?} {c}");
+        }
+        assert!(hf.layer_column(3, which, cols).is_err());
+    }
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use hetsched_systems::PlanError;
 use thiserror::Error;
 
+use super::calibration::CalibrationError;
 use crate::engine::EngineError;
 use crate::import::ImportError;
 
@@ -57,6 +58,9 @@ pub enum ExecError {
     /// A kernel refused its input (shapes or precisions that do not match).
     #[error("kernel failed: {0}")]
     Kernel(String),
+    /// A calibration file is missing, corrupt or made for another model.
+    #[error(transparent)]
+    Calibration(#[from] CalibrationError),
     /// The model could not be loaded.
     #[error(transparent)]
     Import(#[from] ImportError),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::shadow::{ShadowReport, ShadowUsage};
 use super::{ExecError, ExecModel, PrefillOptions, prefill};
 
 /// What `hetsched eval --json` prints.
@@ -30,6 +31,10 @@ pub struct EvalReport {
     pub kl_divergence: f64,
     /// Share of positions whose most likely token equals f32's.
     pub top1_agreement: f64,
+    /// Prompt tokens per second of the evaluated precision's prefills.
+    pub prefill_tokens_per_s: f64,
+    /// The outlier shadow over every window (w8a8-shadow only).
+    pub shadow: Option<ShadowReport>,
 }
 
 fn log_softmax(logits: &[f32]) -> Vec<f64> {
@@ -83,8 +88,12 @@ pub fn evaluate(
     let vocab = model.config.vocab_size;
     let same = Arc::ptr_eq(model, reference);
     let (mut nll, mut nll_f32, mut kl, mut agree, mut count) = (0.0, 0.0, 0.0, 0usize, 0usize);
+    let (mut shadow, mut prefill_ns) = (ShadowUsage::default(), 0u64);
     for window in &windows {
-        let logits = prefill(model.clone(), window, &options)?.logits;
+        let run = prefill(model.clone(), window, &options)?;
+        prefill_ns += run.outcome.makespan_ns;
+        shadow = shadow.plus(run.shadow);
+        let logits = run.logits;
         let reference_logits = if same {
             None
         } else {
@@ -123,5 +132,10 @@ pub fn evaluate(
         perplexity_f32: (nll_f32 / n).exp(),
         kl_divergence: kl / n,
         top1_agreement: agree as f64 / n,
+        prefill_tokens_per_s: (windows.len() * ctx) as f64 / (prefill_ns.max(1) as f64 / 1e9),
+        shadow: model.shadow_report(shadow).map(|mut s| {
+            s.prefill_share = s.shadow_ms / (prefill_ns.max(1) as f64 / 1e6);
+            s
+        }),
     })
 }

@@ -563,7 +563,7 @@ impl GpuStageRunner {
                 t.ready |= Value::Normed.bit();
             }
             // f32 linears: the activation is read as it is.
-            Step::QuantizeNormed => {
+            Step::QuantizeNormed(_) => {
                 take(t, Value::Normed, "quantize")?;
                 t.act = Some(Value::Normed);
             }

@@ -8,9 +8,10 @@ use rayon::prelude::*;
 
 use super::error::ExecError;
 use super::float_kernels::FloatKernels;
+use super::shadow::ActSite;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{NormSite, Projection, Step};
-use super::values::{LinearOut, dequantize, linear, matmul_rows, quantize};
+use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize};
 use super::weights::{ExecModel, LayerWeights};
 
 /// Executes stages of one prefill: the model, its compiled stages and the shared state.
@@ -127,19 +128,19 @@ impl StageRunner {
                 let out = kernels.rms_norm(x, weight, c.norm_eps, rows, c.hidden);
                 v.normed = Some(out.map_err(failed)?);
             }
-            Step::QuantizeNormed => {
+            Step::QuantizeNormed(site) => {
                 let x = v
                     .normed
                     .take()
                     .ok_or(missing("quantize", chunk, "normed"))?;
-                v.act = Some(quantize(x, m.precision));
+                v.act = Some(self.quantize(layer, site, x));
             }
             Step::QuantizeAttention => {
                 let x = v
                     .attn
                     .take()
                     .ok_or(missing("o_quant", chunk, "attention"))?;
-                v.act = Some(quantize(x, m.precision));
+                v.act = Some(self.quantize(layer, ActSite::O, x));
             }
             Step::Linear(p) => {
                 let w = self.layer(layer)?;
@@ -156,7 +157,7 @@ impl StageRunner {
                     .act
                     .as_ref()
                     .ok_or(missing("linear", chunk, "activation"))?;
-                let out = linear(act, rows, weights).map_err(failed)?;
+                let out = linear(act, rows, weights, &m.shadow_counters).map_err(failed)?;
                 match p {
                     Projection::Q => v.q_raw = Some(out),
                     Projection::K | Projection::V => self.keep_kv(layer, chunk, p, out),
@@ -222,7 +223,7 @@ impl StageRunner {
                 let up = dequantize(up, &w.w_up).map_err(failed)?;
                 let mut h = vec![0f32; gate.len()];
                 silu_mul_fast(&gate, &up, &mut h);
-                v.act = Some(quantize(h, m.precision));
+                v.act = Some(self.quantize(layer, ActSite::Down, h));
             }
             Step::LmHead => {
                 let x = v
@@ -249,6 +250,15 @@ impl StageRunner {
             }
         }
         Ok(())
+    }
+
+    /// The quantize operator of `site` in layer `layer`, after the calibration recorder
+    /// (if any) has seen the activation.
+    fn quantize(&self, layer: usize, site: ActSite, x: Vec<f32>) -> Act {
+        if let Some(recorder) = &self.state.recorder {
+            recorder.observe(layer, site, &x);
+        }
+        quantize(x, self.model.quant_rule(layer, site))
     }
 
     /// Keeps a chunk's key or value projection until its rows are written.

@@ -19,6 +19,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod calibrate;
+mod calibration;
 mod error;
 mod eval;
 mod float_kernels;
@@ -27,6 +29,7 @@ mod gpu_resident;
 mod interpret;
 mod queues;
 mod report;
+mod shadow;
 mod state;
 mod steps;
 mod values;
@@ -42,6 +45,11 @@ use hetsched_systems::{
     DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
 };
 
+pub use calibrate::{ActivationRecorder, CalibrateOptions, calibrate};
+pub use calibration::{
+    CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, ModelIdentity, OutlierStats,
+    SiteCalibration, default_calibration_path,
+};
 pub use error::ExecError;
 pub use eval::{EvalReport, evaluate};
 #[cfg(feature = "gpu")]
@@ -51,10 +59,15 @@ pub use float_kernels::{CpuFloat, FloatKernels};
 pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner};
 pub use interpret::StageRunner;
 pub use queues::{JobRunner, ThreadQueues};
-pub use report::{PrefillReport, TopToken};
+pub use report::{PrefillReport, TopToken, shadow_summary};
+pub use shadow::{
+    ActSite, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
+    ShadowUsage,
+};
 pub use state::PrefillState;
 pub use steps::Step;
-pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights};
+pub use values::SHADOW_CLIP_RMS;
+pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights, ShadowSetup};
 
 use crate::engine::{self, RunOutcome};
 use crate::scene::Scene;
@@ -85,6 +98,8 @@ pub struct PrefillOptions {
     /// Logits for every token of the last chunk (`[tokens, vocab]`), not just the last
     /// token: with a chunk as long as the prompt, every position's (for evaluation).
     pub all_logits: bool,
+    /// Sees every activation before it is quantized (calibration).
+    pub recorder: Option<Arc<ActivationRecorder>>,
 }
 
 impl Default for PrefillOptions {
@@ -98,6 +113,7 @@ impl Default for PrefillOptions {
             gpu_timestamps: false,
             placement: PlacementConfig::default(),
             all_logits: false,
+            recorder: None,
         }
     }
 }
@@ -130,6 +146,8 @@ pub struct PrefillResult {
     pub logits: Vec<f32>,
     /// The schedule that ran, with real timestamps.
     pub outcome: RunOutcome,
+    /// The outlier shadow's work in this prefill (zero without a shadow).
+    pub shadow: ShadowUsage,
 }
 
 /// `device` with a GPU lane added (costed like its CPU: the policies only need a guess),
@@ -316,7 +334,11 @@ pub fn prefill_on_gpu(
         chunk: 0,
         value: "logits",
     })?;
-    Ok(PrefillResult { logits, outcome })
+    Ok(PrefillResult {
+        logits,
+        outcome,
+        shadow: ShadowUsage::default(),
+    })
 }
 
 /// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
@@ -405,7 +427,9 @@ pub fn prefill(
         model.config.kv_dim(),
     );
     state.all_logits = options.all_logits;
-    let runner = Arc::new(StageRunner::new(model, steps, layers, lanes, state));
+    state.recorder = options.recorder.clone();
+    let shadow_before = model.shadow_counters.snapshot();
+    let runner = Arc::new(StageRunner::new(model.clone(), steps, layers, lanes, state));
     let outcome = run_on_queues(plan, runner.clone(), options.threads)?;
     let logits = runner
         .state
@@ -417,5 +441,9 @@ pub fn prefill(
             chunk: 0,
             value: "logits",
         })?;
-    Ok(PrefillResult { logits, outcome })
+    Ok(PrefillResult {
+        logits,
+        outcome,
+        shadow: model.shadow_counters.snapshot().since(shadow_before),
+    })
 }

@@ -2,7 +2,8 @@
 
 use serde::Serialize;
 
-use super::PrefillResult;
+use super::shadow::ShadowReport;
+use super::{ExecModel, PrefillResult};
 use crate::import::{GgufTokenizer, top_k};
 use crate::report::RunReport;
 
@@ -36,6 +37,8 @@ pub struct PrefillReport {
     pub prefill_tokens_per_s: f64,
     /// The most likely next tokens.
     pub top_tokens: Vec<TopToken>,
+    /// The outlier shadow (w8a8-shadow only): resident bytes, hits and misses, time.
+    pub shadow: Option<ShadowReport>,
     /// The schedule that ran (real timestamps; its lower bound comes from the cost model).
     pub schedule: RunReport,
 }
@@ -44,14 +47,14 @@ impl PrefillReport {
     /// Builds the report of `result`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        model: &str,
-        precision: &'static str,
+        model: &ExecModel,
         threads: usize,
         load_ms: f64,
         result: &PrefillResult,
         tokenizer: &GgufTokenizer,
     ) -> Self {
-        let schedule = RunReport::new(&format!("{model} (real)"), &result.outcome);
+        let (name, precision) = (&model.name, model.precision.as_str());
+        let schedule = RunReport::new(&format!("{name} (real)"), &result.outcome);
         let prompt_tokens = schedule.prompt_len as usize;
         let top_tokens = top_k(&result.logits, 5)
             .into_iter()
@@ -63,8 +66,13 @@ impl PrefillReport {
                 prob,
             })
             .collect();
+        let shadow = model.shadow_report(result.shadow).map(|mut s| {
+            s.prefill_share = s.shadow_ms / schedule.makespan_ms.max(1e-9);
+            s
+        });
         Self {
-            model: model.to_string(),
+            model: name.to_string(),
+            shadow,
             precision,
             threads,
             prompt_tokens,
@@ -93,6 +101,10 @@ impl PrefillReport {
             self.prefill_tokens_per_s,
             self.load_ms
         );
+        if let Some(sh) = &self.shadow {
+            s.push_str(&shadow_summary(sh));
+            s.push('\n');
+        }
         for t in &self.top_tokens {
             s.push_str(&format!(
                 "  {:>6}  {:>6.2}%  {:?}\n",
@@ -103,4 +115,26 @@ impl PrefillReport {
         }
         s
     }
+}
+
+/// One line on the outlier shadow: sites kept, resident float rows against a full copy,
+/// hits and misses, time.
+pub fn shadow_summary(sh: &ShadowReport) -> String {
+    format!(
+        "shadow: {}/{} sites kept ({}), float rows resident {:.2} MiB of a {:.2} MiB full copy ({:.1}%), \
+         {} hits / {} misses, {} outliers, {:.1} ms in shadow multiplies",
+        sh.kept_sites,
+        sh.sites,
+        sh.calibration.as_deref().map_or_else(
+            || "no calibration: every site, every row".to_string(),
+            |c| format!("calibration {c}")
+        ),
+        sh.resident_bytes as f64 / (1 << 20) as f64,
+        sh.full_copy_bytes as f64 / (1 << 20) as f64,
+        100.0 * sh.resident_share,
+        sh.hits,
+        sh.misses,
+        sh.outliers,
+        sh.shadow_ms
+    )
 }

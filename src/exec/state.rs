@@ -7,9 +7,11 @@
 //! keys and one for values; every chunk writes its rows in place, at its offset.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::calibrate::ActivationRecorder;
 use super::values::{Act, LinearOut};
 
 /// The values one chunk carries between operators. Each is taken by the operator that
@@ -91,6 +93,8 @@ pub struct PrefillState {
     pub logits: Mutex<Option<Vec<f32>>>,
     /// Compute the head for every token of the last chunk (evaluation), not just the last.
     pub all_logits: bool,
+    /// Sees every activation before it is quantized (calibration runs).
+    pub recorder: Option<Arc<ActivationRecorder>>,
 }
 
 impl PrefillState {
@@ -114,6 +118,7 @@ impl PrefillState {
             kv,
             logits: Mutex::new(None),
             all_logits: false,
+            recorder: None,
         }
     }
 

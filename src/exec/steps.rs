@@ -5,6 +5,7 @@
 use hetsched_systems::graph::StageTemplate;
 
 use super::error::ExecError;
+use super::shadow::ActSite;
 
 /// Which RMSNorm weight a norm reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,8 +44,9 @@ pub enum Step {
     Embed,
     /// RMSNorm of the residual stream.
     Norm(NormSite),
-    /// Quantize the normalised residual for a projection.
-    QuantizeNormed,
+    /// Quantize the normalised residual for the projections that read `site` (q/k/v
+    /// after the attention norm, gate/up after the FFN norm).
+    QuantizeNormed(ActSite),
     /// Quantize the attention output for the output projection.
     QuantizeAttention,
     /// A linear layer.
@@ -76,7 +78,8 @@ impl Step {
             "attn_norm" => Step::Norm(NormSite::Attention),
             "ffn_norm" => Step::Norm(NormSite::Ffn),
             "final_norm" => Step::Norm(NormSite::Final),
-            "attn_quant" | "ffn_quant" => Step::QuantizeNormed,
+            "attn_quant" => Step::QuantizeNormed(ActSite::Qkv),
+            "ffn_quant" => Step::QuantizeNormed(ActSite::GateUp),
             "o_quant" => Step::QuantizeAttention,
             "q_proj" => Step::Linear(Projection::Q),
             "k_proj" => Step::Linear(Projection::K),

@@ -12,7 +12,8 @@ use hetsched_kernels::{
 };
 use rayon::prelude::*;
 
-use super::weights::{LinearPrecision, LinearWeights};
+use super::shadow::{QuantRule, ShadowCounters};
+use super::weights::LinearWeights;
 
 /// An input of a linear layer.
 #[derive(Debug, Clone)]
@@ -55,13 +56,13 @@ const ROWS_PER_TASK: usize = 16;
 /// of an activation keeps INT8 resolution, the few values beyond go to the float shadow.
 pub const SHADOW_CLIP_RMS: f32 = 3.0;
 
-/// The quantize operator: per-tensor INT8 for W8A8 (scale from max |x|; with shadowing,
-/// from min(max |x|, [`SHADOW_CLIP_RMS`] × rms) and the excess of each value beyond it kept
-/// as an outlier), a pass-through for f32.
-pub fn quantize(x: Vec<f32>, precision: LinearPrecision) -> Act {
-    match precision {
-        LinearPrecision::F32 => Act::F32(x),
-        LinearPrecision::W8a8 => {
+/// The quantize operator under `rule`: a pass-through for f32; per-tensor INT8 with the
+/// scale from max |x|; or, for outlier shadowing, from min(max |x|, `rms` × rms(x)) with
+/// the excess of each value beyond it kept as an outlier.
+pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
+    match rule {
+        QuantRule::PassThrough => Act::F32(x),
+        QuantRule::MaxAbs => {
             let scale = scale_for_max_abs_fast(&x);
             let mut q = vec![0i8; x.len()];
             quantize_per_tensor_fast(&x, scale, &mut q);
@@ -71,9 +72,17 @@ pub fn quantize(x: Vec<f32>, precision: LinearPrecision) -> Act {
                 outliers: Vec::new(),
             }
         }
-        LinearPrecision::W8a8Shadow => {
-            let rms = (sum_squares(&x) / x.len().max(1) as f32).sqrt();
-            let limit = max_abs(&x).min(SHADOW_CLIP_RMS * rms);
+        QuantRule::Static { scale } => {
+            let mut q = vec![0i8; x.len()];
+            quantize_per_tensor_fast(&x, scale, &mut q);
+            Act::Int8 {
+                q,
+                scale,
+                outliers: Vec::new(),
+            }
+        }
+        QuantRule::Clip { rms: clip } => {
+            let limit = clip_limit(&x, clip);
             let scale = if limit > 0.0 { limit / 127.0 } else { 1.0 };
             let mut q = vec![0i8; x.len()];
             quantize_per_tensor_fast(&x, scale, &mut q);
@@ -86,6 +95,13 @@ pub fn quantize(x: Vec<f32>, precision: LinearPrecision) -> Act {
             Act::Int8 { q, scale, outliers }
         }
     }
+}
+
+/// The clipped range of `x`: min(max |x|, `clip` × rms(x)). Values beyond it are the
+/// shadow's outliers (calibration counts them with the same rule).
+pub fn clip_limit(x: &[f32], clip: f32) -> f32 {
+    let rms = (sum_squares(x) / x.len().max(1) as f32).sqrt();
+    max_abs(x).min(clip * rms)
 }
 
 fn sum_squares(x: &[f32]) -> f32 {
@@ -110,8 +126,14 @@ pub fn matmul_rows(a: &[f32], w: &PackedF32Weights) -> Vec<f32> {
     out
 }
 
-/// `x[rows, k] · wᵀ`, split by rows over the current thread pool.
-pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, String> {
+/// `x[rows, k] · wᵀ`, split by rows over the current thread pool; the outliers' float
+/// shadow, if any, is counted in `counters`.
+pub fn linear(
+    x: &Act,
+    rows: usize,
+    w: &LinearWeights,
+    counters: &ShadowCounters,
+) -> Result<LinearOut, String> {
     let (k, n) = (w.k(), w.n());
     match (x, w) {
         (Act::F32(a), LinearWeights::F32(packed)) => {
@@ -122,7 +144,7 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Stri
             Act::Int8 { q, scale, outliers },
             LinearWeights::Int8 {
                 packed,
-                shadow: float_t,
+                shadow: shadow_rows,
                 ..
             },
         ) => {
@@ -131,21 +153,11 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Stri
             acc.par_chunks_mut(ROWS_PER_TASK * n)
                 .zip(q.par_chunks(ROWS_PER_TASK * k))
                 .for_each(|(o, a)| gemm_i8(a, a.len() / k, packed, o));
-            // The outliers' float shadow: each adds residual × its input channel's weights
-            // to its row (runs inside this job: not yet a subgraph of its own).
-            let shadow = match (outliers.is_empty(), float_t) {
+            // The outliers' float shadow (runs inside this job: not yet a subgraph of
+            // its own).
+            let shadow = match (outliers.is_empty(), shadow_rows) {
                 (true, _) => None,
-                (false, Some(wt)) => {
-                    let mut y = vec![0f32; rows * n];
-                    for &(i, r) in outliers {
-                        let (row, c) = (i as usize / k, i as usize % k);
-                        let out = &mut y[row * n..(row + 1) * n];
-                        for (o, &w) in out.iter_mut().zip(&wt[c * n..(c + 1) * n]) {
-                            *o += r * w;
-                        }
-                    }
-                    Some(y)
-                }
+                (false, Some(rows_table)) => Some(rows_table.multiply(outliers, rows, counters)?),
                 (false, None) => return Err("outliers without float weights to shadow them".into()),
             };
             Ok(LinearOut::Int32 {
@@ -208,8 +220,12 @@ mod tests {
         for (i, v) in [(7, 300.0), (1000, -150.0), (4095, 80.0)] {
             x[i] = v;
         }
-        let Act::Int8 { q, scale, outliers } = quantize(x.clone(), LinearPrecision::W8a8Shadow)
-        else {
+        let Act::Int8 { q, scale, outliers } = quantize(
+            x.clone(),
+            QuantRule::Clip {
+                rms: SHADOW_CLIP_RMS,
+            },
+        ) else {
             panic!("shadowing quantizes to INT8");
         };
         let plain = scale_for_max_abs_fast(&x);

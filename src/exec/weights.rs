@@ -4,9 +4,20 @@
 use hetsched_kernels::reference::quantize_weights_per_row;
 use hetsched_kernels::{PackedF32Weights, PackedI8Weights, RopeTable};
 use hetsched_systems::model::{ModelConfig, Precision};
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
-use crate::import::{GgufFile, GgufSource, ImportError, LayerTensor, LlamaConfig, LlamaSource};
+use super::calibration::{Calibration, ModelIdentity};
+use super::error::ExecError;
+use super::shadow::{
+    ActSite, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
+    ShadowUsage,
+};
+use super::values::SHADOW_CLIP_RMS;
+use crate::import::{
+    ColumnSource, GgufFile, GgufSource, ImportError, LayerTensor, LlamaConfig, LlamaSource,
+};
 
 /// Arithmetic of the linear layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -47,27 +58,24 @@ pub enum LinearWeights {
         packed: PackedI8Weights,
         /// `[n]` scales.
         scales: Vec<f32>,
-        /// For outlier shadowing: the float weights transposed, `[k, n]` (row `c` holds
-        /// every output's weight of input channel `c`).
-        shadow: Option<Vec<f32>>,
+        /// For outlier shadowing: float weight rows per input channel (all of them, or
+        /// the hot ones with the rest read from the model file).
+        shadow: Option<ShadowRows>,
     },
 }
 
 impl LinearWeights {
-    fn new(w: &[f32], n: usize, k: usize, precision: LinearPrecision) -> Self {
+    fn new(
+        w: &[f32],
+        n: usize,
+        k: usize,
+        precision: LinearPrecision,
+        shadow: Option<ShadowRows>,
+    ) -> Self {
         match precision {
             LinearPrecision::F32 => LinearWeights::F32(PackedF32Weights::pack(w, n, k)),
             LinearPrecision::W8a8 | LinearPrecision::W8a8Shadow => {
                 let (q, scales) = quantize_weights_per_row(w, n, k);
-                let shadow = (precision == LinearPrecision::W8a8Shadow).then(|| {
-                    let mut t = vec![0f32; k * n];
-                    for (j, row) in w.chunks_exact(k).enumerate() {
-                        for (c, &v) in row.iter().enumerate() {
-                            t[c * n + j] = v;
-                        }
-                    }
-                    t
-                });
                 LinearWeights::Int8 {
                     packed: PackedI8Weights::pack(&q, n, k),
                     scales,
@@ -90,6 +98,14 @@ impl LinearWeights {
         match self {
             LinearWeights::F32(w) => w.k(),
             LinearWeights::Int8 { packed, .. } => packed.k(),
+        }
+    }
+
+    /// The outlier shadow's float rows, if this linear has any.
+    pub fn shadow(&self) -> Option<&ShadowRows> {
+        match self {
+            LinearWeights::Int8 { shadow, .. } => shadow.as_ref(),
+            LinearWeights::F32(_) => None,
         }
     }
 }
@@ -115,8 +131,40 @@ pub struct LayerWeights {
     pub w_up: LinearWeights,
     /// FFN down.
     pub w_down: LinearWeights,
+    /// How each activation site ([`ActSite::index`]) is quantized.
+    pub quant: [QuantRule; 4],
 }
 
+impl LayerWeights {
+    /// The linear of `which` (a projection; `None` for the norms).
+    pub fn linear(&self, which: LayerTensor) -> Option<&LinearWeights> {
+        Some(match which {
+            LayerTensor::Q => &self.wq,
+            LayerTensor::K => &self.wk,
+            LayerTensor::V => &self.wv,
+            LayerTensor::O => &self.wo,
+            LayerTensor::Gate => &self.w_gate,
+            LayerTensor::Up => &self.w_up,
+            LayerTensor::Down => &self.w_down,
+            LayerTensor::AttnNorm | LayerTensor::FfnNorm => return None,
+        })
+    }
+}
+
+/// Which float weights the outlier shadow keeps, and where the rest come from.
+#[derive(Clone)]
+pub enum ShadowSetup<'a> {
+    /// Every site shadowed, every input channel's row resident (no calibration).
+    Full,
+    /// The calibration's kept sites shadowed with their hot channels' rows resident;
+    /// cold rows are read from `columns` (the memory-mapped model file) when needed.
+    Calibrated {
+        /// Kept sites and hot channels.
+        calibration: &'a Calibration,
+        /// The model file, for cold rows.
+        columns: Arc<dyn ColumnSource>,
+    },
+}
 /// A llama model ready for real prefill.
 #[derive(Debug)]
 pub struct ExecModel {
@@ -136,6 +184,10 @@ pub struct ExecModel {
     pub output: PackedF32Weights,
     /// RoPE rotations for every position of the context.
     pub rope: RopeTable,
+    /// What the outlier shadow did so far.
+    pub shadow_counters: ShadowCounters,
+    /// The calibration file the shadow follows, if any (for reports).
+    pub calibration_file: Option<String>,
 }
 
 impl ExecModel {
@@ -149,6 +201,30 @@ impl ExecModel {
     pub fn from_source(
         source: &dyn LlamaSource,
         precision: LinearPrecision,
+    ) -> Result<Self, ImportError> {
+        Self::build(source, precision, &ShadowSetup::Full)
+    }
+
+    /// Loads `source` for W8A8 with the outlier shadow `calibration` decides: only its
+    /// kept sites shadowed, only their hot channels' float rows resident, cold rows read
+    /// from `columns` on demand. Fails if the calibration was made for another model.
+    pub fn from_source_calibrated(
+        source: &dyn LlamaSource,
+        calibration: &Calibration,
+        columns: Arc<dyn ColumnSource>,
+    ) -> Result<Self, ExecError> {
+        calibration.check_model(&ModelIdentity::of_source(source)?)?;
+        let setup = ShadowSetup::Calibrated {
+            calibration,
+            columns,
+        };
+        Ok(Self::build(source, LinearPrecision::W8a8Shadow, &setup)?)
+    }
+
+    fn build(
+        source: &dyn LlamaSource,
+        precision: LinearPrecision,
+        setup: &ShadowSetup<'_>,
     ) -> Result<Self, ImportError> {
         let config = source.config().clone();
         config.validate()?;
@@ -168,16 +244,41 @@ impl ExecModel {
                     &shape,
                 )
             };
+            let quant = ActSite::ALL.map(|site| site_rule(precision, setup, l, site));
             let linear = |which: LayerTensor| -> Result<LinearWeights, ImportError> {
                 let shape = which.shape(&config);
-                Ok(LinearWeights::new(
-                    &tensor(which)?,
-                    shape[0],
-                    shape[1],
-                    precision,
-                ))
+                let (n, k) = (shape[0], shape[1]);
+                let w = tensor(which)?;
+                let site = ActSite::ALL
+                    .into_iter()
+                    .find(|s| s.linears().contains(&which))
+                    .expect("every projection reads one site");
+                let shadow = match (quant[site.index()], setup) {
+                    (QuantRule::Clip { .. }, ShadowSetup::Full) => Some(ShadowRows::all(&w, n, k)),
+                    (
+                        QuantRule::Clip { .. },
+                        ShadowSetup::Calibrated {
+                            calibration,
+                            columns,
+                        },
+                    ) => {
+                        let hot = calibration
+                            .site(l, site)
+                            .map(|s| s.hot_channel_ids())
+                            .unwrap_or_default();
+                        let cold = ColdRows {
+                            source: columns.clone(),
+                            layer: l,
+                            which,
+                        };
+                        Some(ShadowRows::hot(&w, n, k, &hot, cold))
+                    }
+                    _ => None,
+                };
+                Ok(LinearWeights::new(&w, n, k, precision, shadow))
             };
             layers.push(LayerWeights {
+                quant,
                 attn_norm: tensor(LayerTensor::AttnNorm)?,
                 wq: linear(LayerTensor::Q)?,
                 wk: linear(LayerTensor::K)?,
@@ -204,6 +305,53 @@ impl ExecModel {
             output,
             rope,
             config,
+            shadow_counters: ShadowCounters::default(),
+            calibration_file: None,
+        })
+    }
+
+    /// How layer `layer` quantizes activation `site`.
+    pub fn quant_rule(&self, layer: usize, site: ActSite) -> QuantRule {
+        self.layers
+            .get(layer)
+            .map_or(QuantRule::PassThrough, |l| l.quant[site.index()])
+    }
+
+    /// The outlier shadow's footprint and `usage`, or `None` without a shadow.
+    pub fn shadow_report(&self, usage: ShadowUsage) -> Option<ShadowReport> {
+        if self.precision != LinearPrecision::W8a8Shadow {
+            return None;
+        }
+        let mut kept_sites = 0;
+        for layer in &self.layers {
+            kept_sites += layer
+                .quant
+                .iter()
+                .filter(|r| matches!(r, QuantRule::Clip { .. }))
+                .count();
+        }
+        let (mut resident_bytes, mut full_copy_bytes) = (0, 0);
+        for layer in &self.layers {
+            for which in ActSite::ALL.iter().flat_map(|s| s.linears()) {
+                let Some(w) = layer.linear(*which) else {
+                    continue;
+                };
+                full_copy_bytes += (4 * w.n() * w.k()) as u64;
+                resident_bytes += w.shadow().map_or(0, ShadowRows::resident_bytes);
+            }
+        }
+        Some(ShadowReport {
+            kept_sites,
+            sites: 4 * self.layers.len(),
+            calibration: self.calibration_file.clone(),
+            resident_bytes,
+            full_copy_bytes,
+            resident_share: resident_bytes as f64 / full_copy_bytes.max(1) as f64,
+            hits: usage.hits,
+            misses: usage.misses,
+            outliers: usage.outliers,
+            shadow_ms: usage.shadow_ns as f64 / 1e6,
+            prefill_share: 0.0,
         })
     }
 
@@ -231,6 +379,38 @@ impl ExecModel {
             activation_precision: activations,
             float_precision: Precision::Fp32,
             layer_ops: None,
+        }
+    }
+}
+
+/// How layer `layer` quantizes `site`: f32 passes through, W8A8 uses the max scale, the
+/// shadow clips (every site without a calibration; the kept ones with).
+fn site_rule(
+    precision: LinearPrecision,
+    setup: &ShadowSetup<'_>,
+    layer: usize,
+    site: ActSite,
+) -> QuantRule {
+    let clip = QuantRule::Clip {
+        rms: SHADOW_CLIP_RMS,
+    };
+    match (precision, setup) {
+        (LinearPrecision::F32, _) => QuantRule::PassThrough,
+        (LinearPrecision::W8a8, _) => QuantRule::MaxAbs,
+        (LinearPrecision::W8a8Shadow, ShadowSetup::Full) => clip,
+        (LinearPrecision::W8a8Shadow, ShadowSetup::Calibrated { calibration, .. }) => {
+            match calibration.site(layer, site) {
+                Some(s) if s.keep => clip,
+                Some(s)
+                    if calibration.pruned_scale == PrunedScale::Percentile
+                        && s.scale_percentile > 0.0 =>
+                {
+                    QuantRule::Static {
+                        scale: s.scale_percentile,
+                    }
+                }
+                _ => QuantRule::MaxAbs,
+            }
         }
     }
 }

@@ -538,6 +538,43 @@ impl TensorView<'_> {
         Ok(out)
     }
 
+    /// Dequantizes column `column` of the tensor seen as a matrix
+    /// `[n_elements / dims[0], dims[0]]`: one element per row, decoded alone from
+    /// the block that holds it (an outlier shadow reads one input channel's
+    /// weights this way, on demand, from the memory map).
+    pub fn column_f32(&self, column: usize) -> Result<Vec<f32>> {
+        let cols = self.info.dims[0] as usize;
+        if column >= cols {
+            return Err(ImportError::InvalidConfig(format!(
+                "column {column} out of range for tensor {:?} with {cols} columns",
+                self.info.name
+            )));
+        }
+        self.check_supported()?;
+        let n_rows = self.info.n_elements / cols;
+        let block = self.info.ty.block_size() as usize;
+        let block_bytes = self.info.ty.type_size() as usize;
+        // GGUF rows are whole blocks (checked when the header was parsed).
+        let row_bytes = cols / block * block_bytes;
+        let at = column / block * block_bytes;
+        let mut out = Vec::with_capacity(n_rows);
+        for row in 0..n_rows {
+            let start = row * row_bytes + at;
+            let element = dtype::dequantize_element(
+                self.info.ty,
+                &self.data[start..start + block_bytes],
+                column % block,
+            );
+            out.push(element.ok_or_else(|| {
+                ImportError::InvalidConfig(format!(
+                    "tensor {:?}: cannot decode column {column} of its {:?} blocks",
+                    self.info.name, self.info.ty
+                ))
+            })?);
+        }
+        Ok(out)
+    }
+
     fn check_supported(&self) -> Result<()> {
         if self.info.ty.is_supported() {
             Ok(())

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use super::error::{ImportError, Result};
 use super::gguf::map_read_only;
 use super::llama::LlamaConfig;
-use super::source::{LayerTensor, LlamaSource};
+use super::source::{ColumnSource, LayerTensor, LlamaSource};
 
 /// The `config.json` fields a llama model needs (others are ignored).
 #[derive(Debug, Deserialize)]
@@ -191,6 +191,36 @@ impl HfModel {
                 ));
             }
         })
+    }
+}
+
+impl ColumnSource for HfModel {
+    fn layer_column(&self, layer: usize, which: LayerTensor, column: usize) -> Result<Vec<f32>> {
+        let name = layer_name(layer, which);
+        let (path, view) = self.open_tensor(&name)?;
+        let &[rows, cols] = view.shape() else {
+            return Err(bad(path, format!("tensor {name} is not a matrix")));
+        };
+        if column >= cols {
+            return Err(ImportError::InvalidConfig(format!(
+                "column {column} out of range for tensor {name} with {cols} columns"
+            )));
+        }
+        let data = view.data();
+        let size = view.dtype().bitsize() / 8;
+        let at = |row: usize| &data[(row * cols + column) * size..][..size];
+        let decode: fn(&[u8]) -> f32 = match view.dtype() {
+            Dtype::F32 => |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            Dtype::F16 => |b| f16::from_le_bytes([b[0], b[1]]).to_f32(),
+            Dtype::BF16 => |b| bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+            other => {
+                return Err(bad(
+                    path,
+                    format!("tensor {name} has dtype {other:?}; supported: F32, F16, BF16"),
+                ));
+            }
+        };
+        Ok((0..rows).map(|row| decode(at(row))).collect())
     }
 }
 

@@ -41,7 +41,7 @@ pub use forward::{LlamaModel, top_k};
 pub use gguf::{GgmlType, GgufFile, GgufHeader, Metadata, MetadataValue, TensorInfo, TensorView};
 pub use hf::HfModel;
 pub use llama::{LlamaConfig, LlamaLayerWeights, LlamaWeights};
-pub use source::{GgufSource, LayerTensor, LlamaSource};
+pub use source::{ColumnSource, GgufSource, LayerTensor, LlamaSource};
 pub use tokenizer::GgufTokenizer;
 
 /// Where `scripts/fetch-model.sh` puts the test model, relative to the

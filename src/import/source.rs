@@ -72,6 +72,40 @@ pub trait LlamaSource {
     fn layer(&self, layer: usize, which: LayerTensor) -> Result<Vec<f32>>;
 }
 
+/// Reads one input channel of a layer's linear weights on demand, straight from the
+/// model file (the outlier shadow's cold rows: a channel never seen hot in calibration).
+pub trait ColumnSource: Send + Sync + std::fmt::Debug {
+    /// Column `column` of tensor `which` of layer `layer` (shaped as
+    /// [`LayerTensor::shape`]): `shape[0]` values, the weights every output gives input
+    /// channel `column`, decoded exactly as [`LlamaSource::layer`] decodes them.
+    fn layer_column(&self, layer: usize, which: LayerTensor, column: usize) -> Result<Vec<f32>>;
+}
+
+impl LayerTensor {
+    /// The llama.cpp name of this tensor of layer `layer` in a GGUF file.
+    pub fn gguf_name(self, layer: usize) -> String {
+        let part = match self {
+            LayerTensor::AttnNorm => "attn_norm",
+            LayerTensor::Q => "attn_q",
+            LayerTensor::K => "attn_k",
+            LayerTensor::V => "attn_v",
+            LayerTensor::O => "attn_output",
+            LayerTensor::FfnNorm => "ffn_norm",
+            LayerTensor::Gate => "ffn_gate",
+            LayerTensor::Up => "ffn_up",
+            LayerTensor::Down => "ffn_down",
+        };
+        format!("blk.{layer}.{part}.weight")
+    }
+}
+
+impl ColumnSource for GgufFile {
+    fn layer_column(&self, layer: usize, which: LayerTensor, column: usize) -> Result<Vec<f32>> {
+        self.require_tensor(&which.gguf_name(layer))?
+            .column_f32(column)
+    }
+}
+
 /// A GGUF file as a [`LlamaSource`].
 #[derive(Debug)]
 pub struct GgufSource<'a> {

@@ -202,6 +202,30 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
     true
 }
 
+/// Element `i` of one block `block` of type `ty` (exactly [`GgmlType::type_size`] bytes),
+/// decoded with the same arithmetic as [`dequantize`]: a single weight without decoding
+/// its block (the outlier shadow's cold rows read one per output row). `None` if `ty` is
+/// unsupported, `block` has the wrong length or `i` is outside the block.
+pub fn dequantize_element(ty: GgmlType, block: &[u8], i: usize) -> Option<f32> {
+    if !ty.is_supported() || block.len() as u64 != ty.type_size() || i as u64 >= ty.block_size() {
+        return None;
+    }
+    // Q4 blocks split nibbles: byte j holds element j (low) and j + 16 (high).
+    let nibble = |at: usize| {
+        let q = block[at + i % 16];
+        f32::from(if i < 16 { q & 0x0F } else { q >> 4 })
+    };
+    Some(match ty {
+        GgmlType::F32 => f32::from_le_bytes([block[0], block[1], block[2], block[3]]),
+        GgmlType::F16 => half_at(block, 0),
+        GgmlType::BF16 => bf16::from_le_bytes([block[0], block[1]]).to_f32(),
+        GgmlType::Q8_0 => half_at(block, 0) * f32::from(block[2 + i] as i8),
+        GgmlType::Q4_0 => half_at(block, 0) * (nibble(2) - 8.0),
+        GgmlType::Q4_1 => half_at(block, 0) * nibble(4) + half_at(block, 2),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,266 @@
+//! `hetsched calibrate`: float prefill over a corpus, recording every activation that a
+//! W8A8 model would quantize, into a [`Calibration`].
+//!
+//! Outliers are counted with the run-time rule ([`clip_limit`]: values beyond
+//! min(max |x|, clip × rms) of their tensor), so the channels calibration calls hot are
+//! the ones whose float rows the shadow will need.
+
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use parking_lot::Mutex;
+
+use super::calibration::{
+    CALIBRATION_VERSION, Calibration, HotChannel, ModelIdentity, SiteCalibration,
+};
+use super::shadow::{ActSite, PrunedScale};
+use super::values::{SHADOW_CLIP_RMS, clip_limit};
+use super::weights::{ExecModel, LinearPrecision};
+use super::{ExecError, PrefillOptions, prefill};
+
+/// Histogram bins per octave of |x| (for the percentile scale): 1/16 octave, a 4.4%
+/// step, finer than the INT8 grid's own relative step near its top.
+const BINS_PER_OCTAVE: f32 = 16.0;
+/// |x| below 2^-`LOW_OCTAVES` shares the first bin.
+const LOW_OCTAVES: f32 = 32.0;
+/// Octaves covered: 2^-32 .. 2^32.
+const OCTAVES: usize = 64;
+
+/// How to calibrate.
+#[derive(Debug, Clone)]
+pub struct CalibrateOptions {
+    /// Tokens per window (one prefill each).
+    pub ctx: usize,
+    /// Windows at most, over the whole corpus.
+    pub max_windows: usize,
+    /// Share of sites whose shadow is dropped.
+    pub prune: f64,
+    /// Percentile of |x| for the clipped scale (e.g. 99.99).
+    pub percentile: f64,
+    /// How pruned sites scale their activations.
+    pub pruned_scale: PrunedScale,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+    /// Threads, device, policy.
+    pub prefill: PrefillOptions,
+}
+
+/// Running statistics of one site.
+#[derive(Debug, Clone)]
+struct SiteAccumulator {
+    channels: usize,
+    min: f32,
+    max: f32,
+    sum_squares: f64,
+    elements: u64,
+    importance: f32,
+    outliers: u64,
+    channel_outliers: Vec<u64>,
+    histogram: Vec<u64>,
+}
+
+impl SiteAccumulator {
+    fn new() -> Self {
+        Self {
+            channels: 0,
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            sum_squares: 0.0,
+            elements: 0,
+            importance: 1.0,
+            outliers: 0,
+            channel_outliers: Vec::new(),
+            histogram: vec![0; OCTAVES * BINS_PER_OCTAVE as usize],
+        }
+    }
+
+    fn observe(&mut self, x: &[f32], channels: usize, clip: f32) {
+        if x.is_empty() || channels == 0 {
+            return;
+        }
+        if self.channel_outliers.len() != channels {
+            self.channels = channels;
+            self.channel_outliers = vec![0; channels];
+        }
+        let limit = clip_limit(x, clip);
+        let last = self.histogram.len() - 1;
+        let mut max_abs = 0f32;
+        for (i, &v) in x.iter().enumerate() {
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+            self.sum_squares += f64::from(v) * f64::from(v);
+            let a = v.abs();
+            max_abs = max_abs.max(a);
+            let bin = ((a.log2() + LOW_OCTAVES) * BINS_PER_OCTAVE).max(0.0) as usize;
+            self.histogram[bin.min(last)] += 1;
+            if a > limit {
+                self.outliers += 1;
+                self.channel_outliers[i % channels] += 1;
+            }
+        }
+        self.elements += x.len() as u64;
+        if limit > 0.0 {
+            self.importance = self.importance.max(max_abs / limit);
+        }
+    }
+
+    /// The upper edge of the histogram bin holding the `percentile`-th |x|.
+    fn percentile(&self, percentile: f64) -> f32 {
+        let wanted = (percentile / 100.0 * self.elements as f64).ceil() as u64;
+        let mut seen = 0;
+        for (bin, &count) in self.histogram.iter().enumerate() {
+            seen += count;
+            if seen >= wanted.max(1) {
+                return ((bin + 1) as f32 / BINS_PER_OCTAVE - LOW_OCTAVES).exp2();
+            }
+        }
+        self.max.abs().max(self.min.abs())
+    }
+
+    fn finish(&self, layer: usize, site: ActSite, percentile: f64) -> SiteCalibration {
+        let max_abs = self.max.abs().max(self.min.abs());
+        let seen = self.elements > 0;
+        SiteCalibration {
+            layer,
+            site,
+            channels: self.channels,
+            min: if seen { self.min } else { 0.0 },
+            max: if seen { self.max } else { 0.0 },
+            rms: (self.sum_squares / self.elements.max(1) as f64).sqrt() as f32,
+            scale_max: max_abs / 127.0,
+            // Never above the max scale: the histogram's bin edge may overshoot it.
+            scale_percentile: self.percentile(percentile).min(max_abs) / 127.0,
+            importance: self.importance,
+            elements: self.elements,
+            outliers: self.outliers,
+            keep: true,
+            hot_channels: self
+                .channel_outliers
+                .iter()
+                .enumerate()
+                .filter(|&(_, &n)| n > 0)
+                .map(|(c, &n)| HotChannel {
+                    channel: c as u32,
+                    outliers: n,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Sees every activation of a float prefill before its (pass-through) quantize.
+#[derive(Debug)]
+pub struct ActivationRecorder {
+    clip: f32,
+    /// Input channels of each site's linears.
+    channels: [usize; 4],
+    /// `[layer * 4 + site]`.
+    sites: Mutex<Vec<SiteAccumulator>>,
+}
+
+impl ActivationRecorder {
+    /// A recorder for `model`'s layers, counting values beyond `clip` RMS as outliers.
+    pub fn new(model: &ExecModel, clip: f32) -> Self {
+        let c = &model.config;
+        let channels = ActSite::ALL.map(|site| match site {
+            ActSite::Qkv | ActSite::GateUp => c.hidden,
+            ActSite::O => c.q_dim(),
+            ActSite::Down => c.ffn,
+        });
+        Self {
+            clip,
+            channels,
+            sites: Mutex::new(vec![
+                SiteAccumulator::new();
+                model.layers.len() * ActSite::ALL.len()
+            ]),
+        }
+    }
+
+    /// Records activation `x` (rows of the site's input channels) of `site` in layer
+    /// `layer`.
+    pub fn observe(&self, layer: usize, site: ActSite, x: &[f32]) {
+        let mut sites = self.sites.lock();
+        if let Some(acc) = sites.get_mut(layer * ActSite::ALL.len() + site.index()) {
+            acc.observe(x, self.channels[site.index()], self.clip);
+        }
+    }
+
+    fn finish(&self, percentile: f64) -> Vec<SiteCalibration> {
+        let sites = self.sites.lock();
+        sites
+            .iter()
+            .enumerate()
+            .map(|(i, acc)| {
+                let site = ActSite::ALL[i % ActSite::ALL.len()];
+                acc.finish(i / ActSite::ALL.len(), site, percentile)
+            })
+            .collect()
+    }
+}
+
+/// Calibrates the f32 `model` on `corpus` (each text's name and tokens): windows of
+/// `options.ctx` tokens, one float prefill each, at most `options.max_windows`; then
+/// prunes the shadow of the `options.prune` least important sites.
+pub fn calibrate(
+    model: &Arc<ExecModel>,
+    corpus: &[(String, Vec<u32>)],
+    options: &CalibrateOptions,
+) -> Result<Calibration, ExecError> {
+    if model.precision != LinearPrecision::F32 {
+        return Err(ExecError::InvalidEval(
+            "calibration records the float model's activations: load it with f32 precision".into(),
+        ));
+    }
+    if options.ctx == 0 {
+        return Err(ExecError::InvalidEval(
+            "--ctx 0 makes empty windows: use at least 1 token per window".into(),
+        ));
+    }
+    let windows: Vec<&[u32]> = corpus
+        .iter()
+        .flat_map(|(_, tokens)| tokens.chunks(options.ctx))
+        .take(options.max_windows)
+        .collect();
+    if windows.is_empty() {
+        return Err(ExecError::InvalidEval(
+            "the corpus has no tokens: give --corpus files with text".into(),
+        ));
+    }
+    let recorder = Arc::new(ActivationRecorder::new(model, SHADOW_CLIP_RMS));
+    let prefill_options = PrefillOptions {
+        chunk_len: options.ctx as u32,
+        recorder: Some(recorder.clone()),
+        ..options.prefill.clone()
+    };
+    let bar = if options.progress {
+        let bar = ProgressBar::new(windows.len() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} windows, {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    for window in &windows {
+        prefill(model.clone(), window, &prefill_options)?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let mut calibration = Calibration {
+        version: CALIBRATION_VERSION,
+        model: ModelIdentity::of_model(model),
+        corpus: corpus.iter().map(|(name, _)| name.clone()).collect(),
+        ctx: options.ctx,
+        windows: windows.len(),
+        tokens: windows.iter().map(|w| w.len()).sum(),
+        clip_rms: SHADOW_CLIP_RMS,
+        percentile: options.percentile,
+        prune: 0.0,
+        pruned_scale: options.pruned_scale,
+        sites: recorder.finish(options.percentile),
+    };
+    calibration.prune(options.prune)?;
+    Ok(calibration)
+}

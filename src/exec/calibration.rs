@@ -1,0 +1,377 @@
+//! The calibration file: per activation site of every layer, the ranges and outliers a
+//! float prefill over a corpus saw, the site's importance, whether its outlier shadow is
+//! kept, and its hot channels (seed 000 section 3.3, Figs 10-11).
+//!
+//! JSON, versioned ([`CALIBRATION_VERSION`]), and tied to one model by a
+//! [`ModelIdentity`]: a file made for another model is refused with a clear error instead
+//! of silently shadowing the wrong channels.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::shadow::{ActSite, PrunedScale};
+use super::weights::ExecModel;
+use crate::import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
+
+/// The calibration file format this build reads and writes.
+pub const CALIBRATION_VERSION: u32 = 1;
+
+/// The share of a site's channels that Fig. 11's statistic calls "top" channels.
+pub const TOP_CHANNEL_SHARE: f64 = 0.03;
+
+/// Why a calibration could not be made, read or used.
+#[derive(Debug, Error)]
+pub enum CalibrationError {
+    /// The file cannot be read.
+    #[error(
+        "cannot read calibration file {path}: {source}; make one with `hetsched calibrate --model MODEL --corpus TEXT`"
+    )]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// The file cannot be written.
+    #[error("cannot write calibration file {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// The file is not a calibration this build understands.
+    #[error(
+        "calibration file {path} is corrupt ({reason}): delete it and run `hetsched calibrate` again"
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What did not parse.
+        reason: String,
+    },
+    /// The file has another format version.
+    #[error(
+        "calibration file {path} has format version {found}, this build reads version {expected}: run `hetsched calibrate` again"
+    )]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: u64,
+        /// Ours.
+        expected: u32,
+    },
+    /// The file was made for another model.
+    #[error(
+        "the calibration was made for model {expected}, not for {found}: run `hetsched calibrate` on this model, or pass the right --calibration FILE"
+    )]
+    ModelMismatch {
+        /// The model the calibration describes.
+        expected: String,
+        /// The model being loaded.
+        found: String,
+    },
+    /// A pruning rate outside 0..=1.
+    #[error(
+        "prune rate {0} is outside 0..=1: give the share of sites whose shadow is dropped, e.g. 0.85"
+    )]
+    InvalidPrune(f64),
+    /// The calibration has nothing to measure.
+    #[error("{0}")]
+    NoData(String),
+    /// The model could not be read.
+    #[error(transparent)]
+    Import(#[from] ImportError),
+}
+
+/// Which model a calibration belongs to: shapes, name and a fingerprint of its norm
+/// weights (FNV-1a over their bits; they differ between checkpoints of one architecture
+/// and are stored unquantized in every format).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelIdentity {
+    /// `general.name` or the checkpoint directory's name.
+    pub name: String,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// FFN size.
+    pub ffn: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Hex FNV-1a 64 of every norm weight's f32 bits.
+    pub fingerprint: String,
+}
+
+impl std::fmt::Display for ModelIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} ({} layers, hidden {}, ffn {}, vocab {}, fingerprint {})",
+            self.name, self.layers, self.hidden, self.ffn, self.vocab, self.fingerprint
+        )
+    }
+}
+
+impl ModelIdentity {
+    fn new<'a>(name: String, c: &LlamaConfig, norms: impl Iterator<Item = &'a [f32]>) -> Self {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for v in norms.flatten() {
+            for b in v.to_bits().to_le_bytes() {
+                hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        Self {
+            name,
+            layers: c.n_layers,
+            hidden: c.hidden,
+            ffn: c.ffn,
+            vocab: c.vocab_size,
+            fingerprint: format!("{hash:016x}"),
+        }
+    }
+
+    /// The identity of a loaded model.
+    pub fn of_model(model: &ExecModel) -> Self {
+        let norms = model
+            .layers
+            .iter()
+            .flat_map(|l| [&l.attn_norm[..], &l.ffn_norm[..]])
+            .chain([&model.output_norm[..]]);
+        Self::new(model.name.clone(), &model.config, norms)
+    }
+
+    /// The identity of a model file, read from its norm weights only.
+    pub fn of_source(source: &dyn LlamaSource) -> Result<Self, ImportError> {
+        let c = source.config();
+        let mut norms = Vec::with_capacity(2 * c.n_layers + 1);
+        for l in 0..c.n_layers {
+            norms.push(source.layer(l, LayerTensor::AttnNorm)?);
+            norms.push(source.layer(l, LayerTensor::FfnNorm)?);
+        }
+        norms.push(source.output_norm()?);
+        Ok(Self::new(source.name(), c, norms.iter().map(|v| &v[..])))
+    }
+}
+
+/// A channel whose values exceeded the clipped range during calibration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotChannel {
+    /// Input channel.
+    pub channel: u32,
+    /// Values beyond the range seen in it.
+    pub outliers: u64,
+}
+
+/// What calibration saw at one activation site of one layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteCalibration {
+    /// Decoder layer.
+    pub layer: usize,
+    /// Which activation.
+    pub site: ActSite,
+    /// Input channels (the linears' k).
+    pub channels: usize,
+    /// Smallest value seen.
+    pub min: f32,
+    /// Largest value seen.
+    pub max: f32,
+    /// Root-mean-square over every value seen.
+    pub rms: f32,
+    /// Per-tensor scale from the whole range: max |x| / 127 (symmetric).
+    pub scale_max: f32,
+    /// Per-tensor scale from the calibration's percentile of |x| / 127 (clipped).
+    pub scale_percentile: f32,
+    /// Largest ratio of max |x| to the clipped range over the windows: how far the plain
+    /// max scale stretches beyond the bulk (1 when nothing was clipped). Seed 000's
+    /// importance: largest outlier / scale.
+    pub importance: f32,
+    /// Values seen.
+    pub elements: u64,
+    /// Values beyond the clipped range.
+    pub outliers: u64,
+    /// Whether this site's outlier shadow runs (the others quantize with `scale_max`).
+    pub keep: bool,
+    /// Channels that had outliers, ascending.
+    pub hot_channels: Vec<HotChannel>,
+}
+
+impl SiteCalibration {
+    /// The hot channels' indices.
+    pub fn hot_channel_ids(&self) -> Vec<u32> {
+        self.hot_channels.iter().map(|h| h.channel).collect()
+    }
+}
+
+/// Figs 10-11 of seed 000 for one site.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutlierStats {
+    /// Decoder layer.
+    pub layer: usize,
+    /// Which activation.
+    pub site: ActSite,
+    /// Share of input channels that had an outlier.
+    pub channels_with_outliers: f64,
+    /// Share of the outliers that fell in the top [`TOP_CHANNEL_SHARE`] of channels
+    /// (ranked by outlier count).
+    pub outliers_in_top_channels: f64,
+    /// Outliers per value.
+    pub outlier_rate: f64,
+    /// The site's importance.
+    pub importance: f32,
+    /// Whether its shadow is kept.
+    pub keep: bool,
+}
+
+/// A model's calibration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// [`CALIBRATION_VERSION`].
+    pub version: u32,
+    /// The model calibrated.
+    pub model: ModelIdentity,
+    /// The corpus files.
+    pub corpus: Vec<String>,
+    /// Tokens per window.
+    pub ctx: usize,
+    /// Windows run.
+    pub windows: usize,
+    /// Tokens run.
+    pub tokens: usize,
+    /// The clip (in RMS) that defines outliers, as at run time.
+    pub clip_rms: f32,
+    /// The percentile of |x| behind `scale_percentile`.
+    pub percentile: f64,
+    /// Share of sites whose shadow is dropped (the least important).
+    pub prune: f64,
+    /// How pruned sites scale their activations.
+    #[serde(default)]
+    pub pruned_scale: PrunedScale,
+    /// Every layer's four sites, in (layer, site) order.
+    pub sites: Vec<SiteCalibration>,
+}
+
+impl Calibration {
+    /// Site `site` of layer `layer`.
+    pub fn site(&self, layer: usize, site: ActSite) -> Option<&SiteCalibration> {
+        self.sites
+            .iter()
+            .find(|s| s.layer == layer && s.site == site)
+    }
+
+    /// Fails unless this calibration was made for `model`.
+    pub fn check_model(&self, model: &ModelIdentity) -> Result<(), CalibrationError> {
+        if &self.model == model {
+            Ok(())
+        } else {
+            Err(CalibrationError::ModelMismatch {
+                expected: self.model.to_string(),
+                found: model.to_string(),
+            })
+        }
+    }
+
+    /// Keeps the shadow of the `1 - rate` most important sites and drops the rest
+    /// (ties: earlier layer and site first).
+    pub fn prune(&mut self, rate: f64) -> Result<(), CalibrationError> {
+        if !(0.0..=1.0).contains(&rate) {
+            return Err(CalibrationError::InvalidPrune(rate));
+        }
+        let keep = ((1.0 - rate) * self.sites.len() as f64).round() as usize;
+        let mut order: Vec<usize> = (0..self.sites.len()).collect();
+        order.sort_by(|&a, &b| {
+            self.sites[b]
+                .importance
+                .total_cmp(&self.sites[a].importance)
+                .then(a.cmp(&b))
+        });
+        for (rank, &i) in order.iter().enumerate() {
+            self.sites[i].keep = rank < keep;
+        }
+        self.prune = rate;
+        Ok(())
+    }
+
+    /// Sites whose shadow is kept.
+    pub fn kept_sites(&self) -> usize {
+        self.sites.iter().filter(|s| s.keep).count()
+    }
+
+    /// Figs 10-11 per site.
+    pub fn outlier_stats(&self) -> Vec<OutlierStats> {
+        self.sites
+            .iter()
+            .map(|s| {
+                let mut counts: Vec<u64> = s.hot_channels.iter().map(|h| h.outliers).collect();
+                counts.sort_unstable_by(|a, b| b.cmp(a));
+                let top = (TOP_CHANNEL_SHARE * s.channels as f64).ceil() as usize;
+                let in_top: u64 = counts.iter().take(top).sum();
+                OutlierStats {
+                    layer: s.layer,
+                    site: s.site,
+                    channels_with_outliers: s.hot_channels.len() as f64 / s.channels.max(1) as f64,
+                    outliers_in_top_channels: if s.outliers == 0 {
+                        0.0
+                    } else {
+                        in_top as f64 / s.outliers as f64
+                    },
+                    outlier_rate: s.outliers as f64 / s.elements.max(1) as f64,
+                    importance: s.importance,
+                    keep: s.keep,
+                }
+            })
+            .collect()
+    }
+
+    /// Reads the calibration at `path`.
+    pub fn load(path: &Path) -> Result<Self, CalibrationError> {
+        let text = std::fs::read_to_string(path).map_err(|source| CalibrationError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let corrupt = |reason: String| CalibrationError::Corrupt {
+            path: path.to_owned(),
+            reason,
+        };
+        // The version first: a file of another version may not parse as this one.
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        let version = value
+            .get("version")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| corrupt("no `version` number".into()))?;
+        if version != u64::from(CALIBRATION_VERSION) {
+            return Err(CalibrationError::Version {
+                path: path.to_owned(),
+                found: version,
+                expected: CALIBRATION_VERSION,
+            });
+        }
+        serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))
+    }
+
+    /// Writes this calibration to `path` (pretty JSON).
+    pub fn save(&self, path: &Path) -> Result<(), CalibrationError> {
+        let text = serde_json::to_string_pretty(self).expect("a calibration always serialises");
+        std::fs::write(path, text).map_err(|source| CalibrationError::Write {
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+/// Where `hetsched calibrate` writes a model's calibration by default, and where `run`
+/// and `eval` look for it: `FILE.gguf.calibration.json` beside a GGUF file,
+/// `hetsched-calibration.json` inside a Hugging Face directory.
+pub fn default_calibration_path(model: &Path) -> PathBuf {
+    if model.is_dir() {
+        model.join("hetsched-calibration.json")
+    } else {
+        let mut name = model.as_os_str().to_owned();
+        name.push(".calibration.json");
+        PathBuf::from(name)
+    }
+}

@@ -1,0 +1,342 @@
+//! Outlier shadowing at run time (seed 000 section 3.3): which activations are quantized
+//! how, and the float weight rows that multiply their outliers.
+//!
+//! Each decoder layer quantizes four activations ([`ActSite`]); the INT8 linears reading
+//! one share its scale and its outliers. A shadowed site clips its per-tensor scale at
+//! [`SHADOW_CLIP_RMS`](super::values::SHADOW_CLIP_RMS) RMS and hands each value beyond
+//! the range to its linears' [`ShadowRows`]: the float weights of that input channel
+//! times the part the saturated INT8 value misses. With a calibration
+//! ([`super::calibration`]) only the important sites are shadowed (the others quantize
+//! with the plain max |x| scale) and only their hot channels' rows stay resident; a cold
+//! channel's row is read from the memory-mapped model file when an outlier needs it.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::import::{ColumnSource, LayerTensor};
+
+/// An activation that a decoder layer quantizes, and the INT8 linears that read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActSite {
+    /// The attention norm's output, read by the q, k and v projections.
+    Qkv,
+    /// The attention output, read by the output projection.
+    O,
+    /// The FFN norm's output, read by the gate and up projections.
+    GateUp,
+    /// SiLU(gate) · up, read by the down projection.
+    Down,
+}
+
+impl ActSite {
+    /// Every site, in the order a layer runs them.
+    pub const ALL: [ActSite; 4] = [ActSite::Qkv, ActSite::O, ActSite::GateUp, ActSite::Down];
+
+    /// Position in [`Self::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The linears that read this activation.
+    pub fn linears(self) -> &'static [LayerTensor] {
+        match self {
+            ActSite::Qkv => &[LayerTensor::Q, LayerTensor::K, LayerTensor::V],
+            ActSite::O => &[LayerTensor::O],
+            ActSite::GateUp => &[LayerTensor::Gate, LayerTensor::Up],
+            ActSite::Down => &[LayerTensor::Down],
+        }
+    }
+
+    /// Short name for reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActSite::Qkv => "qkv",
+            ActSite::O => "o",
+            ActSite::GateUp => "gate_up",
+            ActSite::Down => "down",
+        }
+    }
+}
+
+/// How one activation is quantized.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum QuantRule {
+    /// f32 linears: no quantization.
+    PassThrough,
+    /// Per-tensor INT8, scale max |x| / 127 (plain W8A8, and pruned shadow sites).
+    MaxAbs,
+    /// Per-tensor INT8 with a scale fixed by calibration; values beyond saturate (a
+    /// pruned site quantized with its calibrated percentile scale).
+    Static {
+        /// Real value per INT8 step.
+        scale: f32,
+    },
+    /// Per-tensor INT8, scale clipped at min(max |x|, `rms` × rms(x)) / 127; values beyond
+    /// go to the float shadow.
+    Clip {
+        /// Clip in root-mean-squares of the tensor.
+        rms: f32,
+    },
+}
+
+/// The per-tensor scale a pruned site (one without a shadow) quantizes with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PrunedScale {
+    /// Each tensor's own max |x| / 127: nothing saturates, the bulk loses resolution.
+    #[default]
+    Max,
+    /// The calibration's percentile scale: the few values beyond saturate.
+    Percentile,
+}
+
+/// Input-channel rows of an INT8 linear's float weights kept for the shadow.
+pub struct ShadowRows {
+    /// Output features.
+    n: usize,
+    /// Per input channel: its row in `rows`, or [`COLD`].
+    slots: Vec<u32>,
+    /// `[hot channels, n]`: row `slot` holds every output's weight of that channel.
+    rows: Vec<f32>,
+    /// Where a cold channel's row is read from; `None` when every channel is hot.
+    cold: Option<ColdRows>,
+}
+
+/// A channel whose row is not resident.
+const COLD: u32 = u32::MAX;
+
+/// The model file a linear's cold rows are read from.
+#[derive(Clone)]
+pub struct ColdRows {
+    /// The memory-mapped model.
+    pub source: Arc<dyn ColumnSource>,
+    /// Decoder layer.
+    pub layer: usize,
+    /// Which linear.
+    pub which: LayerTensor,
+}
+
+impl fmt::Debug for ShadowRows {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShadowRows")
+            .field("n", &self.n)
+            .field("k", &self.slots.len())
+            .field("hot", &(self.rows.len() / self.n.max(1)))
+            .field("cold_source", &self.cold.is_some())
+            .finish()
+    }
+}
+
+impl ShadowRows {
+    /// Every input channel's row of `w` (`[n, k]`) resident: a full transposed copy.
+    pub fn all(w: &[f32], n: usize, k: usize) -> Self {
+        let channels: Vec<u32> = (0..k as u32).collect();
+        Self::build(w, n, k, &channels, None)
+    }
+
+    /// The rows of `hot` channels of `w` (`[n, k]`) resident, the others read from
+    /// `cold` on demand. Channels out of range are ignored.
+    pub fn hot(w: &[f32], n: usize, k: usize, hot: &[u32], cold: ColdRows) -> Self {
+        Self::build(w, n, k, hot, Some(cold))
+    }
+
+    fn build(w: &[f32], n: usize, k: usize, hot: &[u32], cold: Option<ColdRows>) -> Self {
+        let mut slots = vec![COLD; k];
+        let mut rows = Vec::with_capacity(hot.len() * n);
+        for &c in hot {
+            let c = c as usize;
+            if c >= k || slots[c] != COLD {
+                continue;
+            }
+            slots[c] = (rows.len() / n.max(1)) as u32;
+            rows.extend(w.chunks_exact(k).map(|row| row[c]));
+        }
+        Self {
+            n,
+            slots,
+            rows,
+            cold,
+        }
+    }
+
+    /// Bytes this table keeps resident (rows and the channel index).
+    pub fn resident_bytes(&self) -> u64 {
+        (4 * (self.rows.len() + self.slots.len())) as u64
+    }
+
+    /// Bytes of a full float copy of the linear's weights.
+    pub fn full_bytes(&self) -> u64 {
+        (4 * self.n * self.slots.len()) as u64
+    }
+
+    /// Channels whose rows are resident.
+    pub fn hot_channels(&self) -> usize {
+        self.rows.len() / self.n.max(1)
+    }
+
+    /// The float shadow `[rows, n]` of `outliers` (flat index into a `[rows, k]`
+    /// activation, and the part the INT8 value misses): each adds residual × its
+    /// channel's row to its output row.
+    pub fn multiply(
+        &self,
+        outliers: &[(u32, f32)],
+        rows: usize,
+        counters: &ShadowCounters,
+    ) -> Result<Vec<f32>, String> {
+        let start = Instant::now();
+        let (n, k) = (self.n, self.slots.len());
+        let mut y = vec![0f32; rows * n];
+        let mut used_hot = vec![false; k];
+        let mut cold_read: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
+        for &(i, r) in outliers {
+            let (row, c) = (i as usize / k.max(1), i as usize % k.max(1));
+            if row >= rows {
+                return Err(format!("outlier {i} outside a [{rows}, {k}] activation"));
+            }
+            let weights: &[f32] = match self.slots[c] {
+                COLD => {
+                    if let Entry::Vacant(slot) = cold_read.entry(c) {
+                        slot.insert(self.read_cold(c)?);
+                    }
+                    &cold_read[&c]
+                }
+                slot => {
+                    used_hot[c] = true;
+                    let slot = slot as usize;
+                    &self.rows[slot * n..(slot + 1) * n]
+                }
+            };
+            for (o, &w) in y[row * n..(row + 1) * n].iter_mut().zip(weights) {
+                *o += r * w;
+            }
+        }
+        counters.record(
+            used_hot.iter().filter(|&&u| u).count() as u64,
+            cold_read.len() as u64,
+            outliers.len() as u64,
+            start.elapsed().as_nanos() as u64,
+        );
+        Ok(y)
+    }
+
+    fn read_cold(&self, channel: usize) -> Result<Vec<f32>, String> {
+        let Some(cold) = &self.cold else {
+            return Err(format!(
+                "channel {channel} has an outlier but no float row and no model file to read it from"
+            ));
+        };
+        let row = cold
+            .source
+            .layer_column(cold.layer, cold.which, channel)
+            .map_err(|e| format!("reading a cold shadow row: {e}"))?;
+        if row.len() == self.n {
+            Ok(row)
+        } else {
+            Err(format!(
+                "cold shadow row of layer {} {:?} has {} values, expected {}",
+                cold.layer,
+                cold.which,
+                row.len(),
+                self.n
+            ))
+        }
+    }
+}
+
+/// What the shadow did, counted over every linear since the model was loaded.
+#[derive(Debug, Default)]
+pub struct ShadowCounters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    outliers: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl ShadowCounters {
+    fn record(&self, hits: u64, misses: u64, outliers: u64, nanos: u64) {
+        self.hits.fetch_add(hits, Ordering::Relaxed);
+        self.misses.fetch_add(misses, Ordering::Relaxed);
+        self.outliers.fetch_add(outliers, Ordering::Relaxed);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> ShadowUsage {
+        ShadowUsage {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            outliers: self.outliers.load(Ordering::Relaxed),
+            shadow_ns: self.nanos.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Shadow work over some span of runs (a difference of two snapshots).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ShadowUsage {
+    /// Rows served from the resident hot-channel tables (per linear call and channel).
+    pub hits: u64,
+    /// Rows read from the model file (a channel never seen hot in calibration).
+    pub misses: u64,
+    /// Outlier values multiplied in float.
+    pub outliers: u64,
+    /// Time spent in shadow multiplies, summed over the lanes that ran them.
+    pub shadow_ns: u64,
+}
+
+impl ShadowUsage {
+    /// The work of `self` and `other` together.
+    pub fn plus(self, other: ShadowUsage) -> ShadowUsage {
+        ShadowUsage {
+            hits: self.hits + other.hits,
+            misses: self.misses + other.misses,
+            outliers: self.outliers + other.outliers,
+            shadow_ns: self.shadow_ns + other.shadow_ns,
+        }
+    }
+
+    /// The work done between `earlier` and `self`.
+    pub fn since(self, earlier: ShadowUsage) -> ShadowUsage {
+        ShadowUsage {
+            hits: self.hits - earlier.hits,
+            misses: self.misses - earlier.misses,
+            outliers: self.outliers - earlier.outliers,
+            shadow_ns: self.shadow_ns - earlier.shadow_ns,
+        }
+    }
+}
+
+/// The shadow of a run, for reports.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ShadowReport {
+    /// Activation sites shadowed (the others are plain W8A8).
+    pub kept_sites: usize,
+    /// Activation sites of the model (4 per layer).
+    pub sites: usize,
+    /// The calibration file used, if any (without one every site keeps every row).
+    pub calibration: Option<String>,
+    /// Float weight bytes the shadow keeps resident.
+    pub resident_bytes: u64,
+    /// Bytes of a full float copy of every INT8 linear (what a shadow without
+    /// calibration keeps).
+    pub full_copy_bytes: u64,
+    /// `resident_bytes / full_copy_bytes`.
+    pub resident_share: f64,
+    /// Hot rows used.
+    pub hits: u64,
+    /// Cold rows read from the model file.
+    pub misses: u64,
+    /// Outlier values multiplied in float.
+    pub outliers: u64,
+    /// Time in shadow multiplies, ms (inside the INT8 jobs).
+    pub shadow_ms: f64,
+    /// `shadow_ms` over the prefill's wall time (0 where no wall time is known).
+    pub prefill_share: f64,
+}
