@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use crate::exec::{ActSite, Calibration, OutlierStats};
-use crate::timeline::svg::escape;
+use crate::timeline::svg::{escape, open_document};
 
 /// Per layer: the share of channels with outliers and the share of outliers in the top
 /// 3% channels, for each site, and whether the site's shadow is kept.
@@ -69,16 +69,7 @@ pub fn to_svg(title: &str, calibration: &Calibration) -> String {
     let stats = calibration.outlier_stats();
     let height = TOP + 2.0 * (PANEL_HEIGHT + GAP);
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{LEFT}" y="24" font-size="15">{}</text>"#,
-        escape(title)
-    );
+    open_document(&mut s, WIDTH, height, LEFT, title);
     let panels: [(&str, Statistic); 2] = [
         ("(a) share of channels with outliers", |st| {
             st.channels_with_outliers

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::compare::{CompareError, CompareRow, compare};
 use crate::scene::Scene;
-use crate::timeline::svg::{PALETTE, escape};
+use crate::timeline::svg::{PALETTE, escape, open_document};
 
 /// Simulates `scene` for every chunk length, prompt length (the scene's own when empty)
 /// and policy; `progress` shows a bar on stderr.
@@ -85,16 +85,7 @@ pub fn to_svg(title: &str, rows: &[CompareRow]) -> String {
     }
     let height = TOP + prompts.len() as f64 * (PANEL_HEIGHT + BOTTOM);
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{LEFT}" y="24" font-size="15">{}</text>"#,
-        escape(title)
-    );
+    open_document(&mut s, WIDTH, height, LEFT, title);
     for (p, &prompt) in prompts.iter().enumerate() {
         let panel: Vec<&CompareRow> = rows.iter().filter(|r| r.prompt_len == prompt).collect();
         let top = TOP + p as f64 * (PANEL_HEIGHT + BOTTOM);

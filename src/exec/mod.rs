@@ -329,15 +329,20 @@ pub fn prefill_on_gpu(
     if let Some(times) = runner.device_times()? {
         on_device_clock(&mut outcome, &times);
     }
-    let logits = runner.logits.lock().take().ok_or(ExecError::MissingValue {
-        op: "prefill",
-        chunk: 0,
-        value: "logits",
-    })?;
+    let logits = take_logits(&runner.logits)?;
     Ok(PrefillResult {
         logits,
         outcome,
         shadow: ShadowUsage::default(),
+    })
+}
+
+/// The logits the head left in `slot`; their absence means the head never ran.
+fn take_logits(slot: &parking_lot::Mutex<Option<Vec<f32>>>) -> Result<Vec<f32>, ExecError> {
+    slot.lock().take().ok_or(ExecError::MissingValue {
+        op: "prefill",
+        chunk: 0,
+        value: "logits",
     })
 }
 
@@ -431,16 +436,7 @@ pub fn prefill(
     let shadow_before = model.shadow_counters.snapshot();
     let runner = Arc::new(StageRunner::new(model.clone(), steps, layers, lanes, state));
     let outcome = run_on_queues(plan, runner.clone(), options.threads)?;
-    let logits = runner
-        .state
-        .logits
-        .lock()
-        .take()
-        .ok_or(ExecError::MissingValue {
-            op: "prefill",
-            chunk: 0,
-            value: "logits",
-        })?;
+    let logits = take_logits(&runner.state.logits)?;
     Ok(PrefillResult {
         logits,
         outcome,

@@ -24,6 +24,21 @@ pub(crate) fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Opens a `width` x `height` SVG document on a white background with `title` at the top
+/// left (x = `left`): the start every plot of ours shares.
+pub(crate) fn open_document(s: &mut String, width: f64, height: f64, left: f64, title: &str) {
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{left}" y="24" font-size="15">{}</text>"#,
+        escape(title)
+    );
+}
+
 /// A tick step of 1, 2 or 5 times a power of ten giving at most about ten ticks.
 pub(crate) fn tick_step_ms(span_ms: f64) -> f64 {
     let raw = (span_ms / 10.0).max(1e-6);

@@ -97,6 +97,15 @@ impl DeviceProfile {
         Ok(())
     }
 
+    /// The processors' names, comma-separated (for error messages).
+    pub fn processor_names(&self) -> String {
+        self.processors
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Index of the first processor of `kind`.
     pub fn first_of(&self, kind: ProcessorKind) -> Option<usize> {
         self.processors.iter().position(|p| p.kind == kind)

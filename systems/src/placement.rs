@@ -146,14 +146,7 @@ fn resolve_entry(
     if let Some(lane) = device.processors.iter().position(|p| p.name == entry) {
         return Ok(vec![lane]);
     }
-    let names = || {
-        device
-            .processors
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let names = || device.processor_names();
     let wanted = [ProcessorKind::Cpu, ProcessorKind::Gpu, ProcessorKind::Npu]
         .into_iter()
         .find(|k| k.as_str() == entry)

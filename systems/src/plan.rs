@@ -498,12 +498,7 @@ fn float_processor(device: &DeviceProfile, workload: &Workload) -> Result<usize,
                     PlanError::InvalidWorkload(format!(
                         "float_processor `{name}` is not a processor of {}; use one of: {}",
                         device.name,
-                        device
-                            .processors
-                            .iter()
-                            .map(|p| p.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        device.processor_names()
                     ))
                 })?;
             if device.processors[index].kind == ProcessorKind::Npu {
