@@ -44,9 +44,11 @@ pub struct RunReport {
     pub makespan_ms: f64,
     /// Prompt tokens per second of prefill.
     pub prefill_tokens_per_s: f64,
-    /// max(busiest processor's work, critical path), in ms.
+    /// max(load bound, critical path), in ms.
     pub lower_bound_ms: f64,
-    /// Busiest processor's work, in ms.
+    /// The load bound, in ms: the busiest processor's work under fixed placement; under
+    /// flexible placement the best fractional spread of the work over the eligible
+    /// processors (`systems/src/bound.rs`). The field keeps its first name.
     pub busiest_processor_ms: f64,
     /// Critical path, in ms.
     pub critical_path_ms: f64,
@@ -195,7 +197,7 @@ impl RunReport {
         );
         let _ = writeln!(
             s,
-            "bound      {:.2} ms (busiest processor {:.2}, critical path {:.2}); makespan is {:.3}x the bound",
+            "bound      {:.2} ms (load {:.2}, critical path {:.2}); makespan is {:.3}x the bound",
             self.lower_bound_ms,
             self.busiest_processor_ms,
             self.critical_path_ms,
