@@ -309,14 +309,7 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         scene.name, report.policy, report.prompt_len, report.chunk_len
     );
     write_timelines(&title, &run, args.trace.as_deref(), args.svg.as_deref())?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("the report always serialises")
-        );
-    } else {
-        print!("{}", report.summary());
-    }
+    print_json_or(args.json, &report, || report.summary());
     Ok(())
 }
 
@@ -357,14 +350,7 @@ fn run(args: RunArgs) -> Result<(), String> {
         args.trace.as_deref(),
         args.svg.as_deref(),
     )?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("the report always serialises")
-        );
-    } else {
-        print!("{}", report.summary());
-    }
+    print_json_or(args.json, &report, || report.summary());
     Ok(())
 }
 
@@ -664,14 +650,7 @@ fn compare(args: CompareArgs) -> Result<(), String> {
     };
     let rows = hetsched::compare::compare(&scenes, &args.prompt_lens, &policies)
         .map_err(|e| e.to_string())?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&rows).expect("rows always serialise")
-        );
-    } else {
-        print!("{}", hetsched::compare::table(&rows));
-    }
+    print_json_or(args.json, &rows, || hetsched::compare::table(&rows));
     Ok(())
 }
 
@@ -704,6 +683,18 @@ fn sweep(args: SweepArgs) -> Result<(), String> {
         write(path, &hetsched::sweep::to_svg(&title, &rows))?;
     }
     Ok(())
+}
+
+/// Prints `value` as pretty JSON with `json`, else the text `summary` gives.
+fn print_json_or(json: bool, value: &impl serde::Serialize, summary: impl FnOnce() -> String) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).expect("our reports always serialise")
+        );
+    } else {
+        print!("{}", summary());
+    }
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {

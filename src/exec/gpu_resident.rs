@@ -145,8 +145,9 @@ impl GpuModel {
         })
     }
 
-    /// Runs a one-token prefill so that the driver compiles every pipeline before a
-    /// measured run.
+    /// Runs a one-token prefill, so that what a first prefill pays for beyond
+    /// [`GpuContext::prepare`] (descriptor pools, memory blocks of activation-sized buffers,
+    /// the first open command buffer) stays out of a measured run.
     pub fn warm_up(self: &Arc<Self>) -> Result<(), ExecError> {
         let options = super::PrefillOptions {
             chunk_len: 1,
@@ -230,6 +231,14 @@ impl ChunkTensors {
             Value::Attn => &self.attn,
             Value::Hidden => &self.hidden,
         }
+    }
+
+    /// `v` was written and not yet consumed, or the error naming `op`'s broken dependency.
+    fn require(&self, v: Value, op: &'static str, chunk: usize) -> Result<(), ExecError> {
+        if self.ready & v.bit() == 0 {
+            return Err(missing(op, chunk, v.name()));
+        }
+        Ok(())
     }
 
     fn projection_out(&self, p: Projection) -> &GpuMatrix {
@@ -525,10 +534,8 @@ impl GpuStageRunner {
     ) -> Result<bool, ExecError> {
         let c = &self.model.host.config;
         let t = &mut state.chunks[chunk];
-        let take = |t: &mut ChunkTensors, v: Value, op: &'static str| {
-            if t.ready & v.bit() == 0 {
-                return Err(missing(op, chunk, v.name()));
-            }
+        let take = |t: &mut ChunkTensors, v: Value, op: &'static str| -> Result<(), ExecError> {
+            t.require(v, op, chunk)?;
             t.ready &= !v.bit();
             Ok(())
         };
@@ -594,15 +601,10 @@ impl GpuStageRunner {
                     Projection::Down => t.ready |= Value::Down.bit(),
                 }
             }
-            Step::DequantizeQkv => {
-                if t.ready & Value::Q.bit() == 0 {
-                    return Err(missing("qkv_dequant", chunk, "q_proj"));
-                }
-            }
+            // f32 queries need no dequantization; they must exist all the same.
+            Step::DequantizeQkv => t.require(Value::Q, "qkv_dequant", chunk)?,
             Step::Rope => {
-                if t.ready & Value::Q.bit() == 0 {
-                    return Err(missing("rope", chunk, "queries"));
-                }
+                t.require(Value::Q, "rope", chunk)?;
                 b.rope(&t.q, &t.angles, c.n_heads, c.rope_style)
                     .map_err(gpu_err)?;
                 self.write_kv(b, state, layer, chunk)?;

@@ -156,13 +156,21 @@ pub fn with_gpu_lane(mut device: DeviceProfile) -> DeviceProfile {
     if device.first_of(ProcessorKind::Gpu).is_none()
         && let Some(cpu) = device.first_of(ProcessorKind::Cpu)
     {
-        let mut gpu = device.processors[cpu].clone();
-        gpu.name = "gpu".into();
-        gpu.kind = ProcessorKind::Gpu;
+        let gpu = gpu_costed_like(&device.processors[cpu]);
         device.processors.push(gpu);
         device.name = format!("{} + Vulkan GPU", device.name);
     }
     device
+}
+
+/// A processor named `gpu` of kind GPU with `spec`'s cost model: the host's GPU lanes have
+/// no calibrated profile, and the policies only need a guess.
+fn gpu_costed_like(spec: &hetsched_systems::ProcessorSpec) -> hetsched_systems::ProcessorSpec {
+    hetsched_systems::ProcessorSpec {
+        name: "gpu".into(),
+        kind: ProcessorKind::Gpu,
+        ..spec.clone()
+    }
 }
 
 impl JobRunner for StageRunner {
@@ -254,15 +262,8 @@ fn prefill_resident(
 /// (the policies only need a guess, and with one lane they only order chunks).
 pub fn resident_gpu_device() -> DeviceProfile {
     let mut device = host_device();
-    let cpu = device.first_of(ProcessorKind::Cpu).map_or_else(
-        || device.processors[0].clone(),
-        |i| device.processors[i].clone(),
-    );
-    device.processors = vec![hetsched_systems::device::ProcessorSpec {
-        name: "gpu".into(),
-        kind: ProcessorKind::Gpu,
-        ..cpu
-    }];
+    let cpu = device.first_of(ProcessorKind::Cpu).unwrap_or(0);
+    device.processors = vec![gpu_costed_like(&device.processors[cpu])];
     device.name = "Vulkan GPU (every stage resident)".into();
     device
 }
@@ -303,19 +304,12 @@ pub fn prefill_on_gpu(
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
     check_prompt(&gpu.host, tokens)?;
-    let workload = Workload {
-        prompt_len: tokens.len() as u32,
-        chunk_len: options.chunk_len,
-        policy: options.policy,
-        float_processor: None,
-    };
     let plan = Arc::new(PrefillPlan::new(
         gpu.host.model_config(),
         resident_gpu_device(),
-        workload,
+        workload(tokens, options, None),
     )?);
-    let steps = Step::compile_stages(&plan.stages)?;
-    let layers = plan.stages.iter().map(|s| s.layer).collect();
+    let (steps, layers) = compile(&plan)?;
     let runner = Arc::new(GpuStageRunner::new(
         gpu.clone(),
         steps,
@@ -335,6 +329,24 @@ pub fn prefill_on_gpu(
         outcome,
         shadow: ShadowUsage::default(),
     })
+}
+
+/// The workload of prefilling `tokens` under `options`, float work on `float_processor`.
+fn workload(tokens: &[u32], options: &PrefillOptions, float_processor: Option<String>) -> Workload {
+    Workload {
+        prompt_len: tokens.len() as u32,
+        chunk_len: options.chunk_len,
+        policy: options.policy,
+        float_processor,
+    }
+}
+
+/// Every stage of `plan` compiled to steps, and each stage's decoder layer.
+type CompiledStages = (Vec<Vec<Step>>, Vec<Option<u32>>);
+
+fn compile(plan: &PrefillPlan) -> Result<CompiledStages, ExecError> {
+    let steps = Step::compile_stages(&plan.stages)?;
+    Ok((steps, plan.stages.iter().map(|s| s.layer).collect()))
 }
 
 /// The logits the head left in `slot`; their absence means the head never ran.
@@ -410,21 +422,14 @@ pub fn prefill(
     } else {
         (options.device.clone(), None)
     };
-    let workload = Workload {
-        prompt_len: tokens.len() as u32,
-        chunk_len: options.chunk_len,
-        policy: options.policy,
-        float_processor,
-    };
     let plan = Arc::new(PrefillPlan::placed(
         model.model_config(),
         device,
-        workload,
+        workload(tokens, options, float_processor),
         options.placement.clone(),
     )?);
     let lanes = lane_kernels(&model, &plan.device)?;
-    let steps = Step::compile_stages(&plan.stages)?;
-    let layers = plan.stages.iter().map(|s| s.layer).collect();
+    let (steps, layers) = compile(&plan)?;
     let mut state = PrefillState::new(
         tokens.to_vec(),
         options.chunk_len as usize,
