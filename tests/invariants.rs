@@ -1,13 +1,15 @@
 //! Scheduler invariants over random plans, for every policy: every dependency respected,
 //! at most one job per processor at a time, every subgraph done exactly once, each job
-//! taking its modeled time, and the makespan never below the lower bound.
+//! taking its modeled time, and the makespan never below the lower bound; with and without
+//! outlier shadow stages.
 
 use std::sync::Arc;
 
 use hetsched::engine::{RunOutcome, simulate};
 use hetsched::systems::testing::{Timing, check_schedule, processor, tiny_model};
+use hetsched::systems::shadow::ShadowConfig;
 use hetsched::systems::{
-    DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
+    DeviceProfile, ModelConfig, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
 };
 use proptest::prelude::*;
 
@@ -18,6 +20,16 @@ fn check_run(run: &RunOutcome) -> Result<(), String> {
 
 fn policy() -> impl Strategy<Value = Policy> {
     prop::sample::select(Policy::ALL.to_vec())
+}
+
+/// No shadow, or a random share of the sites shadowed (stages running beside their INT8
+/// stage, joined after: the one place the chunk's chain branches).
+fn shadow() -> impl Strategy<Value = Option<ShadowConfig>> {
+    prop::option::of((0.0f64..=1.0, 0.0005f64..0.05).prop_map(|(keep, outliers)| ShadowConfig {
+        keep,
+        outlier_channels: outliers,
+        ..ShadowConfig::default()
+    }))
 }
 
 proptest! {
@@ -34,6 +46,7 @@ proptest! {
         launch_us in 0.0f64..500.0,
         with_npu in any::<bool>(),
         with_gpu in any::<bool>(),
+        shadow in shadow(),
     ) {
         let mut processors = vec![processor("cpu", ProcessorKind::Cpu, 50.0, cpu_fp32, launch_us)];
         if with_gpu {
@@ -45,7 +58,8 @@ proptest! {
         let device = DeviceProfile { name: "random".into(), processors };
         let float_processor = with_gpu.then(|| "gpu".to_string());
         let workload = Workload { prompt_len, chunk_len, policy, float_processor };
-        let plan = Arc::new(PrefillPlan::new(tiny_model(layers), device, workload).unwrap());
+        let model = ModelConfig { shadow, ..tiny_model(layers) };
+        let plan = Arc::new(PrefillPlan::new(model, device, workload).unwrap());
         let run = simulate(plan).unwrap();
         if let Err(violation) = check_run(&run) {
             return Err(TestCaseError::fail(violation));
@@ -86,8 +100,9 @@ proptest! {
         cpu_fp32 in 5.0f64..200.0,
         launch_us in 0.0f64..500.0,
         with_gpu in any::<bool>(),
-        picks in prop::array::uniform3(0u32..64),
+        picks in prop::array::uniform4(0u32..64),
         by_kind in any::<bool>(),
+        shadow in shadow(),
     ) {
         let mut processors = vec![
             processor("cpu0", ProcessorKind::Cpu, 50.0, cpu_fp32, launch_us),
@@ -105,10 +120,12 @@ proptest! {
             int8_linear: Some(rule(&names, picks[0])),
             attention: Some(rule(&names, picks[1])),
             float: Some(rule(&names, picks[2])),
+            shadow: Some(rule(&names, picks[3])),
         };
         let device = DeviceProfile { name: "random".into(), processors };
         let workload = Workload { prompt_len, chunk_len, policy, float_processor: None };
-        let plan = PrefillPlan::placed(tiny_model(layers), device, workload, placement).unwrap();
+        let model = ModelConfig { shadow, ..tiny_model(layers) };
+        let plan = PrefillPlan::placed(model, device, workload, placement).unwrap();
         let run = simulate(Arc::new(plan)).unwrap();
         if let Err(violation) = check_run(&run) {
             return Err(TestCaseError::fail(violation));

@@ -16,7 +16,10 @@ use hetsched::systems::memory::{
 };
 use hetsched::systems::model::{ExecClass, OpDecl, OpKind};
 use hetsched::systems::testing::{processor, tiny_model, tiny_plan};
-use hetsched::systems::{DeviceProfile, PlanError, Policy, PrefillPlan, ProcessorKind, Workload};
+use hetsched::systems::shadow::ShadowConfig;
+use hetsched::systems::{
+    DeviceProfile, ModelConfig, PlanError, Policy, PrefillPlan, ProcessorKind, Workload,
+};
 use proptest::prelude::*;
 
 fn spans(run: &RunOutcome) -> Vec<Option<(u64, u64)>> {
@@ -198,8 +201,18 @@ proptest! {
         with_npu in any::<bool>(),
         factors in prop::collection::vec(prop_oneof![Just(0.0f64), 0.0f64..0.5, Just(1.0)], 1..3),
         device_factor in prop::option::of(prop_oneof![Just(0.0f64), 0.0f64..1.0]),
+        shadow_keep in prop::option::of(0.0f64..=1.0),
     ) {
-        let plan = random_plan(custom, layers, prompt_len, chunk_len, policy, with_npu);
+        let mut plan = random_plan(custom.clone(), layers, prompt_len, chunk_len, policy, with_npu);
+        if custom.is_none() && let Some(keep) = shadow_keep {
+            // Shadow stages beside their INT8 stage share its memory step.
+            let model = ModelConfig {
+                shadow: Some(ShadowConfig { keep, ..ShadowConfig::default() }),
+                ..plan.model.clone()
+            };
+            plan = PrefillPlan::new(model, plan.device.clone(), plan.workload.clone())
+                .expect("a valid random plan");
+        }
         let config = budgets(&plan, &factors, device_factor);
         let plan = plan.with_memory(config).expect("budgets at or above the minimum are feasible");
         let run = simulate(Arc::new(plan)).map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -85,6 +85,7 @@ fn random_flexible_plan(rng: &mut SeededRng) -> PrefillPlan {
         int8_linear: Some(vec!["npu".into(), "cpu".into()]),
         attention: Some(vec!["gpu".into(), "cpu".into()]),
         float: None,
+        shadow: None,
     };
     PrefillPlan::placed(tiny_model(1), device, workload, placement).unwrap()
 }

@@ -121,6 +121,7 @@ fn flexible_placement_runs_each_job_where_the_dispatcher_placed_it() {
                 int8_linear: Some(vec!["npu-emu".into(), "cpu".into()]),
                 attention: Some(vec!["cpu".into(), "npu-emu".into()]),
                 float: Some(vec!["cpu".into(), "npu-emu".into()]),
+                shadow: None,
             },
             ..options(16, policy)
         };

@@ -167,6 +167,7 @@ mod tests {
             int8_linear: every.clone(),
             attention: every.clone(),
             float: every,
+            shadow: None,
         };
         let workload = Workload {
             prompt_len: 512,

@@ -4,6 +4,11 @@
 //! The stages of one chunk form a chain: stage `j` reads what stage `j - 1` wrote. A stage
 //! holding a cross-chunk operator (attention reads the KV cache of earlier chunks) also
 //! waits for stage `j - 1` of every earlier chunk (seed 000, Eq. 2).
+//!
+//! The one exception is the outlier shadow (seed 000, section 3.3; [`crate::shadow`]): a
+//! shadow stage sits right after the INT8 stage it shadows and runs *beside* it (it waits
+//! for what that stage waits for), and the stage after the pair waits for both. So a
+//! stage's [`StageTemplate::after`] lists one stage, or two after a shadow.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -13,8 +18,10 @@ use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::error::PlanError;
 use crate::model::{
-    ExecClass, ModelConfig, OpDecl, epilogue_ops, layer_carry_ops, llama_layer, prologue_ops,
+    ExecClass, ModelConfig, OpDecl, OpKind, epilogue_ops, layer_carry_ops, llama_layer,
+    prologue_ops,
 };
+use crate::shadow::ShadowSite;
 
 /// Whether a subgraph can be shared across chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,8 +56,12 @@ pub struct StageTemplate {
     pub class: ExecClass,
     /// Static (shared) or dynamic (per chunk).
     pub sharing: Sharing,
-    /// What the stage waits for.
+    /// What the stage waits for: nothing, or the stages in [`StageTemplate::after`] of
+    /// the same chunk (`IntraChunk`) or of this and every earlier chunk (`CrossChunk`).
     pub dependency: StageDependency,
+    /// The stages (indices, all earlier) this one waits for: `[j - 1]`, except beside and
+    /// after an outlier shadow (module doc). Empty for the first stage.
+    pub after: Vec<u32>,
     /// Runs for the last chunk only (the LM head needs the last token only).
     pub last_chunk_only: bool,
 }
@@ -64,6 +75,11 @@ pub fn build_stages(model: &ModelConfig) -> Result<Vec<StageTemplate>, PlanError
         None => (llama_layer(model), layer_carry_ops()),
     };
     let layer = ordered_layer(&layer)?;
+    let kept = model
+        .shadow
+        .as_ref()
+        .map(|s| s.kept_sites(model.layers))
+        .unwrap_or_default();
 
     let mut stages: Vec<StageTemplate> = Vec::new();
     for l in 0..model.layers {
@@ -72,7 +88,17 @@ pub fn build_stages(model: &ModelConfig) -> Result<Vec<StageTemplate>, PlanError
         } else {
             carry.clone()
         };
-        for op in lead.into_iter().chain(layer.iter().cloned()) {
+        let sites: Vec<ShadowSite> = kept
+            .iter()
+            .filter(|k| k.layer == l)
+            .map(|k| k.site)
+            .collect();
+        let ops = if sites.is_empty() {
+            layer.clone()
+        } else {
+            shadowed_layer(model, &layer, &sites)
+        };
+        for op in lead.into_iter().chain(ops) {
             push_op(&mut stages, Some(l), op, false);
         }
     }
@@ -86,16 +112,91 @@ pub fn build_stages(model: &ModelConfig) -> Result<Vec<StageTemplate>, PlanError
             push_op(&mut stages, None, op, true);
         }
     }
-    for (j, stage) in stages.iter_mut().enumerate() {
-        stage.dependency = if j == 0 {
-            StageDependency::None
-        } else if stage.ops.iter().any(|op| op.kind.is_cross_chunk()) {
-            StageDependency::CrossChunk
-        } else {
-            StageDependency::IntraChunk
-        };
-    }
+    link_stages(&mut stages);
     Ok(stages)
+}
+
+/// Sets every stage's dependency: the previous stage; a shadow stage waits for what the
+/// INT8 stage it shadows waits for; the stage after a shadow waits for both.
+fn link_stages(stages: &mut [StageTemplate]) {
+    for j in 0..stages.len() {
+        let (dependency, after) = if j == 0 {
+            (StageDependency::None, Vec::new())
+        } else if stages[j].is_shadow() {
+            (stages[j - 1].dependency, stages[j - 1].after.clone())
+        } else {
+            let cross = stages[j].ops.iter().any(|op| op.kind.is_cross_chunk());
+            let after = if j >= 2 && stages[j - 1].is_shadow() {
+                vec![j as u32 - 2, j as u32 - 1]
+            } else {
+                vec![j as u32 - 1]
+            };
+            let scope = if cross {
+                StageDependency::CrossChunk
+            } else {
+                StageDependency::IntraChunk
+            };
+            (scope, after)
+        };
+        stages[j].dependency = dependency;
+        stages[j].after = after;
+    }
+}
+
+/// One llama layer with the shadows of `sites`: each site's shadow operator follows the
+/// last linear reading the site, and the operator consuming those linears' outputs also
+/// reads the shadow (the merge, Eq. 1). SiLU-mul moves to float work when the gate/up or
+/// down site is shadowed: gate/up's shadow must be merged before it, and down's shadow
+/// reads its float output.
+fn shadowed_layer(model: &ModelConfig, layer: &[OpDecl], sites: &[ShadowSite]) -> Vec<OpDecl> {
+    let ffn_shadowed = sites
+        .iter()
+        .any(|s| matches!(s, ShadowSite::GateUp | ShadowSite::Down));
+    let mut ops: Vec<OpDecl> = Vec::with_capacity(layer.len() + sites.len());
+    for op in layer {
+        let mut op = op.clone();
+        if op.kind == OpKind::SiluMul && ffn_shadowed {
+            op.class = Some(ExecClass::Float);
+        }
+        for &site in sites {
+            let merges = match site {
+                ShadowSite::Qkv => op.name == "qkv_dequant",
+                ShadowSite::O => op.name == "o_dequant",
+                ShadowSite::GateUp => op.name == "silu_mul",
+                // Down's output is merged by the next layer's carry (see `chain_inputs`
+                // in memory::tensors).
+                ShadowSite::Down => false,
+            };
+            if merges {
+                op.inputs.push(site.op_name());
+            }
+        }
+        let name = op.name.clone();
+        ops.push(op);
+        for &site in sites {
+            if site.linears().last() == Some(&name.as_str()) {
+                ops.push(shadow_op(model, layer, site));
+            }
+        }
+    }
+    ops
+}
+
+/// The shadow operator of `site`: in-features of its linears, their out-features summed.
+fn shadow_op(model: &ModelConfig, layer: &[OpDecl], site: ShadowSite) -> OpDecl {
+    let linears: Vec<&OpDecl> = layer
+        .iter()
+        .filter(|op| site.linears().contains(&op.name.as_str()))
+        .collect();
+    let width = |f: Option<u32>| f.unwrap_or(model.hidden);
+    OpDecl {
+        name: site.op_name(),
+        kind: OpKind::Shadow,
+        inputs: vec![site.input_op().to_string()],
+        in_features: Some(linears.first().map_or(model.hidden, |op| width(op.in_features))),
+        out_features: Some(linears.iter().map(|op| width(op.out_features)).sum()),
+        class: Some(ExecClass::Float),
+    }
 }
 
 /// Merges the stages of one processor: within a decoder layer (or the head), stage `j` joins
@@ -121,6 +222,11 @@ pub fn merge_for_one_processor(stages: Vec<StageTemplate>) -> Vec<StageTemplate>
             _ => merged.push(stage),
         }
     }
+    // A shadow never stays a stage of its own here (it is never cross-chunk), so every
+    // merged stage waits for the one before it.
+    for (j, stage) in merged.iter_mut().enumerate() {
+        stage.after = j.checked_sub(1).map(|p| p as u32).into_iter().collect();
+    }
     merged
 }
 
@@ -131,6 +237,7 @@ fn new_stage(layer: Option<u32>, op: OpDecl, last_chunk_only: bool) -> StageTemp
         class: op.class(),
         sharing: Sharing::Static,
         dependency: StageDependency::None,
+        after: Vec::new(),
         last_chunk_only,
         ops: vec![op],
     }
@@ -147,6 +254,11 @@ impl StageTemplate {
         self
     }
 
+    /// Whether this stage is an outlier shadow (it runs beside the stage before it).
+    pub fn is_shadow(&self) -> bool {
+        self.ops.iter().any(|op| op.kind == OpKind::Shadow)
+    }
+
     /// Operator names, in order.
     pub fn op_names(&self) -> Vec<&str> {
         self.ops.iter().map(|op| op.name.as_str()).collect()
@@ -154,8 +266,11 @@ impl StageTemplate {
 }
 
 fn push_op(stages: &mut Vec<StageTemplate>, layer: Option<u32>, op: OpDecl, last_only: bool) {
+    // A shadow is a stage of its own: it runs beside the INT8 stage before it, and the
+    // stage after waits for both.
+    let shadow = op.kind == OpKind::Shadow;
     match stages.last_mut() {
-        Some(stage) if stage.class == op.class() => {
+        Some(stage) if stage.class == op.class() && !shadow && !stage.is_shadow() => {
             if op.kind.is_dynamic() {
                 stage.sharing = Sharing::Dynamic;
             }

@@ -50,6 +50,7 @@ pub mod policy;
 pub mod progress;
 pub mod resolve;
 pub mod resources;
+pub mod shadow;
 pub mod testing;
 pub mod world;
 

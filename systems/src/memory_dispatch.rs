@@ -3,7 +3,10 @@
 //! frees a finished job's dead tensors.
 //!
 //! A job allocates its outputs and workspace when it starts; a tensor is freed when its
-//! last consumer ends; the KV cache is held from the start. A job is admitted only if the
+//! last consumer ends; the KV cache is held from the start. The ledger follows each chunk
+//! by memory steps ([`PrefillPlan::memory_step`]): an INT8 stage and the outlier shadow
+//! beside it are one step, allocated when the first of the two starts and freed when the
+//! last ends; the second to start is admitted at once (its memory is already held). A job is admitted only if the
 //! state after it is *safe*: the chunks in flight can all finish one after another, in
 //! chunk order, each with what is free plus what the chunks before it release (a banker's
 //! algorithm over chunks). Chunk order is the one order that always exists: a chunk's
@@ -23,10 +26,19 @@ use crate::policy::Policy;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct ChunkState {
-    /// Stages done.
+    /// Memory steps done.
     done: u32,
-    /// Stage `done` is running.
-    running: bool,
+    /// Stages of step `done` started.
+    started: u32,
+    /// Stages of step `done` finished.
+    finished: u32,
+}
+
+impl ChunkState {
+    /// Step `done` holds its memory.
+    fn running(&self) -> bool {
+        self.started > 0
+    }
 }
 
 /// Live bytes per region, and each chunk's progress through its memory profile.
@@ -40,8 +52,12 @@ pub struct MemoryLedger {
     started: u32,
     first_unfinished: u32,
     unconstrained: bool,
-    /// Per stage: whether it waits for the previous stage of every earlier chunk.
+    /// Per memory step: whether it waits for the previous step of every earlier chunk.
     cross: Vec<bool>,
+    /// Per stage: its memory step.
+    step_of: Vec<u32>,
+    /// Per memory step: how many stages it has.
+    step_size: Vec<u32>,
     /// Whether the safety witness may settle chunks out of order first. Not for
     /// `inorder`, which only ever runs a lane's jobs in (chunk, stage) order: it needs the
     /// first unfinished chunk's next job admitted in every safe state, which only the
@@ -56,10 +72,20 @@ impl MemoryLedger {
         let live = profile.kv_bytes.clone();
         MemoryLedger {
             settle: plan.workload.policy != Policy::InOrder,
-            cross: plan
-                .stages
-                .iter()
-                .map(|s| s.dependency == StageDependency::CrossChunk)
+            cross: (0..step_count(plan))
+                .map(|step| {
+                    (0..plan.stage_count()).any(|stage| {
+                        plan.memory_step(stage) == step
+                            && plan.stages[stage as usize].dependency
+                                == StageDependency::CrossChunk
+                    })
+                })
+                .collect(),
+            step_of: (0..plan.stage_count())
+                .map(|s| plan.memory_step(s))
+                .collect(),
+            step_size: (0..step_count(plan))
+                .map(|step| plan.stages_in_step(step))
                 .collect(),
             unconstrained: profile.unconstrained(),
             high_water: live.clone(),
@@ -94,7 +120,14 @@ impl MemoryLedger {
     /// Whether `key` may start now: its allocation fits now, and the state after it is
     /// safe (see the module doc).
     pub fn admits(&self, key: InstanceKey) -> bool {
-        self.unconstrained || self.admits_after(None, key)
+        self.unconstrained || self.step_held(key) || self.admits_after(None, key)
+    }
+
+    /// Whether `key`'s memory step already holds its memory (the other stage of the step
+    /// started): then `key` needs nothing more.
+    fn step_held(&self, key: InstanceKey) -> bool {
+        let state = self.chunks[key.chunk as usize];
+        state.running() && self.step_of[key.stage as usize] == state.done
     }
 
     /// Whether `key` could still start if `first` (of another chunk) started before it.
@@ -107,24 +140,31 @@ impl MemoryLedger {
         }
         let mut started = self.started;
         let mut live = self.live.clone();
-        if let Some(f) = first {
+        let first = first.map(|f| (f, self.step_of[f.stage as usize]));
+        if let Some((f, f_step)) = first {
             debug_assert_ne!(f.chunk, key.chunk);
-            if f.stage == 0 {
+            if f_step == 0 {
                 if f.chunk != started {
                     return false;
                 }
                 started += 1;
             }
-            let p = self.profile.of(f.chunk);
-            for (l, &a) in live.iter_mut().zip(p.row(&p.alloc, f.stage)) {
-                *l += a;
+            if !self.step_held(f) {
+                let p = self.profile.of(f.chunk);
+                for (l, &a) in live.iter_mut().zip(p.row(&p.alloc, f_step)) {
+                    *l += a;
+                }
             }
         }
-        if key.stage == 0 && key.chunk != started {
+        let step = self.step_of[key.stage as usize];
+        if step == 0 && key.chunk != started {
             return false;
         }
+        if self.step_held(key) {
+            return true;
+        }
         let p = self.profile.of(key.chunk);
-        let alloc = p.row(&p.alloc, key.stage);
+        let alloc = p.row(&p.alloc, step);
         let budgets = self.profile.budgets.iter().copied();
         if alloc
             .iter()
@@ -139,18 +179,18 @@ impl MemoryLedger {
         let end = started.max(key.chunk + 1);
         let mut next: Vec<u32> = (self.first_unfinished..end)
             .map(|chunk| match first {
-                _ if chunk == key.chunk => key.stage + 1,
-                Some(f) if f.chunk == chunk => f.stage + 1,
+                _ if chunk == key.chunk => step + 1,
+                Some((f, f_step)) if f.chunk == chunk => f_step + 1,
                 _ => {
                     let s = self.chunks[chunk as usize];
-                    s.done + u32::from(s.running)
+                    s.done + u32::from(s.running())
                 }
             })
             .collect();
         self.safe(&mut next)
     }
 
-    /// Whether a state is safe: `next[i]` is the next stage of chunk
+    /// Whether a state is safe: `next[i]` is the next memory step of chunk
     /// `first_unfinished + i` once running jobs have ended. The witness: first every
     /// chunk, in order, runs the stages that free at least what they take (and whose
     /// dependencies are met in this hypothetical); then chunks finish one after another
@@ -172,7 +212,7 @@ impl MemoryLedger {
         let mut earlier_done = u32::MAX;
         for (i, n) in next.iter_mut().enumerate().filter(|_| self.settle) {
             let p = self.profile.of(chunk_of(i));
-            while *n < p.stages && (!self.cross[*n as usize] || earlier_done >= *n) {
+            while *n < p.steps && (!self.cross[*n as usize] || earlier_done >= *n) {
                 let (alloc, before, after) = (
                     p.row(&p.alloc, *n),
                     p.row(&p.wait, *n),
@@ -202,38 +242,56 @@ impl MemoryLedger {
         })
     }
 
-    /// Records that `key` started: its outputs and workspace are allocated.
+    /// Records that `key` started: its step's outputs and workspace are allocated, unless
+    /// the other stage of the step already started.
     pub fn start(&mut self, key: InstanceKey) {
-        let p = self.profile.of(key.chunk);
-        for (r, &bytes) in p.row(&p.alloc, key.stage).iter().enumerate() {
-            self.live[r] += bytes;
-            self.high_water[r] = self.high_water[r].max(self.live[r]);
+        let step = self.step_of[key.stage as usize];
+        let state = self.chunks[key.chunk as usize];
+        debug_assert_eq!(state.done, step, "a chunk's memory steps run in order");
+        if !state.running() {
+            let p = self.profile.of(key.chunk);
+            for (r, &bytes) in p.row(&p.alloc, step).iter().enumerate() {
+                self.live[r] += bytes;
+                self.high_water[r] = self.high_water[r].max(self.live[r]);
+            }
         }
-        let state = &mut self.chunks[key.chunk as usize];
-        debug_assert_eq!(state.done, key.stage, "chunk stages run in order");
-        state.running = true;
-        if key.stage == 0 {
+        self.chunks[key.chunk as usize].started += 1;
+        if step == 0 {
             self.started = self.started.max(key.chunk + 1);
         }
     }
 
-    /// Records that `key` finished: its workspace and the tensors it read last are freed.
+    /// Records that `key` finished; when it was the last stage of its step, the step's
+    /// workspace and the tensors it read last are freed.
     pub fn finish(&mut self, key: InstanceKey) {
+        let step = self.step_of[key.stage as usize];
+        let state = &mut self.chunks[key.chunk as usize];
+        state.finished += 1;
+        if state.finished < self.step_size[step as usize] {
+            return;
+        }
+        *state = ChunkState {
+            done: state.done + 1,
+            started: 0,
+            finished: 0,
+        };
         let p = self.profile.of(key.chunk);
-        for (r, &bytes) in p.row(&p.free, key.stage).iter().enumerate() {
+        for (r, &bytes) in p.row(&p.free, step).iter().enumerate() {
             self.live[r] -= bytes;
         }
-        let stages = p.stages;
-        let state = &mut self.chunks[key.chunk as usize];
-        state.done += 1;
-        state.running = false;
         while self
             .chunks
             .get(self.first_unfinished as usize)
-            .is_some_and(|s| s.done == self.profile.of(self.first_unfinished).stages)
+            .is_some_and(|s| s.done == self.profile.of(self.first_unfinished).steps)
         {
             self.first_unfinished += 1;
         }
-        debug_assert!(self.chunks[key.chunk as usize].done <= stages);
     }
+}
+
+/// Memory steps of a chunk that runs every stage.
+fn step_count(plan: &PrefillPlan) -> u32 {
+    plan.stage_count()
+        .checked_sub(1)
+        .map_or(0, |last| plan.memory_step(last) + 1)
 }

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::PlanError;
+use crate::shadow::ShadowConfig;
 
 /// Numeric precision of weights, activations or a computation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -63,6 +64,9 @@ pub struct ModelConfig {
     /// Optional custom layer graph; the llama layer is used when absent.
     #[serde(default)]
     pub layer_ops: Option<Vec<OpDecl>>,
+    /// Outlier shadow of the INT8 linears (llama layers only); none when absent.
+    #[serde(default)]
+    pub shadow: Option<ShadowConfig>,
 }
 
 fn default_float_precision() -> Precision {
@@ -106,6 +110,15 @@ impl ModelConfig {
                 self.kv_heads, self.heads
             ));
         }
+        if let Some(shadow) = &self.shadow {
+            if self.layer_ops.is_some() {
+                return bad(
+                    "[shadow] needs the built-in llama layer; drop `layer_ops` or the shadow"
+                        .into(),
+                );
+            }
+            shadow.validate(self.layers)?;
+        }
         Ok(())
     }
 }
@@ -144,6 +157,10 @@ pub enum OpKind {
     SiluMul,
     /// Final projection to the vocabulary (last token only during prefill).
     LmHead,
+    /// The float shadow of a site's linears: the activation's outliers times the float
+    /// weight rows of their channels (`in_features` -> `out_features`, every linear of
+    /// the site together; seed 000, Eq. 1).
+    Shadow,
 }
 
 impl OpKind {
@@ -355,6 +372,20 @@ impl OpDecl {
                         + c * k * act.bytes() as f64
                         + c * n * 4.0,
                     precision,
+                }
+            }
+            OpKind::Shadow => {
+                let shadow = model.shadow.clone().unwrap_or_default();
+                let k = self.in_features.unwrap_or(model.hidden) as f64;
+                let n = self.out_features.unwrap_or(model.hidden) as f64;
+                // At least one outlier per token: a kept site is kept for its outliers.
+                let per_token = (shadow.outlier_channels * k).max(1.0);
+                // The rows of hot channels are streamed once per chunk; outliers arrive
+                // as (index, value) pairs; the result is a dense float [tokens, n].
+                OpWork {
+                    ops: 2.0 * c * per_token * n,
+                    bytes: shadow.hot_channels * k * n * fb + c * per_token * 8.0 + c * n * 4.0,
+                    precision: float,
                 }
             }
             OpKind::LmHead => {

@@ -24,12 +24,15 @@ pub enum StageKind {
     Attention,
     /// Every other float stage (norms, residual adds, (de)quantisation, the embedding).
     Float,
+    /// An outlier shadow stage (float multiplies beside an INT8 stage).
+    Shadow,
 }
 
 impl StageKind {
     /// The stage kind of `stage`.
     pub fn of(stage: &StageTemplate) -> StageKind {
         match stage.class {
+            _ if stage.is_shadow() => StageKind::Shadow,
             ExecClass::Int8 => StageKind::Int8Linear,
             ExecClass::Float if stage.ops.iter().any(|op| op.kind == OpKind::Attention) => {
                 StageKind::Attention
@@ -44,6 +47,7 @@ impl StageKind {
             StageKind::Int8Linear => "int8_linear",
             StageKind::Attention => "attention",
             StageKind::Float => "float",
+            StageKind::Shadow => "shadow",
         }
     }
 }
@@ -68,6 +72,9 @@ pub struct PlacementConfig {
     /// Processors for the other float stages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub float: Option<Vec<String>>,
+    /// Processors for outlier shadow stages (default: the first CPU, as in seed 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Vec<String>>,
 }
 
 impl PlacementConfig {
@@ -77,6 +84,7 @@ impl PlacementConfig {
             StageKind::Int8Linear => self.int8_linear.as_deref(),
             StageKind::Attention => self.attention.as_deref(),
             StageKind::Float => self.float.as_deref(),
+            StageKind::Shadow => self.shadow.as_deref(),
         }
     }
 
@@ -100,6 +108,7 @@ impl PlacementConfig {
             int8_linear: home(StageKind::Int8Linear),
             attention: home(StageKind::Attention),
             float: home(StageKind::Float),
+            shadow: home(StageKind::Shadow),
         }
     }
 

@@ -78,6 +78,10 @@ pub struct PrefillPlan {
     pub placement: PlacementConfig,
     /// Processors each stage may run on, home first.
     stage_lanes: Vec<Vec<usize>>,
+    /// For each stage, the stages that wait for it.
+    successor_stages: Vec<Vec<u32>>,
+    /// For each stage, its memory step (see [`PrefillPlan::memory_step`]).
+    memory_steps: Vec<u32>,
     /// Number of chunks.
     pub chunks: u32,
     /// Memory regions' budgets and alignment (see [`PrefillPlan::with_memory`]).
@@ -157,6 +161,10 @@ impl PrefillPlan {
             .iter()
             .map(|s| {
                 let default = match s.class {
+                    // Seed 000 runs the shadow on the CPU, beside float work on the GPU.
+                    _ if s.is_shadow() => device
+                        .first_of(ProcessorKind::Cpu)
+                        .unwrap_or(float_processor),
                     ExecClass::Float => float_processor,
                     ExecClass::Int8 => int8_processor,
                 };
@@ -165,6 +173,8 @@ impl PrefillPlan {
             .collect::<Result<Vec<_>, _>>()?;
         let stage_processor = stage_lanes.iter().map(|lanes| lanes[0]).collect();
         let chunks = workload.prompt_len.div_ceil(workload.chunk_len);
+        let successor_stages = successor_stages(&stages);
+        let memory_steps = memory_steps(&stages);
         let mut plan = PrefillPlan {
             model,
             device,
@@ -172,6 +182,8 @@ impl PrefillPlan {
             stages,
             stage_processor,
             placement,
+            successor_stages,
+            memory_steps,
             stage_lanes,
             chunks,
             memory: MemoryConfig::default(),
@@ -364,22 +376,38 @@ impl PrefillPlan {
         self.stage_lanes.iter().any(|lanes| lanes.len() > 1)
     }
 
-    /// The instances `key` waits for (seed 000, Eq. 2-3).
+    /// The instances `key` waits for (seed 000, Eq. 2-3; a shadow's pair, see
+    /// [`crate::graph`]).
     pub fn predecessors(&self, key: InstanceKey) -> Vec<InstanceKey> {
-        let InstanceKey { chunk, stage } = key;
-        match self.stages[stage as usize].dependency {
-            StageDependency::None => Vec::new(),
-            StageDependency::IntraChunk => vec![InstanceKey {
-                chunk,
-                stage: stage - 1,
-            }],
-            StageDependency::CrossChunk => (0..=chunk)
-                .map(|c| InstanceKey {
-                    chunk: c,
-                    stage: stage - 1,
-                })
-                .collect(),
-        }
+        let stage = &self.stages[key.stage as usize];
+        let chunks = match stage.dependency {
+            StageDependency::None => return Vec::new(),
+            StageDependency::IntraChunk => key.chunk..key.chunk + 1,
+            StageDependency::CrossChunk => 0..key.chunk + 1,
+        };
+        stage
+            .after
+            .iter()
+            .flat_map(|&s| chunks.clone().map(move |chunk| InstanceKey { chunk, stage: s }))
+            .filter(|k| self.exists(*k))
+            .collect()
+    }
+
+    /// The memory step of `stage`: stages in chain order, except that a shadow shares the
+    /// step of the INT8 stage it runs beside. A chunk's steps run one after another (the
+    /// stages of one step may overlap), which is what memory accounting relies on.
+    pub fn memory_step(&self, stage: u32) -> u32 {
+        self.memory_steps[stage as usize]
+    }
+
+    /// Stages in memory step `step`: 1, or 2 for an INT8 stage and its shadow.
+    pub fn stages_in_step(&self, step: u32) -> u32 {
+        self.memory_steps.iter().filter(|&&s| s == step).count() as u32
+    }
+
+    /// The stages that wait for `stage` (see [`crate::graph::StageTemplate::after`]).
+    pub fn successor_stages(&self, stage: u32) -> &[u32] {
+        &self.successor_stages[stage as usize]
     }
 
     /// Stages that run once per chunk (excludes the last-chunk-only head).
@@ -426,28 +454,28 @@ impl PrefillPlan {
         self.upward_rank_ns[self.id(key)]
     }
 
-    /// Top levels stage by stage: a cross-chunk stage waits for the running maximum over
-    /// earlier chunks of the previous stage's finish.
+    /// Top levels stage by stage: a stage starts when the last stage it waits for ends;
+    /// for a cross-chunk stage, the running maximum of those ends over earlier chunks.
     fn top_levels(&self) -> Vec<u64> {
         let mut top = vec![0u64; self.id_space()];
         for stage in 1..self.stage_count() {
+            let template = &self.stages[stage as usize];
             let mut prefix_max = 0u64;
             for chunk in 0..self.chunks {
-                let before = InstanceKey {
-                    chunk,
-                    stage: stage - 1,
-                };
-                let finish = if self.exists(before) {
-                    top[self.id(before)] + self.min_cost_ns(before)
-                } else {
-                    0
-                };
+                let finish = template
+                    .after
+                    .iter()
+                    .map(|&s| InstanceKey { chunk, stage: s })
+                    .filter(|k| self.exists(*k))
+                    .map(|k| top[self.id(k)] + self.min_cost_ns(k))
+                    .max()
+                    .unwrap_or(0);
                 prefix_max = prefix_max.max(finish);
                 let key = InstanceKey { chunk, stage };
                 if !self.exists(key) {
                     continue;
                 }
-                top[self.id(key)] = match self.stages[stage as usize].dependency {
+                top[self.id(key)] = match template.dependency {
                     StageDependency::None => 0,
                     StageDependency::IntraChunk => finish,
                     StageDependency::CrossChunk => prefix_max,
@@ -458,33 +486,62 @@ impl PrefillPlan {
     }
 
     /// Bottom levels under `cost` (by id) from the last stage back: the successors of
-    /// G(i, j) are G(i, j+1), and for a cross-chunk stage j+1 every G(i', j+1) with
-    /// i' >= i (a suffix maximum).
+    /// G(i, j) are G(i, k) for each stage k waiting for j, and for a cross-chunk stage k
+    /// every G(i', k) with i' >= i (a suffix maximum).
     fn bottom_levels(&self, cost: &[u64]) -> Vec<u64> {
         let mut bottom = vec![0u64; self.id_space()];
         for stage in (0..self.stage_count()).rev() {
-            let next = stage + 1;
-            let cross = next < self.stage_count()
-                && self.stages[next as usize].dependency == StageDependency::CrossChunk;
-            let mut suffix_max = 0u64;
-            for chunk in (0..self.chunks).rev() {
-                let after = InstanceKey { chunk, stage: next };
-                let after_level = if self.exists(after) {
-                    bottom[self.id(after)]
-                } else {
-                    0
-                };
-                suffix_max = suffix_max.max(after_level);
-                let key = InstanceKey { chunk, stage };
-                if !self.exists(key) {
-                    continue;
+            let mut tail = vec![0u64; self.chunks as usize];
+            for &next in self.successor_stages(stage) {
+                let cross = self.stages[next as usize].dependency == StageDependency::CrossChunk;
+                let mut suffix_max = 0u64;
+                for chunk in (0..self.chunks).rev() {
+                    let after = InstanceKey { chunk, stage: next };
+                    let level = if self.exists(after) {
+                        bottom[self.id(after)]
+                    } else {
+                        0
+                    };
+                    suffix_max = suffix_max.max(level);
+                    let t = &mut tail[chunk as usize];
+                    *t = (*t).max(if cross { suffix_max } else { level });
                 }
-                let tail = if cross { suffix_max } else { after_level };
-                bottom[self.id(key)] = cost[self.id(key)] + tail;
+            }
+            for chunk in 0..self.chunks {
+                let key = InstanceKey { chunk, stage };
+                if self.exists(key) {
+                    bottom[self.id(key)] = cost[self.id(key)] + tail[chunk as usize];
+                }
             }
         }
         bottom
     }
+}
+
+/// For each stage, its memory step: a shadow joins the step of the stage before it.
+fn memory_steps(stages: &[StageTemplate]) -> Vec<u32> {
+    let mut steps = Vec::with_capacity(stages.len());
+    let mut next = 0u32;
+    for stage in stages {
+        if stage.is_shadow() && next > 0 {
+            steps.push(next - 1);
+        } else {
+            steps.push(next);
+            next += 1;
+        }
+    }
+    steps
+}
+
+/// For each stage, the stages whose `after` lists it.
+fn successor_stages(stages: &[StageTemplate]) -> Vec<Vec<u32>> {
+    let mut successors = vec![Vec::new(); stages.len()];
+    for (j, stage) in stages.iter().enumerate() {
+        for &before in &stage.after {
+            successors[before as usize].push(j as u32);
+        }
+    }
+    successors
 }
 
 fn float_processor(device: &DeviceProfile, workload: &Workload) -> Result<usize, PlanError> {

@@ -135,58 +135,59 @@ impl LaneTimes {
 }
 
 /// The instances that become ready when `key` completes, given what is done now: the set
-/// S of seed 000, Eq. 6.
+/// S of seed 000, Eq. 6. A stage that also waits for another (a shadow's pair) joins S
+/// only if that one is done already.
 pub fn newly_enabled(
     plan: &PrefillPlan,
     progress: &StageProgress,
     key: InstanceKey,
 ) -> Vec<InstanceKey> {
-    let next_stage = key.stage + 1;
-    if next_stage >= plan.stage_count() {
-        return Vec::new();
-    }
-    match plan.stages[next_stage as usize].dependency {
-        StageDependency::None => Vec::new(),
-        StageDependency::IntraChunk => {
-            let next = InstanceKey {
-                chunk: key.chunk,
-                stage: next_stage,
-            };
-            if plan.exists(next) {
-                vec![next]
-            } else {
-                Vec::new()
+    let mut enabled = Vec::new();
+    for &next_stage in plan.successor_stages(key.stage) {
+        let template = &plan.stages[next_stage as usize];
+        let chunks = match template.dependency {
+            StageDependency::None => continue,
+            StageDependency::IntraChunk => key.chunk..key.chunk + 1,
+            StageDependency::CrossChunk => {
+                // Completing `key` extends the done prefix of its stage only if every
+                // earlier chunk is done; the prefix then runs on over chunks already done.
+                if progress.done_prefix(key.stage) != key.chunk {
+                    continue;
+                }
+                let mut end = key.chunk + 1;
+                while end < plan.chunks
+                    && progress.is_done(
+                        plan,
+                        InstanceKey {
+                            chunk: end,
+                            stage: key.stage,
+                        },
+                    )
+                {
+                    end += 1;
+                }
+                key.chunk..end
             }
-        }
-        StageDependency::CrossChunk => {
-            // Completing `key` extends the done prefix of its stage only if every earlier
-            // chunk is done; the prefix then runs on over chunks already done.
-            if progress.done_prefix(key.stage) != key.chunk {
-                return Vec::new();
-            }
-            let mut enabled = vec![InstanceKey {
-                chunk: key.chunk,
-                stage: next_stage,
-            }];
-            let mut chunk = key.chunk + 1;
-            while chunk < plan.chunks
-                && progress.is_done(
-                    plan,
-                    InstanceKey {
-                        chunk,
-                        stage: key.stage,
-                    },
-                )
-            {
-                enabled.push(InstanceKey {
+        };
+        let others_done = |chunk: u32| {
+            template.after.iter().filter(|&&s| s != key.stage).all(|&s| {
+                match template.dependency {
+                    StageDependency::CrossChunk => progress.done_prefix(s) > chunk,
+                    _ => progress.is_done(plan, InstanceKey { chunk, stage: s }),
+                }
+            })
+        };
+        enabled.extend(
+            chunks
+                .filter(|&chunk| others_done(chunk))
+                .map(|chunk| InstanceKey {
                     chunk,
                     stage: next_stage,
-                });
-                chunk += 1;
-            }
-            enabled
-        }
+                })
+                .filter(|k| plan.exists(*k)),
+        );
     }
+    enabled
 }
 
 /// Stall contribution C of running `key` on a processor of `kind` (seed 000, Eq. 6):

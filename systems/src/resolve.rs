@@ -9,10 +9,11 @@ use crate::policy::queue_lanes;
 use crate::progress::StageProgress;
 use crate::resources::{Index, Plan, PolicyState, ReadyQueues, SubgraphFinished};
 
-/// For each finished instance G(i, j): the intra-chunk successor G(i, j+1) loses one
-/// dependency; for a cross-chunk successor stage, every chunk the done prefix of stage j
-/// newly covers becomes ready. Newly ready instances join the ready queue of every
-/// processor the policy may run them on.
+/// For each finished instance G(i, j), every stage k waiting for j (usually j+1; a
+/// shadow's pair, see [`crate::graph`]): an intra-chunk G(i, k) loses one dependency; for
+/// a cross-chunk stage k, every chunk the done prefix of stage j newly covers does.
+/// Newly ready instances join the ready queue of every processor the policy may run them
+/// on.
 pub fn resolve_dependencies(
     plan: Res<Plan>,
     index: Res<Index>,
@@ -26,33 +27,31 @@ pub fn resolve_dependencies(
     for message in finished.read() {
         let key = plan.key(message.id as usize);
         let grown = progress.mark_done(plan, key);
-        let next_stage = key.stage + 1;
-        if next_stage >= plan.stage_count() {
-            continue;
-        }
-        let chunks = match plan.stages[next_stage as usize].dependency {
-            StageDependency::None => continue,
-            StageDependency::IntraChunk => key.chunk..key.chunk + 1,
-            StageDependency::CrossChunk => grown,
-        };
-        for chunk in chunks {
-            let next = InstanceKey {
-                chunk,
-                stage: next_stage,
+        for &next_stage in plan.successor_stages(key.stage) {
+            let chunks = match plan.stages[next_stage as usize].dependency {
+                StageDependency::None => continue,
+                StageDependency::IntraChunk => key.chunk..key.chunk + 1,
+                StageDependency::CrossChunk => grown.clone(),
             };
-            if !plan.exists(next) {
-                continue;
-            }
-            let id = plan.id(next);
-            let entity = index.instances[id].expect("existing instance without an entity");
-            let (mut remaining, mut state) = instances
-                .get_mut(entity)
-                .expect("instance entity without deps");
-            remaining.0 -= 1;
-            if remaining.0 == 0 {
-                *state = SubgraphState::Ready;
-                for &lane in queue_lanes(plan, policy.policy, next) {
-                    ready.0[lane].insert(id as u32);
+            for chunk in chunks {
+                let next = InstanceKey {
+                    chunk,
+                    stage: next_stage,
+                };
+                if !plan.exists(next) {
+                    continue;
+                }
+                let id = plan.id(next);
+                let entity = index.instances[id].expect("existing instance without an entity");
+                let (mut remaining, mut state) = instances
+                    .get_mut(entity)
+                    .expect("instance entity without deps");
+                remaining.0 -= 1;
+                if remaining.0 == 0 {
+                    *state = SubgraphState::Ready;
+                    for &lane in queue_lanes(plan, policy.policy, next) {
+                        ready.0[lane].insert(id as u32);
+                    }
                 }
             }
         }

@@ -85,11 +85,14 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
     for key in plan.instances() {
         let id = plan.id(key);
         let lane = plan.processor(key);
-        let deps = match plan.stages[key.stage as usize].dependency {
+        let template = &plan.stages[key.stage as usize];
+        let deps = match template.dependency {
             StageDependency::None => 0,
-            // Cross-chunk waits are tracked as one condition: the done prefix of stage j-1
-            // reaching this chunk (see `StageProgress`).
-            StageDependency::IntraChunk | StageDependency::CrossChunk => 1,
+            // One condition per stage waited for; a cross-chunk wait is one too: the done
+            // prefix of that stage reaching this chunk (see `StageProgress`).
+            StageDependency::IntraChunk | StageDependency::CrossChunk => {
+                template.after.len() as u32
+            }
         };
         let state = if deps == 0 {
             SubgraphState::Ready

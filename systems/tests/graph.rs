@@ -2,6 +2,7 @@
 
 use hetsched_systems::graph::{Sharing, StageDependency, build_stages, merge_for_one_processor};
 use hetsched_systems::model::{ExecClass, OpDecl, OpKind};
+use hetsched_systems::shadow::{KeptSite, ShadowConfig, ShadowSite};
 use hetsched_systems::testing::tiny_model;
 use hetsched_systems::{ModelConfig, PlanError, Precision};
 
@@ -20,6 +21,7 @@ fn qwen() -> ModelConfig {
         activation_precision: Precision::Int8,
         float_precision: Precision::Fp32,
         layer_ops: None,
+        shadow: None,
     }
 }
 
@@ -184,4 +186,69 @@ fn one_processor_cuts_a_layer_only_at_its_cross_chunk_operator() {
         let dynamic = stage.ops.iter().any(|op| op.kind.is_dynamic());
         assert_eq!(stage.sharing == Sharing::Dynamic, dynamic, "{}", stage.name);
     }
+}
+
+#[test]
+fn a_kept_site_adds_a_shadow_stage_beside_its_int8_stage_and_the_next_waits_for_both() {
+    let kept = |site| KeptSite { layer: 1, site };
+    let model = ModelConfig {
+        shadow: Some(ShadowConfig::with_sites(vec![
+            kept(ShadowSite::Qkv),
+            kept(ShadowSite::Down),
+        ])),
+        ..tiny_model(2)
+    };
+    let stages = build_stages(&model).unwrap();
+    let names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
+    let at = |name: &str| names.iter().position(|n| *n == name).unwrap() as u32;
+
+    // qkv: the shadow waits for what q/k/v wait for; attention waits for both, in every
+    // earlier chunk too.
+    let (qkv, shadow, attention) = (at("L1.q_proj"), at("L1.qkv_shadow"), at("L1.qkv_dequant"));
+    assert_eq!(shadow, qkv + 1);
+    assert!(stages[shadow as usize].is_shadow());
+    assert_eq!(stages[shadow as usize].after, stages[qkv as usize].after);
+    assert_eq!(stages[attention as usize].after, vec![qkv, shadow]);
+    assert_eq!(stages[attention as usize].dependency, StageDependency::CrossChunk);
+    assert!(stages[attention as usize].ops[0].inputs.contains(&"qkv_shadow".to_string()));
+
+    // down: SiLU-mul moves to float work (the shadow reads its float output), down is a
+    // stage of its own, and the head's carry waits for down and its shadow.
+    let silu = at("L1.silu_mul");
+    assert_eq!(stages[silu as usize].class, ExecClass::Float);
+    let (down, down_shadow) = (at("L1.down_proj"), at("L1.down_shadow"));
+    assert_eq!(down, silu + 1);
+    assert_eq!(stages[down_shadow as usize].after, vec![silu]);
+    assert_eq!(stages[down_shadow as usize + 1].after, vec![down, down_shadow]);
+    assert_eq!(stages[down_shadow as usize + 1].name, "head.ffn_dequant");
+
+    // Layer 0 keeps the plain chain and its INT8 SiLU-mul.
+    assert!(stages.iter().filter(|s| s.layer == Some(0)).all(|s| !s.is_shadow()));
+    assert!(stages.iter().enumerate().skip(1).all(|(j, s)| {
+        s.is_shadow() || s.after.contains(&(j as u32 - 1))
+    }));
+
+    // On one processor the shadow folds into the stages around it.
+    let merged = merge_for_one_processor(stages);
+    assert!(merged.iter().enumerate().skip(1).all(|(j, s)| s.after == vec![j as u32 - 1]));
+}
+
+#[test]
+fn a_shadow_on_a_custom_layer_or_beyond_the_layers_is_refused() {
+    let shadow = Some(ShadowConfig::default());
+    let custom_layer = ModelConfig {
+        shadow: shadow.clone(),
+        ..custom(vec![op("a", OpKind::RmsNorm, &[])])
+    };
+    let err = build_stages(&custom_layer).unwrap_err().to_string();
+    assert!(err.contains("llama layer"), "{err}");
+    let beyond = ModelConfig {
+        shadow: Some(ShadowConfig::with_sites(vec![KeptSite {
+            layer: 5,
+            site: ShadowSite::O,
+        }])),
+        ..tiny_model(2)
+    };
+    let err = build_stages(&beyond).unwrap_err().to_string();
+    assert!(err.contains("layer 5"), "{err}");
 }

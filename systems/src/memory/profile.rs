@@ -1,8 +1,10 @@
 //! A chunk's memory over its own progress, and whether a budget can ever be met.
 //!
-//! A chunk's stages run one after another, so the bytes a chunk holds in a region depend
-//! only on how far it got: `wait[j]` before stage `j` starts, `run[j]` while it runs.
-//! `peak_from[j]` is the most it will hold from stage `j` on. These are the same for
+//! A chunk's memory steps run one after another (a step is a stage, or an INT8 stage and
+//! the outlier shadow beside it: [`PrefillPlan::memory_step`]), so the bytes a chunk holds
+//! in a region depend only on how far it got: `wait[j]` before step `j` starts, `run[j]`
+//! while it runs (both stages of a step allocate when the first starts and free when the
+//! last ends). `peak_from[j]` is the most it will hold from step `j` on. These are the same for
 //! every chunk but the last (which also runs the model head), so two profiles describe a
 //! whole prefill. Sizes are rounded up to the region alignment, as the planner packs them.
 //! Every table has one column per region and a last column for the whole device (the sum),
@@ -14,23 +16,23 @@ use super::region::Region;
 use super::tensors::{KvCache, TensorTemplate, chunk_tensors};
 use crate::plan::{InstanceKey, PrefillPlan};
 
-/// Bytes per (stage, column) of one chunk's progress; index `stage * columns + column`,
+/// Bytes per (step, column) of one chunk's progress; index `step * columns + column`,
 /// where the columns are the regions and then the device total.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChunkProfile {
     /// Columns per stage row: regions + 1 (the device total).
     pub regions: usize,
-    /// Stages this chunk runs.
-    pub stages: u32,
-    /// Allocated when stage `j` starts (its outputs and workspace).
+    /// Memory steps this chunk runs.
+    pub steps: u32,
+    /// Allocated when step `j` starts (its stages' outputs and workspace).
     pub alloc: Vec<u64>,
-    /// Freed when stage `j` ends (its workspace and tensors it reads last).
+    /// Freed when step `j` ends (its workspace and tensors it reads last).
     pub free: Vec<u64>,
-    /// Held before stage `j` starts; row `stages` is what is left at the end (0).
+    /// Held before step `j` starts; row `steps` is what is left at the end (0).
     pub wait: Vec<u64>,
-    /// Held while stage `j` runs.
+    /// Held while step `j` runs.
     pub run: Vec<u64>,
-    /// The most held from stage `j` on (`run` suffix maximum); row `stages` is 0.
+    /// The most held from step `j` on (`run` suffix maximum); row `steps` is 0.
     pub peak_from: Vec<u64>,
 }
 
@@ -47,7 +49,10 @@ impl ChunkProfile {
         let stages = (0..plan.stage_count())
             .take_while(|&stage| plan.exists(InstanceKey { chunk, stage }))
             .count() as u32;
-        let n = stages as usize;
+        let steps = stages
+            .checked_sub(1)
+            .map_or(0, |last| plan.memory_step(last) + 1);
+        let n = steps as usize;
         let mut alloc = vec![0u64; n * r];
         let mut free = vec![0u64; n * r];
         for t in tensors {
@@ -55,10 +60,11 @@ impl ChunkProfile {
                 continue;
             }
             let size = align_up(t.bytes, regions[t.region].alignment).unwrap_or(u64::MAX);
-            let last = t.last_use(plan, chunk) as usize;
+            let last = plan.memory_step(t.last_use(plan, chunk)) as usize;
+            let first = plan.memory_step(t.producer) as usize;
             // Saturating: absurd sizes must reach the feasibility check, not overflow.
             for column in [t.region, r - 1] {
-                let at = t.producer as usize * r + column;
+                let at = first * r + column;
                 alloc[at] = alloc[at].saturating_add(size);
                 let at = last * r + column;
                 free[at] = free[at].saturating_add(size);
@@ -80,7 +86,7 @@ impl ChunkProfile {
         }
         ChunkProfile {
             regions: r,
-            stages,
+            steps,
             alloc,
             free,
             wait,
@@ -94,9 +100,9 @@ impl ChunkProfile {
         self.peak_from[region]
     }
 
-    /// Row `stage` of a per-stage table.
-    pub fn row<'a>(&self, table: &'a [u64], stage: u32) -> &'a [u64] {
-        let at = stage as usize * self.regions;
+    /// Row `step` of a per-step table.
+    pub fn row<'a>(&self, table: &'a [u64], step: u32) -> &'a [u64] {
+        let at = step as usize * self.regions;
         &table[at..at + self.regions]
     }
 }

@@ -13,7 +13,9 @@ use crate::plan::{InstanceKey, PrefillPlan};
 ///
 /// `spans[id]` is when instance `id` ran, `(start, end)` in ns (`None` where no instance
 /// ran). A tensor is live from its producer's start to its last consumer's end (at
-/// least to its producer's end); a workspace while its stage runs; each layer's KV cache
+/// least to its producer's end); a workspace while its stage runs; where a stage shares a
+/// memory step with an outlier shadow, "start" and "end" are the step's (the first of the
+/// two to start, the last to end), as the ledger allocates; each layer's KV cache
 /// buffer for the whole prefill, `[0, makespan)`. Buffer ids count from 0 per region in
 /// this order: KV cache layers, then tensors by (chunk, stage).
 pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec<Vec<Buffer>> {
@@ -34,9 +36,23 @@ pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec
     for _ in 0..kv.layers {
         push(kv.region, kv.bytes_per_layer, 0, makespan);
     }
+    // Memory is held by steps (an INT8 stage and the shadow beside it share one; see
+    // `MemoryLedger`): from the first of the step's stages to start to the last to end.
+    let steps = plan.stage_count().checked_sub(1).map_or(0, |s| plan.memory_step(s) + 1);
     for chunk in 0..plan.chunks {
+        let mut step_spans: Vec<Option<(u64, u64)>> = vec![None; steps as usize];
+        for stage in 0..plan.stage_count() {
+            let key = InstanceKey { chunk, stage };
+            if !plan.exists(key) {
+                continue;
+            }
+            if let Some((start, end)) = spans[plan.id(key)] {
+                let step = &mut step_spans[plan.memory_step(stage) as usize];
+                *step = Some(step.map_or((start, end), |(s, e)| (s.min(start), e.max(end))));
+            }
+        }
+        let span = |stage: u32| step_spans[plan.memory_step(stage) as usize];
         for t in &plan.memory_profile().tensors {
-            let span = |stage: u32| spans[plan.id(InstanceKey { chunk, stage })];
             if !plan.exists(InstanceKey {
                 chunk,
                 stage: t.producer,

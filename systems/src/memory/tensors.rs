@@ -93,6 +93,8 @@ pub(super) fn output_row(op: &OpDecl, model: &ModelConfig) -> (u64, bool) {
             (u64::from(model.ffn), bytes, false)
         }
         OpKind::LmHead => (u64::from(model.vocab), 4, true),
+        // The shadow's dense float result, added at the merge.
+        OpKind::Shadow => (width(hidden), 4, false),
     };
     (count.saturating_mul(bytes), single)
 }
@@ -106,8 +108,10 @@ pub(super) fn output_bytes(op: &OpDecl, model: &ModelConfig, tokens: u64) -> u64
 /// The operators of a chunk's chain with the ops each reads (indexes into the chain).
 ///
 /// Named inputs resolve to the nearest earlier operator of that name in the same layer;
-/// an operator without inputs reads the one before it in the chain; a residual add also
-/// reads the residual stream (the latest embed or residual add).
+/// an operator without inputs reads the one before it in the chain, and when that is an
+/// outlier shadow, also the linear the shadow sits beside (the one before it: the next
+/// layer's carry merges down's shadow); a residual add also reads the residual stream
+/// (the latest embed or residual add).
 fn chain_inputs(plan: &PrefillPlan) -> Vec<(u32, &OpDecl, Vec<usize>)> {
     let mut chain: Vec<(u32, Option<u32>, &OpDecl, Vec<usize>)> = Vec::new();
     let mut stream: Option<usize> = None;
@@ -118,6 +122,11 @@ fn chain_inputs(plan: &PrefillPlan) -> Vec<(u32, &OpDecl, Vec<usize>)> {
             if op.kind != OpKind::Embed {
                 if op.inputs.is_empty() {
                     inputs.extend(i.checked_sub(1));
+                    if let Some(before) = i.checked_sub(1)
+                        && chain[before].2.kind == OpKind::Shadow
+                    {
+                        inputs.extend(before.checked_sub(1));
+                    }
                 } else {
                     for name in &op.inputs {
                         let found = chain.iter().rposition(|(_, layer, other, _)| {
