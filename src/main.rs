@@ -115,6 +115,10 @@ struct SimulateArgs {
     /// the in-order policy's planned peak).
     #[arg(long, value_name = "BUDGET")]
     memory_budget: Option<hetsched::budget::BudgetSpec>,
+    /// Drop the model's outlier shadow (its `[shadow]` table): per-tensor W8A8 alone, to
+    /// measure what the shadow costs.
+    #[arg(long)]
+    no_shadow: bool,
 }
 
 #[derive(clap::Args)]
@@ -297,6 +301,9 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
     }
     if let Some(p) = args.policy {
         scene.workload.policy = p;
+    }
+    if args.no_shadow {
+        scene.model.shadow = None;
     }
     if let Some(budget) = &args.memory_budget {
         hetsched::budget::apply_budget(&mut scene, budget).map_err(|e| e.to_string())?;

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use hetsched_systems::ProcessorKind;
+use hetsched_systems::{InstanceKey, ProcessorKind};
 use hetsched_systems::memory::{ChunkSharing, RegionMemory, chunk_sharing, plan_schedule};
 use serde::Serialize;
 
@@ -21,6 +21,78 @@ pub struct ProcessorReport {
     pub utilization: f64,
     /// Subgraph instances it ran.
     pub subgraphs: usize,
+}
+
+/// The outlier shadow in a run (seed 000, section 3.3): its subgraphs, how much of their
+/// time the INT8 stage beside them hid, and its resident weight rows.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ShadowRun {
+    /// Sites (quantized activations) that keep a shadow.
+    pub kept_sites: usize,
+    /// Sites in the model (4 per layer).
+    pub sites: usize,
+    /// Shadow subgraph instances run.
+    pub subgraphs: usize,
+    /// Time in shadow subgraphs, summed over processors, in ms.
+    pub busy_ms: f64,
+    /// `busy_ms` / makespan.
+    pub share_of_makespan: f64,
+    /// Share of the shadow's time that ended before the INT8 stage beside it did, so it
+    /// cannot have delayed the merge (1: fully hidden; 0: a serial step after the matmul,
+    /// as the peer code runs it).
+    pub hidden_share: f64,
+    /// Share of the shadow's time during which the INT8 stage beside it was running
+    /// (the rest ran before it started, while the NPU worked on other chunks).
+    pub concurrent_share: f64,
+    /// Time shadows ran on after the INT8 stage beside them had ended, summed, in ms:
+    /// the most the shadow can have delayed its merges.
+    pub exposed_ms: f64,
+    /// Float weight rows kept resident (the hot channels of the kept sites), bytes.
+    pub resident_weight_bytes: u64,
+    /// A full float copy of every INT8 linear, bytes (shadowing without hot channels).
+    pub full_copy_bytes: u64,
+}
+
+impl ShadowRun {
+    /// The shadow of a finished run, or `None` when the plan has none.
+    pub fn of(run: &RunOutcome) -> Option<ShadowRun> {
+        let plan = &run.plan;
+        let config = plan.model.shadow.as_ref()?;
+        let mut spans = vec![None; plan.id_space()];
+        for s in &run.timeline.slices {
+            spans[s.id as usize] = Some((s.start_ns, s.end_ns));
+        }
+        let (mut subgraphs, mut busy, mut concurrent, mut exposed) = (0usize, 0u64, 0u64, 0u64);
+        for s in &run.timeline.slices {
+            let key = plan.key(s.id as usize);
+            if !plan.stages[key.stage as usize].is_shadow() {
+                continue;
+            }
+            subgraphs += 1;
+            busy += s.end_ns - s.start_ns;
+            let partner = InstanceKey {
+                chunk: key.chunk,
+                stage: key.stage - 1,
+            };
+            if let Some((start, end)) = spans[plan.id(partner)] {
+                concurrent += s.end_ns.min(end).saturating_sub(s.start_ns.max(start));
+                exposed += s.end_ns.saturating_sub(end.max(s.start_ns));
+            }
+        }
+        let (resident, full) = config.weight_bytes(&plan.model);
+        Some(ShadowRun {
+            kept_sites: config.kept_sites(plan.model.layers).len(),
+            sites: 4 * plan.model.layers as usize,
+            subgraphs,
+            busy_ms: ms(busy),
+            share_of_makespan: round6(busy as f64 / run.makespan_ns.max(1) as f64),
+            hidden_share: round6(1.0 - exposed as f64 / busy.max(1) as f64),
+            concurrent_share: round6(concurrent as f64 / busy.max(1) as f64),
+            exposed_ms: ms(exposed),
+            resident_weight_bytes: resident,
+            full_copy_bytes: full,
+        })
+    }
 }
 
 /// The report of one prefill run.
@@ -79,6 +151,8 @@ pub struct RunReport {
     pub held_for_memory: u64,
     /// Graph memory of per-chunk graphs against chunk-sharing graphs.
     pub chunk_sharing: ChunkSharing,
+    /// The outlier shadow's subgraphs and weights (null when the model has none).
+    pub shadow: Option<ShadowRun>,
 }
 
 /// Each region's planned memory for a finished run.
@@ -168,6 +242,7 @@ impl RunReport {
             memory: region_memory(run),
             held_for_memory: run.stats.held_for_memory,
             chunk_sharing: chunk_sharing(plan),
+            shadow: ShadowRun::of(run),
         }
     }
 
@@ -224,12 +299,13 @@ impl RunReport {
         for m in &self.memory {
             let _ = writeln!(
                 s,
-                "memory     {:<10} planned {:>9.1} MiB, lower bound {:>9.1} MiB ({:.3}x), KV cache {:.1} MiB, budget {:.1} MiB",
+                "memory     {:<10} planned {:>9.1} MiB, lower bound {:>9.1} MiB ({:.3}x), KV cache {:.1} MiB, shadow weights {:.1} MiB, budget {:.1} MiB",
                 m.region,
                 mib(m.peak_bytes),
                 mib(m.lower_bound_bytes),
                 m.peak_bytes as f64 / m.lower_bound_bytes.max(1) as f64,
                 mib(m.kv_cache_bytes),
+                mib(m.shadow_weight_bytes),
                 mib(m.budget_bytes)
             );
         }
@@ -242,6 +318,25 @@ impl RunReport {
             100.0 * c.saving,
             c.saved_bytes as f64 / 1e9
         );
+        if let Some(sh) = &self.shadow {
+            let _ = writeln!(
+                s,
+                "shadow     {}/{} sites kept, {} subgraphs, {:.2} ms ({:.1}% of the makespan), \
+                 {:.1}% hidden (done before the INT8 stage beside it; {:.1}% while it ran; \
+                 {:.2} ms exposed); weight rows \
+                 {:.1} MiB resident of a {:.1} MiB full copy",
+                sh.kept_sites,
+                sh.sites,
+                sh.subgraphs,
+                sh.busy_ms,
+                100.0 * sh.share_of_makespan,
+                100.0 * sh.hidden_share,
+                100.0 * sh.concurrent_share,
+                sh.exposed_ms,
+                mib(sh.resident_weight_bytes),
+                mib(sh.full_copy_bytes)
+            );
+        }
         if let Some(rate) = self.npu_bubble_rate {
             let _ = writeln!(
                 s,

@@ -80,9 +80,14 @@ fn default_scene_json_has_every_field() {
     assert_eq!(report["prompt_len"], 1024);
     assert_eq!(report["chunk_len"], 256);
     assert_eq!(report["policy"], "balance");
-    assert_eq!(report["subgraphs_per_chunk"], 144);
-    assert_eq!(report["shared_subgraphs_per_chunk"], 120);
-    assert_eq!(report["subgraphs"], 577);
+    // 144 subgraphs per chunk (the paper's count) + 3 for each of the 14 kept shadow sites.
+    assert_eq!(report["subgraphs_per_chunk"], 186);
+    assert_eq!(report["shared_subgraphs_per_chunk"], 162);
+    assert_eq!(report["subgraphs"], 745);
+    for field in ["kept_sites", "busy_ms", "hidden_share", "resident_weight_bytes"] {
+        assert!(report["shadow"].get(field).is_some(), "shadow missing {field}");
+    }
+    assert_eq!(report["shadow"]["kept_sites"], 14);
     for p in report["processors"].as_array().unwrap() {
         for field in ["name", "kind", "busy_ms", "utilization"] {
             assert!(p.get(field).is_some(), "processor missing {field}");

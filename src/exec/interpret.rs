@@ -11,8 +11,10 @@ use super::float_kernels::FloatKernels;
 use super::shadow::ActSite;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{NormSite, Projection, Step};
-use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize};
-use super::weights::{ExecModel, LayerWeights};
+use super::values::{
+    Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product,
+};
+use super::weights::{ExecModel, LayerWeights, LinearWeights};
 
 /// Executes stages of one prefill: the model, its compiled stages and the shared state.
 #[derive(Debug)]
@@ -83,6 +85,16 @@ impl StageRunner {
         };
         // The head (no layer) reads the last layer's output.
         let layer = self.layers[stage].map_or(self.model.layers.len(), |l| l as usize);
+        // A shadow stage runs beside its INT8 stage, which holds the chunk's values: it
+        // touches only the chunk's shadow slot.
+        if steps.iter().all(|s| matches!(s, Step::Shadow(_))) {
+            for &step in steps {
+                if let Step::Shadow(site) = step {
+                    self.shadow(site, layer, chunk)?;
+                }
+            }
+            return Ok(());
+        }
         let mut values = slot.lock();
         for &step in steps {
             self.step(&**kernels, step, layer, chunk, &mut values)?;
@@ -133,31 +145,22 @@ impl StageRunner {
                     .normed
                     .take()
                     .ok_or(missing("quantize", chunk, "normed"))?;
-                v.act = Some(self.quantize(layer, site, x));
+                v.act = Some(self.quantize(layer, chunk, site, x));
             }
             Step::QuantizeAttention => {
                 let x = v
                     .attn
                     .take()
                     .ok_or(missing("o_quant", chunk, "attention"))?;
-                v.act = Some(self.quantize(layer, ActSite::O, x));
+                v.act = Some(self.quantize(layer, chunk, ActSite::O, x));
             }
             Step::Linear(p) => {
-                let w = self.layer(layer)?;
-                let weights = match p {
-                    Projection::Q => &w.wq,
-                    Projection::K => &w.wk,
-                    Projection::V => &w.wv,
-                    Projection::O => &w.wo,
-                    Projection::Gate => &w.w_gate,
-                    Projection::Up => &w.w_up,
-                    Projection::Down => &w.w_down,
-                };
+                let weights = self.weights(layer, p)?;
                 let act = v
                     .act
                     .as_ref()
                     .ok_or(missing("linear", chunk, "activation"))?;
-                let out = linear(act, rows, weights, &m.shadow_counters).map_err(failed)?;
+                let out = linear(act, rows, weights).map_err(failed)?;
                 match p {
                     Projection::Q => v.q_raw = Some(out),
                     Projection::K | Projection::V => self.keep_kv(layer, chunk, p, out),
@@ -172,6 +175,7 @@ impl StageRunner {
                     .q_raw
                     .take()
                     .ok_or(missing("qkv_dequant", chunk, "q_proj"))?;
+                let q = self.merged(chunk, Projection::Q, "qkv_dequant", q)?;
                 v.q = Some(dequantize(q, &self.layer(layer)?.wq).map_err(failed)?);
             }
             Step::Rope => {
@@ -188,6 +192,7 @@ impl StageRunner {
                     .o_raw
                     .take()
                     .ok_or(missing("o_dequant", chunk, "o_proj"))?;
+                let o = self.merged(chunk, Projection::O, "o_dequant", o)?;
                 v.delta = Some(dequantize(o, &self.layer(layer)?.wo).map_err(failed)?);
             }
             Step::DequantizeDown => {
@@ -201,6 +206,7 @@ impl StageRunner {
                     .down_raw
                     .take()
                     .ok_or(missing("ffn_dequant", chunk, "down_proj"))?;
+                let d = self.merged(chunk, Projection::Down, "ffn_dequant", d)?;
                 v.delta = Some(dequantize(d, &self.layer(prev)?.w_down).map_err(failed)?);
             }
             Step::Residual => {
@@ -219,12 +225,15 @@ impl StageRunner {
                     .up_raw
                     .take()
                     .ok_or(missing("silu_mul", chunk, "up_proj"))?;
+                let gate = self.merged(chunk, Projection::Gate, "silu_mul", gate)?;
+                let up = self.merged(chunk, Projection::Up, "silu_mul", up)?;
                 let gate = dequantize(gate, &w.w_gate).map_err(failed)?;
                 let up = dequantize(up, &w.w_up).map_err(failed)?;
                 let mut h = vec![0f32; gate.len()];
                 silu_mul_fast(&gate, &up, &mut h);
-                v.act = Some(self.quantize(layer, ActSite::Down, h));
+                v.act = Some(self.quantize(layer, chunk, ActSite::Down, h));
             }
+            Step::Shadow(site) => self.shadow(site, layer, chunk)?,
             Step::LmHead => {
                 let x = v
                     .normed
@@ -253,12 +262,84 @@ impl StageRunner {
     }
 
     /// The quantize operator of `site` in layer `layer`, after the calibration recorder
-    /// (if any) has seen the activation.
-    fn quantize(&self, layer: usize, site: ActSite, x: Vec<f32>) -> Act {
+    /// (if any) has seen the activation. A shadowed site's outliers go to the chunk's
+    /// shadow slot, for the shadow stage beside the INT8 linears.
+    fn quantize(&self, layer: usize, chunk: usize, site: ActSite, x: Vec<f32>) -> Act {
         if let Some(recorder) = &self.state.recorder {
             recorder.observe(layer, site, &x);
         }
-        quantize(x, self.model.quant_rule(layer, site))
+        let rule = self.model.quant_rule(layer, site);
+        let mut act = quantize(x, rule);
+        if rule.shadows()
+            && let Act::Int8 { outliers, .. } = &mut act
+        {
+            let outliers = Arc::new(std::mem::take(outliers));
+            self.state.shadow[chunk].lock().pending = Some((site, outliers));
+        }
+        act
+    }
+
+    /// The weights of projection `p` in layer `layer`.
+    fn weights(&self, layer: usize, p: Projection) -> Result<&LinearWeights, ExecError> {
+        let w = self.layer(layer)?;
+        Ok(match p {
+            Projection::Q => &w.wq,
+            Projection::K => &w.wk,
+            Projection::V => &w.wv,
+            Projection::O => &w.wo,
+            Projection::Gate => &w.w_gate,
+            Projection::Up => &w.w_up,
+            Projection::Down => &w.w_down,
+        })
+    }
+
+    /// The shadow stage of `site` (seed 000, Eq. 1): the pending outliers of chunk
+    /// `chunk` times each of the site's linears' float rows, left for the merge.
+    fn shadow(&self, site: ActSite, layer: usize, chunk: usize) -> Result<(), ExecError> {
+        let slot = &self.state.shadow[chunk];
+        let outliers = match &slot.lock().pending {
+            Some((pending, outliers)) if *pending == site => outliers.clone(),
+            _ => return Err(missing("shadow", chunk, "outliers")),
+        };
+        let rows = self.state.positions(chunk).len();
+        let mut results = Vec::new();
+        for &p in Projection::of_site(site) {
+            let w = self.weights(layer, p)?;
+            let y = shadow_product(&outliers, rows, w, &self.model.shadow_counters);
+            results.push((p, y.map_err(failed)?));
+        }
+        let mut slot = slot.lock();
+        for (p, y) in results {
+            slot.results[p.index()] = Some(y);
+        }
+        slot.pending = None;
+        Ok(())
+    }
+
+    /// `out` with chunk `chunk`'s shadow result for `p` attached, if the shadow left one:
+    /// the merge of Eq. 1 (the dequantize adds it). `op` names the merging operator.
+    fn merged(
+        &self,
+        chunk: usize,
+        p: Projection,
+        op: &'static str,
+        out: LinearOut,
+    ) -> Result<LinearOut, ExecError> {
+        let mut slot = self.state.shadow[chunk].lock();
+        if let Some((site, _)) = &slot.pending
+            && Projection::of_site(*site).contains(&p)
+        {
+            return Err(missing(op, chunk, "outlier shadow"));
+        }
+        let result = slot.results[p.index()].take();
+        Ok(match (out, result) {
+            (LinearOut::Int32 { acc, a_scale, .. }, Some(shadow)) => LinearOut::Int32 {
+                acc,
+                a_scale,
+                shadow: Some(shadow),
+            },
+            (out, _) => out,
+        })
     }
 
     /// Keeps a chunk's key or value projection until its rows are written.
@@ -297,6 +378,8 @@ impl StageRunner {
                 return Err(missing("attention", chunk, "keys and values"));
             }
         };
+        let k = self.merged(chunk, Projection::K, "attention", k)?;
+        let v = self.merged(chunk, Projection::V, "attention", v)?;
         let w = self.layer(layer)?;
         let mut k = dequantize(k, &w.wk).map_err(failed)?;
         let v = dequantize(v, &w.wv).map_err(failed)?;

@@ -19,6 +19,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use hetsched_systems::shadow::ShadowSite;
+
 use crate::import::{ColumnSource, LayerTensor};
 
 /// An activation that a decoder layer quantizes, and the INT8 linears that read it.
@@ -56,11 +58,26 @@ impl ActSite {
 
     /// Short name for reports.
     pub fn as_str(self) -> &'static str {
+        self.shadow_site().as_str()
+    }
+
+    /// The planner's name for this site (its shadow stage is built from it).
+    pub fn shadow_site(self) -> ShadowSite {
         match self {
-            ActSite::Qkv => "qkv",
-            ActSite::O => "o",
-            ActSite::GateUp => "gate_up",
-            ActSite::Down => "down",
+            ActSite::Qkv => ShadowSite::Qkv,
+            ActSite::O => ShadowSite::O,
+            ActSite::GateUp => ShadowSite::GateUp,
+            ActSite::Down => ShadowSite::Down,
+        }
+    }
+
+    /// The site of the planner's `site`.
+    pub fn of_shadow_site(site: ShadowSite) -> ActSite {
+        match site {
+            ShadowSite::Qkv => ActSite::Qkv,
+            ShadowSite::O => ActSite::O,
+            ShadowSite::GateUp => ActSite::GateUp,
+            ShadowSite::Down => ActSite::Down,
         }
     }
 }
@@ -84,6 +101,14 @@ pub enum QuantRule {
         /// Clip in root-mean-squares of the tensor.
         rms: f32,
     },
+}
+
+impl QuantRule {
+    /// Whether the site has outliers for a float shadow: the plan then gives it a shadow
+    /// stage beside its INT8 stage.
+    pub fn shadows(self) -> bool {
+        matches!(self, QuantRule::Clip { .. })
+    }
 }
 
 /// The per-tensor scale a pruned site (one without a shadow) quantizes with.

@@ -3,7 +3,9 @@
 //!
 //! Concurrency: the scheduler runs at most one stage of a chunk at a time (a chunk's
 //! stages form a chain), so each chunk's values sit behind their own mutex, uncontended
-//! in practice. The KV cache is one preallocated `[prompt, kv_dim]` buffer per layer for
+//! in practice. The exception is an outlier shadow stage, which runs beside its INT8
+//! stage: it never takes the chunk's values, only the chunk's [`ShadowSlot`] (the
+//! outliers handed to it and the results it hands to the merge). The KV cache is one preallocated `[prompt, kv_dim]` buffer per layer for
 //! keys and one for values; every chunk writes its rows in place, at its offset.
 
 use std::ops::Range;
@@ -12,6 +14,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::calibrate::ActivationRecorder;
+use super::shadow::ActSite;
+use super::steps::Projection;
 use super::values::{Act, LinearOut};
 
 /// The values one chunk carries between operators. Each is taken by the operator that
@@ -40,6 +44,18 @@ pub struct ChunkValues {
     pub up_raw: Option<LinearOut>,
     /// FFN down projection.
     pub down_raw: Option<LinearOut>,
+}
+
+/// What a chunk's outlier shadow passes between stages: the quantize operator leaves the
+/// outliers of a shadowed site, the shadow stage takes them and leaves one float result
+/// per linear, and the merge (the dequantize reading that linear) takes those.
+#[derive(Debug, Default)]
+pub struct ShadowSlot {
+    /// The site whose shadow has not run yet, and its outliers (flat index into the
+    /// `[rows, k]` activation, and what the INT8 value misses).
+    pub pending: Option<(ActSite, Arc<Vec<(u32, f32)>>)>,
+    /// The shadow's result `[rows, n]` per linear, by [`Projection::index`].
+    pub results: [Option<Vec<f32>>; Projection::COUNT],
 }
 
 /// A chunk's rows of one layer's KV cache.
@@ -86,6 +102,8 @@ pub struct PrefillState {
     pub chunk_len: usize,
     /// Per chunk.
     pub chunks: Vec<Mutex<ChunkValues>>,
+    /// Per chunk: the outlier shadow's hand-offs.
+    pub shadow: Vec<Mutex<ShadowSlot>>,
     /// Per layer.
     pub kv: Vec<LayerKv>,
     /// Next-token logits, once the head has run: `[vocab]`, or `[last chunk's tokens,
@@ -113,6 +131,7 @@ impl PrefillState {
             .collect();
         Self {
             chunks: (0..chunk_count).map(|_| Mutex::default()).collect(),
+            shadow: (0..chunk_count).map(|_| Mutex::default()).collect(),
             tokens,
             chunk_len,
             kv,

@@ -3,6 +3,7 @@
 //! refused here rather than midway through a prefill.
 
 use hetsched_systems::graph::StageTemplate;
+use hetsched_systems::shadow::ShadowSite;
 
 use super::error::ExecError;
 use super::shadow::ActSite;
@@ -37,6 +38,26 @@ pub enum Projection {
     Down,
 }
 
+impl Projection {
+    /// How many there are.
+    pub const COUNT: usize = 7;
+
+    /// Position in declaration order, below [`Projection::COUNT`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The projections reading `site`, in layer order.
+    pub fn of_site(site: ActSite) -> &'static [Projection] {
+        match site {
+            ActSite::Qkv => &[Projection::Q, Projection::K, Projection::V],
+            ActSite::O => &[Projection::O],
+            ActSite::GateUp => &[Projection::Gate, Projection::Up],
+            ActSite::Down => &[Projection::Down],
+        }
+    }
+}
+
 /// One operator bound to its kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -64,8 +85,11 @@ pub enum Step {
     DequantizeDown,
     /// Add the residual delta.
     Residual,
-    /// SiLU(gate) · up, quantized for the down projection (on the NPU side).
+    /// SiLU(gate) · up, quantized for the down projection (on the NPU side, or on the
+    /// float side when the FFN has an outlier shadow).
     SiluMul,
+    /// The float shadow of a site's outliers (seed 000, Eq. 1), beside its INT8 linears.
+    Shadow(ActSite),
     /// Final projection of the last token.
     LmHead,
 }
@@ -96,6 +120,9 @@ impl Step {
             "attn_residual" | "ffn_residual" => Step::Residual,
             "silu_mul" => Step::SiluMul,
             "lm_head" => Step::LmHead,
+            _ if let Some(site) = ShadowSite::of_op_name(op) => {
+                Step::Shadow(ActSite::of_shadow_site(site))
+            }
             _ => {
                 return Err(ExecError::UnsupportedOp {
                     op: op.to_string(),

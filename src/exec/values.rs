@@ -126,14 +126,9 @@ pub fn matmul_rows(a: &[f32], w: &PackedF32Weights) -> Vec<f32> {
     out
 }
 
-/// `x[rows, k] · wᵀ`, split by rows over the current thread pool; the outliers' float
-/// shadow, if any, is counted in `counters`.
-pub fn linear(
-    x: &Act,
-    rows: usize,
-    w: &LinearWeights,
-    counters: &ShadowCounters,
-) -> Result<LinearOut, String> {
+/// `x[rows, k] · wᵀ`, split by rows over the current thread pool. An INT8 activation
+/// must come without outliers (the shadow stage multiplies those: [`shadow_product`]).
+pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, String> {
     let (k, n) = (w.k(), w.n());
     match (x, w) {
         (Act::F32(a), LinearWeights::F32(packed)) => {
@@ -142,35 +137,43 @@ pub fn linear(
         }
         (
             Act::Int8 { q, scale, outliers },
-            LinearWeights::Int8 {
-                packed,
-                shadow: shadow_rows,
-                ..
-            },
+            LinearWeights::Int8 { packed, .. },
         ) => {
             check_len(q.len(), rows * k)?;
             let mut acc = vec![0i32; rows * n];
             acc.par_chunks_mut(ROWS_PER_TASK * n)
                 .zip(q.par_chunks(ROWS_PER_TASK * k))
                 .for_each(|(o, a)| gemm_i8(a, a.len() / k, packed, o));
-            // The outliers' float shadow (runs inside this job: not yet a subgraph of
-            // its own).
-            let shadow = match (outliers.is_empty(), shadow_rows) {
-                (true, _) => None,
-                (false, Some(rows_table)) => Some(rows_table.multiply(outliers, rows, counters)?),
-                (false, None) => return Err("outliers without float weights to shadow them".into()),
-            };
+            // Outliers belong to the shadow stage; the quantize step hands them over.
+            if !outliers.is_empty() {
+                return Err("outliers left in the activation: no shadow stage took them".into());
+            }
             Ok(LinearOut::Int32 {
                 acc,
                 a_scale: *scale,
-                shadow,
+                shadow: None,
             })
         }
         _ => Err("activation and weight precisions differ".into()),
     }
 }
 
-/// The dequantize operator: INT32 accumulators × activation scale × row scale.
+/// The float shadow `[rows, n]` of `outliers` through `w`'s float rows (seed 000, Eq. 1),
+/// counted in `counters`.
+pub fn shadow_product(
+    outliers: &[(u32, f32)],
+    rows: usize,
+    w: &LinearWeights,
+    counters: &ShadowCounters,
+) -> Result<Vec<f32>, String> {
+    match w.shadow() {
+        Some(table) => table.multiply(outliers, rows, counters),
+        None => Err("outliers without float weights to shadow them".into()),
+    }
+}
+
+/// The dequantize operator: INT32 accumulators × activation scale × row scale, plus the
+/// float shadow the merge attached, if any.
 pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, String> {
     match (out, w) {
         (LinearOut::F32(y), LinearWeights::F32(_)) => Ok(y),

@@ -4,6 +4,7 @@
 use hetsched_kernels::reference::quantize_weights_per_row;
 use hetsched_kernels::{PackedF32Weights, PackedI8Weights, RopeTable};
 use hetsched_systems::model::{ModelConfig, Precision};
+use hetsched_systems::shadow::{KeptSite, ShadowConfig};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -324,11 +325,7 @@ impl ExecModel {
         }
         let mut kept_sites = 0;
         for layer in &self.layers {
-            kept_sites += layer
-                .quant
-                .iter()
-                .filter(|r| matches!(r, QuantRule::Clip { .. }))
-                .count();
+            kept_sites += layer.quant.iter().filter(|r| r.shadows()).count();
         }
         let (mut resident_bytes, mut full_copy_bytes) = (0, 0);
         for layer in &self.layers {
@@ -379,7 +376,28 @@ impl ExecModel {
             activation_precision: activations,
             float_precision: Precision::Fp32,
             layer_ops: None,
+            shadow: self.shadow_config(),
         }
+    }
+
+    /// The sites that keep an outlier shadow, for the planner (each becomes a shadow
+    /// stage beside its INT8 stage), or `None` when no site does.
+    fn shadow_config(&self) -> Option<ShadowConfig> {
+        let kept: Vec<KeptSite> = self
+            .layers
+            .iter()
+            .enumerate()
+            .flat_map(|(layer, l)| {
+                ActSite::ALL
+                    .into_iter()
+                    .filter(|site| l.quant[site.index()].shadows())
+                    .map(move |site| KeptSite {
+                        layer: layer as u32,
+                        site: site.shadow_site(),
+                    })
+            })
+            .collect();
+        (!kept.is_empty()).then(|| ShadowConfig::with_sites(kept))
     }
 }
 

@@ -21,7 +21,7 @@ use crate::model::{
     ExecClass, ModelConfig, OpDecl, OpKind, epilogue_ops, layer_carry_ops, llama_layer,
     prologue_ops,
 };
-use crate::shadow::ShadowSite;
+use crate::shadow::{ShadowSite, site_shape};
 
 /// Whether a subgraph can be shared across chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -175,7 +175,7 @@ fn shadowed_layer(model: &ModelConfig, layer: &[OpDecl], sites: &[ShadowSite]) -
         ops.push(op);
         for &site in sites {
             if site.linears().last() == Some(&name.as_str()) {
-                ops.push(shadow_op(model, layer, site));
+                ops.push(shadow_op(model, site));
             }
         }
     }
@@ -183,18 +183,15 @@ fn shadowed_layer(model: &ModelConfig, layer: &[OpDecl], sites: &[ShadowSite]) -
 }
 
 /// The shadow operator of `site`: in-features of its linears, their out-features summed.
-fn shadow_op(model: &ModelConfig, layer: &[OpDecl], site: ShadowSite) -> OpDecl {
-    let linears: Vec<&OpDecl> = layer
-        .iter()
-        .filter(|op| site.linears().contains(&op.name.as_str()))
-        .collect();
-    let width = |f: Option<u32>| f.unwrap_or(model.hidden);
+fn shadow_op(model: &ModelConfig, site: ShadowSite) -> OpDecl {
+    let (k, n) = site_shape(model, site);
+    let count = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
     OpDecl {
         name: site.op_name(),
         kind: OpKind::Shadow,
         inputs: vec![site.input_op().to_string()],
-        in_features: Some(linears.first().map_or(model.hidden, |op| width(op.in_features))),
-        out_features: Some(linears.iter().map(|op| width(op.out_features)).sum()),
+        in_features: Some(count(k)),
+        out_features: Some(count(n)),
         class: Some(ExecClass::Float),
     }
 }

@@ -66,10 +66,12 @@ pub struct MemoryLedger {
 }
 
 impl MemoryLedger {
-    /// Nothing running; the KV cache allocated.
+    /// Nothing running; the KV cache and the shadow's weight rows allocated.
     pub fn new(plan: &PrefillPlan) -> MemoryLedger {
         let profile = plan.memory_profile().clone();
-        let live = profile.kv_bytes.clone();
+        let live: Vec<u64> = (0..profile.columns())
+            .map(|c| profile.resident_bytes(c))
+            .collect();
         MemoryLedger {
             settle: plan.workload.policy != Policy::InOrder,
             cross: (0..step_count(plan))
@@ -198,7 +200,9 @@ impl MemoryLedger {
     fn safe(&self, next: &mut [u32]) -> bool {
         let columns = self.profile.columns();
         let mut free: Vec<i128> = (0..columns)
-            .map(|c| i128::from(self.profile.budgets[c]) - i128::from(self.profile.kv_bytes[c]))
+            .map(|c| {
+                i128::from(self.profile.budgets[c]) - i128::from(self.profile.resident_bytes(c))
+            })
             .collect();
         let chunk_of = |i: usize| self.first_unfinished + i as u32;
         for (i, &n) in next.iter().enumerate() {

@@ -136,12 +136,17 @@ impl LaneTimes {
 
 /// The instances that become ready when `key` completes, given what is done now: the set
 /// S of seed 000, Eq. 6. A stage that also waits for another (a shadow's pair) joins S
-/// only if that one is done already.
+/// only if that one is done already, except that a shadow counts its INT8 stage as done:
+/// the shadow is the short job the merge will wait for while the NPU runs that stage, so
+/// Eq. 6 must see what it holds up.
 pub fn newly_enabled(
     plan: &PrefillPlan,
     progress: &StageProgress,
     key: InstanceKey,
 ) -> Vec<InstanceKey> {
+    let partner = plan.stages[key.stage as usize]
+        .is_shadow()
+        .then(|| key.stage - 1);
     let mut enabled = Vec::new();
     for &next_stage in plan.successor_stages(key.stage) {
         let template = &plan.stages[next_stage as usize];
@@ -170,7 +175,8 @@ pub fn newly_enabled(
             }
         };
         let others_done = |chunk: u32| {
-            template.after.iter().filter(|&&s| s != key.stage).all(|&s| {
+            let waited = |s: &&u32| **s != key.stage && Some(**s) != partner;
+            template.after.iter().filter(waited).all(|&s| {
                 match template.dependency {
                     StageDependency::CrossChunk => progress.done_prefix(s) > chunk,
                     _ => progress.is_done(plan, InstanceKey { chunk, stage: s }),

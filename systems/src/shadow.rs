@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::PlanError;
+use crate::model::ModelConfig;
 
 /// One quantized activation of a llama layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -202,6 +203,31 @@ impl ShadowConfig {
         Ok(())
     }
 
+    /// Bytes of the float weight rows the shadow keeps resident for `model` (the hot
+    /// channels' rows of every kept site's linears), and of a full float copy of every
+    /// INT8 linear (what shadowing without hot channels would hold: seed 000, 3.3).
+    pub fn weight_bytes(&self, model: &ModelConfig) -> (u64, u64) {
+        let float = model.float_precision.bytes();
+        let resident = self
+            .kept_sites(model.layers)
+            .iter()
+            .map(|s| {
+                let (k, n) = site_shape(model, s.site);
+                let rows = (self.hot_channels * k as f64).ceil() as u64;
+                rows.saturating_mul(n).saturating_mul(float)
+            })
+            .fold(0u64, u64::saturating_add);
+        let full = ShadowSite::ALL
+            .iter()
+            .map(|&s| {
+                let (k, n) = site_shape(model, s);
+                k.saturating_mul(n).saturating_mul(float)
+            })
+            .fold(0u64, u64::saturating_add)
+            .saturating_mul(u64::from(model.layers));
+        (resident, full)
+    }
+
     /// The kept sites of a model of `layers` layers, sorted by (layer, site).
     pub fn kept_sites(&self, layers: u32) -> Vec<KeptSite> {
         let mut kept = match &self.sites {
@@ -226,6 +252,20 @@ impl ShadowConfig {
         kept.sort_unstable();
         kept.dedup();
         kept
+    }
+}
+
+/// In-features of a site's linears and their out-features summed (llama layer).
+pub fn site_shape(model: &ModelConfig, site: ShadowSite) -> (u64, u64) {
+    let h = u64::from(model.hidden);
+    let q = u64::from(model.heads) * u64::from(model.head_dim());
+    let kv = u64::from(model.kv_heads) * u64::from(model.head_dim());
+    let f = u64::from(model.ffn);
+    match site {
+        ShadowSite::Qkv => (h, q + 2 * kv),
+        ShadowSite::O => (q, h),
+        ShadowSite::GateUp => (h, 2 * f),
+        ShadowSite::Down => (f, h),
     }
 }
 

@@ -21,7 +21,8 @@ pub enum MemoryError {
     /// could never finish, so it is refused before it starts.
     #[error(
         "memory budget of region `{region}` is {available} bytes but the prefill needs at least \
-         {needed} bytes there (KV cache {kv_cache} + one chunk's peak {chunk_peak}); raise the \
+         {needed} bytes there (KV cache {kv_cache} + shadow weights {shadow_weights} + one \
+         chunk's peak {chunk_peak}); raise the \
          budget to at least {needed} bytes, use shorter chunks, or shorten the prompt"
     )]
     NeverFits {
@@ -33,6 +34,8 @@ pub enum MemoryError {
         available: u64,
         /// KV cache bytes in the region.
         kv_cache: u64,
+        /// Resident outlier-shadow weight rows in the region.
+        shadow_weights: u64,
         /// The most one chunk holds in the region.
         chunk_peak: u64,
     },

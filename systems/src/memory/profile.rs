@@ -118,6 +118,9 @@ pub struct MemoryProfile {
     pub regions: Vec<Region>,
     /// KV cache bytes per column (aligned), held for the whole prefill.
     pub kv_bytes: Vec<u64>,
+    /// Resident float weight rows of the outlier shadow per column (aligned), held for
+    /// the whole prefill in the region of the shadow stages' home processor.
+    pub shadow_bytes: Vec<u64>,
     /// Budget per column: each region's, then the device's.
     pub budgets: Vec<u64>,
     /// Every chunk but the last.
@@ -138,6 +141,17 @@ impl MemoryProfile {
         kv_bytes[kv.region] = u64::from(kv.layers)
             .saturating_mul(align_up(kv.bytes_per_layer, align).unwrap_or(u64::MAX));
         kv_bytes[regions.len()] = kv_bytes[kv.region];
+        let mut shadow_bytes = vec![0u64; regions.len() + 1];
+        if let (Some(shadow), Some(stage)) = (
+            &plan.model.shadow,
+            (0..plan.stage_count()).find(|&s| plan.stages[s as usize].is_shadow()),
+        ) {
+            let region = plan.stage_processor[stage as usize];
+            let (resident, _) = shadow.weight_bytes(&plan.model);
+            shadow_bytes[region] =
+                align_up(resident, regions[region].alignment).unwrap_or(u64::MAX);
+            shadow_bytes[regions.len()] = shadow_bytes[region];
+        }
         let mut budgets: Vec<u64> = regions.iter().map(|r| r.budget_bytes).collect();
         budgets.push(
             plan.memory()
@@ -151,6 +165,7 @@ impl MemoryProfile {
             tensors,
             regions,
             kv_bytes,
+            shadow_bytes,
             budgets,
             chunk,
             last,
@@ -165,6 +180,12 @@ impl MemoryProfile {
         } else {
             &self.chunk
         }
+    }
+
+    /// Bytes held for the whole prefill in `column`: the KV cache and the shadow's
+    /// resident weight rows.
+    pub fn resident_bytes(&self, column: usize) -> u64 {
+        self.kv_bytes[column].saturating_add(self.shadow_bytes[column])
     }
 
     /// Columns: regions, then the device total.
@@ -182,7 +203,7 @@ impl MemoryProfile {
     /// The least budget each column needs: KV cache plus the largest one chunk holds.
     pub fn minimum_bytes(&self) -> Vec<u64> {
         (0..self.columns())
-            .map(|r| self.kv_bytes[r].saturating_add(self.chunk.peak(r).max(self.last.peak(r))))
+            .map(|r| self.resident_bytes(r).saturating_add(self.chunk.peak(r).max(self.last.peak(r))))
             .collect()
     }
 
@@ -192,13 +213,13 @@ impl MemoryProfile {
         (0..self.columns()).all(|r| {
             let chunks = u128::from(self.chunks.saturating_sub(1)) * u128::from(self.chunk.peak(r))
                 + u128::from(self.last.peak(r))
-                + u128::from(self.kv_bytes[r]);
+                + u128::from(self.resident_bytes(r));
             chunks <= u128::from(self.budgets[r])
         })
     }
 
-    /// Refuses a budget that can never be met: one chunk alone, with the KV cache, must
-    /// fit in every region.
+    /// Refuses a budget that can never be met: one chunk alone, with the KV cache and the
+    /// shadow's weight rows, must fit in every region.
     ///
     /// # Errors
     /// [`MemoryError::NeverFits`] for the first region too small.
@@ -210,6 +231,7 @@ impl MemoryProfile {
                     needed,
                     available: self.budgets[r],
                     kv_cache: self.kv_bytes[r],
+                    shadow_weights: self.shadow_bytes[r],
                     chunk_peak: self.chunk.peak(r).max(self.last.peak(r)),
                 });
             }

@@ -16,8 +16,9 @@ use crate::plan::{InstanceKey, PrefillPlan};
 /// least to its producer's end); a workspace while its stage runs; where a stage shares a
 /// memory step with an outlier shadow, "start" and "end" are the step's (the first of the
 /// two to start, the last to end), as the ledger allocates; each layer's KV cache
-/// buffer for the whole prefill, `[0, makespan)`. Buffer ids count from 0 per region in
-/// this order: KV cache layers, then tensors by (chunk, stage).
+/// buffer and the shadow's resident weight rows for the whole prefill, `[0, makespan)`.
+/// Buffer ids count from 0 per region in this order: KV cache layers, shadow weights,
+/// then tensors by (chunk, stage).
 pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec<Vec<Buffer>> {
     let regions = plan.device.processors.len();
     let mut buffers: Vec<Vec<Buffer>> = vec![Vec::new(); regions];
@@ -36,6 +37,12 @@ pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec
     for _ in 0..kv.layers {
         push(kv.region, kv.bytes_per_layer, 0, makespan);
     }
+    let profile = plan.memory_profile();
+    for (region, &bytes) in profile.shadow_bytes.iter().take(regions).enumerate() {
+        if bytes > 0 {
+            push(region, bytes, 0, makespan);
+        }
+    }
     // Memory is held by steps (an INT8 stage and the shadow beside it share one; see
     // `MemoryLedger`): from the first of the step's stages to start to the last to end.
     let steps = plan.stage_count().checked_sub(1).map_or(0, |s| plan.memory_step(s) + 1);
@@ -52,7 +59,7 @@ pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec
             }
         }
         let span = |stage: u32| step_spans[plan.memory_step(stage) as usize];
-        for t in &plan.memory_profile().tensors {
+        for t in &profile.tensors {
             if !plan.exists(InstanceKey {
                 chunk,
                 stage: t.producer,
@@ -87,6 +94,8 @@ pub struct RegionMemory {
     pub budget_bytes: u64,
     /// KV cache bytes in this region (live for the whole prefill).
     pub kv_cache_bytes: u64,
+    /// Outlier-shadow weight rows resident in this region (live for the whole prefill).
+    pub shadow_weight_bytes: u64,
     /// Buffers planned.
     pub buffers: usize,
     /// Strategy of the plan kept.
@@ -122,6 +131,7 @@ pub fn plan_schedule(
                 } else {
                     0
                 },
+                shadow_weight_bytes: plan.memory_profile().shadow_bytes[region.lane],
                 buffers: buffers.len(),
                 strategy: offsets.strategy,
                 alignment: region.alignment,
