@@ -397,7 +397,25 @@ impl ExecModel {
                     })
             })
             .collect();
-        (!kept.is_empty()).then(|| ShadowConfig::with_sites(kept))
+        if kept.is_empty() {
+            return None;
+        }
+        // The share of input channels whose float rows are resident, over the kept sites'
+        // linears (the planner's memory estimate; times are measured).
+        let (mut hot, mut channels) = (0usize, 0usize);
+        for site in &kept {
+            let layer = &self.layers[site.layer as usize];
+            for &which in ActSite::of_shadow_site(site.site).linears() {
+                if let Some(rows) = layer.linear(which).and_then(LinearWeights::shadow) {
+                    hot += rows.hot_channels();
+                    channels += layer.linear(which).map_or(0, LinearWeights::k);
+                }
+            }
+        }
+        Some(ShadowConfig {
+            hot_channels: hot as f64 / channels.max(1) as f64,
+            ..ShadowConfig::with_sites(kept)
+        })
     }
 }
 

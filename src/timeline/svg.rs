@@ -3,6 +3,8 @@
 
 use std::fmt::Write as _;
 
+use hetsched_systems::shadow::ShadowSite;
+
 use super::Trace;
 
 const WIDTH: f64 = 1600.0;
@@ -10,6 +12,8 @@ const LEFT: f64 = 150.0;
 const RIGHT: f64 = 30.0;
 const TOP: f64 = 50.0;
 const LANE_HEIGHT: f64 = 44.0;
+/// How far below a lane's top an outlier shadow's bar starts.
+const SHADOW_INSET: f64 = 18.0;
 const LANE_GAP: f64 = 10.0;
 /// Tableau 10: distinguishable, and readable on white.
 pub(crate) const PALETTE: [&str; 10] = [
@@ -95,13 +99,21 @@ pub fn to_svg(trace: &Trace) -> String {
             r##"<rect x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{LANE_HEIGHT}" fill="#e6e6e6"/>"##
         );
     }
+    let is_shadow = |s: &super::Slice| s.ops.iter().any(|op| ShadowSite::of_op_name(op).is_some());
     for s in &trace.slices {
         let y = TOP + s.lane as f64 * (LANE_HEIGHT + LANE_GAP);
         let (x0, x1) = (x(s.start_ns), x(s.end_ns));
         let colour = PALETTE[s.key.chunk as usize % PALETTE.len()];
+        // An outlier shadow is drawn as a short outlined bar, to tell it from the float
+        // work around it.
+        let (y, height, stroke) = if is_shadow(s) {
+            (y + SHADOW_INSET, LANE_HEIGHT - SHADOW_INSET, "#222")
+        } else {
+            (y, LANE_HEIGHT, "white")
+        };
         let _ = writeln!(
             svg,
-            r##"<rect x="{x0:.2}" y="{y:.1}" width="{:.2}" height="{LANE_HEIGHT}" fill="{colour}" stroke="white" stroke-width="0.3"><title>{} chunk {} stage {}: {:.3}-{:.3} ms</title></rect>"##,
+            r##"<rect x="{x0:.2}" y="{y:.1}" width="{:.2}" height="{height:.1}" fill="{colour}" stroke="{stroke}" stroke-width="0.3"><title>{} chunk {} stage {}: {:.3}-{:.3} ms</title></rect>"##,
             (x1 - x0).max(0.2),
             escape(&s.template),
             s.key.chunk,
@@ -152,11 +164,21 @@ pub fn to_svg(trace: &Trace) -> String {
             lx + 18.0
         );
     }
+    let mut next_x = LEFT + 60.0 + f64::from(chunks.min(PALETTE.len() as u32)) * 80.0;
+    if trace.slices.iter().any(is_shadow) {
+        let lx = next_x;
+        next_x += 130.0;
+        let _ = write!(
+            svg,
+            r##"<rect x="{lx:.1}" y="{:.1}" width="14" height="9" fill="#e6e6e6" stroke="#222" stroke-width="0.6"/><text x="{:.1}" y="{legend_y:.1}">outlier shadow</text>"##,
+            legend_y - 6.0,
+            lx + 18.0
+        );
+    }
     if chunks as usize > PALETTE.len() {
         let _ = write!(
             svg,
-            r#"<text x="{:.1}" y="{legend_y:.1}">colours repeat every {} chunks</text>"#,
-            LEFT + 60.0 + 10.0 * 80.0,
+            r#"<text x="{next_x:.1}" y="{legend_y:.1}">colours repeat every {} chunks</text>"#,
             PALETTE.len()
         );
     }
