@@ -578,6 +578,14 @@ impl GpuStageRunner {
                 take(t, Value::Attn, "o_quant")?;
                 t.act = Some(Value::Attn);
             }
+            // An f32 model has no outliers and so no shadow stages; a plan that has one was
+            // not built for this runner.
+            Step::Shadow(site) => {
+                return Err(ExecError::UnsupportedOp {
+                    op: site.shadow_site().op_name(),
+                    stage: "the resident GPU path (f32 only)".into(),
+                });
+            }
             Step::Linear(p) => {
                 let act = t.act.ok_or(missing("linear", chunk, "activation"))?;
                 let w = self.layer(layer)?.linear(p);
