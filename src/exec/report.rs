@@ -89,8 +89,7 @@ impl PrefillReport {
         let mut s = format!(
             "{} ({}), {} threads, policy {}, chunk {}\n\
              prompt tokens: {}\n\
-             prefill: {:.1} ms ({:.0} tok/s); weights loaded in {:.0} ms\n\
-             next token:\n",
+             prefill: {:.1} ms ({:.0} tok/s); weights loaded in {:.0} ms\n",
             self.model,
             self.precision,
             self.threads,
@@ -105,6 +104,18 @@ impl PrefillReport {
             s.push_str(&shadow_summary(sh));
             s.push('\n');
         }
+        if let Some(st) = &self.schedule.shadow {
+            s.push_str(&format!(
+                "shadow stages: {} beside their INT8 stage, {:.1} ms, {:.1}% hidden ({:.1}% while \
+                 it ran, {:.1} ms after it ended)\n",
+                st.subgraphs,
+                st.busy_ms,
+                100.0 * st.hidden_share,
+                100.0 * st.concurrent_share,
+                st.exposed_ms
+            ));
+        }
+        s.push_str("next token:\n");
         for t in &self.top_tokens {
             s.push_str(&format!(
                 "  {:>6}  {:>6.2}%  {:?}\n",
