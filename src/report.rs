@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use hetsched_systems::{InstanceKey, ProcessorKind};
 use hetsched_systems::memory::{ChunkSharing, RegionMemory, chunk_sharing, plan_schedule};
+use hetsched_systems::{InstanceKey, ProcessorKind};
 use serde::Serialize;
 
 use crate::engine::RunOutcome;

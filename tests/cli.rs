@@ -84,8 +84,16 @@ fn default_scene_json_has_every_field() {
     assert_eq!(report["subgraphs_per_chunk"], 186);
     assert_eq!(report["shared_subgraphs_per_chunk"], 162);
     assert_eq!(report["subgraphs"], 745);
-    for field in ["kept_sites", "busy_ms", "hidden_share", "resident_weight_bytes"] {
-        assert!(report["shadow"].get(field).is_some(), "shadow missing {field}");
+    for field in [
+        "kept_sites",
+        "busy_ms",
+        "hidden_share",
+        "resident_weight_bytes",
+    ] {
+        assert!(
+            report["shadow"].get(field).is_some(),
+            "shadow missing {field}"
+        );
     }
     assert_eq!(report["shadow"]["kept_sites"], 14);
     for p in report["processors"].as_array().unwrap() {

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use hetsched::engine::{RunOutcome, simulate};
-use hetsched::systems::testing::{Timing, check_schedule, processor, tiny_model};
 use hetsched::systems::shadow::ShadowConfig;
+use hetsched::systems::testing::{Timing, check_schedule, processor, tiny_model};
 use hetsched::systems::{
     DeviceProfile, ModelConfig, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
 };
@@ -25,11 +25,13 @@ fn policy() -> impl Strategy<Value = Policy> {
 /// No shadow, or a random share of the sites shadowed (stages running beside their INT8
 /// stage, joined after: the one place the chunk's chain branches).
 fn shadow() -> impl Strategy<Value = Option<ShadowConfig>> {
-    prop::option::of((0.0f64..=1.0, 0.0005f64..0.05).prop_map(|(keep, outliers)| ShadowConfig {
-        keep,
-        outlier_channels: outliers,
-        ..ShadowConfig::default()
-    }))
+    prop::option::of(
+        (0.0f64..=1.0, 0.0005f64..0.05).prop_map(|(keep, outliers)| ShadowConfig {
+            keep,
+            outlier_channels: outliers,
+            ..ShadowConfig::default()
+        }),
+    )
 }
 
 proptest! {

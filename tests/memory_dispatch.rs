@@ -15,8 +15,8 @@ use hetsched::systems::memory::{
     chunk_sharing, chunk_tensors, plan_offsets, schedule_buffers,
 };
 use hetsched::systems::model::{ExecClass, OpDecl, OpKind};
-use hetsched::systems::testing::{processor, tiny_model, tiny_plan};
 use hetsched::systems::shadow::ShadowConfig;
+use hetsched::systems::testing::{processor, tiny_model, tiny_plan};
 use hetsched::systems::{
     DeviceProfile, ModelConfig, PlanError, Policy, PrefillPlan, ProcessorKind, Workload,
 };
@@ -172,7 +172,8 @@ fn budgets(plan: &PrefillPlan, factors: &[f64], device_factor: Option<f64>) -> M
     let chunks = u64::from(plan.chunks);
     let mut config = MemoryConfig::default();
     for (r, region) in profile.regions.iter().enumerate() {
-        let most = profile.resident_bytes(r) + chunks * profile.chunk.peak(r).max(profile.last.peak(r));
+        let most =
+            profile.resident_bytes(r) + chunks * profile.chunk.peak(r).max(profile.last.peak(r));
         let f = factors[r % factors.len()];
         let bytes = minimum[r] + (f * (most - minimum[r]) as f64) as u64;
         config
@@ -181,7 +182,8 @@ fn budgets(plan: &PrefillPlan, factors: &[f64], device_factor: Option<f64>) -> M
     }
     if let Some(f) = device_factor {
         let d = profile.regions.len();
-        let most = profile.resident_bytes(d) + chunks * profile.chunk.peak(d).max(profile.last.peak(d));
+        let most =
+            profile.resident_bytes(d) + chunks * profile.chunk.peak(d).max(profile.last.peak(d));
         config.device_budget_bytes = Some(minimum[d] + (f * (most - minimum[d]) as f64) as u64);
     }
     config

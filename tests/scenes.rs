@@ -123,8 +123,7 @@ fn the_default_policy_meets_the_goal_on_every_phone_scene() {
             if !shadow {
                 scene.model.shadow = None;
             }
-            let report =
-                RunReport::new(name, &simulate(Arc::new(scene.plan().unwrap())).unwrap());
+            let report = RunReport::new(name, &simulate(Arc::new(scene.plan().unwrap())).unwrap());
             assert!(
                 report.ratio_to_lower_bound <= limit,
                 "{name} (shadow: {shadow}): {} is {:.3}x the lower bound",
@@ -132,7 +131,10 @@ fn the_default_policy_meets_the_goal_on_every_phone_scene() {
                 report.ratio_to_lower_bound
             );
             let bubble = report.npu_bubble_rate.unwrap();
-            assert!(bubble <= 0.05, "{name} (shadow: {shadow}): NPU bubble rate {bubble:.3}");
+            assert!(
+                bubble <= 0.05,
+                "{name} (shadow: {shadow}): NPU bubble rate {bubble:.3}"
+            );
         }
     }
 }

@@ -11,9 +11,7 @@ use super::float_kernels::FloatKernels;
 use super::shadow::ActSite;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{NormSite, Projection, Step};
-use super::values::{
-    Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product,
-};
+use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
 use super::weights::{ExecModel, LayerWeights, LinearWeights};
 
 /// Executes stages of one prefill: the model, its compiled stages and the shared state.

@@ -15,6 +15,10 @@ use rayon::prelude::*;
 use super::shadow::{QuantRule, ShadowCounters};
 use super::weights::LinearWeights;
 
+/// The outliers of a shadowed activation: flat index into the `[rows, k]` activation, and
+/// the part its saturated INT8 value misses.
+pub type Outliers = Vec<(u32, f32)>;
+
 /// An input of a linear layer.
 #[derive(Debug, Clone)]
 pub enum Act {
@@ -28,7 +32,7 @@ pub enum Act {
         scale: f32,
         /// Outliers beyond the scale's range (shadowing only): flat index and the part
         /// the saturated INT8 value misses.
-        outliers: Vec<(u32, f32)>,
+        outliers: Outliers,
     },
 }
 
@@ -135,10 +139,7 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Stri
             check_len(a.len(), rows * k)?;
             Ok(LinearOut::F32(matmul_rows(a, packed)))
         }
-        (
-            Act::Int8 { q, scale, outliers },
-            LinearWeights::Int8 { packed, .. },
-        ) => {
+        (Act::Int8 { q, scale, outliers }, LinearWeights::Int8 { packed, .. }) => {
             check_len(q.len(), rows * k)?;
             let mut acc = vec![0i32; rows * n];
             acc.par_chunks_mut(ROWS_PER_TASK * n)

@@ -78,8 +78,7 @@ impl MemoryLedger {
                 .map(|step| {
                     (0..plan.stage_count()).any(|stage| {
                         plan.memory_step(stage) == step
-                            && plan.stages[stage as usize].dependency
-                                == StageDependency::CrossChunk
+                            && plan.stages[stage as usize].dependency == StageDependency::CrossChunk
                     })
                 })
                 .collect(),

@@ -388,7 +388,11 @@ impl PrefillPlan {
         stage
             .after
             .iter()
-            .flat_map(|&s| chunks.clone().map(move |chunk| InstanceKey { chunk, stage: s }))
+            .flat_map(|&s| {
+                chunks
+                    .clone()
+                    .map(move |chunk| InstanceKey { chunk, stage: s })
+            })
             .filter(|k| self.exists(*k))
             .collect()
     }

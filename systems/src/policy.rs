@@ -176,12 +176,14 @@ pub fn newly_enabled(
         };
         let others_done = |chunk: u32| {
             let waited = |s: &&u32| **s != key.stage && Some(**s) != partner;
-            template.after.iter().filter(waited).all(|&s| {
-                match template.dependency {
+            template
+                .after
+                .iter()
+                .filter(waited)
+                .all(|&s| match template.dependency {
                     StageDependency::CrossChunk => progress.done_prefix(s) > chunk,
                     _ => progress.is_done(plan, InstanceKey { chunk, stage: s }),
-                }
-            })
+                })
         };
         enabled.extend(
             chunks

@@ -310,6 +310,12 @@ mod tests {
             layer: 9,
             site: ShadowSite::O,
         }]);
-        assert!(beyond.validate(2).unwrap_err().to_string().contains("layer 9"));
+        assert!(
+            beyond
+                .validate(2)
+                .unwrap_err()
+                .to_string()
+                .contains("layer 9")
+        );
     }
 }

@@ -209,8 +209,15 @@ fn a_kept_site_adds_a_shadow_stage_beside_its_int8_stage_and_the_next_waits_for_
     assert!(stages[shadow as usize].is_shadow());
     assert_eq!(stages[shadow as usize].after, stages[qkv as usize].after);
     assert_eq!(stages[attention as usize].after, vec![qkv, shadow]);
-    assert_eq!(stages[attention as usize].dependency, StageDependency::CrossChunk);
-    assert!(stages[attention as usize].ops[0].inputs.contains(&"qkv_shadow".to_string()));
+    assert_eq!(
+        stages[attention as usize].dependency,
+        StageDependency::CrossChunk
+    );
+    assert!(
+        stages[attention as usize].ops[0]
+            .inputs
+            .contains(&"qkv_shadow".to_string())
+    );
 
     // down: SiLU-mul moves to float work (the shadow reads its float output), down is a
     // stage of its own, and the head's carry waits for down and its shadow.
@@ -219,18 +226,36 @@ fn a_kept_site_adds_a_shadow_stage_beside_its_int8_stage_and_the_next_waits_for_
     let (down, down_shadow) = (at("L1.down_proj"), at("L1.down_shadow"));
     assert_eq!(down, silu + 1);
     assert_eq!(stages[down_shadow as usize].after, vec![silu]);
-    assert_eq!(stages[down_shadow as usize + 1].after, vec![down, down_shadow]);
+    assert_eq!(
+        stages[down_shadow as usize + 1].after,
+        vec![down, down_shadow]
+    );
     assert_eq!(stages[down_shadow as usize + 1].name, "head.ffn_dequant");
 
     // Layer 0 keeps the plain chain and its INT8 SiLU-mul.
-    assert!(stages.iter().filter(|s| s.layer == Some(0)).all(|s| !s.is_shadow()));
-    assert!(stages.iter().enumerate().skip(1).all(|(j, s)| {
-        s.is_shadow() || s.after.contains(&(j as u32 - 1))
-    }));
+    assert!(
+        stages
+            .iter()
+            .filter(|s| s.layer == Some(0))
+            .all(|s| !s.is_shadow())
+    );
+    assert!(
+        stages
+            .iter()
+            .enumerate()
+            .skip(1)
+            .all(|(j, s)| { s.is_shadow() || s.after.contains(&(j as u32 - 1)) })
+    );
 
     // On one processor the shadow folds into the stages around it.
     let merged = merge_for_one_processor(stages);
-    assert!(merged.iter().enumerate().skip(1).all(|(j, s)| s.after == vec![j as u32 - 1]));
+    assert!(
+        merged
+            .iter()
+            .enumerate()
+            .skip(1)
+            .all(|(j, s)| s.after == vec![j as u32 - 1])
+    );
 }
 
 #[test]

@@ -203,7 +203,10 @@ impl MemoryProfile {
     /// The least budget each column needs: KV cache plus the largest one chunk holds.
     pub fn minimum_bytes(&self) -> Vec<u64> {
         (0..self.columns())
-            .map(|r| self.resident_bytes(r).saturating_add(self.chunk.peak(r).max(self.last.peak(r))))
+            .map(|r| {
+                self.resident_bytes(r)
+                    .saturating_add(self.chunk.peak(r).max(self.last.peak(r)))
+            })
             .collect()
     }
 
