@@ -32,6 +32,77 @@ pub enum GemmTile {
     Small,
 }
 
+/// A cooperative-matrix (tensor-core) f16 GEMM kernel: which Vulkan extension, which
+/// workgroup tile. All share `gemm_f16_coopmat.glsl`: subgroups of 32 each own a grid of
+/// 16x16x16 f16 fragments with f32 accumulators; the `Khr*` variants need a glslang 13 at
+/// build time (see build.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CoopKernel {
+    /// `VK_NV_cooperative_matrix`, 128x128 tiles, 4 subgroups of 64x64, one shared stage.
+    Nv,
+    /// `VK_KHR_cooperative_matrix`, 128x128 tiles, 4 subgroups of 64x64, two shared stages.
+    #[default]
+    Khr,
+    /// KHR, 128x256 tiles, 8 subgroups of 64x64.
+    Khr128x256,
+    /// KHR, 256x128 tiles, 8 subgroups of 64x64.
+    Khr256x128,
+    /// KHR, 128x128 tiles, 64 of k per step.
+    Khr128x128K64,
+    /// KHR, 128x128 tiles, 8 subgroups of 64x32, two shared stages.
+    Khr128x128W8,
+    /// KHR, 64x64 tiles, 4 subgroups of 32x32: more workgroups for small products.
+    Khr64x64,
+}
+
+impl CoopKernel {
+    /// Every variant, in the order benchmarks list them.
+    pub const ALL: &'static [CoopKernel] = &[
+        CoopKernel::Nv,
+        CoopKernel::Khr,
+        CoopKernel::Khr128x256,
+        CoopKernel::Khr256x128,
+        CoopKernel::Khr128x128K64,
+        CoopKernel::Khr128x128W8,
+        CoopKernel::Khr64x64,
+    ];
+
+    fn shader(self) -> Shader {
+        match self {
+            CoopKernel::Nv => Shader::GemmF16CoopNv,
+            CoopKernel::Khr => Shader::GemmF16CoopKhr,
+            CoopKernel::Khr128x256 => Shader::GemmF16CoopKhr128x256,
+            CoopKernel::Khr256x128 => Shader::GemmF16CoopKhr256x128,
+            CoopKernel::Khr128x128K64 => Shader::GemmF16CoopKhr128x128K64,
+            CoopKernel::Khr128x128W8 => Shader::GemmF16CoopKhr128x128W8,
+            CoopKernel::Khr64x64 => Shader::GemmF16CoopKhr64x64,
+        }
+    }
+
+    /// Rows and columns of the output one workgroup computes (the shader's BM and BN).
+    fn tile(self) -> (usize, usize) {
+        match self {
+            CoopKernel::Khr128x256 => (128, 256),
+            CoopKernel::Khr256x128 => (256, 128),
+            CoopKernel::Khr64x64 => (64, 64),
+            _ => (128, 128),
+        }
+    }
+
+    /// A short name for errors and benchmark tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            CoopKernel::Nv => "f16-coopmat-nv",
+            CoopKernel::Khr => "f16-coopmat-khr",
+            CoopKernel::Khr128x256 => "f16-coopmat-khr-128x256",
+            CoopKernel::Khr256x128 => "f16-coopmat-khr-256x128",
+            CoopKernel::Khr128x128K64 => "f16-coopmat-khr-k64",
+            CoopKernel::Khr128x128W8 => "f16-coopmat-khr-w8",
+            CoopKernel::Khr64x64 => "f16-coopmat-khr-64x64",
+        }
+    }
+}
+
 /// Which GEMM kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -535,15 +606,63 @@ impl GpuContext {
         Ok(unpack_i32(&words, m, w.rows()))
     }
 
-    /// Whether [`GpuContext::matmul_f16_coop_device`] can run here: `VK_NV_cooperative_matrix`
-    /// with `shaderFloat16`, and 32-wide subgroups (the kernel's 2x2 subgroup grid assumes it).
+    /// Whether [`GpuContext::matmul_f16_coop_device`] (the NV kernel) can run here.
     pub fn has_coop_matrix_f16(&self) -> bool {
-        self.info.coop_matrix_nv && self.info.shader_f16 && self.info.subgroup_size == Some(32)
+        self.check_coop(CoopKernel::Nv).is_ok()
     }
 
-    /// Resident f16 GEMM on tensor cores (`VK_NV_cooperative_matrix`, 16x16x16 f16 tiles,
-    /// f32 accumulation), same operands as [`GpuContext::matmul_f16_device`]; `m` and `n`
-    /// must be multiples of 16. [`GpuError::Unsupported`] where the extension is missing.
+    /// Whether [`GpuContext::matmul_f16_coop_khr_device`] can run here: this build has the
+    /// KHR kernels and the device offers `VK_KHR_cooperative_matrix` with 16x16x16 f16
+    /// matrices.
+    pub fn has_coop_matrix_khr_f16(&self) -> bool {
+        self.check_coop(CoopKernel::Khr).is_ok()
+    }
+
+    /// `Ok` when `kernel` can run on this device and build, else why not:
+    /// [`GpuError::NotBuilt`] (its shader compiler was missing at build time) or
+    /// [`GpuError::Unsupported`] (the device lacks the extension, 16x16x16 f16 matrices,
+    /// `shaderFloat16` or 32-wide subgroups, which the subgroup grid assumes).
+    pub fn check_coop(&self, kernel: CoopKernel) -> Result<()> {
+        let info = &self.info;
+        let (offered, feature) = if kernel == CoopKernel::Nv {
+            (
+                info.coop_matrix_nv,
+                "VK_NV_cooperative_matrix with shaderFloat16 and 32-wide subgroups",
+            )
+        } else {
+            (
+                info.coop_matrix_khr && info.coop_matrix_khr_f16_shapes.contains(&[16, 16, 16]),
+                "VK_KHR_cooperative_matrix with 16x16x16 f16 -> f32 subgroup matrices, \
+                 shaderFloat16 and 32-wide subgroups",
+            )
+        };
+        if !kernel.shader().compiled() {
+            return Err(GpuError::NotBuilt {
+                kernel: kernel.name(),
+                reason: crate::pipelines::NOT_BUILT_REASON,
+            });
+        }
+        if !(offered && info.shader_f16 && info.subgroup_size == Some(32)) {
+            return Err(GpuError::Unsupported {
+                kernel: kernel.name(),
+                feature,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether `shader` is a cooperative-matrix kernel that cannot run here (for
+    /// [`GpuContext::prepare`], which builds every other pipeline).
+    pub(crate) fn coop_shader_unusable(&self, shader: Shader) -> bool {
+        CoopKernel::ALL
+            .iter()
+            .any(|k| k.shader() == shader && self.check_coop(*k).is_err())
+    }
+
+    /// Resident f16 GEMM on tensor cores through `VK_NV_cooperative_matrix` (16x16x16 f16
+    /// fragments, f32 accumulation), same operands as [`GpuContext::matmul_f16_device`],
+    /// `repeat` times in one submission; returns the GPU time of all of them.
+    /// [`GpuError::Unsupported`] where the extension is missing.
     pub fn matmul_f16_coop_device(
         &self,
         a: &GpuMatrix,
@@ -551,32 +670,47 @@ impl GpuContext {
         out: &GpuMatrix,
         repeat: usize,
     ) -> Result<Option<u64>> {
-        if !self.has_coop_matrix_f16() {
-            return Err(GpuError::Unsupported {
-                kernel: "matmul_f16_coop_device",
-                feature: "VK_NV_cooperative_matrix with shaderFloat16 and 32-wide subgroups",
-            });
-        }
+        self.matmul_f16_coop_device_with((a, w, out), CoopKernel::Nv, repeat)
+    }
+
+    /// [`GpuContext::matmul_f16_coop_device`] through `VK_KHR_cooperative_matrix`, with the
+    /// default tiling ([`CoopKernel::Khr`]).
+    pub fn matmul_f16_coop_khr_device(
+        &self,
+        a: &GpuMatrix,
+        w: &GpuMatrix,
+        out: &GpuMatrix,
+        repeat: usize,
+    ) -> Result<Option<u64>> {
+        self.matmul_f16_coop_device_with((a, w, out), CoopKernel::Khr, repeat)
+    }
+
+    /// A chosen cooperative-matrix kernel (for tests and benchmarks of each variant): any
+    /// `m`, `n` and `k`.
+    pub fn matmul_f16_coop_device_with(
+        &self,
+        (a, w, out): (&GpuMatrix, &GpuMatrix, &GpuMatrix),
+        kernel: CoopKernel,
+        repeat: usize,
+    ) -> Result<Option<u64>> {
+        self.check_coop(kernel)?;
         check_operands(Kind::F16, a, w, out)?;
-        if !a.rows().is_multiple_of(16) || !w.rows().is_multiple_of(16) {
-            return Err(shape(
-                "matmul_f16_coop_device",
-                format!(
-                    "m = {} and n = {} must be multiples of 16",
-                    a.rows(),
-                    w.rows()
-                ),
-            ));
-        }
-        let mut push = push(a, w, out);
-        push[5] = out.ld_words() as u32;
+        let (bm, bn) = kernel.tile();
+        let tiles = a.rows().div_ceil(bm) * w.rows().div_ceil(bn);
+        // One workgroup per tile along a 1-D index (the kernel orders tiles for L2 reuse),
+        // wrapped into y past the x limit.
+        let max_x = self.info.max_workgroup_count[0] as usize;
+        let groups_x = tiles.clamp(1, max_x);
+        let mut p = push(a, w, out);
+        p[5] = out.ld_words() as u32;
+        p[6] = groups_x as u32;
         let mut job = Job::new(self)?;
         for _ in 0..repeat.max(1) {
             job.dispatch(
-                Shader::GemmF16CoopNv,
+                kernel.shader(),
                 &[&a.buf, &w.buf, &out.buf],
-                push,
-                groups(a.rows(), w.rows()),
+                p,
+                [groups_x as u32, tiles.div_ceil(groups_x).max(1) as u32, 1],
             )?;
         }
         Ok(job.finish()?.gpu_ns)

@@ -1,0 +1,183 @@
+// f16 GEMM on tensor cores through cooperative matrices: C[m, n] (f32) = A[m, k] · W[n, k]ᵀ.
+// The body of the gemm_f16_coopmat_*.comp kernels, which first define
+//
+//   FRAG_A, FRAG_B, FRAG_C        16x16 fragment types (f16 A and B, f32 accumulator)
+//   LOAD_A(f, array, offset, stride), LOAD_B(...), STORE_C(...), MMA(a, b, c)
+//                                 the extension's load / store / multiply-add
+//   BM, BN                        output tile of one workgroup
+//   WM, WN                        subgroups along m and n (each owns (BM/WM) x (BN/WN))
+//   BKV                           k per step in uvec4 (8 halves each)
+//   STAGES                        1: one shared buffer, two barriers per step;
+//                                 2: two buffers, one barrier per step (needs twice the memory)
+//
+// so that the NV and KHR extensions share one tiling. Every loop over fragments is
+// [[unroll]]ed: an accumulator array indexed by a loop counter the compiler cannot resolve
+// lives in local memory, which is what held the first NV kernel at 3% of the tensor peak.
+//
+// The workgroup's BM x (BKV*8) slice of A and BN x (BKV*8) slice of W go through shared
+// memory, rows padded by one uvec4 so that the 8 rows one ldmatrix phase reads fall in
+// distinct banks; the next step's slices are loaded into registers while the tensor cores
+// work on this one. W is [n, k] row-major, which is B = Wᵀ (k x n) column-major, so B
+// fragments load column-major from W's rows. Rows of A and W past m and n and k past the
+// padded row length read as zero, so any m, n and k work; output fragments that straddle m
+// or n go through shared memory and are written element by element.
+//
+// Workgroups are numbered along a 1-D index (split over x and y when it exceeds the x limit)
+// and walk the tiles in column strips GROUP_M tiles tall, so that the workgroups in flight
+// share their A rows and W rows in L2.
+
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+
+const uint SUBGROUPS = WM * WN;
+layout(local_size_x = SUBGROUPS * 32) in;
+
+layout(std430, binding = 0) readonly buffer A { uvec4 a[]; };
+layout(std430, binding = 1) readonly buffer W { uvec4 w[]; };
+layout(std430, binding = 2) buffer C { float c[]; };
+
+layout(push_constant) uniform Push {
+    uint M;
+    uint N;
+    uint K4;     // padded k in uvec4 (8 halves)
+    uint lda4;
+    uint ldw4;
+    uint ldc;    // C row stride in floats
+    uint groups_x; // workgroups along x of the dispatch (the 1-D index wraps at it)
+    uint pad[9];
+} p;
+
+const uint THREADS = SUBGROUPS * 32;
+const uint SROW = BKV + 1;                 // shared row stride in uvec4
+const uint FM = BM / WM / 16;              // fragments per subgroup along m
+const uint FN = BN / WN / 16;              // ... along n
+const uint A_LOADS = BM * BKV / THREADS;   // uvec4 of A each thread moves per step
+const uint W_LOADS = BN * BKV / THREADS;
+const uint ROWS_PER_PASS = THREADS / BKV;  // rows one pass of all threads covers
+const uint STAGE_A = BM * SROW;
+const uint STAGE_W = BN * SROW;
+const uint GROUP_M = 8;
+// Compile-time checks (a negative array size fails the build): whole passes of loads, and
+// room in As for every subgroup's 16x16 f32 edge fragment.
+const int CHECK_LOADS[(THREADS % BKV == 0 && (BM * BKV) % THREADS == 0 && (BN * BKV) % THREADS == 0) ? 1 : -1] = int[](0);
+const int CHECK_EDGE[(STAGES * STAGE_A >= SUBGROUPS * 64) ? 1 : -1] = int[](0);
+
+shared uvec4 As[STAGES * STAGE_A];
+shared uvec4 Ws[STAGES * STAGE_W];
+
+uvec4 ra[A_LOADS];
+uvec4 rw[W_LOADS];
+
+// Loads step `s`'s slices of A and W into registers, zeros outside the matrices.
+void fetch(uint s, uint m0, uint n0) {
+    uint lr = gl_LocalInvocationID.x / BKV;
+    uint kk = s * BKV + gl_LocalInvocationID.x % BKV;
+    bool k_in = kk < p.K4;
+    [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
+        uint row = m0 + lr + ROWS_PER_PASS * r;
+        ra[r] = (row < p.M && k_in) ? a[row * p.lda4 + kk] : uvec4(0);
+    }
+    [[unroll]] for (uint r = 0; r < W_LOADS; r++) {
+        uint col = n0 + lr + ROWS_PER_PASS * r;
+        rw[r] = (col < p.N && k_in) ? w[col * p.ldw4 + kk] : uvec4(0);
+    }
+}
+
+// Stores the registers of `fetch` into shared stage `stage`.
+void stash(uint stage) {
+    uint lr = gl_LocalInvocationID.x / BKV;
+    uint lk = gl_LocalInvocationID.x % BKV;
+    [[unroll]] for (uint r = 0; r < A_LOADS; r++)
+        As[stage * STAGE_A + (lr + ROWS_PER_PASS * r) * SROW + lk] = ra[r];
+    [[unroll]] for (uint r = 0; r < W_LOADS; r++)
+        Ws[stage * STAGE_W + (lr + ROWS_PER_PASS * r) * SROW + lk] = rw[r];
+}
+
+FRAG_C acc[FM][FN];
+
+// One step's multiply-adds from shared stage `stage`: the subgroup's FM A fragments are
+// loaded once per 16 of k and reused against each B fragment.
+void multiply(uint stage, uint wm, uint wn) {
+    [[unroll]] for (uint kk = 0; kk < BKV; kk += 2) { // 16 halves = 2 uvec4
+        FRAG_A fa[FM];
+        [[unroll]] for (uint i = 0; i < FM; i++)
+            LOAD_A(fa[i], As, stage * STAGE_A + (wm * FM * 16 + i * 16) * SROW + kk, SROW);
+        [[unroll]] for (uint j = 0; j < FN; j++) {
+            FRAG_B fb;
+            LOAD_B(fb, Ws, stage * STAGE_W + (wn * FN * 16 + j * 16) * SROW + kk, SROW);
+            [[unroll]] for (uint i = 0; i < FM; i++)
+                acc[i][j] = MMA(fa[i], fb, acc[i][j]);
+        }
+    }
+}
+
+void main() {
+    uint tiles_m = (p.M + BM - 1) / BM;
+    uint tiles_n = (p.N + BN - 1) / BN;
+    uint pid = gl_WorkGroupID.y * p.groups_x + gl_WorkGroupID.x;
+    if (pid >= tiles_m * tiles_n) return; // the whole workgroup: no barrier is skipped
+    uint per_group = GROUP_M * tiles_n;
+    uint first_m = (pid / per_group) * GROUP_M;
+    uint group_m = min(tiles_m - first_m, GROUP_M);
+    uint m0 = (first_m + (pid % per_group) % group_m) * BM;
+    uint n0 = ((pid % per_group) / group_m) * BN;
+
+    uint sg = gl_SubgroupID;
+    uint wm = sg / WN;
+    uint wn = sg % WN;
+
+    [[unroll]] for (uint i = 0; i < FM; i++)
+        [[unroll]] for (uint j = 0; j < FN; j++)
+            acc[i][j] = FRAG_C(0.0);
+
+    uint steps = (p.K4 + BKV - 1) / BKV;
+    fetch(0, m0, n0);
+#if STAGES == 2
+    stash(0);
+    barrier();
+    for (uint s = 0; s < steps; s++) {
+        if (s + 1 < steps) fetch(s + 1, m0, n0);
+        multiply(s & 1, wm, wn);
+        // The other stage was last read in step s - 1, which every subgroup finished
+        // before the barrier that ended it.
+        if (s + 1 < steps) stash((s + 1) & 1);
+        barrier();
+    }
+#else
+    for (uint s = 0; s < steps; s++) {
+        barrier(); // every subgroup is done reading the previous step
+        stash(0);
+        barrier();
+        if (s + 1 < steps) fetch(s + 1, m0, n0);
+        multiply(0, wm, wn);
+    }
+    barrier(); // As is reused below for fragments at the edges
+#endif
+
+    // vulkano finds a shader's descriptors from ordinary loads and stores and does not count
+    // cooperative-matrix stores: this never-taken store keeps binding 2 in the layout.
+    if (p.M == 0xffffffffu) c[0] = 0.0;
+    uint lane = gl_SubgroupInvocationID;
+    uint edge = sg * 64; // this subgroup's 16x16 floats (64 uvec4) of As
+    [[unroll]] for (uint i = 0; i < FM; i++) {
+        uint row = m0 + wm * FM * 16 + i * 16;
+        [[unroll]] for (uint j = 0; j < FN; j++) {
+            uint col = n0 + wn * FN * 16 + j * 16;
+            if (row + 16 <= p.M && col + 16 <= p.N) {
+                STORE_C(acc[i][j], c, row * p.ldc + col, p.ldc);
+            } else if (row < p.M && col < p.N) {
+                STORE_C(acc[i][j], As, edge, 4);
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
+                for (uint e = lane; e < 256; e += 32) {
+                    uint r = row + e / 16, q = col + e % 16;
+                    if (r < p.M && q < p.N)
+                        c[r * p.ldc + q] = uintBitsToFloat(As[edge + e / 4][e % 4]);
+                }
+                subgroupBarrier();
+            }
+        }
+    }
+}
