@@ -379,6 +379,18 @@ fn ops_table(ctx: &GpuContext, json: &mut Option<std::fs::File>) -> bool {
     ok
 }
 
+/// `m x k x n` from "MxKxN".
+fn parse_shape(text: &str) -> Option<(usize, usize, usize)> {
+    let dims: Vec<usize> = text
+        .split('x')
+        .map(|d| d.parse().ok())
+        .collect::<Option<_>>()?;
+    match dims[..] {
+        [m, k, n] if m > 0 && k > 0 && n > 0 => Some((m, k, n)),
+        _ => None,
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -463,7 +475,26 @@ fn main() -> ExitCode {
         eprintln!("error: this device's compute queue has no timestamps; nothing to measure");
         return ExitCode::FAILURE;
     }
-    let shapes: Vec<(usize, usize, usize)> = if quick {
+    // `--shapes 4096x4096x4096,...` (m x k x n): only these.
+    let chosen: Option<Vec<(usize, usize, usize)>> = match args
+        .iter()
+        .position(|a| a == "--shapes")
+        .and_then(|i| args.get(i + 1))
+    {
+        None => None,
+        Some(list) => match list.split(',').map(parse_shape).collect() {
+            Some(shapes) => Some(shapes),
+            None => {
+                eprintln!(
+                    "error: --shapes takes m x k x n triples like 4096x4096x4096,512x576x1536"
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let shapes: Vec<(usize, usize, usize)> = if let Some(shapes) = chosen {
+        shapes
+    } else if quick {
         vec![(256, 256, 256), (512, 576, 1536)]
     } else {
         vec![

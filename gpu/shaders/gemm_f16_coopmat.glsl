@@ -53,15 +53,24 @@ const uint THREADS = SUBGROUPS * 32;
 const uint SROW = BKV + 1;                 // shared row stride in uvec4
 const uint FM = BM / WM / 16;              // fragments per subgroup along m
 const uint FN = BN / WN / 16;              // ... along n
-const uint A_LOADS = BM * BKV / THREADS;   // uvec4 of A each thread moves per step
-const uint W_LOADS = BN * BKV / THREADS;
-const uint ROWS_PER_PASS = THREADS / BKV;  // rows one pass of all threads covers
+// Loads: thread t moves column t % BKV of rows t / BKV, + ROWS_PER_PASS, ... of the step's
+// slices (A_LOADS and W_LOADS uvec4 each). Where BKV does not divide THREADS the last
+// threads idle, and where ROWS_PER_PASS does not divide BM or BN the last pass is partial;
+// otherwise the guards fold away. (Spreading the slice evenly over all threads instead,
+// uvec4 e = t + THREADS * r at row e / BKV, cost a 256x128 tile a fifth of its speed: the
+// per-load divisions and guards did not fold.)
+const uint ROWS_PER_PASS = THREADS / BKV;
+const bool ALL_LOAD = THREADS % BKV == 0;
+const uint A_LOADS = (BM + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+const uint W_LOADS = (BN + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+const bool A_WHOLE = ALL_LOAD && BM % ROWS_PER_PASS == 0;
+const bool W_WHOLE = ALL_LOAD && BN % ROWS_PER_PASS == 0;
 const uint STAGE_A = BM * SROW;
 const uint STAGE_W = BN * SROW;
 const uint GROUP_M = 8;
-// Compile-time checks (a negative array size fails the build): whole passes of loads, and
-// room in As for every subgroup's 16x16 f32 edge fragment.
-const int CHECK_LOADS[(THREADS % BKV == 0 && (BM * BKV) % THREADS == 0 && (BN * BKV) % THREADS == 0) ? 1 : -1] = int[](0);
+// Compile-time checks (a negative array size fails the build): whole 16-deep fragments per
+// step, and room in As for every subgroup's 16x16 f32 edge fragment.
+const int CHECK_K[(BKV % 2 == 0) ? 1 : -1] = int[](0);
 const int CHECK_EDGE[(STAGES * STAGE_A >= SUBGROUPS * 64) ? 1 : -1] = int[](0);
 
 shared uvec4 As[STAGES * STAGE_A];
@@ -70,18 +79,38 @@ shared uvec4 Ws[STAGES * STAGE_W];
 uvec4 ra[A_LOADS];
 uvec4 rw[W_LOADS];
 
-// Loads step `s`'s slices of A and W into registers, zeros outside the matrices.
-void fetch(uint s, uint m0, uint n0) {
+// Loads step `s`'s slices of A and W into registers, zeros outside the matrices. A tile
+// `inside` all three dimensions skips the bounds checks.
+void fetch(uint s, uint m0, uint n0, bool inside) {
     uint lr = gl_LocalInvocationID.x / BKV;
     uint kk = s * BKV + gl_LocalInvocationID.x % BKV;
+#ifndef CHECKED_ONLY
+    if (inside) {
+        [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
+            uint lrow = lr + ROWS_PER_PASS * r;
+            bool mine = A_WHOLE || (lr < ROWS_PER_PASS && lrow < BM);
+            ra[r] = mine ? a[(m0 + lrow) * p.lda4 + kk] : uvec4(0);
+        }
+        [[unroll]] for (uint r = 0; r < W_LOADS; r++) {
+            uint lrow = lr + ROWS_PER_PASS * r;
+            bool mine = W_WHOLE || (lr < ROWS_PER_PASS && lrow < BN);
+            rw[r] = mine ? w[(n0 + lrow) * p.ldw4 + kk] : uvec4(0);
+        }
+        return;
+    }
+#endif
     bool k_in = kk < p.K4;
     [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
-        uint row = m0 + lr + ROWS_PER_PASS * r;
-        ra[r] = (row < p.M && k_in) ? a[row * p.lda4 + kk] : uvec4(0);
+        uint lrow = lr + ROWS_PER_PASS * r;
+        uint row = m0 + lrow;
+        bool mine = A_WHOLE || (lr < ROWS_PER_PASS && lrow < BM);
+        ra[r] = (mine && row < p.M && k_in) ? a[row * p.lda4 + kk] : uvec4(0);
     }
     [[unroll]] for (uint r = 0; r < W_LOADS; r++) {
-        uint col = n0 + lr + ROWS_PER_PASS * r;
-        rw[r] = (col < p.N && k_in) ? w[col * p.ldw4 + kk] : uvec4(0);
+        uint lrow = lr + ROWS_PER_PASS * r;
+        uint col = n0 + lrow;
+        bool mine = W_WHOLE || (lr < ROWS_PER_PASS && lrow < BN);
+        rw[r] = (mine && col < p.N && k_in) ? w[col * p.ldw4 + kk] : uvec4(0);
     }
 }
 
@@ -89,10 +118,16 @@ void fetch(uint s, uint m0, uint n0) {
 void stash(uint stage) {
     uint lr = gl_LocalInvocationID.x / BKV;
     uint lk = gl_LocalInvocationID.x % BKV;
-    [[unroll]] for (uint r = 0; r < A_LOADS; r++)
-        As[stage * STAGE_A + (lr + ROWS_PER_PASS * r) * SROW + lk] = ra[r];
-    [[unroll]] for (uint r = 0; r < W_LOADS; r++)
-        Ws[stage * STAGE_W + (lr + ROWS_PER_PASS * r) * SROW + lk] = rw[r];
+    [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
+        uint lrow = lr + ROWS_PER_PASS * r;
+        if (A_WHOLE || (lr < ROWS_PER_PASS && lrow < BM))
+            As[stage * STAGE_A + lrow * SROW + lk] = ra[r];
+    }
+    [[unroll]] for (uint r = 0; r < W_LOADS; r++) {
+        uint lrow = lr + ROWS_PER_PASS * r;
+        if (W_WHOLE || (lr < ROWS_PER_PASS && lrow < BN))
+            Ws[stage * STAGE_W + lrow * SROW + lk] = rw[r];
+    }
 }
 
 FRAG_C acc[FM][FN];
@@ -133,12 +168,13 @@ void main() {
             acc[i][j] = FRAG_C(0.0);
 
     uint steps = (p.K4 + BKV - 1) / BKV;
-    fetch(0, m0, n0);
+    bool inside = m0 + BM <= p.M && n0 + BN <= p.N && p.K4 % BKV == 0;
+    fetch(0, m0, n0, inside);
 #if STAGES == 2
     stash(0);
     barrier();
     for (uint s = 0; s < steps; s++) {
-        if (s + 1 < steps) fetch(s + 1, m0, n0);
+        if (s + 1 < steps) fetch(s + 1, m0, n0, inside);
         multiply(s & 1, wm, wn);
         // The other stage was last read in step s - 1, which every subgroup finished
         // before the barrier that ended it.
@@ -150,7 +186,7 @@ void main() {
         barrier(); // every subgroup is done reading the previous step
         stash(0);
         barrier();
-        if (s + 1 < steps) fetch(s + 1, m0, n0);
+        if (s + 1 < steps) fetch(s + 1, m0, n0, inside);
         multiply(0, wm, wn);
     }
     barrier(); // As is reused below for fragments at the edges

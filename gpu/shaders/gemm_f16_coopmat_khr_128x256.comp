@@ -1,6 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Tile variant for the benchmark: 128x256, 8 subgroups of 64x64, 32 of k per step.
+// Tile variant: 128x256, 8 subgroups of 64x64, 32 of k per step.
 #define BM 128
 #define BN 256
 #define WM 2

@@ -1,6 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Tile variant for small products: 64x64, 4 subgroups of 32x32, two shared stages.
+// The KHR kernel for small products (fewer than 132 tiles of 256x128): 64x64, 4 subgroups of
+// 32x32, two shared stages.
 #define BM 64
 #define BN 64
 #define WM 2

@@ -329,8 +329,7 @@ fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, Devi
     let extensions = DeviceExtensions {
         nv_cooperative_matrix: offered.nv_cooperative_matrix,
         // Only when this build has a KHR kernel to run (see build.rs).
-        khr_cooperative_matrix: offered.khr_cooperative_matrix
-            && crate::pipelines::Shader::GemmF16CoopKhr.compiled(),
+        khr_cooperative_matrix: offered.khr_cooperative_matrix && crate::CoopKernel::Khr.built(),
         ..DeviceExtensions::empty()
     };
     let have = p.supported_features();

@@ -32,60 +32,83 @@ pub enum GemmTile {
     Small,
 }
 
+/// Below this many 256x128 output tiles (one per SM of a 132-SM GPU) [`CoopKernel::Khr`]
+/// takes 64x64 tiles: a SmolLM2 chunk (512 x 1536 = 24 large tiles) would leave most SMs idle.
+const COOP_SMALL_TILE_BELOW: usize = 132;
+
 /// A cooperative-matrix (tensor-core) f16 GEMM kernel: which Vulkan extension, which
 /// workgroup tile. All share `gemm_f16_coopmat.glsl`: subgroups of 32 each own a grid of
-/// 16x16x16 f16 fragments with f32 accumulators; the `Khr*` variants need a glslang 13 at
+/// 16x16x16 f16 fragments with f32 accumulators; the `Khr*` kernels need a glslang 13 at
 /// build time (see build.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CoopKernel {
-    /// `VK_NV_cooperative_matrix`, 128x128 tiles, 4 subgroups of 64x64, one shared stage.
+    /// `VK_NV_cooperative_matrix` (Debian's glslc builds it), 256x128 tiles.
     Nv,
-    /// `VK_KHR_cooperative_matrix`, 128x128 tiles, 4 subgroups of 64x64, two shared stages.
+    /// `VK_KHR_cooperative_matrix`: 256x128 tiles, or 64x64 below 132 of them.
     #[default]
     Khr,
+    /// KHR, 128x128 tiles, 4 subgroups of 64x64, two shared stages.
+    Khr128x128,
     /// KHR, 128x256 tiles, 8 subgroups of 64x64.
     Khr128x256,
     /// KHR, 256x128 tiles, 8 subgroups of 64x64.
     Khr256x128,
-    /// KHR, 128x128 tiles, 64 of k per step.
-    Khr128x128K64,
-    /// KHR, 128x128 tiles, 8 subgroups of 64x32, two shared stages.
-    Khr128x128W8,
-    /// KHR, 64x64 tiles, 4 subgroups of 32x32: more workgroups for small products.
+    /// KHR, 256x128 tiles with bounds checks on every load (what the unchecked interior
+    /// saves).
+    Khr256x128Checked,
+    /// KHR, 64x64 tiles, 4 subgroups of 32x32, two shared stages.
     Khr64x64,
 }
 
 impl CoopKernel {
-    /// Every variant, in the order benchmarks list them.
+    /// Every kernel, in the order benchmarks list them.
     pub const ALL: &'static [CoopKernel] = &[
         CoopKernel::Nv,
         CoopKernel::Khr,
+        CoopKernel::Khr128x128,
         CoopKernel::Khr128x256,
         CoopKernel::Khr256x128,
-        CoopKernel::Khr128x128K64,
-        CoopKernel::Khr128x128W8,
+        CoopKernel::Khr256x128Checked,
         CoopKernel::Khr64x64,
     ];
 
+    /// The fixed-tile kernel that runs an `m x n` product.
+    fn resolve(self, m: usize, n: usize) -> CoopKernel {
+        match self {
+            CoopKernel::Khr if m.div_ceil(256) * n.div_ceil(128) < COOP_SMALL_TILE_BELOW => {
+                CoopKernel::Khr64x64
+            }
+            CoopKernel::Khr => CoopKernel::Khr256x128,
+            fixed => fixed,
+        }
+    }
+
+    /// The shader of a fixed-tile kernel ([`CoopKernel::Khr`]: its large one; the KHR
+    /// shaders are built or left out together).
     fn shader(self) -> Shader {
         match self {
             CoopKernel::Nv => Shader::GemmF16CoopNv,
-            CoopKernel::Khr => Shader::GemmF16CoopKhr,
+            CoopKernel::Khr | CoopKernel::Khr256x128 => Shader::GemmF16CoopKhr256x128,
+            CoopKernel::Khr128x128 => Shader::GemmF16CoopKhr128x128,
             CoopKernel::Khr128x256 => Shader::GemmF16CoopKhr128x256,
-            CoopKernel::Khr256x128 => Shader::GemmF16CoopKhr256x128,
-            CoopKernel::Khr128x128K64 => Shader::GemmF16CoopKhr128x128K64,
-            CoopKernel::Khr128x128W8 => Shader::GemmF16CoopKhr128x128W8,
+            CoopKernel::Khr256x128Checked => Shader::GemmF16CoopKhr256x128Checked,
             CoopKernel::Khr64x64 => Shader::GemmF16CoopKhr64x64,
         }
     }
 
-    /// Rows and columns of the output one workgroup computes (the shader's BM and BN).
+    /// Whether build.rs compiled this kernel's shader.
+    pub(crate) fn built(self) -> bool {
+        self.shader().compiled()
+    }
+
+    /// Rows and columns of the output one workgroup of a fixed-tile kernel computes (the
+    /// shader's BM and BN).
     fn tile(self) -> (usize, usize) {
         match self {
+            CoopKernel::Khr128x128 => (128, 128),
             CoopKernel::Khr128x256 => (128, 256),
-            CoopKernel::Khr256x128 => (256, 128),
             CoopKernel::Khr64x64 => (64, 64),
-            _ => (128, 128),
+            _ => (256, 128),
         }
     }
 
@@ -94,10 +117,10 @@ impl CoopKernel {
         match self {
             CoopKernel::Nv => "f16-coopmat-nv",
             CoopKernel::Khr => "f16-coopmat-khr",
+            CoopKernel::Khr128x128 => "f16-coopmat-khr-128x128",
             CoopKernel::Khr128x256 => "f16-coopmat-khr-128x256",
             CoopKernel::Khr256x128 => "f16-coopmat-khr-256x128",
-            CoopKernel::Khr128x128K64 => "f16-coopmat-khr-k64",
-            CoopKernel::Khr128x128W8 => "f16-coopmat-khr-w8",
+            CoopKernel::Khr256x128Checked => "f16-coopmat-khr-256x128-checked",
             CoopKernel::Khr64x64 => "f16-coopmat-khr-64x64",
         }
     }
@@ -636,7 +659,7 @@ impl GpuContext {
                  shaderFloat16 and 32-wide subgroups",
             )
         };
-        if !kernel.shader().compiled() {
+        if !kernel.built() {
             return Err(GpuError::NotBuilt {
                 kernel: kernel.name(),
                 reason: crate::pipelines::NOT_BUILT_REASON,
@@ -674,7 +697,7 @@ impl GpuContext {
     }
 
     /// [`GpuContext::matmul_f16_coop_device`] through `VK_KHR_cooperative_matrix`, with the
-    /// default tiling ([`CoopKernel::Khr`]).
+    /// tile chosen by size ([`CoopKernel::Khr`]).
     pub fn matmul_f16_coop_khr_device(
         &self,
         a: &GpuMatrix,
@@ -695,6 +718,7 @@ impl GpuContext {
     ) -> Result<Option<u64>> {
         self.check_coop(kernel)?;
         check_operands(Kind::F16, a, w, out)?;
+        let kernel = kernel.resolve(a.rows(), w.rows());
         let (bm, bn) = kernel.tile();
         let tiles = a.rows().div_ceil(bm) * w.rows().div_ceil(bn);
         // One workgroup per tile along a 1-D index (the kernel orders tiles for L2 reuse),

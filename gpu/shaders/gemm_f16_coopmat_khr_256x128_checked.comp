@@ -1,11 +1,12 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// Tile variant for the benchmark: 128x128, 4 subgroups of 64x64, 64 of k per step.
-#define BM 128
+// Variant for the benchmark: gemm_f16_coopmat_khr_256x128 with bounds checks on every load.
+#define BM 256
 #define BN 128
-#define WM 2
+#define WM 4
 #define WN 2
-#define BKV 8
+#define BKV 4
 #define STAGES 1
+#define CHECKED_ONLY
 #include "gemm_f16_coopmat_khr.glsl"
 #include "gemm_f16_coopmat.glsl"

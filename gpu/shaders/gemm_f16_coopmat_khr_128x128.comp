@@ -1,6 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// f16 GEMM on VK_KHR_cooperative_matrix: 128x128 tiles, 4 subgroups of 64x64, 32 of k per step, two shared stages.
+// Tile variant: 128x128, 4 subgroups of 64x64, 32 of k per step, two shared stages.
 #define BM 128
 #define BN 128
 #define WM 2
