@@ -12,7 +12,8 @@
 //
 // so that the NV and KHR extensions share one tiling. Every loop over fragments is
 // [[unroll]]ed: an accumulator array indexed by a loop counter the compiler cannot resolve
-// lives in local memory, which is what held the first NV kernel at 3% of the tensor peak.
+// lives in local memory. The first NV kernel, this tiling at 128x128 without the unrolling,
+// ran at 31 TFLOPS on an H100; with it, 165.
 //
 // The workgroup's BM x (BKV*8) slice of A and BN x (BKV*8) slice of W go through shared
 // memory, rows padded by one uvec4 so that the 8 rows one ldmatrix phase reads fall in
@@ -80,11 +81,11 @@ uvec4 ra[A_LOADS];
 uvec4 rw[W_LOADS];
 
 // Loads step `s`'s slices of A and W into registers, zeros outside the matrices. A tile
-// `inside` all three dimensions skips the bounds checks.
+// `inside` all three dimensions skips the bounds checks (no gain on large products on an
+// H100, 7-10% on SmolLM2-sized ones with 64x64 tiles).
 void fetch(uint s, uint m0, uint n0, bool inside) {
     uint lr = gl_LocalInvocationID.x / BKV;
     uint kk = s * BKV + gl_LocalInvocationID.x % BKV;
-#ifndef CHECKED_ONLY
     if (inside) {
         [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
             uint lrow = lr + ROWS_PER_PASS * r;
@@ -98,7 +99,6 @@ void fetch(uint s, uint m0, uint n0, bool inside) {
         }
         return;
     }
-#endif
     bool k_in = kk < p.K4;
     [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
         uint lrow = lr + ROWS_PER_PASS * r;

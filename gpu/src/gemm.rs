@@ -53,9 +53,6 @@ pub enum CoopKernel {
     Khr128x256,
     /// KHR, 256x128 tiles, 8 subgroups of 64x64.
     Khr256x128,
-    /// KHR, 256x128 tiles with bounds checks on every load (what the unchecked interior
-    /// saves).
-    Khr256x128Checked,
     /// KHR, 64x64 tiles, 4 subgroups of 32x32, two shared stages.
     Khr64x64,
 }
@@ -68,7 +65,6 @@ impl CoopKernel {
         CoopKernel::Khr128x128,
         CoopKernel::Khr128x256,
         CoopKernel::Khr256x128,
-        CoopKernel::Khr256x128Checked,
         CoopKernel::Khr64x64,
     ];
 
@@ -91,7 +87,6 @@ impl CoopKernel {
             CoopKernel::Khr | CoopKernel::Khr256x128 => Shader::GemmF16CoopKhr256x128,
             CoopKernel::Khr128x128 => Shader::GemmF16CoopKhr128x128,
             CoopKernel::Khr128x256 => Shader::GemmF16CoopKhr128x256,
-            CoopKernel::Khr256x128Checked => Shader::GemmF16CoopKhr256x128Checked,
             CoopKernel::Khr64x64 => Shader::GemmF16CoopKhr64x64,
         }
     }
@@ -120,7 +115,6 @@ impl CoopKernel {
             CoopKernel::Khr128x128 => "f16-coopmat-khr-128x128",
             CoopKernel::Khr128x256 => "f16-coopmat-khr-128x256",
             CoopKernel::Khr256x128 => "f16-coopmat-khr-256x128",
-            CoopKernel::Khr256x128Checked => "f16-coopmat-khr-256x128-checked",
             CoopKernel::Khr64x64 => "f16-coopmat-khr-64x64",
         }
     }

@@ -65,7 +65,6 @@ shaders! {
     GemmF16CoopKhr128x128 => "gemm_f16_coopmat_khr_128x128",
     GemmF16CoopKhr128x256 => "gemm_f16_coopmat_khr_128x256",
     GemmF16CoopKhr256x128 => "gemm_f16_coopmat_khr_256x128",
-    GemmF16CoopKhr256x128Checked => "gemm_f16_coopmat_khr_256x128_checked",
     GemmF16CoopKhr64x64 => "gemm_f16_coopmat_khr_64x64",
     GemmI8 => "gemm_i8",
     RmsNorm => "rms_norm",
