@@ -96,7 +96,8 @@ pub struct DeviceInfo {
     /// `VK_KHR_cooperative_matrix` is offered.
     pub coop_matrix_khr: bool,
     /// The `[m, n, k]` shapes of f16 x f16 + f32 subgroup matrices `VK_KHR_cooperative_matrix`
-    /// offers (the KHR f16 GEMM needs `[16, 16, 16]`); empty without the extension.
+    /// offers (the KHR f16 GEMM needs `[16, 16, 16]`); empty without the extension or its
+    /// `cooperativeMatrix` feature.
     pub coop_matrix_khr_f16_shapes: Vec<[u32; 3]>,
     /// `VK_NV_cooperative_matrix` is offered and enabled (what the NV f16 GEMM uses; it
     /// builds with Debian's glslc, which knows only `GL_NV_cooperative_matrix`).
@@ -341,8 +342,9 @@ fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, Devi
         shader_float16: core12 && have.shader_float16,
         shader_float64: have.shader_float64,
         storage_buffer16_bit_access: core12 && have.storage_buffer16_bit_access,
-        // One feature bit for both extensions (vulkano chains it in the KHR structure when
-        // that extension is enabled).
+        // One feature bit for both extensions: vulkano chains it in the KHR structure when
+        // that extension is enabled, and none in the NV one; NVIDIA's driver (580, H100)
+        // runs the NV kernel so all the same.
         cooperative_matrix: (extensions.nv_cooperative_matrix || extensions.khr_cooperative_matrix)
             && have.cooperative_matrix,
         // GL_KHR_memory_scope_semantics (needed by the cooperative-matrix shader) makes
@@ -393,7 +395,11 @@ fn device_info(
         shader_f64: features.shader_float64,
         storage_16bit: features.storage_buffer16_bit_access,
         coop_matrix_khr: p.supported_extensions().khr_cooperative_matrix,
-        coop_matrix_khr_f16_shapes: crate::coopmat::khr_f16_shapes(p),
+        coop_matrix_khr_f16_shapes: if p.supported_features().cooperative_matrix {
+            crate::coopmat::khr_f16_shapes(p)
+        } else {
+            Vec::new()
+        },
         coop_matrix_nv: extensions.nv_cooperative_matrix && features.cooperative_matrix,
     }
 }

@@ -1,6 +1,7 @@
 //! Vulkan compute kernels for hetsched (vulkano 0.35, GLSL compiled by `glslc` in
-//! `build.rs`): tiled GEMM in f32, f16 and INT8, RMSNorm, RoPE, causal GQA attention,
-//! SiLU x up, quantize and dequantize. Each kernel matches its scalar twin in
+//! `build.rs`, the `GL_KHR_cooperative_matrix` kernels by glslang 13 where installed): tiled
+//! GEMM in f32, f16 (also on tensor cores through cooperative matrices) and INT8, RMSNorm,
+//! RoPE, causal GQA attention, SiLU x up, quantize and dequantize. Each kernel matches its scalar twin in
 //! `hetsched_kernels::reference` within the tolerance its test states.
 //!
 //! # Entry points
