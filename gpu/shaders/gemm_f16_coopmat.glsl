@@ -54,80 +54,75 @@ const uint THREADS = SUBGROUPS * 32;
 const uint SROW = BKV + 1;                 // shared row stride in uvec4
 const uint FM = BM / WM / 16;              // fragments per subgroup along m
 const uint FN = BN / WN / 16;              // ... along n
-// Loads: thread t moves column t % BKV of rows t / BKV, + ROWS_PER_PASS, ... of the step's
-// slices (A_LOADS and W_LOADS uvec4 each). Where BKV does not divide THREADS the last
-// threads idle, and where ROWS_PER_PASS does not divide BM or BN the last pass is partial;
-// otherwise the guards fold away. (Spreading the slice evenly over all threads instead,
-// uvec4 e = t + THREADS * r at row e / BKV, cost a 256x128 tile a fifth of its speed: the
-// per-load divisions and guards did not fold.)
-const uint ROWS_PER_PASS = THREADS / BKV;
-const bool ALL_LOAD = THREADS % BKV == 0;
-const uint A_LOADS = (BM + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
-const uint W_LOADS = (BN + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
-const bool A_WHOLE = ALL_LOAD && BM % ROWS_PER_PASS == 0;
-const bool W_WHOLE = ALL_LOAD && BN % ROWS_PER_PASS == 0;
+// Loads: a step's slice is moved in up to two column parts, the first P1 = 4 uvec4 wide
+// (or BKV when narrower) and the rest, P2 (0, 2 or 4), so that 48 of k (BKV 6) keeps every
+// thread busy with shifts and masks only. In a part P wide, thread t moves column t % P of
+// rows t / P, + THREADS / P, ... (A1, A2, W1, W2 uvec4 per thread). Spreading a slice evenly
+// instead, uvec4 e = t + THREADS * r at row e / BKV, cost a 256x128 tile a fifth of its
+// speed (divisions and guards per load); 42 rows per pass of 6, with 4 threads idle, lost
+// to 32 of k.
+const uint P1 = BKV >= 4 ? 4 : BKV;
+const uint P2 = BKV - P1;
+const uint P2D = P2 == 0 ? 1 : P2; // a divisor even where the second part is empty
+const uint A1 = BM * P1 / THREADS;
+const uint A2 = BM * P2 / THREADS;
+const uint W1 = BN * P1 / THREADS;
+const uint W2 = BN * P2 / THREADS;
 const uint STAGE_A = BM * SROW;
 const uint STAGE_W = BN * SROW;
 const uint GROUP_M = 8;
 // Compile-time checks (a negative array size fails the build): whole 16-deep fragments per
-// step, and room in As for every subgroup's 16x16 f32 edge fragment.
-const int CHECK_K[(BKV % 2 == 0) ? 1 : -1] = int[](0);
+// step, whole passes of loads, and room in As for every subgroup's 16x16 f32 edge fragment.
+const int CHECK_K[(BKV % 2 == 0 && P2 <= 4) ? 1 : -1] = int[](0);
+const int CHECK_LOADS[(THREADS % P1 == 0 && THREADS % P2D == 0 && (BM * P1) % THREADS == 0
+    && (BM * P2) % THREADS == 0 && (BN * P1) % THREADS == 0 && (BN * P2) % THREADS == 0)
+    ? 1 : -1] = int[](0);
 const int CHECK_EDGE[(STAGES * STAGE_A >= SUBGROUPS * 64) ? 1 : -1] = int[](0);
 
 shared uvec4 As[STAGES * STAGE_A];
 shared uvec4 Ws[STAGES * STAGE_W];
 
-uvec4 ra[A_LOADS];
-uvec4 rw[W_LOADS];
+uvec4 ra[A1 + A2];
+uvec4 rw[W1 + W2];
+
+// Loads into regs[OFS], ... the LOADS uvec4 of a part P wide starting at column C0 of step
+// s's slice of buf (rows from FIRST, stride LD); with CHECK, zeros past LIMIT rows or K4.
+#define FETCH_PART(regs, OFS, LOADS, P, C0, buf, LD, FIRST, LIMIT, CHECK)                \
+    [[unroll]] for (uint r = 0; r < LOADS; r++) {                                         \
+        uint row = FIRST + gl_LocalInvocationID.x / P + (THREADS / P) * r;                \
+        uint kk = s * BKV + C0 + gl_LocalInvocationID.x % P;                              \
+        regs[OFS + r] = (!CHECK || (row < LIMIT && kk < p.K4)) ? buf[row * LD + kk] : uvec4(0); \
+    }
 
 // Loads step `s`'s slices of A and W into registers, zeros outside the matrices. A tile
 // `inside` all three dimensions skips the bounds checks (no gain on large products on an
 // H100, 7-10% on SmolLM2-sized ones with 64x64 tiles).
 void fetch(uint s, uint m0, uint n0, bool inside) {
-    uint lr = gl_LocalInvocationID.x / BKV;
-    uint kk = s * BKV + gl_LocalInvocationID.x % BKV;
     if (inside) {
-        [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
-            uint lrow = lr + ROWS_PER_PASS * r;
-            bool mine = A_WHOLE || (lr < ROWS_PER_PASS && lrow < BM);
-            ra[r] = mine ? a[(m0 + lrow) * p.lda4 + kk] : uvec4(0);
-        }
-        [[unroll]] for (uint r = 0; r < W_LOADS; r++) {
-            uint lrow = lr + ROWS_PER_PASS * r;
-            bool mine = W_WHOLE || (lr < ROWS_PER_PASS && lrow < BN);
-            rw[r] = mine ? w[(n0 + lrow) * p.ldw4 + kk] : uvec4(0);
-        }
-        return;
-    }
-    bool k_in = kk < p.K4;
-    [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
-        uint lrow = lr + ROWS_PER_PASS * r;
-        uint row = m0 + lrow;
-        bool mine = A_WHOLE || (lr < ROWS_PER_PASS && lrow < BM);
-        ra[r] = (mine && row < p.M && k_in) ? a[row * p.lda4 + kk] : uvec4(0);
-    }
-    [[unroll]] for (uint r = 0; r < W_LOADS; r++) {
-        uint lrow = lr + ROWS_PER_PASS * r;
-        uint col = n0 + lrow;
-        bool mine = W_WHOLE || (lr < ROWS_PER_PASS && lrow < BN);
-        rw[r] = (mine && col < p.N && k_in) ? w[col * p.ldw4 + kk] : uvec4(0);
+        FETCH_PART(ra, 0, A1, P1, 0, a, p.lda4, m0, p.M, false)
+        FETCH_PART(ra, A1, A2, P2D, P1, a, p.lda4, m0, p.M, false)
+        FETCH_PART(rw, 0, W1, P1, 0, w, p.ldw4, n0, p.N, false)
+        FETCH_PART(rw, W1, W2, P2D, P1, w, p.ldw4, n0, p.N, false)
+    } else {
+        FETCH_PART(ra, 0, A1, P1, 0, a, p.lda4, m0, p.M, true)
+        FETCH_PART(ra, A1, A2, P2D, P1, a, p.lda4, m0, p.M, true)
+        FETCH_PART(rw, 0, W1, P1, 0, w, p.ldw4, n0, p.N, true)
+        FETCH_PART(rw, W1, W2, P2D, P1, w, p.ldw4, n0, p.N, true)
     }
 }
 
+// Stores regs[OFS], ... of a part into shared stage `stage` of array sh (STAGE_SIZE each).
+#define STASH_PART(regs, OFS, LOADS, P, C0, sh, STAGE_SIZE)                                \
+    [[unroll]] for (uint r = 0; r < LOADS; r++)                                           \
+        sh[stage * STAGE_SIZE + (gl_LocalInvocationID.x / P + (THREADS / P) * r) * SROW  \
+           + C0 + gl_LocalInvocationID.x % P] = regs[OFS + r];
+
 // Stores the registers of `fetch` into shared stage `stage`.
 void stash(uint stage) {
-    uint lr = gl_LocalInvocationID.x / BKV;
-    uint lk = gl_LocalInvocationID.x % BKV;
-    [[unroll]] for (uint r = 0; r < A_LOADS; r++) {
-        uint lrow = lr + ROWS_PER_PASS * r;
-        if (A_WHOLE || (lr < ROWS_PER_PASS && lrow < BM))
-            As[stage * STAGE_A + lrow * SROW + lk] = ra[r];
-    }
-    [[unroll]] for (uint r = 0; r < W_LOADS; r++) {
-        uint lrow = lr + ROWS_PER_PASS * r;
-        if (W_WHOLE || (lr < ROWS_PER_PASS && lrow < BN))
-            Ws[stage * STAGE_W + lrow * SROW + lk] = rw[r];
-    }
+    STASH_PART(ra, 0, A1, P1, 0, As, STAGE_A)
+    STASH_PART(ra, A1, A2, P2D, P1, As, STAGE_A)
+    STASH_PART(rw, 0, W1, P1, 0, Ws, STAGE_W)
+    STASH_PART(rw, W1, W2, P2D, P1, Ws, STAGE_W)
 }
 
 FRAG_C acc[FM][FN];

@@ -1,8 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// The KHR kernel for products of at least 132 such tiles: 256x128, 8 subgroups of 64x64 (the
-// most accumulators a subgroup holds in registers), 32 of k per step, one shared stage (two
-// would need 60 KB; Vulkan gives a workgroup 48). 224 TFLOPS on an H100 (docs/gpu.md).
+// Tile variant: 256x128, 8 subgroups of 64x64, 32 of k per step.
 #define BM 256
 #define BN 128
 #define WM 4

@@ -44,7 +44,7 @@ const COOP_SMALL_TILE_BELOW: usize = 132;
 pub enum CoopKernel {
     /// `VK_NV_cooperative_matrix` (Debian's glslc builds it), 256x128 tiles.
     Nv,
-    /// `VK_KHR_cooperative_matrix`: 256x128 tiles, or 64x64 below 132 of them.
+    /// `VK_KHR_cooperative_matrix`: 256x128 tiles 48 deep in k, or 64x64 below 132 of them.
     #[default]
     Khr,
     /// KHR, 128x128 tiles, 4 subgroups of 64x64, two shared stages.
@@ -55,6 +55,8 @@ pub enum CoopKernel {
     Khr256x128,
     /// KHR, 64x64 tiles, 4 subgroups of 32x32, two shared stages.
     Khr64x64,
+    /// KHR, 256x128 tiles, 48 of k per step (what `Khr` runs on large products).
+    Khr256x128K48,
 }
 
 impl CoopKernel {
@@ -66,6 +68,7 @@ impl CoopKernel {
         CoopKernel::Khr128x256,
         CoopKernel::Khr256x128,
         CoopKernel::Khr64x64,
+        CoopKernel::Khr256x128K48,
     ];
 
     /// The fixed-tile kernel that runs an `m x n` product.
@@ -74,7 +77,7 @@ impl CoopKernel {
             CoopKernel::Khr if m.div_ceil(256) * n.div_ceil(128) < COOP_SMALL_TILE_BELOW => {
                 CoopKernel::Khr64x64
             }
-            CoopKernel::Khr => CoopKernel::Khr256x128,
+            CoopKernel::Khr => CoopKernel::Khr256x128K48,
             fixed => fixed,
         }
     }
@@ -84,10 +87,11 @@ impl CoopKernel {
     fn shader(self) -> Shader {
         match self {
             CoopKernel::Nv => Shader::GemmF16CoopNv,
-            CoopKernel::Khr | CoopKernel::Khr256x128 => Shader::GemmF16CoopKhr256x128,
+            CoopKernel::Khr256x128 => Shader::GemmF16CoopKhr256x128,
             CoopKernel::Khr128x128 => Shader::GemmF16CoopKhr128x128,
             CoopKernel::Khr128x256 => Shader::GemmF16CoopKhr128x256,
             CoopKernel::Khr64x64 => Shader::GemmF16CoopKhr64x64,
+            CoopKernel::Khr | CoopKernel::Khr256x128K48 => Shader::GemmF16CoopKhr256x128K48,
         }
     }
 
@@ -116,6 +120,7 @@ impl CoopKernel {
             CoopKernel::Khr128x256 => "f16-coopmat-khr-128x256",
             CoopKernel::Khr256x128 => "f16-coopmat-khr-256x128",
             CoopKernel::Khr64x64 => "f16-coopmat-khr-64x64",
+            CoopKernel::Khr256x128K48 => "f16-coopmat-khr-256x128-k48",
         }
     }
 }

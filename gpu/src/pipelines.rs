@@ -66,6 +66,7 @@ shaders! {
     GemmF16CoopKhr128x256 => "gemm_f16_coopmat_khr_128x256",
     GemmF16CoopKhr256x128 => "gemm_f16_coopmat_khr_256x128",
     GemmF16CoopKhr64x64 => "gemm_f16_coopmat_khr_64x64",
+    GemmF16CoopKhr256x128K48 => "gemm_f16_coopmat_khr_256x128_k48",
     GemmI8 => "gemm_i8",
     RmsNorm => "rms_norm",
     Rope => "rope",
