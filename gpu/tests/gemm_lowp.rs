@@ -125,7 +125,8 @@ fn i8_resident_device_and_split() {
 
 /// Ragged for the cooperative-matrix kernels: m and n off their 16-row fragments and
 /// 64/128/256 tiles (edge fragments are written element by element), k off the 32- and
-/// 64-deep steps and off the 8-half rows of the packed layout.
+/// 48-deep steps and off the 8-half rows of the packed layout; 300 x 96 x 260 has a first
+/// tile inside all three dimensions for every tile size (the loads without bounds checks).
 const COOP_SHAPES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (48, 40, 144),
@@ -133,6 +134,7 @@ const COOP_SHAPES: &[(usize, usize, usize)] = &[
     (130, 70, 129),
     (257, 1000, 383),
     (64, 576, 200),
+    (300, 96, 260),
 ];
 
 /// Every cooperative-matrix kernel against the reference on the widened inputs, within
