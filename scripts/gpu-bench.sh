@@ -4,10 +4,12 @@
 #   scripts/gpu-bench.sh prepare   # here: build gpu_bench and the GPU test binaries, strip
 #                                  # them into target/gpu-carry/, fetch the Vulkan loader debs into
 #                                  # target/gl/ (the remote machine has neither cargo nor a loader)
-#   scripts/gpu-bench.sh remote    # there (carry target/gpu-carry, target/gl), from the repo root: unpack the loader,
-#                                  # run the GPU tests with HETSCHED_REQUIRE_GPU=1, then the
-#                                  # benchmark (table on stdout and $OUT/bench.txt, JSON lines
-#                                  # in $OUT/bench.json)
+#   scripts/gpu-bench.sh remote [--no-tests] [gpu_bench args]
+#                                  # there (carry target/gpu-carry, target/gl), from the repo root: unpack the loader,
+#                                  # run the GPU tests with HETSCHED_REQUIRE_GPU=1 (unless
+#                                  # --no-tests), then the benchmark (table on stdout and
+#                                  # $OUT/bench.txt, JSON lines in $OUT/bench.json), e.g.
+#                                  # `remote --no-tests --kernels f16-coopmat-khr,f16-coopmat-khr-64x64`
 #
 # The device tool's call that produced docs/gpu.md's figures:
 #   run(command="bash target/gpu-carry/gpu-bench.sh remote", carry=["target/gpu-carry", "target/gl"])
@@ -17,9 +19,10 @@ case "${1:-}" in
 prepare)
   cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
   rm -rf target/gpu-carry && mkdir -p target/gpu-carry
-  # Dev profile: dependencies are built at opt-level 2 (see Cargo.toml) and the timings come
-  # from GPU timestamps, so host-side optimisation does not change the figures.
-  cargo build -q -p hetsched-gpu --example gpu_bench
+  # The test profile (opt-level 2, the build `cargo test` already made): the timings come from
+  # GPU timestamps, but unoptimised host code spent seconds of device time per large shape
+  # generating and packing operands.
+  cargo build -q -p hetsched-gpu --example gpu_bench --profile test
   cp target/debug/examples/gpu_bench target/gpu-carry/
   cargo test -q -p hetsched-gpu --no-run --message-format=json 2>/dev/null |
     python3 -c 'import sys, json
@@ -41,6 +44,8 @@ for line in sys.stdin:
   du -sh target/gpu-carry target/gl
   ;;
 remote)
+  # The binaries beside this script: target/gpu-carry, or wherever it was copied to travel.
+  carried=$(dirname "$0")
   for f in target/gl/*.deb; do dpkg -x "$f" /; done
   ldconfig
   icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -48,10 +53,15 @@ remote)
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader || true
   out=${OUT:-/tmp}
   status=0
-  for t in target/gpu-carry/test-*; do
-    HETSCHED_REQUIRE_GPU=1 "$t" 2>&1 | tee -a "$out/tests.log" | grep -E 'test result|FAILED|panicked' || status=1
-  done
-  target/gpu-carry/gpu_bench --json "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
+  shift
+  if [ "${1:-}" = --no-tests ]; then
+    shift
+  else
+    for t in "$carried"/test-*; do
+      HETSCHED_REQUIRE_GPU=1 "$t" --nocapture 2>&1 | tee -a "$out/tests.log" | grep -E 'test result|FAILED|panicked|skipped' || status=1
+    done
+  fi
+  "$carried"/gpu_bench --json "$out/bench.json" "$@" 2>&1 | tee "$out/bench.txt" || status=1
   exit $status
   ;;
 *)

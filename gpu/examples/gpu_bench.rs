@@ -4,10 +4,12 @@
 //! cargo run --release -p hetsched-gpu --example gpu_bench            # table
 //! cargo run --release -p hetsched-gpu --example gpu_bench -- --json F # also JSON lines into F
 //! cargo run --release -p hetsched-gpu --example gpu_bench -- --quick # small shapes (lavapipe)
+//! cargo run --release -p hetsched-gpu --example gpu_bench -- --kernels f16-coopmat-khr,f32
 //! ```
 //!
-//! For every kernel (f32 with auto / 128 / 64 tiles, f16, f16 on cooperative matrices where
-//! offered, INT8) and shape: upload random operands once, run once and spot-check 64 outputs
+//! For every kernel (f32 with auto / 128 / 64 tiles, f16, f16 on NV and KHR cooperative
+//! matrices where offered, INT8; `--kernels` picks some by name, the KHR tile variants
+//! included) and shape: upload random operands once, run once and spot-check 64 outputs
 //! against f64 dot products on the CPU, keep the GPU busy for about 0.3 s so that its clocks
 //! ramp up, then time three submissions of R back-to-back calls each (R chosen so one takes
 //! about 0.1 s) and report the median `2·m·n·k·R / GPU time` (the best in JSON too). Peaks
@@ -20,7 +22,8 @@ use half::f16;
 use std::io::Write;
 
 use hetsched_gpu::{
-    AttentionShape, DeviceInfo, Elem, GemmTile, GpuContext, GpuMatrix, GpuOptions, RopeStyle,
+    AttentionShape, CoopKernel, DeviceInfo, Elem, GemmTile, GpuContext, GpuMatrix, GpuOptions,
+    RopeStyle,
 };
 use hetsched_kernels::seeded::SeededRng;
 
@@ -30,9 +33,20 @@ enum Kernel {
     F32Large,
     F32Small,
     F16,
-    F16Coop,
+    Coop(CoopKernel),
     I8,
 }
+
+/// The kernels measured without `--kernels`: every kernel but the KHR tile variants.
+const DEFAULT_KERNELS: &[Kernel] = &[
+    Kernel::F32,
+    Kernel::F32Large,
+    Kernel::F32Small,
+    Kernel::F16,
+    Kernel::Coop(CoopKernel::Nv),
+    Kernel::Coop(CoopKernel::Khr),
+    Kernel::I8,
+];
 
 impl Kernel {
     fn name(self) -> &'static str {
@@ -41,9 +55,16 @@ impl Kernel {
             Kernel::F32Large => "f32-128",
             Kernel::F32Small => "f32-64",
             Kernel::F16 => "f16",
-            Kernel::F16Coop => "f16-coopmat",
+            Kernel::Coop(k) => k.name(),
             Kernel::I8 => "i8",
         }
+    }
+
+    fn all() -> impl Iterator<Item = Kernel> {
+        [Kernel::F32, Kernel::F32Large, Kernel::F32Small, Kernel::F16]
+            .into_iter()
+            .chain(CoopKernel::ALL.iter().map(|&k| Kernel::Coop(k)))
+            .chain([Kernel::I8])
     }
 }
 
@@ -97,7 +118,7 @@ fn operands(
             a_host,
             w_host,
         },
-        Kernel::F16 | Kernel::F16Coop => {
+        Kernel::F16 | Kernel::Coop(_) => {
             let a16: Vec<f16> = a_host.iter().map(|&x| f16::from_f32(x)).collect();
             let w16: Vec<f16> = w_host.iter().map(|&x| f16::from_f32(x)).collect();
             Operands {
@@ -137,7 +158,7 @@ fn run(
             ctx.matmul_f32_device_with((&o.a, &o.w, &o.out), GemmTile::Small, repeat)
         }
         Kernel::F16 => ctx.matmul_f16_device_repeat(&o.a, &o.w, &o.out, repeat),
-        Kernel::F16Coop => ctx.matmul_f16_coop_device(&o.a, &o.w, &o.out, repeat),
+        Kernel::Coop(k) => ctx.matmul_f16_coop_device_with((&o.a, &o.w, &o.out), k, repeat),
         Kernel::I8 => ctx.gemm_i8_device_repeat(&o.a, &o.w, &o.out, repeat),
     }
 }
@@ -212,28 +233,21 @@ fn measure(
 /// The GEMM table; returns false when a kernel failed or missed its tolerance.
 fn gemm_table(
     ctx: &GpuContext,
+    kernels: &[Kernel],
     shapes: &[(usize, usize, usize)],
     json: &mut Option<std::fs::File>,
 ) -> bool {
     let peaks = peaks(ctx.info());
     println!(
-        "{:<12} {:>6} {:>6} {:>6} {:>7} {:>10} {:>9} {:>9} {:>8} {:>9}",
+        "{:<24} {:>6} {:>6} {:>6} {:>7} {:>10} {:>9} {:>9} {:>8} {:>9}",
         "kernel", "m", "k", "n", "repeat", "ms/call", "T(FL)OPS", "best", "% peak", "max err"
     );
     let mut ok = true;
-    for kernel in [
-        Kernel::F32,
-        Kernel::F32Large,
-        Kernel::F32Small,
-        Kernel::F16,
-        Kernel::F16Coop,
-        Kernel::I8,
-    ] {
-        if kernel == Kernel::F16Coop && !ctx.has_coop_matrix_f16() {
-            println!(
-                "{:<12} skipped: no VK_NV_cooperative_matrix here",
-                kernel.name()
-            );
+    for &kernel in kernels {
+        if let Kernel::Coop(k) = kernel
+            && let Err(why) = ctx.check_coop(k)
+        {
+            println!("{:<24} skipped: {why}", kernel.name());
             continue;
         }
         for &(m, k, n) in shapes {
@@ -241,7 +255,7 @@ fn gemm_table(
                 Ok(r) => r,
                 Err(e) => {
                     ok = false;
-                    println!("{:<12} {m:>6} {k:>6} {n:>6} error: {e}", kernel.name());
+                    println!("{:<24} {m:>6} {k:>6} {n:>6} error: {e}", kernel.name());
                     continue;
                 }
             };
@@ -249,13 +263,13 @@ fn gemm_table(
             let (tflops, best) = (ops / r.median_ns / 1e3, ops / r.best_ns / 1e3);
             let peak = peaks.as_ref().map(|p| match kernel {
                 Kernel::F32 | Kernel::F32Large | Kernel::F32Small => p.f32,
-                Kernel::F16 | Kernel::F16Coop => p.f16_tensor,
+                Kernel::F16 | Kernel::Coop(_) => p.f16_tensor,
                 Kernel::I8 => p.i8_tensor,
             });
             let pct = peak.map(|p| 100.0 * tflops / p);
             ok &= r.err <= if kernel == Kernel::I8 { 0.0 } else { 1e-3 };
             println!(
-                "{:<12} {m:>6} {k:>6} {n:>6} {:>7} {:>10.4} {tflops:>9.2} {best:>9.2} {:>8} {:>9.1e}",
+                "{:<24} {m:>6} {k:>6} {n:>6} {:>7} {:>10.4} {tflops:>9.2} {best:>9.2} {:>8} {:>9.1e}",
                 kernel.name(),
                 r.repeat,
                 r.median_ns / 1e6,
@@ -365,6 +379,18 @@ fn ops_table(ctx: &GpuContext, json: &mut Option<std::fs::File>) -> bool {
     ok
 }
 
+/// `m x k x n` from "MxKxN".
+fn parse_shape(text: &str) -> Option<(usize, usize, usize)> {
+    let dims: Vec<usize> = text
+        .split('x')
+        .map(|d| d.parse().ok())
+        .collect::<Option<_>>()?;
+    match dims[..] {
+        [m, k, n] if m > 0 && k > 0 && n > 0 => Some((m, k, n)),
+        _ => None,
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -386,6 +412,26 @@ fn main() -> ExitCode {
             }
         },
     };
+    // `--kernels a,b`: only these GEMM kernels (by their table names), and no ops table.
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--kernels")
+        .and_then(|i| args.get(i + 1))
+        .map(|list| list.split(',').map(str::to_string).collect());
+    let kernels: Vec<Kernel> = match &only {
+        None => DEFAULT_KERNELS.to_vec(),
+        Some(names) => {
+            let picked: Vec<Kernel> = Kernel::all()
+                .filter(|k| names.iter().any(|n| n == k.name()))
+                .collect();
+            if picked.len() != names.len() {
+                let known: Vec<&str> = Kernel::all().map(Kernel::name).collect();
+                eprintln!("error: --kernels takes names among {}", known.join(", "));
+                return ExitCode::FAILURE;
+            }
+            picked
+        }
+    };
     let ctx = match GpuContext::new(GpuOptions::default()) {
         Ok(ctx) => ctx,
         Err(e) => {
@@ -399,25 +445,29 @@ fn main() -> ExitCode {
         info.name, info.kind, info.driver, info.api_version
     );
     println!(
-        "timestamps {}, coop matrix NV {} KHR {}, int8 {}, f16 {}, f64 {}, subgroup {:?}",
+        "timestamps {}, coop matrix NV {} KHR {} (f16 shapes {:?}), int8 {}, f16 {}, f64 {}, \
+         subgroup {:?}, shared memory {} B",
         info.has_timestamps(),
         info.coop_matrix_nv,
         info.coop_matrix_khr,
+        info.coop_matrix_khr_f16_shapes,
         info.shader_int8,
         info.shader_f16,
         info.shader_f64,
-        info.subgroup_size
+        info.subgroup_size,
+        info.max_shared_memory
     );
     if let Some(f) = json.as_mut() {
         let _ = writeln!(
             f,
-            "{{\"device\":\"{}\",\"kind\":\"{:?}\",\"driver\":\"{}\",\"vulkan\":\"{}\",\"coop_matrix_nv\":{},\"coop_matrix_khr\":{},\"max_storage_buffer_range\":{}}}",
+            "{{\"device\":\"{}\",\"kind\":\"{:?}\",\"driver\":\"{}\",\"vulkan\":\"{}\",\"coop_matrix_nv\":{},\"coop_matrix_khr\":{},\"coop_matrix_khr_f16_shapes\":{:?},\"max_storage_buffer_range\":{}}}",
             info.name,
             info.kind,
             info.driver.replace('"', "'"),
             info.api_version,
             info.coop_matrix_nv,
             info.coop_matrix_khr,
+            info.coop_matrix_khr_f16_shapes,
             info.max_storage_buffer_range
         );
     }
@@ -425,7 +475,26 @@ fn main() -> ExitCode {
         eprintln!("error: this device's compute queue has no timestamps; nothing to measure");
         return ExitCode::FAILURE;
     }
-    let shapes: Vec<(usize, usize, usize)> = if quick {
+    // `--shapes 4096x4096x4096,...` (m x k x n): only these.
+    let chosen: Option<Vec<(usize, usize, usize)>> = match args
+        .iter()
+        .position(|a| a == "--shapes")
+        .and_then(|i| args.get(i + 1))
+    {
+        None => None,
+        Some(list) => match list.split(',').map(parse_shape).collect() {
+            Some(shapes) => Some(shapes),
+            None => {
+                eprintln!(
+                    "error: --shapes takes m x k x n triples like 4096x4096x4096,512x576x1536"
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let shapes: Vec<(usize, usize, usize)> = if let Some(shapes) = chosen {
+        shapes
+    } else if quick {
         vec![(256, 256, 256), (512, 576, 1536)]
     } else {
         vec![
@@ -437,8 +506,8 @@ fn main() -> ExitCode {
             (512, 576, 576),  // SmolLM2 q / o
         ]
     };
-    let gemm_ok = gemm_table(&ctx, &shapes, &mut json);
-    let ops_ok = ops_table(&ctx, &mut json);
+    let gemm_ok = gemm_table(&ctx, &kernels, &shapes, &mut json);
+    let ops_ok = only.is_some() || ops_table(&ctx, &mut json);
     if !(gemm_ok && ops_ok) {
         eprintln!("error: a kernel failed or its spot check exceeded the tolerance");
         return ExitCode::FAILURE;

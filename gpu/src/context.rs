@@ -95,8 +95,12 @@ pub struct DeviceInfo {
     pub storage_16bit: bool,
     /// `VK_KHR_cooperative_matrix` is offered.
     pub coop_matrix_khr: bool,
-    /// `VK_NV_cooperative_matrix` is offered (what the cooperative-matrix f16 GEMM uses: the
-    /// Debian glslang that builds our shaders knows only `GL_NV_cooperative_matrix`).
+    /// The `[m, n, k]` shapes of f16 x f16 + f32 subgroup matrices `VK_KHR_cooperative_matrix`
+    /// offers (the KHR f16 GEMM needs `[16, 16, 16]`); empty without the extension or its
+    /// `cooperativeMatrix` feature.
+    pub coop_matrix_khr_f16_shapes: Vec<[u32; 3]>,
+    /// `VK_NV_cooperative_matrix` is offered and enabled (what the NV f16 GEMM uses; it
+    /// builds with Debian's glslc, which knows only `GL_NV_cooperative_matrix`).
     pub coop_matrix_nv: bool,
 }
 
@@ -231,9 +235,7 @@ impl GpuContext {
     /// that the allocators' first memory blocks and the driver's first submission stay out
     /// of measured work.
     pub fn prepare(&self) -> Result<()> {
-        let coop = self.has_coop_matrix_f16();
-        self.pipelines
-            .build_all(|s| s == crate::pipelines::Shader::GemmF16CoopNv && !coop)?;
+        self.pipelines.build_all(|s| self.coop_shader_unusable(s))?;
         self.rms_norm(&[1.0; 4], &[1.0; 4], 1e-5, 1, 4).map(drop)
     }
 
@@ -327,6 +329,8 @@ fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, Devi
     let offered = p.supported_extensions();
     let extensions = DeviceExtensions {
         nv_cooperative_matrix: offered.nv_cooperative_matrix,
+        // Only when this build has a KHR kernel to run (see build.rs).
+        khr_cooperative_matrix: offered.khr_cooperative_matrix && crate::CoopKernel::Khr.built(),
         ..DeviceExtensions::empty()
     };
     let have = p.supported_features();
@@ -338,7 +342,11 @@ fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, Devi
         shader_float16: core12 && have.shader_float16,
         shader_float64: have.shader_float64,
         storage_buffer16_bit_access: core12 && have.storage_buffer16_bit_access,
-        cooperative_matrix: extensions.nv_cooperative_matrix && have.cooperative_matrix,
+        // One feature bit for both extensions: vulkano chains it in the KHR structure when
+        // that extension is enabled, and none in the NV one; NVIDIA's driver (580, H100)
+        // runs the NV kernel so all the same.
+        cooperative_matrix: (extensions.nv_cooperative_matrix || extensions.khr_cooperative_matrix)
+            && have.cooperative_matrix,
         // GL_KHR_memory_scope_semantics (needed by the cooperative-matrix shader) makes
         // glslang declare the Vulkan memory model.
         vulkan_memory_model: core12 && have.vulkan_memory_model,
@@ -387,6 +395,11 @@ fn device_info(
         shader_f64: features.shader_float64,
         storage_16bit: features.storage_buffer16_bit_access,
         coop_matrix_khr: p.supported_extensions().khr_cooperative_matrix,
+        coop_matrix_khr_f16_shapes: if p.supported_features().cooperative_matrix {
+            crate::coopmat::khr_f16_shapes(p)
+        } else {
+            Vec::new()
+        },
         coop_matrix_nv: extensions.nv_cooperative_matrix && features.cooperative_matrix,
     }
 }

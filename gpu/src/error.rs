@@ -40,6 +40,14 @@ pub enum GpuError {
         /// The missing feature or extension.
         feature: &'static str,
     },
+    /// The kernel was left out of this build (its shader compiler was missing).
+    #[error("{kernel} was not compiled into this build: {reason}")]
+    NotBuilt {
+        /// The kernel asked for.
+        kernel: &'static str,
+        /// Why, and what to install.
+        reason: &'static str,
+    },
     /// A Vulkan call failed (out of memory, device lost, validation of our own calls).
     #[error("Vulkan error while {context}: {message}")]
     Vulkan {

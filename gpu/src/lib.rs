@@ -1,6 +1,7 @@
 //! Vulkan compute kernels for hetsched (vulkano 0.35, GLSL compiled by `glslc` in
-//! `build.rs`): tiled GEMM in f32, f16 and INT8, RMSNorm, RoPE, causal GQA attention,
-//! SiLU x up, quantize and dequantize. Each kernel matches its scalar twin in
+//! `build.rs`, the `GL_KHR_cooperative_matrix` kernels by glslang 13 where installed): tiled
+//! GEMM in f32, f16 (also on tensor cores through cooperative matrices) and INT8, RMSNorm,
+//! RoPE, causal GQA attention, SiLU x up, quantize and dequantize. Each kernel matches its scalar twin in
 //! `hetsched_kernels::reference` within the tolerance its test states.
 //!
 //! # Entry points
@@ -22,6 +23,7 @@ mod attention;
 mod batch;
 mod buffers;
 mod context;
+mod coopmat;
 mod elementwise;
 mod error;
 mod gemm;
@@ -38,6 +40,6 @@ pub use batch::{BatchOutput, GpuBatch};
 pub use buffers::{Elem, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use error::{GpuError, Result};
-pub use gemm::GemmTile;
+pub use gemm::{CoopKernel, GemmTile};
 pub use hetsched_kernels::reference::{AttentionShape, RopeStyle};
 pub use timer::GpuTimer;

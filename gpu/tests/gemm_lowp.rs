@@ -1,10 +1,11 @@
-//! f16 GEMM (f32 accumulation) against `reference::matmul_f32` on the widened inputs
-//! (|diff| <= 1e-4 · Σ|a·w|), and INT8 GEMM against `reference::gemm_i8_reference` (exact).
+//! f16 GEMM (f32 accumulation), on CUDA-core-style tiles and on cooperative matrices (NV and
+//! KHR), against `reference::matmul_f32` on the widened inputs (|diff| <= 1e-4 · Σ|a·w|),
+//! and INT8 GEMM against `reference::gemm_i8_reference` (exact).
 
 mod common;
 
 use half::f16;
-use hetsched_gpu::{Elem, GpuOptions};
+use hetsched_gpu::{CoopKernel, Elem, GpuError, GpuOptions};
 use hetsched_kernels::{reference, seeded::SeededRng};
 
 const SHAPES: &[(usize, usize, usize)] = &[
@@ -122,33 +123,81 @@ fn i8_resident_device_and_split() {
     assert_eq!(small.gemm_i8(&a, m, k, &w, n).unwrap(), want);
 }
 
+/// Ragged for the cooperative-matrix kernels: m and n off their 16-row fragments and
+/// 64/128/256 tiles (edge fragments are written element by element), k off the 32- and
+/// 48-deep steps and off the 8-half rows of the packed layout; 300 x 96 x 260 has a first
+/// tile inside all three dimensions for every tile size (the loads without bounds checks).
+const COOP_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (48, 40, 144),
+    (17, 33, 9),
+    (130, 70, 129),
+    (257, 1000, 383),
+    (64, 576, 200),
+    (300, 96, 260),
+];
+
+/// Every cooperative-matrix kernel against the reference on the widened inputs, within
+/// 1e-4 · Σ|a·w| per element (the products are exact in f32; only the order and rounding
+/// of the f32 sums differ). Where a kernel cannot run it must say why with `Unsupported` or
+/// `NotBuilt`; that skips it, except that with `HETSCHED_REQUIRE_GPU=1` a device offering
+/// the kernel's extension must also run it (a build without the KHR kernels fails there).
 #[test]
 fn coop_matrix_f16_matches_or_is_refused() {
     let Some(ctx) = common::gpu() else { return };
+    let info = ctx.info();
+    let require = std::env::var("HETSCHED_REQUIRE_GPU").is_ok_and(|v| v == "1");
     let mut rng = SeededRng::new(15);
-    let (m, k, n) = (48, 40, 144);
-    let a = halves(&mut rng, m * k);
-    let w = halves(&mut rng, n * k);
-    let a_gpu = ctx.upload_f16(&a, m, k).unwrap();
-    let w_gpu = ctx.upload_f16(&w, n, k).unwrap();
-    let out = ctx.alloc_matrix(m, n, Elem::F32).unwrap();
-    let result = ctx.matmul_f16_coop_device(&a_gpu, &w_gpu, &out, 1);
-    if !ctx.has_coop_matrix_f16() {
-        assert!(
-            matches!(result, Err(hetsched_gpu::GpuError::Unsupported { .. })),
-            "{result:?}"
-        );
-        return;
+    for &kernel in CoopKernel::ALL {
+        let offered = match kernel {
+            CoopKernel::Nv => info.coop_matrix_nv,
+            _ => info.coop_matrix_khr_f16_shapes.contains(&[16, 16, 16]),
+        };
+        if let Err(why) = ctx.check_coop(kernel) {
+            assert!(
+                matches!(
+                    why,
+                    GpuError::Unsupported { .. } | GpuError::NotBuilt { .. }
+                ),
+                "{why:?}"
+            );
+            assert!(
+                !(require && offered && info.shader_f16 && info.subgroup_size == Some(32)),
+                "HETSCHED_REQUIRE_GPU=1 and {} offers {}, but: {why}",
+                info.name,
+                kernel.name()
+            );
+            let (a, w) = (
+                ctx.upload_f16(&[f16::ONE], 1, 1).unwrap(),
+                ctx.upload_f16(&[f16::ONE], 1, 1).unwrap(),
+            );
+            let out = ctx.alloc_matrix(1, 1, Elem::F32).unwrap();
+            let refused = ctx.matmul_f16_coop_device_with((&a, &w, &out), kernel, 1);
+            assert_eq!(
+                refused.as_ref().map_err(|e| e.to_string()).err(),
+                Some(why.to_string())
+            );
+            eprintln!("skipped {}: {why}", kernel.name());
+            continue;
+        }
+        for &(m, k, n) in COOP_SHAPES {
+            let a = halves(&mut rng, m * k);
+            let w = halves(&mut rng, n * k);
+            let a_gpu = ctx.upload_f16(&a, m, k).unwrap();
+            let w_gpu = ctx.upload_f16(&w, n, k).unwrap();
+            let out = ctx.alloc_matrix(m, n, Elem::F32).unwrap();
+            ctx.matmul_f16_coop_device_with((&a_gpu, &w_gpu, &out), kernel, 1)
+                .unwrap();
+            let (af, wf) = (widen(&a), widen(&w));
+            let mut want = vec![0.0; m * n];
+            reference::matmul_f32(&af, &wf, &mut want, m, k, n);
+            common::assert_close(
+                &format!("{} {m}x{k}x{n}", kernel.name()),
+                &ctx.download_f32(&out).unwrap(),
+                &want,
+                &common::abs_dot(&af, &wf, m, k, n),
+                1e-4,
+            );
+        }
     }
-    result.unwrap();
-    let (af, wf) = (widen(&a), widen(&w));
-    let mut want = vec![0.0; m * n];
-    reference::matmul_f32(&af, &wf, &mut want, m, k, n);
-    common::assert_close(
-        "coop",
-        &ctx.download_f32(&out).unwrap(),
-        &want,
-        &common::abs_dot(&af, &wf, m, k, n),
-        1e-4,
-    );
 }
