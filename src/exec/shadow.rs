@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use hetsched_systems::shadow::ShadowSite;
@@ -137,6 +138,9 @@ pub struct ShadowRows {
 /// A channel whose row is not resident.
 const COLD: u32 = u32::MAX;
 
+/// Output rows per task of the shadow multiply.
+const SHADOW_ROWS_PER_TASK: usize = 8;
+
 /// The model file a linear's cold rows are read from.
 #[derive(Clone)]
 pub struct ColdRows {
@@ -207,8 +211,10 @@ impl ShadowRows {
     }
 
     /// The float shadow `[rows, n]` of `outliers` (flat index into a `[rows, k]`
-    /// activation, and the part the INT8 value misses): each adds residual × its
-    /// channel's row to its output row.
+    /// activation, ascending, and the part the INT8 value misses): each adds residual ×
+    /// its channel's row to its output row. Cold rows are read once, then blocks of output
+    /// rows are spread over the current thread pool (the shadow runs beside an INT8 stage
+    /// whose lane may leave threads idle).
     pub fn multiply(
         &self,
         outliers: &[(u32, f32)],
@@ -216,32 +222,47 @@ impl ShadowRows {
         counters: &ShadowCounters,
     ) -> Result<Vec<f32>, String> {
         let start = Instant::now();
-        let (n, k) = (self.n, self.slots.len());
-        let mut y = vec![0f32; rows * n];
+        let (n, k) = (self.n, self.slots.len().max(1));
+        if let Some(&(i, _)) = outliers.iter().find(|&&(i, _)| i as usize / k >= rows) {
+            return Err(format!("outlier {i} outside a [{rows}, {k}] activation"));
+        }
+        if outliers.windows(2).any(|w| w[0].0 > w[1].0) {
+            return Err("shadow outliers must come in ascending index order".into());
+        }
         let mut used_hot = vec![false; k];
         let mut cold_read: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
-        for &(i, r) in outliers {
-            let (row, c) = (i as usize / k.max(1), i as usize % k.max(1));
-            if row >= rows {
-                return Err(format!("outlier {i} outside a [{rows}, {k}] activation"));
-            }
-            let weights: &[f32] = match self.slots[c] {
+        for &(i, _) in outliers {
+            let c = i as usize % k;
+            match self.slots[c] {
                 COLD => {
                     if let Entry::Vacant(slot) = cold_read.entry(c) {
                         slot.insert(self.read_cold(c)?);
                     }
-                    &cold_read[&c]
                 }
-                slot => {
-                    used_hot[c] = true;
-                    let slot = slot as usize;
-                    &self.rows[slot * n..(slot + 1) * n]
-                }
-            };
-            for (o, &w) in y[row * n..(row + 1) * n].iter_mut().zip(weights) {
-                *o += r * w;
+                _ => used_hot[c] = true,
             }
         }
+        let row_of = |c: usize| -> &[f32] {
+            match self.slots[c] {
+                COLD => &cold_read[&c],
+                slot => &self.rows[slot as usize * n..(slot as usize + 1) * n],
+            }
+        };
+        let mut y = vec![0f32; rows * n];
+        y.par_chunks_mut(SHADOW_ROWS_PER_TASK * n.max(1))
+            .enumerate()
+            .for_each(|(block, out)| {
+                let first = (block * SHADOW_ROWS_PER_TASK * k) as u32;
+                let last = first + (out.len() / n.max(1) * k) as u32;
+                let from = outliers.partition_point(|&(i, _)| i < first);
+                let to = outliers.partition_point(|&(i, _)| i < last);
+                for &(i, r) in &outliers[from..to] {
+                    let (row, c) = ((i - first) as usize / k, i as usize % k);
+                    for (o, &w) in out[row * n..(row + 1) * n].iter_mut().zip(row_of(c)) {
+                        *o += r * w;
+                    }
+                }
+            });
         counters.record(
             used_hot.iter().filter(|&&u| u).count() as u64,
             cold_read.len() as u64,
