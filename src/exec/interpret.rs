@@ -279,16 +279,7 @@ impl StageRunner {
 
     /// The weights of projection `p` in layer `layer`.
     fn weights(&self, layer: usize, p: Projection) -> Result<&LinearWeights, ExecError> {
-        let w = self.layer(layer)?;
-        Ok(match p {
-            Projection::Q => &w.wq,
-            Projection::K => &w.wk,
-            Projection::V => &w.wv,
-            Projection::O => &w.wo,
-            Projection::Gate => &w.w_gate,
-            Projection::Up => &w.w_up,
-            Projection::Down => &w.w_down,
-        })
+        Ok(self.layer(layer)?.projection(p))
     }
 
     /// The shadow stage of `site` (seed 000, Eq. 1): the pending outliers of chunk

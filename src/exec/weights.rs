@@ -15,6 +15,7 @@ use super::shadow::{
     ActSite, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
     ShadowUsage,
 };
+use super::steps::Projection;
 use super::values::SHADOW_CLIP_RMS;
 use crate::import::{
     ColumnSource, GgufFile, GgufSource, ImportError, LayerTensor, LlamaConfig, LlamaSource,
@@ -139,16 +140,30 @@ pub struct LayerWeights {
 impl LayerWeights {
     /// The linear of `which` (a projection; `None` for the norms).
     pub fn linear(&self, which: LayerTensor) -> Option<&LinearWeights> {
-        Some(match which {
-            LayerTensor::Q => &self.wq,
-            LayerTensor::K => &self.wk,
-            LayerTensor::V => &self.wv,
-            LayerTensor::O => &self.wo,
-            LayerTensor::Gate => &self.w_gate,
-            LayerTensor::Up => &self.w_up,
-            LayerTensor::Down => &self.w_down,
+        let p = match which {
+            LayerTensor::Q => Projection::Q,
+            LayerTensor::K => Projection::K,
+            LayerTensor::V => Projection::V,
+            LayerTensor::O => Projection::O,
+            LayerTensor::Gate => Projection::Gate,
+            LayerTensor::Up => Projection::Up,
+            LayerTensor::Down => Projection::Down,
             LayerTensor::AttnNorm | LayerTensor::FfnNorm => return None,
-        })
+        };
+        Some(self.projection(p))
+    }
+
+    /// The linear of projection `p`.
+    pub fn projection(&self, p: Projection) -> &LinearWeights {
+        match p {
+            Projection::Q => &self.wq,
+            Projection::K => &self.wk,
+            Projection::V => &self.wv,
+            Projection::O => &self.wo,
+            Projection::Gate => &self.w_gate,
+            Projection::Up => &self.w_up,
+            Projection::Down => &self.w_down,
+        }
     }
 }
 
