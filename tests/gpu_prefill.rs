@@ -91,6 +91,14 @@ fn resident_gpu_prefill_matches_the_cpu_path() {
             "resident GPU vs CPU (all_logits {all_logits}): max |diff| / max |logit| {diff:.2e}"
         );
         assert!(diff <= LOGIT_TOL, "relative diff {diff}");
+        // Every chunk's values sit in one arena at the memory planner's offsets, which
+        // reuse bytes (the logits above show no value was overwritten while live).
+        let bytes = gpu
+            .gpu_activations
+            .expect("the resident path reports its buffers");
+        println!("resident GPU activations: {bytes:?}");
+        assert_eq!(bytes.chunks_in_arena, bytes.chunks, "{bytes:?}");
+        assert!(bytes.allocated < bytes.separate, "{bytes:?}");
         // One lane, the GPU, ran every instance exactly once.
         let plan = &gpu.outcome.plan;
         assert_eq!(plan.device.processors.len(), 1);

@@ -79,6 +79,66 @@ impl GpuMatrix {
     }
 }
 
+/// One device buffer holding several matrices at offsets a memory plan chose
+/// ([`GpuContext::alloc_arena`]).
+#[derive(Clone, Debug)]
+pub struct GpuArena {
+    buf: Subbuffer<[u32]>,
+    alignment: u64,
+}
+
+impl GpuArena {
+    /// Bytes in the arena.
+    pub fn bytes(&self) -> u64 {
+        self.buf.size()
+    }
+
+    /// The alignment every matrix offset must have (the device's storage-binding offset
+    /// alignment, at least 4).
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// A `[rows, cols]` matrix at byte `offset`. Only unpadded rows (`cols` a multiple of
+    /// the row padding, [`Elem::ld`]): another matrix's data may lie where padding would
+    /// be, and chained GEMMs read padding as zeros.
+    ///
+    /// # Errors
+    /// [`GpuError::Shape`] for a misaligned offset, padded rows, or a matrix past the end.
+    pub fn matrix(&self, offset: u64, rows: usize, cols: usize, elem: Elem) -> Result<GpuMatrix> {
+        let shape = |problem: String| crate::GpuError::Shape {
+            op: "arena matrix",
+            problem,
+        };
+        if !offset.is_multiple_of(self.alignment) {
+            return Err(shape(format!(
+                "offset {offset} is not a multiple of the device's storage offset alignment {}",
+                self.alignment
+            )));
+        }
+        if elem.ld(cols) != cols {
+            return Err(shape(format!(
+                "{cols} columns would be padded to {}; arena matrices need unpadded rows",
+                elem.ld(cols)
+            )));
+        }
+        let words = (rows * cols / elem.per_word()) as u64;
+        let first = offset / 4;
+        if first + words.max(1) > self.buf.len() {
+            return Err(shape(format!(
+                "a [{rows}, {cols}] matrix at byte {offset} ends past the arena's {} bytes",
+                self.bytes()
+            )));
+        }
+        Ok(GpuMatrix {
+            buf: self.buf.clone().slice(first..first + words.max(1)),
+            rows,
+            cols,
+            elem,
+        })
+    }
+}
+
 /// Packs a row-major `[rows, cols]` matrix into padded 32-bit words, `per_word` elements of
 /// `bits` bits each (from `to_bits`) per word.
 fn pack<T: Copy>(
@@ -233,6 +293,20 @@ impl GpuContext {
             rows,
             cols,
             elem,
+        })
+    }
+
+    /// A zero-filled device buffer of `bytes` that matrices share at planned offsets
+    /// ([`GpuArena::matrix`]): one allocation for values whose lifetimes never overlap where
+    /// their bytes do. [`GpuError::BufferTooLarge`] past one binding's range.
+    pub fn alloc_arena(&self, bytes: u64) -> Result<GpuArena> {
+        let buf = self.alloc_words(bytes.div_ceil(4), "arena")?;
+        let mut job = Job::new(self)?;
+        job.fill_zero(&buf)?;
+        job.finish()?;
+        Ok(GpuArena {
+            buf,
+            alignment: self.info.storage_offset_alignment.max(4),
         })
     }
 

@@ -74,6 +74,10 @@ pub struct DeviceInfo {
     /// Bytes one storage buffer binding may span (`maxStorageBufferRange`, possibly lowered by
     /// [`GpuOptions::max_buffer_bytes`]). Larger operands are split or refused.
     pub max_storage_buffer_range: u64,
+    /// Alignment of a storage buffer binding's offset
+    /// (`minStorageBufferOffsetAlignment`): where a matrix may start inside a
+    /// [`crate::GpuArena`].
+    pub storage_offset_alignment: u64,
     /// Shared memory per workgroup (`maxComputeSharedMemorySize`).
     pub max_shared_memory: u32,
     /// `maxComputeWorkGroupCount`.
@@ -385,6 +389,7 @@ fn device_info(
             .join(" "),
         api_version: format!("{}.{}.{}", v.major, v.minor, v.patch),
         max_storage_buffer_range: range,
+        storage_offset_alignment: props.min_storage_buffer_offset_alignment.as_devicesize(),
         max_shared_memory: props.max_compute_shared_memory_size,
         max_workgroup_count: props.max_compute_work_group_count,
         subgroup_size: props.subgroup_size,

@@ -37,7 +37,7 @@ mod timer;
 pub use attention::MAX_HEAD_DIM;
 
 pub use batch::{BatchOutput, GpuBatch};
-pub use buffers::{Elem, GpuMatrix};
+pub use buffers::{Elem, GpuArena, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use error::{GpuError, Result};
 pub use gemm::{CoopKernel, GemmTile};

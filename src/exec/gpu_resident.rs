@@ -25,9 +25,13 @@ use std::sync::Arc;
 use hetsched_gpu::{AttentionShape, Elem, GpuBatch, GpuContext, GpuMatrix, GpuTimer};
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::resources::Job;
+
+use crate::import::LlamaConfig;
 use parking_lot::Mutex;
 
+use super::ActivationBytes;
 use super::error::ExecError;
+use super::gpu_layout::{Field, plan_chunk_layout};
 use super::queues::JobRunner;
 use super::steps::{NormSite, Projection, Step};
 use super::weights::{ExecModel, LinearWeights};
@@ -328,6 +332,72 @@ pub struct GpuStageRunner {
     timer: Option<GpuTimer>,
     /// Next-token logits once the head ran (see [`super::PrefillState::logits`]).
     pub logits: Mutex<Option<Vec<f32>>>,
+    activation_bytes: ActivationBytes,
+}
+
+/// Columns of a chunk value of a model with `c`'s shapes.
+fn field_cols(c: &LlamaConfig, f: Field) -> usize {
+    match f {
+        Field::X | Field::Normed | Field::O | Field::Down => c.hidden,
+        Field::Q | Field::Attn => c.n_heads * c.head_dim,
+        Field::K | Field::V => c.kv_dim(),
+        Field::Gate | Field::Up | Field::Hidden => c.ffn,
+    }
+}
+
+/// A chunk's value buffers: in one arena at the offsets the memory planner chose
+/// ([`plan_chunk_layout`]), or, where no safe plan exists or the arena would pass one
+/// binding's range, one zero-filled buffer each.
+fn chunk_fields(
+    ctx: &Arc<GpuContext>,
+    c: &LlamaConfig,
+    rows: usize,
+    steps: &[Vec<Step>],
+    layers: &[Option<u32>],
+    bytes: &mut ActivationBytes,
+) -> Result<Vec<Option<GpuMatrix>>, ExecError> {
+    let mut sizes = [0u64; Field::ALL.len()];
+    for f in Field::ALL {
+        sizes[f.index()] = (rows * Elem::F32.ld(field_cols(c, f)) * 4) as u64;
+    }
+    let unpadded = Field::ALL
+        .iter()
+        .all(|&f| Elem::F32.ld(field_cols(c, f)) == field_cols(c, f));
+    let alignment = ctx.info().storage_offset_alignment.max(4);
+    let layout = unpadded
+        .then(|| plan_chunk_layout(steps, layers, &sizes, alignment))
+        .flatten();
+    let arena = layout
+        .as_ref()
+        .and_then(|l| ctx.alloc_arena(l.arena_bytes).ok().map(|a| (l, a)));
+    bytes.separate += sizes.iter().sum::<u64>();
+    bytes.chunks += 1;
+    let fields = match arena {
+        Some((layout, arena)) => {
+            bytes.allocated += arena.bytes();
+            bytes.chunks_in_arena += 1;
+            Field::ALL
+                .iter()
+                .map(|&f| {
+                    let at = layout.offsets[f.index()];
+                    arena
+                        .matrix(at, rows, field_cols(c, f), Elem::F32)
+                        .map(Some)
+                })
+                .collect::<Result<_, _>>()
+        }
+        None => {
+            bytes.allocated += sizes.iter().sum::<u64>();
+            Field::ALL
+                .iter()
+                .map(|&f| {
+                    ctx.alloc_matrix(rows, field_cols(c, f), Elem::F32)
+                        .map(Some)
+                })
+                .collect::<Result<_, _>>()
+        }
+    };
+    fields.map_err(gpu_err)
 }
 
 impl std::fmt::Debug for GpuStageRunner {
@@ -366,23 +436,30 @@ impl GpuStageRunner {
         let alloc =
             |rows: usize, cols: usize| ctx.alloc_matrix(rows, cols, Elem::F32).map_err(gpu_err);
         let mut chunks = Vec::new();
+        let mut activation_bytes = ActivationBytes::default();
         for pos0 in (0..tokens.len()).step_by(chunk_len.max(1)) {
             let rows = chunk_len.min(tokens.len() - pos0);
             let positions: Vec<usize> = (pos0..pos0 + rows).collect();
+            let mut fields = chunk_fields(ctx, c, rows, &steps, &layers, &mut activation_bytes)?;
+            let mut take = |f: Field| {
+                fields[f.index()]
+                    .take()
+                    .ok_or_else(|| ExecError::Kernel(format!("no buffer for {f:?}")))
+            };
             chunks.push(ChunkTensors {
                 pos0,
                 rows,
-                x: alloc(rows, c.hidden)?,
-                normed: alloc(rows, c.hidden)?,
-                q: alloc(rows, c.n_heads * c.head_dim)?,
-                k: alloc(rows, c.kv_dim())?,
-                v: alloc(rows, c.kv_dim())?,
-                attn: alloc(rows, c.n_heads * c.head_dim)?,
-                o: alloc(rows, c.hidden)?,
-                gate: alloc(rows, c.ffn)?,
-                up: alloc(rows, c.ffn)?,
-                hidden: alloc(rows, c.ffn)?,
-                down: alloc(rows, c.hidden)?,
+                x: take(Field::X)?,
+                normed: take(Field::Normed)?,
+                q: take(Field::Q)?,
+                k: take(Field::K)?,
+                v: take(Field::V)?,
+                attn: take(Field::Attn)?,
+                o: take(Field::O)?,
+                gate: take(Field::Gate)?,
+                up: take(Field::Up)?,
+                hidden: take(Field::Hidden)?,
+                down: take(Field::Down)?,
                 last: alloc(1, c.hidden)?,
                 last_normed: alloc(1, c.hidden)?,
                 angles: ctx
@@ -427,7 +504,13 @@ impl GpuStageRunner {
             id: NEXT_RUNNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             timer,
             logits: Mutex::new(None),
+            activation_bytes,
         })
+    }
+
+    /// The chunks' activation buffers: as planned (arenas) against one buffer per value.
+    pub fn activation_bytes(&self) -> ActivationBytes {
+        self.activation_bytes
     }
 
     /// Records stage `key.stage` of chunk `key.chunk` into the open command buffer, which

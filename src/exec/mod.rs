@@ -25,6 +25,8 @@ mod error;
 mod eval;
 mod float_kernels;
 #[cfg(feature = "gpu")]
+mod gpu_layout;
+#[cfg(feature = "gpu")]
 mod gpu_resident;
 mod interpret;
 mod queues;
@@ -148,6 +150,22 @@ pub struct PrefillResult {
     pub outcome: RunOutcome,
     /// The outlier shadow's work in this prefill (zero without a shadow).
     pub shadow: ShadowUsage,
+    /// Device bytes of the chunks' activations (every stage resident on a GPU only).
+    pub gpu_activations: Option<ActivationBytes>,
+}
+
+/// Device bytes of a resident GPU prefill's chunk activations (`--backends gpu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ActivationBytes {
+    /// What the chunks hold: their arenas (values at the memory planner's offsets), and the
+    /// buffers of chunks without one.
+    pub allocated: u64,
+    /// What one buffer per value would take.
+    pub separate: u64,
+    /// Chunks whose values sit in one arena at planned offsets.
+    pub chunks_in_arena: usize,
+    /// Chunks.
+    pub chunks: usize,
 }
 
 /// `device` with a GPU lane added (costed like its CPU: the policies only need a guess),
@@ -328,6 +346,7 @@ pub fn prefill_on_gpu(
         logits,
         outcome,
         shadow: ShadowUsage::default(),
+        gpu_activations: Some(runner.activation_bytes()),
     })
 }
 
@@ -446,5 +465,6 @@ pub fn prefill(
         logits,
         outcome,
         shadow: model.shadow_counters.snapshot().since(shadow_before),
+        gpu_activations: None,
     })
 }

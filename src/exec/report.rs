@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::shadow::ShadowReport;
-use super::{ExecModel, PrefillResult};
+use super::{ActivationBytes, ExecModel, PrefillResult};
 use crate::import::{GgufTokenizer, top_k};
 use crate::report::RunReport;
 
@@ -39,6 +39,8 @@ pub struct PrefillReport {
     pub top_tokens: Vec<TopToken>,
     /// The outlier shadow (w8a8-shadow only): resident bytes, hits and misses, time.
     pub shadow: Option<ShadowReport>,
+    /// Device bytes of the chunk activations (every stage resident on a GPU only).
+    pub gpu_activations: Option<ActivationBytes>,
     /// The schedule that ran (real timestamps; its lower bound comes from the cost model).
     pub schedule: RunReport,
 }
@@ -73,6 +75,7 @@ impl PrefillReport {
         Self {
             model: name.to_string(),
             shadow,
+            gpu_activations: result.gpu_activations,
             precision,
             threads,
             prompt_tokens,
@@ -113,6 +116,16 @@ impl PrefillReport {
                 100.0 * st.hidden_share,
                 100.0 * st.concurrent_share,
                 st.exposed_ms
+            ));
+        }
+        if let Some(a) = &self.gpu_activations {
+            s.push_str(&format!(
+                "GPU activations: {:.2} MiB ({} of {} chunks in one arena at the memory planner's \
+                 offsets; {:.2} MiB with one buffer per value)\n",
+                a.allocated as f64 / f64::from(1u32 << 20),
+                a.chunks_in_arena,
+                a.chunks,
+                a.separate as f64 / f64::from(1u32 << 20)
             ));
         }
         s.push_str("next token:\n");

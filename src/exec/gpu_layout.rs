@@ -1,0 +1,269 @@
+//! Where a resident GPU prefill keeps a chunk's activations: one device arena per chunk,
+//! each value at the offset the memory planner
+//! ([`hetsched_systems::memory::plan_offsets`]) gives it from the value's lifetime inside
+//! a decoder layer, so values that are never live together share bytes (the FFN's gate, up
+//! and SiLU output reuse the attention block's q, k, v and output).
+//!
+//! Lifetimes come from the compiled steps themselves: within each layer's run of stages a
+//! value lives from its first to its last access. A value read before it is written in
+//! some layer (the residual stream, the down projection the next layer's carry adds) lives
+//! across layers and never shares. The plan is then checked against every layer and the
+//! head: two values may overlap in bytes only if no window uses them at the same time; if
+//! the check fails the caller gives every value its own buffer.
+
+use hetsched_systems::memory::{Buffer, plan_offsets};
+
+use super::steps::{Projection, Step};
+
+/// A per-chunk activation of the resident runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Field {
+    /// The residual stream.
+    X,
+    /// RMSNorm output (input of q/k/v and of gate/up).
+    Normed,
+    Q,
+    K,
+    V,
+    /// Attention output.
+    Attn,
+    /// Output projection.
+    O,
+    Gate,
+    Up,
+    /// SiLU(gate) * up.
+    Hidden,
+    /// Down projection.
+    Down,
+}
+
+impl Field {
+    pub(super) const ALL: [Field; 11] = [
+        Field::X,
+        Field::Normed,
+        Field::Q,
+        Field::K,
+        Field::V,
+        Field::Attn,
+        Field::O,
+        Field::Gate,
+        Field::Up,
+        Field::Hidden,
+        Field::Down,
+    ];
+
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+
+    fn of_projection(p: Projection) -> Field {
+        match p {
+            Projection::Q => Field::Q,
+            Projection::K => Field::K,
+            Projection::V => Field::V,
+            Projection::O => Field::O,
+            Projection::Gate => Field::Gate,
+            Projection::Up => Field::Up,
+            Projection::Down => Field::Down,
+        }
+    }
+}
+
+/// What `step` reads and writes among the fields, as `GpuStageRunner::record` runs it
+/// (`delta`: the field the last dequantize handed to the residual add).
+fn access(step: Step, delta: Option<Field>) -> (Vec<Field>, Vec<Field>) {
+    use Field::*;
+    match step {
+        Step::Embed => (vec![], vec![X]),
+        // The final norm of the last token only writes other buffers; counting it as a
+        // write of `Normed` is on the safe side.
+        Step::Norm(_) => (vec![X], vec![Normed]),
+        Step::QuantizeNormed(_) | Step::LmHead => (vec![Normed], vec![]),
+        Step::QuantizeAttention => (vec![Attn], vec![]),
+        Step::Linear(p) => {
+            let input = match p {
+                Projection::O => Attn,
+                Projection::Down => Hidden,
+                _ => Normed,
+            };
+            (vec![input], vec![Field::of_projection(p)])
+        }
+        Step::DequantizeQkv => (vec![Q], vec![]),
+        // RoPE rotates q in place and writes this chunk's keys and values to the cache.
+        Step::Rope => (vec![Q, K, V], vec![Q]),
+        Step::Attention => (vec![Q, K, V], vec![Attn]),
+        Step::DequantizeO => (vec![O], vec![]),
+        Step::DequantizeDown => (vec![Down], vec![]),
+        Step::Residual => (vec![X].into_iter().chain(delta).collect(), vec![X]),
+        Step::SiluMul => (vec![Gate, Up], vec![Hidden]),
+        // Not run by the resident runner (f32 only); it refuses the stage.
+        Step::Shadow(_) => (vec![], vec![]),
+    }
+}
+
+/// How fields are used in one window (a layer's stages, or the head's).
+struct Window {
+    /// Per field: `[first, last + 1)` step positions, if accessed.
+    hull: [Option<(u64, u64)>; Field::ALL.len()],
+    /// Per field: its first access is a read (its value comes from an earlier window).
+    carried: [bool; Field::ALL.len()],
+    steps: u64,
+}
+
+fn window(steps: &[Step]) -> Window {
+    let mut w = Window {
+        hull: [None; Field::ALL.len()],
+        carried: [false; Field::ALL.len()],
+        steps: steps.len() as u64,
+    };
+    let mut delta = None;
+    for (i, &step) in steps.iter().enumerate() {
+        let (reads, writes) = access(step, delta);
+        match step {
+            Step::DequantizeO => delta = Some(Field::O),
+            Step::DequantizeDown => delta = Some(Field::Down),
+            Step::Residual => delta = None,
+            _ => {}
+        }
+        for (f, read) in reads
+            .iter()
+            .map(|f| (f, true))
+            .chain(writes.iter().map(|f| (f, false)))
+        {
+            let i = i as u64;
+            let hull = &mut w.hull[f.index()];
+            if hull.is_none() {
+                w.carried[f.index()] = read;
+            }
+            *hull = Some(hull.map_or((i, i + 1), |(a, b)| (a.min(i), b.max(i + 1))));
+        }
+    }
+    w
+}
+
+/// The planned place of every field in one chunk's arena.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct ChunkLayout {
+    /// Byte offset per field ([`Field::index`]).
+    pub offsets: [u64; Field::ALL.len()],
+    /// Arena size.
+    pub arena_bytes: u64,
+    /// What the fields take each in its own buffer.
+    pub separate_bytes: u64,
+}
+
+/// Plans a chunk's arena for fields of `sizes` bytes (by [`Field::index`]) from the
+/// compiled `steps` of each stage (`layers[stage]`: its decoder layer, `None` for the
+/// head), offsets aligned to `alignment`. `None` when the plan cannot be shown safe.
+pub(super) fn plan_chunk_layout(
+    steps: &[Vec<Step>],
+    layers: &[Option<u32>],
+    sizes: &[u64; Field::ALL.len()],
+    alignment: u64,
+) -> Option<ChunkLayout> {
+    // Windows: consecutive stages of one layer (or of the head).
+    let mut windows: Vec<Window> = Vec::new();
+    let mut start = 0;
+    for end in 1..=steps.len() {
+        if end == steps.len() || layers[end] != layers[start] {
+            let run: Vec<Step> = steps[start..end].iter().flatten().copied().collect();
+            windows.push(window(&run));
+            start = end;
+        }
+    }
+    let reference = windows.iter().max_by_key(|w| w.steps)?;
+    let carried = |f: usize| windows.iter().any(|w| w.carried[f]);
+    let buffers: Vec<Buffer> = Field::ALL
+        .iter()
+        .map(|f| {
+            let i = f.index();
+            let (start, end) = match reference.hull[i] {
+                Some(hull) if !carried(i) => hull,
+                _ => (0, reference.steps.max(1)),
+            };
+            Buffer {
+                id: i as u32,
+                bytes: sizes[i],
+                start,
+                end,
+            }
+        })
+        .collect();
+    let plan = plan_offsets(&buffers, alignment).ok()?;
+    let mut offsets = [0u64; Field::ALL.len()];
+    for p in &plan.placements {
+        offsets[p.id as usize] = p.offset;
+    }
+    // Check: fields sharing bytes are never live at once in any window.
+    let shares = |a: usize, b: usize| {
+        offsets[a] < offsets[b] + sizes[b] && offsets[b] < offsets[a] + sizes[a]
+    };
+    for a in 0..Field::ALL.len() {
+        for b in a + 1..Field::ALL.len() {
+            if !shares(a, b) || sizes[a] == 0 || sizes[b] == 0 {
+                continue;
+            }
+            if carried(a) || carried(b) {
+                return None;
+            }
+            let overlap = windows.iter().any(|w| match (w.hull[a], w.hull[b]) {
+                (Some((s1, e1)), Some((s2, e2))) => s1 < e2 && s2 < e1,
+                _ => false,
+            });
+            if overlap {
+                return None;
+            }
+        }
+    }
+    Some(ChunkLayout {
+        offsets,
+        arena_bytes: plan.peak_bytes,
+        separate_bytes: sizes.iter().sum(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use hetsched_systems::PrefillPlan;
+    use hetsched_systems::testing::{tiny_device, tiny_model};
+
+    use super::*;
+    use crate::exec::steps::Step;
+
+    #[test]
+    fn the_ffn_reuses_the_attention_blocks_bytes_and_carried_values_never_share() {
+        let mut device = tiny_device();
+        device.processors.truncate(1);
+        let workload = hetsched_systems::Workload {
+            prompt_len: 64,
+            chunk_len: 32,
+            policy: hetsched_systems::Policy::default(),
+            float_processor: None,
+        };
+        let plan = PrefillPlan::new(tiny_model(3), device, workload).unwrap();
+        let steps = Step::compile_stages(&plan.stages).unwrap();
+        let layers: Vec<Option<u32>> = plan.stages.iter().map(|s| s.layer).collect();
+        let sizes = [1024u64; Field::ALL.len()];
+        let layout = plan_chunk_layout(&steps, &layers, &sizes, 256).unwrap();
+        assert!(layout.arena_bytes < layout.separate_bytes, "{layout:?}");
+        let range = |f: Field| {
+            let o = layout.offsets[f.index()];
+            o..o + sizes[f.index()]
+        };
+        let disjoint = |a: Field, b: Field| {
+            let (a, b) = (range(a), range(b));
+            a.end <= b.start || b.end <= a.start
+        };
+        // The residual stream and the down projection live across layers.
+        for f in Field::ALL.into_iter().filter(|&f| f != Field::X) {
+            assert!(disjoint(Field::X, f), "x shares with {f:?}");
+        }
+        for f in Field::ALL.into_iter().filter(|&f| f != Field::Down) {
+            assert!(disjoint(Field::Down, f), "down shares with {f:?}");
+        }
+        // Values live at once never share: q, k, v meet at RoPE and attention.
+        assert!(disjoint(Field::Q, Field::K) && disjoint(Field::Q, Field::V));
+        assert!(disjoint(Field::Gate, Field::Up) && disjoint(Field::Up, Field::Hidden));
+        assert!(disjoint(Field::Normed, Field::Gate));
+    }
+}
