@@ -11,7 +11,9 @@
 #                                    # there: join the model, unpack the loader, run prefills
 #                                    # (GPU lane vs CPU only, stall vs inorder; every stage
 #                                    # resident on the GPU), JSON and traces into $OUT;
-#                                    # `remote resident` runs the resident ones only
+#                                    # `remote resident` runs the resident ones only;
+#                                    # `remote shadow` the outlier-shadow runs (8 threads)
+#                                    # and three resident ones
 set -euo pipefail
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 
@@ -54,6 +56,29 @@ remote)
       --trace "$out/$name.trace.json" --svg "$out/$name.svg" > "$out/$name.json" || echo "FAILED $name"
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['prompt_tokens'], 'tokens', round(r['prefill_ms'],1), 'ms', round(r['prefill_tokens_per_s']), 'tok/s', [(t['text'], round(t['prob'], 4)) for t in r['top_tokens'][:2]])" "$out/$name.json" "$name" || true
   }
+  if [ "${2:-all}" = shadow ]; then
+    # The outlier shadow as its own subgraph on a machine with cores to spare: 8 threads,
+    # CPU + emulated NPU, every site shadowed and calibrated (18 sites), five runs each,
+    # alternating with target/gpu-run/hetsched-inline (a build whose shadow runs inside
+    # the INT8 job) when it was carried.
+    for run in 1 2 3 4 5; do
+      for cal in none calibrated; do
+        flags=(--no-calibration)
+        [ "$cal" = calibrated ] && flags=(--calibration target/gpu-run/smollm2.calibration.json)
+        for b in "$bin" target/gpu-run/hetsched-inline; do
+          [ -x "$b" ] || continue
+          "$b" run --model /tmp/model.gguf --prompt-file target/gpu-run/prompt.txt --chunk-len 128 \
+            --threads 8 --backends cpu,npu --precision w8a8-shadow "${flags[@]}" --json \
+            > "$out/shadow-$cal-$(basename "$b")-r$run.json" || echo "FAILED $cal $b"
+          python3 -c "import json,sys; r=json.load(open(sys.argv[1])); s=r['schedule']; sh=s.get('shadow') or {}; print(sys.argv[2], round(r['prefill_ms'],1), 'ms', 'hidden', sh.get('hidden_share'), 'concurrent', sh.get('concurrent_share'), 'exposed', sh.get('exposed_ms'))" "$out/shadow-$cal-$(basename "$b")-r$run.json" "$cal $(basename "$b") r$run" || true
+        done
+      done
+    done
+    for run in 1 2 3; do
+      prefill 1 gpu stall f32 512 target/gpu-run/prompt.txt "-r$run"
+    done
+    exit 0
+  fi
   if [ "${2:-all}" = all ]; then
   for threads in 2 8; do
     for backends in cpu,npu cpu,gpu,npu; do
