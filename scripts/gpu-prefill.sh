@@ -74,8 +74,19 @@ remote)
         done
       done
     done
-    for run in 1 2 3; do
+    for run in 1 2 3 4 5; do
       prefill 1 gpu stall f32 512 target/gpu-run/prompt.txt "-r$run"
+    done
+    exit 0
+  fi
+  if [ "${2:-all}" = ab ]; then
+    # The resident path against target/gpu-run/hetsched-inline (another build), alternating.
+    for run in 1 2 3 4 5 6 7; do
+      for b in "$bin" target/gpu-run/hetsched-inline; do
+        "$b" run --model /tmp/model.gguf --prompt-file target/gpu-run/prompt.txt --chunk-len 512 \
+          --backends gpu --precision f32 --json > "$out/ab-$(basename "$b")-r$run.json" || echo "FAILED $b"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], round(r['prefill_ms'],2), 'ms', r.get('gpu_activations'))" "$out/ab-$(basename "$b")-r$run.json" "$(basename "$b") r$run" || true
+      done
     done
     exit 0
   fi
