@@ -2,8 +2,8 @@
 //!
 //! A prompt is cut into fixed-size chunks; each chunk runs through a chain of subgraphs
 //! cut at processor boundaries; the scheduler systems of [`hetsched_systems`] decide, tick
-//! by tick, which ready subgraph each idle processor runs (seed 000's NPU-stall
-//! contribution heuristic by default). This crate wires the parts: [`scene`] files,
+//! by tick, which ready subgraph each idle processor runs (`balance`, our refinement of
+//! seed 000's NPU-stall contribution heuristic, by default). This crate wires the parts: [`scene`] files,
 //! the [`engine`] tick loop, queue [`backends`], [`timeline`] dumps and the [`report`].
 //!
 //! # Examples
@@ -17,8 +17,10 @@
 //! let plan = Arc::new(scene.plan()?);
 //! let run = engine::simulate(plan)?;
 //! let report = RunReport::new(&scene.name, &run);
-//! assert_eq!(report.subgraphs_per_chunk, 144);
+//! // 6 subgraphs per layer, plus 3 for each of the 14 outlier-shadow sites kept.
+//! assert_eq!(report.subgraphs_per_chunk, 24 * 6 + 14 * 3);
 //! assert!(report.makespan_ms >= report.lower_bound_ms);
+//! assert!(report.shadow.is_some_and(|s| s.hidden_share > 0.9));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

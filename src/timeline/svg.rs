@@ -99,7 +99,7 @@ pub fn to_svg(trace: &Trace) -> String {
             r##"<rect x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{LANE_HEIGHT}" fill="#e6e6e6"/>"##
         );
     }
-    let is_shadow = |s: &super::Slice| s.ops.iter().any(|op| ShadowSite::of_op_name(op).is_some());
+    let is_shadow = |s: &super::Slice| s.ops.iter().all(|op| ShadowSite::of_op_name(op).is_some());
     for s in &trace.slices {
         let y = TOP + s.lane as f64 * (LANE_HEIGHT + LANE_GAP);
         let (x0, x1) = (x(s.start_ns), x(s.end_ns));

@@ -251,9 +251,11 @@ impl StageTemplate {
         self
     }
 
-    /// Whether this stage is an outlier shadow (it runs beside the stage before it).
+    /// Whether this stage is an outlier shadow (it runs beside the stage before it). A
+    /// stage that merely holds a shadow operator among others (a one-processor device's
+    /// merged stage) is not.
     pub fn is_shadow(&self) -> bool {
-        self.ops.iter().any(|op| op.kind == OpKind::Shadow)
+        self.ops.iter().all(|op| op.kind == OpKind::Shadow)
     }
 
     /// Operator names, in order.

@@ -256,6 +256,11 @@ fn a_kept_site_adds_a_shadow_stage_beside_its_int8_stage_and_the_next_waits_for_
             .skip(1)
             .all(|(j, s)| s.after == vec![j as u32 - 1])
     );
+    assert!(
+        merged.iter().all(|s| !s.is_shadow()),
+        "a merged stage runs in the chain"
+    );
+    assert!(merged.iter().any(|s| s.op_names().contains(&"qkv_shadow")));
 }
 
 #[test]
