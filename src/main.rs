@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use hetsched::engine::{self, RunOutcome};
 use hetsched::exec::{
-    self, Calibration, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport,
-    PrunedScale,
+    self, Calibration, ExecModel, GpuUse, Importance, LinearPrecision, PrefillOptions,
+    PrefillReport, PrunedScale,
 };
 use hetsched::import::{
     ColumnSource, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor,
@@ -194,9 +194,17 @@ struct CalibrateArgs {
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Share of sites (layer x activation) whose outlier shadow is dropped: the least
-    /// important ones (largest outlier / clipped scale).
+    /// important ones under --importance.
     #[arg(long, default_value_t = 0.85)]
     prune: f64,
+    /// How sites are ranked for pruning: kl (the KL divergence from f32 that pruning the
+    /// site alone adds, measured on --sensitivity-windows; one prefill per site and
+    /// window) or ratio (seed 000: largest outlier / clipped scale).
+    #[arg(long, value_enum, default_value = "ratio")]
+    importance: Importance,
+    /// Windows (the corpus's first) each site's kl importance is measured on.
+    #[arg(long, default_value_t = 1)]
+    sensitivity_windows: usize,
     /// Tokens per window.
     #[arg(long, default_value_t = 256)]
     ctx: usize,
@@ -535,14 +543,21 @@ fn eval(args: EvalArgs) -> Result<(), String> {
 
 fn calibrate(args: CalibrateArgs) -> Result<(), String> {
     let mut corpus = Vec::new();
-    let (tokenizer, models) = load_model(&args.model, &[LinearPrecision::F32], None)?;
+    // The kl importance runs the model as w8a8-shadow with one site pruned at a time.
+    let precisions: &[LinearPrecision] = match args.importance {
+        Importance::Kl => &[LinearPrecision::F32, LinearPrecision::W8a8Shadow],
+        Importance::Ratio => &[LinearPrecision::F32],
+    };
+    let (tokenizer, models) = load_model(&args.model, precisions, None)?;
     for path in &args.corpus {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read corpus file {}: {e}", path.display()))?;
         let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
         corpus.push((path.display().to_string(), tokens));
     }
-    let model = Arc::new(models.into_iter().next().expect("one precision asked for"));
+    let mut models = models.into_iter();
+    let model = Arc::new(models.next().expect("f32 asked for"));
+    let shadow = models.next();
     let defaults = PrefillOptions::default();
     let options = exec::CalibrateOptions {
         ctx: args.ctx,
@@ -550,13 +565,15 @@ fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         prune: args.prune,
         percentile: args.percentile,
         pruned_scale: args.pruned_scale,
+        importance: args.importance,
+        sensitivity_windows: args.sensitivity_windows,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         prefill: PrefillOptions {
             threads: args.threads.unwrap_or(defaults.threads),
             ..defaults
         },
     };
-    let calibration = exec::calibrate(&model, &corpus, &options).map_err(|e| e.to_string())?;
+    let calibration = exec::calibrate(&model, shadow, &corpus, &options).map_err(|e| e.to_string())?;
     let out = args
         .out
         .unwrap_or_else(|| exec::default_calibration_path(&args.model));

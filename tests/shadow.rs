@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use hetsched::exec::{
-    CalibrateOptions, Calibration, CalibrationError, ExecError, ExecModel, HotChannel,
-    LinearPrecision, PrefillOptions, PrunedScale, calibrate, evaluate, prefill,
+    CalibrateOptions, Calibration, CalibrationError, ExecError, ExecModel, HotChannel, Importance,
+    Importance, LinearPrecision, PrefillOptions, PrunedScale, calibrate, evaluate, prefill,
 };
 use hetsched::import::{GgufFile, GgufSource, GgufTokenizer, TEST_MODEL_PATH};
 
@@ -41,6 +41,7 @@ fn loaded() -> &'static Loaded {
         let corpus = vec![("Apache-2.0".to_string(), tokenizer.encode(&text).unwrap())];
         let calibration = calibrate(
             &f32,
+            None,
             &corpus,
             &CalibrateOptions {
                 ctx: 128,
@@ -48,6 +49,8 @@ fn loaded() -> &'static Loaded {
                 prune: 0.85,
                 percentile: 99.99,
                 pruned_scale: PrunedScale::Max,
+                importance: Importance::Ratio,
+                sensitivity_windows: 1,
                 progress: false,
                 prefill: options(),
             },

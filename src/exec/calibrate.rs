@@ -4,6 +4,13 @@
 //! Outliers are counted with the run-time rule ([`clip_limit`]: values beyond
 //! min(max |x|, clip × rms) of their tensor), so the channels calibration calls hot are
 //! the ones whose float rows the shadow will need.
+//!
+//! With the W8A8-shadow model at hand, calibration also measures each site's
+//! **sensitivity**: the KL divergence from the float logits that pruning that one site
+//! adds, over the first windows ([`Importance::Kl`]). Seed 000's ratio (largest outlier /
+//! clipped scale) says how much resolution a site loses, not what the loss does to the
+//! output; on SmolLM2-135M it keeps the `down` sites with the wildest ratios while the many
+//! moderate sites it prunes cost more together (docs/outliers.md).
 
 use std::sync::Arc;
 
@@ -11,9 +18,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::Mutex;
 
 use super::calibration::{
-    CALIBRATION_VERSION, Calibration, HotChannel, ModelIdentity, SiteCalibration,
+    CALIBRATION_VERSION, Calibration, HotChannel, Importance, ModelIdentity, SiteCalibration,
 };
-use super::shadow::{ActSite, PrunedScale};
+use super::eval::log_softmax;
+use super::shadow::{ActSite, PrunedScale, QuantRule};
 use super::values::{SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
 use super::{ExecError, PrefillOptions, prefill};
@@ -39,6 +47,10 @@ pub struct CalibrateOptions {
     pub percentile: f64,
     /// How pruned sites scale their activations.
     pub pruned_scale: PrunedScale,
+    /// Which score ranks the sites for pruning ([`Importance::Kl`] needs the shadow model).
+    pub importance: Importance,
+    /// Windows (the first ones) that each site's sensitivity is measured on.
+    pub sensitivity_windows: usize,
     /// Show a progress bar on stderr.
     pub progress: bool,
     /// Threads, device, policy.
@@ -131,6 +143,7 @@ impl SiteAccumulator {
             // Never above the max scale: the histogram's bin edge may overshoot it.
             scale_percentile: self.percentile(percentile).min(max_abs) / 127.0,
             importance: self.importance,
+            sensitivity: None,
             elements: self.elements,
             outliers: self.outliers,
             keep: true,
@@ -200,10 +213,13 @@ impl ActivationRecorder {
 }
 
 /// Calibrates the f32 `model` on `corpus` (each text's name and tokens): windows of
-/// `options.ctx` tokens, one float prefill each, at most `options.max_windows`; then
-/// prunes the shadow of the `options.prune` least important sites.
+/// `options.ctx` tokens, one float prefill each, at most `options.max_windows`; with
+/// `shadow` (the same model loaded for W8A8-shadow, every row resident), each site's
+/// sensitivity on the first `options.sensitivity_windows`; then prunes the shadow of the
+/// `options.prune` least important sites under `options.importance`.
 pub fn calibrate(
     model: &Arc<ExecModel>,
+    shadow: Option<ExecModel>,
     corpus: &[(String, Vec<u32>)],
     options: &CalibrateOptions,
 ) -> Result<Calibration, ExecError> {
@@ -227,27 +243,39 @@ pub fn calibrate(
             "the corpus has no tokens: give --corpus files with text".into(),
         ));
     }
+    let sensitivity_windows = if shadow.is_some() {
+        options.sensitivity_windows.min(windows.len())
+    } else {
+        0
+    };
     let recorder = Arc::new(ActivationRecorder::new(model, SHADOW_CLIP_RMS));
     let prefill_options = PrefillOptions {
         chunk_len: options.ctx as u32,
         recorder: Some(recorder.clone()),
         ..options.prefill.clone()
     };
-    let bar = if options.progress {
-        let bar = ProgressBar::new(windows.len() as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} windows, {elapsed} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    for window in &windows {
-        prefill(model.clone(), window, &prefill_options)?;
+    let sites = model.layers.len() * ActSite::ALL.len();
+    let bar = progress_bar(
+        options.progress,
+        windows.len() + sites * usize::from(sensitivity_windows > 0),
+    );
+    // The float log-probabilities of the sensitivity windows, every position.
+    let mut reference = Vec::with_capacity(sensitivity_windows);
+    for (w, window) in windows.iter().enumerate() {
+        let keep_logits = w < sensitivity_windows;
+        let run = prefill(
+            model.clone(),
+            window,
+            &PrefillOptions {
+                all_logits: keep_logits,
+                ..prefill_options.clone()
+            },
+        )?;
+        if keep_logits {
+            reference.push(log_probs(&run.logits, model.config.vocab_size));
+        }
         bar.inc(1);
     }
-    bar.finish_and_clear();
     let mut calibration = Calibration {
         version: CALIBRATION_VERSION,
         model: ModelIdentity::of_model(model),
@@ -258,9 +286,114 @@ pub fn calibrate(
         clip_rms: SHADOW_CLIP_RMS,
         percentile: options.percentile,
         prune: 0.0,
+        importance: options.importance,
         pruned_scale: options.pruned_scale,
         sites: recorder.finish(options.percentile),
     };
+    if let Some(shadow) = shadow.filter(|_| sensitivity_windows > 0) {
+        let probe = SensitivityProbe {
+            windows: &windows[..sensitivity_windows],
+            reference: &reference,
+            options: &PrefillOptions {
+                chunk_len: options.ctx as u32,
+                all_logits: true,
+                ..options.prefill.clone()
+            },
+        };
+        probe.measure(&mut calibration, shadow, &bar)?;
+    }
+    bar.finish_and_clear();
     calibration.prune(options.prune)?;
     Ok(calibration)
+}
+
+fn progress_bar(show: bool, len: usize) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} prefills, {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// `[tokens, vocab]` logits as log-probabilities per position.
+fn log_probs(logits: &[f32], vocab: usize) -> Vec<Vec<f64>> {
+    logits.chunks_exact(vocab).map(log_softmax).collect()
+}
+
+/// Measures what pruning one site alone does to the W8A8-shadow logits.
+struct SensitivityProbe<'a> {
+    windows: &'a [&'a [u32]],
+    /// The float log-probabilities of `windows`, per window and position.
+    reference: &'a [Vec<Vec<f64>>],
+    /// Prefill options: one chunk per window, every position's logits.
+    options: &'a PrefillOptions,
+}
+
+impl SensitivityProbe<'_> {
+    /// Mean KL(f32 || `model`) over every position of the windows, in nats.
+    fn kl(&self, model: &Arc<ExecModel>) -> Result<f64, ExecError> {
+        let vocab = model.config.vocab_size;
+        let (mut kl, mut positions) = (0.0, 0usize);
+        for (window, reference) in self.windows.iter().zip(self.reference) {
+            let logits = prefill(model.clone(), window, self.options)?.logits;
+            for (lq, logits) in reference.iter().zip(logits.chunks_exact(vocab)) {
+                let lp = log_softmax(logits);
+                kl += lq
+                    .iter()
+                    .zip(&lp)
+                    .map(|(q, p)| q.exp() * (q - p))
+                    .sum::<f64>();
+                positions += 1;
+            }
+        }
+        Ok(kl / positions.max(1) as f64)
+    }
+
+    /// Fills every site's [`SiteCalibration::sensitivity`]: the KL with that site
+    /// quantized as a pruned site (`calibration.pruned_scale`) and every other shadowed,
+    /// less the KL with every site shadowed. `shadow` must be the calibrated model loaded
+    /// for W8A8-shadow without a calibration (every site shadowed).
+    fn measure(
+        &self,
+        calibration: &mut Calibration,
+        shadow: ExecModel,
+        bar: &ProgressBar,
+    ) -> Result<(), ExecError> {
+        if shadow.precision != LinearPrecision::W8a8Shadow
+            || ModelIdentity::of_model(&shadow) != calibration.model
+        {
+            return Err(ExecError::InvalidEval(
+                "the sensitivity pass needs the calibrated model loaded for w8a8-shadow".into(),
+            ));
+        }
+        let mut model = Arc::new(shadow);
+        let shadowed = self.kl(&model)?;
+        for site in &mut calibration.sites {
+            let pruned = site.pruned_rule(calibration.pruned_scale);
+            let kept = swap_rule(&mut model, site.layer, site.site, pruned)?;
+            let kl = self.kl(&model);
+            swap_rule(&mut model, site.layer, site.site, kept)?;
+            site.sensitivity = Some((kl? - shadowed) as f32);
+            bar.inc(1);
+        }
+        Ok(())
+    }
+}
+
+/// Sets how `model` quantizes `site` of layer `layer`; returns the rule it had.
+fn swap_rule(
+    model: &mut Arc<ExecModel>,
+    layer: usize,
+    site: ActSite,
+    rule: QuantRule,
+) -> Result<QuantRule, ExecError> {
+    let model = Arc::get_mut(model).ok_or_else(|| {
+        ExecError::InvalidEval("a finished prefill still holds the model it ran".into())
+    })?;
+    let slot = &mut model.layers[layer].quant[site.index()];
+    Ok(std::mem::replace(slot, rule))
 }

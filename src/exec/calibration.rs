@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::shadow::{ActSite, PrunedScale};
+use super::shadow::{ActSite, PrunedScale, QuantRule};
 use super::weights::ExecModel;
 use crate::import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
 
@@ -157,6 +157,31 @@ impl ModelIdentity {
     }
 }
 
+/// How calibration ranks the sites whose shadow is kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Importance {
+    /// Seed 000's ratio, largest outlier / clipped scale ([`SiteCalibration::importance`]):
+    /// how much resolution the plain max scale loses, blind to what the error does
+    /// downstream.
+    #[default]
+    Ratio,
+    /// The KL divergence from f32 that pruning this one site adds to the final logits
+    /// ([`SiteCalibration::sensitivity`]), measured on calibration windows.
+    Kl,
+}
+
+impl Importance {
+    /// `site`'s score under this ranking (larger: keep first); `None` where calibration
+    /// did not measure it.
+    pub fn of(self, site: &SiteCalibration) -> Option<f32> {
+        match self {
+            Importance::Ratio => Some(site.importance),
+            Importance::Kl => site.sensitivity,
+        }
+    }
+}
+
 /// A channel whose values exceeded the clipped range during calibration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HotChannel {
@@ -189,6 +214,10 @@ pub struct SiteCalibration {
     /// max scale stretches beyond the bulk (1 when nothing was clipped). Seed 000's
     /// importance: largest outlier / scale.
     pub importance: f32,
+    /// The KL divergence from f32 (nats per position) that pruning only this site adds to
+    /// the final logits over the calibration's first windows; `None` when not measured.
+    #[serde(default)]
+    pub sensitivity: Option<f32>,
     /// Values seen.
     pub elements: u64,
     /// Values beyond the clipped range.
@@ -203,6 +232,16 @@ impl SiteCalibration {
     /// The hot channels' indices.
     pub fn hot_channel_ids(&self) -> Vec<u32> {
         self.hot_channels.iter().map(|h| h.channel).collect()
+    }
+
+    /// How this site quantizes once pruned (no shadow): `scale`'s per-tensor rule.
+    pub fn pruned_rule(&self, scale: PrunedScale) -> QuantRule {
+        match scale {
+            PrunedScale::Percentile if self.scale_percentile > 0.0 => QuantRule::Static {
+                scale: self.scale_percentile,
+            },
+            _ => QuantRule::MaxAbs,
+        }
     }
 }
 
@@ -247,6 +286,9 @@ pub struct Calibration {
     pub percentile: f64,
     /// Share of sites whose shadow is dropped (the least important).
     pub prune: f64,
+    /// Which score ranks the sites for pruning.
+    #[serde(default)]
+    pub importance: Importance,
     /// How pruned sites scale their activations.
     #[serde(default)]
     pub pruned_scale: PrunedScale,
@@ -274,20 +316,26 @@ impl Calibration {
         }
     }
 
-    /// Keeps the shadow of the `1 - rate` most important sites and drops the rest
-    /// (ties: earlier layer and site first).
+    /// Keeps the shadow of the `1 - rate` most important sites under
+    /// [`Self::importance`] and drops the rest (ties: earlier layer and site first).
     pub fn prune(&mut self, rate: f64) -> Result<(), CalibrationError> {
         if !(0.0..=1.0).contains(&rate) {
             return Err(CalibrationError::InvalidPrune(rate));
         }
+        let scores = self
+            .sites
+            .iter()
+            .map(|s| self.importance.of(s))
+            .collect::<Option<Vec<f32>>>()
+            .ok_or_else(|| {
+                CalibrationError::NoData(format!(
+                    "the calibration has no {:?} importance for every site: run `hetsched calibrate --importance kl` again",
+                    self.importance
+                ))
+            })?;
         let keep = ((1.0 - rate) * self.sites.len() as f64).round() as usize;
         let mut order: Vec<usize> = (0..self.sites.len()).collect();
-        order.sort_by(|&a, &b| {
-            self.sites[b]
-                .importance
-                .total_cmp(&self.sites[a].importance)
-                .then(a.cmp(&b))
-        });
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
         for (rank, &i) in order.iter().enumerate() {
             self.sites[i].keep = rank < keep;
         }

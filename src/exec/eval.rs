@@ -37,7 +37,8 @@ pub struct EvalReport {
     pub shadow: Option<ShadowReport>,
 }
 
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
+/// `ln softmax(logits)`, in f64 (the KL sums of evaluation and calibration).
+pub(super) fn log_softmax(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let lse = logits
         .iter()

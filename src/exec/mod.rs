@@ -47,7 +47,8 @@ use hetsched_systems::{
 
 pub use calibrate::{ActivationRecorder, CalibrateOptions, calibrate};
 pub use calibration::{
-    CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, ModelIdentity, OutlierStats,
+    CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, Importance, ModelIdentity,
+    OutlierStats,
     SiteCalibration, default_calibration_path,
 };
 pub use error::ExecError;

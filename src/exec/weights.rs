@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::calibration::{Calibration, ModelIdentity};
 use super::error::ExecError;
 use super::shadow::{
-    ActSite, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
+    ActSite, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
     ShadowUsage,
 };
 use super::values::SHADOW_CLIP_RMS;
@@ -401,15 +401,8 @@ fn site_rule(
         (LinearPrecision::W8a8Shadow, ShadowSetup::Calibrated { calibration, .. }) => {
             match calibration.site(layer, site) {
                 Some(s) if s.keep => clip,
-                Some(s)
-                    if calibration.pruned_scale == PrunedScale::Percentile
-                        && s.scale_percentile > 0.0 =>
-                {
-                    QuantRule::Static {
-                        scale: s.scale_percentile,
-                    }
-                }
-                _ => QuantRule::MaxAbs,
+                Some(s) => s.pruned_rule(calibration.pruned_scale),
+                None => QuantRule::MaxAbs,
             }
         }
     }
