@@ -176,8 +176,9 @@ struct ShadowArgs {
     /// Re-decide the calibration's pruning: the share of sites whose shadow is dropped.
     #[arg(long, value_name = "RATE")]
     prune: Option<f64>,
-    /// Override the calibration's scale for pruned sites: max (each tensor's max |x|) or
-    /// percentile (the calibrated percentile of |x|; values beyond saturate).
+    /// Override the calibration's scale for pruned sites: max (each tensor's max |x|),
+    /// percentile (the calibrated percentile of |x|; values beyond saturate) or hot-max
+    /// (the max |x| outside the site's top channels, whose rows shadow the rest).
     #[arg(long, value_enum)]
     pruned_scale: Option<PrunedScale>,
 }
@@ -202,6 +203,10 @@ struct CalibrateArgs {
     /// window) or ratio (seed 000: largest outlier / clipped scale).
     #[arg(long, value_enum, default_value = "ratio")]
     importance: Importance,
+    /// With --pruned-scale hot-max: the float rows (KiB) each pruned site keeps resident
+    /// for its channels of largest max |x| (at most 64 channels).
+    #[arg(long, value_name = "KIB", default_value_t = 256)]
+    pruned_shadow_kib: u64,
     /// Windows (the corpus's first) each site's kl importance is measured on.
     #[arg(long, default_value_t = 1)]
     sensitivity_windows: usize,
@@ -214,8 +219,9 @@ struct CalibrateArgs {
     /// Percentile of |x| for each site's clipped scale.
     #[arg(long, default_value_t = 99.99)]
     percentile: f64,
-    /// Scale of pruned sites: max (each tensor's max |x|) or percentile (the calibrated
-    /// percentile of |x|; values beyond saturate).
+    /// Scale of pruned sites: max (each tensor's max |x|), percentile (the calibrated
+    /// percentile of |x|; values beyond saturate) or hot-max (the max |x| outside the
+    /// site's --pruned-channels top channels, whose float rows shadow the values beyond).
     #[arg(long, value_enum, default_value = "max")]
     pruned_scale: PrunedScale,
     /// Compute threads [default: the machine's cores].
@@ -565,6 +571,7 @@ fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         prune: args.prune,
         percentile: args.percentile,
         pruned_scale: args.pruned_scale,
+        pruned_shadow_bytes: args.pruned_shadow_kib * 1024,
         importance: args.importance,
         sensitivity_windows: args.sensitivity_windows,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),

@@ -34,6 +34,10 @@ const LOW_OCTAVES: f32 = 32.0;
 /// Octaves covered: 2^-32 .. 2^32.
 const OCTAVES: usize = 64;
 
+/// Channels per site that calibration ranks by max |x| (what [`PrunedScale::HotMax`]
+/// can keep; a pruned site keeps as many as `Calibration::pruned_shadow_bytes` hold).
+pub const TOP_CHANNELS: usize = 64;
+
 /// How to calibrate.
 #[derive(Debug, Clone)]
 pub struct CalibrateOptions {
@@ -47,6 +51,8 @@ pub struct CalibrateOptions {
     pub percentile: f64,
     /// How pruned sites scale their activations.
     pub pruned_scale: PrunedScale,
+    /// With [`PrunedScale::HotMax`]: the float-row bytes each pruned site may keep.
+    pub pruned_shadow_bytes: u64,
     /// Which score ranks the sites for pruning ([`Importance::Kl`] needs the shadow model).
     pub importance: Importance,
     /// Windows (the first ones) that each site's sensitivity is measured on.
@@ -68,6 +74,7 @@ struct SiteAccumulator {
     importance: f32,
     outliers: u64,
     channel_outliers: Vec<u64>,
+    channel_max: Vec<f32>,
     histogram: Vec<u64>,
 }
 
@@ -82,6 +89,7 @@ impl SiteAccumulator {
             importance: 1.0,
             outliers: 0,
             channel_outliers: Vec::new(),
+            channel_max: Vec::new(),
             histogram: vec![0; OCTAVES * BINS_PER_OCTAVE as usize],
         }
     }
@@ -93,6 +101,7 @@ impl SiteAccumulator {
         if self.channel_outliers.len() != channels {
             self.channels = channels;
             self.channel_outliers = vec![0; channels];
+            self.channel_max = vec![0.0; channels];
         }
         let limit = clip_limit(x, clip);
         let last = self.histogram.len() - 1;
@@ -103,6 +112,8 @@ impl SiteAccumulator {
             self.sum_squares += f64::from(v) * f64::from(v);
             let a = v.abs();
             max_abs = max_abs.max(a);
+            let channel_max = &mut self.channel_max[i % channels];
+            *channel_max = channel_max.max(a);
             let bin = ((a.log2() + LOW_OCTAVES) * BINS_PER_OCTAVE).max(0.0) as usize;
             self.histogram[bin.min(last)] += 1;
             if a > limit {
@@ -129,6 +140,18 @@ impl SiteAccumulator {
         self.max.abs().max(self.min.abs())
     }
 
+    /// Up to [`TOP_CHANNELS`] channels by descending max |x| (ties: lower index first).
+    fn top_channels(&self) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..self.channel_max.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            self.channel_max[b as usize]
+                .total_cmp(&self.channel_max[a as usize])
+                .then(a.cmp(&b))
+        });
+        order.truncate(TOP_CHANNELS);
+        order
+    }
+
     fn finish(&self, layer: usize, site: ActSite, percentile: f64) -> SiteCalibration {
         let max_abs = self.max.abs().max(self.min.abs());
         let seen = self.elements > 0;
@@ -147,6 +170,12 @@ impl SiteAccumulator {
             elements: self.elements,
             outliers: self.outliers,
             keep: true,
+            top_channels: self.top_channels(),
+            top_channel_max: self
+                .top_channels()
+                .iter()
+                .map(|&c| self.channel_max[c as usize])
+                .collect(),
             hot_channels: self
                 .channel_outliers
                 .iter()
@@ -288,6 +317,7 @@ pub fn calibrate(
         prune: 0.0,
         importance: options.importance,
         pruned_scale: options.pruned_scale,
+        pruned_shadow_bytes: options.pruned_shadow_bytes,
         sites: recorder.finish(options.percentile),
     };
     if let Some(shadow) = shadow.filter(|_| sensitivity_windows > 0) {
@@ -354,7 +384,7 @@ impl SensitivityProbe<'_> {
     }
 
     /// Fills every site's [`SiteCalibration::sensitivity`]: the KL with that site
-    /// quantized as a pruned site (`calibration.pruned_scale`) and every other shadowed,
+    /// quantized as a pruned site ([`Calibration::pruned_rule`]) and every other shadowed,
     /// less the KL with every site shadowed. `shadow` must be the calibrated model loaded
     /// for W8A8-shadow without a calibration (every site shadowed).
     fn measure(
@@ -372,8 +402,12 @@ impl SensitivityProbe<'_> {
         }
         let mut model = Arc::new(shadow);
         let shadowed = self.kl(&model)?;
-        for site in &mut calibration.sites {
-            let pruned = site.pruned_rule(calibration.pruned_scale);
+        let pruned: Vec<QuantRule> = calibration
+            .sites
+            .iter()
+            .map(|site| calibration.pruned_rule(site, &model.config))
+            .collect();
+        for (site, pruned) in calibration.sites.iter_mut().zip(pruned) {
             let kept = swap_rule(&mut model, site.layer, site.site, pruned)?;
             let kl = self.kl(&model);
             swap_rule(&mut model, site.layer, site.site, kept)?;

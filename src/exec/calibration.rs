@@ -16,7 +16,7 @@ use super::weights::ExecModel;
 use crate::import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
 
 /// The calibration file format this build reads and writes.
-pub const CALIBRATION_VERSION: u32 = 1;
+pub const CALIBRATION_VERSION: u32 = 2;
 
 /// The share of a site's channels that Fig. 11's statistic calls "top" channels.
 pub const TOP_CHANNEL_SHARE: f64 = 0.03;
@@ -216,7 +216,6 @@ pub struct SiteCalibration {
     pub importance: f32,
     /// The KL divergence from f32 (nats per position) that pruning only this site adds to
     /// the final logits over the calibration's first windows; `None` when not measured.
-    #[serde(default)]
     pub sensitivity: Option<f32>,
     /// Values seen.
     pub elements: u64,
@@ -226,6 +225,11 @@ pub struct SiteCalibration {
     pub keep: bool,
     /// Channels that had outliers, ascending.
     pub hot_channels: Vec<HotChannel>,
+    /// The channels of largest max |x|, descending (at most 64): the rows a pruned site
+    /// keeps under [`PrunedScale::HotMax`].
+    pub top_channels: Vec<u32>,
+    /// The max |x| of each of `top_channels`.
+    pub top_channel_max: Vec<f32>,
 }
 
 impl SiteCalibration {
@@ -234,15 +238,6 @@ impl SiteCalibration {
         self.hot_channels.iter().map(|h| h.channel).collect()
     }
 
-    /// How this site quantizes once pruned (no shadow): `scale`'s per-tensor rule.
-    pub fn pruned_rule(&self, scale: PrunedScale) -> QuantRule {
-        match scale {
-            PrunedScale::Percentile if self.scale_percentile > 0.0 => QuantRule::Static {
-                scale: self.scale_percentile,
-            },
-            _ => QuantRule::MaxAbs,
-        }
-    }
 }
 
 /// Figs 10-11 of seed 000 for one site.
@@ -287,11 +282,12 @@ pub struct Calibration {
     /// Share of sites whose shadow is dropped (the least important).
     pub prune: f64,
     /// Which score ranks the sites for pruning.
-    #[serde(default)]
     pub importance: Importance,
     /// How pruned sites scale their activations.
-    #[serde(default)]
     pub pruned_scale: PrunedScale,
+    /// With [`PrunedScale::HotMax`]: the float-row bytes each pruned site may keep
+    /// resident, spent on its top channels in order (at most 64 channels).
+    pub pruned_shadow_bytes: u64,
     /// Every layer's four sites, in (layer, site) order.
     pub sites: Vec<SiteCalibration>,
 }
@@ -302,6 +298,35 @@ impl Calibration {
         self.sites
             .iter()
             .find(|s| s.layer == layer && s.site == site)
+    }
+
+    /// How `site` quantizes once pruned (no clip, no cold rows): [`Self::pruned_scale`]'s
+    /// per-tensor rule; with [`PrunedScale::HotMax`], as many of its top channels as
+    /// [`Self::pruned_shadow_bytes`] of float rows hold keep a shadow (a row is one float
+    /// per output of the site's linears in `config`).
+    pub fn pruned_rule(&self, site: &SiteCalibration, config: &LlamaConfig) -> QuantRule {
+        let row_bytes: usize = site
+            .site
+            .linears()
+            .iter()
+            .map(|which| 4 * which.shape(config)[0])
+            .sum();
+        let channels = (self.pruned_shadow_bytes / row_bytes.max(1) as u64) as usize;
+        match self.pruned_scale {
+            PrunedScale::Percentile if site.scale_percentile > 0.0 => QuantRule::Static {
+                scale: site.scale_percentile,
+            },
+            PrunedScale::HotMax if channels > 0 && site.channels > 0 => {
+                let mut hot = vec![false; site.channels];
+                for &c in site.top_channels.iter().take(channels) {
+                    if let Some(h) = hot.get_mut(c as usize) {
+                        *h = true;
+                    }
+                }
+                QuantRule::HotMax { hot: hot.into() }
+            }
+            _ => QuantRule::MaxAbs,
+        }
     }
 
     /// Fails unless this calibration was made for `model`.

@@ -66,7 +66,7 @@ impl ActSite {
 }
 
 /// How one activation is quantized.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum QuantRule {
     /// f32 linears: no quantization.
     PassThrough,
@@ -84,6 +84,14 @@ pub enum QuantRule {
         /// Clip in root-mean-squares of the tensor.
         rms: f32,
     },
+    /// Per-tensor INT8, scale from the max |x| of the channels outside `hot` / 127 (a
+    /// pruned site with [`PrunedScale::HotMax`]): nothing saturates, and only values of
+    /// the `hot` channels can lie beyond; they go to the float shadow, whose rows of
+    /// exactly those channels stay resident (no cold reads).
+    HotMax {
+        /// Per input channel: whether it is one of the site's hot channels.
+        hot: Arc<[bool]>,
+    },
 }
 
 /// The per-tensor scale a pruned site (one without a shadow) quantizes with.
@@ -95,6 +103,14 @@ pub enum PrunedScale {
     Max,
     /// The calibration's percentile scale: the few values beyond saturate.
     Percentile,
+    /// The max |x| outside the site's few hottest channels (calibration's
+    /// `top_channels`, as many as `Calibration::pruned_shadow_bytes` hold), whose float rows stay
+    /// resident and take their values beyond: the channels that blow up a max scale are
+    /// few and fixed at the sites where pruning costs (the normalised residual stream's
+    /// massive channels), so a handful of rows buys most of the resolution back.
+    #[serde(rename = "hot-max")]
+    #[value(name = "hot-max")]
+    HotMax,
 }
 
 /// Input-channel rows of an INT8 linear's float weights kept for the shadow.

@@ -244,7 +244,7 @@ impl ExecModel {
                     &shape,
                 )
             };
-            let quant = ActSite::ALL.map(|site| site_rule(precision, setup, l, site));
+            let quant = ActSite::ALL.map(|site| site_rule(precision, setup, &config, l, site));
             let linear = |which: LayerTensor| -> Result<LinearWeights, ImportError> {
                 let shape = which.shape(&config);
                 let (n, k) = (shape[0], shape[1]);
@@ -253,19 +253,27 @@ impl ExecModel {
                     .into_iter()
                     .find(|s| s.linears().contains(&which))
                     .expect("every projection reads one site");
-                let shadow = match (quant[site.index()], setup) {
+                let shadow = match (&quant[site.index()], setup) {
                     (QuantRule::Clip { .. }, ShadowSetup::Full) => Some(ShadowRows::all(&w, n, k)),
                     (
-                        QuantRule::Clip { .. },
+                        rule @ (QuantRule::Clip { .. } | QuantRule::HotMax { .. }),
                         ShadowSetup::Calibrated {
                             calibration,
                             columns,
                         },
                     ) => {
-                        let hot = calibration
-                            .site(l, site)
-                            .map(|s| s.hot_channel_ids())
-                            .unwrap_or_default();
+                        let hot = match rule {
+                            // A pruned site's outliers are only ever in these channels.
+                            QuantRule::HotMax { hot } => (0..)
+                                .zip(hot.iter())
+                                .filter(|&(_, &h)| h)
+                                .map(|(c, _)| c)
+                                .collect(),
+                            _ => calibration
+                                .site(l, site)
+                                .map(|s| s.hot_channel_ids())
+                                .unwrap_or_default(),
+                        };
                         let cold = ColdRows {
                             source: columns.clone(),
                             layer: l,
@@ -278,7 +286,7 @@ impl ExecModel {
                 Ok(LinearWeights::new(&w, n, k, precision, shadow))
             };
             layers.push(LayerWeights {
-                quant,
+                quant: quant.clone(),
                 attn_norm: tensor(LayerTensor::AttnNorm)?,
                 wq: linear(LayerTensor::Q)?,
                 wk: linear(LayerTensor::K)?,
@@ -314,7 +322,7 @@ impl ExecModel {
     pub fn quant_rule(&self, layer: usize, site: ActSite) -> QuantRule {
         self.layers
             .get(layer)
-            .map_or(QuantRule::PassThrough, |l| l.quant[site.index()])
+            .map_or(QuantRule::PassThrough, |l| l.quant[site.index()].clone())
     }
 
     /// The outlier shadow's footprint and `usage`, or `None` without a shadow.
@@ -388,6 +396,7 @@ impl ExecModel {
 fn site_rule(
     precision: LinearPrecision,
     setup: &ShadowSetup<'_>,
+    config: &LlamaConfig,
     layer: usize,
     site: ActSite,
 ) -> QuantRule {
@@ -401,7 +410,7 @@ fn site_rule(
         (LinearPrecision::W8a8Shadow, ShadowSetup::Calibrated { calibration, .. }) => {
             match calibration.site(layer, site) {
                 Some(s) if s.keep => clip,
-                Some(s) => s.pruned_rule(calibration.pruned_scale),
+                Some(s) => calibration.pruned_rule(s, config),
                 None => QuantRule::MaxAbs,
             }
         }
