@@ -198,17 +198,18 @@ struct CalibrateArgs {
     /// important ones under --importance.
     #[arg(long, default_value_t = 0.85)]
     prune: f64,
-    /// How sites are ranked for pruning: kl (the KL divergence from f32 that pruning the
-    /// site alone adds, measured on --sensitivity-windows; one prefill per site and
-    /// window) or ratio (seed 000: largest outlier / clipped scale).
-    #[arg(long, value_enum, default_value = "ratio")]
+    /// How sites are ranked for pruning: residual (largest |x| a pruned site would
+    /// quantize with, outside the channels it keeps, / clipped scale), ratio (seed 000:
+    /// largest outlier / clipped scale) or kl (the KL divergence from f32 that pruning the
+    /// site alone adds, measured on --sensitivity-windows; one prefill per site and window).
+    #[arg(long, value_enum, default_value = "residual")]
     importance: Importance,
     /// With --pruned-scale hot-max: the float rows (KiB) each pruned site keeps resident
     /// for its channels of largest max |x| (at most 64 channels).
     #[arg(long, value_name = "KIB", default_value_t = 256)]
     pruned_shadow_kib: u64,
     /// Windows (the corpus's first) each site's kl importance is measured on.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 2)]
     sensitivity_windows: usize,
     /// Tokens per window.
     #[arg(long, default_value_t = 256)]
@@ -222,7 +223,7 @@ struct CalibrateArgs {
     /// Scale of pruned sites: max (each tensor's max |x|), percentile (the calibrated
     /// percentile of |x|; values beyond saturate) or hot-max (the max |x| outside the
     /// site's --pruned-channels top channels, whose float rows shadow the values beyond).
-    #[arg(long, value_enum, default_value = "max")]
+    #[arg(long, value_enum, default_value = "hot-max")]
     pruned_scale: PrunedScale,
     /// Compute threads [default: the machine's cores].
     #[arg(long)]
@@ -484,11 +485,12 @@ fn find_calibration(
         }
     };
     let mut calibration = Calibration::load(&path).map_err(|e| e.to_string())?;
-    if let Some(rate) = args.prune {
-        calibration.prune(rate).map_err(|e| e.to_string())?;
-    }
+    // The scale first: the residual importance that --prune ranks by depends on it.
     if let Some(scale) = args.pruned_scale {
         calibration.pruned_scale = scale;
+    }
+    if let Some(rate) = args.prune {
+        calibration.prune(rate).map_err(|e| e.to_string())?;
     }
     Ok(Some((path, calibration)))
 }
@@ -552,7 +554,7 @@ fn calibrate(args: CalibrateArgs) -> Result<(), String> {
     // The kl importance runs the model as w8a8-shadow with one site pruned at a time.
     let precisions: &[LinearPrecision] = match args.importance {
         Importance::Kl => &[LinearPrecision::F32, LinearPrecision::W8a8Shadow],
-        Importance::Ratio => &[LinearPrecision::F32],
+        Importance::Ratio | Importance::Residual => &[LinearPrecision::F32],
     };
     let (tokenizer, models) = load_model(&args.model, precisions, None)?;
     for path in &args.corpus {

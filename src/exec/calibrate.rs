@@ -5,12 +5,11 @@
 //! min(max |x|, clip × rms) of their tensor), so the channels calibration calls hot are
 //! the ones whose float rows the shadow will need.
 //!
-//! With the W8A8-shadow model at hand, calibration also measures each site's
-//! **sensitivity**: the KL divergence from the float logits that pruning that one site
-//! adds, over the first windows ([`Importance::Kl`]). Seed 000's ratio (largest outlier /
-//! clipped scale) says how much resolution a site loses, not what the loss does to the
-//! output; on SmolLM2-135M it keeps the `down` sites with the wildest ratios while the many
-//! moderate sites it prunes cost more together (docs/outliers.md).
+//! Per site it also ranks the channels by their largest |x| (the rows a pruned site keeps
+//! under [`PrunedScale::HotMax`]) and, with the W8A8-shadow model at hand, measures the
+//! site's **sensitivity**: the KL divergence from the float logits that pruning that one
+//! site adds, over the first windows ([`Importance::Kl`]). Which ranking keeps which
+//! shadows, and what each buys on SmolLM2-135M, is in docs/outliers.md.
 
 use std::sync::Arc;
 
@@ -152,7 +151,13 @@ impl SiteAccumulator {
         order
     }
 
-    fn finish(&self, layer: usize, site: ActSite, percentile: f64) -> SiteCalibration {
+    fn finish(
+        &self,
+        layer: usize,
+        site: ActSite,
+        row_bytes: u64,
+        percentile: f64,
+    ) -> SiteCalibration {
         let max_abs = self.max.abs().max(self.min.abs());
         let seen = self.elements > 0;
         SiteCalibration {
@@ -176,6 +181,7 @@ impl SiteAccumulator {
                 .iter()
                 .map(|&c| self.channel_max[c as usize])
                 .collect(),
+            row_bytes,
             hot_channels: self
                 .channel_outliers
                 .iter()
@@ -196,6 +202,8 @@ pub struct ActivationRecorder {
     clip: f32,
     /// Input channels of each site's linears.
     channels: [usize; 4],
+    /// Bytes of one input channel's float row over each site's linears.
+    row_bytes: [u64; 4],
     /// `[layer * 4 + site]`.
     sites: Mutex<Vec<SiteAccumulator>>,
 }
@@ -209,9 +217,14 @@ impl ActivationRecorder {
             ActSite::O => c.q_dim(),
             ActSite::Down => c.ffn,
         });
+        let row_bytes = ActSite::ALL.map(|site| {
+            let outputs: usize = site.linears().iter().map(|w| w.shape(c)[0]).sum();
+            4 * outputs as u64
+        });
         Self {
             clip,
             channels,
+            row_bytes,
             sites: Mutex::new(vec![
                 SiteAccumulator::new();
                 model.layers.len() * ActSite::ALL.len()
@@ -235,7 +248,12 @@ impl ActivationRecorder {
             .enumerate()
             .map(|(i, acc)| {
                 let site = ActSite::ALL[i % ActSite::ALL.len()];
-                acc.finish(i / ActSite::ALL.len(), site, percentile)
+                acc.finish(
+                    i / ActSite::ALL.len(),
+                    site,
+                    self.row_bytes[site.index()],
+                    percentile,
+                )
             })
             .collect()
     }
@@ -405,7 +423,7 @@ impl SensitivityProbe<'_> {
         let pruned: Vec<QuantRule> = calibration
             .sites
             .iter()
-            .map(|site| calibration.pruned_rule(site, &model.config))
+            .map(|site| calibration.pruned_rule(site))
             .collect();
         for (site, pruned) in calibration.sites.iter_mut().zip(pruned) {
             let kept = swap_rule(&mut model, site.layer, site.site, pruned)?;

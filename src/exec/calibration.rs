@@ -162,24 +162,17 @@ impl ModelIdentity {
 #[serde(rename_all = "lowercase")]
 pub enum Importance {
     /// Seed 000's ratio, largest outlier / clipped scale ([`SiteCalibration::importance`]):
-    /// how much resolution the plain max scale loses, blind to what the error does
-    /// downstream.
-    #[default]
+    /// how much resolution the plain max scale loses.
     Ratio,
+    /// The same ratio for the range a pruned site actually quantizes with: under
+    /// [`PrunedScale::HotMax`] the max |x| outside the top channels it keeps (the
+    /// paper's ratio overrates the sites whose outliers sit in a few channels, which a
+    /// pruned site's channel shadow already covers).
+    #[default]
+    Residual,
     /// The KL divergence from f32 that pruning this one site adds to the final logits
     /// ([`SiteCalibration::sensitivity`]), measured on calibration windows.
     Kl,
-}
-
-impl Importance {
-    /// `site`'s score under this ranking (larger: keep first); `None` where calibration
-    /// did not measure it.
-    pub fn of(self, site: &SiteCalibration) -> Option<f32> {
-        match self {
-            Importance::Ratio => Some(site.importance),
-            Importance::Kl => site.sensitivity,
-        }
-    }
 }
 
 /// A channel whose values exceeded the clipped range during calibration.
@@ -230,6 +223,8 @@ pub struct SiteCalibration {
     pub top_channels: Vec<u32>,
     /// The max |x| of each of `top_channels`.
     pub top_channel_max: Vec<f32>,
+    /// Bytes of one input channel's float row over the site's linears (4 × their outputs).
+    pub row_bytes: u64,
 }
 
 impl SiteCalibration {
@@ -300,25 +295,28 @@ impl Calibration {
             .find(|s| s.layer == layer && s.site == site)
     }
 
+    /// How many of `site`'s top channels keep a shadow once it is pruned: as many as
+    /// [`Self::pruned_shadow_bytes`] of float rows hold under [`PrunedScale::HotMax`],
+    /// none otherwise.
+    pub fn pruned_channels(&self, site: &SiteCalibration) -> usize {
+        if self.pruned_scale != PrunedScale::HotMax {
+            return 0;
+        }
+        let rows = self.pruned_shadow_bytes / site.row_bytes.max(1);
+        site.top_channels.len().min(rows as usize)
+    }
+
     /// How `site` quantizes once pruned (no clip, no cold rows): [`Self::pruned_scale`]'s
-    /// per-tensor rule; with [`PrunedScale::HotMax`], as many of its top channels as
-    /// [`Self::pruned_shadow_bytes`] of float rows hold keep a shadow (a row is one float
-    /// per output of the site's linears in `config`).
-    pub fn pruned_rule(&self, site: &SiteCalibration, config: &LlamaConfig) -> QuantRule {
-        let row_bytes: usize = site
-            .site
-            .linears()
-            .iter()
-            .map(|which| 4 * which.shape(config)[0])
-            .sum();
-        let channels = (self.pruned_shadow_bytes / row_bytes.max(1) as u64) as usize;
+    /// per-tensor rule, with the shadow of its [`Self::pruned_channels`] top channels.
+    pub fn pruned_rule(&self, site: &SiteCalibration) -> QuantRule {
+        let channels = self.pruned_channels(site);
         match self.pruned_scale {
             PrunedScale::Percentile if site.scale_percentile > 0.0 => QuantRule::Static {
                 scale: site.scale_percentile,
             },
             PrunedScale::HotMax if channels > 0 && site.channels > 0 => {
                 let mut hot = vec![false; site.channels];
-                for &c in site.top_channels.iter().take(channels) {
+                for &c in &site.top_channels[..channels] {
                     if let Some(h) = hot.get_mut(c as usize) {
                         *h = true;
                     }
@@ -326,6 +324,27 @@ impl Calibration {
                 QuantRule::HotMax { hot: hot.into() }
             }
             _ => QuantRule::MaxAbs,
+        }
+    }
+
+    /// `site`'s score under [`Self::importance`] (larger: kept first); `None` where
+    /// calibration did not measure it.
+    pub fn importance_of(&self, site: &SiteCalibration) -> Option<f32> {
+        match self.importance {
+            Importance::Ratio => Some(site.importance),
+            Importance::Residual => {
+                // The largest channel max left outside the kept channels (the last one
+                // recorded bounds those never recorded).
+                let kept = self.pruned_channels(site);
+                let left = site
+                    .top_channel_max
+                    .get(kept)
+                    .or(site.top_channel_max.last())
+                    .copied()
+                    .unwrap_or(0.0);
+                Some(left / (self.clip_rms * site.rms).max(f32::MIN_POSITIVE))
+            }
+            Importance::Kl => site.sensitivity,
         }
     }
 
@@ -350,7 +369,7 @@ impl Calibration {
         let scores = self
             .sites
             .iter()
-            .map(|s| self.importance.of(s))
+            .map(|s| self.importance_of(s))
             .collect::<Option<Vec<f32>>>()
             .ok_or_else(|| {
                 CalibrationError::NoData(format!(

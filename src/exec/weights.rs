@@ -244,7 +244,7 @@ impl ExecModel {
                     &shape,
                 )
             };
-            let quant = ActSite::ALL.map(|site| site_rule(precision, setup, &config, l, site));
+            let quant = ActSite::ALL.map(|site| site_rule(precision, setup, l, site));
             let linear = |which: LayerTensor| -> Result<LinearWeights, ImportError> {
                 let shape = which.shape(&config);
                 let (n, k) = (shape[0], shape[1]);
@@ -396,7 +396,6 @@ impl ExecModel {
 fn site_rule(
     precision: LinearPrecision,
     setup: &ShadowSetup<'_>,
-    config: &LlamaConfig,
     layer: usize,
     site: ActSite,
 ) -> QuantRule {
@@ -410,7 +409,7 @@ fn site_rule(
         (LinearPrecision::W8a8Shadow, ShadowSetup::Calibrated { calibration, .. }) => {
             match calibration.site(layer, site) {
                 Some(s) if s.keep => clip,
-                Some(s) => calibration.pruned_rule(s, config),
+                Some(s) => calibration.pruned_rule(s),
                 None => QuantRule::MaxAbs,
             }
         }
