@@ -10,6 +10,8 @@
 #        TEXT       evaluation text         [default: /usr/share/common-licenses/GPL-3]
 #        WINDOWS    eval windows of 256     [default: 8]
 #        THREADS    compute threads         [default: 2]
+#        CALIBRATE_ARGS  more `hetsched calibrate` flags, e.g. "--importance ratio
+#                   --pruned-scale max" for seed 000's pruning   [default: none]
 # Writes the calibration to a temporary file (the one beside the model is left alone);
 # prints one markdown table row per setting. Needs jq.
 set -euo pipefail
@@ -21,6 +23,7 @@ CORPUS="${CORPUS:-/usr/share/common-licenses/Apache-2.0}"
 TEXT="${TEXT:-/usr/share/common-licenses/GPL-3}"
 WINDOWS="${WINDOWS:-8}"
 THREADS="${THREADS:-2}"
+read -r -a CALIBRATE_ARGS <<<"${CALIBRATE_ARGS:-}"
 RATES=("$@")
 [[ ${#RATES[@]} -gt 0 ]] || RATES=(0 0.5 0.85 0.95 1)
 
@@ -32,7 +35,7 @@ PROMPT="$(mktemp)"
 trap 'rm -f "$CAL" "$PROMPT"' EXIT
 head -c 2400 "$TEXT" >"$PROMPT"   # about 512 tokens
 
-"$HETSCHED" calibrate --model "$MODEL" --corpus "$CORPUS" --out "$CAL" --threads "$THREADS" --json >/dev/null
+"$HETSCHED" calibrate --model "$MODEL" --corpus "$CORPUS" --out "$CAL" --threads "$THREADS" "${CALIBRATE_ARGS[@]}" --json >/dev/null
 
 row() { # label, then the precision / shadow arguments
     local label="$1"
