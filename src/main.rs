@@ -582,7 +582,8 @@ fn calibrate(args: CalibrateArgs) -> Result<(), String> {
             ..defaults
         },
     };
-    let calibration = exec::calibrate(&model, shadow, &corpus, &options).map_err(|e| e.to_string())?;
+    let calibration =
+        exec::calibrate(&model, shadow, &corpus, &options).map_err(|e| e.to_string())?;
     let out = args
         .out
         .unwrap_or_else(|| exec::default_calibration_path(&args.model));

@@ -113,7 +113,10 @@ fn calibration_records_every_site_and_prunes_the_least_important() {
         assert!(s.top_channels.len() == 64 && s.top_channel_max.len() == 64);
         assert!(s.top_channel_max.windows(2).all(|m| m[0] >= m[1]));
         assert!(s.top_channel_max[0] == s.max.abs().max(s.min.abs()));
-        assert!(c.pruned_channels(s) >= 1 && c.pruned_channels(s) as u64 * s.row_bytes <= PRUNED_SHADOW_BYTES);
+        assert!(
+            c.pruned_channels(s) >= 1
+                && c.pruned_channels(s) as u64 * s.row_bytes <= PRUNED_SHADOW_BYTES
+        );
         assert!(s.min <= s.max && s.rms > 0.0 && s.elements > 0);
         assert!(s.scale_percentile <= s.scale_max && s.scale_percentile > 0.0);
         let in_hot: u64 = s.hot_channels.iter().map(|h| h.outliers).sum();
@@ -204,7 +207,10 @@ fn missing_or_corrupt_calibration_files_are_clear_errors() {
             matches!(version, CalibrationError::Version { found: f, .. } if f == found),
             "{version}"
         );
-        assert!(version.to_string().contains("hetsched calibrate"), "{version}");
+        assert!(
+            version.to_string().contains("hetsched calibrate"),
+            "{version}"
+        );
     }
     std::fs::remove_file(&path).unwrap();
 
@@ -242,7 +248,10 @@ fn hot_max_pruned_sites_shadow_only_their_resident_top_channels() {
     );
     let (got, usage) = logits(model);
     // The outliers lie in the top channels only: no row is read from the file.
-    assert!(usage.outliers > 0 && usage.hits > 0 && usage.misses == 0, "{usage:?}");
+    assert!(
+        usage.outliers > 0 && usage.hits > 0 && usage.misses == 0,
+        "{usage:?}"
+    );
     let plain = prefill(loaded().w8a8.clone(), &prompt(), &options())
         .unwrap()
         .logits;
@@ -341,7 +350,11 @@ fn calibrated_shadow_perplexity_is_near_f32() {
             "{}: perplexity {:.3} (f32 {:.3}), KL {:.4}, shadow {:?}",
             r.precision, r.perplexity, r.perplexity_f32, r.kl_divergence, r.shadow
         );
-        (r.perplexity / r.perplexity_f32 - 1.0, r.kl_divergence, r.shadow)
+        (
+            r.perplexity / r.perplexity_f32 - 1.0,
+            r.kl_divergence,
+            r.shadow,
+        )
     };
     let mut every_site = l.calibration.clone();
     every_site.prune(0.0).unwrap();

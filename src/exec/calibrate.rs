@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use super::calibration::{
     CALIBRATION_VERSION, Calibration, HotChannel, Importance, ModelIdentity, SiteCalibration,
 };
-use super::eval::log_softmax;
+use super::eval::{kl_divergence, log_softmax};
 use super::shadow::{ActSite, PrunedScale, QuantRule};
 use super::values::{SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
@@ -160,6 +160,7 @@ impl SiteAccumulator {
     ) -> SiteCalibration {
         let max_abs = self.max.abs().max(self.min.abs());
         let seen = self.elements > 0;
+        let top_channels = self.top_channels();
         SiteCalibration {
             layer,
             site,
@@ -175,12 +176,11 @@ impl SiteAccumulator {
             elements: self.elements,
             outliers: self.outliers,
             keep: true,
-            top_channels: self.top_channels(),
-            top_channel_max: self
-                .top_channels()
+            top_channel_max: top_channels
                 .iter()
                 .map(|&c| self.channel_max[c as usize])
                 .collect(),
+            top_channels,
             row_bytes,
             hot_channels: self
                 .channel_outliers
@@ -389,12 +389,7 @@ impl SensitivityProbe<'_> {
         for (window, reference) in self.windows.iter().zip(self.reference) {
             let logits = prefill(model.clone(), window, self.options)?.logits;
             for (lq, logits) in reference.iter().zip(logits.chunks_exact(vocab)) {
-                let lp = log_softmax(logits);
-                kl += lq
-                    .iter()
-                    .zip(&lp)
-                    .map(|(q, p)| q.exp() * (q - p))
-                    .sum::<f64>();
+                kl += kl_divergence(lq, &log_softmax(logits));
                 positions += 1;
             }
         }

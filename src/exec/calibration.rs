@@ -232,7 +232,6 @@ impl SiteCalibration {
     pub fn hot_channel_ids(&self) -> Vec<u32> {
         self.hot_channels.iter().map(|h| h.channel).collect()
     }
-
 }
 
 /// Figs 10-11 of seed 000 for one site.

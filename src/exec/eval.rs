@@ -49,6 +49,11 @@ pub(super) fn log_softmax(logits: &[f32]) -> Vec<f64> {
     logits.iter().map(|&v| v as f64 - lse).collect()
 }
 
+/// KL(q || p) of two log-probability vectors, in nats.
+pub(super) fn kl_divergence(lq: &[f64], lp: &[f64]) -> f64 {
+    lq.iter().zip(lp).map(|(q, p)| q.exp() * (q - p)).sum()
+}
+
 fn argmax(x: &[f64]) -> usize {
     x.iter()
         .enumerate()
@@ -108,11 +113,7 @@ pub fn evaluate(
                 Some(r) => {
                     let lq = log_softmax(&r[t * vocab..(t + 1) * vocab]);
                     nll_f32 -= lq[next];
-                    kl += lq
-                        .iter()
-                        .zip(&lp)
-                        .map(|(q, p)| q.exp() * (q - p))
-                        .sum::<f64>();
+                    kl += kl_divergence(&lq, &lp);
                     agree += usize::from(argmax(&lq) == argmax(&lp));
                 }
                 None => {

@@ -48,8 +48,7 @@ use hetsched_systems::{
 pub use calibrate::{ActivationRecorder, CalibrateOptions, calibrate};
 pub use calibration::{
     CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, Importance, ModelIdentity,
-    OutlierStats,
-    SiteCalibration, default_calibration_path,
+    OutlierStats, SiteCalibration, default_calibration_path,
 };
 pub use error::ExecError;
 pub use eval::{EvalReport, evaluate};

@@ -94,7 +94,7 @@ pub enum QuantRule {
     },
 }
 
-/// The per-tensor scale a pruned site (one without a shadow) quantizes with.
+/// The per-tensor scale a pruned site (one without the full shadow) quantizes with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum PrunedScale {
@@ -103,11 +103,11 @@ pub enum PrunedScale {
     Max,
     /// The calibration's percentile scale: the few values beyond saturate.
     Percentile,
-    /// The max |x| outside the site's few hottest channels (calibration's
-    /// `top_channels`, as many as `Calibration::pruned_shadow_bytes` hold), whose float rows stay
-    /// resident and take their values beyond: the channels that blow up a max scale are
-    /// few and fixed at the sites where pruning costs (the normalised residual stream's
-    /// massive channels), so a handful of rows buys most of the resolution back.
+    /// The max |x| outside the site's top channels (calibration's `top_channels`, as
+    /// many as `Calibration::pruned_shadow_bytes` hold), whose float rows stay resident
+    /// and take their values beyond: at qkv and gate_up the channels that blow up a max
+    /// scale are few and fixed (the residual stream's massive channels), so a few rows buy
+    /// most of the resolution back without reading a cold row.
     #[serde(rename = "hot-max")]
     #[value(name = "hot-max")]
     HotMax,

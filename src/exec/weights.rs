@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::calibration::{Calibration, ModelIdentity};
 use super::error::ExecError;
 use super::shadow::{
-    ActSite, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
-    ShadowUsage,
+    ActSite, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
 };
 use super::values::SHADOW_CLIP_RMS;
 use crate::import::{
