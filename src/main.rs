@@ -205,7 +205,7 @@ struct CalibrateArgs {
     #[arg(long, value_enum, default_value = "residual")]
     importance: Importance,
     /// With --pruned-scale hot-max: the float rows (KiB) each pruned site keeps resident
-    /// for its channels of largest max |x| (at most 64 channels).
+    /// for its channels of largest max |x| (at most 256 channels).
     #[arg(long, value_name = "KIB", default_value_t = 256)]
     pruned_shadow_kib: u64,
     /// Windows (the corpus's first) each site's kl importance is measured on.

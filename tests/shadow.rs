@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use hetsched::exec::{
     CalibrateOptions, Calibration, CalibrationError, ExecError, ExecModel, HotChannel, Importance,
-    LinearPrecision, PrefillOptions, PrunedScale, calibrate, evaluate, prefill,
+    LinearPrecision, PrefillOptions, PrunedScale, TOP_CHANNELS, calibrate, evaluate, prefill,
 };
 use hetsched::import::{GgufFile, GgufSource, GgufTokenizer, TEST_MODEL_PATH};
 
@@ -110,7 +110,7 @@ fn calibration_records_every_site_and_prunes_the_least_important() {
     assert_eq!(c.kept_sites(), 18, "85% of 120 sites pruned");
     assert_kept_are_most_important(c);
     for s in &c.sites {
-        assert!(s.top_channels.len() == 64 && s.top_channel_max.len() == 64);
+        assert!(s.top_channels.len() == TOP_CHANNELS && s.top_channel_max.len() == TOP_CHANNELS);
         assert!(s.top_channel_max.windows(2).all(|m| m[0] >= m[1]));
         assert!(s.top_channel_max[0] == s.max.abs().max(s.min.abs()));
         assert!(
@@ -401,6 +401,6 @@ fn calibrated_shadow_perplexity_is_near_f32() {
 /// measured -1.0% on this small sample (+0.46% on 8 windows of 256, docs/outliers.md).
 const KEPT_PPL_TOL: f64 = 0.02;
 /// Allowed increase with 85% of the sites pruned (residual importance, hot-max pruned
-/// sites): measured +8.1% on this small sample, KL 0.054 (seed 000's pruning: +9.1%, KL
-/// 0.333); +1.7% on 8 windows of 256 (docs/outliers.md).
-const PRUNED_PPL_TOL: f64 = 0.10;
+/// sites): measured +7.0% on this small sample, KL 0.051 (seed 000's pruning: +9.1%, KL
+/// 0.333); +1.4% on 8 windows of 256 (docs/outliers.md).
+const PRUNED_PPL_TOL: f64 = 0.09;

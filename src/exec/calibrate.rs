@@ -35,7 +35,7 @@ const OCTAVES: usize = 64;
 
 /// Channels per site that calibration ranks by max |x| (what [`PrunedScale::HotMax`]
 /// can keep; a pruned site keeps as many as `Calibration::pruned_shadow_bytes` hold).
-pub const TOP_CHANNELS: usize = 64;
+pub const TOP_CHANNELS: usize = 256;
 
 /// How to calibrate.
 #[derive(Debug, Clone)]

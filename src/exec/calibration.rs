@@ -218,8 +218,9 @@ pub struct SiteCalibration {
     pub keep: bool,
     /// Channels that had outliers, ascending.
     pub hot_channels: Vec<HotChannel>,
-    /// The channels of largest max |x|, descending (at most 64): the rows a pruned site
-    /// keeps under [`PrunedScale::HotMax`].
+    /// The channels of largest max |x|, descending (at most
+    /// [`TOP_CHANNELS`](super::TOP_CHANNELS)): the rows a pruned site keeps under
+    /// [`PrunedScale::HotMax`].
     pub top_channels: Vec<u32>,
     /// The max |x| of each of `top_channels`.
     pub top_channel_max: Vec<f32>,
@@ -280,7 +281,7 @@ pub struct Calibration {
     /// How pruned sites scale their activations.
     pub pruned_scale: PrunedScale,
     /// With [`PrunedScale::HotMax`]: the float-row bytes each pruned site may keep
-    /// resident, spent on its top channels in order (at most 64 channels).
+    /// resident, spent on its top channels in order (at most 256 channels).
     pub pruned_shadow_bytes: u64,
     /// Every layer's four sites, in (layer, site) order.
     pub sites: Vec<SiteCalibration>,
