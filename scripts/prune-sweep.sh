@@ -10,6 +10,10 @@
 #        TEXT       evaluation text         [default: /usr/share/common-licenses/GPL-3]
 #        WINDOWS    eval windows of 256     [default: 8]
 #        THREADS    compute threads         [default: 2]
+#        CALIBRATE_ARGS  more `hetsched calibrate` flags, e.g. "--importance ratio
+#                   --pruned-scale max" for seed 000's pruning   [default: none]
+#        LABEL      the calibrated rows' label [default: w8a8-shadow]
+#        REFERENCES 0: only the calibrated rows (no header, f32, w8a8, no calibration)
 # Writes the calibration to a temporary file (the one beside the model is left alone);
 # prints one markdown table row per setting. Needs jq.
 set -euo pipefail
@@ -21,6 +25,9 @@ CORPUS="${CORPUS:-/usr/share/common-licenses/Apache-2.0}"
 TEXT="${TEXT:-/usr/share/common-licenses/GPL-3}"
 WINDOWS="${WINDOWS:-8}"
 THREADS="${THREADS:-2}"
+read -r -a CALIBRATE_ARGS <<<"${CALIBRATE_ARGS:-}"
+LABEL="${LABEL:-w8a8-shadow}"
+REFERENCES="${REFERENCES:-1}"
 RATES=("$@")
 [[ ${#RATES[@]} -gt 0 ]] || RATES=(0 0.5 0.85 0.95 1)
 
@@ -32,7 +39,7 @@ PROMPT="$(mktemp)"
 trap 'rm -f "$CAL" "$PROMPT"' EXIT
 head -c 2400 "$TEXT" >"$PROMPT"   # about 512 tokens
 
-"$HETSCHED" calibrate --model "$MODEL" --corpus "$CORPUS" --out "$CAL" --threads "$THREADS" --json >/dev/null
+"$HETSCHED" calibrate --model "$MODEL" --corpus "$CORPUS" --out "$CAL" --threads "$THREADS" "${CALIBRATE_ARGS[@]}" --json >/dev/null
 
 row() { # label, then the precision / shadow arguments
     local label="$1"
@@ -54,11 +61,13 @@ row() { # label, then the precision / shadow arguments
         | "| " + (map(tostring) | join(" | ")) + " |"'
 }
 
-echo "| setting | perplexity | vs f32 | KL | top-1 | shadow rows resident / full copy | hits / misses | shadow share of prefill | prefill tok/s |"
-echo "|---|---|---|---|---|---|---|---|---|"
-row "f32" --precision f32
-row "w8a8" --precision w8a8
-row "w8a8-shadow, no calibration" --precision w8a8-shadow --no-calibration
+if [[ "$REFERENCES" != 0 ]]; then
+    echo "| setting | perplexity | vs f32 | KL | top-1 | shadow rows resident / full copy | hits / misses | shadow share of prefill | prefill tok/s |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    row "f32" --precision f32
+    row "w8a8" --precision w8a8
+    row "w8a8-shadow, no calibration" --precision w8a8-shadow --no-calibration
+fi
 for rate in "${RATES[@]}"; do
-    row "w8a8-shadow, prune $rate" --precision w8a8-shadow --calibration "$CAL" --prune "$rate"
+    row "$LABEL, prune $rate" --precision w8a8-shadow --calibration "$CAL" --prune "$rate"
 done

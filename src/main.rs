@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use hetsched::engine::{self, RunOutcome};
 use hetsched::exec::{
-    self, Calibration, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport,
-    PrunedScale,
+    self, Calibration, ExecModel, GpuUse, Importance, LinearPrecision, PrefillOptions,
+    PrefillReport, PrunedScale,
 };
 use hetsched::import::{
     ColumnSource, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor,
@@ -180,8 +180,9 @@ struct ShadowArgs {
     /// Re-decide the calibration's pruning: the share of sites whose shadow is dropped.
     #[arg(long, value_name = "RATE")]
     prune: Option<f64>,
-    /// Override the calibration's scale for pruned sites: max (each tensor's max |x|) or
-    /// percentile (the calibrated percentile of |x|; values beyond saturate).
+    /// Override the calibration's scale for pruned sites: max (each tensor's max |x|),
+    /// percentile (the calibrated percentile of |x|; values beyond saturate) or hot-max
+    /// (the max |x| outside the site's top channels, whose rows shadow the rest).
     #[arg(long, value_enum)]
     pruned_scale: Option<PrunedScale>,
 }
@@ -198,9 +199,22 @@ struct CalibrateArgs {
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Share of sites (layer x activation) whose outlier shadow is dropped: the least
-    /// important ones (largest outlier / clipped scale).
+    /// important ones under --importance.
     #[arg(long, default_value_t = 0.85)]
     prune: f64,
+    /// How sites are ranked for pruning: residual (largest |x| a pruned site would
+    /// quantize with, outside the channels it keeps, / clipped scale), ratio (seed 000:
+    /// largest outlier / clipped scale) or kl (the KL divergence from f32 that pruning the
+    /// site alone adds, measured on --sensitivity-windows; one prefill per site and window).
+    #[arg(long, value_enum, default_value = "residual")]
+    importance: Importance,
+    /// With --pruned-scale hot-max: the float rows (KiB) each pruned site keeps resident
+    /// for its channels of largest max |x| (at most 256 channels).
+    #[arg(long, value_name = "KIB", default_value_t = 256)]
+    pruned_shadow_kib: u64,
+    /// Windows (the corpus's first) each site's kl importance is measured on.
+    #[arg(long, default_value_t = 2)]
+    sensitivity_windows: usize,
     /// Tokens per window.
     #[arg(long, default_value_t = 256)]
     ctx: usize,
@@ -210,9 +224,10 @@ struct CalibrateArgs {
     /// Percentile of |x| for each site's clipped scale.
     #[arg(long, default_value_t = 99.99)]
     percentile: f64,
-    /// Scale of pruned sites: max (each tensor's max |x|) or percentile (the calibrated
-    /// percentile of |x|; values beyond saturate).
-    #[arg(long, value_enum, default_value = "max")]
+    /// Scale of pruned sites: max (each tensor's max |x|), percentile (the calibrated
+    /// percentile of |x|; values beyond saturate) or hot-max (the max |x| outside the
+    /// site's --pruned-channels top channels, whose float rows shadow the values beyond).
+    #[arg(long, value_enum, default_value = "hot-max")]
     pruned_scale: PrunedScale,
     /// Compute threads [default: the machine's cores].
     #[arg(long)]
@@ -477,11 +492,12 @@ fn find_calibration(
         }
     };
     let mut calibration = Calibration::load(&path).map_err(|e| e.to_string())?;
-    if let Some(rate) = args.prune {
-        calibration.prune(rate).map_err(|e| e.to_string())?;
-    }
+    // The scale first: the residual importance that --prune ranks by depends on it.
     if let Some(scale) = args.pruned_scale {
         calibration.pruned_scale = scale;
+    }
+    if let Some(rate) = args.prune {
+        calibration.prune(rate).map_err(|e| e.to_string())?;
     }
     Ok(Some((path, calibration)))
 }
@@ -542,14 +558,21 @@ fn eval(args: EvalArgs) -> Result<(), String> {
 
 fn calibrate(args: CalibrateArgs) -> Result<(), String> {
     let mut corpus = Vec::new();
-    let (tokenizer, models) = load_model(&args.model, &[LinearPrecision::F32], None)?;
+    // The kl importance runs the model as w8a8-shadow with one site pruned at a time.
+    let precisions: &[LinearPrecision] = match args.importance {
+        Importance::Kl => &[LinearPrecision::F32, LinearPrecision::W8a8Shadow],
+        Importance::Ratio | Importance::Residual => &[LinearPrecision::F32],
+    };
+    let (tokenizer, models) = load_model(&args.model, precisions, None)?;
     for path in &args.corpus {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read corpus file {}: {e}", path.display()))?;
         let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
         corpus.push((path.display().to_string(), tokens));
     }
-    let model = Arc::new(models.into_iter().next().expect("one precision asked for"));
+    let mut models = models.into_iter();
+    let model = Arc::new(models.next().expect("f32 asked for"));
+    let shadow = models.next();
     let defaults = PrefillOptions::default();
     let options = exec::CalibrateOptions {
         ctx: args.ctx,
@@ -557,13 +580,17 @@ fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         prune: args.prune,
         percentile: args.percentile,
         pruned_scale: args.pruned_scale,
+        pruned_shadow_bytes: args.pruned_shadow_kib * 1024,
+        importance: args.importance,
+        sensitivity_windows: args.sensitivity_windows,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         prefill: PrefillOptions {
             threads: args.threads.unwrap_or(defaults.threads),
             ..defaults
         },
     };
-    let calibration = exec::calibrate(&model, &corpus, &options).map_err(|e| e.to_string())?;
+    let calibration =
+        exec::calibrate(&model, shadow, &corpus, &options).map_err(|e| e.to_string())?;
     let out = args
         .out
         .unwrap_or_else(|| exec::default_calibration_path(&args.model));

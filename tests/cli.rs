@@ -561,6 +561,13 @@ fn calibrate_writes_a_file_that_run_follows_and_outliers_reads() {
         &run(&["--calibration", cal, "--prune", "2"]),
         "outside 0..=1",
     );
+    // A file of the first format (no top channels) is refused, not half-read.
+    let old = dir.join("version-1.json");
+    std::fs::write(&old, "{\"version\": 1}").unwrap();
+    assert_clear_failure(
+        &run(&["--calibration", old.to_str().unwrap()]),
+        "hetsched calibrate",
+    );
     assert_clear_failure(
         &hetsched(&[
             "run",

@@ -1,7 +1,9 @@
 //! Outlier shadowing with a calibration (issue 6): the calibration file round-trips and
-//! refuses another model or a corrupt file; pruning every site is plain W8A8; keeping
-//! every site with every channel hot is the full shadow; cold rows read from the model
-//! file equal resident ones; and the calibrated shadow's perplexity stays near f32's.
+//! refuses another model, another version or a corrupt file; pruning every site is plain
+//! W8A8 under the max scale and reads no cold row under hot-max; keeping every site with
+//! every channel hot is the full shadow; cold rows read from the model file equal
+//! resident ones; the kl importance ranks by measured sensitivity; and the calibrated
+//! shadow's perplexity stays near f32's.
 //!
 //! Needs the model: run `scripts/fetch-model.sh` first (these tests fail, not skip,
 //! without it).
@@ -10,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use hetsched::exec::{
-    CalibrateOptions, Calibration, CalibrationError, ExecError, ExecModel, HotChannel,
-    LinearPrecision, PrefillOptions, PrunedScale, calibrate, evaluate, prefill,
+    CalibrateOptions, Calibration, CalibrationError, ExecError, ExecModel, HotChannel, Importance,
+    LinearPrecision, PrefillOptions, PrunedScale, TOP_CHANNELS, calibrate, evaluate, prefill,
 };
 use hetsched::import::{GgufFile, GgufSource, GgufTokenizer, TEST_MODEL_PATH};
 
@@ -21,7 +23,8 @@ struct Loaded {
     f32: Arc<ExecModel>,
     w8a8: Arc<ExecModel>,
     full_shadow: Arc<ExecModel>,
-    /// Calibrated on the first windows of the Apache-2.0 licence, pruned at 85%.
+    /// Calibrated on the first windows of the Apache-2.0 licence, pruned at 85% with the
+    /// defaults of `hetsched calibrate` (residual importance, hot-max pruned sites).
     calibration: Calibration,
 }
 
@@ -41,13 +44,17 @@ fn loaded() -> &'static Loaded {
         let corpus = vec![("Apache-2.0".to_string(), tokenizer.encode(&text).unwrap())];
         let calibration = calibrate(
             &f32,
+            None,
             &corpus,
             &CalibrateOptions {
                 ctx: 128,
                 max_windows: 4,
                 prune: 0.85,
                 percentile: 99.99,
-                pruned_scale: PrunedScale::Max,
+                pruned_scale: PrunedScale::HotMax,
+                pruned_shadow_bytes: PRUNED_SHADOW_BYTES,
+                importance: Importance::Residual,
+                sensitivity_windows: 1,
                 progress: false,
                 prefill: options(),
             },
@@ -63,6 +70,9 @@ fn loaded() -> &'static Loaded {
         }
     })
 }
+
+/// `hetsched calibrate`'s default float rows per pruned site.
+const PRUNED_SHADOW_BYTES: u64 = 256 * 1024;
 
 fn options() -> PrefillOptions {
     PrefillOptions {
@@ -98,23 +108,15 @@ fn calibration_records_every_site_and_prunes_the_least_important() {
     let c = &loaded().calibration;
     assert_eq!(c.sites.len(), 4 * 30);
     assert_eq!(c.kept_sites(), 18, "85% of 120 sites pruned");
-    let min_kept = c
-        .sites
-        .iter()
-        .filter(|s| s.keep)
-        .map(|s| s.importance)
-        .fold(f32::INFINITY, f32::min);
-    let max_pruned = c
-        .sites
-        .iter()
-        .filter(|s| !s.keep)
-        .map(|s| s.importance)
-        .fold(0.0, f32::max);
-    assert!(
-        min_kept >= max_pruned,
-        "the kept sites are the most important"
-    );
+    assert_kept_are_most_important(c);
     for s in &c.sites {
+        assert!(s.top_channels.len() == TOP_CHANNELS && s.top_channel_max.len() == TOP_CHANNELS);
+        assert!(s.top_channel_max.windows(2).all(|m| m[0] >= m[1]));
+        assert!(s.top_channel_max[0] == s.max.abs().max(s.min.abs()));
+        assert!(
+            c.pruned_channels(s) >= 1
+                && c.pruned_channels(s) as u64 * s.row_bytes <= PRUNED_SHADOW_BYTES
+        );
         assert!(s.min <= s.max && s.rms > 0.0 && s.elements > 0);
         assert!(s.scale_percentile <= s.scale_max && s.scale_percentile > 0.0);
         let in_hot: u64 = s.hot_channels.iter().map(|h| h.outliers).sum();
@@ -127,6 +129,27 @@ fn calibration_records_every_site_and_prunes_the_least_important() {
             .iter()
             .all(|s| (0.0..=1.0).contains(&s.channels_with_outliers)
                 && (0.0..=1.0).contains(&s.outliers_in_top_channels))
+    );
+}
+
+fn assert_kept_are_most_important(c: &Calibration) {
+    let score = |s| c.importance_of(s).unwrap();
+    let min_kept = c
+        .sites
+        .iter()
+        .filter(|s| s.keep)
+        .map(score)
+        .fold(f32::INFINITY, f32::min);
+    let max_pruned = c
+        .sites
+        .iter()
+        .filter(|s| !s.keep)
+        .map(score)
+        .fold(f32::NEG_INFINITY, f32::max);
+    assert!(
+        min_kept >= max_pruned,
+        "the kept sites are the most important under {:?}",
+        c.importance
     );
 }
 
@@ -169,19 +192,26 @@ fn missing_or_corrupt_calibration_files_are_clear_errors() {
         "{corrupt}"
     );
 
-    std::fs::write(&path, r#"{"version": 1, "model": 3}"#).unwrap();
+    std::fs::write(&path, r#"{"version": 2, "model": 3}"#).unwrap();
     let wrong_shape = Calibration::load(&path).unwrap_err();
     assert!(
         matches!(wrong_shape, CalibrationError::Corrupt { .. }),
         "{wrong_shape}"
     );
 
-    std::fs::write(&path, r#"{"version": 99}"#).unwrap();
-    let version = Calibration::load(&path).unwrap_err();
-    assert!(
-        matches!(version, CalibrationError::Version { found: 99, .. }),
-        "{version}"
-    );
+    // Version 1 files have no top channels: refused, not read as pruned-to-max.
+    for found in [1, 99] {
+        std::fs::write(&path, format!(r#"{{"version": {found}}}"#)).unwrap();
+        let version = Calibration::load(&path).unwrap_err();
+        assert!(
+            matches!(version, CalibrationError::Version { found: f, .. } if f == found),
+            "{version}"
+        );
+        assert!(
+            version.to_string().contains("hetsched calibrate"),
+            "{version}"
+        );
+    }
     std::fs::remove_file(&path).unwrap();
 
     let mut c = loaded().calibration.clone();
@@ -192,8 +222,9 @@ fn missing_or_corrupt_calibration_files_are_clear_errors() {
 }
 
 #[test]
-fn pruning_every_site_is_plain_w8a8() {
+fn pruning_every_site_to_the_max_scale_is_plain_w8a8() {
     let mut c = loaded().calibration.clone();
+    c.pruned_scale = PrunedScale::Max;
     c.prune(1.0).unwrap();
     let (got, usage) = logits(calibrated(&c).unwrap());
     let want = prefill(loaded().w8a8.clone(), &prompt(), &options())
@@ -201,6 +232,64 @@ fn pruning_every_site_is_plain_w8a8() {
         .logits;
     assert_eq!(got, want, "bit-exact");
     assert_eq!(usage.outliers, 0);
+}
+
+#[test]
+fn hot_max_pruned_sites_shadow_only_their_resident_top_channels() {
+    let mut c = loaded().calibration.clone();
+    c.prune(1.0).unwrap();
+    let model = calibrated(&c).unwrap();
+    let report = model.shadow_report(Default::default()).unwrap();
+    assert_eq!(report.kept_sites, 0);
+    // Each site's rows of its top channels, and a slot per input channel.
+    assert!(
+        report.resident_bytes <= 120 * PRUNED_SHADOW_BYTES + report.full_copy_bytes / 100,
+        "{report:?}"
+    );
+    let (got, usage) = logits(model);
+    // The outliers lie in the top channels only: no row is read from the file.
+    assert!(
+        usage.outliers > 0 && usage.hits > 0 && usage.misses == 0,
+        "{usage:?}"
+    );
+    let plain = prefill(loaded().w8a8.clone(), &prompt(), &options())
+        .unwrap()
+        .logits;
+    assert_ne!(got, plain);
+
+    // No budget: no channel kept, the plain max scale again.
+    c.pruned_shadow_bytes = 0;
+    let (got, usage) = logits(calibrated(&c).unwrap());
+    assert_eq!((got, usage.outliers), (plain, 0));
+}
+
+#[test]
+fn kl_importance_ranks_by_measured_sensitivity() {
+    let l = loaded();
+    let text = std::fs::read_to_string("/usr/share/common-licenses/Apache-2.0").unwrap();
+    let corpus = vec![("Apache-2.0".to_string(), l.tokenizer.encode(&text).unwrap())];
+    let mut calibrate_options = CalibrateOptions {
+        ctx: 48,
+        max_windows: 2,
+        prune: 0.85,
+        percentile: 99.99,
+        pruned_scale: PrunedScale::HotMax,
+        pruned_shadow_bytes: PRUNED_SHADOW_BYTES,
+        importance: Importance::Kl,
+        sensitivity_windows: 1,
+        progress: false,
+        prefill: options(),
+    };
+    let shadow = ExecModel::load(&l.file, LinearPrecision::W8a8Shadow).unwrap();
+    let c = calibrate(&l.f32, Some(shadow), &corpus, &calibrate_options).unwrap();
+    assert!(c.sites.iter().all(|s| s.sensitivity.is_some()));
+    assert_eq!(c.kept_sites(), 18);
+    assert_kept_are_most_important(&c);
+
+    // Without the shadow model nothing is measured: a clear error, not a silent ranking.
+    calibrate_options.max_windows = 1;
+    let err = calibrate(&l.f32, None, &corpus, &calibrate_options).unwrap_err();
+    assert!(err.to_string().contains("--importance kl"), "{err}");
 }
 
 /// `c` with every site kept and every channel hot.
@@ -258,16 +347,25 @@ fn calibrated_shadow_perplexity_is_near_f32() {
     let gap = |model: &Arc<ExecModel>| {
         let r = evaluate(model, &l.f32, &tokens, 128, 2, &options()).unwrap();
         eprintln!(
-            "{}: perplexity {:.3} (f32 {:.3}), shadow {:?}",
-            r.precision, r.perplexity, r.perplexity_f32, r.shadow
+            "{}: perplexity {:.3} (f32 {:.3}), KL {:.4}, shadow {:?}",
+            r.precision, r.perplexity, r.perplexity_f32, r.kl_divergence, r.shadow
         );
-        (r.perplexity / r.perplexity_f32 - 1.0, r.shadow)
+        (
+            r.perplexity / r.perplexity_f32 - 1.0,
+            r.kl_divergence,
+            r.shadow,
+        )
     };
     let mut every_site = l.calibration.clone();
     every_site.prune(0.0).unwrap();
-    let (kept_gap, kept) = gap(&Arc::new(calibrated(&every_site).unwrap()));
-    let (pruned_gap, pruned) = gap(&Arc::new(calibrated(&l.calibration).unwrap()));
-    let (plain_gap, _) = gap(&l.w8a8);
+    let (kept_gap, _, kept) = gap(&Arc::new(calibrated(&every_site).unwrap()));
+    let (pruned_gap, pruned_kl, pruned) = gap(&Arc::new(calibrated(&l.calibration).unwrap()));
+    // Seed 000's pruning: ranked by largest outlier / clip, pruned sites at the max scale.
+    let mut paper = l.calibration.clone();
+    (paper.importance, paper.pruned_scale) = (Importance::Ratio, PrunedScale::Max);
+    paper.prune(0.85).unwrap();
+    let (paper_gap, paper_kl, _) = gap(&Arc::new(calibrated(&paper).unwrap()));
+    let (plain_gap, _, _) = gap(&l.w8a8);
     assert!(
         kept_gap.abs() < KEPT_PPL_TOL,
         "no pruning: {kept_gap:+.4} over f32"
@@ -280,15 +378,20 @@ fn calibrated_shadow_perplexity_is_near_f32() {
         plain_gap > 4.0 * pruned_gap,
         "plain W8A8 {plain_gap:+.3} is far worse"
     );
+    assert!(
+        pruned_gap < paper_gap && pruned_kl < paper_kl / 4.0,
+        "hot-max pruned sites: {pruned_gap:+.4}, KL {pruned_kl:.4}; seed 000's pruning {paper_gap:+.4}, KL {paper_kl:.4}"
+    );
     let (kept, pruned) = (kept.unwrap(), pruned.unwrap());
     assert_eq!((kept.kept_sites, pruned.kept_sites), (120, 18));
-    // Hot rows only: less than a full float copy, and pruning drops most of the rest.
+    // Hot rows only: less than a full float copy, and pruning drops most of the rest
+    // (the pruned sites keep a few rows each).
     assert!(
         kept.resident_bytes < kept.full_copy_bytes * 3 / 4,
         "{kept:?}"
     );
     assert!(
-        pruned.resident_bytes < kept.resident_bytes / 3,
+        pruned.resident_bytes < kept.resident_bytes / 2,
         "{pruned:?}"
     );
 }
@@ -297,5 +400,7 @@ fn calibrated_shadow_perplexity_is_near_f32() {
 /// (calibrated hot rows, cold rows read on a miss), on 2 windows of 128 GPL-3 tokens:
 /// measured -1.0% on this small sample (+0.46% on 8 windows of 256, docs/outliers.md).
 const KEPT_PPL_TOL: f64 = 0.02;
-/// Allowed increase with 85% of the sites pruned: measured +9.1% here (+4.2% on 8 of 256).
-const PRUNED_PPL_TOL: f64 = 0.12;
+/// Allowed increase with 85% of the sites pruned (residual importance, hot-max pruned
+/// sites): measured +7.0% on this small sample, KL 0.051 (seed 000's pruning: +9.1%, KL
+/// 0.333); +1.4% on 8 windows of 256 (docs/outliers.md).
+const PRUNED_PPL_TOL: f64 = 0.09;

@@ -4,6 +4,12 @@
 //! Outliers are counted with the run-time rule ([`clip_limit`]: values beyond
 //! min(max |x|, clip × rms) of their tensor), so the channels calibration calls hot are
 //! the ones whose float rows the shadow will need.
+//!
+//! Per site it also ranks the channels by their largest |x| (the rows a pruned site keeps
+//! under [`PrunedScale::HotMax`]) and, with the W8A8-shadow model at hand, measures the
+//! site's **sensitivity**: the KL divergence from the float logits that pruning that one
+//! site adds, over the first windows ([`Importance::Kl`]). Which ranking keeps which
+//! shadows, and what each buys on SmolLM2-135M, is in docs/outliers.md.
 
 use std::sync::Arc;
 
@@ -11,9 +17,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::Mutex;
 
 use super::calibration::{
-    CALIBRATION_VERSION, Calibration, HotChannel, ModelIdentity, SiteCalibration,
+    CALIBRATION_VERSION, Calibration, HotChannel, Importance, ModelIdentity, SiteCalibration,
 };
-use super::shadow::{ActSite, PrunedScale};
+use super::eval::{kl_divergence, log_softmax};
+use super::shadow::{ActSite, PrunedScale, QuantRule};
 use super::values::{SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
 use super::{ExecError, PrefillOptions, prefill};
@@ -25,6 +32,10 @@ const BINS_PER_OCTAVE: f32 = 16.0;
 const LOW_OCTAVES: f32 = 32.0;
 /// Octaves covered: 2^-32 .. 2^32.
 const OCTAVES: usize = 64;
+
+/// Channels per site that calibration ranks by max |x| (what [`PrunedScale::HotMax`]
+/// can keep; a pruned site keeps as many as `Calibration::pruned_shadow_bytes` hold).
+pub const TOP_CHANNELS: usize = 256;
 
 /// How to calibrate.
 #[derive(Debug, Clone)]
@@ -39,6 +50,12 @@ pub struct CalibrateOptions {
     pub percentile: f64,
     /// How pruned sites scale their activations.
     pub pruned_scale: PrunedScale,
+    /// With [`PrunedScale::HotMax`]: the float-row bytes each pruned site may keep.
+    pub pruned_shadow_bytes: u64,
+    /// Which score ranks the sites for pruning ([`Importance::Kl`] needs the shadow model).
+    pub importance: Importance,
+    /// Windows (the first ones) that each site's sensitivity is measured on.
+    pub sensitivity_windows: usize,
     /// Show a progress bar on stderr.
     pub progress: bool,
     /// Threads, device, policy.
@@ -56,6 +73,7 @@ struct SiteAccumulator {
     importance: f32,
     outliers: u64,
     channel_outliers: Vec<u64>,
+    channel_max: Vec<f32>,
     histogram: Vec<u64>,
 }
 
@@ -70,6 +88,7 @@ impl SiteAccumulator {
             importance: 1.0,
             outliers: 0,
             channel_outliers: Vec::new(),
+            channel_max: Vec::new(),
             histogram: vec![0; OCTAVES * BINS_PER_OCTAVE as usize],
         }
     }
@@ -81,6 +100,7 @@ impl SiteAccumulator {
         if self.channel_outliers.len() != channels {
             self.channels = channels;
             self.channel_outliers = vec![0; channels];
+            self.channel_max = vec![0.0; channels];
         }
         let limit = clip_limit(x, clip);
         let last = self.histogram.len() - 1;
@@ -91,6 +111,8 @@ impl SiteAccumulator {
             self.sum_squares += f64::from(v) * f64::from(v);
             let a = v.abs();
             max_abs = max_abs.max(a);
+            let channel_max = &mut self.channel_max[i % channels];
+            *channel_max = channel_max.max(a);
             let bin = ((a.log2() + LOW_OCTAVES) * BINS_PER_OCTAVE).max(0.0) as usize;
             self.histogram[bin.min(last)] += 1;
             if a > limit {
@@ -117,9 +139,28 @@ impl SiteAccumulator {
         self.max.abs().max(self.min.abs())
     }
 
-    fn finish(&self, layer: usize, site: ActSite, percentile: f64) -> SiteCalibration {
+    /// Up to [`TOP_CHANNELS`] channels by descending max |x| (ties: lower index first).
+    fn top_channels(&self) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..self.channel_max.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            self.channel_max[b as usize]
+                .total_cmp(&self.channel_max[a as usize])
+                .then(a.cmp(&b))
+        });
+        order.truncate(TOP_CHANNELS);
+        order
+    }
+
+    fn finish(
+        &self,
+        layer: usize,
+        site: ActSite,
+        row_bytes: u64,
+        percentile: f64,
+    ) -> SiteCalibration {
         let max_abs = self.max.abs().max(self.min.abs());
         let seen = self.elements > 0;
+        let top_channels = self.top_channels();
         SiteCalibration {
             layer,
             site,
@@ -131,9 +172,16 @@ impl SiteAccumulator {
             // Never above the max scale: the histogram's bin edge may overshoot it.
             scale_percentile: self.percentile(percentile).min(max_abs) / 127.0,
             importance: self.importance,
+            sensitivity: None,
             elements: self.elements,
             outliers: self.outliers,
             keep: true,
+            top_channel_max: top_channels
+                .iter()
+                .map(|&c| self.channel_max[c as usize])
+                .collect(),
+            top_channels,
+            row_bytes,
             hot_channels: self
                 .channel_outliers
                 .iter()
@@ -154,6 +202,8 @@ pub struct ActivationRecorder {
     clip: f32,
     /// Input channels of each site's linears.
     channels: [usize; 4],
+    /// Bytes of one input channel's float row over each site's linears.
+    row_bytes: [u64; 4],
     /// `[layer * 4 + site]`.
     sites: Mutex<Vec<SiteAccumulator>>,
 }
@@ -167,9 +217,14 @@ impl ActivationRecorder {
             ActSite::O => c.q_dim(),
             ActSite::Down => c.ffn,
         });
+        let row_bytes = ActSite::ALL.map(|site| {
+            let outputs: usize = site.linears().iter().map(|w| w.shape(c)[0]).sum();
+            4 * outputs as u64
+        });
         Self {
             clip,
             channels,
+            row_bytes,
             sites: Mutex::new(vec![
                 SiteAccumulator::new();
                 model.layers.len() * ActSite::ALL.len()
@@ -193,17 +248,25 @@ impl ActivationRecorder {
             .enumerate()
             .map(|(i, acc)| {
                 let site = ActSite::ALL[i % ActSite::ALL.len()];
-                acc.finish(i / ActSite::ALL.len(), site, percentile)
+                acc.finish(
+                    i / ActSite::ALL.len(),
+                    site,
+                    self.row_bytes[site.index()],
+                    percentile,
+                )
             })
             .collect()
     }
 }
 
 /// Calibrates the f32 `model` on `corpus` (each text's name and tokens): windows of
-/// `options.ctx` tokens, one float prefill each, at most `options.max_windows`; then
-/// prunes the shadow of the `options.prune` least important sites.
+/// `options.ctx` tokens, one float prefill each, at most `options.max_windows`; with
+/// `shadow` (the same model loaded for W8A8-shadow, every row resident), each site's
+/// sensitivity on the first `options.sensitivity_windows`; then prunes the shadow of the
+/// `options.prune` least important sites under `options.importance`.
 pub fn calibrate(
     model: &Arc<ExecModel>,
+    shadow: Option<ExecModel>,
     corpus: &[(String, Vec<u32>)],
     options: &CalibrateOptions,
 ) -> Result<Calibration, ExecError> {
@@ -227,27 +290,39 @@ pub fn calibrate(
             "the corpus has no tokens: give --corpus files with text".into(),
         ));
     }
+    let sensitivity_windows = if shadow.is_some() {
+        options.sensitivity_windows.min(windows.len())
+    } else {
+        0
+    };
     let recorder = Arc::new(ActivationRecorder::new(model, SHADOW_CLIP_RMS));
     let prefill_options = PrefillOptions {
         chunk_len: options.ctx as u32,
         recorder: Some(recorder.clone()),
         ..options.prefill.clone()
     };
-    let bar = if options.progress {
-        let bar = ProgressBar::new(windows.len() as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} windows, {elapsed} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
-    for window in &windows {
-        prefill(model.clone(), window, &prefill_options)?;
+    let sites = model.layers.len() * ActSite::ALL.len();
+    let bar = progress_bar(
+        options.progress,
+        windows.len() + sites * usize::from(sensitivity_windows > 0),
+    );
+    // The float log-probabilities of the sensitivity windows, every position.
+    let mut reference = Vec::with_capacity(sensitivity_windows);
+    for (w, window) in windows.iter().enumerate() {
+        let keep_logits = w < sensitivity_windows;
+        let run = prefill(
+            model.clone(),
+            window,
+            &PrefillOptions {
+                all_logits: keep_logits,
+                ..prefill_options.clone()
+            },
+        )?;
+        if keep_logits {
+            reference.push(log_probs(&run.logits, model.config.vocab_size));
+        }
         bar.inc(1);
     }
-    bar.finish_and_clear();
     let mut calibration = Calibration {
         version: CALIBRATION_VERSION,
         model: ModelIdentity::of_model(model),
@@ -258,9 +333,114 @@ pub fn calibrate(
         clip_rms: SHADOW_CLIP_RMS,
         percentile: options.percentile,
         prune: 0.0,
+        importance: options.importance,
         pruned_scale: options.pruned_scale,
+        pruned_shadow_bytes: options.pruned_shadow_bytes,
         sites: recorder.finish(options.percentile),
     };
+    if let Some(shadow) = shadow.filter(|_| sensitivity_windows > 0) {
+        let probe = SensitivityProbe {
+            windows: &windows[..sensitivity_windows],
+            reference: &reference,
+            options: &PrefillOptions {
+                chunk_len: options.ctx as u32,
+                all_logits: true,
+                ..options.prefill.clone()
+            },
+        };
+        probe.measure(&mut calibration, shadow, &bar)?;
+    }
+    bar.finish_and_clear();
     calibration.prune(options.prune)?;
     Ok(calibration)
+}
+
+fn progress_bar(show: bool, len: usize) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} prefills, {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// `[tokens, vocab]` logits as log-probabilities per position.
+fn log_probs(logits: &[f32], vocab: usize) -> Vec<Vec<f64>> {
+    logits.chunks_exact(vocab).map(log_softmax).collect()
+}
+
+/// Measures what pruning one site alone does to the W8A8-shadow logits.
+struct SensitivityProbe<'a> {
+    windows: &'a [&'a [u32]],
+    /// The float log-probabilities of `windows`, per window and position.
+    reference: &'a [Vec<Vec<f64>>],
+    /// Prefill options: one chunk per window, every position's logits.
+    options: &'a PrefillOptions,
+}
+
+impl SensitivityProbe<'_> {
+    /// Mean KL(f32 || `model`) over every position of the windows, in nats.
+    fn kl(&self, model: &Arc<ExecModel>) -> Result<f64, ExecError> {
+        let vocab = model.config.vocab_size;
+        let (mut kl, mut positions) = (0.0, 0usize);
+        for (window, reference) in self.windows.iter().zip(self.reference) {
+            let logits = prefill(model.clone(), window, self.options)?.logits;
+            for (lq, logits) in reference.iter().zip(logits.chunks_exact(vocab)) {
+                kl += kl_divergence(lq, &log_softmax(logits));
+                positions += 1;
+            }
+        }
+        Ok(kl / positions.max(1) as f64)
+    }
+
+    /// Fills every site's [`SiteCalibration::sensitivity`]: the KL with that site
+    /// quantized as a pruned site ([`Calibration::pruned_rule`]) and every other shadowed,
+    /// less the KL with every site shadowed. `shadow` must be the calibrated model loaded
+    /// for W8A8-shadow without a calibration (every site shadowed).
+    fn measure(
+        &self,
+        calibration: &mut Calibration,
+        shadow: ExecModel,
+        bar: &ProgressBar,
+    ) -> Result<(), ExecError> {
+        if shadow.precision != LinearPrecision::W8a8Shadow
+            || ModelIdentity::of_model(&shadow) != calibration.model
+        {
+            return Err(ExecError::InvalidEval(
+                "the sensitivity pass needs the calibrated model loaded for w8a8-shadow".into(),
+            ));
+        }
+        let mut model = Arc::new(shadow);
+        let shadowed = self.kl(&model)?;
+        let pruned: Vec<QuantRule> = calibration
+            .sites
+            .iter()
+            .map(|site| calibration.pruned_rule(site))
+            .collect();
+        for (site, pruned) in calibration.sites.iter_mut().zip(pruned) {
+            let kept = swap_rule(&mut model, site.layer, site.site, pruned)?;
+            let kl = self.kl(&model);
+            swap_rule(&mut model, site.layer, site.site, kept)?;
+            site.sensitivity = Some((kl? - shadowed) as f32);
+            bar.inc(1);
+        }
+        Ok(())
+    }
+}
+
+/// Sets how `model` quantizes `site` of layer `layer`; returns the rule it had.
+fn swap_rule(
+    model: &mut Arc<ExecModel>,
+    layer: usize,
+    site: ActSite,
+    rule: QuantRule,
+) -> Result<QuantRule, ExecError> {
+    let model = Arc::get_mut(model).ok_or_else(|| {
+        ExecError::InvalidEval("a finished prefill still holds the model it ran".into())
+    })?;
+    let slot = &mut model.layers[layer].quant[site.index()];
+    Ok(std::mem::replace(slot, rule))
 }

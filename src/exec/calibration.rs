@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::shadow::{ActSite, PrunedScale};
+use super::shadow::{ActSite, PrunedScale, QuantRule};
 use super::weights::ExecModel;
 use crate::import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
 
 /// The calibration file format this build reads and writes.
-pub const CALIBRATION_VERSION: u32 = 1;
+pub const CALIBRATION_VERSION: u32 = 2;
 
 /// The share of a site's channels that Fig. 11's statistic calls "top" channels.
 pub const TOP_CHANNEL_SHARE: f64 = 0.03;
@@ -157,6 +157,24 @@ impl ModelIdentity {
     }
 }
 
+/// How calibration ranks the sites whose shadow is kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Importance {
+    /// Seed 000's ratio, largest outlier / clipped scale ([`SiteCalibration::importance`]):
+    /// how much resolution the plain max scale loses.
+    Ratio,
+    /// The same ratio for the range a pruned site actually quantizes with: under
+    /// [`PrunedScale::HotMax`] the max |x| outside the top channels it keeps (the
+    /// paper's ratio overrates the sites whose outliers sit in a few channels, which a
+    /// pruned site's channel shadow already covers).
+    #[default]
+    Residual,
+    /// The KL divergence from f32 that pruning this one site adds to the final logits
+    /// ([`SiteCalibration::sensitivity`]), measured on calibration windows.
+    Kl,
+}
+
 /// A channel whose values exceeded the clipped range during calibration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HotChannel {
@@ -189,6 +207,9 @@ pub struct SiteCalibration {
     /// max scale stretches beyond the bulk (1 when nothing was clipped). Seed 000's
     /// importance: largest outlier / scale.
     pub importance: f32,
+    /// The KL divergence from f32 (nats per position) that pruning only this site adds to
+    /// the final logits over the calibration's first windows; `None` when not measured.
+    pub sensitivity: Option<f32>,
     /// Values seen.
     pub elements: u64,
     /// Values beyond the clipped range.
@@ -197,6 +218,14 @@ pub struct SiteCalibration {
     pub keep: bool,
     /// Channels that had outliers, ascending.
     pub hot_channels: Vec<HotChannel>,
+    /// The channels of largest max |x|, descending (at most
+    /// [`TOP_CHANNELS`](super::TOP_CHANNELS)): the rows a pruned site keeps under
+    /// [`PrunedScale::HotMax`].
+    pub top_channels: Vec<u32>,
+    /// The max |x| of each of `top_channels`.
+    pub top_channel_max: Vec<f32>,
+    /// Bytes of one input channel's float row over the site's linears (4 × their outputs).
+    pub row_bytes: u64,
 }
 
 impl SiteCalibration {
@@ -247,9 +276,13 @@ pub struct Calibration {
     pub percentile: f64,
     /// Share of sites whose shadow is dropped (the least important).
     pub prune: f64,
+    /// Which score ranks the sites for pruning.
+    pub importance: Importance,
     /// How pruned sites scale their activations.
-    #[serde(default)]
     pub pruned_scale: PrunedScale,
+    /// With [`PrunedScale::HotMax`]: the float-row bytes each pruned site may keep
+    /// resident, spent on its top channels in order (at most 256 channels).
+    pub pruned_shadow_bytes: u64,
     /// Every layer's four sites, in (layer, site) order.
     pub sites: Vec<SiteCalibration>,
 }
@@ -260,6 +293,59 @@ impl Calibration {
         self.sites
             .iter()
             .find(|s| s.layer == layer && s.site == site)
+    }
+
+    /// How many of `site`'s top channels keep a shadow once it is pruned: as many as
+    /// [`Self::pruned_shadow_bytes`] of float rows hold under [`PrunedScale::HotMax`],
+    /// none otherwise.
+    pub fn pruned_channels(&self, site: &SiteCalibration) -> usize {
+        if self.pruned_scale != PrunedScale::HotMax {
+            return 0;
+        }
+        let rows = self.pruned_shadow_bytes / site.row_bytes.max(1);
+        site.top_channels.len().min(rows as usize)
+    }
+
+    /// How `site` quantizes once pruned (no clip, no cold rows): [`Self::pruned_scale`]'s
+    /// per-tensor rule, with the shadow of its [`Self::pruned_channels`] top channels.
+    pub fn pruned_rule(&self, site: &SiteCalibration) -> QuantRule {
+        let channels = self.pruned_channels(site);
+        match self.pruned_scale {
+            PrunedScale::Percentile if site.scale_percentile > 0.0 => QuantRule::Static {
+                scale: site.scale_percentile,
+            },
+            PrunedScale::HotMax if channels > 0 && site.channels > 0 => {
+                let mut hot = vec![false; site.channels];
+                for &c in &site.top_channels[..channels] {
+                    if let Some(h) = hot.get_mut(c as usize) {
+                        *h = true;
+                    }
+                }
+                QuantRule::HotMax { hot: hot.into() }
+            }
+            _ => QuantRule::MaxAbs,
+        }
+    }
+
+    /// `site`'s score under [`Self::importance`] (larger: kept first); `None` where
+    /// calibration did not measure it.
+    pub fn importance_of(&self, site: &SiteCalibration) -> Option<f32> {
+        match self.importance {
+            Importance::Ratio => Some(site.importance),
+            Importance::Residual => {
+                // The largest channel max left outside the kept channels (the last one
+                // recorded bounds those never recorded).
+                let kept = self.pruned_channels(site);
+                let left = site
+                    .top_channel_max
+                    .get(kept)
+                    .or(site.top_channel_max.last())
+                    .copied()
+                    .unwrap_or(0.0);
+                Some(left / (self.clip_rms * site.rms).max(f32::MIN_POSITIVE))
+            }
+            Importance::Kl => site.sensitivity,
+        }
     }
 
     /// Fails unless this calibration was made for `model`.
@@ -274,20 +360,26 @@ impl Calibration {
         }
     }
 
-    /// Keeps the shadow of the `1 - rate` most important sites and drops the rest
-    /// (ties: earlier layer and site first).
+    /// Keeps the shadow of the `1 - rate` most important sites under
+    /// [`Self::importance`] and drops the rest (ties: earlier layer and site first).
     pub fn prune(&mut self, rate: f64) -> Result<(), CalibrationError> {
         if !(0.0..=1.0).contains(&rate) {
             return Err(CalibrationError::InvalidPrune(rate));
         }
+        let scores = self
+            .sites
+            .iter()
+            .map(|s| self.importance_of(s))
+            .collect::<Option<Vec<f32>>>()
+            .ok_or_else(|| {
+                CalibrationError::NoData(format!(
+                    "the calibration has no {:?} importance for every site: run `hetsched calibrate --importance kl` again",
+                    self.importance
+                ))
+            })?;
         let keep = ((1.0 - rate) * self.sites.len() as f64).round() as usize;
         let mut order: Vec<usize> = (0..self.sites.len()).collect();
-        order.sort_by(|&a, &b| {
-            self.sites[b]
-                .importance
-                .total_cmp(&self.sites[a].importance)
-                .then(a.cmp(&b))
-        });
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
         for (rank, &i) in order.iter().enumerate() {
             self.sites[i].keep = rank < keep;
         }

@@ -37,7 +37,8 @@ pub struct EvalReport {
     pub shadow: Option<ShadowReport>,
 }
 
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
+/// `ln softmax(logits)`, in f64 (the KL sums of evaluation and calibration).
+pub(super) fn log_softmax(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let lse = logits
         .iter()
@@ -46,6 +47,11 @@ fn log_softmax(logits: &[f32]) -> Vec<f64> {
         .ln()
         + max;
     logits.iter().map(|&v| v as f64 - lse).collect()
+}
+
+/// KL(q || p) of two log-probability vectors, in nats.
+pub(super) fn kl_divergence(lq: &[f64], lp: &[f64]) -> f64 {
+    lq.iter().zip(lp).map(|(q, p)| q.exp() * (q - p)).sum()
 }
 
 fn argmax(x: &[f64]) -> usize {
@@ -107,11 +113,7 @@ pub fn evaluate(
                 Some(r) => {
                     let lq = log_softmax(&r[t * vocab..(t + 1) * vocab]);
                     nll_f32 -= lq[next];
-                    kl += lq
-                        .iter()
-                        .zip(&lp)
-                        .map(|(q, p)| q.exp() * (q - p))
-                        .sum::<f64>();
+                    kl += kl_divergence(&lq, &lp);
                     agree += usize::from(argmax(&lq) == argmax(&lp));
                 }
                 None => {

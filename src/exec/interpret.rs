@@ -267,10 +267,9 @@ impl StageRunner {
             recorder.observe(layer, site, &x);
         }
         let rule = self.model.quant_rule(layer, site);
+        let shadows = rule.shadows();
         let mut act = quantize(x, rule);
-        if rule.shadows()
-            && let Act::Int8 { outliers, .. } = &mut act
-        {
+        if shadows && let Act::Int8 { outliers, .. } = &mut act {
             let outliers = Arc::new(std::mem::take(outliers));
             self.state.shadow[chunk].lock().pending = Some((site, outliers));
         }

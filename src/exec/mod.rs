@@ -47,10 +47,10 @@ use hetsched_systems::{
     DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
 };
 
-pub use calibrate::{ActivationRecorder, CalibrateOptions, calibrate};
+pub use calibrate::{ActivationRecorder, CalibrateOptions, TOP_CHANNELS, calibrate};
 pub use calibration::{
-    CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, ModelIdentity, OutlierStats,
-    SiteCalibration, default_calibration_path,
+    CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, Importance, ModelIdentity,
+    OutlierStats, SiteCalibration, default_calibration_path,
 };
 pub use error::ExecError;
 pub use eval::{EvalReport, evaluate};

@@ -84,7 +84,7 @@ impl ActSite {
 }
 
 /// How one activation is quantized.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum QuantRule {
     /// f32 linears: no quantization.
     PassThrough,
@@ -102,17 +102,26 @@ pub enum QuantRule {
         /// Clip in root-mean-squares of the tensor.
         rms: f32,
     },
+    /// Per-tensor INT8, scale from the max |x| of the channels outside `hot` / 127 (a
+    /// pruned site with [`PrunedScale::HotMax`]): nothing saturates, and only values of
+    /// the `hot` channels can lie beyond; they go to the float shadow, whose rows of
+    /// exactly those channels stay resident (no cold reads).
+    HotMax {
+        /// Per input channel: whether it is one of the site's hot channels.
+        hot: Arc<[bool]>,
+    },
 }
 
 impl QuantRule {
-    /// Whether the site has outliers for a float shadow: the plan then gives it a shadow
-    /// stage beside its INT8 stage.
-    pub fn shadows(self) -> bool {
-        matches!(self, QuantRule::Clip { .. })
+    /// Whether the site hands outliers to a float shadow (a kept site, or a pruned one
+    /// with its top channels' rows): the plan then gives it a shadow stage beside its INT8
+    /// stage.
+    pub fn shadows(&self) -> bool {
+        matches!(self, QuantRule::Clip { .. } | QuantRule::HotMax { .. })
     }
 }
 
-/// The per-tensor scale a pruned site (one without a shadow) quantizes with.
+/// The per-tensor scale a pruned site (one without the full shadow) quantizes with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum PrunedScale {
@@ -121,6 +130,14 @@ pub enum PrunedScale {
     Max,
     /// The calibration's percentile scale: the few values beyond saturate.
     Percentile,
+    /// The max |x| outside the site's top channels (calibration's `top_channels`, as
+    /// many as `Calibration::pruned_shadow_bytes` hold), whose float rows stay resident
+    /// and take their values beyond: at qkv and gate_up the channels that blow up a max
+    /// scale are few and fixed (the residual stream's massive channels), so a few rows buy
+    /// most of the resolution back without reading a cold row.
+    #[serde(rename = "hot-max")]
+    #[value(name = "hot-max")]
+    HotMax,
 }
 
 /// Input-channel rows of an INT8 linear's float weights kept for the shadow.

@@ -61,8 +61,9 @@ const ROWS_PER_TASK: usize = 16;
 pub const SHADOW_CLIP_RMS: f32 = 3.0;
 
 /// The quantize operator under `rule`: a pass-through for f32; per-tensor INT8 with the
-/// scale from max |x|; or, for outlier shadowing, from min(max |x|, `rms` × rms(x)) with
-/// the excess of each value beyond it kept as an outlier.
+/// scale from max |x| or a static one; or, for outlier shadowing, from min(max |x|,
+/// `rms` × rms(x)) or the max |x| of the cold channels, with the excess of each value
+/// beyond it kept as an outlier.
 pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
     match rule {
         QuantRule::PassThrough => Act::F32(x),
@@ -87,18 +88,31 @@ pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
         }
         QuantRule::Clip { rms: clip } => {
             let limit = clip_limit(&x, clip);
-            let scale = if limit > 0.0 { limit / 127.0 } else { 1.0 };
-            let mut q = vec![0i8; x.len()];
-            quantize_per_tensor_fast(&x, scale, &mut q);
-            let outliers = x
+            quantize_beyond(x, limit)
+        }
+        QuantRule::HotMax { hot } => {
+            let limit = x
                 .iter()
-                .enumerate()
-                .filter(|(_, v)| v.abs() > limit)
-                .map(|(i, &v)| (i as u32, v - f32::from(q[i]) * scale))
-                .collect();
-            Act::Int8 { q, scale, outliers }
+                .zip(hot.iter().cycle())
+                .filter(|&(_, &h)| !h)
+                .fold(0f32, |m, (v, _)| m.max(v.abs()));
+            quantize_beyond(x, limit)
         }
     }
+}
+
+/// Per-tensor INT8 with the scale `limit` / 127, each value beyond `limit` an outlier.
+fn quantize_beyond(x: Vec<f32>, limit: f32) -> Act {
+    let scale = if limit > 0.0 { limit / 127.0 } else { 1.0 };
+    let mut q = vec![0i8; x.len()];
+    quantize_per_tensor_fast(&x, scale, &mut q);
+    let outliers = x
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.abs() > limit)
+        .map(|(i, &v)| (i as u32, v - f32::from(q[i]) * scale))
+        .collect();
+    Act::Int8 { q, scale, outliers }
 }
 
 /// The clipped range of `x`: min(max |x|, `clip` × rms(x)). Values beyond it are the

@@ -12,8 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::calibration::{Calibration, ModelIdentity};
 use super::error::ExecError;
 use super::shadow::{
-    ActSite, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
-    ShadowUsage,
+    ActSite, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
 };
 use super::steps::Projection;
 use super::values::SHADOW_CLIP_RMS;
@@ -269,19 +268,27 @@ impl ExecModel {
                     .into_iter()
                     .find(|s| s.linears().contains(&which))
                     .expect("every projection reads one site");
-                let shadow = match (quant[site.index()], setup) {
+                let shadow = match (&quant[site.index()], setup) {
                     (QuantRule::Clip { .. }, ShadowSetup::Full) => Some(ShadowRows::all(&w, n, k)),
                     (
-                        QuantRule::Clip { .. },
+                        rule @ (QuantRule::Clip { .. } | QuantRule::HotMax { .. }),
                         ShadowSetup::Calibrated {
                             calibration,
                             columns,
                         },
                     ) => {
-                        let hot = calibration
-                            .site(l, site)
-                            .map(|s| s.hot_channel_ids())
-                            .unwrap_or_default();
+                        let hot = match rule {
+                            // A pruned site's outliers are only ever in these channels.
+                            QuantRule::HotMax { hot } => (0..)
+                                .zip(hot.iter())
+                                .filter(|&(_, &h)| h)
+                                .map(|(c, _)| c)
+                                .collect(),
+                            _ => calibration
+                                .site(l, site)
+                                .map(|s| s.hot_channel_ids())
+                                .unwrap_or_default(),
+                        };
                         let cold = ColdRows {
                             source: columns.clone(),
                             layer: l,
@@ -294,7 +301,7 @@ impl ExecModel {
                 Ok(LinearWeights::new(&w, n, k, precision, shadow))
             };
             layers.push(LayerWeights {
-                quant,
+                quant: quant.clone(),
                 attn_norm: tensor(LayerTensor::AttnNorm)?,
                 wq: linear(LayerTensor::Q)?,
                 wk: linear(LayerTensor::K)?,
@@ -330,7 +337,7 @@ impl ExecModel {
     pub fn quant_rule(&self, layer: usize, site: ActSite) -> QuantRule {
         self.layers
             .get(layer)
-            .map_or(QuantRule::PassThrough, |l| l.quant[site.index()])
+            .map_or(QuantRule::PassThrough, |l| l.quant[site.index()].clone())
     }
 
     /// The outlier shadow's footprint and `usage`, or `None` without a shadow.
@@ -340,7 +347,12 @@ impl ExecModel {
         }
         let mut kept_sites = 0;
         for layer in &self.layers {
-            kept_sites += layer.quant.iter().filter(|r| r.shadows()).count();
+            // Kept: the full shadow (pruned sites may keep their top channels' rows).
+            kept_sites += layer
+                .quant
+                .iter()
+                .filter(|r| matches!(r, QuantRule::Clip { .. }))
+                .count();
         }
         let (mut resident_bytes, mut full_copy_bytes) = (0, 0);
         for layer in &self.layers {
@@ -452,15 +464,8 @@ fn site_rule(
         (LinearPrecision::W8a8Shadow, ShadowSetup::Calibrated { calibration, .. }) => {
             match calibration.site(layer, site) {
                 Some(s) if s.keep => clip,
-                Some(s)
-                    if calibration.pruned_scale == PrunedScale::Percentile
-                        && s.scale_percentile > 0.0 =>
-                {
-                    QuantRule::Static {
-                        scale: s.scale_percentile,
-                    }
-                }
-                _ => QuantRule::MaxAbs,
+                Some(s) => calibration.pruned_rule(s),
+                None => QuantRule::MaxAbs,
             }
         }
     }
