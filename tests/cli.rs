@@ -188,6 +188,50 @@ fn heads_not_dividing_hidden() {
 }
 
 #[test]
+fn bad_shadow_tables_are_refused_naming_the_field() {
+    for (name, table, expected) in [
+        ("shadow-keep", "[shadow]\nkeep = 1.5\n", "keep = 1.5"),
+        (
+            "shadow-density",
+            "[shadow]\noutlier_channels = 0\n",
+            "outlier_channels",
+        ),
+        (
+            "shadow-site",
+            "[shadow]\nsites = [{ layer = 99, site = \"down\" }]\n",
+            "layer 99",
+        ),
+        (
+            "shadow-kind",
+            "[shadow]\npriority = [\"up\"]\n",
+            "unknown variant `up`",
+        ),
+    ] {
+        let scene = scene_with_model(name, &format!("{GOOD_MODEL}\n{table}"), GOOD_WORKLOAD);
+        assert_clear_failure(&hetsched(&["simulate", scene.to_str().unwrap()]), expected);
+    }
+    // A valid table gives the run a shadow section; --no-shadow drops it.
+    let scene = scene_with_model(
+        "shadow-ok",
+        &format!("{GOOD_MODEL}\n[shadow]\nkeep = 0.5\n"),
+        GOOD_WORKLOAD,
+    );
+    let json = |extra: &[&str]| {
+        let mut args = vec!["simulate", scene.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        let out = hetsched(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    assert!(json(&[])["shadow"]["subgraphs"].as_u64().unwrap() > 0);
+    assert!(json(&["--no-shadow"])["shadow"].is_null());
+}
+
+#[test]
 fn cyclic_layer_graph() {
     let model = format!(
         "{GOOD_MODEL}layer_ops = [\n  {{ name = \"a\", kind = \"rms_norm\", inputs = [\"c\"] }},\n  {{ name = \"b\", kind = \"linear\", inputs = [\"a\"], out_features = 256 }},\n  {{ name = \"c\", kind = \"quantize\", inputs = [\"b\"] }},\n]\n"
