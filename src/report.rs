@@ -58,10 +58,7 @@ impl ShadowRun {
     pub fn of(run: &RunOutcome) -> Option<ShadowRun> {
         let plan = &run.plan;
         let config = plan.model.shadow.as_ref()?;
-        let mut spans = vec![None; plan.id_space()];
-        for s in &run.timeline.slices {
-            spans[s.id as usize] = Some((s.start_ns, s.end_ns));
-        }
+        let spans = instance_spans(run);
         let (mut subgraphs, mut busy, mut concurrent, mut exposed) = (0usize, 0u64, 0u64, 0u64);
         for s in &run.timeline.slices {
             let key = plan.key(s.id as usize);
@@ -155,14 +152,18 @@ pub struct RunReport {
     pub shadow: Option<ShadowRun>,
 }
 
-/// Each region's planned memory for a finished run.
-pub fn region_memory(run: &RunOutcome) -> Vec<RegionMemory> {
-    let plan = &run.plan;
-    let mut spans = vec![None; plan.id_space()];
+/// When each instance ran, `(start, end)` in ns by dense id (`None`: not run).
+fn instance_spans(run: &RunOutcome) -> Vec<Option<(u64, u64)>> {
+    let mut spans = vec![None; run.plan.id_space()];
     for s in &run.timeline.slices {
         spans[s.id as usize] = Some((s.start_ns, s.end_ns));
     }
-    plan_schedule(plan, &spans)
+    spans
+}
+
+/// Each region's planned memory for a finished run.
+pub fn region_memory(run: &RunOutcome) -> Vec<RegionMemory> {
+    plan_schedule(&run.plan, &instance_spans(run))
         .expect("the plan's alignment was validated and its sizes fit its budgets")
         .into_iter()
         .map(|(summary, _, _)| summary)

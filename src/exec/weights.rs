@@ -433,9 +433,11 @@ impl ExecModel {
         for site in &kept {
             let layer = &self.layers[site.layer as usize];
             for &which in ActSite::of_shadow_site(site.site).linears() {
-                if let Some(rows) = layer.linear(which).and_then(LinearWeights::shadow) {
+                if let Some(w) = layer.linear(which)
+                    && let Some(rows) = w.shadow()
+                {
                     hot += rows.hot_channels();
-                    channels += layer.linear(which).map_or(0, LinearWeights::k);
+                    channels += w.k();
                 }
             }
         }

@@ -69,25 +69,23 @@ impl MemoryLedger {
     /// Nothing running; the KV cache and the shadow's weight rows allocated.
     pub fn new(plan: &PrefillPlan) -> MemoryLedger {
         let profile = plan.memory_profile().clone();
+        let steps = plan.memory_step_count() as usize;
+        let (mut cross, mut step_size) = (vec![false; steps], vec![0u32; steps]);
+        let step_of: Vec<u32> = (0..plan.stage_count())
+            .map(|s| plan.memory_step(s))
+            .collect();
+        for (stage, &step) in plan.stages.iter().zip(&step_of) {
+            cross[step as usize] |= stage.dependency == StageDependency::CrossChunk;
+            step_size[step as usize] += 1;
+        }
         let live: Vec<u64> = (0..profile.columns())
             .map(|c| profile.resident_bytes(c))
             .collect();
         MemoryLedger {
             settle: plan.workload.policy != Policy::InOrder,
-            cross: (0..step_count(plan))
-                .map(|step| {
-                    (0..plan.stage_count()).any(|stage| {
-                        plan.memory_step(stage) == step
-                            && plan.stages[stage as usize].dependency == StageDependency::CrossChunk
-                    })
-                })
-                .collect(),
-            step_of: (0..plan.stage_count())
-                .map(|s| plan.memory_step(s))
-                .collect(),
-            step_size: (0..step_count(plan))
-                .map(|step| plan.stages_in_step(step))
-                .collect(),
+            cross,
+            step_of,
+            step_size,
             unconstrained: profile.unconstrained(),
             high_water: live.clone(),
             live,
@@ -290,11 +288,4 @@ impl MemoryLedger {
             self.first_unfinished += 1;
         }
     }
-}
-
-/// Memory steps of a chunk that runs every stage.
-fn step_count(plan: &PrefillPlan) -> u32 {
-    plan.stage_count()
-        .checked_sub(1)
-        .map_or(0, |last| plan.memory_step(last) + 1)
 }

@@ -404,9 +404,9 @@ impl PrefillPlan {
         self.memory_steps[stage as usize]
     }
 
-    /// Stages in memory step `step`: 1, or 2 for an INT8 stage and its shadow.
-    pub fn stages_in_step(&self, step: u32) -> u32 {
-        self.memory_steps.iter().filter(|&&s| s == step).count() as u32
+    /// Memory steps of a chunk that runs every stage (the last one, with the head).
+    pub fn memory_step_count(&self) -> u32 {
+        self.memory_steps.last().map_or(0, |&last| last + 1)
     }
 
     /// The stages that wait for `stage` (see [`crate::graph::StageTemplate::after`]).

@@ -45,10 +45,7 @@ pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec
     }
     // Memory is held by steps (an INT8 stage and the shadow beside it share one; see
     // `MemoryLedger`): from the first of the step's stages to start to the last to end.
-    let steps = plan
-        .stage_count()
-        .checked_sub(1)
-        .map_or(0, |s| plan.memory_step(s) + 1);
+    let steps = plan.memory_step_count();
     for chunk in 0..plan.chunks {
         let mut step_spans: Vec<Option<(u64, u64)>> = vec![None; steps as usize];
         for stage in 0..plan.stage_count() {
