@@ -212,6 +212,11 @@ struct CalibrateArgs {
     /// for its channels of largest max |x| (at most 256 channels).
     #[arg(long, value_name = "KIB", default_value_t = 256)]
     pruned_shadow_kib: u64,
+    /// With --pruned-scale hot-max: a pruned site's ceiling, in RMS of the activation's
+    /// bulk; values beyond it in the other channels also go to the shadow, reading their
+    /// rows from the model file (higher: fewer reads, less accuracy).
+    #[arg(long, value_name = "RMS", default_value_t = exec::PRUNED_CLIP_RMS)]
+    pruned_clip_rms: f32,
     /// Windows (the corpus's first) each site's kl importance is measured on.
     #[arg(long, default_value_t = 2)]
     sensitivity_windows: usize,
@@ -581,6 +586,7 @@ fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         percentile: args.percentile,
         pruned_scale: args.pruned_scale,
         pruned_shadow_bytes: args.pruned_shadow_kib * 1024,
+        pruned_clip_rms: args.pruned_clip_rms,
         importance: args.importance,
         sensitivity_windows: args.sensitivity_windows,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),

@@ -628,4 +628,19 @@ fn calibrate_writes_a_file_that_run_follows_and_outliers_reads() {
         &hetsched(&["outliers", corrupt.to_str().unwrap()]),
         "corrupt",
     );
+    // A ceiling that is no clip is refused before any prefill.
+    assert_clear_failure(
+        &hetsched(&[
+            "calibrate",
+            "--model",
+            &model,
+            "--corpus",
+            "/usr/share/common-licenses/Apache-2.0",
+            "--pruned-clip-rms",
+            "0.5",
+            "--out",
+            dir.join("never.json").to_str().unwrap(),
+        ]),
+        "--pruned-clip-rms 0.5",
+    );
 }

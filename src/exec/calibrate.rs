@@ -2,8 +2,8 @@
 //! W8A8 model would quantize, into a [`Calibration`].
 //!
 //! Outliers are counted with the run-time rule ([`clip_limit`]: values beyond
-//! min(max |x|, clip × rms) of their tensor), so the channels calibration calls hot are
-//! the ones whose float rows the shadow will need.
+//! min(max |x|, clip × the RMS of the bulk) of their tensor), so the channels calibration
+//! calls hot are the ones whose float rows the shadow will need.
 //!
 //! Per site it also ranks the channels by their largest |x| (the rows a pruned site keeps
 //! under [`PrunedScale::HotMax`]) and, with the W8A8-shadow model at hand, measures the
@@ -16,12 +16,13 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::Mutex;
 
+use super::calibration::valid_pruned_clip;
 use super::calibration::{
     CALIBRATION_VERSION, Calibration, HotChannel, Importance, ModelIdentity, SiteCalibration,
 };
 use super::eval::{kl_divergence, log_softmax};
 use super::shadow::{ActSite, PrunedScale, QuantRule};
-use super::values::{SHADOW_CLIP_RMS, clip_limit};
+use super::values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
 use super::{ExecError, PrefillOptions, prefill};
 
@@ -52,6 +53,9 @@ pub struct CalibrateOptions {
     pub pruned_scale: PrunedScale,
     /// With [`PrunedScale::HotMax`]: the float-row bytes each pruned site may keep.
     pub pruned_shadow_bytes: u64,
+    /// With [`PrunedScale::HotMax`]: a pruned site's ceiling in RMS of the bulk
+    /// ([`PRUNED_CLIP_RMS`] by default).
+    pub pruned_clip_rms: f32,
     /// Which score ranks the sites for pruning ([`Importance::Kl`] needs the shadow model).
     pub importance: Importance,
     /// Windows (the first ones) that each site's sensitivity is measured on.
@@ -280,6 +284,12 @@ pub fn calibrate(
             "--ctx 0 makes empty windows: use at least 1 token per window".into(),
         ));
     }
+    if !valid_pruned_clip(options.pruned_clip_rms) {
+        return Err(ExecError::InvalidEval(format!(
+            "--pruned-clip-rms {} is not a clip: give a finite number of RMS of at least 1, e.g. {PRUNED_CLIP_RMS}",
+            options.pruned_clip_rms
+        )));
+    }
     let windows: Vec<&[u32]> = corpus
         .iter()
         .flat_map(|(_, tokens)| tokens.chunks(options.ctx))
@@ -331,6 +341,7 @@ pub fn calibrate(
         windows: windows.len(),
         tokens: windows.iter().map(|w| w.len()).sum(),
         clip_rms: SHADOW_CLIP_RMS,
+        pruned_clip_rms: options.pruned_clip_rms,
         percentile: options.percentile,
         prune: 0.0,
         importance: options.importance,

@@ -16,7 +16,7 @@ use super::weights::ExecModel;
 use crate::import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
 
 /// The calibration file format this build reads and writes.
-pub const CALIBRATION_VERSION: u32 = 2;
+pub const CALIBRATION_VERSION: u32 = 3;
 
 /// The share of a site's channels that Fig. 11's statistic calls "top" channels.
 pub const TOP_CHANNEL_SHARE: f64 = 0.03;
@@ -270,8 +270,10 @@ pub struct Calibration {
     pub windows: usize,
     /// Tokens run.
     pub tokens: usize,
-    /// The clip (in RMS) that defines outliers, as at run time.
+    /// The clip (in RMS of the bulk) that defines outliers, as at run time.
     pub clip_rms: f32,
+    /// With [`PrunedScale::HotMax`]: a pruned site's ceiling, in RMS of the bulk.
+    pub pruned_clip_rms: f32,
     /// The percentile of |x| behind `scale_percentile`.
     pub percentile: f64,
     /// Share of sites whose shadow is dropped (the least important).
@@ -306,8 +308,9 @@ impl Calibration {
         site.top_channels.len().min(rows as usize)
     }
 
-    /// How `site` quantizes once pruned (no clip, no cold rows): [`Self::pruned_scale`]'s
-    /// per-tensor rule, with the shadow of its [`Self::pruned_channels`] top channels.
+    /// How `site` quantizes once pruned: [`Self::pruned_scale`]'s per-tensor rule, with
+    /// the shadow of its [`Self::pruned_channels`] top channels (and, under
+    /// [`PrunedScale::HotMax`], of the rare values beyond [`Self::pruned_clip_rms`]).
     pub fn pruned_rule(&self, site: &SiteCalibration) -> QuantRule {
         let channels = self.pruned_channels(site);
         match self.pruned_scale {
@@ -321,7 +324,10 @@ impl Calibration {
                         *h = true;
                     }
                 }
-                QuantRule::HotMax { hot: hot.into() }
+                QuantRule::HotMax {
+                    hot: hot.into(),
+                    clip: self.pruned_clip_rms,
+                }
             }
             _ => QuantRule::MaxAbs,
         }
@@ -442,7 +448,15 @@ impl Calibration {
                 expected: CALIBRATION_VERSION,
             });
         }
-        serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))
+        let calibration: Self =
+            serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+        if !valid_pruned_clip(calibration.pruned_clip_rms) {
+            return Err(corrupt(format!(
+                "`pruned_clip_rms` {} is not a finite clip of at least 1 RMS",
+                calibration.pruned_clip_rms
+            )));
+        }
+        Ok(calibration)
     }
 
     /// Writes this calibration to `path` (pretty JSON).
@@ -453,6 +467,12 @@ impl Calibration {
             source,
         })
     }
+}
+
+/// Whether `rms` can be a pruned site's ceiling: finite and at least one RMS (below that
+/// most values would go to the shadow).
+pub(super) fn valid_pruned_clip(rms: f32) -> bool {
+    rms.is_finite() && rms >= 1.0
 }
 
 /// Where `hetsched calibrate` writes a model's calibration by default, and where `run`

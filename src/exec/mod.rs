@@ -68,7 +68,7 @@ pub use shadow::{
 };
 pub use state::PrefillState;
 pub use steps::Step;
-pub use values::SHADOW_CLIP_RMS;
+pub use values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS};
 pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights, ShadowSetup};
 
 use crate::engine::{self, RunOutcome};

@@ -10,8 +10,7 @@
 //! with the plain max |x| scale) and only their hot channels' rows stay resident; a cold
 //! channel's row is read from the memory-mapped model file when an outlier needs it.
 
-use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,13 +101,16 @@ pub enum QuantRule {
         /// Clip in root-mean-squares of the tensor.
         rms: f32,
     },
-    /// Per-tensor INT8, scale from the max |x| of the channels outside `hot` / 127 (a
-    /// pruned site with [`PrunedScale::HotMax`]): nothing saturates, and only values of
-    /// the `hot` channels can lie beyond; they go to the float shadow, whose rows of
-    /// exactly those channels stay resident (no cold reads).
+    /// Per-tensor INT8, scale from min(max |x| of the channels outside `hot`, `clip` ×
+    /// the bulk's RMS) / 127 (a pruned site with [`PrunedScale::HotMax`]). The values
+    /// beyond go to the float shadow: mostly those of the `hot` channels, whose rows stay
+    /// resident; the rare extreme value of another channel reads its row from the model
+    /// file.
     HotMax {
         /// Per input channel: whether it is one of the site's hot channels.
         hot: Arc<[bool]>,
+        /// The ceiling, in RMS of the bulk ([`super::values::PRUNED_CLIP_RMS`]).
+        clip: f32,
     },
 }
 
@@ -134,7 +136,10 @@ pub enum PrunedScale {
     /// many as `Calibration::pruned_shadow_bytes` hold), whose float rows stay resident
     /// and take their values beyond: at qkv and gate_up the channels that blow up a max
     /// scale are few and fixed (the residual stream's massive channels), so a few rows buy
-    /// most of the resolution back without reading a cold row.
+    /// most of the resolution back. Capped at
+    /// [`PRUNED_CLIP_RMS`](super::values::PRUNED_CLIP_RMS) bulk RMS: at down the large
+    /// values are spread over every channel, and the rare ones beyond the cap read their
+    /// rows from the model file.
     #[serde(rename = "hot-max")]
     #[value(name = "hot-max")]
     HotMax,
@@ -247,18 +252,22 @@ impl ShadowRows {
             return Err("shadow outliers must come in ascending index order".into());
         }
         let mut used_hot = vec![false; k];
-        let mut cold_read: BTreeMap<usize, Vec<f32>> = BTreeMap::new();
+        let mut cold_channels = BTreeSet::new();
         for &(i, _) in outliers {
             let c = i as usize % k;
             match self.slots[c] {
                 COLD => {
-                    if let Entry::Vacant(slot) = cold_read.entry(c) {
-                        slot.insert(self.read_cold(c)?);
-                    }
+                    cold_channels.insert(c);
                 }
                 _ => used_hot[c] = true,
             }
         }
+        // Each cold row gathers one element from every output row of the memory map:
+        // latency-bound, so the reads are spread over the pool too.
+        let cold_read: BTreeMap<usize, Vec<f32>> = cold_channels
+            .into_par_iter()
+            .map(|c| Ok((c, self.read_cold(c)?)))
+            .collect::<Result<_, String>>()?;
         let row_of = |c: usize| -> &[f32] {
             match self.slots[c] {
                 COLD => &cold_read[&c],

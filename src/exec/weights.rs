@@ -278,8 +278,8 @@ impl ExecModel {
                         },
                     ) => {
                         let hot = match rule {
-                            // A pruned site's outliers are only ever in these channels.
-                            QuantRule::HotMax { hot } => (0..)
+                            // A pruned site's outliers are mostly in these channels.
+                            QuantRule::HotMax { hot, .. } => (0..)
                                 .zip(hot.iter())
                                 .filter(|&(_, &h)| h)
                                 .map(|(c, _)| c)
