@@ -1,7 +1,8 @@
 //! Real prefill speed: SmolLM2-135M on a 512-token prompt, through the scheduler and the
 //! thread queues, in tokens per second ("elem/s" below). The W8A8 path runs the INT8
 //! linears as the emulated NPU (w8a8-shadow adds the float outlier shadow); the f32 path
-//! is the accuracy reference.
+//! is the accuracy reference. `cold_row_smollm2` times one cold shadow row: a column of a
+//! linear read from the memory-mapped GGUF file (what a shadow miss costs).
 //!
 //! Needs the model (`scripts/fetch-model.sh`); without it the bench says so and skips.
 
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
-use hetsched::import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
+use hetsched::import::{ColumnSource, GgufFile, GgufTokenizer, LayerTensor, TEST_MODEL_PATH};
 use hetsched::systems::Policy;
 
 const PROMPT_TOKENS: usize = 512;
@@ -68,6 +69,20 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| prefill(model.clone(), &tokens, &options).expect("prefill runs"))
             });
         }
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("cold_row_smollm2");
+    for which in [LayerTensor::Down, LayerTensor::Up] {
+        let mut channel = 0;
+        group.bench_function(BenchmarkId::from_parameter(format!("{which:?}")), |b| {
+            b.iter(|| {
+                // A different channel each time, as misses are.
+                channel = (channel + 7) % 576;
+                file.layer_column(15, which, channel)
+                    .expect("the column reads")
+            })
+        });
     }
     group.finish();
 }

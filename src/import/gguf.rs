@@ -557,22 +557,27 @@ impl TensorView<'_> {
         // GGUF rows are whole blocks (checked when the header was parsed).
         let row_bytes = cols / block * block_bytes;
         let at = column / block * block_bytes;
-        let mut out = Vec::with_capacity(n_rows);
-        for row in 0..n_rows {
-            let start = row * row_bytes + at;
-            let element = dtype::dequantize_element(
-                self.info.ty,
-                &self.data[start..start + block_bytes],
-                column % block,
-            );
-            out.push(element.ok_or_else(|| {
-                ImportError::InvalidConfig(format!(
-                    "tensor {:?}: cannot decode column {column} of its {:?} blocks",
-                    self.info.name, self.info.ty
-                ))
-            })?);
-        }
-        Ok(out)
+        let cannot = || {
+            ImportError::InvalidConfig(format!(
+                "tensor {:?}: cannot decode column {column} of its {:?} blocks",
+                self.info.name, self.info.ty
+            ))
+        };
+        // The type, the block length and the index in the block are the same for every
+        // row: checked once here, on the first row.
+        let first = self.data.get(at..at + block_bytes).ok_or_else(cannot)?;
+        dtype::dequantize_element(self.info.ty, first, column % block).ok_or_else(cannot)?;
+        (0..n_rows)
+            .map(|row| {
+                let start = row * row_bytes + at;
+                dtype::decode_element(
+                    self.info.ty,
+                    &self.data[start..start + block_bytes],
+                    column % block,
+                )
+                .ok_or_else(cannot)
+            })
+            .collect()
     }
 
     fn check_supported(&self) -> Result<()> {

@@ -210,6 +210,14 @@ pub fn dequantize_element(ty: GgmlType, block: &[u8], i: usize) -> Option<f32> {
     if !ty.is_supported() || block.len() as u64 != ty.type_size() || i as u64 >= ty.block_size() {
         return None;
     }
+    decode_element(ty, block, i)
+}
+
+/// [`dequantize_element`] without its checks, for a caller that made them once for many
+/// blocks (a column read decodes one element of every row; the checks' table lookups cost
+/// more than the decode). `block` must hold at least one block of `ty` and `i` lie inside
+/// it, or this panics on the slice; `None` only for an unsupported type.
+pub(crate) fn decode_element(ty: GgmlType, block: &[u8], i: usize) -> Option<f32> {
     // Q4 blocks split nibbles: byte j holds element j (low) and j + 16 (high).
     let nibble = |at: usize| {
         let q = block[at + i % 16];
