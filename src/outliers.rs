@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
-use crate::exec::{ActSite, Calibration, OutlierStats};
+use hetsched_systems::shadow::ShadowSite;
+
+use crate::exec::{Calibration, OutlierStats};
 use crate::timeline::svg::{escape, open_document};
 
 /// Per layer: the share of channels with outliers and the share of outliers in the top
@@ -118,7 +120,7 @@ pub fn to_svg(title: &str, calibration: &Calibration) -> String {
             LEFT + plot_w / 2.0,
             bottom + 32.0
         );
-        for (i, site) in ActSite::ALL.into_iter().enumerate() {
+        for (i, site) in ShadowSite::ALL.into_iter().enumerate() {
             let points: Vec<&OutlierStats> = stats.iter().filter(|st| st.site == site).collect();
             let path: Vec<String> = points
                 .iter()

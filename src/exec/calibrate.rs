@@ -13,18 +13,20 @@
 
 use std::sync::Arc;
 
+use hetsched_systems::shadow::ShadowSite;
 use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::Mutex;
 
-use super::calibration::valid_pruned_clip;
 use super::calibration::{
     CALIBRATION_VERSION, Calibration, HotChannel, Importance, ModelIdentity, SiteCalibration,
+    valid_pruned_clip,
 };
 use super::eval::{kl_divergence, log_softmax};
-use super::shadow::{ActSite, PrunedScale, QuantRule};
+use super::shadow::{PrunedScale, QuantRule};
 use super::values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
 use super::{ExecError, PrefillOptions, prefill};
+use crate::import::LayerTensor;
 
 /// Histogram bins per octave of |x| (for the percentile scale): 1/16 octave, a 4.4%
 /// step, finer than the INT8 grid's own relative step near its top.
@@ -158,7 +160,7 @@ impl SiteAccumulator {
     fn finish(
         &self,
         layer: usize,
-        site: ActSite,
+        site: ShadowSite,
         row_bytes: u64,
         percentile: f64,
     ) -> SiteCalibration {
@@ -216,13 +218,16 @@ impl ActivationRecorder {
     /// A recorder for `model`'s layers, counting values beyond `clip` RMS as outliers.
     pub fn new(model: &ExecModel, clip: f32) -> Self {
         let c = &model.config;
-        let channels = ActSite::ALL.map(|site| match site {
-            ActSite::Qkv | ActSite::GateUp => c.hidden,
-            ActSite::O => c.q_dim(),
-            ActSite::Down => c.ffn,
+        let channels = ShadowSite::ALL.map(|site| match site {
+            ShadowSite::Qkv | ShadowSite::GateUp => c.hidden,
+            ShadowSite::O => c.q_dim(),
+            ShadowSite::Down => c.ffn,
         });
-        let row_bytes = ActSite::ALL.map(|site| {
-            let outputs: usize = site.linears().iter().map(|w| w.shape(c)[0]).sum();
+        let row_bytes = ShadowSite::ALL.map(|site| {
+            let outputs: usize = LayerTensor::of_site(site)
+                .iter()
+                .map(|w| w.shape(c)[0])
+                .sum();
             4 * outputs as u64
         });
         Self {
@@ -231,16 +236,16 @@ impl ActivationRecorder {
             row_bytes,
             sites: Mutex::new(vec![
                 SiteAccumulator::new();
-                model.layers.len() * ActSite::ALL.len()
+                model.layers.len() * ShadowSite::ALL.len()
             ]),
         }
     }
 
     /// Records activation `x` (rows of the site's input channels) of `site` in layer
     /// `layer`.
-    pub fn observe(&self, layer: usize, site: ActSite, x: &[f32]) {
+    pub fn observe(&self, layer: usize, site: ShadowSite, x: &[f32]) {
         let mut sites = self.sites.lock();
-        if let Some(acc) = sites.get_mut(layer * ActSite::ALL.len() + site.index()) {
+        if let Some(acc) = sites.get_mut(layer * ShadowSite::ALL.len() + site.index()) {
             acc.observe(x, self.channels[site.index()], self.clip);
         }
     }
@@ -251,9 +256,9 @@ impl ActivationRecorder {
             .iter()
             .enumerate()
             .map(|(i, acc)| {
-                let site = ActSite::ALL[i % ActSite::ALL.len()];
+                let site = ShadowSite::ALL[i % ShadowSite::ALL.len()];
                 acc.finish(
-                    i / ActSite::ALL.len(),
+                    i / ShadowSite::ALL.len(),
                     site,
                     self.row_bytes[site.index()],
                     percentile,
@@ -311,7 +316,7 @@ pub fn calibrate(
         recorder: Some(recorder.clone()),
         ..options.prefill.clone()
     };
-    let sites = model.layers.len() * ActSite::ALL.len();
+    let sites = model.layers.len() * ShadowSite::ALL.len();
     let bar = progress_bar(
         options.progress,
         windows.len() + sites * usize::from(sensitivity_windows > 0),
@@ -446,7 +451,7 @@ impl SensitivityProbe<'_> {
 fn swap_rule(
     model: &mut Arc<ExecModel>,
     layer: usize,
-    site: ActSite,
+    site: ShadowSite,
     rule: QuantRule,
 ) -> Result<QuantRule, ExecError> {
     let model = Arc::get_mut(model).ok_or_else(|| {

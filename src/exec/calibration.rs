@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::shadow::{ActSite, PrunedScale, QuantRule};
+use hetsched_systems::shadow::ShadowSite;
+
+use super::shadow::{PrunedScale, QuantRule};
 use super::weights::ExecModel;
 use crate::import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
 
@@ -190,7 +192,7 @@ pub struct SiteCalibration {
     /// Decoder layer.
     pub layer: usize,
     /// Which activation.
-    pub site: ActSite,
+    pub site: ShadowSite,
     /// Input channels (the linears' k).
     pub channels: usize,
     /// Smallest value seen.
@@ -241,7 +243,7 @@ pub struct OutlierStats {
     /// Decoder layer.
     pub layer: usize,
     /// Which activation.
-    pub site: ActSite,
+    pub site: ShadowSite,
     /// Share of input channels that had an outlier.
     pub channels_with_outliers: f64,
     /// Share of the outliers that fell in the top [`TOP_CHANNEL_SHARE`] of channels
@@ -291,7 +293,7 @@ pub struct Calibration {
 
 impl Calibration {
     /// Site `site` of layer `layer`.
-    pub fn site(&self, layer: usize, site: ActSite) -> Option<&SiteCalibration> {
+    pub fn site(&self, layer: usize, site: ShadowSite) -> Option<&SiteCalibration> {
         self.sites
             .iter()
             .find(|s| s.layer == layer && s.site == site)

@@ -665,7 +665,7 @@ impl GpuStageRunner {
             // not built for this runner.
             Step::Shadow(site) => {
                 return Err(ExecError::UnsupportedOp {
-                    op: site.shadow_site().op_name(),
+                    op: site.op_name(),
                     stage: "the resident GPU path (f32 only)".into(),
                 });
             }

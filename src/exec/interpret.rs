@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use hetsched_kernels::{AttentionShape, matmul_f32_packed_cols, silu_mul_fast};
 use hetsched_systems::plan::InstanceKey;
+use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
 
 use super::error::ExecError;
 use super::float_kernels::FloatKernels;
-use super::shadow::ActSite;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{NormSite, Projection, Step};
 use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
@@ -150,7 +150,7 @@ impl StageRunner {
                     .attn
                     .take()
                     .ok_or(missing("o_quant", chunk, "attention"))?;
-                v.act = Some(self.quantize(layer, chunk, ActSite::O, x));
+                v.act = Some(self.quantize(layer, chunk, ShadowSite::O, x));
             }
             Step::Linear(p) => {
                 let weights = self.weights(layer, p)?;
@@ -229,7 +229,7 @@ impl StageRunner {
                 let up = dequantize(up, &w.w_up).map_err(failed)?;
                 let mut h = vec![0f32; gate.len()];
                 silu_mul_fast(&gate, &up, &mut h);
-                v.act = Some(self.quantize(layer, chunk, ActSite::Down, h));
+                v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
             }
             Step::Shadow(site) => self.shadow(site, layer, chunk)?,
             Step::LmHead => {
@@ -262,7 +262,7 @@ impl StageRunner {
     /// The quantize operator of `site` in layer `layer`, after the calibration recorder
     /// (if any) has seen the activation. A shadowed site's outliers go to the chunk's
     /// shadow slot, for the shadow stage beside the INT8 linears.
-    fn quantize(&self, layer: usize, chunk: usize, site: ActSite, x: Vec<f32>) -> Act {
+    fn quantize(&self, layer: usize, chunk: usize, site: ShadowSite, x: Vec<f32>) -> Act {
         if let Some(recorder) = &self.state.recorder {
             recorder.observe(layer, site, &x);
         }
@@ -283,7 +283,7 @@ impl StageRunner {
 
     /// The shadow stage of `site` (seed 000, Eq. 1): the pending outliers of chunk
     /// `chunk` times each of the site's linears' float rows, left for the merge.
-    fn shadow(&self, site: ActSite, layer: usize, chunk: usize) -> Result<(), ExecError> {
+    fn shadow(&self, site: ShadowSite, layer: usize, chunk: usize) -> Result<(), ExecError> {
         let slot = &self.state.shadow[chunk];
         let outliers = match &slot.lock().pending {
             Some((pending, outliers)) if *pending == site => outliers.clone(),

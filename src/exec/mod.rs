@@ -63,8 +63,7 @@ pub use interpret::StageRunner;
 pub use queues::{JobRunner, ThreadQueues};
 pub use report::{PrefillReport, TopToken, shadow_summary};
 pub use shadow::{
-    ActSite, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
-    ShadowUsage,
+    ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
 };
 pub use state::PrefillState;
 pub use steps::Step;

@@ -1,14 +1,17 @@
 //! Outlier shadowing at run time (seed 000 section 3.3): which activations are quantized
 //! how, and the float weight rows that multiply their outliers.
 //!
-//! Each decoder layer quantizes four activations ([`ActSite`]); the INT8 linears reading
+//! Each decoder layer quantizes four activations
+//! ([`ShadowSite`](hetsched_systems::shadow::ShadowSite)); the INT8 linears reading
 //! one share its scale and its outliers. A shadowed site clips its per-tensor scale at
-//! [`SHADOW_CLIP_RMS`](super::values::SHADOW_CLIP_RMS) RMS and hands each value beyond
-//! the range to its linears' [`ShadowRows`]: the float weights of that input channel
-//! times the part the saturated INT8 value misses. With a calibration
-//! ([`super::calibration`]) only the important sites are shadowed (the others quantize
-//! with the plain max |x| scale) and only their hot channels' rows stay resident; a cold
-//! channel's row is read from the memory-mapped model file when an outlier needs it.
+//! [`SHADOW_CLIP_RMS`](super::values::SHADOW_CLIP_RMS) RMS of the bulk and hands each
+//! value beyond the range to its linears' [`ShadowRows`]: the float weights of that input
+//! channel times the part the saturated INT8 value misses. With a calibration
+//! ([`super::calibration`]) only the important sites keep that shadow (the others quantize
+//! by the calibration's pruned rule: by default a looser clip and only their top
+//! channels' rows, [`QuantRule::HotMax`]) and only their hot channels' rows stay
+//! resident; a cold channel's row is read from the memory-mapped model file when an
+//! outlier needs it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -19,68 +22,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use hetsched_systems::shadow::ShadowSite;
-
 use crate::import::{ColumnSource, LayerTensor};
-
-/// An activation that a decoder layer quantizes, and the INT8 linears that read it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActSite {
-    /// The attention norm's output, read by the q, k and v projections.
-    Qkv,
-    /// The attention output, read by the output projection.
-    O,
-    /// The FFN norm's output, read by the gate and up projections.
-    GateUp,
-    /// SiLU(gate) · up, read by the down projection.
-    Down,
-}
-
-impl ActSite {
-    /// Every site, in the order a layer runs them.
-    pub const ALL: [ActSite; 4] = [ActSite::Qkv, ActSite::O, ActSite::GateUp, ActSite::Down];
-
-    /// Position in [`Self::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The linears that read this activation.
-    pub fn linears(self) -> &'static [LayerTensor] {
-        match self {
-            ActSite::Qkv => &[LayerTensor::Q, LayerTensor::K, LayerTensor::V],
-            ActSite::O => &[LayerTensor::O],
-            ActSite::GateUp => &[LayerTensor::Gate, LayerTensor::Up],
-            ActSite::Down => &[LayerTensor::Down],
-        }
-    }
-
-    /// Short name for reports.
-    pub fn as_str(self) -> &'static str {
-        self.shadow_site().as_str()
-    }
-
-    /// The planner's name for this site (its shadow stage is built from it).
-    pub fn shadow_site(self) -> ShadowSite {
-        match self {
-            ActSite::Qkv => ShadowSite::Qkv,
-            ActSite::O => ShadowSite::O,
-            ActSite::GateUp => ShadowSite::GateUp,
-            ActSite::Down => ShadowSite::Down,
-        }
-    }
-
-    /// The site of the planner's `site`.
-    pub fn of_shadow_site(site: ShadowSite) -> ActSite {
-        match site {
-            ShadowSite::Qkv => ActSite::Qkv,
-            ShadowSite::O => ActSite::O,
-            ShadowSite::GateUp => ActSite::GateUp,
-            ShadowSite::Down => ActSite::Down,
-        }
-    }
-}
 
 /// How one activation is quantized.
 #[derive(Clone, Debug, PartialEq)]

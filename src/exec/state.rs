@@ -14,9 +14,9 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::calibrate::ActivationRecorder;
-use super::shadow::ActSite;
 use super::steps::Projection;
 use super::values::{Act, LinearOut, Outliers};
+use hetsched_systems::shadow::ShadowSite;
 
 /// The values one chunk carries between operators. Each is taken by the operator that
 /// consumes it, so a missing value shows a broken dependency instead of stale data.
@@ -53,7 +53,7 @@ pub struct ChunkValues {
 pub struct ShadowSlot {
     /// The site whose shadow has not run yet, and its outliers (flat index into the
     /// `[rows, k]` activation, and what the INT8 value misses).
-    pub pending: Option<(ActSite, Arc<Outliers>)>,
+    pub pending: Option<(ShadowSite, Arc<Outliers>)>,
     /// The shadow's result `[rows, n]` per linear, by [`Projection::index`].
     pub results: [Option<Vec<f32>>; Projection::COUNT],
 }

@@ -6,7 +6,6 @@ use hetsched_systems::graph::StageTemplate;
 use hetsched_systems::shadow::ShadowSite;
 
 use super::error::ExecError;
-use super::shadow::ActSite;
 
 /// Which RMSNorm weight a norm reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,12 +47,12 @@ impl Projection {
     }
 
     /// The projections reading `site`, in layer order.
-    pub fn of_site(site: ActSite) -> &'static [Projection] {
+    pub fn of_site(site: ShadowSite) -> &'static [Projection] {
         match site {
-            ActSite::Qkv => &[Projection::Q, Projection::K, Projection::V],
-            ActSite::O => &[Projection::O],
-            ActSite::GateUp => &[Projection::Gate, Projection::Up],
-            ActSite::Down => &[Projection::Down],
+            ShadowSite::Qkv => &[Projection::Q, Projection::K, Projection::V],
+            ShadowSite::O => &[Projection::O],
+            ShadowSite::GateUp => &[Projection::Gate, Projection::Up],
+            ShadowSite::Down => &[Projection::Down],
         }
     }
 }
@@ -67,7 +66,7 @@ pub enum Step {
     Norm(NormSite),
     /// Quantize the normalised residual for the projections that read `site` (q/k/v
     /// after the attention norm, gate/up after the FFN norm).
-    QuantizeNormed(ActSite),
+    QuantizeNormed(ShadowSite),
     /// Quantize the attention output for the output projection.
     QuantizeAttention,
     /// A linear layer.
@@ -89,7 +88,7 @@ pub enum Step {
     /// float side when the FFN has an outlier shadow).
     SiluMul,
     /// The float shadow of a site's outliers (seed 000, Eq. 1), beside its INT8 linears.
-    Shadow(ActSite),
+    Shadow(ShadowSite),
     /// Final projection of the last token.
     LmHead,
 }
@@ -102,8 +101,8 @@ impl Step {
             "attn_norm" => Step::Norm(NormSite::Attention),
             "ffn_norm" => Step::Norm(NormSite::Ffn),
             "final_norm" => Step::Norm(NormSite::Final),
-            "attn_quant" => Step::QuantizeNormed(ActSite::Qkv),
-            "ffn_quant" => Step::QuantizeNormed(ActSite::GateUp),
+            "attn_quant" => Step::QuantizeNormed(ShadowSite::Qkv),
+            "ffn_quant" => Step::QuantizeNormed(ShadowSite::GateUp),
             "o_quant" => Step::QuantizeAttention,
             "q_proj" => Step::Linear(Projection::Q),
             "k_proj" => Step::Linear(Projection::K),
@@ -120,9 +119,7 @@ impl Step {
             "attn_residual" | "ffn_residual" => Step::Residual,
             "silu_mul" => Step::SiluMul,
             "lm_head" => Step::LmHead,
-            _ if let Some(site) = ShadowSite::of_op_name(op) => {
-                Step::Shadow(ActSite::of_shadow_site(site))
-            }
+            _ if let Some(site) = ShadowSite::of_op_name(op) => Step::Shadow(site),
             _ => {
                 return Err(ExecError::UnsupportedOp {
                     op: op.to_string(),

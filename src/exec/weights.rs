@@ -4,16 +4,14 @@
 use hetsched_kernels::reference::quantize_weights_per_row;
 use hetsched_kernels::{PackedF32Weights, PackedI8Weights, RopeTable};
 use hetsched_systems::model::{ModelConfig, Precision};
-use hetsched_systems::shadow::{KeptSite, ShadowConfig};
+use hetsched_systems::shadow::{KeptSite, ShadowConfig, ShadowSite};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::calibration::{Calibration, ModelIdentity};
 use super::error::ExecError;
-use super::shadow::{
-    ActSite, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
-};
+use super::shadow::{ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage};
 use super::steps::Projection;
 use super::values::SHADOW_CLIP_RMS;
 use crate::import::{
@@ -132,7 +130,7 @@ pub struct LayerWeights {
     pub w_up: LinearWeights,
     /// FFN down.
     pub w_down: LinearWeights,
-    /// How each activation site ([`ActSite::index`]) is quantized.
+    /// How each activation site ([`ShadowSite::index`]) is quantized.
     pub quant: [QuantRule; 4],
 }
 
@@ -259,14 +257,14 @@ impl ExecModel {
                     &shape,
                 )
             };
-            let quant = ActSite::ALL.map(|site| site_rule(precision, setup, l, site));
+            let quant = ShadowSite::ALL.map(|site| site_rule(precision, setup, l, site));
             let linear = |which: LayerTensor| -> Result<LinearWeights, ImportError> {
                 let shape = which.shape(&config);
                 let (n, k) = (shape[0], shape[1]);
                 let w = tensor(which)?;
-                let site = ActSite::ALL
+                let site = ShadowSite::ALL
                     .into_iter()
-                    .find(|s| s.linears().contains(&which))
+                    .find(|&s| LayerTensor::of_site(s).contains(&which))
                     .expect("every projection reads one site");
                 let shadow = match (&quant[site.index()], setup) {
                     (QuantRule::Clip { .. }, ShadowSetup::Full) => Some(ShadowRows::all(&w, n, k)),
@@ -334,7 +332,7 @@ impl ExecModel {
     }
 
     /// How layer `layer` quantizes activation `site`.
-    pub fn quant_rule(&self, layer: usize, site: ActSite) -> QuantRule {
+    pub fn quant_rule(&self, layer: usize, site: ShadowSite) -> QuantRule {
         self.layers
             .get(layer)
             .map_or(QuantRule::PassThrough, |l| l.quant[site.index()].clone())
@@ -356,7 +354,10 @@ impl ExecModel {
         }
         let (mut resident_bytes, mut full_copy_bytes) = (0, 0);
         for layer in &self.layers {
-            for which in ActSite::ALL.iter().flat_map(|s| s.linears()) {
+            for which in ShadowSite::ALL
+                .iter()
+                .flat_map(|&s| LayerTensor::of_site(s))
+            {
                 let Some(w) = layer.linear(*which) else {
                     continue;
                 };
@@ -415,12 +416,12 @@ impl ExecModel {
             .iter()
             .enumerate()
             .flat_map(|(layer, l)| {
-                ActSite::ALL
+                ShadowSite::ALL
                     .into_iter()
                     .filter(|site| l.quant[site.index()].shadows())
                     .map(move |site| KeptSite {
                         layer: layer as u32,
-                        site: site.shadow_site(),
+                        site,
                     })
             })
             .collect();
@@ -432,7 +433,7 @@ impl ExecModel {
         let (mut hot, mut channels) = (0usize, 0usize);
         for site in &kept {
             let layer = &self.layers[site.layer as usize];
-            for &which in ActSite::of_shadow_site(site.site).linears() {
+            for &which in LayerTensor::of_site(site.site) {
                 if let Some(w) = layer.linear(which)
                     && let Some(rows) = w.shadow()
                 {
@@ -454,7 +455,7 @@ fn site_rule(
     precision: LinearPrecision,
     setup: &ShadowSetup<'_>,
     layer: usize,
-    site: ActSite,
+    site: ShadowSite,
 ) -> QuantRule {
     let clip = QuantRule::Clip {
         rms: SHADOW_CLIP_RMS,

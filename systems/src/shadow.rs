@@ -40,6 +40,11 @@ impl ShadowSite {
         ShadowSite::Down,
     ];
 
+    /// Position in [`Self::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// Short name (`qkv`, `o`, `gate_up`, `down`), as in calibration files.
     pub fn as_str(self) -> &'static str {
         match self {
