@@ -47,19 +47,7 @@ fn loaded() -> &'static Loaded {
             &f32,
             None,
             &corpus,
-            &CalibrateOptions {
-                ctx: 128,
-                max_windows: 4,
-                prune: 0.85,
-                percentile: 99.99,
-                pruned_scale: PrunedScale::HotMax,
-                pruned_shadow_bytes: PRUNED_SHADOW_BYTES,
-                pruned_clip_rms: PRUNED_CLIP_RMS,
-                importance: Importance::Residual,
-                sensitivity_windows: 1,
-                progress: false,
-                prefill: options(),
-            },
+            &calibrate_options(128, 4),
         )
         .unwrap();
         Loaded {
@@ -75,6 +63,23 @@ fn loaded() -> &'static Loaded {
 
 /// `hetsched calibrate`'s default float rows per pruned site.
 const PRUNED_SHADOW_BYTES: u64 = 256 * 1024;
+
+/// `hetsched calibrate`'s defaults, on at most `max_windows` windows of `ctx` tokens.
+fn calibrate_options(ctx: usize, max_windows: usize) -> CalibrateOptions {
+    CalibrateOptions {
+        ctx,
+        max_windows,
+        prune: 0.85,
+        percentile: 99.99,
+        pruned_scale: PrunedScale::HotMax,
+        pruned_shadow_bytes: PRUNED_SHADOW_BYTES,
+        pruned_clip_rms: PRUNED_CLIP_RMS,
+        importance: Importance::Residual,
+        sensitivity_windows: 1,
+        progress: false,
+        prefill: options(),
+    }
+}
 
 fn options() -> PrefillOptions {
     PrefillOptions {
@@ -294,17 +299,8 @@ fn kl_importance_ranks_by_measured_sensitivity() {
     let text = std::fs::read_to_string("/usr/share/common-licenses/Apache-2.0").unwrap();
     let corpus = vec![("Apache-2.0".to_string(), l.tokenizer.encode(&text).unwrap())];
     let mut calibrate_options = CalibrateOptions {
-        ctx: 48,
-        max_windows: 2,
-        prune: 0.85,
-        percentile: 99.99,
-        pruned_scale: PrunedScale::HotMax,
-        pruned_shadow_bytes: PRUNED_SHADOW_BYTES,
-        pruned_clip_rms: PRUNED_CLIP_RMS,
         importance: Importance::Kl,
-        sensitivity_windows: 1,
-        progress: false,
-        prefill: options(),
+        ..calibrate_options(48, 2)
     };
     let shadow = ExecModel::load(&l.file, LinearPrecision::W8a8Shadow).unwrap();
     let c = calibrate(&l.f32, Some(shadow), &corpus, &calibrate_options).unwrap();
@@ -431,25 +427,7 @@ fn default_calibration_keeps_perplexity_within_one_percent_of_f32() {
     let l = loaded();
     let text = std::fs::read_to_string("/usr/share/common-licenses/Apache-2.0").unwrap();
     let corpus = vec![("Apache-2.0".to_string(), l.tokenizer.encode(&text).unwrap())];
-    let calibration = calibrate(
-        &l.f32,
-        None,
-        &corpus,
-        &CalibrateOptions {
-            ctx: 256,
-            max_windows: 16,
-            prune: 0.85,
-            percentile: 99.99,
-            pruned_scale: PrunedScale::HotMax,
-            pruned_shadow_bytes: PRUNED_SHADOW_BYTES,
-            pruned_clip_rms: PRUNED_CLIP_RMS,
-            importance: Importance::Residual,
-            sensitivity_windows: 0,
-            progress: false,
-            prefill: options(),
-        },
-    )
-    .unwrap();
+    let calibration = calibrate(&l.f32, None, &corpus, &calibrate_options(256, 16)).unwrap();
     assert_eq!(calibration.kept_sites(), 18);
     let text = std::fs::read_to_string("/usr/share/common-licenses/GPL-3").unwrap();
     let tokens = l.tokenizer.encode(&text).unwrap();
