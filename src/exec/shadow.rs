@@ -37,10 +37,10 @@ pub enum QuantRule {
         /// Real value per INT8 step.
         scale: f32,
     },
-    /// Per-tensor INT8, scale clipped at min(max |x|, `rms` × rms(x)) / 127; values beyond
-    /// go to the float shadow.
+    /// Per-tensor INT8, scale clipped at min(max |x|, `rms` × the RMS of the tensor's bulk)
+    /// / 127 ([`super::values::clip_limit`]); values beyond go to the float shadow.
     Clip {
-        /// Clip in root-mean-squares of the tensor.
+        /// Clip in root-mean-squares of the tensor's bulk.
         rms: f32,
     },
     /// Per-tensor INT8, scale from min(max |x| of the channels outside `hot`, `clip` ×

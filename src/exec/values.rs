@@ -69,9 +69,9 @@ pub const SHADOW_CLIP_RMS: f32 = 4.0;
 pub const PRUNED_CLIP_RMS: f32 = 6.0;
 
 /// The quantize operator under `rule`: a pass-through for f32; per-tensor INT8 with the
-/// scale from max |x| or a static one; or, for outlier shadowing, from min(max |x|,
-/// `rms` × rms(x)) or the max |x| of the cold channels, with the excess of each value
-/// beyond it kept as an outlier.
+/// scale from max |x| or a static one; or, for outlier shadowing, from [`clip_limit`] (for
+/// a hot-max site, also no more than the max |x| of the other channels), with the excess
+/// of each value beyond it kept as an outlier.
 pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
     match rule {
         QuantRule::PassThrough => Act::F32(x),
