@@ -185,6 +185,11 @@ struct ShadowArgs {
     /// (the max |x| outside the site's top channels, whose rows shadow the rest).
     #[arg(long, value_enum)]
     pruned_scale: Option<PrunedScale>,
+    /// Cold shadow rows (read from the model file on an outlier in a channel calibration
+    /// saw no outlier in) kept in memory once read, MiB shared by every linear; 0 reads
+    /// every miss again.
+    #[arg(long, value_name = "MIB", default_value_t = 32)]
+    cold_cache_mib: u64,
 }
 
 #[derive(clap::Args)]
@@ -349,7 +354,12 @@ fn run(args: RunArgs) -> Result<(), String> {
     };
     let loading = Instant::now();
     let calibration = find_calibration(&args.model, args.precision, &args.shadow)?;
-    let (tokenizer, model) = load_model(&args.model, &[args.precision], calibration.as_ref())?;
+    let (tokenizer, model) = load_model(
+        &args.model,
+        &[args.precision],
+        calibration.as_ref(),
+        args.shadow.cold_cache_mib.saturating_mul(1 << 20),
+    )?;
     let model = model.into_iter().next().expect("one precision asked for");
     let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     let model = Arc::new(model);
@@ -406,6 +416,7 @@ fn load_model(
     path: &Path,
     precisions: &[LinearPrecision],
     calibration: Option<&(PathBuf, Calibration)>,
+    cold_cache_bytes: u64,
 ) -> Result<(GgufTokenizer, Vec<ExecModel>), String> {
     let shown = |e: ImportError| format!("{}: {e}", path.display());
     // Declared first: `source` may borrow it.
@@ -427,8 +438,13 @@ fn load_model(
         .iter()
         .map(|&p| match (p, calibration) {
             (LinearPrecision::W8a8Shadow, Some((cal_path, cal))) => {
-                let mut model = ExecModel::from_source_calibrated(&*source, cal, columns.clone())
-                    .map_err(|e| format!("{}: {e}", cal_path.display()))?;
+                let mut model = ExecModel::from_source_calibrated(
+                    &*source,
+                    cal,
+                    columns.clone(),
+                    cold_cache_bytes,
+                )
+                .map_err(|e| format!("{}: {e}", cal_path.display()))?;
                 model.calibration_file = Some(cal_path.display().to_string());
                 Ok(model)
             }
@@ -515,7 +531,12 @@ fn eval(args: EvalArgs) -> Result<(), String> {
         other => &[other, LinearPrecision::F32],
     };
     let calibration = find_calibration(&args.model, args.precision, &args.shadow)?;
-    let (tokenizer, models) = load_model(&args.model, precisions, calibration.as_ref())?;
+    let (tokenizer, models) = load_model(
+        &args.model,
+        precisions,
+        calibration.as_ref(),
+        args.shadow.cold_cache_mib.saturating_mul(1 << 20),
+    )?;
     let tokens = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     let mut models = models.into_iter().map(Arc::new);
     let model = models.next().expect("at least one model");
@@ -568,7 +589,7 @@ fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         Importance::Kl => &[LinearPrecision::F32, LinearPrecision::W8a8Shadow],
         Importance::Ratio | Importance::Residual => &[LinearPrecision::F32],
     };
-    let (tokenizer, models) = load_model(&args.model, precisions, None)?;
+    let (tokenizer, models) = load_model(&args.model, precisions, None, 0)?;
     for path in &args.corpus {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read corpus file {}: {e}", path.display()))?;

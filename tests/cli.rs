@@ -589,6 +589,14 @@ fn calibrate_writes_a_file_that_run_follows_and_outliers_reads() {
     assert_eq!(shadow["kept_sites"], 60, "{shadow}");
     assert_eq!(shadow["calibration"], cal);
     assert!(shadow["resident_bytes"].as_u64() < shadow["full_copy_bytes"].as_u64());
+    assert!(
+        shadow["cold_kept_bytes"].as_u64() <= Some(32 << 20),
+        "{shadow}"
+    );
+    // No cold-row budget: nothing kept.
+    let out = run(&["--calibration", cal, "--cold-cache-mib", "0"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["shadow"]["cold_kept_bytes"], 0, "{report}");
 
     let missing = dir.join("missing.json");
     assert_clear_failure(

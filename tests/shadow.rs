@@ -89,10 +89,19 @@ fn options() -> PrefillOptions {
     }
 }
 
+/// The model under `calibration`, every miss read from the file (no cold rows kept).
 fn calibrated(calibration: &Calibration) -> Result<ExecModel, ExecError> {
+    calibrated_keeping(calibration, 0)
+}
+
+/// The model under `calibration`, keeping up to `cold_cache_bytes` of cold rows once read.
+fn calibrated_keeping(
+    calibration: &Calibration,
+    cold_cache_bytes: u64,
+) -> Result<ExecModel, ExecError> {
     let l = loaded();
     let source = GgufSource::new(&l.file).unwrap();
-    ExecModel::from_source_calibrated(&source, calibration, l.file.clone())
+    ExecModel::from_source_calibrated(&source, calibration, l.file.clone(), cold_cache_bytes)
 }
 
 fn prompt() -> Vec<u32> {
@@ -359,6 +368,25 @@ fn cold_rows_from_the_model_file_equal_resident_rows() {
     // A cold row is the same GGUF block decoded the same way: bit-exact.
     assert_eq!(got, want);
     assert!(usage.misses > 0 && usage.hits == 0, "{usage:?}");
+
+    // Kept once read, a row serves the later chunks' outliers from memory: the same
+    // logits, fewer reads, and no more bytes than the budget.
+    for budget in [8 << 20, 1] {
+        let model = Arc::new(calibrated_keeping(&cold, budget).unwrap());
+        let run = prefill(model.clone(), &prompt(), &options()).unwrap();
+        assert_eq!(run.logits, want);
+        let kept = run.shadow;
+        // Each linear call's cold channel is read or found kept, never both.
+        assert_eq!(kept.hits + kept.misses, usage.misses, "{kept:?}");
+        let report = model.shadow_report(kept).unwrap();
+        assert!(report.cold_kept_bytes <= budget, "{report:?}");
+        if budget == 1 {
+            // No row fits: every miss is read again.
+            assert_eq!((kept.misses, report.cold_kept_bytes), (usage.misses, 0));
+        } else {
+            assert!(kept.misses < usage.misses && report.cold_kept_bytes > 0);
+        }
+    }
 }
 
 #[test]

@@ -63,7 +63,8 @@ pub use interpret::StageRunner;
 pub use queues::{JobRunner, ThreadQueues};
 pub use report::{PrefillReport, TopToken, shadow_summary};
 pub use shadow::{
-    ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
+    ColdRowCache, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
+    ShadowUsage,
 };
 pub use state::PrefillState;
 pub use steps::Step;

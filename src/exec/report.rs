@@ -145,8 +145,8 @@ impl PrefillReport {
 /// hits and misses, time.
 pub fn shadow_summary(sh: &ShadowReport) -> String {
     format!(
-        "shadow: {}/{} sites kept ({}), float rows resident {:.2} MiB of a {:.2} MiB full copy ({:.1}%), \
-         {} hits / {} misses, {} outliers, {:.1} ms in shadow multiplies",
+        "shadow: {}/{} sites kept ({}), float rows resident {:.2} MiB of a {:.2} MiB full copy ({:.1}%; \
+         {:.2} MiB of them cold rows kept once read), {} hits / {} misses, {} outliers, {:.1} ms in shadow multiplies",
         sh.kept_sites,
         sh.sites,
         sh.calibration.as_deref().map_or_else(
@@ -156,6 +156,7 @@ pub fn shadow_summary(sh: &ShadowReport) -> String {
         sh.resident_bytes as f64 / (1 << 20) as f64,
         sh.full_copy_bytes as f64 / (1 << 20) as f64,
         100.0 * sh.resident_share,
+        sh.cold_kept_bytes as f64 / (1 << 20) as f64,
         sh.hits,
         sh.misses,
         sh.outliers,

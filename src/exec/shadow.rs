@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use parking_lot::RwLock;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +98,8 @@ pub struct ShadowRows {
     rows: Vec<f32>,
     /// Where a cold channel's row is read from; `None` when every channel is hot.
     cold: Option<ColdRows>,
+    /// Cold rows read earlier and kept, by channel, while [`ColdRows::cache`] has room.
+    kept: RwLock<BTreeMap<usize, Arc<[f32]>>>,
 }
 
 /// A channel whose row is not resident.
@@ -114,6 +117,43 @@ pub struct ColdRows {
     pub layer: usize,
     /// Which linear.
     pub which: LayerTensor,
+    /// The budget for keeping rows once read, shared by every linear of the model.
+    pub cache: Arc<ColdRowCache>,
+}
+
+/// A byte budget for cold rows kept in memory once read, shared by every linear of a
+/// model. A read gathers one element from every output row of the mapped tensor (several
+/// microseconds), and a channel that had an outlier in one chunk tends to have more in the
+/// next; rows are kept first come, first kept, until the budget is spent (no eviction, so
+/// the memory it takes is bounded and reported).
+#[derive(Debug)]
+pub struct ColdRowCache {
+    budget: u64,
+    used: AtomicU64,
+}
+
+impl ColdRowCache {
+    /// A cache that keeps at most `budget` bytes of rows (0: every miss reads the file).
+    pub fn new(budget: u64) -> Self {
+        Self {
+            budget,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `bytes` from the budget if they fit.
+    fn reserve(&self, bytes: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                (used + bytes <= self.budget).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    /// Bytes of rows kept so far.
+    pub fn used_bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
 }
 
 impl fmt::Debug for ShadowRows {
@@ -156,12 +196,19 @@ impl ShadowRows {
             slots,
             rows,
             cold,
+            kept: RwLock::new(BTreeMap::new()),
         }
     }
 
-    /// Bytes this table keeps resident (rows and the channel index).
+    /// Bytes this table keeps resident: the hot rows, the channel index and the cold rows
+    /// kept so far ([`Self::kept_bytes`]).
     pub fn resident_bytes(&self) -> u64 {
-        (4 * (self.rows.len() + self.slots.len())) as u64
+        (4 * (self.rows.len() + self.slots.len())) as u64 + self.kept_bytes()
+    }
+
+    /// Bytes of cold rows kept once read.
+    pub fn kept_bytes(&self) -> u64 {
+        (4 * self.n * self.kept.read().len()) as u64
     }
 
     /// Bytes of a full float copy of the linear's weights.
@@ -204,15 +251,38 @@ impl ShadowRows {
                 _ => used_hot[c] = true,
             }
         }
+        let mut cold_rows: BTreeMap<usize, Arc<[f32]>> = BTreeMap::new();
+        {
+            let kept = self.kept.read();
+            cold_channels.retain(|c| match kept.get(c) {
+                Some(row) => {
+                    cold_rows.insert(*c, row.clone());
+                    false
+                }
+                None => true,
+            });
+        }
+        let kept_rows = cold_rows.len();
         // Each cold row gathers one element from every output row of the memory map:
         // latency-bound, so the reads are spread over the pool too.
-        let cold_read: BTreeMap<usize, Vec<f32>> = cold_channels
+        let read: Vec<(usize, Arc<[f32]>)> = cold_channels
             .into_par_iter()
-            .map(|c| Ok((c, self.read_cold(c)?)))
+            .map(|c| Ok((c, Arc::from(self.read_cold(c)?))))
             .collect::<Result<_, String>>()?;
+        let misses = read.len();
+        if let Some(cold) = self.cold.as_ref().filter(|_| !read.is_empty()) {
+            let mut kept = self.kept.write();
+            for (c, row) in &read {
+                // Another chunk may have kept it meanwhile: count its bytes once.
+                if !kept.contains_key(c) && cold.cache.reserve((4 * row.len()) as u64) {
+                    kept.insert(*c, row.clone());
+                }
+            }
+        }
+        cold_rows.extend(read);
         let row_of = |c: usize| -> &[f32] {
             match self.slots[c] {
-                COLD => &cold_read[&c],
+                COLD => &cold_rows[&c],
                 slot => &self.rows[slot as usize * n..(slot as usize + 1) * n],
             }
         };
@@ -232,8 +302,8 @@ impl ShadowRows {
                 }
             });
         counters.record(
-            used_hot.iter().filter(|&&u| u).count() as u64,
-            cold_read.len() as u64,
+            (used_hot.iter().filter(|&&u| u).count() + kept_rows) as u64,
+            misses as u64,
             outliers.len() as u64,
             start.elapsed().as_nanos() as u64,
         );
@@ -295,7 +365,8 @@ impl ShadowCounters {
 /// Shadow work over some span of runs (a difference of two snapshots).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ShadowUsage {
-    /// Rows served from the resident hot-channel tables (per linear call and channel).
+    /// Rows served from memory (per linear call and channel): the resident hot-channel
+    /// tables, or cold rows kept from an earlier read.
     pub hits: u64,
     /// Rows read from the model file (a channel never seen hot in calibration).
     pub misses: u64,
@@ -336,17 +407,21 @@ pub struct ShadowReport {
     pub sites: usize,
     /// The calibration file used, if any (without one every site keeps every row).
     pub calibration: Option<String>,
-    /// Float weight bytes the shadow keeps resident.
+    /// Float weight bytes the shadow keeps resident (hot rows, and the cold rows kept
+    /// once read: `cold_kept_bytes`).
     pub resident_bytes: u64,
     /// Bytes of a full float copy of every INT8 linear (what a shadow without
     /// calibration keeps).
     pub full_copy_bytes: u64,
     /// `resident_bytes / full_copy_bytes`.
     pub resident_share: f64,
-    /// Hot rows used.
+    /// Rows served from memory: hot rows, and cold rows kept from an earlier read.
     pub hits: u64,
     /// Cold rows read from the model file.
     pub misses: u64,
+    /// Bytes of cold rows kept in memory once read (part of `resident_bytes`), at most
+    /// the model's cold-row budget.
+    pub cold_kept_bytes: u64,
     /// Outlier values multiplied in float.
     pub outliers: u64,
     /// Time in shadow multiplies, ms (inside the INT8 jobs).

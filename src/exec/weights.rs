@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::calibration::{Calibration, ModelIdentity};
 use super::error::ExecError;
-use super::shadow::{ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage};
+use super::shadow::{
+    ColdRowCache, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
+};
 use super::steps::Projection;
 use super::values::SHADOW_CLIP_RMS;
 use crate::import::{
@@ -176,8 +178,11 @@ pub enum ShadowSetup<'a> {
         calibration: &'a Calibration,
         /// The model file, for cold rows.
         columns: Arc<dyn ColumnSource>,
+        /// The budget for cold rows kept once read.
+        cold_cache: Arc<ColdRowCache>,
     },
 }
+
 /// A llama model ready for real prefill.
 #[derive(Debug)]
 pub struct ExecModel {
@@ -220,16 +225,20 @@ impl ExecModel {
 
     /// Loads `source` for W8A8 with the outlier shadow `calibration` decides: only its
     /// kept sites shadowed, only their hot channels' float rows resident, cold rows read
-    /// from `columns` on demand. Fails if the calibration was made for another model.
+    /// from `columns` on demand and kept once read while `cold_cache_bytes` last (shared
+    /// by every linear; 0 reads every miss again). Fails if the calibration was made for
+    /// another model.
     pub fn from_source_calibrated(
         source: &dyn LlamaSource,
         calibration: &Calibration,
         columns: Arc<dyn ColumnSource>,
+        cold_cache_bytes: u64,
     ) -> Result<Self, ExecError> {
         calibration.check_model(&ModelIdentity::of_source(source)?)?;
         let setup = ShadowSetup::Calibrated {
             calibration,
             columns,
+            cold_cache: Arc::new(ColdRowCache::new(cold_cache_bytes)),
         };
         Ok(Self::build(source, LinearPrecision::W8a8Shadow, &setup)?)
     }
@@ -273,6 +282,7 @@ impl ExecModel {
                         ShadowSetup::Calibrated {
                             calibration,
                             columns,
+                            cold_cache,
                         },
                     ) => {
                         let hot = match rule {
@@ -291,6 +301,7 @@ impl ExecModel {
                             source: columns.clone(),
                             layer: l,
                             which,
+                            cache: cold_cache.clone(),
                         };
                         Some(ShadowRows::hot(&w, n, k, &hot, cold))
                     }
@@ -352,7 +363,7 @@ impl ExecModel {
                 .filter(|r| matches!(r, QuantRule::Clip { .. }))
                 .count();
         }
-        let (mut resident_bytes, mut full_copy_bytes) = (0, 0);
+        let (mut resident_bytes, mut full_copy_bytes, mut cold_kept_bytes) = (0, 0, 0);
         for layer in &self.layers {
             for which in ShadowSite::ALL
                 .iter()
@@ -363,6 +374,7 @@ impl ExecModel {
                 };
                 full_copy_bytes += (4 * w.n() * w.k()) as u64;
                 resident_bytes += w.shadow().map_or(0, ShadowRows::resident_bytes);
+                cold_kept_bytes += w.shadow().map_or(0, ShadowRows::kept_bytes);
             }
         }
         Some(ShadowReport {
@@ -374,6 +386,7 @@ impl ExecModel {
             resident_share: resident_bytes as f64 / full_copy_bytes.max(1) as f64,
             hits: usage.hits,
             misses: usage.misses,
+            cold_kept_bytes,
             outliers: usage.outliers,
             shadow_ms: usage.shadow_ns as f64 / 1e6,
             prefill_share: 0.0,
