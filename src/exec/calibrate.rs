@@ -23,10 +23,10 @@ use super::calibration::{
 };
 use super::eval::{kl_divergence, log_softmax};
 use super::shadow::{PrunedScale, QuantRule};
+use super::steps::Projection;
 use super::values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
 use super::{ExecError, PrefillOptions, prefill};
-use crate::import::LayerTensor;
 
 /// Histogram bins per octave of |x| (for the percentile scale): 1/16 octave, a 4.4%
 /// step, finer than the INT8 grid's own relative step near its top.
@@ -224,9 +224,9 @@ impl ActivationRecorder {
             ShadowSite::Down => c.ffn,
         });
         let row_bytes = ShadowSite::ALL.map(|site| {
-            let outputs: usize = LayerTensor::of_site(site)
+            let outputs: usize = Projection::of_site(site)
                 .iter()
-                .map(|w| w.shape(c)[0])
+                .map(|p| p.tensor().shape(c)[0])
                 .sum();
             4 * outputs as u64
         });

@@ -6,6 +6,7 @@ use hetsched_systems::graph::StageTemplate;
 use hetsched_systems::shadow::ShadowSite;
 
 use super::error::ExecError;
+use crate::import::LayerTensor;
 
 /// Which RMSNorm weight a norm reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +42,17 @@ impl Projection {
     /// How many there are.
     pub const COUNT: usize = 7;
 
+    /// Every projection, in declaration order.
+    pub const ALL: [Projection; Projection::COUNT] = [
+        Projection::Q,
+        Projection::K,
+        Projection::V,
+        Projection::O,
+        Projection::Gate,
+        Projection::Up,
+        Projection::Down,
+    ];
+
     /// Position in declaration order, below [`Projection::COUNT`].
     pub fn index(self) -> usize {
         self as usize
@@ -53,6 +65,27 @@ impl Projection {
             ShadowSite::O => &[Projection::O],
             ShadowSite::GateUp => &[Projection::Gate, Projection::Up],
             ShadowSite::Down => &[Projection::Down],
+        }
+    }
+
+    /// The activation this projection reads.
+    pub fn site(self) -> ShadowSite {
+        ShadowSite::ALL
+            .into_iter()
+            .find(|&s| Projection::of_site(s).contains(&self))
+            .expect("every projection reads one site")
+    }
+
+    /// Its weight tensor in the model file.
+    pub fn tensor(self) -> LayerTensor {
+        match self {
+            Projection::Q => LayerTensor::Q,
+            Projection::K => LayerTensor::K,
+            Projection::V => LayerTensor::V,
+            Projection::O => LayerTensor::O,
+            Projection::Gate => LayerTensor::Gate,
+            Projection::Up => LayerTensor::Up,
+            Projection::Down => LayerTensor::Down,
         }
     }
 }

@@ -137,21 +137,6 @@ pub struct LayerWeights {
 }
 
 impl LayerWeights {
-    /// The linear of `which` (a projection; `None` for the norms).
-    pub fn linear(&self, which: LayerTensor) -> Option<&LinearWeights> {
-        let p = match which {
-            LayerTensor::Q => Projection::Q,
-            LayerTensor::K => Projection::K,
-            LayerTensor::V => Projection::V,
-            LayerTensor::O => Projection::O,
-            LayerTensor::Gate => Projection::Gate,
-            LayerTensor::Up => Projection::Up,
-            LayerTensor::Down => Projection::Down,
-            LayerTensor::AttnNorm | LayerTensor::FfnNorm => return None,
-        };
-        Some(self.projection(p))
-    }
-
     /// The linear of projection `p`.
     pub fn projection(&self, p: Projection) -> &LinearWeights {
         match p {
@@ -267,14 +252,12 @@ impl ExecModel {
                 )
             };
             let quant = ShadowSite::ALL.map(|site| site_rule(precision, setup, l, site));
-            let linear = |which: LayerTensor| -> Result<LinearWeights, ImportError> {
+            let linear = |p: Projection| -> Result<LinearWeights, ImportError> {
+                let which = p.tensor();
                 let shape = which.shape(&config);
                 let (n, k) = (shape[0], shape[1]);
                 let w = tensor(which)?;
-                let site = ShadowSite::ALL
-                    .into_iter()
-                    .find(|&s| LayerTensor::of_site(s).contains(&which))
-                    .expect("every projection reads one site");
+                let site = p.site();
                 let shadow = match (&quant[site.index()], setup) {
                     (QuantRule::Clip { .. }, ShadowSetup::Full) => Some(ShadowRows::all(&w, n, k)),
                     (
@@ -312,14 +295,14 @@ impl ExecModel {
             layers.push(LayerWeights {
                 quant: quant.clone(),
                 attn_norm: tensor(LayerTensor::AttnNorm)?,
-                wq: linear(LayerTensor::Q)?,
-                wk: linear(LayerTensor::K)?,
-                wv: linear(LayerTensor::V)?,
-                wo: linear(LayerTensor::O)?,
+                wq: linear(Projection::Q)?,
+                wk: linear(Projection::K)?,
+                wv: linear(Projection::V)?,
+                wo: linear(Projection::O)?,
                 ffn_norm: tensor(LayerTensor::FfnNorm)?,
-                w_gate: linear(LayerTensor::Gate)?,
-                w_up: linear(LayerTensor::Up)?,
-                w_down: linear(LayerTensor::Down)?,
+                w_gate: linear(Projection::Gate)?,
+                w_up: linear(Projection::Up)?,
+                w_down: linear(Projection::Down)?,
             });
         }
         let rope = RopeTable::new(
@@ -365,13 +348,7 @@ impl ExecModel {
         }
         let (mut resident_bytes, mut full_copy_bytes, mut cold_kept_bytes) = (0, 0, 0);
         for layer in &self.layers {
-            for which in ShadowSite::ALL
-                .iter()
-                .flat_map(|&s| LayerTensor::of_site(s))
-            {
-                let Some(w) = layer.linear(*which) else {
-                    continue;
-                };
+            for w in Projection::ALL.map(|p| layer.projection(p)) {
                 full_copy_bytes += (4 * w.n() * w.k()) as u64;
                 resident_bytes += w.shadow().map_or(0, ShadowRows::resident_bytes);
                 cold_kept_bytes += w.shadow().map_or(0, ShadowRows::kept_bytes);
@@ -446,10 +423,9 @@ impl ExecModel {
         let (mut hot, mut channels) = (0usize, 0usize);
         for site in &kept {
             let layer = &self.layers[site.layer as usize];
-            for &which in LayerTensor::of_site(site.site) {
-                if let Some(w) = layer.linear(which)
-                    && let Some(rows) = w.shadow()
-                {
+            for &p in Projection::of_site(site.site) {
+                let w = layer.projection(p);
+                if let Some(rows) = w.shadow() {
                     hot += rows.hot_channels();
                     channels += w.k();
                 }

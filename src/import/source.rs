@@ -1,8 +1,6 @@
 //! Where a llama model's tensors come from: a GGUF file or a Hugging Face safetensors
 //! directory. The executor asks for tensors by role and gets row-major f32.
 
-use hetsched_systems::shadow::ShadowSite;
-
 use super::error::{ImportError, Result};
 use super::gguf::GgufFile;
 use super::llama::{LlamaConfig, LlamaWeights};
@@ -43,16 +41,6 @@ impl LayerTensor {
         LayerTensor::Up,
         LayerTensor::Down,
     ];
-
-    /// The linears that read activation `site`, in layer order.
-    pub fn of_site(site: ShadowSite) -> &'static [LayerTensor] {
-        match site {
-            ShadowSite::Qkv => &[LayerTensor::Q, LayerTensor::K, LayerTensor::V],
-            ShadowSite::O => &[LayerTensor::O],
-            ShadowSite::GateUp => &[LayerTensor::Gate, LayerTensor::Up],
-            ShadowSite::Down => &[LayerTensor::Down],
-        }
-    }
 
     /// Shape (outermost first) under `c`.
     pub fn shape(self, c: &LlamaConfig) -> Vec<usize> {
