@@ -44,26 +44,13 @@ fn gpu_err(e: hetsched_gpu::GpuError) -> ExecError {
 struct GpuLayer {
     attn_norm: GpuMatrix,
     ffn_norm: GpuMatrix,
-    wq: GpuMatrix,
-    wk: GpuMatrix,
-    wv: GpuMatrix,
-    wo: GpuMatrix,
-    w_gate: GpuMatrix,
-    w_up: GpuMatrix,
-    w_down: GpuMatrix,
+    /// By [`Projection::index`].
+    linears: [GpuMatrix; Projection::COUNT],
 }
 
 impl GpuLayer {
     fn linear(&self, p: Projection) -> &GpuMatrix {
-        match p {
-            Projection::Q => &self.wq,
-            Projection::K => &self.wk,
-            Projection::V => &self.wv,
-            Projection::O => &self.wo,
-            Projection::Gate => &self.w_gate,
-            Projection::Up => &self.w_up,
-            Projection::Down => &self.w_down,
-        }
+        &self.linears[p.index()]
     }
 }
 
@@ -127,13 +114,12 @@ impl GpuModel {
             layers.push(GpuLayer {
                 attn_norm: upload(ctx, b, &w.attn_norm, 1, hidden)?,
                 ffn_norm: upload(ctx, b, &w.ffn_norm, 1, hidden)?,
-                wq: upload_linear(ctx, b, &w.wq)?,
-                wk: upload_linear(ctx, b, &w.wk)?,
-                wv: upload_linear(ctx, b, &w.wv)?,
-                wo: upload_linear(ctx, b, &w.wo)?,
-                w_gate: upload_linear(ctx, b, &w.w_gate)?,
-                w_up: upload_linear(ctx, b, &w.w_up)?,
-                w_down: upload_linear(ctx, b, &w.w_down)?,
+                linears: Projection::ALL
+                    .into_iter()
+                    .map(|p| upload_linear(ctx, b, w.projection(p)))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .try_into()
+                    .expect("one linear per projection"),
             });
         }
         let output_norm = upload(ctx, &mut bytes, &model.output_norm, 1, hidden)?;

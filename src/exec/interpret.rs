@@ -174,7 +174,9 @@ impl StageRunner {
                     .take()
                     .ok_or(missing("qkv_dequant", chunk, "q_proj"))?;
                 let q = self.merged(chunk, Projection::Q, "qkv_dequant", q)?;
-                v.q = Some(dequantize(q, &self.layer(layer)?.wq).map_err(failed)?);
+                v.q = Some(
+                    dequantize(q, self.layer(layer)?.projection(Projection::Q)).map_err(failed)?,
+                );
             }
             Step::Rope => {
                 let q = v.q.as_mut().ok_or(missing("rope", chunk, "queries"))?;
@@ -191,7 +193,9 @@ impl StageRunner {
                     .take()
                     .ok_or(missing("o_dequant", chunk, "o_proj"))?;
                 let o = self.merged(chunk, Projection::O, "o_dequant", o)?;
-                v.delta = Some(dequantize(o, &self.layer(layer)?.wo).map_err(failed)?);
+                v.delta = Some(
+                    dequantize(o, self.layer(layer)?.projection(Projection::O)).map_err(failed)?,
+                );
             }
             Step::DequantizeDown => {
                 // The carry at the start of layer l (or of the head) hands on layer l-1.
@@ -205,7 +209,10 @@ impl StageRunner {
                     .take()
                     .ok_or(missing("ffn_dequant", chunk, "down_proj"))?;
                 let d = self.merged(chunk, Projection::Down, "ffn_dequant", d)?;
-                v.delta = Some(dequantize(d, &self.layer(prev)?.w_down).map_err(failed)?);
+                v.delta = Some(
+                    dequantize(d, self.layer(prev)?.projection(Projection::Down))
+                        .map_err(failed)?,
+                );
             }
             Step::Residual => {
                 let d = v.delta.take().ok_or(missing("residual", chunk, "delta"))?;
@@ -225,8 +232,8 @@ impl StageRunner {
                     .ok_or(missing("silu_mul", chunk, "up_proj"))?;
                 let gate = self.merged(chunk, Projection::Gate, "silu_mul", gate)?;
                 let up = self.merged(chunk, Projection::Up, "silu_mul", up)?;
-                let gate = dequantize(gate, &w.w_gate).map_err(failed)?;
-                let up = dequantize(up, &w.w_up).map_err(failed)?;
+                let gate = dequantize(gate, w.projection(Projection::Gate)).map_err(failed)?;
+                let up = dequantize(up, w.projection(Projection::Up)).map_err(failed)?;
                 let mut h = vec![0f32; gate.len()];
                 silu_mul_fast(&gate, &up, &mut h);
                 v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
@@ -369,8 +376,8 @@ impl StageRunner {
         let k = self.merged(chunk, Projection::K, "attention", k)?;
         let v = self.merged(chunk, Projection::V, "attention", v)?;
         let w = self.layer(layer)?;
-        let mut k = dequantize(k, &w.wk).map_err(failed)?;
-        let v = dequantize(v, &w.wv).map_err(failed)?;
+        let mut k = dequantize(k, w.projection(Projection::K)).map_err(failed)?;
+        let v = dequantize(v, w.projection(Projection::V)).map_err(failed)?;
         let positions = self.state.positions(chunk);
         m.rope.apply(&mut k, positions.clone(), c.n_kv_heads);
         let kv_dim = c.kv_dim();

@@ -116,22 +116,10 @@ impl LinearWeights {
 pub struct LayerWeights {
     /// `[hidden]`.
     pub attn_norm: Vec<f32>,
-    /// Query projection.
-    pub wq: LinearWeights,
-    /// Key projection.
-    pub wk: LinearWeights,
-    /// Value projection.
-    pub wv: LinearWeights,
-    /// Attention output projection.
-    pub wo: LinearWeights,
     /// `[hidden]`.
     pub ffn_norm: Vec<f32>,
-    /// FFN gate.
-    pub w_gate: LinearWeights,
-    /// FFN up.
-    pub w_up: LinearWeights,
-    /// FFN down.
-    pub w_down: LinearWeights,
+    /// The seven linears, by [`Projection::index`] ([`Self::projection`]).
+    pub linears: [LinearWeights; Projection::COUNT],
     /// How each activation site ([`ShadowSite::index`]) is quantized.
     pub quant: [QuantRule; 4],
 }
@@ -139,15 +127,7 @@ pub struct LayerWeights {
 impl LayerWeights {
     /// The linear of projection `p`.
     pub fn projection(&self, p: Projection) -> &LinearWeights {
-        match p {
-            Projection::Q => &self.wq,
-            Projection::K => &self.wk,
-            Projection::V => &self.wv,
-            Projection::O => &self.wo,
-            Projection::Gate => &self.w_gate,
-            Projection::Up => &self.w_up,
-            Projection::Down => &self.w_down,
-        }
+        &self.linears[p.index()]
     }
 }
 
@@ -295,14 +275,13 @@ impl ExecModel {
             layers.push(LayerWeights {
                 quant: quant.clone(),
                 attn_norm: tensor(LayerTensor::AttnNorm)?,
-                wq: linear(Projection::Q)?,
-                wk: linear(Projection::K)?,
-                wv: linear(Projection::V)?,
-                wo: linear(Projection::O)?,
                 ffn_norm: tensor(LayerTensor::FfnNorm)?,
-                w_gate: linear(Projection::Gate)?,
-                w_up: linear(Projection::Up)?,
-                w_down: linear(Projection::Down)?,
+                linears: Projection::ALL
+                    .into_iter()
+                    .map(linear)
+                    .collect::<Result<Vec<_>, _>>()?
+                    .try_into()
+                    .expect("one linear per projection"),
             });
         }
         let rope = RopeTable::new(
