@@ -12,7 +12,6 @@ use std::sync::Arc;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
 use hetsched::import::{ColumnSource, GgufFile, GgufTokenizer, LayerTensor, TEST_MODEL_PATH};
-use hetsched::systems::Policy;
 
 const PROMPT_TOKENS: usize = 512;
 
@@ -44,26 +43,26 @@ fn bench(c: &mut Criterion) {
         LinearPrecision::F32,
     ] {
         let model = Arc::new(ExecModel::load(&file, precision).expect("the model loads"));
-        let runs: &[(u32, usize, Policy)] = match precision {
+        let runs: &[(u32, usize, &str)] = match precision {
             LinearPrecision::W8a8 => &[
-                (128, 2, Policy::Stall),
-                (256, 2, Policy::Stall),
-                (128, 2, Policy::InOrder),
-                (128, 1, Policy::Stall),
+                (128, 2, "stall"),
+                (256, 2, "stall"),
+                (128, 2, "inorder"),
+                (128, 1, "stall"),
             ],
-            LinearPrecision::W8a8Shadow | LinearPrecision::F32 => &[(128, 2, Policy::Stall)],
+            LinearPrecision::W8a8Shadow | LinearPrecision::F32 => &[(128, 2, "stall")],
         };
         for &(chunk_len, threads, policy) in runs {
             let options = PrefillOptions {
                 chunk_len,
-                policy,
+                policy: policy.to_string(),
                 threads,
                 ..PrefillOptions::default()
             };
             let id = format!(
                 "{} chunk {chunk_len} {threads} threads {}",
                 precision.as_str(),
-                policy.name()
+                policy
             );
             group.bench_function(BenchmarkId::from_parameter(id), |b| {
                 b.iter(|| prefill(model.clone(), &tokens, &options).expect("prefill runs"))

@@ -18,16 +18,24 @@ use hetsched::systems::{scheduler_schedule, spawn_world};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched::engine::simulate;
 use hetsched::scene::Scene;
-use hetsched::systems::policy::{BalanceView, LaneTimes, pick_balance, pick_lookahead, pick_stall};
-use hetsched::systems::{InstanceKey, Policy, PrefillPlan, ProcessorKind, StageProgress};
+use hetsched::systems::policy::{LaneTimes, PickContext};
+use hetsched::systems::{
+    InstanceKey, Policy, PolicyRegistry, PrefillPlan, ProcessorKind, StageProgress,
+};
 
 const PROMPTS: [u32; 3] = [1024, 4096, 32768];
 
-fn plan(prompt_len: u32, policy: Policy) -> Arc<PrefillPlan> {
+fn plan(prompt_len: u32) -> Arc<PrefillPlan> {
     let mut scene = Scene::default_scene();
     scene.workload.prompt_len = prompt_len;
-    scene.workload.policy = policy;
     Arc::new(scene.plan().expect("default scene"))
+}
+
+/// A fresh built-in policy.
+fn builtin(name: &str) -> Box<dyn Policy> {
+    PolicyRegistry::builtin()
+        .create(name)
+        .expect("a built-in policy")
 }
 
 /// Halfway through: every chunk has finished the first half of its stages, so the NPU
@@ -49,45 +57,34 @@ fn halfway(plan: &PrefillPlan) -> (StageProgress, BTreeSet<u32>) {
     (progress, ready)
 }
 
+/// One decision of the NPU lane over a ready queue of one instance per chunk, the float
+/// lane idle, through the [`Policy`] trait as the dispatch system calls it (the policy's
+/// own view of the other lanes included).
 fn policy_decision(c: &mut Criterion) {
     let mut group = c.benchmark_group("policy/decision");
     for prompt_len in PROMPTS {
-        let plan = plan(prompt_len, Policy::Stall);
+        let plan = plan(prompt_len);
         let (progress, ready) = halfway(&plan);
-        group.bench_with_input(
-            BenchmarkId::new("stall", prompt_len),
-            &prompt_len,
-            |b, _| b.iter(|| black_box(pick_stall(&plan, &progress, &ready, ProcessorKind::Npu))),
-        );
-        let npu = (1, ProcessorKind::Npu);
         let times = LaneTimes {
             now_ns: 0,
             free_at_ns: vec![0; plan.lanes()],
         };
-        group.bench_with_input(
-            BenchmarkId::new("lookahead", prompt_len),
-            &prompt_len,
-            |b, _| {
-                b.iter(|| black_box(pick_lookahead(&plan, &progress, &ready, npu, &times, true)))
-            },
-        );
-        // The NPU's whole ready queue is its own backlog; the float side is idle.
-        let backlog: u64 = ready
-            .iter()
-            .map(|&id| plan.cost_ns(plan.key(id as usize)))
-            .sum();
-        let view = BalanceView {
+        let lanes = [BTreeSet::new(), ready.clone()];
+        let ctx = PickContext {
+            plan: &plan,
+            progress: &progress,
+            ready: &lanes,
             times: &times,
-            remaining_ns: &plan.work_per_processor(),
-            ready_ns: &[0, backlog],
-            others_idle: true,
-            float_threatens_tail: false,
+            lane: 1,
+            kind: ProcessorKind::Npu,
         };
-        group.bench_with_input(
-            BenchmarkId::new("balance", prompt_len),
-            &prompt_len,
-            |b, _| b.iter(|| black_box(pick_balance(&plan, &progress, &ready, npu, view))),
-        );
+        for name in ["stall", "lookahead", "balance"] {
+            let mut policy = builtin(name);
+            policy.start(&plan);
+            group.bench_with_input(BenchmarkId::new(name, prompt_len), &prompt_len, |b, _| {
+                b.iter(|| black_box(policy.pick(&ctx, &ready)))
+            });
+        }
     }
     group.finish();
 }
@@ -98,12 +95,14 @@ struct TickStepper {
     world: World,
     schedule: Schedule,
     backend: SimBackend,
+    policy: String,
 }
 
 impl TickStepper {
-    fn new(plan: Arc<PrefillPlan>) -> Self {
+    fn new(plan: Arc<PrefillPlan>, policy: &str) -> Self {
         Self {
-            world: spawn_world(plan.clone()),
+            world: spawn_world(plan.clone(), builtin(policy)),
+            policy: policy.to_string(),
             schedule: scheduler_schedule(),
             backend: SimBackend::default(),
             plan,
@@ -123,7 +122,7 @@ impl TickStepper {
         }
         let done = self.world.resource::<StageProgress>().done_count();
         if done == self.plan.instance_count() || self.backend.in_flight() == 0 {
-            *self = TickStepper::new(self.plan.clone());
+            *self = TickStepper::new(self.plan.clone(), &self.policy);
         } else {
             let (now, completions) = self.backend.wait().expect("simulated queues never fail");
             self.world.resource_mut::<Clock>().now_ns = now;
@@ -136,13 +135,11 @@ impl TickStepper {
 fn one_tick(c: &mut Criterion) {
     let mut group = c.benchmark_group("tick");
     for prompt_len in PROMPTS {
-        for policy in [Policy::Stall, Policy::Balance] {
-            let mut stepper = TickStepper::new(plan(prompt_len, policy));
-            group.bench_with_input(
-                BenchmarkId::new(policy.name(), prompt_len),
-                &prompt_len,
-                |b, _| b.iter_custom(|iters| (0..iters).map(|_| stepper.tick()).sum()),
-            );
+        for policy in ["stall", "balance"] {
+            let mut stepper = TickStepper::new(plan(prompt_len), policy);
+            group.bench_with_input(BenchmarkId::new(policy, prompt_len), &prompt_len, |b, _| {
+                b.iter_custom(|iters| (0..iters).map(|_| stepper.tick()).sum())
+            });
         }
     }
     group.finish();
@@ -152,19 +149,14 @@ fn simulated_prefill(c: &mut Criterion) {
     let mut group = c.benchmark_group("sim/prefill");
     group.sample_size(10);
     for prompt_len in PROMPTS {
-        for policy in [
-            Policy::Stall,
-            Policy::InOrder,
-            Policy::Lookahead,
-            Policy::Balance,
-        ] {
-            let plan = plan(prompt_len, policy);
+        for policy in ["stall", "inorder", "lookahead", "balance"] {
+            let plan = plan(prompt_len);
             group.throughput(Throughput::Elements(u64::from(prompt_len)));
-            group.bench_with_input(
-                BenchmarkId::new(policy.name(), prompt_len),
-                &plan,
-                |b, plan| b.iter(|| black_box(simulate(plan.clone()).expect("simulation runs"))),
-            );
+            group.bench_with_input(BenchmarkId::new(policy, prompt_len), &plan, |b, plan| {
+                b.iter(|| {
+                    black_box(simulate(plan.clone(), builtin(policy)).expect("simulation runs"))
+                })
+            });
         }
     }
     group.finish();

@@ -111,7 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scene = Scene::load(Path::new("qwen1.5-1.8b-xiaomi14"))?;
     let plan = Arc::new(scene.plan()?);
     let mut queue = SleepQueue::new(plan.device.processors.len());
-    let run = engine::run(plan.clone(), &mut queue)?;
+    let run = engine::run(plan.clone(), scene.new_policy()?, &mut queue)?;
     println!(
         "{}: {} subgraphs in {:.1} ms of wall time (jobs sleep 1/1000 of their modeled time; \
          the modeled lower bound is {:.0} ms)",

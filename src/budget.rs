@@ -8,7 +8,6 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use hetsched_systems::Policy;
 use thiserror::Error;
 
 use crate::engine::{EngineError, simulate};
@@ -92,8 +91,8 @@ impl FromStr for BudgetSpec {
 /// Each region's planned peak when `scene` runs with the in-order policy.
 fn in_order_peaks(scene: &Scene) -> Result<Vec<(String, u64)>, BudgetError> {
     let mut baseline = scene.clone();
-    baseline.workload.policy = Policy::InOrder;
-    let run = simulate(Arc::new(baseline.plan()?))?;
+    baseline.policy = "inorder".to_string();
+    let run = simulate(Arc::new(baseline.plan()?), baseline.new_policy()?)?;
     Ok(region_memory(&run)
         .into_iter()
         .map(|m| (m.region, m.peak_bytes))

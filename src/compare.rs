@@ -3,7 +3,6 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use hetsched_systems::Policy;
 use serde::Serialize;
 
 use crate::engine::{EngineError, simulate};
@@ -49,12 +48,15 @@ pub enum CompareError {
     Engine(#[from] EngineError),
 }
 
-/// Simulates every policy on every scene at every prompt length (the scene's own when
-/// `prompt_lens` is empty).
+/// The baseline every row's `gain_over_inorder` is measured against.
+const BASELINE_POLICY: &str = "inorder";
+
+/// Simulates every policy (built-in, by name) on every scene at every prompt length (the
+/// scene's own when `prompt_lens` is empty).
 pub fn compare(
     scenes: &[Scene],
     prompt_lens: &[u32],
-    policies: &[Policy],
+    policies: &[String],
 ) -> Result<Vec<CompareRow>, CompareError> {
     let mut rows = Vec::new();
     for scene in scenes {
@@ -64,19 +66,19 @@ pub fn compare(
             prompt_lens.to_vec()
         };
         for prompt_len in lens {
-            let run = |scene: &Scene, policy: Policy| -> Result<RunReport, CompareError> {
+            let run = |scene: &Scene, policy: &str| -> Result<RunReport, CompareError> {
                 let mut scene = scene.clone();
                 scene.workload.prompt_len = prompt_len;
-                scene.workload.policy = policy;
-                let run = simulate(Arc::new(scene.plan()?))?;
+                scene.policy = policy.to_string();
+                let run = simulate(Arc::new(scene.plan()?), scene.new_policy()?)?;
                 Ok(RunReport::new(&scene.name, &run))
             };
             let fixed = scene
                 .has_flexible_placement()
                 .then(|| scene.with_fixed_placement());
-            let in_order = run(scene, Policy::InOrder)?;
-            for &policy in policies {
-                let report = if policy == Policy::InOrder {
+            let in_order = run(scene, BASELINE_POLICY)?;
+            for policy in policies {
+                let report = if policy == BASELINE_POLICY {
                     in_order.clone()
                 } else {
                     run(scene, policy)?
@@ -89,7 +91,7 @@ pub fn compare(
                     scene: scene.name.clone(),
                     prompt_len,
                     chunk_len: report.chunk_len,
-                    policy: policy.name().to_string(),
+                    policy: policy.clone(),
                     makespan_ms: report.makespan_ms,
                     prefill_tokens_per_s: report.prefill_tokens_per_s,
                     ratio_to_lower_bound: report.ratio_to_lower_bound,

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bevy_ecs::prelude::World;
 use hetsched_systems::resources::{Clock, Inbox, Outbox, RunStats, TimelineLog};
-use hetsched_systems::{PrefillPlan, StageProgress, scheduler_schedule, spawn_world};
+use hetsched_systems::{Policy, PrefillPlan, StageProgress, scheduler_schedule, spawn_world};
 use thiserror::Error;
 
 use crate::backends::{Backend, BackendError, sim::SimBackend};
@@ -35,6 +35,8 @@ pub enum EngineError {
 pub struct RunOutcome {
     /// The plan that ran.
     pub plan: Arc<PrefillPlan>,
+    /// The name of the policy that scheduled it.
+    pub policy: String,
     /// What the run recorded.
     pub timeline: TimelineLog,
     /// Time of the last completion, in ns.
@@ -45,10 +47,15 @@ pub struct RunOutcome {
     pub tick_wall_ns: Vec<u64>,
 }
 
-/// Runs `plan` to completion on `backend`.
-pub fn run(plan: Arc<PrefillPlan>, backend: &mut dyn Backend) -> Result<RunOutcome, EngineError> {
+/// Runs `plan` to completion on `backend`, scheduled by `policy`.
+pub fn run(
+    plan: Arc<PrefillPlan>,
+    policy: Box<dyn Policy>,
+    backend: &mut dyn Backend,
+) -> Result<RunOutcome, EngineError> {
     let total = plan.instance_count();
-    let mut world = spawn_world(plan.clone());
+    let policy_name = policy.name().to_string();
+    let mut world = spawn_world(plan.clone(), policy);
     let mut schedule = scheduler_schedule();
     let mut tick_wall_ns = Vec::new();
     loop {
@@ -69,19 +76,28 @@ pub fn run(plan: Arc<PrefillPlan>, backend: &mut dyn Backend) -> Result<RunOutco
         world.resource_mut::<Clock>().now_ns = now;
         world.resource_mut::<Inbox>().0.extend(completions);
     }
-    Ok(finish(plan, world, tick_wall_ns))
+    Ok(finish(plan, policy_name, world, tick_wall_ns))
 }
 
-/// Runs `plan` on simulated queues.
-pub fn simulate(plan: Arc<PrefillPlan>) -> Result<RunOutcome, EngineError> {
-    run(plan, &mut SimBackend::default())
+/// Runs `plan` on simulated queues, scheduled by `policy`.
+pub fn simulate(
+    plan: Arc<PrefillPlan>,
+    policy: Box<dyn Policy>,
+) -> Result<RunOutcome, EngineError> {
+    run(plan, policy, &mut SimBackend::default())
 }
 
-fn finish(plan: Arc<PrefillPlan>, mut world: World, tick_wall_ns: Vec<u64>) -> RunOutcome {
+fn finish(
+    plan: Arc<PrefillPlan>,
+    policy: String,
+    mut world: World,
+    tick_wall_ns: Vec<u64>,
+) -> RunOutcome {
     let timeline = std::mem::take(&mut *world.resource_mut::<TimelineLog>());
     let makespan_ns = timeline.slices.iter().map(|s| s.end_ns).max().unwrap_or(0);
     RunOutcome {
         plan,
+        policy,
         timeline,
         makespan_ns,
         stats: world.resource::<RunStats>().clone(),

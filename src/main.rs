@@ -18,7 +18,7 @@ use hetsched::import::{
 };
 use hetsched::report::RunReport;
 use hetsched::scene::{DEFAULT_SCENE, Scene, shipped_scenes};
-use hetsched::systems::Policy;
+use hetsched::systems::PolicyRegistry;
 use hetsched::timeline::{Trace, chrome::to_chrome_json, svg::to_svg};
 
 #[derive(Parser)]
@@ -61,8 +61,8 @@ struct CompareArgs {
     #[arg(long, value_delimiter = ',')]
     prompt_lens: Vec<u32>,
     /// Policies, comma-separated [default: all].
-    #[arg(long, value_delimiter = ',')]
-    policies: Vec<Policy>,
+    #[arg(long, value_delimiter = ',', value_parser = policy_name)]
+    policies: Vec<String>,
     /// Print the rows as a JSON array instead of a table.
     #[arg(long)]
     json: bool,
@@ -79,8 +79,8 @@ struct SweepArgs {
     #[arg(long, value_delimiter = ',')]
     prompt_lens: Vec<u32>,
     /// Policies, comma-separated [default: all].
-    #[arg(long, value_delimiter = ',')]
-    policies: Vec<Policy>,
+    #[arg(long, value_delimiter = ',', value_parser = policy_name)]
+    policies: Vec<String>,
     /// Write the rows as CSV here [default: print them to stdout].
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
@@ -100,8 +100,8 @@ struct SimulateArgs {
     #[arg(long)]
     chunk_len: Option<u32>,
     /// Scheduling policy: balance (ours, the default), stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
-    #[arg(long)]
-    policy: Option<Policy>,
+    #[arg(long, value_parser = policy_name)]
+    policy: Option<String>,
     /// Write a Chrome trace JSON timeline (open in ui.perfetto.dev).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -141,8 +141,8 @@ struct RunArgs {
     #[arg(long, default_value_t = 128)]
     chunk_len: u32,
     /// Scheduling policy: balance (ours, the default), stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
-    #[arg(long, default_value = "balance")]
-    policy: Policy,
+    #[arg(long, default_value = "balance", value_parser = policy_name)]
+    policy: String,
     /// Arithmetic of the linear layers.
     #[arg(long, value_enum, default_value = "w8a8")]
     precision: LinearPrecision,
@@ -325,7 +325,7 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         scene.workload.chunk_len = n;
     }
     if let Some(p) = args.policy {
-        scene.workload.policy = p;
+        scene.policy = p;
     }
     if args.no_shadow {
         scene.model.shadow = None;
@@ -334,7 +334,8 @@ fn simulate(args: SimulateArgs) -> Result<(), String> {
         hetsched::budget::apply_budget(&mut scene, budget).map_err(|e| e.to_string())?;
     }
     let plan = Arc::new(scene.plan().map_err(|e| e.to_string())?);
-    let run = engine::simulate(plan).map_err(|e| e.to_string())?;
+    let policy = scene.new_policy().map_err(|e| e.to_string())?;
+    let run = engine::simulate(plan, policy).map_err(|e| e.to_string())?;
     let report = RunReport::new(&scene.name, &run);
     let title = format!(
         "{} — {}, {} tokens, chunk {}",
@@ -705,7 +706,10 @@ fn compare(args: CompareArgs) -> Result<(), String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let policies = if args.policies.is_empty() {
-        Policy::ALL.to_vec()
+        PolicyRegistry::builtin()
+            .names()
+            .map(String::from)
+            .collect()
     } else {
         args.policies
     };
@@ -722,7 +726,10 @@ fn sweep(args: SweepArgs) -> Result<(), String> {
         return Err("give at least one chunk length with --chunk-lens".into());
     }
     let policies = if args.policies.is_empty() {
-        Policy::ALL.to_vec()
+        PolicyRegistry::builtin()
+            .names()
+            .map(String::from)
+            .collect()
     } else {
         args.policies
     };
@@ -760,4 +767,12 @@ fn print_json_or(json: bool, value: &impl serde::Serialize, summary: impl FnOnce
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A built-in policy's name, or a usage error listing them.
+fn policy_name(name: &str) -> Result<String, String> {
+    PolicyRegistry::builtin()
+        .create(name)
+        .map(|_| name.to_string())
+        .map_err(|e| e.to_string())
 }

@@ -222,7 +222,7 @@ impl RunReport {
             prompt_len: plan.workload.prompt_len,
             chunk_len: plan.workload.chunk_len,
             chunks: plan.chunks,
-            policy: plan.workload.policy.name().to_string(),
+            policy: run.policy.clone(),
             makespan_ms: ms(run.makespan_ns),
             prefill_tokens_per_s: round6(
                 f64::from(plan.workload.prompt_len) / (makespan as f64 / 1e9),

@@ -7,8 +7,10 @@
 use std::path::{Path, PathBuf};
 
 use hetsched_systems::memory::MemoryConfig;
+use hetsched_systems::policy::UnknownPolicy;
 use hetsched_systems::{
-    DeviceProfile, ModelConfig, PlacementConfig, PlanError, PrefillPlan, Workload,
+    DEFAULT_POLICY, DeviceProfile, ModelConfig, PlacementConfig, PlanError, Policy, PolicyRegistry,
+    PrefillPlan, Workload,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -125,6 +127,26 @@ pub enum SceneError {
     /// The parts are readable but do not make a valid plan.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The scene names a policy that is not built in.
+    #[error("{path}: {source}")]
+    Policy {
+        /// The scene file.
+        path: String,
+        /// The unknown name and the known ones.
+        source: UnknownPolicy,
+    },
+}
+
+/// A scene's `[workload]` table: the plan's [`Workload`] and the policy's name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkloadTable {
+    prompt_len: u32,
+    chunk_len: u32,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    float_processor: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -136,7 +158,7 @@ struct SceneFile {
     description: Option<String>,
     device: String,
     model: String,
-    workload: Workload,
+    workload: WorkloadTable,
     #[serde(default)]
     memory: MemoryConfig,
     #[serde(default)]
@@ -154,6 +176,8 @@ pub struct Scene {
     pub model: ModelConfig,
     /// Workload.
     pub workload: Workload,
+    /// The policy's name (a built-in one: see [`PolicyRegistry::builtin`]).
+    pub policy: String,
     /// Memory budgets and alignment (the optional `[memory]` table).
     pub memory: MemoryConfig,
     /// Where each kind of stage may run (the optional `[placement]` table; empty: fixed
@@ -261,11 +285,21 @@ impl Scene {
         let scene: SceneFile = parse(&path, &text)?;
         let (device_path, device_text) = source.read(&scene.device)?;
         let (model_path, model_text) = source.read(&scene.model)?;
+        let table = scene.workload;
+        let policy = table.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string());
+        if let Err(source) = PolicyRegistry::builtin().create(&policy) {
+            return Err(SceneError::Policy { path, source });
+        }
         Ok(Scene {
             name: scene.name,
             device: parse(&device_path, &device_text)?,
             model: parse(&model_path, &model_text)?,
-            workload: scene.workload,
+            workload: Workload {
+                prompt_len: table.prompt_len,
+                chunk_len: table.chunk_len,
+                float_processor: table.float_processor,
+            },
+            policy,
             memory: scene.memory,
             placement: scene.placement,
         })
@@ -281,6 +315,19 @@ impl Scene {
             self.placement.clone(),
         )?
         .with_memory(self.memory.clone())?)
+    }
+
+    /// A fresh instance of the scene's policy.
+    ///
+    /// # Errors
+    /// [`SceneError::Policy`] if [`Scene::policy`] was set to a name that is not built in.
+    pub fn new_policy(&self) -> Result<Box<dyn Policy>, SceneError> {
+        PolicyRegistry::builtin()
+            .create(&self.policy)
+            .map_err(|source| SceneError::Policy {
+                path: self.name.clone(),
+                source,
+            })
     }
 
     /// Whether the scene lets some kind of stage run on more than one processor (false

@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 
-use hetsched_systems::Policy;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::compare::{CompareError, CompareRow, compare};
@@ -16,7 +15,7 @@ pub fn sweep(
     scene: &Scene,
     chunk_lens: &[u32],
     prompt_lens: &[u32],
-    policies: &[Policy],
+    policies: &[String],
     progress: bool,
 ) -> Result<Vec<CompareRow>, CompareError> {
     let prompts = if prompt_lens.is_empty() {

@@ -9,17 +9,32 @@ use hetsched::engine::{RunOutcome, simulate};
 use hetsched::systems::shadow::ShadowConfig;
 use hetsched::systems::testing::{Timing, check_schedule, processor, tiny_model};
 use hetsched::systems::{
-    DeviceProfile, ModelConfig, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
+    DeviceProfile, ModelConfig, PlacementConfig, Policy, PolicyRegistry, PrefillPlan,
+    ProcessorKind, Workload,
 };
 use proptest::prelude::*;
 
 /// Checks every invariant of a finished simulated run; returns the first violation.
 fn check_run(run: &RunOutcome) -> Result<(), String> {
-    check_schedule(&run.plan, &run.timeline.slices, Timing::Modeled)
+    let home_only = !builtin(&run.policy).chooses_placement();
+    check_schedule(&run.plan, &run.timeline.slices, Timing::Modeled, home_only)
 }
 
-fn policy() -> impl Strategy<Value = Policy> {
-    prop::sample::select(Policy::ALL.to_vec())
+/// A fresh built-in policy.
+fn builtin(name: &str) -> Box<dyn Policy> {
+    PolicyRegistry::builtin().create(name).unwrap()
+}
+
+/// Every built-in policy's name.
+fn names() -> Vec<String> {
+    PolicyRegistry::builtin()
+        .names()
+        .map(String::from)
+        .collect()
+}
+
+fn policy() -> impl Strategy<Value = String> {
+    prop::sample::select(names())
 }
 
 /// No shadow, or a random share of the sites shadowed (stages running beside their INT8
@@ -59,10 +74,10 @@ proptest! {
         }
         let device = DeviceProfile { name: "random".into(), processors };
         let float_processor = with_gpu.then(|| "gpu".to_string());
-        let workload = Workload { prompt_len, chunk_len, policy, float_processor };
+        let workload = Workload { prompt_len, chunk_len, float_processor };
         let model = ModelConfig { shadow, ..tiny_model(layers) };
         let plan = Arc::new(PrefillPlan::new(model, device, workload).unwrap());
-        let run = simulate(plan).unwrap();
+        let run = simulate(plan, builtin(&policy)).unwrap();
         if let Err(violation) = check_run(&run) {
             return Err(TestCaseError::fail(violation));
         }
@@ -125,10 +140,10 @@ proptest! {
             shadow: Some(rule(&names, picks[3])),
         };
         let device = DeviceProfile { name: "random".into(), processors };
-        let workload = Workload { prompt_len, chunk_len, policy, float_processor: None };
+        let workload = Workload { prompt_len, chunk_len, float_processor: None };
         let model = ModelConfig { shadow, ..tiny_model(layers) };
         let plan = PrefillPlan::placed(model, device, workload, placement).unwrap();
-        let run = simulate(Arc::new(plan)).unwrap();
+        let run = simulate(Arc::new(plan), builtin(&policy)).unwrap();
         if let Err(violation) = check_run(&run) {
             return Err(TestCaseError::fail(violation));
         }
@@ -138,10 +153,9 @@ proptest! {
 #[test]
 fn a_single_chunk_on_two_processors_reaches_the_critical_path() {
     // One chunk is a pure chain: any work-conserving policy runs it back to back.
-    for policy in Policy::ALL {
-        let mut plan = hetsched::systems::testing::tiny_plan(3, 64, 64);
-        plan.workload.policy = policy;
-        let run = simulate(Arc::new(plan.clone())).unwrap();
+    for policy in names() {
+        let plan = hetsched::systems::testing::tiny_plan(3, 64, 64);
+        let run = simulate(Arc::new(plan.clone()), builtin(&policy)).unwrap();
         assert_eq!(
             run.makespan_ns,
             plan.lower_bound().critical_path_ns,
@@ -153,11 +167,12 @@ fn a_single_chunk_on_two_processors_reaches_the_critical_path() {
 #[test]
 fn out_of_order_beats_in_order_when_the_npu_dominates() {
     let run = |policy| {
-        let mut plan = hetsched::systems::testing::tiny_plan(4, 1024, 128);
-        plan.workload.policy = policy;
-        simulate(Arc::new(plan)).unwrap().makespan_ns
+        let plan = hetsched::systems::testing::tiny_plan(4, 1024, 128);
+        simulate(Arc::new(plan), builtin(policy))
+            .unwrap()
+            .makespan_ns
     };
-    let (stall, in_order) = (run(Policy::Stall), run(Policy::InOrder));
+    let (stall, in_order) = (run("stall"), run("inorder"));
     assert!(
         stall < in_order,
         "stall {stall} ns should beat in-order {in_order} ns"

@@ -18,7 +18,8 @@ use hetsched::systems::model::{ExecClass, OpDecl, OpKind};
 use hetsched::systems::shadow::ShadowConfig;
 use hetsched::systems::testing::{processor, tiny_model, tiny_plan};
 use hetsched::systems::{
-    DeviceProfile, ModelConfig, PlanError, Policy, PrefillPlan, ProcessorKind, Workload,
+    DeviceProfile, ModelConfig, PlanError, Policy, PolicyRegistry, PrefillPlan, ProcessorKind,
+    Workload,
 };
 use proptest::prelude::*;
 
@@ -82,8 +83,18 @@ fn check_memory(run: &RunOutcome) -> Result<(), String> {
     Ok(())
 }
 
-fn policy() -> impl Strategy<Value = Policy> {
-    prop::sample::select(Policy::ALL.to_vec())
+/// A fresh built-in policy.
+fn builtin(name: &str) -> Box<dyn Policy> {
+    PolicyRegistry::builtin().create(name).unwrap()
+}
+
+fn policy() -> impl Strategy<Value = String> {
+    prop::sample::select(
+        PolicyRegistry::builtin()
+            .names()
+            .map(String::from)
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// A random layer: each operator reads one or two earlier ones (skip connections cross
@@ -143,7 +154,6 @@ fn random_plan(
     layers: u32,
     prompt_len: u32,
     chunk_len: u32,
-    policy: Policy,
     with_npu: bool,
 ) -> PrefillPlan {
     let mut processors = vec![processor("cpu", ProcessorKind::Cpu, 50.0, 20.0, 5.0)];
@@ -159,7 +169,6 @@ fn random_plan(
     let workload = Workload {
         prompt_len,
         chunk_len,
-        policy,
         float_processor: None,
     };
     PrefillPlan::new(model, device, workload).expect("a valid random plan")
@@ -205,7 +214,7 @@ proptest! {
         device_factor in prop::option::of(prop_oneof![Just(0.0f64), 0.0f64..1.0]),
         shadow_keep in prop::option::of(0.0f64..=1.0),
     ) {
-        let mut plan = random_plan(custom.clone(), layers, prompt_len, chunk_len, policy, with_npu);
+        let mut plan = random_plan(custom.clone(), layers, prompt_len, chunk_len, with_npu);
         if custom.is_none() && let Some(keep) = shadow_keep {
             // Shadow stages beside their INT8 stage share its memory step.
             let model = ModelConfig {
@@ -217,7 +226,7 @@ proptest! {
         }
         let config = budgets(&plan, &factors, device_factor);
         let plan = plan.with_memory(config).expect("budgets at or above the minimum are feasible");
-        let run = simulate(Arc::new(plan)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let run = simulate(Arc::new(plan), builtin(&policy)).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(run.timeline.slices.len(), run.plan.instance_count());
         if let Err(violation) = check_memory(&run) {
             return Err(TestCaseError::fail(violation));
@@ -233,7 +242,7 @@ proptest! {
         with_npu in any::<bool>(),
         region in 0usize..2,
     ) {
-        let plan = random_plan(None, layers, prompt_len, chunk_len, Policy::Stall, with_npu);
+        let plan = random_plan(None, layers, prompt_len, chunk_len, with_npu);
         let profile = MemoryProfile::new(&plan);
         let region = region % profile.regions.len();
         let needed = profile.minimum_bytes()[region];
@@ -316,7 +325,8 @@ fn planner_peak_is_within_5_percent_of_the_bound_on_shipped_scenes() {
             } else {
                 1.05
             };
-            let run = simulate(Arc::new(scene.plan().unwrap())).unwrap();
+            let run =
+                simulate(Arc::new(scene.plan().unwrap()), scene.new_policy().unwrap()).unwrap();
             check_memory(&run).unwrap();
             for m in region_memory(&run) {
                 let ratio = m.peak_bytes as f64 / m.lower_bound_bytes.max(1) as f64;
@@ -339,14 +349,16 @@ fn planner_peak_is_within_5_percent_of_the_bound_on_shipped_scenes() {
 fn stall_keeps_its_gain_under_a_device_budget_of_1_5x_in_order() {
     for name in hetsched::scene::shipped_scenes() {
         let scene = Scene::load(std::path::Path::new(name)).unwrap();
-        let mut in_order = scene.clone();
-        in_order.workload.policy = Policy::InOrder;
-        let in_order = simulate(Arc::new(in_order.plan().unwrap())).unwrap();
+        let in_order = simulate(Arc::new(scene.plan().unwrap()), builtin("inorder")).unwrap();
         let peak: u64 = region_memory(&in_order).iter().map(|m| m.peak_bytes).sum();
-        let free = simulate(Arc::new(scene.plan().unwrap())).unwrap();
+        let free = simulate(Arc::new(scene.plan().unwrap()), scene.new_policy().unwrap()).unwrap();
         let mut budgeted = scene.clone();
         budgeted.memory.device_budget_bytes = Some(peak * 3 / 2);
-        let run = simulate(Arc::new(budgeted.plan().unwrap())).unwrap();
+        let run = simulate(
+            Arc::new(budgeted.plan().unwrap()),
+            budgeted.new_policy().unwrap(),
+        )
+        .unwrap();
         check_memory(&run).unwrap();
         let gain = in_order.makespan_ns as f64 - free.makespan_ns as f64;
         let kept = (in_order.makespan_ns as f64 - run.makespan_ns as f64) / gain;
@@ -411,7 +423,7 @@ fn a_scene_memory_table_sets_budgets_and_bad_ones_are_refused() {
     assert_eq!(profile.regions[1].budget_bytes, 40_000_000);
     assert_eq!(profile.regions[1].alignment, 4096);
     assert_eq!(*profile.budgets.last().unwrap(), 900_000_000);
-    let run = simulate(Arc::new(plan)).unwrap();
+    let run = simulate(Arc::new(plan), builtin("balance")).unwrap();
     check_memory(&run).unwrap();
     let unknown = scene("[memory]\nbudget_bytes = { gpu = 1 }\n")
         .unwrap_err()
@@ -497,7 +509,6 @@ fn huge_shapes_are_refused_up_front() {
     let workload = Workload {
         prompt_len: 3_000_000_000,
         chunk_len: 2_000_000_000,
-        policy: Policy::Stall,
         float_processor: None,
     };
     let err = PrefillPlan::new(model, device, workload).expect_err("cannot fit");

@@ -8,7 +8,7 @@ use hetsched::engine::simulate;
 use hetsched::systems::optimal::optimal_makespan_ns;
 use hetsched::systems::testing::{processor, tiny_model};
 use hetsched::systems::{
-    DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
+    DeviceProfile, PlacementConfig, PolicyRegistry, PrefillPlan, ProcessorKind, Workload,
 };
 use hetsched_kernels::seeded::SeededRng;
 
@@ -37,7 +37,6 @@ fn random_plan(rng: &mut SeededRng) -> PrefillPlan {
     let workload = Workload {
         prompt_len: 3 * chunk_len,
         chunk_len,
-        policy: Policy::Stall,
         float_processor: None,
     };
     PrefillPlan::new(tiny_model(1), device, workload).unwrap()
@@ -78,7 +77,6 @@ fn random_flexible_plan(rng: &mut SeededRng) -> PrefillPlan {
     let workload = Workload {
         prompt_len: 2 * chunk_len,
         chunk_len,
-        policy: Policy::Stall,
         float_processor: None,
     };
     let placement = PlacementConfig {
@@ -92,17 +90,20 @@ fn random_flexible_plan(rng: &mut SeededRng) -> PrefillPlan {
 
 /// Runs every policy on `plans` against the exact optimum and prints the mean gaps.
 fn measure_gaps(label: &str, plans: impl Iterator<Item = PrefillPlan>) {
-    let mut gaps = vec![Vec::new(); Policy::ALL.len()];
+    let registry = PolicyRegistry::builtin();
+    let names: Vec<&str> = registry.names().collect();
+    let mut gaps = vec![Vec::new(); names.len()];
     for plan in plans {
         let optimum = optimal_makespan_ns(&plan, 20).expect("small instance");
         assert!(
             optimum >= plan.lower_bound().ns(),
             "optimum below the lower bound"
         );
-        for (i, policy) in Policy::ALL.into_iter().enumerate() {
-            let mut plan = plan.clone();
-            plan.workload.policy = policy;
-            let makespan = simulate(Arc::new(plan)).unwrap().makespan_ns;
+        for (i, &policy) in names.iter().enumerate() {
+            let policy_state = registry.create(policy).unwrap();
+            let makespan = simulate(Arc::new(plan.clone()), policy_state)
+                .unwrap()
+                .makespan_ns;
             assert!(
                 makespan >= optimum,
                 "{policy}: {makespan} ns below the optimum {optimum} ns"
@@ -110,7 +111,7 @@ fn measure_gaps(label: &str, plans: impl Iterator<Item = PrefillPlan>) {
             gaps[i].push(makespan as f64 / optimum as f64 - 1.0);
         }
     }
-    for (policy, g) in Policy::ALL.iter().zip(&gaps) {
+    for (policy, g) in names.iter().zip(&gaps) {
         let mean = g.iter().sum::<f64>() / g.len() as f64;
         let worst = g.iter().copied().fold(0.0, f64::max);
         println!(

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hetsched::engine::{self, EngineError};
 use hetsched::exec::{JobRunner, ThreadQueues};
+use hetsched::systems::PolicyRegistry;
 use hetsched::systems::resources::Job;
 use hetsched::systems::testing::{Timing, check_schedule, tiny_plan};
 
@@ -43,6 +44,10 @@ impl JobRunner for Counting {
     }
 }
 
+fn stall() -> Box<dyn hetsched::systems::Policy> {
+    PolicyRegistry::builtin().create("stall").unwrap()
+}
+
 fn pool() -> Arc<rayon::ThreadPool> {
     Arc::new(
         rayon::ThreadPoolBuilder::new()
@@ -58,12 +63,12 @@ fn every_job_runs_once_and_lanes_never_overlap() {
     let runner = Arc::new(Counting::new(plan.id_space(), None, None));
     let lanes = plan.device.processors.len();
     let mut queues = ThreadQueues::start(lanes, runner.clone(), pool()).unwrap();
-    let run = engine::run(plan.clone(), &mut queues).unwrap();
+    let run = engine::run(plan.clone(), stall(), &mut queues).unwrap();
     for key in plan.instances() {
         let id = plan.id(key);
         assert_eq!(runner.runs[id].load(Ordering::SeqCst), 1, "{key:?}");
     }
-    check_schedule(&plan, &run.timeline.slices, Timing::Measured).unwrap();
+    check_schedule(&plan, &run.timeline.slices, Timing::Measured, false).unwrap();
 }
 
 #[test]
@@ -72,7 +77,7 @@ fn a_failed_job_stops_the_run_with_its_reason() {
     let victim = plan.id(plan.instances().nth(5).unwrap()) as u32;
     let runner = Arc::new(Counting::new(plan.id_space(), Some(victim), None));
     let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, pool()).unwrap();
-    let err = engine::run(plan, &mut queues).unwrap_err();
+    let err = engine::run(plan, stall(), &mut queues).unwrap_err();
     assert!(
         matches!(&err, EngineError::Backend(e) if e.job == victim),
         "{err}"
@@ -86,7 +91,7 @@ fn a_panicking_job_is_reported_not_propagated() {
     let victim = plan.id(plan.instances().nth(3).unwrap()) as u32;
     let runner = Arc::new(Counting::new(plan.id_space(), None, Some(victim)));
     let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, pool()).unwrap();
-    let err = engine::run(plan, &mut queues).unwrap_err();
+    let err = engine::run(plan, stall(), &mut queues).unwrap_err();
     assert!(err.to_string().contains("panicked"), "{err}");
     assert!(err.to_string().contains("kernel invariant broken"), "{err}");
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use hetsched::engine::simulate;
 use hetsched::report::RunReport;
 use hetsched::scene::{Scene, shipped_scenes};
-use hetsched::systems::Policy;
+use hetsched::systems::{DEFAULT_POLICY, Policy, PolicyRegistry};
 
 #[test]
 fn every_shipped_scene_loads_from_disk_and_from_the_binary_alike() {
@@ -76,17 +76,16 @@ fn out_of_order_cuts_prefill_latency_on_every_phone_scene() {
     {
         // The scene's own policy (out of order) against in-order.
         let scene = Scene::load(Path::new(name)).unwrap();
-        let run = |policy| {
-            let mut plan = scene.plan().unwrap();
-            plan.workload.policy = policy;
-            RunReport::new(name, &simulate(Arc::new(plan)).unwrap())
+        let run = |policy: &str| {
+            let plan = scene.plan().unwrap();
+            RunReport::new(name, &simulate(Arc::new(plan), builtin(policy)).unwrap())
         };
-        let (ours, in_order) = (&run(scene.workload.policy), &run(Policy::InOrder));
+        let (ours, in_order) = (&run(&scene.policy), &run("inorder"));
         let gain = 1.0 - ours.makespan_ms / in_order.makespan_ms;
         assert!(
             gain > 0.1,
             "{name}: {} gains only {:.1}% over in-order",
-            scene.workload.policy,
+            scene.policy,
             100.0 * gain
         );
         assert!(
@@ -116,14 +115,17 @@ fn the_default_policy_meets_the_goal_on_every_phone_scene() {
         let mut scene = Scene::load(Path::new(name)).unwrap();
         scene.workload.prompt_len = 1024;
         scene.workload.chunk_len = 256;
-        scene.workload.policy = Policy::default();
+        scene.policy = DEFAULT_POLICY.to_string();
         assert!(scene.model.shadow.is_some(), "{name} ships a shadow");
         for (shadow, limit) in [(false, 1.05), (true, 1.06)] {
             let mut scene = scene.clone();
             if !shadow {
                 scene.model.shadow = None;
             }
-            let report = RunReport::new(name, &simulate(Arc::new(scene.plan().unwrap())).unwrap());
+            let report = RunReport::new(
+                name,
+                &simulate(Arc::new(scene.plan().unwrap()), scene.new_policy().unwrap()).unwrap(),
+            );
             assert!(
                 report.ratio_to_lower_bound <= limit,
                 "{name} (shadow: {shadow}): {} is {:.3}x the lower bound",
@@ -151,7 +153,7 @@ fn placement_choice_beats_fixed_placement_on_the_three_processor_scenes() {
     for name in flexible {
         let scene = Scene::load(Path::new(name)).unwrap();
         let makespan = |scene: &Scene| {
-            simulate(Arc::new(scene.plan().unwrap()))
+            simulate(Arc::new(scene.plan().unwrap()), scene.new_policy().unwrap())
                 .unwrap()
                 .makespan_ns
         };
@@ -161,4 +163,9 @@ fn placement_choice_beats_fixed_placement_on_the_three_processor_scenes() {
             "{name}: {chosen} ns with placement choice, {fixed} ns fixed"
         );
     }
+}
+
+/// A fresh built-in policy.
+fn builtin(name: &str) -> Box<dyn Policy> {
+    PolicyRegistry::builtin().create(name).unwrap()
 }

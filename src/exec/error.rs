@@ -1,6 +1,7 @@
 //! Why a real prefill could not run.
 
 use hetsched_systems::PlanError;
+use hetsched_systems::policy::UnknownPolicy;
 use thiserror::Error;
 
 use super::calibration::CalibrationError;
@@ -11,6 +12,9 @@ use crate::import::ImportError;
 /// failed a job.
 #[derive(Debug, Error)]
 pub enum ExecError {
+    /// The options name a policy that is not built in.
+    #[error(transparent)]
+    Policy(#[from] UnknownPolicy),
     /// The prompt has no tokens.
     #[error("the prompt is empty: give at least one token of text")]
     EmptyPrompt,

@@ -237,7 +237,6 @@ mod tests {
         let workload = hetsched_systems::Workload {
             prompt_len: 64,
             chunk_len: 32,
-            policy: hetsched_systems::Policy::default(),
             float_processor: None,
         };
         let plan = PrefillPlan::new(tiny_model(3), device, workload).unwrap();

@@ -44,7 +44,8 @@ use std::sync::Arc;
 use hetsched_systems::InstanceKey;
 use hetsched_systems::resources::Job;
 use hetsched_systems::{
-    DeviceProfile, PlacementConfig, Policy, PrefillPlan, ProcessorKind, Workload,
+    DEFAULT_POLICY, DeviceProfile, PlacementConfig, PolicyRegistry, PrefillPlan, ProcessorKind,
+    Workload,
 };
 
 pub use calibrate::{ActivationRecorder, CalibrateOptions, TOP_CHANNELS, calibrate};
@@ -83,8 +84,8 @@ pub const HOST_SCENE: &str = "smollm2-135m-desktop";
 pub struct PrefillOptions {
     /// Tokens per chunk.
     pub chunk_len: u32,
-    /// Scheduling policy.
-    pub policy: Policy,
+    /// Scheduling policy, by built-in name (see [`PolicyRegistry::builtin`]).
+    pub policy: String,
     /// Compute threads shared by every queue.
     pub threads: usize,
     /// Processors (one queue each) and their cost models, which the policies consult.
@@ -108,7 +109,7 @@ impl Default for PrefillOptions {
     fn default() -> Self {
         Self {
             chunk_len: 128,
-            policy: Policy::default(),
+            policy: DEFAULT_POLICY.to_string(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             device: host_device(),
             gpu: GpuUse::Off,
@@ -337,7 +338,7 @@ pub fn prefill_on_gpu(
         options.all_logits,
         options.gpu_timestamps,
     )?);
-    let mut outcome = run_on_queues(plan, runner.clone(), 1)?;
+    let mut outcome = run_on_queues(plan, &options.policy, runner.clone(), 1)?;
     if let Some(times) = runner.device_times()? {
         on_device_clock(&mut outcome, &times);
     }
@@ -355,7 +356,6 @@ fn workload(tokens: &[u32], options: &PrefillOptions, float_processor: Option<St
     Workload {
         prompt_len: tokens.len() as u32,
         chunk_len: options.chunk_len,
-        policy: options.policy,
         float_processor,
     }
 }
@@ -378,12 +378,14 @@ fn take_logits(slot: &parking_lot::Mutex<Option<Vec<f32>>>) -> Result<Vec<f32>, 
 }
 
 /// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
-/// `threads` compute threads shared by the queues.
+/// `threads` compute threads shared by the queues, scheduled by the built-in `policy`.
 fn run_on_queues(
     plan: Arc<PrefillPlan>,
+    policy: &str,
     runner: Arc<dyn JobRunner>,
     threads: usize,
 ) -> Result<RunOutcome, ExecError> {
+    let policy = PolicyRegistry::builtin().create(policy)?;
     let threads = threads.max(1);
     let failed = |e: &dyn std::fmt::Display| ExecError::Threads {
         threads,
@@ -396,7 +398,7 @@ fn run_on_queues(
         .map_err(|e| failed(&e))?;
     let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, Arc::new(pool))
         .map_err(|e| failed(&e))?;
-    let outcome = engine::run(plan, &mut queues)?;
+    let outcome = engine::run(plan, policy, &mut queues)?;
     drop(queues);
     Ok(outcome)
 }
@@ -459,7 +461,7 @@ pub fn prefill(
     state.recorder = options.recorder.clone();
     let shadow_before = model.shadow_counters.snapshot();
     let runner = Arc::new(StageRunner::new(model.clone(), steps, layers, lanes, state));
-    let outcome = run_on_queues(plan, runner.clone(), options.threads)?;
+    let outcome = run_on_queues(plan, &options.policy, runner.clone(), options.threads)?;
     let logits = take_logits(&runner.state.logits)?;
     Ok(PrefillResult {
         logits,

@@ -138,7 +138,6 @@ mod tests {
     use super::*;
     use crate::placement::PlacementConfig;
     use crate::plan::{InstanceKey, Workload};
-    use crate::policy::Policy;
     use crate::testing::{tiny_device, tiny_model};
 
     /// The two-processor fractional optimum, exactly: jobs sorted by how much cheaper they
@@ -172,7 +171,6 @@ mod tests {
         let workload = Workload {
             prompt_len: 512,
             chunk_len: 128,
-            policy: Policy::Balance,
             float_processor: None,
         };
         let plan = PrefillPlan::placed(tiny_model(2), tiny_device(), workload, placement).unwrap();

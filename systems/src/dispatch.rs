@@ -1,236 +1,193 @@
 //! Phase 3: policy + dispatch. Each idle processor takes one ready instance.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use bevy_ecs::prelude::{Query, Res, ResMut};
+use bevy_ecs::system::SystemParam;
 
 use crate::components::{BusySlot, EstimatedCost, Placement, Processor, SubgraphState};
 use crate::memory_dispatch::MemoryLedger;
 use crate::plan::PrefillPlan;
-use crate::policy::{
-    BalanceView, LaneTimes, Policy, float_threatens_tail, pick_balance, pick_cpf, pick_heft,
-    pick_in_order, pick_lookahead, pick_peer, pick_stall, queue_lanes,
-};
+use crate::policy::{LaneTimes, PickContext};
 use crate::progress::StageProgress;
-use crate::resources::{Clock, Index, Job, Outbox, Plan, PolicyState, ReadyQueues, RunStats};
+use crate::resources::{ActivePolicy, Clock, Index, Job, Outbox, Plan, ReadyQueues, RunStats};
 
-/// For every idle processor, in lane order, asks the policy for a ready instance, marks
-/// it Running and hands it to the engine through the [`Outbox`]. A processor never holds
-/// more than one job (seed 000, Eq. 4). Its ready queue holds every ready instance it
-/// may run (under flexible placement, also those of other processors); a taken instance
-/// leaves every queue, so it runs exactly once, on the processor that took it. The policy
-/// chooses among the ready instances the [`MemoryLedger`] admits; the others wait until
-/// memory frees.
-#[allow(clippy::too_many_arguments)]
+/// For every idle processor, in lane order, asks the [`ActivePolicy`] for one of the ready
+/// instances the [`MemoryLedger`] admits, and launches it. A processor never holds more
+/// than one job (seed 000, Eq. 4). Its ready queue holds every ready instance it may run
+/// (under flexible placement, also those of other processors); a launched instance leaves
+/// every queue, so it runs exactly once, on the processor that took it.
 pub fn dispatch_ready(
     plan: Res<Plan>,
-    index: Res<Index>,
-    clock: Res<Clock>,
     progress: Res<StageProgress>,
-    mut policy: ResMut<PolicyState>,
-    mut ready: ResMut<ReadyQueues>,
+    mut policy: ResMut<ActivePolicy>,
     mut processors: Query<(&Processor, &mut BusySlot)>,
-    mut states: Query<(&mut SubgraphState, &mut Placement, &mut EstimatedCost)>,
-    mut outbox: ResMut<Outbox>,
-    mut stats: ResMut<RunStats>,
-    mut memory: ResMut<MemoryLedger>,
+    mut launcher: Launcher,
 ) {
     let plan = &plan.0;
-    let policy = &mut *policy;
+    let now_ns = launcher.clock.now_ns;
     let mut times = LaneTimes {
-        now_ns: clock.now_ns,
-        free_at_ns: index
+        now_ns,
+        free_at_ns: launcher
+            .index
             .processors
             .iter()
             .map(|&e| {
                 let (_, slot) = processors.get(e).expect("processor entity");
-                slot.running.map_or(clock.now_ns, |_| slot.expected_end_ns)
+                slot.running.map_or(now_ns, |_| slot.expected_end_ns)
             })
             .collect(),
     };
-    for (lane, &entity) in index.processors.iter().enumerate() {
+    for lane in 0..launcher.index.processors.len() {
+        let entity = launcher.index.processors[lane];
         let (processor, mut slot) = processors.get_mut(entity).expect("processor entity");
-        if slot.running.is_some() || ready.0[lane].is_empty() {
+        if slot.running.is_some() {
             continue;
         }
-        let admitted: BTreeSet<u32>;
-        let lane_ready = if memory.unconstrained() {
-            &ready.0[lane]
-        } else {
-            admitted = ready.0[lane]
-                .iter()
-                .copied()
-                .filter(|&id| memory.admits(plan.key(id as usize)))
-                .collect();
-            if admitted.len() < ready.0[lane].len() {
-                stats.held_for_memory += 1;
-            }
-            &admitted
-        };
-        if lane_ready.is_empty() {
+        let (candidates, held) = admitted(&launcher.ready.lanes[lane], &launcher.memory, plan);
+        launcher.stats.held_for_memory += u64::from(held);
+        if candidates.is_empty() {
             continue;
         }
-        let choice = match policy.policy {
-            Policy::Stall => pick_stall(plan, &progress, lane_ready, processor.kind),
-            Policy::InOrder => {
-                let (sequence, cursor) = &mut policy.sequences[lane];
-                pick_in_order(sequence, cursor, lane_ready)
-            }
-            Policy::Peer => pick_peer(plan, &progress, &mut policy.peer, lane_ready),
-            Policy::Heft => pick_heft(plan, lane_ready, lane, &times),
-            Policy::Cpf => pick_cpf(plan, lane_ready),
-            Policy::Lookahead => {
-                let others_idle = others_idle(plan, &ready, lane);
-                let here = (lane, processor.kind);
-                pick_lookahead(plan, &progress, lane_ready, here, &times, others_idle)
-            }
-            Policy::Balance => {
-                let view = BalanceView {
-                    times: &times,
-                    remaining_ns: &policy.remaining_ns,
-                    ready_ns: &ready_work(plan, &ready),
-                    others_idle: others_idle(plan, &ready, lane),
-                    float_threatens_tail: float_threatens_tail(plan, &policy.remaining_ns),
-                };
-                pick_balance(plan, &progress, lane_ready, (lane, processor.kind), view)
-            }
-        };
-        let Some(id) = choice else { continue };
-        launch(
-            id,
-            lane,
+        let ctx = PickContext {
             plan,
-            policy,
-            &index,
-            &clock,
-            &mut ready,
-            &mut slot,
-            &mut states,
-            &mut outbox,
-            &mut stats,
-            &mut memory,
-        );
+            progress: &progress,
+            ready: &launcher.ready.lanes,
+            times: &times,
+            lane,
+            kind: processor.kind,
+        };
+        let Some(id) = policy.0.pick(&ctx, &candidates) else {
+            continue;
+        };
+        launcher.launch(plan, id, lane, &mut slot, &mut policy);
         times.free_at_ns[lane] = slot.expected_end_ns;
     }
     // Liveness under a budget: a policy with its own pipeline (`peer`'s barrier) may wait
     // for a job memory keeps out. With nothing running, the earliest ready job the
     // ledger admits runs (the first unfinished chunk's next job always is admitted).
-    if memory.unconstrained()
-        || !outbox.0.is_empty()
+    if launcher.memory.unconstrained()
+        || !launcher.outbox.0.is_empty()
         || processors.iter().any(|(_, slot)| slot.running.is_some())
     {
         return;
     }
-    let earliest = ready
-        .0
-        .iter()
-        .enumerate()
-        .filter_map(|(lane, q)| {
-            q.iter()
-                .find(|&&id| memory.admits(plan.key(id as usize)))
-                .map(|&id| (id, lane))
-        })
-        .min();
-    if let Some((id, lane)) = earliest {
-        if policy.policy == Policy::InOrder {
-            // In-order never needs this (its next job is the first chunk's); if it ever
-            // does, the job must be the lane's next in order.
-            let (sequence, cursor) = &mut policy.sequences[lane];
-            if sequence.get(*cursor) != Some(&id) {
-                return;
-            }
-            *cursor += 1;
-        }
-        let (_, mut slot) = processors
-            .get_mut(index.processors[lane])
-            .expect("processor entity");
-        launch(
-            id,
-            lane,
-            plan,
-            policy,
-            &index,
-            &clock,
-            &mut ready,
-            &mut slot,
-            &mut states,
-            &mut outbox,
-            &mut stats,
-            &mut memory,
-        );
-    }
-}
-
-/// Modeled work of the ready instances by home lane (ns): each lane's own backlog.
-fn ready_work(plan: &PrefillPlan, ready: &ReadyQueues) -> Vec<u64> {
-    ready
-        .0
-        .iter()
-        .enumerate()
-        .map(|(lane, q)| {
-            q.iter()
-                .map(|&id| plan.key(id as usize))
-                .filter(|&key| plan.processor(key) == lane)
-                .map(|key| plan.cost_ns(key))
-                .sum()
-        })
-        .collect()
-}
-
-/// Whether no processor other than `lane` has ready work of its own (instances whose home
-/// it is; under flexible placement a queue also holds other processors' instances).
-fn others_idle(plan: &PrefillPlan, ready: &ReadyQueues, lane: usize) -> bool {
-    ready.0.iter().enumerate().all(|(l, q)| {
-        l == lane
-            || !q
-                .iter()
-                .any(|&id| plan.processor(plan.key(id as usize)) == l)
-    })
-}
-
-/// Starts ready instance `id` on `lane`: out of every ready queue, Running, placed on
-/// `lane` at `lane`'s cost, in the lane's slot, memory allocated, a [`Job`] in the
-/// [`Outbox`].
-#[allow(clippy::too_many_arguments)]
-fn launch(
-    id: u32,
-    lane: usize,
-    plan: &PrefillPlan,
-    policy: &mut PolicyState,
-    index: &Index,
-    clock: &Clock,
-    ready: &mut ReadyQueues,
-    slot: &mut BusySlot,
-    states: &mut Query<(&mut SubgraphState, &mut Placement, &mut EstimatedCost)>,
-    outbox: &mut Outbox,
-    stats: &mut RunStats,
-    memory: &mut MemoryLedger,
-) {
-    let key = plan.key(id as usize);
-    for &l in queue_lanes(plan, policy.policy, key) {
-        ready.0[l].remove(&id);
-    }
-    let estimated_ns = plan
-        .cost_on(key, lane)
-        .expect("dispatched to a processor the instance may not run on");
-    policy.remaining_ns[plan.processor(key)] -= plan.cost_ns(key);
-    memory.start(key);
-    let instance = index.instances[id as usize].expect("ready instance without an entity");
-    let (mut state, mut placement, mut cost) = states.get_mut(instance).expect("instance state");
-    *state = SubgraphState::Running;
-    *placement = Placement {
-        processor: index.processors[lane],
-        index: lane,
+    let Some((id, lane)) = launcher.earliest_admitted(plan) else {
+        return;
     };
-    cost.ns = estimated_ns;
-    slot.running = Some(id);
-    slot.expected_end_ns = clock.now_ns + estimated_ns;
-    stats.dispatched += 1;
-    outbox.0.push(Job {
-        id,
-        key,
-        processor: lane,
-        estimated_ns,
-        dispatched_ns: clock.now_ns,
-    });
+    let entity = launcher.index.processors[lane];
+    let (processor, mut slot) = processors.get_mut(entity).expect("processor entity");
+    if policy.0.strict_chunk_order() {
+        // Such a policy never needs this (its next job is the first chunk's); if it ever
+        // does, the job must be the one it would run next.
+        let ctx = PickContext {
+            plan,
+            progress: &progress,
+            ready: &launcher.ready.lanes,
+            times: &times,
+            lane,
+            kind: processor.kind,
+        };
+        if policy.0.pick(&ctx, &BTreeSet::from([id])) != Some(id) {
+            return;
+        }
+    }
+    launcher.launch(plan, id, lane, &mut slot, &mut policy);
+}
+
+/// The ready instances of one lane's queue that memory admits now (borrowed when every
+/// one is), and whether memory held any back.
+fn admitted<'q>(
+    queue: &'q BTreeSet<u32>,
+    memory: &MemoryLedger,
+    plan: &PrefillPlan,
+) -> (Cow<'q, BTreeSet<u32>>, bool) {
+    if memory.unconstrained() {
+        return (Cow::Borrowed(queue), false);
+    }
+    let admitted: BTreeSet<u32> = queue
+        .iter()
+        .copied()
+        .filter(|&id| memory.admits(plan.key(id as usize)))
+        .collect();
+    let held = admitted.len() < queue.len();
+    (Cow::Owned(admitted), held)
+}
+
+/// What launching a job changes: the ready queues, the instance's state, the memory
+/// ledger, the outbox and the statistics.
+#[derive(SystemParam)]
+pub struct Launcher<'w, 's> {
+    index: Res<'w, Index>,
+    clock: Res<'w, Clock>,
+    ready: ResMut<'w, ReadyQueues>,
+    states: Query<
+        'w,
+        's,
+        (
+            &'static mut SubgraphState,
+            &'static mut Placement,
+            &'static mut EstimatedCost,
+        ),
+    >,
+    outbox: ResMut<'w, Outbox>,
+    stats: ResMut<'w, RunStats>,
+    memory: ResMut<'w, MemoryLedger>,
+}
+
+impl Launcher<'_, '_> {
+    /// The smallest ready id memory admits, over every lane, with its lane.
+    fn earliest_admitted(&self, plan: &PrefillPlan) -> Option<(u32, usize)> {
+        self.ready
+            .lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(lane, q)| {
+                q.iter()
+                    .find(|&&id| self.memory.admits(plan.key(id as usize)))
+                    .map(|&id| (id, lane))
+            })
+            .min()
+    }
+
+    /// Starts ready instance `id` on `lane`: out of every ready queue, Running, placed on
+    /// `lane` at `lane`'s cost, in the lane's slot, memory allocated, the policy told, a
+    /// [`Job`] in the [`Outbox`].
+    fn launch(
+        &mut self,
+        plan: &PrefillPlan,
+        id: u32,
+        lane: usize,
+        slot: &mut BusySlot,
+        policy: &mut ActivePolicy,
+    ) {
+        let key = plan.key(id as usize);
+        self.ready.remove(plan, id);
+        let estimated_ns = plan
+            .cost_on(key, lane)
+            .expect("dispatched to a processor the instance may not run on");
+        self.memory.start(key);
+        policy.0.launched(plan, id, lane);
+        let instance = self.index.instances[id as usize].expect("ready instance without an entity");
+        let (mut state, mut placement, mut cost) =
+            self.states.get_mut(instance).expect("instance state");
+        *state = SubgraphState::Running;
+        *placement = Placement {
+            processor: self.index.processors[lane],
+            index: lane,
+        };
+        cost.ns = estimated_ns;
+        let now_ns = self.clock.now_ns;
+        slot.running = Some(id);
+        slot.expected_end_ns = now_ns + estimated_ns;
+        self.stats.dispatched += 1;
+        self.outbox.0.push(Job {
+            id,
+            key,
+            processor: lane,
+            estimated_ns,
+            dispatched_ns: now_ns,
+        });
+    }
 }

@@ -12,10 +12,11 @@
 //! # Examples
 //! ```
 //! use std::sync::Arc;
-//! use hetsched_systems::{PrefillPlan, spawn_world, scheduler_schedule};
+//! use hetsched_systems::{PolicyRegistry, PrefillPlan, spawn_world, scheduler_schedule};
 //! use hetsched_systems::resources::{Clock, Completion, Inbox, Outbox};
 //! # let plan = hetsched_systems::testing::tiny_plan(2, 64, 32);
-//! let mut world = spawn_world(Arc::new(plan));
+//! let policy = PolicyRegistry::builtin().create("stall")?;
+//! let mut world = spawn_world(Arc::new(plan), policy);
 //! let mut schedule = scheduler_schedule();
 //! // A minimal simulated engine: run every dispatched job for its modeled time.
 //! let mut in_flight = Vec::new();
@@ -29,6 +30,7 @@
 //!     world.resource_mut::<Inbox>().0.push(Completion { id: job.id, processor: job.processor, start_ns: start, end_ns: end });
 //! }
 //! assert!(world.resource::<hetsched_systems::StageProgress>().done_count() > 0);
+//! # Ok::<(), hetsched_systems::policy::UnknownPolicy>(())
 //! ```
 
 pub mod bound;
@@ -62,7 +64,7 @@ pub use error::PlanError;
 pub use model::{ModelConfig, Precision};
 pub use placement::PlacementConfig;
 pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};
-pub use policy::Policy;
+pub use policy::{DEFAULT_POLICY, Policy, PolicyRegistry};
 pub use progress::StageProgress;
 pub use world::spawn_world;
 

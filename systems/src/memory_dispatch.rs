@@ -22,7 +22,6 @@ use bevy_ecs::prelude::Resource;
 use crate::graph::StageDependency;
 use crate::memory::MemoryProfile;
 use crate::plan::{InstanceKey, PrefillPlan};
-use crate::policy::Policy;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct ChunkState {
@@ -58,16 +57,19 @@ pub struct MemoryLedger {
     step_of: Vec<u32>,
     /// Per memory step: how many stages it has.
     step_size: Vec<u32>,
-    /// Whether the safety witness may settle chunks out of order first. Not for
-    /// `inorder`, which only ever runs a lane's jobs in (chunk, stage) order: it needs the
-    /// first unfinished chunk's next job admitted in every safe state, which only the
-    /// plain chunk-order witness guarantees. Other policies get the dispatch fallback.
+    /// Whether the safety witness may settle chunks out of order first. Not for a policy
+    /// with strict chunk order (`inorder`), which only ever runs a lane's jobs in
+    /// (chunk, stage) order: it needs the first unfinished chunk's next job admitted in
+    /// every safe state, which only the plain chunk-order witness guarantees. Other
+    /// policies get the dispatch fallback.
     settle: bool,
 }
 
 impl MemoryLedger {
-    /// Nothing running; the KV cache and the shadow's weight rows allocated.
-    pub fn new(plan: &PrefillPlan) -> MemoryLedger {
+    /// Nothing running; the KV cache and the shadow's weight rows allocated. `settle`:
+    /// whether the safety witness may settle chunks out of order first (false for a
+    /// policy with [`crate::policy::Policy::strict_chunk_order`]).
+    pub fn new(plan: &PrefillPlan, settle: bool) -> MemoryLedger {
         let profile = plan.memory_profile().clone();
         let steps = plan.memory_step_count() as usize;
         let (mut cross, mut step_size) = (vec![false; steps], vec![0u32; steps]);
@@ -82,7 +84,7 @@ impl MemoryLedger {
             .map(|c| profile.resident_bytes(c))
             .collect();
         MemoryLedger {
-            settle: plan.workload.policy != Policy::InOrder,
+            settle,
             cross,
             step_of,
             step_size,

@@ -19,7 +19,7 @@ pub fn record_metrics(
     memory: Res<MemoryLedger>,
 ) {
     stats.ticks += 1;
-    let lanes = ready.0.len();
+    let lanes = ready.lanes.len();
     if timeline.counters.is_empty() {
         let mut names: Vec<(usize, String)> = processors
             .iter()
@@ -39,7 +39,7 @@ pub fn record_metrics(
             timeline.counters.push((name, Vec::new()));
         }
     }
-    let mut values: Vec<f64> = ready.0.iter().map(|q| q.len() as f64).collect();
+    let mut values: Vec<f64> = ready.lanes.iter().map(|q| q.len() as f64).collect();
     let mut running_chunks: Vec<u32> = processors
         .iter()
         .filter_map(|(_, s)| s.running)

@@ -14,7 +14,6 @@ use crate::graph::{
 use crate::memory::{MemoryConfig, MemoryProfile};
 use crate::model::{ChunkShape, ExecClass, ModelConfig};
 use crate::placement::PlacementConfig;
-use crate::policy::Policy;
 
 /// A workload: how long the prompt is and how it is cut and scheduled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,9 +23,6 @@ pub struct Workload {
     pub prompt_len: u32,
     /// Chunk length in tokens (the fixed length of the pre-built graphs).
     pub chunk_len: u32,
-    /// Scheduling policy.
-    #[serde(default)]
-    pub policy: Policy,
     /// Processor (by name) for float work; the first CPU, else the first GPU, by default.
     #[serde(default)]
     pub float_processor: Option<String>,

@@ -5,9 +5,8 @@ use bevy_ecs::prelude::{MessageReader, Query, Res, ResMut};
 use crate::components::{RemainingDeps, SubgraphState};
 use crate::graph::StageDependency;
 use crate::plan::InstanceKey;
-use crate::policy::queue_lanes;
 use crate::progress::StageProgress;
-use crate::resources::{Index, Plan, PolicyState, ReadyQueues, SubgraphFinished};
+use crate::resources::{Index, Plan, ReadyQueues, SubgraphFinished};
 
 /// For each finished instance G(i, j), every stage k waiting for j (usually j+1; a
 /// shadow's pair, see [`crate::graph`]): an intra-chunk G(i, k) loses one dependency; for
@@ -17,7 +16,6 @@ use crate::resources::{Index, Plan, PolicyState, ReadyQueues, SubgraphFinished};
 pub fn resolve_dependencies(
     plan: Res<Plan>,
     index: Res<Index>,
-    policy: Res<PolicyState>,
     mut finished: MessageReader<SubgraphFinished>,
     mut progress: ResMut<StageProgress>,
     mut instances: Query<(&mut RemainingDeps, &mut SubgraphState)>,
@@ -49,9 +47,7 @@ pub fn resolve_dependencies(
                 remaining.0 -= 1;
                 if remaining.0 == 0 {
                     *state = SubgraphState::Ready;
-                    for &lane in queue_lanes(plan, policy.policy, next) {
-                        ready.0[lane].insert(id as u32);
-                    }
+                    ready.insert(plan, id as u32);
                 }
             }
         }

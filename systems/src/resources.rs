@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bevy_ecs::prelude::{Entity, Message, Resource};
 
 use crate::plan::{InstanceKey, PrefillPlan};
-use crate::policy::{PeerPipeline, Policy};
+use crate::policy::Policy;
 
 /// The plan this world schedules.
 #[derive(Resource, Clone)]
@@ -33,23 +33,51 @@ pub struct Clock {
 }
 
 /// Ready instance ids per processor lane, ordered by (chunk, stage). A ready instance is
-/// in the queue of every processor it may run on (its home only, for policies that keep
-/// fixed placement: see `policy::queue_lanes`) and leaves all of them when one takes it.
+/// in the queue of every processor it may run on (its home only when the policy keeps
+/// fixed placement: see [`ReadyQueues::lanes_of`]) and leaves all of them when one takes
+/// it.
 #[derive(Resource, Debug, Clone)]
-pub struct ReadyQueues(pub Vec<BTreeSet<u32>>);
-
-/// The active policy and its per-processor state.
-#[derive(Resource, Debug, Clone)]
-pub struct PolicyState {
-    /// The policy.
-    pub policy: Policy,
-    /// In-order: each processor's instances in (chunk, stage) order, and how far it got.
-    pub sequences: Vec<(Vec<u32>, usize)>,
-    /// Peer: the fixed pipeline's position.
-    pub peer: PeerPipeline,
-    /// Modeled work not yet dispatched, by home processor (ns).
-    pub remaining_ns: Vec<u64>,
+pub struct ReadyQueues {
+    /// Ready ids, by lane.
+    pub lanes: Vec<BTreeSet<u32>>,
+    /// Whether an instance waits only in its home processor's queue.
+    pub home_only: bool,
 }
+
+impl ReadyQueues {
+    /// Empty queues for `lanes` processors.
+    pub fn new(lanes: usize, home_only: bool) -> Self {
+        ReadyQueues {
+            lanes: vec![BTreeSet::new(); lanes],
+            home_only,
+        }
+    }
+
+    /// The processors whose queues hold `key` while it is ready: every eligible one, or
+    /// only its home.
+    pub fn lanes_of<'p>(&self, plan: &'p PrefillPlan, key: InstanceKey) -> &'p [usize] {
+        let lanes = plan.eligible(key);
+        if self.home_only { &lanes[..1] } else { lanes }
+    }
+
+    /// `id` becomes ready.
+    pub fn insert(&mut self, plan: &PrefillPlan, id: u32) {
+        for &lane in self.lanes_of(plan, plan.key(id as usize)) {
+            self.lanes[lane].insert(id);
+        }
+    }
+
+    /// `id` was taken by a processor: out of every queue.
+    pub fn remove(&mut self, plan: &PrefillPlan, id: u32) {
+        for &lane in self.lanes_of(plan, plan.key(id as usize)) {
+            self.lanes[lane].remove(&id);
+        }
+    }
+}
+
+/// The policy this world schedules with, and its state.
+#[derive(Resource)]
+pub struct ActivePolicy(pub Box<dyn Policy>);
 
 /// A job handed to a processor's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

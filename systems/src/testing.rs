@@ -4,7 +4,6 @@ use crate::cost::{CostModel, PeakRates};
 use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
 use crate::model::{ModelConfig, Precision};
 use crate::plan::{PrefillPlan, Workload};
-use crate::policy::{Policy, queue_lanes};
 use crate::resources::SliceRecord;
 
 /// A small llama-shaped model with `layers` layers.
@@ -70,7 +69,6 @@ pub fn tiny_plan(layers: u32, prompt_len: u32, chunk_len: u32) -> PrefillPlan {
     let workload = Workload {
         prompt_len,
         chunk_len,
-        policy: Policy::Stall,
         float_processor: None,
     };
     PrefillPlan::new(tiny_model(layers), tiny_device(), workload).expect("the tiny plan is valid")
@@ -87,14 +85,15 @@ pub enum Timing {
 }
 
 /// Checks the scheduler invariants on the slices of a finished run: every instance ran
-/// exactly once, on a processor it may run on (its home only, for a policy that keeps
-/// fixed placement), after all its predecessors ended; a lane never ran
+/// exactly once, on a processor it may run on (its home only when `home_only`: for a
+/// policy that keeps fixed placement), after all its predecessors ended; a lane never ran
 /// two jobs at once; with [`Timing::Modeled`], durations equal their costs and the
 /// makespan is at least the lower bound. Returns the first violation.
 pub fn check_schedule(
     plan: &PrefillPlan,
     slices: &[SliceRecord],
     timing: Timing,
+    home_only: bool,
 ) -> Result<(), String> {
     let mut slice_of = vec![None; plan.id_space()];
     for s in slices {
@@ -102,7 +101,8 @@ pub fn check_schedule(
         if slice_of[id].replace(s).is_some() {
             return Err(format!("{:?} ran twice", s.key));
         }
-        let allowed = queue_lanes(plan, plan.workload.policy, s.key);
+        let eligible = plan.eligible(s.key);
+        let allowed = if home_only { &eligible[..1] } else { eligible };
         if !allowed.contains(&s.processor) {
             return Err(format!(
                 "{:?} ran on lane {}, not one of its lanes {allowed:?}",

@@ -1,7 +1,6 @@
 //! Builds the scheduler's world from a plan: processors, chunks, templates, instances
 //! and tensors become entities; the first stage of every chunk starts Ready.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bevy_ecs::prelude::{Entity, Messages, World};
@@ -14,15 +13,16 @@ use crate::graph::StageDependency;
 use crate::memory::KvCache;
 use crate::memory_dispatch::MemoryLedger;
 use crate::plan::{InstanceKey, PrefillPlan};
-use crate::policy::queue_lanes;
+use crate::policy::Policy;
 use crate::progress::StageProgress;
 use crate::resources::{
-    Clock, Inbox, Index, Outbox, Plan, PolicyState, ReadyQueues, RunStats, SubgraphFinished,
+    ActivePolicy, Clock, Inbox, Index, Outbox, Plan, ReadyQueues, RunStats, SubgraphFinished,
     TimelineLog,
 };
 
-/// A world ready for the first tick of `plan`.
-pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
+/// A world ready for the first tick of `plan`, scheduled by `policy` (started here).
+pub fn spawn_world(plan: Arc<PrefillPlan>, mut policy: Box<dyn Policy>) -> World {
+    policy.start(&plan);
     let mut world = World::new();
     let regions = &plan.memory_profile().regions;
     let processors: Vec<Entity> = plan
@@ -80,8 +80,7 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
         .collect();
 
     let mut instances = vec![None; plan.id_space()];
-    let mut ready = vec![BTreeSet::new(); processors.len()];
-    let mut sequences = vec![(Vec::new(), 0usize); processors.len()];
+    let mut ready = ReadyQueues::new(processors.len(), !policy.chooses_placement());
     for key in plan.instances() {
         let id = plan.id(key);
         let lane = plan.processor(key);
@@ -120,11 +119,8 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
             .id();
         instances[id] = Some(entity);
         if deps == 0 {
-            for &l in queue_lanes(&plan, plan.workload.policy, key) {
-                ready[l].insert(id as u32);
-            }
+            ready.insert(&plan, id as u32);
         }
-        sequences[lane].0.push(id as u32);
     }
     spawn_tensors(&mut world, &plan, &instances);
 
@@ -132,20 +128,15 @@ pub fn spawn_world(plan: Arc<PrefillPlan>) -> World {
         instances,
         processors,
     });
-    world.insert_resource(ReadyQueues(ready));
-    world.insert_resource(PolicyState {
-        policy: plan.workload.policy,
-        sequences,
-        peer: Default::default(),
-        remaining_ns: plan.work_per_processor(),
-    });
+    world.insert_resource(ready);
+    world.insert_resource(MemoryLedger::new(&plan, !policy.strict_chunk_order()));
+    world.insert_resource(ActivePolicy(policy));
     world.insert_resource(StageProgress::new(&plan));
     world.insert_resource(Clock::default());
     world.insert_resource(Inbox::default());
     world.insert_resource(Outbox::default());
     world.insert_resource(TimelineLog::default());
     world.insert_resource(RunStats::default());
-    world.insert_resource(MemoryLedger::new(&plan));
     world.init_resource::<Messages<SubgraphFinished>>();
     world.insert_resource(Plan(plan));
     world

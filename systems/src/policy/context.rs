@@ -1,0 +1,88 @@
+//! What a policy sees when it picks: the plan, what is done, every ready queue, and when
+//! each processor frees.
+
+use std::collections::BTreeSet;
+
+use crate::device::ProcessorKind;
+use crate::plan::{InstanceKey, PrefillPlan};
+use crate::progress::StageProgress;
+
+/// When each processor could start a new job: now if idle, else when its running job is
+/// modeled to end (ns, by lane).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaneTimes {
+    /// The current time.
+    pub now_ns: u64,
+    /// Earliest start per lane.
+    pub free_at_ns: Vec<u64>,
+}
+
+impl LaneTimes {
+    /// Whether `lane` finishes `key` no later than any other processor `key` may run on
+    /// would (earliest finish time, HEFT's processor rule): the guard that keeps a slow
+    /// processor from taking a job a faster one would finish sooner even after its
+    /// current job. Always true for an instance with one eligible processor.
+    pub fn finishes_first(&self, plan: &PrefillPlan, key: InstanceKey, lane: usize) -> bool {
+        let lanes = plan.eligible(key);
+        if lanes.len() == 1 {
+            return true;
+        }
+        let Some(here) = plan.cost_on(key, lane) else {
+            return false;
+        };
+        let finish_here = self.free_at_ns[lane].max(self.now_ns) + here;
+        lanes.iter().filter(|&&l| l != lane).all(|&l| {
+            plan.cost_on(key, l)
+                .is_none_or(|c| finish_here <= self.free_at_ns[l].max(self.now_ns) + c)
+        })
+    }
+}
+
+/// Everything a policy may read when it picks for one idle processor.
+#[derive(Clone, Copy, Debug)]
+pub struct PickContext<'a> {
+    /// The plan being scheduled.
+    pub plan: &'a PrefillPlan,
+    /// Which instances are done.
+    pub progress: &'a StageProgress,
+    /// Every processor's ready queue (ids), by lane; the candidates are this lane's,
+    /// filtered by memory admission.
+    pub ready: &'a [BTreeSet<u32>],
+    /// When each processor frees.
+    pub times: &'a LaneTimes,
+    /// The idle processor picking.
+    pub lane: usize,
+    /// Its kind.
+    pub kind: ProcessorKind,
+}
+
+impl PickContext<'_> {
+    /// Modeled work of the ready instances by home lane (ns): each lane's own backlog.
+    pub fn ready_work(&self) -> Vec<u64> {
+        let plan = self.plan;
+        self.ready
+            .iter()
+            .enumerate()
+            .map(|(lane, q)| {
+                q.iter()
+                    .map(|&id| plan.key(id as usize))
+                    .filter(|&key| plan.processor(key) == lane)
+                    .map(|key| plan.cost_ns(key))
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// Whether no processor other than this one has ready work of its own (instances
+    /// whose home it is; under flexible placement a queue also holds other processors'
+    /// instances).
+    pub fn others_idle(&self) -> bool {
+        let plan = self.plan;
+        self.ready.iter().enumerate().all(|(l, q)| {
+            l == self.lane
+                || !q
+                    .iter()
+                    .any(|&id| plan.processor(plan.key(id as usize)) == l)
+        })
+    }
+}
