@@ -1,38 +1,40 @@
 //! Phase 1: collect completions from the queues.
 
-use bevy_ecs::prelude::{MessageWriter, Query, Res, ResMut};
+use bevy_ecs::prelude::{Commands, MessageWriter, Query, Res, ResMut};
 
-use crate::components::{BusySlot, SubgraphState};
+use crate::components::{BusySlot, Done, Running};
 use crate::memory_dispatch::MemoryLedger;
 use crate::resources::{Inbox, Index, Plan, SliceRecord, SubgraphFinished, TimelineLog};
 
-/// Marks each reported instance Done, frees its processor and the memory its dead
-/// tensors held ([`MemoryLedger::finish`]), records its slice, and announces it with
-/// [`SubgraphFinished`].
+/// Marks each reported instance [`Done`] (no longer [`Running`]), frees its processor and
+/// the memory its dead tensors held ([`MemoryLedger::finish`]), records its slice with
+/// the modeled duration beside the measured one, and announces it with
+/// [`SubgraphFinished`]. The engine validates completions before they reach the
+/// [`Inbox`]; the checks here guard that contract.
 #[allow(clippy::too_many_arguments)]
 pub fn collect_completions(
     plan: Res<Plan>,
     index: Res<Index>,
     mut inbox: ResMut<Inbox>,
-    mut states: Query<&mut SubgraphState>,
+    running: Query<&Running>,
     mut slots: Query<&mut BusySlot>,
     mut timeline: ResMut<TimelineLog>,
     mut finished: MessageWriter<SubgraphFinished>,
     mut memory: ResMut<MemoryLedger>,
+    mut commands: Commands,
 ) {
     for done in inbox.0.drain(..) {
         let entity = index.instances[done.id as usize]
             .expect("completion for an instance that does not exist");
-        let mut state = states
-            .get_mut(entity)
-            .expect("instance entity without a state");
+        let run = running
+            .get(entity)
+            .unwrap_or_else(|_| panic!("instance {} completed while not running", done.id));
         assert_eq!(
-            *state,
-            SubgraphState::Running,
-            "instance {} completed while not running",
+            run.lane, done.processor,
+            "instance {} completed on a lane it was not dispatched to",
             done.id
         );
-        *state = SubgraphState::Done;
+        commands.entity(entity).remove::<Running>().insert(Done);
         let mut slot = slots
             .get_mut(index.processors[done.processor])
             .expect("processor entity without a slot");
@@ -52,6 +54,7 @@ pub fn collect_completions(
             processor: done.processor,
             start_ns: done.start_ns,
             end_ns: done.end_ns,
+            estimated_ns: run.estimated_ns,
         });
         finished.write(SubgraphFinished { id: done.id });
     }

@@ -3,10 +3,10 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use bevy_ecs::prelude::{Query, Res, ResMut};
+use bevy_ecs::prelude::{Commands, Query, Res, ResMut};
 use bevy_ecs::system::SystemParam;
 
-use crate::components::{BusySlot, EstimatedCost, Placement, Processor, SubgraphState};
+use crate::components::{BusySlot, Processor, Ready, Running};
 use crate::memory_dispatch::MemoryLedger;
 use crate::plan::PrefillPlan;
 use crate::policy::{LaneTimes, PickContext};
@@ -122,15 +122,7 @@ pub struct Launcher<'w, 's> {
     index: Res<'w, Index>,
     clock: Res<'w, Clock>,
     ready: ResMut<'w, ReadyQueues>,
-    states: Query<
-        'w,
-        's,
-        (
-            &'static mut SubgraphState,
-            &'static mut Placement,
-            &'static mut EstimatedCost,
-        ),
-    >,
+    commands: Commands<'w, 's>,
     outbox: ResMut<'w, Outbox>,
     stats: ResMut<'w, RunStats>,
     memory: ResMut<'w, MemoryLedger>,
@@ -151,7 +143,7 @@ impl Launcher<'_, '_> {
             .min()
     }
 
-    /// Starts ready instance `id` on `lane`: out of every ready queue, Running, placed on
+    /// Starts ready instance `id` on `lane`: out of every ready queue, [`Running`] on
     /// `lane` at `lane`'s cost, in the lane's slot, memory allocated, the policy told, a
     /// [`Job`] in the [`Outbox`].
     fn launch(
@@ -170,15 +162,15 @@ impl Launcher<'_, '_> {
         self.memory.start(key);
         policy.0.launched(plan, id, lane);
         let instance = self.index.instances[id as usize].expect("ready instance without an entity");
-        let (mut state, mut placement, mut cost) =
-            self.states.get_mut(instance).expect("instance state");
-        *state = SubgraphState::Running;
-        *placement = Placement {
-            processor: self.index.processors[lane],
-            index: lane,
-        };
-        cost.ns = estimated_ns;
         let now_ns = self.clock.now_ns;
+        self.commands
+            .entity(instance)
+            .remove::<Ready>()
+            .insert(Running {
+                lane,
+                estimated_ns,
+                dispatched_ns: now_ns,
+            });
         slot.running = Some(id);
         slot.expected_end_ns = now_ns + estimated_ns;
         self.stats.dispatched += 1;

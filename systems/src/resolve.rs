@@ -1,8 +1,8 @@
 //! Phase 2: dependency resolution (seed 000, Eq. 2-3), incremental per completion.
 
-use bevy_ecs::prelude::{MessageReader, Query, Res, ResMut};
+use bevy_ecs::prelude::{Commands, MessageReader, Query, Res, ResMut};
 
-use crate::components::{RemainingDeps, SubgraphState};
+use crate::components::{Ready, RemainingDeps};
 use crate::graph::StageDependency;
 use crate::plan::InstanceKey;
 use crate::progress::StageProgress;
@@ -18,8 +18,9 @@ pub fn resolve_dependencies(
     index: Res<Index>,
     mut finished: MessageReader<SubgraphFinished>,
     mut progress: ResMut<StageProgress>,
-    mut instances: Query<(&mut RemainingDeps, &mut SubgraphState)>,
+    mut instances: Query<&mut RemainingDeps>,
     mut ready: ResMut<ReadyQueues>,
+    mut commands: Commands,
 ) {
     let plan = &plan.0;
     for message in finished.read() {
@@ -41,12 +42,12 @@ pub fn resolve_dependencies(
                 }
                 let id = plan.id(next);
                 let entity = index.instances[id].expect("existing instance without an entity");
-                let (mut remaining, mut state) = instances
+                let mut remaining = instances
                     .get_mut(entity)
                     .expect("instance entity without deps");
                 remaining.0 -= 1;
                 if remaining.0 == 0 {
-                    *state = SubgraphState::Ready;
+                    commands.entity(entity).insert(Ready);
                     ready.insert(plan, id as u32);
                 }
             }

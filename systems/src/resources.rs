@@ -135,6 +135,8 @@ pub struct SliceRecord {
     pub start_ns: u64,
     /// End in ns.
     pub end_ns: u64,
+    /// What the plan's cost model expected it to take on that processor, ns.
+    pub estimated_ns: u64,
 }
 
 /// A sampled counter value.
