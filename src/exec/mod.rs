@@ -396,7 +396,7 @@ fn run_on_queues(
         .map_err(|e| failed(&e))?;
     let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, Arc::new(pool))
         .map_err(|e| failed(&e))?;
-    let outcome = engine::run(plan, &mut queues)?;
+    let outcome = engine::run_with(plan, &mut queues, &engine::EngineOptions::real_queues())?;
     drop(queues);
     Ok(outcome)
 }
