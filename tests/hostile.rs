@@ -528,9 +528,12 @@ fn a_valid_calibration_round_trips() {
     assert_eq!(loaded, calibration());
 }
 
+/// A change to a calibration's JSON.
+type Edit = fn(&mut serde_json::Value);
+
 #[test]
 fn hostile_calibrations_are_refused_before_use() {
-    let cases: [(&str, &str, fn(&mut serde_json::Value)); 8] = [
+    let cases: [(&str, &str, Edit); 8] = [
         ("channels", "channels", |v| {
             v["sites"][0]["channels"] = 4_294_967_295u64.into()
         }),
