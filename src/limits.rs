@@ -27,6 +27,14 @@ pub const MAX_VOCAB: u64 = 1 << 22;
 pub const MAX_CONTEXT: u64 = 1 << 20;
 /// Channels of one calibrated activation site: the larger of hidden and FFN.
 pub const MAX_CHANNELS: u64 = MAX_FFN;
+/// Tensors in a GGUF file (a 70B llama has 723; large mixtures of experts a few
+/// thousand).
+pub const MAX_TENSORS: u64 = 1 << 20;
+/// Metadata key/value entries in a GGUF file.
+pub const MAX_METADATA_ENTRIES: u64 = 1 << 20;
+/// Elements of one GGUF metadata array (vocabularies and merge lists: a few 100k). Each
+/// element is held as a `MetadataValue` of 32+ bytes, whatever its size in the file.
+pub const MAX_METADATA_ARRAY: u64 = 1 << 24;
 /// Subgraph instances of one plan (chunks × stages): the plan keeps a few words per
 /// instance and lane.
 pub const MAX_INSTANCES: u64 = 1 << 24;

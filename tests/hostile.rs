@@ -245,6 +245,31 @@ fn a_tensor_retyped_to_a_smaller_type_is_refused() {
     GgufHeader::parse(&two_tensors(&[32], GgmlType::F32)).unwrap();
 }
 
+#[test]
+fn a_metadata_array_of_many_small_elements_is_refused_before_reserving() {
+    // 2^25 one-byte elements are really in the file (32 MiB), so the count passes the
+    // bytes-left check; held as values they would take over 1 GiB.
+    let len: u64 = 1 << 25;
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(3u32.to_le_bytes());
+    bytes.extend(0u64.to_le_bytes()); // tensors
+    bytes.extend(1u64.to_le_bytes()); // key/value pairs
+    let key = b"big";
+    bytes.extend((key.len() as u64).to_le_bytes());
+    bytes.extend(key);
+    bytes.extend(9u32.to_le_bytes()); // array
+    bytes.extend(0u32.to_le_bytes()); // of u8
+    bytes.extend(len.to_le_bytes());
+    bytes.resize(bytes.len() + len as usize, 7);
+    let err = refused_quickly("2^25-element array", || {
+        GgufHeader::parse(&bytes).unwrap_err()
+    });
+    assert!(
+        matches!(&err, ImportError::Limit(l) if l.what == "array length"),
+        "{err}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -441,7 +466,7 @@ proptest! {
             if value > 0.0 { "inf".into() } else { "-inf".into() }
         } else { format!("{value:e}") };
         let device = DESKTOP.replacen(fields[field], &format!("{key} = {number}"), 1);
-        if let Ok(s) = scene(&format!("prop-{field}"), &device, LLAMA_7B, "prompt_len = 512\nchunk_len = 128") {
+        if let Ok(s) = scene(&format!("device-prop-{field}"), &device, LLAMA_7B, "prompt_len = 512\nchunk_len = 128") {
             let _ = s.plan();
         }
     }
@@ -590,6 +615,6 @@ proptest! {
     ]) {
         let fields = ["layer", "channels", "min", "max", "rms", "scale_max", "scale_percentile",
             "elements", "row_bytes"];
-        let _ = load_edited(&format!("prop-{field}"), |v| v["sites"][3][fields[field]] = value);
+        let _ = load_edited(&format!("calibration-prop-{field}"), |v| v["sites"][3][fields[field]] = value);
     }
 }

@@ -158,6 +158,21 @@ impl<'a> Reader<'a> {
         Ok(count as usize)
     }
 
+    /// [`Self::check_count`], and `count` at most `max`: items the parser holds as
+    /// larger values than their bytes (a one-byte array element becomes a whole
+    /// `MetadataValue`) must be bounded before the vector holding them is reserved.
+    fn check_count_max(
+        &self,
+        what: &'static str,
+        count: u64,
+        min_size: usize,
+        max: u64,
+    ) -> Result<usize> {
+        let count = self.check_count(what, count, min_size)?;
+        crate::limits::check(what, count as u64, max)?;
+        Ok(count)
+    }
+
     fn value_type(&mut self) -> Result<ValueType> {
         let offset = self.pos;
         let ty = self.u32()?;
@@ -192,7 +207,12 @@ impl<'a> Reader<'a> {
                 }
                 let elem_type = self.value_type()?;
                 let len = self.u64()?;
-                let len = self.check_count("array length", len, elem_type.min_size())?;
+                let len = self.check_count_max(
+                    "array length",
+                    len,
+                    elem_type.min_size(),
+                    crate::limits::MAX_METADATA_ARRAY,
+                )?;
                 let mut values = Vec::with_capacity(len);
                 for _ in 0..len {
                     values.push(self.value(elem_type, depth + 1)?);
@@ -228,7 +248,12 @@ impl GgufHeader {
         let n_tensors = r.u64()?;
         let n_kv = r.u64()?;
         // A key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes.
-        let n_kv = r.check_count("metadata key/value count", n_kv, 13)?;
+        let n_kv = r.check_count_max(
+            "metadata key/value count",
+            n_kv,
+            13,
+            crate::limits::MAX_METADATA_ENTRIES,
+        )?;
         let mut metadata = Metadata::default();
         for _ in 0..n_kv {
             let key = r.string()?;
@@ -254,7 +279,8 @@ impl GgufHeader {
         };
 
         // A tensor info takes at least 8 (name) + 4 + 8 (one dim) + 4 + 8 bytes.
-        let n_tensors = r.check_count("tensor count", n_tensors, 32)?;
+        let n_tensors =
+            r.check_count_max("tensor count", n_tensors, 32, crate::limits::MAX_TENSORS)?;
         let mut raw = Vec::with_capacity(n_tensors);
         for _ in 0..n_tensors {
             let name = r.string()?;
