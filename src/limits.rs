@@ -36,8 +36,9 @@ pub const MAX_METADATA_ENTRIES: u64 = 1 << 20;
 /// element is held as a `MetadataValue` of 32+ bytes, whatever its size in the file.
 pub const MAX_METADATA_ARRAY: u64 = 1 << 24;
 /// Subgraph instances of one plan (chunks × stages): the plan keeps a few words per
-/// instance and lane.
-pub const MAX_INSTANCES: u64 = 1 << 24;
+/// instance and lane, the world an entity of several components (a shipped scene has a
+/// few hundred; a 1M-token prompt of a 32-layer model in 4k-token chunks, ~50k).
+pub const MAX_INSTANCES: u64 = 1 << 20;
 /// Scene, device and model TOML files, and `config.json`: a few KiB in practice.
 pub const MAX_TEXT_FILE_BYTES: u64 = 4 << 20;
 /// A calibration JSON file (a 7B model's is a few MiB).

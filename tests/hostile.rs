@@ -428,6 +428,21 @@ fn a_model_of_a_billion_layers_is_refused_not_built() {
 }
 
 #[test]
+fn a_plan_of_millions_of_instances_is_refused_before_it_is_built() {
+    // 8192 one-token chunks of a 30-layer model: over a million subgraph instances.
+    let err = plan_error(
+        "instances",
+        DESKTOP,
+        SMOLLM,
+        "prompt_len = 8192\nchunk_len = 1",
+    );
+    assert!(
+        matches!(&err, SceneError::Limit(l) if l.what.contains("instances")),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_device_file_that_never_ends_is_refused() {
     if !Path::new("/dev/zero").exists() {
         return;
