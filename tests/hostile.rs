@@ -70,6 +70,7 @@ fn refused_quickly<T>(what: &str, f: impl FnOnce() -> T) -> T {
     let out = f();
     let took = started.elapsed();
     let grew = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    println!("{what}: refused in {took:?}, peak {grew} bytes allocated");
     assert!(took < Duration::from_secs(1), "{what} took {took:?}");
     assert!(grew < ALLOCATION_BUDGET, "{what} allocated {grew} bytes");
     out
