@@ -14,12 +14,20 @@ use thiserror::Error;
 
 use crate::backends::{Backend, BackendError, sim::SimBackend};
 
+mod guard;
+
+pub(crate) use guard::panic_message;
+pub use guard::{BackendFault, Deadline, EngineOptions};
+
 /// Why a run stopped before every subgraph was done.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum EngineError {
     /// A queue failed a job.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// A queue broke the backend contract (a bad completion, a panic, no progress).
+    #[error(transparent)]
+    Fault(#[from] BackendFault),
     /// Nothing is running and nothing can start: a scheduler bug or an impossible plan.
     #[error("scheduler stalled with {done} of {total} subgraphs done and nothing running")]
     Stalled {
@@ -47,12 +55,26 @@ pub struct RunOutcome {
     pub tick_wall_ns: Vec<u64>,
 }
 
-/// Runs `plan` to completion on `backend`, scheduled by `policy`.
+/// Runs `plan` to completion on `backend`, scheduled by `policy`, with the default
+/// [`EngineOptions`].
 pub fn run(
     plan: Arc<PrefillPlan>,
     policy: Box<dyn Policy>,
     backend: &mut dyn Backend,
 ) -> Result<RunOutcome, EngineError> {
+    run_with(plan, policy, backend, &EngineOptions::default())
+}
+
+/// Runs `plan` to completion on `backend`, scheduled by `policy`; every completion is
+/// checked before the scheduler sees it, and `options` bound how long jobs and waits may
+/// take.
+pub fn run_with(
+    plan: Arc<PrefillPlan>,
+    policy: Box<dyn Policy>,
+    backend: &mut dyn Backend,
+    options: &EngineOptions,
+) -> Result<RunOutcome, EngineError> {
+    let mut guard = guard::Guard::new(&plan, options);
     let total = plan.instance_count();
     let policy_name = policy.name().to_string();
     let mut world = spawn_world(plan.clone(), policy);
@@ -63,16 +85,16 @@ pub fn run(
         schedule.run(&mut world);
         tick_wall_ns.push(started.elapsed().as_nanos() as u64);
         for job in std::mem::take(&mut world.resource_mut::<Outbox>().0) {
-            backend.submit(job)?;
+            guard.submit(backend, job)?;
         }
         let done = world.resource::<StageProgress>().done_count();
         if done == total {
             break;
         }
-        if backend.in_flight() == 0 {
+        if guard.in_flight() == 0 {
             return Err(EngineError::Stalled { done, total });
         }
-        let (now, completions) = backend.wait()?;
+        let (now, completions) = guard.wait(backend)?;
         world.resource_mut::<Clock>().now_ns = now;
         world.resource_mut::<Inbox>().0.extend(completions);
     }

@@ -30,6 +30,7 @@ pub mod compare;
 pub mod engine;
 pub mod exec;
 pub mod import;
+pub mod limits;
 pub mod outliers;
 pub mod report;
 pub mod scene;

@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use hetsched_systems::graph::build_stages;
 use hetsched_systems::memory::MemoryConfig;
+use hetsched_systems::model::ChunkShape;
 use hetsched_systems::policy::UnknownPolicy;
 use hetsched_systems::{
     DEFAULT_POLICY, DeviceProfile, ModelConfig, PlacementConfig, PlanError, Policy, PolicyRegistry,
@@ -15,6 +17,8 @@ use hetsched_systems::{
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
+
+use crate::limits::{self, LimitError};
 
 /// The scene `hetsched simulate` runs when none is given.
 pub const DEFAULT_SCENE: &str = "qwen1.5-1.8b-xiaomi14";
@@ -135,6 +139,25 @@ pub enum SceneError {
         /// The unknown name and the known ones.
         source: UnknownPolicy,
     },
+    /// A size past the limits (docs/robustness.md).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// A processor's modeled time for the plan does not fit the cost arithmetic.
+    #[error(
+        "processor `{processor}` would take {seconds:.3e} s for this plan (stage {stage} alone {stage_seconds:.3e} s per chunk), past the limit of {max_seconds:.3e} s: check its peak_gops, bandwidth_gbps, launch_us, op_overhead_us and measured latencies"
+    )]
+    CostOverflow {
+        /// The processor.
+        processor: String,
+        /// Its total modeled time, in s.
+        seconds: f64,
+        /// Its costliest stage.
+        stage: String,
+        /// That stage's modeled time, in s.
+        stage_seconds: f64,
+        /// The limit, in s.
+        max_seconds: f64,
+    },
 }
 
 /// A scene's `[workload]` table: the plan's [`Workload`] and the policy's name.
@@ -197,7 +220,7 @@ impl Source {
             Source::Disk(dir) => {
                 let path = dir.join(relative);
                 let shown = path.display().to_string();
-                std::fs::read_to_string(&path)
+                limits::read_text(&path, limits::MAX_TEXT_FILE_BYTES)
                     .map(|text| (shown.clone(), text))
                     .map_err(|e| SceneError::Io {
                         path: shown,
@@ -290,10 +313,12 @@ impl Scene {
         if let Err(source) = PolicyRegistry::builtin().create(&policy) {
             return Err(SceneError::Policy { path, source });
         }
+        let model: ModelConfig = parse(&model_path, &model_text)?;
+        limits::check_model(&model)?;
         Ok(Scene {
             name: scene.name,
             device: parse(&device_path, &device_text)?,
-            model: parse(&model_path, &model_text)?,
+            model,
             workload: Workload {
                 prompt_len: table.prompt_len,
                 chunk_len: table.chunk_len,
@@ -308,6 +333,7 @@ impl Scene {
     /// Builds the prefill plan of this scene, with its placement rules and memory
     /// budgets.
     pub fn plan(&self) -> Result<PrefillPlan, SceneError> {
+        self.check_cost_range()?;
         Ok(PrefillPlan::placed(
             self.model.clone(),
             self.device.clone(),
@@ -328,6 +354,48 @@ impl Scene {
                 path: self.name.clone(),
                 source,
             })
+    }
+
+    /// Checks, before the plan is built, that its size and every processor's modeled
+    /// time stay within the limits: an upper bound (every chunk at the last chunk's
+    /// past) computed in f64, so that the plan's u64 sums cannot overflow.
+    fn check_cost_range(&self) -> Result<(), SceneError> {
+        limits::check_model(&self.model)?;
+        self.device.validate()?;
+        let stages = build_stages(&self.model)?;
+        let w = &self.workload;
+        let chunks = u64::from(w.prompt_len.div_ceil(w.chunk_len.max(1)));
+        limits::check(
+            "plan instances (chunks × stages)",
+            chunks.saturating_mul(stages.len() as u64),
+            limits::MAX_INSTANCES,
+        )?;
+        let shape = ChunkShape {
+            tokens: u64::from(w.chunk_len),
+            past: u64::from(w.prompt_len),
+        };
+        for p in &self.device.processors {
+            let (mut total, mut worst) = (0.0f64, (0.0f64, ""));
+            for stage in &stages {
+                let ns = stage.ops.iter().fold(p.cost.launch_us * 1e3, |sum, op| {
+                    sum + p.cost.op_ns(&self.model, op, shape).unwrap_or(0.0)
+                });
+                if ns > worst.0 || ns.is_nan() {
+                    worst = (ns, &stage.name);
+                }
+                total += ns * chunks as f64;
+            }
+            if total.is_nan() || total > limits::MAX_MODELED_NS {
+                return Err(SceneError::CostOverflow {
+                    processor: p.name.clone(),
+                    seconds: total * 1e-9,
+                    stage: worst.1.to_string(),
+                    stage_seconds: worst.0 * 1e-9,
+                    max_seconds: limits::MAX_MODELED_NS * 1e-9,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Whether the scene lets some kind of stage run on more than one processor (false

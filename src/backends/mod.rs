@@ -5,8 +5,14 @@
 //! time they carry. A backend never decides what runs next; the scheduler systems do.
 //! An embedder plugs in its own queues (a QNN queue on a phone, say) by implementing this
 //! trait.
+//!
+//! The engine trusts no backend: every completion is checked against what was submitted
+//! (`engine::guard`), panics in `submit`/`wait` and waits that make no progress become
+//! [`crate::engine::BackendFault`]s, never a panic or a hang.
 
 pub mod sim;
+
+use std::time::Duration;
 
 use hetsched_systems::resources::{Completion, Job};
 use thiserror::Error;
@@ -32,4 +38,12 @@ pub trait Backend {
     /// Blocks until at least one job finishes; returns the current time in ns and every
     /// completion up to it. Called only while [`Backend::in_flight`] is non-zero.
     fn wait(&mut self) -> Result<(u64, Vec<Completion>), BackendError>;
+    /// Like [`Backend::wait`], but returns no completions once `timeout` has passed with
+    /// none: the engine calls it when jobs have deadlines ([`crate::engine::Deadline`]).
+    /// The default waits without a bound, so a backend that can lose a job should
+    /// implement it.
+    fn wait_for(&mut self, timeout: Duration) -> Result<(u64, Vec<Completion>), BackendError> {
+        let _ = timeout;
+        self.wait()
+    }
 }

@@ -16,6 +16,7 @@ use hetsched_systems::shadow::ShadowSite;
 use super::shadow::{PrunedScale, QuantRule};
 use super::weights::ExecModel;
 use crate::import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
+use crate::limits;
 
 /// The calibration file format this build reads and writes.
 pub const CALIBRATION_VERSION: u32 = 3;
@@ -428,10 +429,12 @@ impl Calibration {
 
     /// Reads the calibration at `path`.
     pub fn load(path: &Path) -> Result<Self, CalibrationError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CalibrationError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = crate::limits::read_text(path, crate::limits::MAX_CALIBRATION_BYTES).map_err(
+            |source| CalibrationError::Read {
+                path: path.to_owned(),
+                source,
+            },
+        )?;
         let corrupt = |reason: String| CalibrationError::Corrupt {
             path: path.to_owned(),
             reason,
@@ -452,6 +455,7 @@ impl Calibration {
         }
         let calibration: Self =
             serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+        calibration.validate().map_err(corrupt)?;
         if !valid_pruned_clip(calibration.pruned_clip_rms) {
             return Err(corrupt(format!(
                 "`pruned_clip_rms` {} is not a finite clip of at least 1 RMS",
@@ -459,6 +463,75 @@ impl Calibration {
             )));
         }
         Ok(calibration)
+    }
+
+    /// Checks the sites against the model the file names (which [`Self::check_model`]
+    /// then ties to the model loaded): layers and channels in range, one entry per
+    /// (layer, site), finite statistics and positive scales. Every later use indexes by
+    /// these, so a hostile file fails here, not with a panic or a huge allocation.
+    pub fn validate(&self) -> Result<(), String> {
+        let m = &self.model;
+        let dims = [
+            ("model.layers", m.layers, limits::MAX_LAYERS),
+            ("model.hidden", m.hidden, limits::MAX_HIDDEN),
+            ("model.ffn", m.ffn, limits::MAX_FFN),
+            ("model.vocab", m.vocab, limits::MAX_VOCAB),
+        ];
+        for (what, value, max) in dims {
+            limits::check(what, value as u64, max).map_err(|e| e.to_string())?;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for s in &self.sites {
+            let at = format!("site {:?} of layer {}", s.site, s.layer);
+            if s.layer >= m.layers {
+                return Err(format!("{at}: the model has {} layers", m.layers));
+            }
+            if !seen.insert((s.layer, s.site)) {
+                return Err(format!("{at} appears twice"));
+            }
+            let width = if s.site == ShadowSite::Down {
+                m.ffn
+            } else {
+                m.hidden
+            };
+            if s.channels > width {
+                return Err(format!(
+                    "{at} has {} channels, the model's site has {width}",
+                    s.channels
+                ));
+            }
+            let mut channels = s
+                .hot_channels
+                .iter()
+                .map(|h| h.channel)
+                .chain(s.top_channels.iter().copied());
+            if let Some(c) = channels.find(|&c| c as usize >= s.channels) {
+                return Err(format!("{at} names channel {c} of {}", s.channels));
+            }
+            if s.top_channel_max.len() != s.top_channels.len() {
+                return Err(format!(
+                    "{at}: top_channels and top_channel_max differ in length"
+                ));
+            }
+            let mut stats = [s.min, s.max, s.rms, s.importance, s.scale_percentile]
+                .into_iter()
+                .chain(s.top_channel_max.iter().copied())
+                .chain(s.sensitivity);
+            if stats.any(|v| !v.is_finite()) {
+                return Err(format!("{at} has a non-finite statistic"));
+            }
+            // A site that saw values has a positive max scale; none is negative.
+            let observed = s.elements > 0 && s.max.abs().max(s.min.abs()) > 0.0;
+            let bad_max =
+                !s.scale_max.is_finite() || s.scale_max < 0.0 || (observed && s.scale_max == 0.0);
+            if bad_max || s.scale_percentile < 0.0 || s.rms < 0.0 {
+                return Err(format!(
+                    "{at} has scale_max {} and scale_percentile {}: scales must be positive",
+                    s.scale_max, s.scale_percentile
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Writes this calibration to `path` (pretty JSON).

@@ -15,6 +15,26 @@ pub enum ExecError {
     /// The options name a policy that is not built in.
     #[error(transparent)]
     Policy(#[from] UnknownPolicy),
+    /// A [`super::PrefillOptions`] setting that cannot work.
+    #[error("invalid {option}: {message}")]
+    InvalidOption {
+        /// The setting.
+        option: &'static str,
+        /// What is wrong and what to give instead.
+        message: String,
+    },
+    /// The run produced NaN or infinite logits.
+    #[error(
+        "the prefill produced {count} non-finite logits (first: {value} at index {index}): an activation overflowed; try `--precision f32`, or check the model's weights"
+    )]
+    NonFiniteLogits {
+        /// Index of the first (row-major over the returned rows).
+        index: usize,
+        /// Its value.
+        value: f32,
+        /// How many.
+        count: usize,
+    },
     /// The prompt has no tokens.
     #[error("the prompt is empty: give at least one token of text")]
     EmptyPrompt,

@@ -121,6 +121,26 @@ impl Default for PrefillOptions {
     }
 }
 
+impl PrefillOptions {
+    /// Checks the settings a caller may get wrong: at least one compute thread, a chunk
+    /// of at least one token.
+    pub fn validate(&self) -> Result<(), ExecError> {
+        if self.threads == 0 {
+            return Err(ExecError::InvalidOption {
+                option: "threads",
+                message: "0 compute threads cannot run anything; give at least 1".into(),
+            });
+        }
+        if self.chunk_len == 0 {
+            return Err(ExecError::InvalidOption {
+                option: "chunk length",
+                message: "a chunk of 0 tokens never finishes the prompt; give at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// How a prefill uses a Vulkan GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GpuUse {
@@ -322,6 +342,7 @@ pub fn prefill_on_gpu(
     tokens: &[u32],
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
+    options.validate()?;
     check_prompt(&gpu.host, tokens)?;
     let plan = Arc::new(PrefillPlan::new(
         gpu.host.model_config(),
@@ -369,12 +390,22 @@ fn compile(plan: &PrefillPlan) -> Result<CompiledStages, ExecError> {
 }
 
 /// The logits the head left in `slot`; their absence means the head never ran.
+/// The run's logits, which must all be finite: a NaN there (an overflow in some layer)
+/// would rank no token at all, so it is an error rather than an empty answer.
 fn take_logits(slot: &parking_lot::Mutex<Option<Vec<f32>>>) -> Result<Vec<f32>, ExecError> {
-    slot.lock().take().ok_or(ExecError::MissingValue {
+    let logits = slot.lock().take().ok_or(ExecError::MissingValue {
         op: "prefill",
         chunk: 0,
         value: "logits",
-    })
+    })?;
+    match logits.iter().position(|v| !v.is_finite()) {
+        None => Ok(logits),
+        Some(index) => Err(ExecError::NonFiniteLogits {
+            index,
+            value: logits[index],
+            count: logits.iter().filter(|v| !v.is_finite()).count(),
+        }),
+    }
 }
 
 /// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
@@ -398,7 +429,12 @@ fn run_on_queues(
         .map_err(|e| failed(&e))?;
     let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, Arc::new(pool))
         .map_err(|e| failed(&e))?;
-    let outcome = engine::run(plan, policy, &mut queues)?;
+    let outcome = engine::run_with(
+        plan,
+        policy,
+        &mut queues,
+        &engine::EngineOptions::real_queues(),
+    )?;
     drop(queues);
     Ok(outcome)
 }
@@ -431,6 +467,7 @@ pub fn prefill(
     tokens: &[u32],
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
+    options.validate()?;
     check_prompt(&model, tokens)?;
     if options.gpu == GpuUse::Resident {
         return prefill_resident(model, tokens, options);

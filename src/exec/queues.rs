@@ -9,12 +9,13 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use hetsched_systems::resources::{Completion, Job};
 
 use crate::backends::{Backend, BackendError};
+use crate::engine::panic_message;
 
 /// Runs one job's work. Implemented by the real executor; an embedder may plug in its
 /// own (a test double, or a bridge to a vendor runtime).
@@ -30,6 +31,12 @@ pub trait JobRunner: Send + Sync + 'static {
         true
     }
 }
+
+/// How often a waiting engine checks that every lane thread is alive.
+const LANE_CHECK: Duration = Duration::from_millis(100);
+
+/// How long dropping the queues waits for running jobs before detaching their threads.
+const JOIN_GRACE: Duration = Duration::from_secs(5);
 
 enum Report {
     Done(Completion),
@@ -106,14 +113,8 @@ fn serve(
                 runner.run(&job)
             }
         };
-        let outcome = catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(format!("the job panicked: {what}"))
-        });
+        let outcome = catch_unwind(AssertUnwindSafe(run))
+            .unwrap_or_else(|panic| Err(format!("the job panicked: {}", panic_message(&*panic))));
         let end_ns = started.elapsed().as_nanos() as u64;
         let report = match outcome {
             Ok(()) => Report::Done(Completion {
@@ -159,14 +160,48 @@ impl Backend for ThreadQueues {
     }
 
     fn wait(&mut self) -> Result<(u64, Vec<Completion>), BackendError> {
-        let first = self.reports.recv().map_err(|_| BackendError {
-            processor: 0,
-            job: 0,
-            reason: "every queue thread has stopped".into(),
-        })?;
+        loop {
+            let (now, done) = self.wait_for(LANE_CHECK)?;
+            if !done.is_empty() {
+                return Ok((now, done));
+            }
+        }
+    }
+
+    fn wait_for(&mut self, timeout: Duration) -> Result<(u64, Vec<Completion>), BackendError> {
+        let until = Instant::now() + timeout;
+        // Wait in slices so that a lane thread that died (a panic outside the job's
+        // `catch_unwind`) is noticed instead of waited on forever.
+        let first = loop {
+            let slice = until
+                .saturating_duration_since(Instant::now())
+                .min(LANE_CHECK);
+            match self.reports.recv_timeout(slice) {
+                Ok(report) => break report,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(BackendError {
+                        processor: 0,
+                        job: 0,
+                        reason: "every queue thread has stopped".into(),
+                    });
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(lane) = self.handles.iter().position(|h| h.is_finished()) {
+                        return Err(BackendError {
+                            processor: lane,
+                            job: 0,
+                            reason: format!("the queue thread of lane {lane} stopped"),
+                        });
+                    }
+                    if Instant::now() >= until {
+                        return Ok((self.now_ns(), Vec::new()));
+                    }
+                }
+            }
+        };
         let mut done = Vec::new();
         for report in std::iter::once(first).chain(self.reports.try_iter()) {
-            self.in_flight -= 1;
+            self.in_flight = self.in_flight.saturating_sub(1);
             match report {
                 Report::Done(c) => done.push(c),
                 Report::Failed(e) => return Err(e),
@@ -180,8 +215,17 @@ impl Drop for ThreadQueues {
     fn drop(&mut self) {
         // Closing the channels ends the lane threads once their current job is done.
         self.lanes.clear();
+        // A lane still running a hung job (the engine gave up on it past its deadline)
+        // cannot be joined: after a grace period it is detached, so that dropping the
+        // queues never hangs. It holds only `Arc`s, so detaching it is safe.
+        let until = Instant::now() + JOIN_GRACE;
+        while Instant::now() < until && !self.handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         for handle in self.handles.drain(..) {
-            let _ = handle.join();
+            if handle.is_finished() {
+                let _ = handle.join();
+            }
         }
     }
 }

@@ -145,6 +145,34 @@ pub enum ImportError {
         /// Length of the file.
         len: usize,
     },
+    /// Two tensors' data ranges share bytes.
+    #[error(
+        "tensors {first:?} and {second:?} overlap: the first ends at data offset {end}, the second starts at {start}; the file is corrupt"
+    )]
+    TensorsOverlap {
+        /// The tensor that starts first.
+        first: String,
+        /// The tensor it runs into.
+        second: String,
+        /// End of the first's data (relative to the data section).
+        end: u64,
+        /// Start of the second's.
+        start: u64,
+    },
+    /// A tensor's type and shape do not account for the bytes it owns.
+    #[error(
+        "tensor {name:?} of type {ty:?} needs {size} bytes but owns {space} up to the next tensor or the end of the file: its type or shape was changed; the file is corrupt"
+    )]
+    TensorSizeMismatch {
+        /// Tensor name.
+        name: String,
+        /// Its declared type.
+        ty: GgmlType,
+        /// Bytes its type and shape need.
+        size: u64,
+        /// Bytes it owns.
+        space: u64,
+    },
     /// A tensor offset that is not a multiple of the alignment.
     #[error("tensor {name:?}: offset {offset} is not a multiple of the alignment {alignment}")]
     MisalignedOffset {
@@ -187,6 +215,21 @@ pub enum ImportError {
     /// Inconsistent hyper-parameters.
     #[error("invalid model configuration: {0}")]
     InvalidConfig(String),
+    /// A weight that is NaN or infinite: a corrupt file, or a bad conversion.
+    #[error(
+        "tensor {tensor} holds a non-finite weight ({value} at element {index}): the file is corrupt or badly converted; re-export the model"
+    )]
+    NonFiniteWeight {
+        /// The tensor's name in the file.
+        tensor: String,
+        /// Index of the first bad element (row-major).
+        index: usize,
+        /// Its value.
+        value: f32,
+    },
+    /// A size past the limits (docs/robustness.md), refused before allocating.
+    #[error(transparent)]
+    Limit(#[from] crate::limits::LimitError),
     /// A tokenizer model or pre-tokenizer this importer does not build.
     #[error("unsupported tokenizer: {0}")]
     UnsupportedTokenizer(String),
@@ -216,3 +259,17 @@ pub enum ImportError {
 
 /// Result alias of this module.
 pub type Result<T, E = ImportError> = std::result::Result<T, E>;
+
+/// Passes `values` through if every one is finite, else fails naming `tensor` (weights
+/// are checked once, as they are decoded: a NaN would otherwise poison every logit, or be
+/// silently zeroed by INT8 quantization).
+pub(crate) fn finite_weights(tensor: &str, values: Vec<f32>) -> Result<Vec<f32>, ImportError> {
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(values),
+        Some(index) => Err(ImportError::NonFiniteWeight {
+            tensor: tensor.to_string(),
+            index,
+            value: values[index],
+        }),
+    }
+}

@@ -36,7 +36,7 @@ use memmap2::Mmap;
 pub use dtype::GgmlType;
 pub use metadata::{Metadata, MetadataArray, MetadataValue, ValueType};
 
-use super::error::{ImportError, Result};
+use super::error::{ImportError, Result, finite_weights};
 
 /// The magic bytes at offset 0.
 pub const MAGIC: [u8; 4] = *b"GGUF";
@@ -158,6 +158,21 @@ impl<'a> Reader<'a> {
         Ok(count as usize)
     }
 
+    /// [`Self::check_count`], and `count` at most `max`: items the parser holds as
+    /// larger values than their bytes (a one-byte array element becomes a whole
+    /// `MetadataValue`) must be bounded before the vector holding them is reserved.
+    fn check_count_max(
+        &self,
+        what: &'static str,
+        count: u64,
+        min_size: usize,
+        max: u64,
+    ) -> Result<usize> {
+        let count = self.check_count(what, count, min_size)?;
+        crate::limits::check(what, count as u64, max)?;
+        Ok(count)
+    }
+
     fn value_type(&mut self) -> Result<ValueType> {
         let offset = self.pos;
         let ty = self.u32()?;
@@ -192,7 +207,12 @@ impl<'a> Reader<'a> {
                 }
                 let elem_type = self.value_type()?;
                 let len = self.u64()?;
-                let len = self.check_count("array length", len, elem_type.min_size())?;
+                let len = self.check_count_max(
+                    "array length",
+                    len,
+                    elem_type.min_size(),
+                    crate::limits::MAX_METADATA_ARRAY,
+                )?;
                 let mut values = Vec::with_capacity(len);
                 for _ in 0..len {
                     values.push(self.value(elem_type, depth + 1)?);
@@ -228,7 +248,12 @@ impl GgufHeader {
         let n_tensors = r.u64()?;
         let n_kv = r.u64()?;
         // A key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes.
-        let n_kv = r.check_count("metadata key/value count", n_kv, 13)?;
+        let n_kv = r.check_count_max(
+            "metadata key/value count",
+            n_kv,
+            13,
+            crate::limits::MAX_METADATA_ENTRIES,
+        )?;
         let mut metadata = Metadata::default();
         for _ in 0..n_kv {
             let key = r.string()?;
@@ -254,7 +279,8 @@ impl GgufHeader {
         };
 
         // A tensor info takes at least 8 (name) + 4 + 8 (one dim) + 4 + 8 bytes.
-        let n_tensors = r.check_count("tensor count", n_tensors, 32)?;
+        let n_tensors =
+            r.check_count_max("tensor count", n_tensors, 32, crate::limits::MAX_TENSORS)?;
         let mut raw = Vec::with_capacity(n_tensors);
         for _ in 0..n_tensors {
             let name = r.string()?;
@@ -299,6 +325,11 @@ impl GgufHeader {
             )?;
             tensors.push(info);
         }
+        check_layout(
+            &tensors,
+            alignment,
+            bytes.len() - data_offset.min(bytes.len()),
+        )?;
         Ok(Self {
             version,
             metadata,
@@ -307,6 +338,40 @@ impl GgufHeader {
             data_offset,
         })
     }
+}
+
+/// Checks that the tensors tile the data section: no two share bytes, and each one's size
+/// (its type × shape) fills the space up to the next tensor, or the end of the file,
+/// but for padding. A tensor retyped to a type of another size, or offsets edited to
+/// overlap, fail here instead of decoding another tensor's bytes.
+fn check_layout(tensors: &[TensorInfo], alignment: u64, data_len: usize) -> Result<()> {
+    let mut order: Vec<&TensorInfo> = tensors.iter().collect();
+    order.sort_by_key(|t| (t.offset, t.n_bytes));
+    for (i, t) in order.iter().enumerate() {
+        let end = t.offset + t.n_bytes as u64;
+        let (next_start, next) = match order.get(i + 1) {
+            Some(n) => (n.offset, Some(n)),
+            None => (data_len as u64, None),
+        };
+        if end > next_start {
+            let other = next.map_or_else(String::new, |n| n.name.clone());
+            return Err(ImportError::TensorsOverlap {
+                first: t.name.clone(),
+                second: other,
+                end,
+                start: next_start,
+            });
+        }
+        if next_start - end >= alignment.max(1) {
+            return Err(ImportError::TensorSizeMismatch {
+                name: t.name.clone(),
+                ty: t.ty,
+                size: t.n_bytes as u64,
+                space: next_start - t.offset,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn tensor_info(
@@ -515,7 +580,7 @@ impl TensorView<'_> {
         self.check_supported()?;
         let mut out = vec![0f32; self.info.n_elements];
         self.dequantize_into(self.data, &mut out)?;
-        Ok(out)
+        finite_weights(&self.info.name, out)
     }
 
     /// Dequantizes rows `rows` of the tensor seen as a matrix
@@ -535,7 +600,7 @@ impl TensorView<'_> {
         let bytes = &self.data[rows.start * row_bytes..rows.end * row_bytes];
         let mut out = vec![0f32; rows.len() * cols];
         self.dequantize_into(bytes, &mut out)?;
-        Ok(out)
+        finite_weights(&self.info.name, out)
     }
 
     /// Dequantizes column `column` of the tensor seen as a matrix
@@ -567,7 +632,7 @@ impl TensorView<'_> {
         // row: checked once here, on the first row.
         let first = self.data.get(at..at + block_bytes).ok_or_else(cannot)?;
         dtype::dequantize_element(self.info.ty, first, column % block).ok_or_else(cannot)?;
-        (0..n_rows)
+        let column: Vec<f32> = (0..n_rows)
             .map(|row| {
                 let start = row * row_bytes + at;
                 dtype::decode_element(
@@ -577,7 +642,8 @@ impl TensorView<'_> {
                 )
                 .ok_or_else(cannot)
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        finite_weights(&self.info.name, column)
     }
 
     fn check_supported(&self) -> Result<()> {

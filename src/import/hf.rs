@@ -14,7 +14,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
-use super::error::{ImportError, Result};
+use super::error::{ImportError, Result, finite_weights};
 use super::gguf::map_read_only;
 use super::llama::LlamaConfig;
 use super::source::{ColumnSource, LayerTensor, LlamaSource};
@@ -63,9 +63,11 @@ fn bad(path: &Path, message: impl Into<String>) -> ImportError {
 }
 
 fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| ImportError::Io {
-        path: path.to_owned(),
-        source,
+    crate::limits::read_text(path, crate::limits::MAX_TEXT_FILE_BYTES).map_err(|source| {
+        ImportError::Io {
+            path: path.to_owned(),
+            source,
+        }
     })
 }
 
@@ -171,7 +173,7 @@ impl HfModel {
     fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
         let (path, view) = self.open_tensor(name)?;
         let data = view.data();
-        Ok(match view.dtype() {
+        let values = match view.dtype() {
             Dtype::F32 => data
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -190,7 +192,8 @@ impl HfModel {
                     format!("tensor {name} has dtype {other:?}; supported: F32, F16, BF16"),
                 ));
             }
-        })
+        };
+        finite_weights(name, values)
     }
 }
 
@@ -220,7 +223,7 @@ impl ColumnSource for HfModel {
                 ));
             }
         };
-        Ok((0..rows).map(|row| decode(at(row))).collect())
+        finite_weights(&name, (0..rows).map(|row| decode(at(row))).collect())
     }
 }
 

@@ -166,6 +166,32 @@ impl LlamaConfig {
     /// positive finite `norm_eps` and `rope_base`
     /// ([`ImportError::InvalidConfig`] otherwise).
     pub fn validate(&self) -> Result<()> {
+        use crate::limits::{self, check};
+        // Limits first: the readers size tables (RoPE: context × head dim) and per-layer
+        // vectors from these before any tensor is touched.
+        for (name, v, max) in [
+            ("llama.block_count", self.n_layers, limits::MAX_LAYERS),
+            ("llama.embedding_length", self.hidden, limits::MAX_HIDDEN),
+            (
+                "llama.attention.head_count",
+                self.n_heads,
+                limits::MAX_HEADS,
+            ),
+            (
+                "llama.attention.head_count_kv",
+                self.n_kv_heads,
+                limits::MAX_HEADS,
+            ),
+            ("llama.feed_forward_length", self.ffn, limits::MAX_FFN),
+            (
+                "llama.context_length",
+                self.context_length,
+                limits::MAX_CONTEXT,
+            ),
+            ("vocabulary size", self.vocab_size, limits::MAX_VOCAB),
+        ] {
+            check(name, v as u64, max)?;
+        }
         let invalid = |msg: String| Err(ImportError::InvalidConfig(msg));
         for (name, v) in [
             ("llama.block_count", self.n_layers),

@@ -5,6 +5,45 @@ use serde::{Deserialize, Serialize};
 use crate::cost::CostModel;
 use crate::error::PlanError;
 
+/// Smallest non-zero peak rate (GOPS) or bandwidth (GB/s) a profile may give: below it
+/// modeled times leave the range of u64 nanoseconds.
+pub const MIN_RATE: f64 = 1e-6;
+/// Largest peak rate or bandwidth a profile may give.
+pub const MAX_RATE: f64 = 1e12;
+/// Largest latency (launch, per-operator overhead, measured), in microseconds: 1000 s.
+pub const MAX_LATENCY_US: f64 = 1e9;
+
+/// The first cost field of `c` outside its range (non-finite, negative, or past the
+/// limits above), by its name in the device file.
+fn out_of_range_cost_field(c: &CostModel) -> Option<&'static str> {
+    let rate_ok = |r: f64| r == 0.0 || (MIN_RATE..=MAX_RATE).contains(&r);
+    let latency_ok = |us: f64| (0.0..=MAX_LATENCY_US).contains(&us);
+    let rates = [
+        ("peak_gops.int8", c.peak_gops.int8),
+        ("peak_gops.fp16", c.peak_gops.fp16),
+        ("peak_gops.fp32", c.peak_gops.fp32),
+    ];
+    if let Some((field, _)) = rates.iter().find(|(_, r)| !rate_ok(*r)) {
+        return Some(field);
+    }
+    if rates.iter().all(|(_, r)| *r == 0.0) {
+        return Some("peak_gops (all zero)");
+    }
+    if !(MIN_RATE..=MAX_RATE).contains(&c.bandwidth_gbps) {
+        return Some("bandwidth_gbps");
+    }
+    if !latency_ok(c.launch_us) {
+        return Some("launch_us");
+    }
+    if !latency_ok(c.op_overhead_us) {
+        return Some("op_overhead_us");
+    }
+    if c.measured.iter().any(|m| !latency_ok(m.us)) {
+        return Some("measured.us");
+    }
+    None
+}
+
 /// Kind of processor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
@@ -64,26 +103,9 @@ impl DeviceProfile {
                 return bad(format!("processor name `{}` is used twice", p.name));
             }
             let c = &p.cost;
-            let rates = [c.peak_gops.int8, c.peak_gops.fp16, c.peak_gops.fp32];
-            if rates.iter().any(|r| !r.is_finite() || *r < 0.0) || rates.iter().all(|r| *r == 0.0) {
+            if let Some(field) = out_of_range_cost_field(c) {
                 return bad(format!(
-                    "processor `{}` needs finite, non-negative peak rates, not all zero",
-                    p.name
-                ));
-            }
-            if !(c.bandwidth_gbps.is_finite() && c.bandwidth_gbps > 0.0) {
-                return bad(format!(
-                    "processor `{}` needs a positive bandwidth_gbps",
-                    p.name
-                ));
-            }
-            if [c.launch_us, c.op_overhead_us]
-                .iter()
-                .any(|v| !v.is_finite() || *v < 0.0)
-                || c.measured.iter().any(|m| !m.us.is_finite() || m.us < 0.0)
-            {
-                return bad(format!(
-                    "processor `{}` has a negative or non-finite latency",
+                    "processor `{}`: `{field}` is out of range (rates 0 or {MIN_RATE}..={MAX_RATE}, not all zero; bandwidth_gbps {MIN_RATE}..={MAX_RATE}; latencies 0..={MAX_LATENCY_US} us); fix the device file",
                     p.name
                 ));
             }
