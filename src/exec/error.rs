@@ -129,7 +129,7 @@ pub enum KernelError {
     },
     /// A cold row could not be read from the model file.
     #[error("reading a cold shadow row: {0}")]
-    ColdRead(#[source] ImportError),
+    ColdRead(ImportError),
     /// A cold row read from the model file has the wrong length.
     #[error("cold shadow row of layer {layer} {which:?} has {found} values, expected {expected}")]
     ColdRowLength {
