@@ -67,7 +67,7 @@ pub enum CliError {
     },
     /// The sweep's rows could not be formatted as CSV.
     #[error("cannot write CSV: {0}")]
-    Csv(String),
+    Csv(#[from] csv::Error),
     /// `--backends` names something other than cpu, gpu and npu.
     #[error("unknown backend `{0}`: use cpu, gpu and npu")]
     UnknownBackend(String),

@@ -189,7 +189,7 @@ pub fn sweep(args: SweepArgs) -> Result<(), CliError> {
         &policies,
         &mut Bar::new("settings"),
     )?;
-    let csv = hetsched::sweep::to_csv(&rows).map_err(|e| CliError::Csv(e.to_string()))?;
+    let csv = hetsched::sweep::to_csv(&rows)?;
     if args.json {
         print_json_or(true, &rows, String::new);
     } else if args.csv.is_none() {
