@@ -20,7 +20,7 @@ model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 case "${1:-}" in
 prepare)
   cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-  cargo build -q --release --features gpu
+  cargo build -q --release -p hetsched-cli --features gpu
   rm -rf target/gpu-run target/model-a && mkdir -p target/gpu-run target/model-a
   cp target/release/hetsched target/gpu-run/ && strip target/gpu-run/hetsched
   cp scripts/gpu-prefill.sh target/gpu-run/

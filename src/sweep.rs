@@ -3,51 +3,41 @@
 
 use std::fmt::Write as _;
 
-use indicatif::{ProgressBar, ProgressStyle};
-
 use crate::compare::{CompareError, CompareRow, compare};
+use crate::progress::Progress;
 use crate::scene::Scene;
 use crate::timeline::svg::{PALETTE, escape, open_document};
 
 /// Simulates `scene` for every chunk length, prompt length (the scene's own when empty)
-/// and policy; `progress` shows a bar on stderr.
+/// and policy; `progress` counts the (chunk length, prompt length) settings done.
 pub fn sweep(
     scene: &Scene,
     chunk_lens: &[u32],
     prompt_lens: &[u32],
     policies: &[String],
-    progress: bool,
+    progress: &mut dyn Progress,
 ) -> Result<Vec<CompareRow>, CompareError> {
     let prompts = if prompt_lens.is_empty() {
         vec![scene.workload.prompt_len]
     } else {
         prompt_lens.to_vec()
     };
-    let bar = if progress {
-        let bar = ProgressBar::new((chunk_lens.len() * prompts.len()) as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} settings, {elapsed} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    progress.set_len((chunk_lens.len() * prompts.len()) as u64);
     let mut rows = Vec::new();
     for &chunk_len in chunk_lens {
         let mut scene = scene.clone();
         scene.workload.chunk_len = chunk_len;
         for &prompt_len in &prompts {
-            bar.set_message(format!("chunk {chunk_len}, prompt {prompt_len}"));
+            progress.set_message(&format!("chunk {chunk_len}, prompt {prompt_len}"));
             rows.extend(compare(
                 std::slice::from_ref(&scene),
                 &[prompt_len],
                 policies,
             )?);
-            bar.inc(1);
+            progress.inc(1);
         }
     }
-    bar.finish_and_clear();
+    progress.finish();
     Ok(rows)
 }
 

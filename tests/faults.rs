@@ -265,7 +265,7 @@ struct Hangs {
 }
 
 impl JobRunner for Hangs {
-    fn run(&self, job: &Job) -> Result<(), String> {
+    fn run(&self, job: &Job) -> Result<(), hetsched::exec::JobError> {
         while job.id == self.victim && !self.release.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hetsched::engine::{self, EngineError};
-use hetsched::exec::{JobRunner, ThreadQueues};
+use hetsched::exec::{JobError, JobRunner, ThreadQueues};
 use hetsched::systems::PolicyRegistry;
 use hetsched::systems::resources::Job;
 use hetsched::systems::testing::{Timing, check_schedule, tiny_plan};
@@ -28,7 +28,7 @@ impl Counting {
 }
 
 impl JobRunner for Counting {
-    fn run(&self, job: &Job) -> Result<(), String> {
+    fn run(&self, job: &Job) -> Result<(), JobError> {
         self.runs[job.id as usize].fetch_add(1, Ordering::SeqCst);
         if self.panic == Some(job.id) {
             panic!("kernel invariant broken in job {}", job.id);

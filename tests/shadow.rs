@@ -76,7 +76,6 @@ fn calibrate_options(ctx: usize, max_windows: usize) -> CalibrateOptions {
         pruned_clip_rms: PRUNED_CLIP_RMS,
         importance: Importance::Residual,
         sensitivity_windows: 1,
-        progress: false,
         prefill: options(),
     }
 }

@@ -14,7 +14,6 @@
 use std::sync::Arc;
 
 use hetsched_systems::shadow::ShadowSite;
-use indicatif::{ProgressBar, ProgressStyle};
 use parking_lot::Mutex;
 
 use super::calibration::{
@@ -27,6 +26,7 @@ use super::steps::Projection;
 use super::values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
 use super::{ExecError, PrefillOptions, prefill};
+use crate::progress::{Progress, Silent};
 
 /// Histogram bins per octave of |x| (for the percentile scale): 1/16 octave, a 4.4%
 /// step, finer than the INT8 grid's own relative step near its top.
@@ -62,8 +62,6 @@ pub struct CalibrateOptions {
     pub importance: Importance,
     /// Windows (the first ones) that each site's sensitivity is measured on.
     pub sensitivity_windows: usize,
-    /// Show a progress bar on stderr.
-    pub progress: bool,
     /// Threads, device, policy.
     pub prefill: PrefillOptions,
 }
@@ -279,6 +277,18 @@ pub fn calibrate(
     corpus: &[(String, Vec<u32>)],
     options: &CalibrateOptions,
 ) -> Result<Calibration, ExecError> {
+    calibrate_with_progress(model, shadow, corpus, options, &mut Silent)
+}
+
+/// [`calibrate`], counting its prefills (windows, then sites x sensitivity windows) on
+/// `progress`.
+pub fn calibrate_with_progress(
+    model: &Arc<ExecModel>,
+    shadow: Option<ExecModel>,
+    corpus: &[(String, Vec<u32>)],
+    options: &CalibrateOptions,
+    progress: &mut dyn Progress,
+) -> Result<Calibration, ExecError> {
     if model.precision != LinearPrecision::F32 {
         return Err(ExecError::InvalidEval(
             "calibration records the float model's activations: load it with f32 precision".into(),
@@ -317,10 +327,7 @@ pub fn calibrate(
         ..options.prefill.clone()
     };
     let sites = model.layers.len() * ShadowSite::ALL.len();
-    let bar = progress_bar(
-        options.progress,
-        windows.len() + sites * usize::from(sensitivity_windows > 0),
-    );
+    progress.set_len((windows.len() + sites * usize::from(sensitivity_windows > 0)) as u64);
     // The float log-probabilities of the sensitivity windows, every position.
     let mut reference = Vec::with_capacity(sensitivity_windows);
     for (w, window) in windows.iter().enumerate() {
@@ -336,7 +343,7 @@ pub fn calibrate(
         if keep_logits {
             reference.push(log_probs(&run.logits, model.config.vocab_size));
         }
-        bar.inc(1);
+        progress.inc(1);
     }
     let mut calibration = Calibration {
         version: CALIBRATION_VERSION,
@@ -364,23 +371,11 @@ pub fn calibrate(
                 ..options.prefill.clone()
             },
         };
-        probe.measure(&mut calibration, shadow, &bar)?;
+        probe.measure(&mut calibration, shadow, progress)?;
     }
-    bar.finish_and_clear();
+    progress.finish();
     calibration.prune(options.prune)?;
     Ok(calibration)
-}
-
-fn progress_bar(show: bool, len: usize) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} prefills, {elapsed} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
 }
 
 /// `[tokens, vocab]` logits as log-probabilities per position.
@@ -420,7 +415,7 @@ impl SensitivityProbe<'_> {
         &self,
         calibration: &mut Calibration,
         shadow: ExecModel,
-        bar: &ProgressBar,
+        progress: &mut dyn Progress,
     ) -> Result<(), ExecError> {
         if shadow.precision != LinearPrecision::W8a8Shadow
             || ModelIdentity::of_model(&shadow) != calibration.model
@@ -441,7 +436,7 @@ impl SensitivityProbe<'_> {
             let kl = self.kl(&model);
             swap_rule(&mut model, site.layer, site.site, kept)?;
             site.sensitivity = Some((kl? - shadowed) as f32);
-            bar.inc(1);
+            progress.inc(1);
         }
         Ok(())
     }

@@ -161,7 +161,7 @@ impl ModelIdentity {
 }
 
 /// How calibration ranks the sites whose shadow is kept.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Importance {
     /// Seed 000's ratio, largest outlier / clipped scale ([`SiteCalibration::importance`]):
@@ -534,12 +534,14 @@ impl Calibration {
         Ok(())
     }
 
-    /// Writes this calibration to `path` (pretty JSON).
+    /// Writes this calibration to `path` (pretty JSON), whole or not at all.
     pub fn save(&self, path: &Path) -> Result<(), CalibrationError> {
         let text = serde_json::to_string_pretty(self).expect("a calibration always serialises");
-        std::fs::write(path, text).map_err(|source| CalibrationError::Write {
-            path: path.to_owned(),
-            source,
+        crate::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| {
+            CalibrationError::Write {
+                path: path.to_owned(),
+                source,
+            }
         })
     }
 }

@@ -6,7 +6,7 @@ use thiserror::Error;
 
 use super::calibration::CalibrationError;
 use crate::engine::EngineError;
-use crate::import::ImportError;
+use crate::import::{ImportError, LayerTensor};
 
 /// A real prefill's failure: bad input, a plan the executor cannot run, or a queue that
 /// failed a job.
@@ -79,9 +79,13 @@ pub enum ExecError {
     /// An evaluation setting that cannot work.
     #[error("{0}")]
     InvalidEval(String),
-    /// A kernel refused its input (shapes or precisions that do not match).
+    /// A stage found the executor's own state inconsistent (a stage or buffer that is not
+    /// there): a bug, never bad input.
     #[error("kernel failed: {0}")]
     Kernel(String),
+    /// A kernel refused its input or its device failed.
+    #[error("kernel failed: {0}")]
+    Compute(#[from] KernelError),
     /// A calibration file is missing, corrupt or made for another model.
     #[error(transparent)]
     Calibration(#[from] CalibrationError),
@@ -105,4 +109,64 @@ pub enum ExecError {
         /// The system's reason.
         reason: String,
     },
+}
+
+/// Why a kernel did not compute: shapes or precisions that do not match (an executor bug),
+/// shadow rows that cannot be had, or the device's own failure.
+#[derive(Debug, Error)]
+pub enum KernelError {
+    /// An operand's length does not match its shape.
+    #[error("activation has {found} elements where {expected} were expected")]
+    Length {
+        /// Elements found.
+        found: usize,
+        /// Elements the shape needs.
+        expected: usize,
+    },
+    /// Operands of different precisions (e.g. an f32 activation and INT8 weights).
+    #[error("{0} precisions differ")]
+    Precisions(&'static str),
+    /// An INT8 activation still holds outliers at its linear.
+    #[error("outliers left in the activation: no shadow stage took them")]
+    OutliersLeft,
+    /// Outliers reached a linear that keeps no float rows.
+    #[error("outliers without float weights to shadow them")]
+    NoShadowWeights,
+    /// An outlier's index lies outside the activation.
+    #[error("outlier {index} outside a [{rows}, {k}] activation")]
+    OutlierOutside {
+        /// Flat index.
+        index: u32,
+        /// Activation rows.
+        rows: usize,
+        /// Activation columns.
+        k: usize,
+    },
+    /// Outliers out of index order.
+    #[error("shadow outliers must come in ascending index order")]
+    OutliersUnordered,
+    /// A cold channel's outlier with no model file to read its row from.
+    #[error("channel {channel} has an outlier but no float row and no model file to read it from")]
+    NoColdSource {
+        /// Input channel.
+        channel: usize,
+    },
+    /// A cold row could not be read from the model file.
+    #[error("reading a cold shadow row: {0}")]
+    ColdRead(ImportError),
+    /// A cold row read from the model file has the wrong length.
+    #[error("cold shadow row of layer {layer} {which:?} has {found} values, expected {expected}")]
+    ColdRowLength {
+        /// Decoder layer.
+        layer: usize,
+        /// Which tensor.
+        which: LayerTensor,
+        /// Values read.
+        found: usize,
+        /// Output features.
+        expected: usize,
+    },
+    /// The device running the kernel failed, in its own words (e.g. a Vulkan error).
+    #[error("{0}")]
+    Device(Box<dyn std::error::Error + Send + Sync>),
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::shadow::{ShadowReport, ShadowUsage};
 use super::{ExecError, ExecModel, PrefillOptions, prefill};
+use crate::progress::{Progress, Silent};
 
 /// What `hetsched eval --json` prints.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -74,6 +75,27 @@ pub fn evaluate(
     max_windows: usize,
     options: &PrefillOptions,
 ) -> Result<EvalReport, ExecError> {
+    evaluate_with_progress(
+        model,
+        reference,
+        tokens,
+        ctx,
+        max_windows,
+        options,
+        &mut Silent,
+    )
+}
+
+/// [`evaluate`], counting the windows done on `progress`.
+pub fn evaluate_with_progress(
+    model: &Arc<ExecModel>,
+    reference: &Arc<ExecModel>,
+    tokens: &[u32],
+    ctx: usize,
+    max_windows: usize,
+    options: &PrefillOptions,
+    progress: &mut dyn Progress,
+) -> Result<EvalReport, ExecError> {
     if ctx < 2 {
         return Err(ExecError::InvalidEval(format!(
             "--ctx {ctx} leaves nothing to predict: use at least 2 tokens per window"
@@ -95,6 +117,7 @@ pub fn evaluate(
     let same = Arc::ptr_eq(model, reference);
     let (mut nll, mut nll_f32, mut kl, mut agree, mut count) = (0.0, 0.0, 0.0, 0usize, 0usize);
     let (mut shadow, mut prefill_ns) = (ShadowUsage::default(), 0u64);
+    progress.set_len(windows.len() as u64);
     for window in &windows {
         let run = prefill(model.clone(), window, &options)?;
         prefill_ns += run.outcome.makespan_ns;
@@ -123,7 +146,9 @@ pub fn evaluate(
             }
             count += 1;
         }
+        progress.inc(1);
     }
+    progress.finish();
     let n = count as f64;
     Ok(EvalReport {
         precision: model.precision.as_str(),

@@ -6,11 +6,14 @@ use std::ops::Range;
 use hetsched_kernels::{AttentionKv, AttentionShape, attention_causal_gqa_gemm, rms_norm};
 use rayon::prelude::*;
 
+use super::error::KernelError;
+
 /// Query tokens per attention task: small blocks let work stealing balance the causal
 /// triangle (late tokens see more keys) across threads.
 const ATTENTION_BLOCK: usize = 16;
 
-/// Float kernels one lane runs. Errors are the device's own words.
+/// Float kernels one lane runs. A device's failure is [`KernelError::Device`], in its own
+/// words.
 pub trait FloatKernels: Send + Sync {
     /// Where they run, for messages.
     fn device(&self) -> String;
@@ -22,9 +25,10 @@ pub trait FloatKernels: Send + Sync {
         eps: f32,
         rows: usize,
         cols: usize,
-    ) -> Result<Vec<f32>, String>;
+    ) -> Result<Vec<f32>, KernelError>;
     /// RoPE on `x` (`[positions, heads, head_dim]`) at absolute `positions`.
-    fn rope(&self, x: &mut [f32], positions: Range<usize>, heads: usize) -> Result<(), String>;
+    fn rope(&self, x: &mut [f32], positions: Range<usize>, heads: usize)
+    -> Result<(), KernelError>;
     /// Causal GQA attention of `q` over the first `shape.kv_len` cache rows.
     fn attention(
         &self,
@@ -32,7 +36,7 @@ pub trait FloatKernels: Send + Sync {
         k_cache: &[f32],
         v_cache: &[f32],
         shape: &AttentionShape,
-    ) -> Result<Vec<f32>, String>;
+    ) -> Result<Vec<f32>, KernelError>;
 }
 
 /// The host CPU: the `hetsched-kernels` fast paths, attention split over the pool.
@@ -54,13 +58,18 @@ impl FloatKernels for CpuFloat {
         eps: f32,
         rows: usize,
         cols: usize,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<Vec<f32>, KernelError> {
         let mut out = vec![0f32; rows * cols];
         rms_norm(x, weight, eps, &mut out, rows, cols);
         Ok(out)
     }
 
-    fn rope(&self, x: &mut [f32], positions: Range<usize>, heads: usize) -> Result<(), String> {
+    fn rope(
+        &self,
+        x: &mut [f32],
+        positions: Range<usize>,
+        heads: usize,
+    ) -> Result<(), KernelError> {
         self.model.rope.apply(x, positions, heads);
         Ok(())
     }
@@ -71,7 +80,7 @@ impl FloatKernels for CpuFloat {
         k_cache: &[f32],
         v_cache: &[f32],
         shape: &AttentionShape,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<Vec<f32>, KernelError> {
         let gathered = AttentionKv::gather(
             k_cache,
             v_cache,
@@ -122,13 +131,18 @@ impl FloatKernels for GpuFloat {
         eps: f32,
         rows: usize,
         cols: usize,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<Vec<f32>, KernelError> {
         let gpu = self.context.lock();
         gpu.rms_norm(x, weight, eps, rows, cols)
-            .map_err(|e| e.to_string())
+            .map_err(|e| KernelError::Device(Box::new(e)))
     }
 
-    fn rope(&self, x: &mut [f32], positions: Range<usize>, heads: usize) -> Result<(), String> {
+    fn rope(
+        &self,
+        x: &mut [f32],
+        positions: Range<usize>,
+        heads: usize,
+    ) -> Result<(), KernelError> {
         let positions: Vec<usize> = positions.collect();
         let gpu = self.context.lock();
         gpu.rope(
@@ -139,7 +153,7 @@ impl FloatKernels for GpuFloat {
             self.rope_base,
             self.rope_style,
         )
-        .map_err(|e| e.to_string())
+        .map_err(|e| KernelError::Device(Box::new(e)))
     }
 
     fn attention(
@@ -148,10 +162,10 @@ impl FloatKernels for GpuFloat {
         k_cache: &[f32],
         v_cache: &[f32],
         shape: &AttentionShape,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<Vec<f32>, KernelError> {
         let rows = shape.kv_len * shape.n_kv_heads * shape.head_dim;
         let gpu = self.context.lock();
         gpu.attention_causal_gqa(q, &k_cache[..rows], &v_cache[..rows], shape)
-            .map_err(|e| e.to_string())
+            .map_err(|e| KernelError::Device(Box::new(e)))
     }
 }

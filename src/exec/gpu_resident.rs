@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use super::ActivationBytes;
 use super::error::ExecError;
 use super::gpu_layout::{Field, plan_chunk_layout};
-use super::queues::JobRunner;
+use super::queues::{JobError, JobRunner};
 use super::steps::{NormSite, Projection, Step};
 use super::weights::{ExecModel, LinearWeights};
 
@@ -776,8 +776,8 @@ impl GpuStageRunner {
 }
 
 impl JobRunner for GpuStageRunner {
-    fn run(&self, job: &Job) -> Result<(), String> {
-        self.run_stage(job.key).map_err(|e| e.to_string())
+    fn run(&self, job: &Job) -> Result<(), JobError> {
+        Ok(self.run_stage(job.key)?)
     }
 
     fn uses_pool(&self) -> bool {

@@ -136,7 +136,7 @@ impl StageRunner {
                     NormSite::Final => (&m.output_norm, &v.x[(rows - 1) * c.hidden..], 1),
                 };
                 let out = kernels.rms_norm(x, weight, c.norm_eps, rows, c.hidden);
-                v.normed = Some(out.map_err(failed)?);
+                v.normed = Some(out?);
             }
             Step::QuantizeNormed(site) => {
                 let x = v
@@ -158,7 +158,7 @@ impl StageRunner {
                     .act
                     .as_ref()
                     .ok_or(missing("linear", chunk, "activation"))?;
-                let out = linear(act, rows, weights).map_err(failed)?;
+                let out = linear(act, rows, weights)?;
                 match p {
                     Projection::Q => v.q_raw = Some(out),
                     Projection::K | Projection::V => self.keep_kv(layer, chunk, p, out),
@@ -174,13 +174,11 @@ impl StageRunner {
                     .take()
                     .ok_or(missing("qkv_dequant", chunk, "q_proj"))?;
                 let q = self.merged(chunk, Projection::Q, "qkv_dequant", q)?;
-                v.q = Some(
-                    dequantize(q, self.layer(layer)?.projection(Projection::Q)).map_err(failed)?,
-                );
+                v.q = Some(dequantize(q, self.layer(layer)?.projection(Projection::Q))?);
             }
             Step::Rope => {
                 let q = v.q.as_mut().ok_or(missing("rope", chunk, "queries"))?;
-                kernels.rope(q, positions, c.n_heads).map_err(failed)?;
+                kernels.rope(q, positions, c.n_heads)?;
                 self.write_kv(layer, chunk)?;
             }
             Step::Attention => {
@@ -193,9 +191,7 @@ impl StageRunner {
                     .take()
                     .ok_or(missing("o_dequant", chunk, "o_proj"))?;
                 let o = self.merged(chunk, Projection::O, "o_dequant", o)?;
-                v.delta = Some(
-                    dequantize(o, self.layer(layer)?.projection(Projection::O)).map_err(failed)?,
-                );
+                v.delta = Some(dequantize(o, self.layer(layer)?.projection(Projection::O))?);
             }
             Step::DequantizeDown => {
                 // The carry at the start of layer l (or of the head) hands on layer l-1.
@@ -209,10 +205,10 @@ impl StageRunner {
                     .take()
                     .ok_or(missing("ffn_dequant", chunk, "down_proj"))?;
                 let d = self.merged(chunk, Projection::Down, "ffn_dequant", d)?;
-                v.delta = Some(
-                    dequantize(d, self.layer(prev)?.projection(Projection::Down))
-                        .map_err(failed)?,
-                );
+                v.delta = Some(dequantize(
+                    d,
+                    self.layer(prev)?.projection(Projection::Down),
+                )?);
             }
             Step::Residual => {
                 let d = v.delta.take().ok_or(missing("residual", chunk, "delta"))?;
@@ -232,8 +228,8 @@ impl StageRunner {
                     .ok_or(missing("silu_mul", chunk, "up_proj"))?;
                 let gate = self.merged(chunk, Projection::Gate, "silu_mul", gate)?;
                 let up = self.merged(chunk, Projection::Up, "silu_mul", up)?;
-                let gate = dequantize(gate, w.projection(Projection::Gate)).map_err(failed)?;
-                let up = dequantize(up, w.projection(Projection::Up)).map_err(failed)?;
+                let gate = dequantize(gate, w.projection(Projection::Gate))?;
+                let up = dequantize(up, w.projection(Projection::Up))?;
                 let mut h = vec![0f32; gate.len()];
                 silu_mul_fast(&gate, &up, &mut h);
                 v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
@@ -301,7 +297,7 @@ impl StageRunner {
         for &p in Projection::of_site(site) {
             let w = self.weights(layer, p)?;
             let y = shadow_product(&outliers, rows, w, &self.model.shadow_counters);
-            results.push((p, y.map_err(failed)?));
+            results.push((p, y?));
         }
         let mut slot = slot.lock();
         for (p, y) in results {
@@ -376,8 +372,8 @@ impl StageRunner {
         let k = self.merged(chunk, Projection::K, "attention", k)?;
         let v = self.merged(chunk, Projection::V, "attention", v)?;
         let w = self.layer(layer)?;
-        let mut k = dequantize(k, w.projection(Projection::K)).map_err(failed)?;
-        let v = dequantize(v, w.projection(Projection::V)).map_err(failed)?;
+        let mut k = dequantize(k, w.projection(Projection::K))?;
+        let v = dequantize(v, w.projection(Projection::V))?;
         let positions = self.state.positions(chunk);
         m.rope.apply(&mut k, positions.clone(), c.n_kv_heads);
         let kv_dim = c.kv_dim();
@@ -411,6 +407,6 @@ impl StageRunner {
         let cache = self.state.kv[layer].cache.read();
         kernels
             .attention(q, &cache.k, &cache.v, &shape)
-            .map_err(failed)
+            .map_err(ExecError::from)
     }
 }

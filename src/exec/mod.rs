@@ -29,6 +29,7 @@ mod gpu_layout;
 #[cfg(feature = "gpu")]
 mod gpu_resident;
 mod interpret;
+mod load;
 mod queues;
 mod report;
 mod shadow;
@@ -48,20 +49,23 @@ use hetsched_systems::{
     Workload,
 };
 
-pub use calibrate::{ActivationRecorder, CalibrateOptions, TOP_CHANNELS, calibrate};
+pub use calibrate::{
+    ActivationRecorder, CalibrateOptions, TOP_CHANNELS, calibrate, calibrate_with_progress,
+};
 pub use calibration::{
     CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, Importance, ModelIdentity,
     OutlierStats, SiteCalibration, default_calibration_path,
 };
-pub use error::ExecError;
-pub use eval::{EvalReport, evaluate};
+pub use error::{ExecError, KernelError};
+pub use eval::{EvalReport, evaluate, evaluate_with_progress};
 #[cfg(feature = "gpu")]
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
 #[cfg(feature = "gpu")]
 pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner};
 pub use interpret::StageRunner;
-pub use queues::{JobRunner, ThreadQueues};
+pub use load::{LoadError, LoadedModels, load_models};
+pub use queues::{JobError, JobRunner, ThreadQueues};
 pub use report::{PrefillReport, TopToken, shadow_summary};
 pub use shadow::{
     ColdRowCache, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
@@ -213,8 +217,8 @@ fn gpu_costed_like(spec: &hetsched_systems::ProcessorSpec) -> hetsched_systems::
 }
 
 impl JobRunner for StageRunner {
-    fn run(&self, job: &Job) -> Result<(), String> {
-        StageRunner::run(self, job.key, job.processor).map_err(|e| e.to_string())
+    fn run(&self, job: &Job) -> Result<(), JobError> {
+        Ok(StageRunner::run(self, job.key, job.processor)?)
     }
 }
 

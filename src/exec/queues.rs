@@ -14,15 +14,44 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use hetsched_systems::resources::{Completion, Job};
 
+use thiserror::Error;
+
+use super::error::ExecError;
 use crate::backends::{Backend, BackendError};
 use crate::engine::panic_message;
+
+/// Why a job's work failed. The queue reports it as the job's [`BackendError`] reason.
+#[derive(Debug, Error)]
+pub enum JobError {
+    /// The executor's stage failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// An embedder's runner failed, in its own words.
+    #[error(transparent)]
+    Runner(Box<dyn std::error::Error + Send + Sync>),
+    /// The job panicked (a broken invariant); the process goes on.
+    #[error("the job panicked: {0}")]
+    Panicked(String),
+}
+
+impl From<&str> for JobError {
+    fn from(reason: &str) -> Self {
+        JobError::Runner(reason.into())
+    }
+}
+
+impl From<String> for JobError {
+    fn from(reason: String) -> Self {
+        JobError::Runner(reason.into())
+    }
+}
 
 /// Runs one job's work. Implemented by the real executor; an embedder may plug in its
 /// own (a test double, or a bridge to a vendor runtime).
 pub trait JobRunner: Send + Sync + 'static {
     /// Does the work of `job`, on the calling thread (which may fan out onto the
     /// current rayon pool). An `Err` fails the job with that reason.
-    fn run(&self, job: &Job) -> Result<(), String>;
+    fn run(&self, job: &Job) -> Result<(), JobError>;
 
     /// Whether `run` computes on the shared rayon pool (so the lane hands each job to a
     /// pool thread). A runner that only queues device work says no and runs on the lane's
@@ -114,7 +143,7 @@ fn serve(
             }
         };
         let outcome = catch_unwind(AssertUnwindSafe(run))
-            .unwrap_or_else(|panic| Err(format!("the job panicked: {}", panic_message(&*panic))));
+            .unwrap_or_else(|panic| Err(JobError::Panicked(panic_message(&*panic))));
         let end_ns = started.elapsed().as_nanos() as u64;
         let report = match outcome {
             Ok(()) => Report::Done(Completion {
@@ -123,10 +152,10 @@ fn serve(
                 start_ns,
                 end_ns,
             }),
-            Err(reason) => Report::Failed(BackendError {
+            Err(error) => Report::Failed(BackendError {
                 processor: job.processor,
                 job: job.id,
-                reason,
+                reason: error.to_string(),
             }),
         };
         if reports.send(report).is_err() {

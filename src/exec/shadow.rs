@@ -23,6 +23,7 @@ use parking_lot::RwLock;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::error::KernelError;
 use crate::import::{ColumnSource, LayerTensor};
 
 /// How one activation is quantized.
@@ -67,7 +68,7 @@ impl QuantRule {
 }
 
 /// The per-tensor scale a pruned site (one without the full shadow) quantizes with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PrunedScale {
     /// Each tensor's own max |x| / 127: nothing saturates, the bulk loses resolution.
@@ -84,7 +85,6 @@ pub enum PrunedScale {
     /// values are spread over every channel, and the rare ones beyond the cap read their
     /// rows from the model file.
     #[serde(rename = "hot-max")]
-    #[value(name = "hot-max")]
     HotMax,
 }
 
@@ -231,14 +231,14 @@ impl ShadowRows {
         outliers: &[(u32, f32)],
         rows: usize,
         counters: &ShadowCounters,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<Vec<f32>, KernelError> {
         let start = Instant::now();
         let (n, k) = (self.n, self.slots.len().max(1));
         if let Some(&(i, _)) = outliers.iter().find(|&&(i, _)| i as usize / k >= rows) {
-            return Err(format!("outlier {i} outside a [{rows}, {k}] activation"));
+            return Err(KernelError::OutlierOutside { index: i, rows, k });
         }
         if outliers.windows(2).any(|w| w[0].0 > w[1].0) {
-            return Err("shadow outliers must come in ascending index order".into());
+            return Err(KernelError::OutliersUnordered);
         }
         let mut used_hot = vec![false; k];
         let mut cold_channels = BTreeSet::new();
@@ -268,7 +268,7 @@ impl ShadowRows {
         let read: Vec<(usize, Arc<[f32]>)> = cold_channels
             .into_par_iter()
             .map(|c| Ok((c, Arc::from(self.read_cold(c)?))))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, KernelError>>()?;
         let misses = read.len();
         if let Some(cold) = self.cold.as_ref().filter(|_| !read.is_empty()) {
             let mut kept = self.kept.write();
@@ -310,26 +310,23 @@ impl ShadowRows {
         Ok(y)
     }
 
-    fn read_cold(&self, channel: usize) -> Result<Vec<f32>, String> {
+    fn read_cold(&self, channel: usize) -> Result<Vec<f32>, KernelError> {
         let Some(cold) = &self.cold else {
-            return Err(format!(
-                "channel {channel} has an outlier but no float row and no model file to read it from"
-            ));
+            return Err(KernelError::NoColdSource { channel });
         };
         let row = cold
             .source
             .layer_column(cold.layer, cold.which, channel)
-            .map_err(|e| format!("reading a cold shadow row: {e}"))?;
+            .map_err(KernelError::ColdRead)?;
         if row.len() == self.n {
             Ok(row)
         } else {
-            Err(format!(
-                "cold shadow row of layer {} {:?} has {} values, expected {}",
-                cold.layer,
-                cold.which,
-                row.len(),
-                self.n
-            ))
+            Err(KernelError::ColdRowLength {
+                layer: cold.layer,
+                which: cold.which,
+                found: row.len(),
+                expected: self.n,
+            })
         }
     }
 }

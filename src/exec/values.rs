@@ -12,6 +12,7 @@ use hetsched_kernels::{
 };
 use rayon::prelude::*;
 
+use super::error::KernelError;
 use super::shadow::{QuantRule, ShadowCounters};
 use super::weights::LinearWeights;
 
@@ -172,7 +173,7 @@ pub fn matmul_rows(a: &[f32], w: &PackedF32Weights) -> Vec<f32> {
 
 /// `x[rows, k] · wᵀ`, split by rows over the current thread pool. An INT8 activation
 /// must come without outliers (the shadow stage multiplies those: [`shadow_product`]).
-pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, String> {
+pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, KernelError> {
     let (k, n) = (w.k(), w.n());
     match (x, w) {
         (Act::F32(a), LinearWeights::F32(packed)) => {
@@ -187,7 +188,7 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Stri
                 .for_each(|(o, a)| gemm_i8(a, a.len() / k, packed, o));
             // Outliers belong to the shadow stage; the quantize step hands them over.
             if !outliers.is_empty() {
-                return Err("outliers left in the activation: no shadow stage took them".into());
+                return Err(KernelError::OutliersLeft);
             }
             Ok(LinearOut::Int32 {
                 acc,
@@ -195,7 +196,7 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Stri
                 shadow: None,
             })
         }
-        _ => Err("activation and weight precisions differ".into()),
+        _ => Err(KernelError::Precisions("activation and weight")),
     }
 }
 
@@ -206,16 +207,16 @@ pub fn shadow_product(
     rows: usize,
     w: &LinearWeights,
     counters: &ShadowCounters,
-) -> Result<Vec<f32>, String> {
+) -> Result<Vec<f32>, KernelError> {
     match w.shadow() {
         Some(table) => table.multiply(outliers, rows, counters),
-        None => Err("outliers without float weights to shadow them".into()),
+        None => Err(KernelError::NoShadowWeights),
     }
 }
 
 /// The dequantize operator: INT32 accumulators × activation scale × row scale, plus the
 /// float shadow the merge attached, if any.
-pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, String> {
+pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, KernelError> {
     match (out, w) {
         (LinearOut::F32(y), LinearWeights::F32(_)) => Ok(y),
         (
@@ -237,17 +238,15 @@ pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, String>
             }
             Ok(y)
         }
-        _ => Err("accumulator and weight precisions differ".into()),
+        _ => Err(KernelError::Precisions("accumulator and weight")),
     }
 }
 
-fn check_len(found: usize, expected: usize) -> Result<(), String> {
+fn check_len(found: usize, expected: usize) -> Result<(), KernelError> {
     if found == expected {
         Ok(())
     } else {
-        Err(format!(
-            "activation has {found} elements where {expected} were expected"
-        ))
+        Err(KernelError::Length { found, expected })
     }
 }
 

@@ -21,7 +21,7 @@ use crate::import::{
 };
 
 /// Arithmetic of the linear layers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LinearPrecision {
     /// f32 weights and activations: the accuracy reference.
@@ -32,7 +32,6 @@ pub enum LinearPrecision {
     /// W8A8 with outlier shadowing (seed 000 section 3.3): the activation scale is clipped
     /// below the few outliers, which are multiplied in float with the float weights and
     /// added to the INT8 result.
-    #[value(name = "w8a8-shadow")]
     #[serde(rename = "w8a8-shadow")]
     W8a8Shadow,
 }

@@ -11,6 +11,13 @@ fn hetsched(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// The repository root (this package lives in `cli/`).
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cli/ sits in the repository")
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("cli")
@@ -22,7 +29,7 @@ fn scratch(name: &str) -> PathBuf {
 /// Writes a scene that reuses the shipped Xiaomi 14 profile and the given model file text.
 fn scene_with_model(name: &str, model: &str, workload: &str) -> PathBuf {
     let dir = scratch(name);
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenes/devices/xiaomi14.toml");
+    let shipped = root().join("scenes/devices/xiaomi14.toml");
     std::fs::copy(shipped, dir.join("device.toml")).unwrap();
     std::fs::write(dir.join("model.toml"), model).unwrap();
     let scene = format!(
@@ -289,7 +296,7 @@ fn unknown_policy() {
     );
     assert_clear_failure(
         &hetsched(&["simulate", scene.to_str().unwrap()]),
-        "unknown variant `fastest`",
+        "scene.toml: unknown policy `fastest`; choose one of: stall,",
     );
 }
 
@@ -330,7 +337,7 @@ fn same_input_gives_byte_identical_output() {
 }
 
 fn test_model() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(hetsched::import::TEST_MODEL_PATH);
+    let path = root().join(hetsched::import::TEST_MODEL_PATH);
     assert!(
         path.is_file(),
         "test model {} is missing: run scripts/fetch-model.sh",
@@ -651,4 +658,120 @@ fn calibrate_writes_a_file_that_run_follows_and_outliers_reads() {
         ]),
         "--pruned-clip-rms 0.5",
     );
+}
+
+/// Issue 18: an output path that cannot be written is an error before any work, and
+/// nothing is left behind.
+#[test]
+fn missing_output_directory_fails_before_any_work() {
+    let dir = scratch("missing-output-dir");
+    let missing = dir.join("no-such-dir");
+    for (command, flag) in [
+        ("simulate", "--trace"),
+        ("simulate", "--svg"),
+        ("sweep", "--csv"),
+        ("sweep", "--svg"),
+    ] {
+        let target = missing.join("out");
+        let started = std::time::Instant::now();
+        let out = hetsched(&[command, flag, target.to_str().unwrap()]);
+        assert_clear_failure(&out, "does not exist");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("nothing was done"),
+            "{command} {flag}"
+        );
+        assert!(out.stdout.is_empty(), "{command} {flag} printed results");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{command} {flag} worked before failing"
+        );
+    }
+    let out = hetsched(&[
+        "calibrate",
+        "--model",
+        "no-such-model.gguf",
+        "--corpus",
+        "no-such-text",
+        "--out",
+        missing.join("c.json").to_str().unwrap(),
+    ]);
+    assert_clear_failure(&out, "no-such-dir");
+    assert!(!missing.exists());
+}
+
+#[test]
+fn every_listing_command_has_json() {
+    let out = hetsched(&["scenes", "--json"]);
+    assert!(out.status.success());
+    let names: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(names.iter().any(|n| n == "qwen1.5-1.8b-xiaomi14"));
+    let out = hetsched(&[
+        "sweep",
+        "--chunk-lens",
+        "64,128",
+        "--policies",
+        "balance,inorder",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(
+        rows.iter()
+            .all(|r| r["makespan_ms"].as_f64().unwrap() > 0.0)
+    );
+}
+
+/// Issue 17: help is plain text (no rustdoc links, no `usize::MAX` shown as a default,
+/// no flag that does not exist).
+#[test]
+fn help_text_is_plain() {
+    let commands = [
+        "simulate",
+        "run",
+        "eval",
+        "calibrate",
+        "outliers",
+        "compare",
+        "sweep",
+        "scenes",
+    ];
+    for command in commands {
+        let out = hetsched(&[command, "--help"]);
+        assert!(out.status.success(), "{command} --help");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !help.contains("]("),
+            "{command} --help has a rustdoc link:\n{help}"
+        );
+        assert!(!help.contains("18446744073709551615"), "{command}: {help}");
+        // The flags it defines: the first `--name` of each option line.
+        let defined: Vec<&str> = help
+            .lines()
+            .filter_map(|line| {
+                let line = line.trim_start();
+                line.starts_with('-').then(|| {
+                    line.split([' ', ',', '='])
+                        .find(|w| w.starts_with("--"))
+                        .unwrap_or_default()
+                })
+            })
+            .collect();
+        for word in help.split_whitespace().filter(|w| w.starts_with("--")) {
+            let flag = word.trim_end_matches(|c: char| !c.is_alphanumeric());
+            // Cargo's flag, in the note on building with the GPU.
+            if flag == "--features" {
+                continue;
+            }
+            assert!(
+                defined.contains(&flag),
+                "{command} --help names {flag}, which it does not take"
+            );
+        }
+    }
 }

@@ -1,0 +1,105 @@
+//! The command line's names for the library's choices. The library's enums carry no clap
+//! derive (it depends on no CLI crate); these twins do, with help text written for the
+//! terminal rather than for rustdoc.
+
+use clap::ValueEnum;
+use hetsched::exec::{Importance, LinearPrecision, PrunedScale};
+use hetsched::systems::PolicyRegistry;
+
+/// Arithmetic of the linear layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Precision {
+    /// f32 weights and activations: the accuracy reference.
+    F32,
+    /// INT8 weights (a scale per output row) and INT8 activations (a scale per tensor),
+    /// INT32 accumulation: what the Hexagon NPU runs.
+    W8a8,
+    /// W8A8 with outlier shadowing: the activation scale is clipped below the few
+    /// outliers, which are multiplied in float and added to the INT8 result.
+    #[value(name = "w8a8-shadow")]
+    W8a8Shadow,
+}
+
+impl From<Precision> for LinearPrecision {
+    fn from(p: Precision) -> Self {
+        match p {
+            Precision::F32 => LinearPrecision::F32,
+            Precision::W8a8 => LinearPrecision::W8a8,
+            Precision::W8a8Shadow => LinearPrecision::W8a8Shadow,
+        }
+    }
+}
+
+/// The per-tensor scale a pruned site (one without the full shadow) quantizes with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Scale {
+    /// Each tensor's own max |x| / 127: nothing saturates, the bulk loses resolution.
+    Max,
+    /// The calibration's percentile scale: the few values beyond saturate.
+    Percentile,
+    /// The max |x| outside the site's top channels, whose float rows stay resident and
+    /// take the values beyond; capped at --pruned-clip-rms bulk RMS, the rare values
+    /// beyond the cap reading their rows from the model file.
+    #[value(name = "hot-max")]
+    HotMax,
+}
+
+impl From<Scale> for PrunedScale {
+    fn from(s: Scale) -> Self {
+        match s {
+            Scale::Max => PrunedScale::Max,
+            Scale::Percentile => PrunedScale::Percentile,
+            Scale::HotMax => PrunedScale::HotMax,
+        }
+    }
+}
+
+/// How calibration ranks the sites whose shadow is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Rank {
+    /// Largest outlier / clipped scale: how much resolution the plain max scale loses.
+    Ratio,
+    /// The same ratio for the range a pruned site actually quantizes with (under
+    /// hot-max, the max |x| outside the top channels it keeps).
+    Residual,
+    /// The KL divergence from f32 that pruning this one site adds to the logits,
+    /// measured on calibration windows.
+    Kl,
+}
+
+impl From<Rank> for Importance {
+    fn from(r: Rank) -> Self {
+        match r {
+            Rank::Ratio => Importance::Ratio,
+            Rank::Residual => Importance::Residual,
+            Rank::Kl => Importance::Kl,
+        }
+    }
+}
+
+/// The policies a `--policies` list names, every built-in policy when it names none. The
+/// one place the command line turns policy arguments into the list it runs.
+pub fn policies_or_all(policies: Vec<String>) -> Vec<String> {
+    if policies.is_empty() {
+        PolicyRegistry::builtin()
+            .names()
+            .map(String::from)
+            .collect()
+    } else {
+        policies
+    }
+}
+
+/// A built-in policy's name (clap's value parser for `--policy` and `--policies`), or a
+/// usage error listing the names.
+pub fn policy_name(name: &str) -> Result<String, String> {
+    let registry = PolicyRegistry::builtin();
+    if registry.contains(name) {
+        Ok(name.to_string())
+    } else {
+        Err(registry
+            .create(name)
+            .err()
+            .map_or_else(String::new, |e| e.to_string()))
+    }
+}

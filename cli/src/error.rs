@@ -1,0 +1,97 @@
+//! Why a command failed: the library's typed errors, and the few mistakes only the
+//! command line can make. `main` prints one `error: ...` line and exits non-zero.
+
+use std::io;
+use std::path::PathBuf;
+
+use hetsched::budget::BudgetError;
+use hetsched::compare::CompareError;
+use hetsched::engine::EngineError;
+use hetsched::exec::{CalibrationError, ExecError, LoadError};
+use hetsched::import::ImportError;
+use hetsched::scene::SceneError;
+use thiserror::Error;
+
+/// A command's failure.
+#[derive(Debug, Error)]
+pub enum CliError {
+    /// A scene or its plan is invalid.
+    #[error(transparent)]
+    Scene(#[from] SceneError),
+    /// A memory budget is not understood or cannot be met.
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+    /// A simulation stopped early.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A comparison or sweep failed.
+    #[error(transparent)]
+    Compare(#[from] CompareError),
+    /// A model could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// A real prefill, evaluation or calibration failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// A calibration file is missing, corrupt, or cannot be pruned as asked.
+    #[error(transparent)]
+    Calibration(#[from] CalibrationError),
+    /// The text could not be tokenized.
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    /// An input file could not be read.
+    #[error("cannot read {what} {}: {error}", path.display())]
+    Read {
+        /// What the file is for ("prompt file", "text file", "corpus file").
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        error: io::Error,
+    },
+    /// An output path cannot be written; found before any work.
+    #[error("cannot write {}: {error} (checked before the run; nothing was done)", path.display())]
+    Unwritable {
+        /// The output file.
+        path: PathBuf,
+        /// The OS error.
+        error: io::Error,
+    },
+    /// An output file could not be written after the work (its results were printed).
+    #[error("cannot write {}: {error}", path.display())]
+    Write {
+        /// The output file.
+        path: PathBuf,
+        /// The OS error.
+        error: io::Error,
+    },
+    /// The sweep's rows could not be formatted as CSV.
+    #[error("cannot write CSV: {0}")]
+    Csv(#[from] csv::Error),
+    /// `--backends` names something other than cpu, gpu and npu.
+    #[error("unknown backend `{0}`: use cpu, gpu and npu")]
+    UnknownBackend(String),
+    /// `--backends` names a set of lanes no run uses.
+    #[error(
+        "--backends takes cpu,npu (INT8 stages on the emulated NPU lane, float work on the cpu lane), cpu,gpu,npu (float stages on a Vulkan GPU lane) or gpu (every stage on the GPU, f32, weights and KV cache resident)"
+    )]
+    BackendSet,
+    /// A calibration option without a w8a8-shadow run that follows a calibration.
+    #[error("--calibration and --prune apply to --precision w8a8-shadow with a calibration")]
+    CalibrationUnused,
+    /// `--prune` or `--pruned-scale` with no calibration to re-decide.
+    #[error(
+        "--prune needs a calibration: none at {}; run `hetsched calibrate --model {} --corpus TEXT` or pass --calibration FILE",
+        calibration.display(),
+        model.display()
+    )]
+    NoCalibration {
+        /// Where the default calibration was looked for.
+        calibration: PathBuf,
+        /// The model.
+        model: PathBuf,
+    },
+    /// `sweep --chunk-lens` was given empty.
+    #[error("give at least one chunk length with --chunk-lens")]
+    NoChunkLens,
+}

@@ -1,0 +1,71 @@
+//! The `hetsched` command line: parses arguments, runs one command, prints its result
+//! and maps errors to the exit code. The work itself is the `hetsched` library's; each
+//! module here holds one family of commands (their arguments and the glue).
+
+mod choices;
+mod error;
+mod model;
+mod offline;
+mod outliers;
+mod output;
+mod progress;
+mod real;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use error::CliError;
+
+#[derive(Parser)]
+#[command(
+    name = "hetsched",
+    version,
+    about = "Scheduling core for on-device LLM prefill on CPU, GPU and NPU"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate a prefill on a device profile with a virtual clock.
+    Simulate(offline::SimulateArgs),
+    /// Prefill a real model (GGUF) on this machine's queues and print the next token.
+    Run(real::RunArgs),
+    /// Perplexity of a text, and KL / top-1 agreement of a precision against f32.
+    Eval(real::EvalArgs),
+    /// Record activation ranges and outliers over a corpus; decide which layers keep the
+    /// outlier shadow; write the calibration file that w8a8-shadow runs follow.
+    Calibrate(outliers::CalibrateArgs),
+    /// Outlier statistics of a calibration file (seed 000 Figs 10-11): table, JSON, SVG.
+    Outliers(outliers::OutliersArgs),
+    /// Compare every policy over scenes and prompt lengths.
+    Compare(offline::CompareArgs),
+    /// Sweep chunk length x policy (x prompt length) on one scene: CSV and an SVG plot.
+    Sweep(offline::SweepArgs),
+    /// List the scenes shipped inside the binary.
+    Scenes(offline::ScenesArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => offline::simulate(args),
+        Command::Run(args) => real::run(args),
+        Command::Eval(args) => real::eval(args),
+        Command::Calibrate(args) => outliers::calibrate(args),
+        Command::Outliers(args) => outliers::outliers(args),
+        Command::Compare(args) => offline::compare(args),
+        Command::Sweep(args) => offline::sweep(args),
+        Command::Scenes(args) => offline::scenes(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

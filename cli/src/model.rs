@@ -1,0 +1,114 @@
+//! Loading a model for `run`, `eval` and `calibrate`: which calibration a w8a8-shadow run
+//! follows, and the library's loader with a spinner while it reads the weights.
+
+use std::path::{Path, PathBuf};
+
+use hetsched::exec::{self, Calibration, LinearPrecision, LoadedModels};
+
+use crate::CliError;
+use crate::choices::Scale;
+use crate::progress::Bar;
+
+/// Which calibration a w8a8-shadow run follows.
+#[derive(clap::Args)]
+pub struct ShadowArgs {
+    /// Calibration file for w8a8-shadow [default: MODEL.calibration.json beside the model
+    /// when it exists; without one every site is shadowed with every float row resident].
+    #[arg(long, value_name = "FILE", conflicts_with = "no_calibration")]
+    calibration: Option<PathBuf>,
+    /// Ignore the calibration file beside the model (shadow every site, every row).
+    #[arg(long)]
+    no_calibration: bool,
+    /// Re-decide the calibration's pruning: the share of sites whose shadow is dropped.
+    #[arg(long, value_name = "RATE")]
+    prune: Option<f64>,
+    /// Override the calibration's scale for pruned sites: max (each tensor's max |x|),
+    /// percentile (the calibrated percentile of |x|; values beyond saturate) or hot-max
+    /// (the max |x| outside the site's top channels, whose rows shadow the rest).
+    #[arg(long, value_enum)]
+    pruned_scale: Option<Scale>,
+    /// Cold shadow rows (read from the model file on an outlier in a channel calibration
+    /// saw no outlier in) kept in memory once read, MiB shared by every linear; 0 reads
+    /// every miss again.
+    #[arg(long, value_name = "MIB", default_value_t = 32)]
+    cold_cache_mib: u64,
+}
+
+impl ShadowArgs {
+    /// The cold-row cache in bytes.
+    pub fn cold_cache_bytes(&self) -> u64 {
+        self.cold_cache_mib.saturating_mul(1 << 20)
+    }
+}
+
+/// A calibration file and its contents.
+pub type FoundCalibration = (PathBuf, Calibration);
+
+/// The calibration a `precision` run follows: `--calibration FILE` (which must exist),
+/// else the default file beside the model if there is one; none for other precisions or
+/// with `--no-calibration`. `--prune` re-decides its kept sites.
+pub fn find_calibration(
+    model: &Path,
+    precision: LinearPrecision,
+    args: &ShadowArgs,
+) -> Result<Option<FoundCalibration>, CliError> {
+    let overrides = args.prune.is_some() || args.pruned_scale.is_some();
+    if precision != LinearPrecision::W8a8Shadow || args.no_calibration {
+        if args.calibration.is_some() || overrides {
+            return Err(CliError::CalibrationUnused);
+        }
+        return Ok(None);
+    }
+    let path = match &args.calibration {
+        Some(path) => path.clone(),
+        None => {
+            let path = exec::default_calibration_path(model);
+            if !path.exists() {
+                if overrides {
+                    return Err(CliError::NoCalibration {
+                        calibration: path,
+                        model: model.to_owned(),
+                    });
+                }
+                return Ok(None);
+            }
+            path
+        }
+    };
+    let mut calibration = Calibration::load(&path)?;
+    // The scale first: the residual importance that --prune ranks by depends on it.
+    if let Some(scale) = args.pruned_scale {
+        calibration.pruned_scale = scale.into();
+    }
+    if let Some(rate) = args.prune {
+        calibration.prune(rate)?;
+    }
+    Ok(Some((path, calibration)))
+}
+
+/// Loads the tokenizer and the model at each of `precisions`, a spinner on stderr while
+/// it reads.
+pub fn load(
+    path: &Path,
+    precisions: &[LinearPrecision],
+    calibration: Option<&FoundCalibration>,
+    cold_cache_bytes: u64,
+) -> Result<LoadedModels, CliError> {
+    let mut bar = Bar::spinner(&format!("loading {}", path.display()));
+    Ok(exec::load_models(
+        path,
+        precisions,
+        calibration.map(|(path, c)| (path.as_path(), c)),
+        cold_cache_bytes,
+        &mut bar,
+    )?)
+}
+
+/// Reads a text input file; `what` names it in the error.
+pub fn read_text(what: &'static str, path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|error| CliError::Read {
+        what,
+        path: path.to_owned(),
+        error,
+    })
+}

@@ -1,0 +1,214 @@
+//! The simulated commands: `simulate`, `compare`, `sweep` and `scenes`. They run scenes
+//! on a virtual clock; no model is loaded.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hetsched::budget::{BudgetSpec, apply_budget};
+use hetsched::engine;
+use hetsched::progress::Progress;
+use hetsched::report::RunReport;
+use hetsched::scene::{DEFAULT_SCENE, Scene, shipped_scenes};
+
+use crate::CliError;
+use crate::choices::{policies_or_all, policy_name};
+use crate::output::{Timelines, check_outputs, print_json_or, write_file};
+use crate::progress::Bar;
+
+/// `hetsched simulate`.
+#[derive(clap::Args)]
+pub struct SimulateArgs {
+    /// Scene file, or the name of a shipped scene [default: qwen1.5-1.8b-xiaomi14].
+    scene: Option<PathBuf>,
+    /// Override the prompt length (tokens).
+    #[arg(long)]
+    prompt_len: Option<u32>,
+    /// Override the chunk length (tokens).
+    #[arg(long)]
+    chunk_len: Option<u32>,
+    /// Scheduling policy: balance (ours, the default), stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
+    #[arg(long, value_parser = policy_name)]
+    policy: Option<String>,
+    /// Write a Chrome trace JSON timeline (open in ui.perfetto.dev).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Write an SVG timeline picture.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
+    /// Memory budget per region: BYTES (e.g. 512MiB), REGION=BYTES[,..], or FACTORx (times
+    /// the in-order policy's planned peak).
+    #[arg(long, value_name = "BUDGET")]
+    memory_budget: Option<BudgetSpec>,
+    /// Drop the model's outlier shadow (its shadow table): per-tensor W8A8 alone, to
+    /// measure what the shadow costs.
+    #[arg(long)]
+    no_shadow: bool,
+}
+
+/// `hetsched compare`.
+#[derive(clap::Args)]
+pub struct CompareArgs {
+    /// Scene files or shipped scene names [default: every shipped phone scene].
+    scenes: Vec<PathBuf>,
+    /// Prompt lengths, comma-separated [default: each scene's own].
+    #[arg(long, value_delimiter = ',')]
+    prompt_lens: Vec<u32>,
+    /// Policies, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',', value_parser = policy_name)]
+    policies: Vec<String>,
+    /// Print the rows as a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `hetsched sweep`.
+#[derive(clap::Args)]
+pub struct SweepArgs {
+    /// Scene file, or the name of a shipped scene [default: qwen1.5-1.8b-xiaomi14].
+    scene: Option<PathBuf>,
+    /// Chunk lengths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "32,64,128,256,512")]
+    chunk_lens: Vec<u32>,
+    /// Prompt lengths, comma-separated [default: the scene's own].
+    #[arg(long, value_delimiter = ',')]
+    prompt_lens: Vec<u32>,
+    /// Policies, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',', value_parser = policy_name)]
+    policies: Vec<String>,
+    /// Write the rows as CSV here [default: print them to stdout].
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write the plot (tokens/s against chunk length, a line per policy) here.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Print the rows as a JSON array instead of CSV (--csv still writes the file).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `hetsched scenes`.
+#[derive(clap::Args)]
+pub struct ScenesArgs {
+    /// Print the names as a JSON array instead of one per line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Simulates one scene and prints its report; then writes the timelines asked for.
+pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
+    let timelines = Timelines {
+        trace: args.trace,
+        svg: args.svg,
+    };
+    timelines.check()?;
+    let scene_path = args.scene.unwrap_or_else(|| PathBuf::from(DEFAULT_SCENE));
+    let mut scene = Scene::load(&scene_path)?;
+    if let Some(n) = args.prompt_len {
+        scene.workload.prompt_len = n;
+    }
+    if let Some(n) = args.chunk_len {
+        scene.workload.chunk_len = n;
+    }
+    if let Some(p) = args.policy {
+        scene.policy = p;
+    }
+    if args.no_shadow {
+        scene.model.shadow = None;
+    }
+    if let Some(budget) = &args.memory_budget {
+        apply_budget(&mut scene, budget)?;
+    }
+    let plan = Arc::new(scene.plan()?);
+    let run = engine::simulate(plan, scene.new_policy()?)?;
+    let report = RunReport::new(&scene.name, &run);
+    print_json_or(args.json, &report, || report.summary());
+    let title = format!(
+        "{} — {}, {} tokens, chunk {}",
+        scene.name, report.policy, report.prompt_len, report.chunk_len
+    );
+    timelines.write(&title, &run)
+}
+
+/// Every policy over scenes and prompt lengths, as a table or JSON.
+pub fn compare(args: CompareArgs) -> Result<(), CliError> {
+    let names: Vec<PathBuf> = if args.scenes.is_empty() {
+        shipped_scenes()
+            .into_iter()
+            .filter(|n| !n.contains("desktop"))
+            .map(PathBuf::from)
+            .collect()
+    } else {
+        args.scenes
+    };
+    let scenes = names
+        .iter()
+        .map(|p| Scene::load(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let policies = policies_or_all(args.policies);
+    // One call per scene and prompt length, so the bar moves between them; the rows come
+    // out in the order one call over everything gives.
+    let mut bar = Bar::new("settings");
+    let per_scene = args.prompt_lens.len().max(1);
+    bar.set_len((scenes.len() * per_scene) as u64);
+    let mut rows = Vec::new();
+    for scene in &scenes {
+        let scene = std::slice::from_ref(scene);
+        if args.prompt_lens.is_empty() {
+            bar.set_message(&scene[0].name);
+            rows.extend(hetsched::compare::compare(scene, &[], &policies)?);
+            bar.inc(1);
+        }
+        for &len in &args.prompt_lens {
+            bar.set_message(&format!("{}, prompt {len}", scene[0].name));
+            rows.extend(hetsched::compare::compare(scene, &[len], &policies)?);
+            bar.inc(1);
+        }
+    }
+    bar.finish();
+    print_json_or(args.json, &rows, || hetsched::compare::table(&rows));
+    Ok(())
+}
+
+/// Chunk length x policy (x prompt length) on one scene: rows as CSV or JSON, a plot.
+pub fn sweep(args: SweepArgs) -> Result<(), CliError> {
+    check_outputs([args.csv.as_deref(), args.svg.as_deref()])?;
+    let scene_path = args.scene.unwrap_or_else(|| PathBuf::from(DEFAULT_SCENE));
+    let scene = Scene::load(&scene_path)?;
+    if args.chunk_lens.is_empty() {
+        return Err(CliError::NoChunkLens);
+    }
+    let policies = policies_or_all(args.policies);
+    let rows = hetsched::sweep::sweep(
+        &scene,
+        &args.chunk_lens,
+        &args.prompt_lens,
+        &policies,
+        &mut Bar::new("settings"),
+    )?;
+    let csv = hetsched::sweep::to_csv(&rows)?;
+    if args.json {
+        print_json_or(true, &rows, String::new);
+    } else if args.csv.is_none() {
+        print!("{csv}");
+    }
+    if let Some(path) = &args.csv {
+        write_file(path, &csv)?;
+    }
+    if let Some(path) = &args.svg {
+        let title = format!("{}: simulated prefill speed", scene.name);
+        write_file(path, &hetsched::sweep::to_svg(&title, &rows))?;
+    }
+    Ok(())
+}
+
+/// The shipped scenes' names.
+pub fn scenes(args: ScenesArgs) -> Result<(), CliError> {
+    let names = shipped_scenes();
+    print_json_or(args.json, &names, || {
+        names.iter().map(|name| format!("{name}\n")).collect()
+    });
+    Ok(())
+}

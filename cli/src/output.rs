@@ -1,0 +1,80 @@
+//! Output files and printing. Nothing finished is lost: every output path is checked
+//! before the work starts ([`check_outputs`]); after it, results are printed first and
+//! files written then ([`write_file`], whole or not at all), so a failing write still
+//! leaves the results on stdout.
+
+use std::path::{Path, PathBuf};
+
+use hetsched::engine::RunOutcome;
+use hetsched::fsutil::{check_writable, write_atomic};
+use hetsched::timeline::{Trace, chrome::to_chrome_json, svg::to_svg};
+
+use crate::CliError;
+
+/// Checks that each given output path can be written, before any work.
+pub fn check_outputs<'a>(
+    paths: impl IntoIterator<Item = Option<&'a Path>>,
+) -> Result<(), CliError> {
+    for path in paths.into_iter().flatten() {
+        check_writable(path).map_err(|error| CliError::Unwritable {
+            path: path.to_owned(),
+            error,
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes `text` to `path` through a temporary file renamed over it.
+pub fn write_file(path: &Path, text: &str) -> Result<(), CliError> {
+    write_atomic(path, text.as_bytes()).map_err(|error| CliError::Write {
+        path: path.to_owned(),
+        error,
+    })
+}
+
+/// The timeline files a run asked for: a Chrome trace and an SVG picture.
+pub struct Timelines {
+    /// Chrome trace JSON.
+    pub trace: Option<PathBuf>,
+    /// SVG picture.
+    pub svg: Option<PathBuf>,
+}
+
+impl Timelines {
+    /// Checks both paths before the run.
+    pub fn check(&self) -> Result<(), CliError> {
+        check_outputs([self.trace.as_deref(), self.svg.as_deref()])
+    }
+
+    /// Whether any timeline is asked for.
+    pub fn any(&self) -> bool {
+        self.trace.is_some() || self.svg.is_some()
+    }
+
+    /// Writes the timelines of `run`, titled `title`.
+    pub fn write(&self, title: &str, run: &RunOutcome) -> Result<(), CliError> {
+        if !self.any() {
+            return Ok(());
+        }
+        let timeline = Trace::new(title, run);
+        if let Some(path) = &self.trace {
+            write_file(path, &to_chrome_json(&timeline))?;
+        }
+        if let Some(path) = &self.svg {
+            write_file(path, &to_svg(&timeline))?;
+        }
+        Ok(())
+    }
+}
+
+/// Prints `value` as pretty JSON with `json`, else the text `summary` gives.
+pub fn print_json_or(json: bool, value: &impl serde::Serialize, summary: impl FnOnce() -> String) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).expect("our reports always serialise")
+        );
+    } else {
+        print!("{}", summary());
+    }
+}
