@@ -15,7 +15,7 @@
 //!
 //! let scene = Scene::default_scene();
 //! let plan = Arc::new(scene.plan()?);
-//! let run = engine::simulate(plan)?;
+//! let run = engine::simulate(plan, scene.new_policy()?)?;
 //! let report = RunReport::new(&scene.name, &run);
 //! // 6 subgraphs per layer, plus 3 for each of the 14 outlier-shadow sites kept.
 //! assert_eq!(report.subgraphs_per_chunk, 24 * 6 + 14 * 3);
@@ -30,8 +30,6 @@ pub mod compare;
 pub mod engine;
 pub mod exec;
 pub mod fsutil;
-pub mod import;
-pub mod limits;
 pub mod outliers;
 pub mod progress;
 pub mod report;
@@ -39,4 +37,6 @@ pub mod scene;
 pub mod sweep;
 pub mod timeline;
 
+pub use hetsched_import as import;
+pub use hetsched_import::limits;
 pub use hetsched_systems as systems;

@@ -314,7 +314,7 @@ impl Scene {
             return Err(SceneError::Policy { path, source });
         }
         let model: ModelConfig = parse(&model_path, &model_text)?;
-        limits::check_model(&model)?;
+        check_model(&model)?;
         Ok(Scene {
             name: scene.name,
             device: parse(&device_path, &device_text)?,
@@ -360,7 +360,7 @@ impl Scene {
     /// time stay within the limits: an upper bound (every chunk at the last chunk's
     /// past) computed in f64, so that the plan's u64 sums cannot overflow.
     fn check_cost_range(&self) -> Result<(), SceneError> {
-        limits::check_model(&self.model)?;
+        check_model(&self.model)?;
         self.device.validate()?;
         let stages = build_stages(&self.model)?;
         let w = &self.workload;
@@ -413,4 +413,25 @@ impl Scene {
             ..self.clone()
         }
     }
+}
+
+/// Checks a model's shape (a scene's model TOML) against the limits.
+fn check_model(model: &ModelConfig) -> Result<(), LimitError> {
+    let dims = [
+        ("layers", model.layers, limits::MAX_LAYERS),
+        ("hidden", model.hidden, limits::MAX_HIDDEN),
+        ("heads", model.heads, limits::MAX_HEADS),
+        ("kv_heads", model.kv_heads, limits::MAX_HEADS),
+        ("head_dim", model.head_dim.unwrap_or(0), limits::MAX_HIDDEN),
+        ("ffn", model.ffn, limits::MAX_FFN),
+        ("vocab", model.vocab, limits::MAX_VOCAB),
+        ("context", model.context, limits::MAX_CONTEXT),
+    ];
+    for (what, value, max) in dims {
+        limits::check(&format!("{} `{what}`", model.name), value.into(), max)?;
+    }
+    if let Some(ops) = &model.layer_ops {
+        limits::check("layer_ops entries", ops.len() as u64, 4096)?;
+    }
+    Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::import::error::{ImportError, Result};
+use crate::error::{ImportError, Result};
 
 /// Type tag of a metadata value (`enum gguf_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -16,7 +16,7 @@
 //!
 //! # Example
 //! ```no_run
-//! use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, top_k};
+//! use hetsched_import::{GgufFile, GgufTokenizer, LlamaModel, top_k};
 //!
 //! let file = GgufFile::open("models/SmolLM2-135M-Instruct.Q4_1.gguf")?;
 //! let tokenizer = GgufTokenizer::from_gguf(&file)?;
@@ -25,13 +25,14 @@
 //! let logits = model.forward_last(&ids)?;
 //! let (best, _prob) = top_k(&logits, 1)[0];
 //! assert_eq!(tokenizer.decode(&[best])?, " Paris");
-//! # Ok::<(), hetsched::import::ImportError>(())
+//! # Ok::<(), hetsched_import::ImportError>(())
 //! ```
 
 pub mod error;
 pub mod forward;
 pub mod gguf;
 pub mod hf;
+pub mod limits;
 pub mod llama;
 pub mod source;
 pub mod tokenizer;

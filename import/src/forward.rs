@@ -244,8 +244,8 @@ pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::import::gguf::MetadataValue as V;
-    use crate::import::gguf::writer::GgufWriter;
+    use crate::gguf::MetadataValue as V;
+    use crate::gguf::writer::GgufWriter;
 
     fn rand(len: usize, seed: u64) -> Vec<f32> {
         hetsched_kernels::seeded::SeededRng::new(seed)

@@ -10,7 +10,6 @@
 use std::io::Read;
 use std::path::Path;
 
-use hetsched_systems::ModelConfig;
 use thiserror::Error;
 
 /// Decoder layers.
@@ -69,27 +68,6 @@ pub fn check(what: &str, value: u64, max: u64) -> Result<(), LimitError> {
             value,
             max,
         });
-    }
-    Ok(())
-}
-
-/// Checks a model's shape (a scene's model TOML) against the limits.
-pub fn check_model(model: &ModelConfig) -> Result<(), LimitError> {
-    let dims = [
-        ("layers", model.layers, MAX_LAYERS),
-        ("hidden", model.hidden, MAX_HIDDEN),
-        ("heads", model.heads, MAX_HEADS),
-        ("kv_heads", model.kv_heads, MAX_HEADS),
-        ("head_dim", model.head_dim.unwrap_or(0), MAX_HIDDEN),
-        ("ffn", model.ffn, MAX_FFN),
-        ("vocab", model.vocab, MAX_VOCAB),
-        ("context", model.context, MAX_CONTEXT),
-    ];
-    for (what, value, max) in dims {
-        check(&format!("{} `{what}`", model.name), value.into(), max)?;
-    }
-    if let Some(ops) = &model.layer_ops {
-        check("layer_ops entries", ops.len() as u64, 4096)?;
     }
     Ok(())
 }
