@@ -4,80 +4,122 @@
 //! `submit` starts a job on the processor the scheduler chose, `wait` reports what
 //! finished. The scheduler systems, the policies and the timeline stay untouched.
 //!
-//! This queue runs each processor on its own thread and "executes" a job by sleeping a
-//! thousandth of its modeled duration, then the run prints what each processor did.
+//! This queue runs every job as real work on a shared worker pool (rayon): an f32 GEMM
+//! from `hetsched-kernels` for a float processor, a W8A8 GEMM for an NPU, repeated in
+//! proportion to the job's modeled time (one 64 x 256 x 256 product per modeled
+//! millisecond, at least one). Completions come back over a crossbeam channel; `wait_for`
+//! bounds the wait so that the engine's deadlines work. The run then prints what each
+//! processor did, with measured against modeled time.
 //!
 //! Run it: `cargo run --release --example custom_queue`
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use hetsched::backends::{Backend, BackendError};
 use hetsched::engine;
 use hetsched::scene::Scene;
+use hetsched::systems::ProcessorKind;
 use hetsched::systems::resources::{Completion, Job};
+use hetsched_kernels::seeded::SeededRng;
+use hetsched_kernels::{PackedI8Weights, matmul_f32, matmul_w8a8};
 
-/// One thread per processor; jobs in over a channel, completions out over another.
-struct SleepQueue {
-    lanes: Vec<Sender<Job>>,
+/// The GEMM every job repeats: `[M, K] x [K, N]`.
+const M: usize = 64;
+const K: usize = 256;
+const N: usize = 256;
+
+/// Weights and activations shared by every job (read-only).
+struct Operands {
+    x: Vec<f32>,
+    w: Vec<f32>,
+    w_i8: PackedI8Weights,
+    w_scales: Vec<f32>,
+}
+
+impl Operands {
+    fn new() -> Self {
+        let mut rng = SeededRng::new(7);
+        Self {
+            x: rng.f32s(M * K),
+            w: rng.f32s(K * N),
+            w_i8: PackedI8Weights::pack(&rng.i8s(N * K), N, K),
+            w_scales: vec![0.01; N],
+        }
+    }
+
+    /// One job's work on a processor of `kind`: `reps` products.
+    fn run(&self, kind: ProcessorKind, reps: u64) -> f32 {
+        let mut out = vec![0f32; M * N];
+        for _ in 0..reps {
+            match kind {
+                ProcessorKind::Npu => matmul_w8a8(&self.x, M, &self.w_i8, &self.w_scales, &mut out),
+                _ => matmul_f32(&self.x, &self.w, &mut out, M, K, N),
+            }
+        }
+        out[0]
+    }
+}
+
+/// Jobs run on a worker pool; completions come back over a channel.
+struct KernelQueue {
+    kinds: Vec<ProcessorKind>,
+    pool: rayon::ThreadPool,
+    operands: Arc<Operands>,
+    done_tx: Sender<Completion>,
     done: Receiver<Completion>,
-    workers: Vec<JoinHandle<()>>,
     in_flight: usize,
     started: Instant,
 }
 
-impl SleepQueue {
-    fn new(processors: usize) -> Self {
-        let (done_tx, done) = channel();
-        let started = Instant::now();
-        let (lanes, workers) = (0..processors)
-            .map(|_| {
-                let (tx, rx) = channel::<Job>();
-                let done_tx = done_tx.clone();
-                let worker = std::thread::spawn(move || {
-                    for job in rx {
-                        let start_ns = started.elapsed().as_nanos() as u64;
-                        std::thread::sleep(Duration::from_nanos(job.estimated_ns / 1000));
-                        let end_ns = started.elapsed().as_nanos() as u64;
-                        let report = Completion {
-                            id: job.id,
-                            processor: job.processor,
-                            start_ns,
-                            end_ns,
-                        };
-                        if done_tx.send(report).is_err() {
-                            return;
-                        }
-                    }
-                });
-                (tx, worker)
-            })
-            .unzip();
-        Self {
-            lanes,
+impl KernelQueue {
+    fn new(kinds: Vec<ProcessorKind>, threads: usize) -> Result<Self, rayon::ThreadPoolBuildError> {
+        let (done_tx, done) = unbounded();
+        Ok(Self {
+            kinds,
+            pool: rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()?,
+            operands: Arc::new(Operands::new()),
+            done_tx,
             done,
-            workers,
             in_flight: 0,
-            started,
-        }
+            started: Instant::now(),
+        })
+    }
+
+    fn drain(&mut self, first: Completion) -> (u64, Vec<Completion>) {
+        let done: Vec<Completion> = std::iter::once(first).chain(self.done.try_iter()).collect();
+        self.in_flight -= done.len();
+        (self.started.elapsed().as_nanos() as u64, done)
     }
 }
 
-impl Backend for SleepQueue {
+impl Backend for KernelQueue {
     fn submit(&mut self, job: Job) -> Result<(), BackendError> {
-        let failed = |reason: &str| BackendError {
-            processor: job.processor,
-            job: job.id,
-            reason: reason.to_string(),
+        let Some(&kind) = self.kinds.get(job.processor) else {
+            return Err(BackendError {
+                processor: job.processor,
+                job: job.id,
+                reason: "no such processor".into(),
+            });
         };
-        let lane = self
-            .lanes
-            .get(job.processor)
-            .ok_or_else(|| failed("no such processor"))?;
-        lane.send(job).map_err(|_| failed("the worker stopped"))?;
+        let (operands, done, started) = (self.operands.clone(), self.done_tx.clone(), self.started);
+        let reps = (job.estimated_ns / 1_000_000).max(1);
+        self.pool.spawn(move || {
+            let start_ns = started.elapsed().as_nanos() as u64;
+            std::hint::black_box(operands.run(kind, reps));
+            let end_ns = started.elapsed().as_nanos() as u64;
+            // The receiver only goes away with the queue, after the run.
+            let _ = done.send(Completion {
+                id: job.id,
+                processor: job.processor,
+                start_ns,
+                end_ns,
+            });
+        });
         self.in_flight += 1;
         Ok(())
     }
@@ -87,47 +129,47 @@ impl Backend for SleepQueue {
     }
 
     fn wait(&mut self) -> Result<(u64, Vec<Completion>), BackendError> {
-        let first = self.done.recv().map_err(|_| BackendError {
-            processor: 0,
-            job: 0,
-            reason: "every worker stopped".into(),
-        })?;
-        let done: Vec<Completion> = std::iter::once(first).chain(self.done.try_iter()).collect();
-        self.in_flight -= done.len();
-        Ok((self.started.elapsed().as_nanos() as u64, done))
+        // The queue holds a sender itself, so the channel never disconnects.
+        let first = self.done.recv().expect("the queue keeps the channel open");
+        Ok(self.drain(first))
     }
-}
 
-impl Drop for SleepQueue {
-    fn drop(&mut self) {
-        self.lanes.clear();
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
+    fn wait_for(&mut self, timeout: Duration) -> Result<(u64, Vec<Completion>), BackendError> {
+        match self.done.recv_timeout(timeout) {
+            Ok(first) => Ok(self.drain(first)),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                Ok((self.started.elapsed().as_nanos() as u64, Vec::new()))
+            }
         }
     }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let scene = Scene::load(Path::new("qwen1.5-1.8b-xiaomi14"))?;
+    let mut scene = Scene::load(Path::new("qwen1.5-1.8b-xiaomi14"))?;
+    scene.workload.prompt_len = 512;
     let plan = Arc::new(scene.plan()?);
-    let mut queue = SleepQueue::new(plan.device.processors.len());
+    let kinds = plan.device.processors.iter().map(|p| p.kind).collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut queue = KernelQueue::new(kinds, threads)?;
     let run = engine::run(plan.clone(), scene.new_policy()?, &mut queue)?;
     println!(
-        "{}: {} subgraphs in {:.1} ms of wall time (jobs sleep 1/1000 of their modeled time; \
-         the modeled lower bound is {:.0} ms)",
+        "{}: {} subgraphs in {:.1} ms of wall time on {threads} worker threads \
+         (one 64x256x256 GEMM per modeled ms)",
         scene.name,
         run.timeline.slices.len(),
         run.makespan_ns as f64 / 1e6,
-        plan.lower_bound().ns() as f64 / 1e6
     );
     for (lane, spec) in plan.device.processors.iter().enumerate() {
-        let jobs = run
-            .timeline
-            .slices
-            .iter()
-            .filter(|s| s.processor == lane)
-            .count();
-        println!("  {:>6}: {jobs} jobs", spec.name);
+        let slices = run.timeline.slices.iter().filter(|s| s.processor == lane);
+        let (jobs, busy, modeled) = slices.fold((0, 0, 0), |(n, b, m), s| {
+            (n + 1, b + s.end_ns - s.start_ns, m + s.estimated_ns)
+        });
+        println!(
+            "  {:>8}: {jobs} jobs, busy {:.1} ms (modeled on the phone: {:.1} ms)",
+            spec.name,
+            busy as f64 / 1e6,
+            modeled as f64 / 1e6
+        );
     }
     Ok(())
 }

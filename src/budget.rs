@@ -29,6 +29,7 @@ pub enum BudgetSpec {
 
 /// Why a budget could not be parsed or applied.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum BudgetError {
     /// The text is not a budget.
     #[error(

@@ -39,6 +39,7 @@ pub struct CompareRow {
 
 /// Why a comparison failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CompareError {
     /// A scene or its plan is invalid.
     #[error(transparent)]

@@ -21,6 +21,7 @@ pub use guard::{BackendFault, Deadline, EngineOptions};
 
 /// Why a run stopped before every subgraph was done.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EngineError {
     /// A queue failed a job.
     #[error(transparent)]

@@ -4,7 +4,9 @@
 //! cut at processor boundaries; the scheduler systems of [`hetsched_systems`] decide, tick
 //! by tick, which ready subgraph each idle processor runs (`balance`, our refinement of
 //! seed 000's NPU-stall contribution heuristic, by default). This crate wires the parts: [`scene`] files,
-//! the [`engine`] tick loop, queue [`backends`], [`timeline`] dumps and the [`report`].
+//! the [`engine`] tick loop, queue [`backends`], [`timeline`] dumps and the [`report`];
+//! model [`import`] is its own crate (`hetsched-import`), re-exported. An embedding
+//! runtime needs only the [`prelude`].
 //!
 //! # Examples
 //! Simulate the shipped default scene (Qwen1.5-1.8B on a Snapdragon 8 Gen 3) and check
@@ -31,6 +33,7 @@ pub mod engine;
 pub mod exec;
 pub mod fsutil;
 pub mod outliers;
+pub mod prelude;
 pub mod progress;
 pub mod report;
 pub mod scene;

@@ -97,6 +97,7 @@ const EMBEDDED: &[(&str, &str)] = &[
 
 /// Why a scene could not be loaded.
 #[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum SceneError {
     /// No such file, and no shipped scene of that name.
     #[error(

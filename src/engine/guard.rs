@@ -88,6 +88,7 @@ impl Deadline {
 
 /// A backend broke its contract (docs/robustness.md).
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BackendFault {
     /// A completion for an id outside the plan.
     #[error(

@@ -11,6 +11,7 @@ use crate::import::{ImportError, LayerTensor};
 /// A real prefill's failure: bad input, a plan the executor cannot run, or a queue that
 /// failed a job.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ExecError {
     /// The options name a policy that is not built in.
     #[error(transparent)]
@@ -114,6 +115,7 @@ pub enum ExecError {
 /// Why a kernel did not compute: shapes or precisions that do not match (an executor bug),
 /// shadow rows that cannot be had, or the device's own failure.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum KernelError {
     /// An operand's length does not match its shape.
     #[error("activation has {found} elements where {expected} were expected")]

@@ -4,6 +4,7 @@ use thiserror::Error;
 
 /// Why a prefill plan could not be built.
 #[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum PlanError {
     /// The model configuration is inconsistent.
     #[error("invalid model: {0}")]
