@@ -307,8 +307,31 @@ impl Scene {
     fn from_source(source: &Source, file: &str) -> Result<Scene, SceneError> {
         let (path, text) = source.read(file)?;
         let scene: SceneFile = parse(&path, &text)?;
-        let (device_path, device_text) = source.read(&scene.device)?;
-        let (model_path, model_text) = source.read(&scene.model)?;
+        let device = source.read(&scene.device)?;
+        let model = source.read(&scene.model)?;
+        Scene::assemble(path, scene, device, model)
+    }
+
+    /// Parses a scene held in memory, with the checks of [`Scene::load`]: `scene` is the
+    /// scene file's text, whose `device` and `model` paths are ignored for the `device`
+    /// and `model` texts given. (The fuzzer `examples/fuzz_parsers.rs` drives this.)
+    pub fn from_texts(scene: &str, device: &str, model: &str) -> Result<Scene, SceneError> {
+        let path = "<memory>/scene.toml".to_string();
+        let file: SceneFile = parse(&path, scene)?;
+        Scene::assemble(
+            path,
+            file,
+            ("<memory>/device.toml".into(), device.into()),
+            ("<memory>/model.toml".into(), model.into()),
+        )
+    }
+
+    fn assemble(
+        path: String,
+        scene: SceneFile,
+        (device_path, device_text): (String, String),
+        (model_path, model_text): (String, String),
+    ) -> Result<Scene, SceneError> {
         let table = scene.workload;
         let policy = table.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string());
         if let Err(source) = PolicyRegistry::builtin().create(&policy) {

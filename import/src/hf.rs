@@ -247,6 +247,14 @@ struct ShardIndex {
     weight_map: BTreeMap<String, String>,
 }
 
+/// Parses the header of a safetensors file held in `bytes` (length prefix, JSON, data
+/// offsets checked against the bytes) and names its tensors, as opening a checkpoint
+/// does for each shard. (The fuzzer `examples/fuzz_parsers.rs` drives this.)
+pub fn safetensors_tensor_names(bytes: &[u8]) -> std::result::Result<Vec<String>, String> {
+    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| e.to_string())?;
+    Ok(meta.tensors().into_keys().collect())
+}
+
 /// Maps `model.safetensors`, or every shard named by `model.safetensors.index.json`.
 #[allow(clippy::type_complexity)]
 fn map_shards(dir: &Path) -> Result<(Vec<(PathBuf, Mmap)>, BTreeMap<String, usize>)> {
@@ -282,8 +290,7 @@ fn map_shards(dir: &Path) -> Result<(Vec<(PathBuf, Mmap)>, BTreeMap<String, usiz
             path: path.clone(),
             source,
         })?;
-        let (_, meta) = SafeTensors::read_metadata(&map).map_err(|e| bad(&path, e.to_string()))?;
-        for name in meta.tensors().into_keys() {
+        for name in safetensors_tensor_names(&map).map_err(|e| bad(&path, e))? {
             index.insert(name, i);
         }
         files.push((path, map));

@@ -435,13 +435,20 @@ impl Calibration {
                 source,
             },
         )?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses calibration JSON held in memory, with the checks of [`Self::load`];
+    /// `path` only names the file in errors. (The fuzzer `examples/fuzz_parsers.rs`
+    /// drives this.)
+    pub fn parse(text: &str, path: &Path) -> Result<Self, CalibrationError> {
         let corrupt = |reason: String| CalibrationError::Corrupt {
             path: path.to_owned(),
             reason,
         };
         // The version first: a file of another version may not parse as this one.
         let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
         let version = value
             .get("version")
             .and_then(serde_json::Value::as_u64)
