@@ -5,6 +5,7 @@ use hetsched_systems::policy::UnknownPolicy;
 use thiserror::Error;
 
 use super::calibration::CalibrationError;
+use super::steps::Step;
 use crate::engine::EngineError;
 use crate::import::ImportError;
 
@@ -49,8 +50,8 @@ pub enum ExecError {
     /// A value an operator reads was never produced: a scheduler or plan bug.
     #[error("`{op}` of chunk {chunk} found no `{value}` to read: a dependency was not respected")]
     MissingValue {
-        /// Reading operator.
-        op: &'static str,
+        /// Reading step (or `prefill` for the run's result).
+        op: String,
         /// Chunk.
         chunk: u32,
         /// Missing value.
@@ -85,4 +86,15 @@ pub enum ExecError {
         /// The system's reason.
         reason: String,
     },
+}
+
+impl ExecError {
+    /// `step` of chunk `chunk` found no `value` to read.
+    pub fn missing(step: Step, chunk: usize, value: &'static str) -> Self {
+        ExecError::MissingValue {
+            op: format!("{step:?}"),
+            chunk: chunk as u32,
+            value,
+        }
+    }
 }

@@ -371,7 +371,7 @@ fn compile(plan: &PrefillPlan) -> Result<CompiledStages, ExecError> {
 /// The logits the head left in `slot`; their absence means the head never ran.
 fn take_logits(slot: &parking_lot::Mutex<Option<Vec<f32>>>) -> Result<Vec<f32>, ExecError> {
     slot.lock().take().ok_or(ExecError::MissingValue {
-        op: "prefill",
+        op: "prefill".into(),
         chunk: 0,
         value: "logits",
     })
