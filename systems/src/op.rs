@@ -168,7 +168,7 @@ impl OpRole {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{layer_carry_ops, llama_layer};
+    use crate::model::{ModelConfig, OpDecl, layer_carry_ops, llama_layer};
     use crate::testing::tiny_model;
 
     #[test]
@@ -177,7 +177,7 @@ mod tests {
         let layer = llama_layer(&model);
         let with_carry: Vec<_> = layer.iter().cloned().chain(layer_carry_ops()).collect();
         for site in ShadowSite::ALL {
-            let count = |ops: &[crate::model::OpDecl], probe: fn(OpRole) -> Option<ShadowSite>| {
+            let count = |ops: &[OpDecl], probe: fn(OpRole) -> Option<ShadowSite>| {
                 ops.iter()
                     .filter(|op| op.role.and_then(probe) == Some(site))
                     .count()
@@ -191,5 +191,18 @@ mod tests {
         for op in &with_carry {
             assert_eq!(op.role.map(OpRole::kind), Some(op.kind), "{}", op.name);
         }
+    }
+
+    #[test]
+    fn a_role_that_does_not_fit_the_kind_is_refused() {
+        let model = ModelConfig {
+            layer_ops: Some(vec![OpDecl {
+                kind: OpKind::RmsNorm,
+                ..OpDecl::of_role("w", OpRole::Linear(Projection::Q), &[])
+            }]),
+            ..tiny_model(1)
+        };
+        let err = model.validate().unwrap_err().to_string();
+        assert!(err.contains("`w`") && err.contains("role"), "{err}");
     }
 }
