@@ -257,6 +257,7 @@ impl OpDecl {
 /// RoPE, attention) between INT8 linears. Operators without inputs read the layer input
 /// (the residual stream), which [`layer_carry_ops`] produced.
 pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
+    use ShadowSite::{GateUp, Qkv};
     let h = model.hidden;
     let q = model.heads * model.head_dim();
     let kv = model.kv_heads * model.head_dim();
@@ -268,43 +269,32 @@ pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
             .map(|p| p.label())
             .collect()
     };
-    let (qkv, gate_up) = (linears(ShadowSite::Qkv), linears(ShadowSite::GateUp));
+    let (qkv, o, gate_up) = (linears(Qkv), linears(ShadowSite::O), linears(GateUp));
+    let op = OpDecl::of_role;
     vec![
-        OpDecl::of_role("attn_norm", OpRole::Norm(NormSite::Attention), &[]),
-        OpDecl::of_role(
-            "attn_quant",
-            OpRole::Quantize(ShadowSite::Qkv),
-            &["attn_norm"],
-        ),
+        op("attn_norm", OpRole::Norm(NormSite::Attention), &[]),
+        op("attn_quant", OpRole::Quantize(Qkv), &["attn_norm"]),
         OpDecl::linear(Projection::Q, "attn_quant", h, q),
         OpDecl::linear(Projection::K, "attn_quant", h, kv),
         OpDecl::linear(Projection::V, "attn_quant", h, kv),
         OpDecl {
             out_features: Some(q + 2 * kv),
-            ..OpDecl::of_role("qkv_dequant", OpRole::Dequantize(ShadowSite::Qkv), &qkv)
+            ..op("qkv_dequant", OpRole::Dequantize(Qkv), &qkv)
         },
-        OpDecl::of_role("rope", OpRole::Rope, &["qkv_dequant"]),
-        OpDecl::of_role("attention", OpRole::Attention, &["rope"]),
+        op("rope", OpRole::Rope, &["qkv_dequant"]),
+        op("attention", OpRole::Attention, &["rope"]),
         OpDecl {
             out_features: Some(q),
-            ..OpDecl::of_role("o_quant", OpRole::Quantize(ShadowSite::O), &["attention"])
+            ..op("o_quant", OpRole::Quantize(ShadowSite::O), &["attention"])
         },
         OpDecl::linear(Projection::O, "o_quant", q, h),
-        OpDecl::of_role(
-            "o_dequant",
-            OpRole::Dequantize(ShadowSite::O),
-            &[Projection::O.label()],
-        ),
-        OpDecl::of_role("attn_residual", OpRole::Residual, &["o_dequant"]),
-        OpDecl::of_role("ffn_norm", OpRole::Norm(NormSite::Ffn), &["attn_residual"]),
-        OpDecl::of_role(
-            "ffn_quant",
-            OpRole::Quantize(ShadowSite::GateUp),
-            &["ffn_norm"],
-        ),
+        op("o_dequant", OpRole::Dequantize(ShadowSite::O), &o),
+        op("attn_residual", OpRole::Residual, &["o_dequant"]),
+        op("ffn_norm", OpRole::Norm(NormSite::Ffn), &["attn_residual"]),
+        op("ffn_quant", OpRole::Quantize(GateUp), &["ffn_norm"]),
         OpDecl::linear(Projection::Gate, "ffn_quant", h, f),
         OpDecl::linear(Projection::Up, "ffn_quant", h, f),
-        OpDecl::of_role("silu_mul", OpRole::SiluMul, &gate_up),
+        op("silu_mul", OpRole::SiluMul, &gate_up),
         OpDecl::linear(Projection::Down, "silu_mul", f, h),
     ]
 }
