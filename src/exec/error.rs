@@ -39,7 +39,7 @@ pub enum ExecError {
     },
     /// The plan holds an operator the executor has no kernel for.
     #[error(
-        "operator `{op}` of stage {stage} has no real kernel: real execution runs the built-in llama layer only (drop `layer_ops` from the model)"
+        "operator `{op}` of stage {stage} has no real kernel (no `role`, or one the executor cannot bind): real execution runs the built-in llama layer only (drop `layer_ops` from the model)"
     )]
     UnsupportedOp {
         /// Operator name.
