@@ -135,6 +135,7 @@ fn layer() -> impl Strategy<Value = Vec<OpDecl>> {
             decls.push(OpDecl {
                 name: format!("op{i}"),
                 kind,
+                role: None,
                 inputs,
                 in_features: None,
                 out_features: None,

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::ShadowSite;
 use parking_lot::Mutex;
 
@@ -22,7 +23,7 @@ use super::calibration::{
 };
 use super::eval::{kl_divergence, log_softmax};
 use super::shadow::{PrunedScale, QuantRule};
-use super::steps::Projection;
+use super::steps::projection_tensor;
 use super::values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
 use super::{ExecError, PrefillOptions, prefill};
@@ -224,7 +225,7 @@ impl ActivationRecorder {
         let row_bytes = ShadowSite::ALL.map(|site| {
             let outputs: usize = Projection::of_site(site)
                 .iter()
-                .map(|p| p.tensor().shape(c)[0])
+                .map(|&p| projection_tensor(p).shape(c)[0])
                 .sum();
             4 * outputs as u64
         });

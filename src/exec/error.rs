@@ -5,6 +5,7 @@ use hetsched_systems::policy::UnknownPolicy;
 use thiserror::Error;
 
 use super::calibration::CalibrationError;
+use super::steps::Step;
 use crate::engine::EngineError;
 use crate::import::{ImportError, LayerTensor};
 
@@ -59,7 +60,7 @@ pub enum ExecError {
     },
     /// The plan holds an operator the executor has no kernel for.
     #[error(
-        "operator `{op}` of stage {stage} has no real kernel: real execution runs the built-in llama layer only (drop `layer_ops` from the model)"
+        "operator `{op}` of stage {stage} has no real kernel (no `role`, or one the executor cannot bind): real execution runs the built-in llama layer only (drop `layer_ops` from the model)"
     )]
     UnsupportedOp {
         /// Operator name.
@@ -70,8 +71,8 @@ pub enum ExecError {
     /// A value an operator reads was never produced: a scheduler or plan bug.
     #[error("`{op}` of chunk {chunk} found no `{value}` to read: a dependency was not respected")]
     MissingValue {
-        /// Reading operator.
-        op: &'static str,
+        /// Reading step (or `prefill` for the run's result).
+        op: String,
         /// Chunk.
         chunk: u32,
         /// Missing value.
@@ -171,4 +172,15 @@ pub enum KernelError {
     /// The device running the kernel failed, in its own words (e.g. a Vulkan error).
     #[error("{0}")]
     Device(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ExecError {
+    /// `step` of chunk `chunk` found no `value` to read.
+    pub fn missing(step: Step, chunk: usize, value: &'static str) -> Self {
+        ExecError::MissingValue {
+            op: format!("{step:?}"),
+            chunk: chunk as u32,
+            value,
+        }
+    }
 }

@@ -13,7 +13,8 @@
 
 use hetsched_systems::memory::{Buffer, plan_offsets};
 
-use super::steps::{Projection, Step};
+use super::steps::Step;
+use hetsched_systems::op::Projection;
 
 /// A per-chunk activation of the resident runner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,8 +33,9 @@ use super::ActivationBytes;
 use super::error::ExecError;
 use super::gpu_layout::{Field, plan_chunk_layout};
 use super::queues::{JobError, JobRunner};
-use super::steps::{NormSite, Projection, Step};
+use super::steps::Step;
 use super::weights::{ExecModel, LinearWeights};
+use hetsched_systems::op::{NormSite, Projection};
 
 fn gpu_err(e: hetsched_gpu::GpuError) -> ExecError {
     ExecError::Gpu(e.to_string())
@@ -164,11 +165,11 @@ impl Value {
     fn name(self) -> &'static str {
         match self {
             Value::Normed => "normed",
-            Value::Q => "q_proj",
-            Value::O => "o_proj",
-            Value::Gate => "gate_proj",
-            Value::Up => "up_proj",
-            Value::Down => "down_proj",
+            Value::Q => Projection::Q.label(),
+            Value::O => Projection::O.label(),
+            Value::Gate => Projection::Gate.label(),
+            Value::Up => Projection::Up.label(),
+            Value::Down => Projection::Down.label(),
             Value::Attn => "attention",
             Value::Hidden => "silu_mul",
         }
@@ -223,10 +224,10 @@ impl ChunkTensors {
         }
     }
 
-    /// `v` was written and not yet consumed, or the error naming `op`'s broken dependency.
-    fn require(&self, v: Value, op: &'static str, chunk: usize) -> Result<(), ExecError> {
+    /// `v` was written and not yet consumed, or the error naming `step`'s broken dependency.
+    fn require(&self, v: Value, step: Step, chunk: usize) -> Result<(), ExecError> {
         if self.ready & v.bit() == 0 {
-            return Err(missing(op, chunk, v.name()));
+            return Err(ExecError::missing(step, chunk, v.name()));
         }
         Ok(())
     }
@@ -392,14 +393,6 @@ impl std::fmt::Debug for GpuStageRunner {
             .field("model", &self.model)
             .field("tokens", &self.tokens.len())
             .finish()
-    }
-}
-
-fn missing(op: &'static str, chunk: usize, value: &'static str) -> ExecError {
-    ExecError::MissingValue {
-        op,
-        chunk: chunk as u32,
-        value,
     }
 }
 
@@ -603,8 +596,8 @@ impl GpuStageRunner {
     ) -> Result<bool, ExecError> {
         let c = &self.model.host.config;
         let t = &mut state.chunks[chunk];
-        let take = |t: &mut ChunkTensors, v: Value, op: &'static str| -> Result<(), ExecError> {
-            t.require(v, op, chunk)?;
+        let take = |t: &mut ChunkTensors, v: Value| -> Result<(), ExecError> {
+            t.require(v, step, chunk)?;
             t.ready &= !v.bit();
             Ok(())
         };
@@ -640,11 +633,11 @@ impl GpuStageRunner {
             }
             // f32 linears: the activation is read as it is.
             Step::QuantizeNormed(_) => {
-                take(t, Value::Normed, "quantize")?;
+                take(t, Value::Normed)?;
                 t.act = Some(Value::Normed);
             }
             Step::QuantizeAttention => {
-                take(t, Value::Attn, "o_quant")?;
+                take(t, Value::Attn)?;
                 t.act = Some(Value::Attn);
             }
             // An f32 model has no outliers and so no shadow stages; a plan that has one was
@@ -656,7 +649,9 @@ impl GpuStageRunner {
                 });
             }
             Step::Linear(p) => {
-                let act = t.act.ok_or(missing("linear", chunk, "activation"))?;
+                let act = t
+                    .act
+                    .ok_or_else(|| ExecError::missing(step, chunk, "activation"))?;
                 let w = self.layer(layer)?.linear(p);
                 b.matmul_f32(t.matrix(act), w, t.projection_out(p))
                     .map_err(gpu_err)?;
@@ -679,9 +674,9 @@ impl GpuStageRunner {
                 }
             }
             // f32 queries need no dequantization; they must exist all the same.
-            Step::DequantizeQkv => t.require(Value::Q, "qkv_dequant", chunk)?,
+            Step::DequantizeQkv => t.require(Value::Q, step, chunk)?,
             Step::Rope => {
-                t.require(Value::Q, "rope", chunk)?;
+                t.require(Value::Q, step, chunk)?;
                 b.rope(&t.q, &t.angles, c.n_heads, c.rope_style)
                     .map_err(gpu_err)?;
                 self.write_kv(b, state, layer, chunk)?;
@@ -691,7 +686,7 @@ impl GpuStageRunner {
                     self.write_kv(b, state, layer, earlier)?;
                 }
                 let t = &mut state.chunks[chunk];
-                take(t, Value::Q, "attention")?;
+                take(t, Value::Q)?;
                 let shape = AttentionShape {
                     n_tokens: t.rows,
                     pos0: t.pos0,
@@ -706,25 +701,28 @@ impl GpuStageRunner {
                 t.ready |= Value::Attn.bit();
             }
             Step::DequantizeO => {
-                take(t, Value::O, "o_dequant")?;
+                take(t, Value::O)?;
                 t.delta = Some(Value::O);
             }
             Step::DequantizeDown => {
-                take(t, Value::Down, "ffn_dequant")?;
+                take(t, Value::Down)?;
                 t.delta = Some(Value::Down);
             }
             Step::Residual => {
-                let d = t.delta.take().ok_or(missing("residual", chunk, "delta"))?;
+                let d = t
+                    .delta
+                    .take()
+                    .ok_or_else(|| ExecError::missing(step, chunk, "delta"))?;
                 b.add_assign(&t.x, t.matrix(d)).map_err(gpu_err)?;
             }
             Step::SiluMul => {
-                take(t, Value::Gate, "silu_mul")?;
-                take(t, Value::Up, "silu_mul")?;
+                take(t, Value::Gate)?;
+                take(t, Value::Up)?;
                 b.silu_mul(&t.gate, &t.up, &t.hidden).map_err(gpu_err)?;
                 t.act = Some(Value::Hidden);
             }
             Step::LmHead => {
-                take(t, Value::Normed, "lm_head")?;
+                take(t, Value::Normed)?;
                 let x = if t.head_on_last {
                     &t.last_normed
                 } else {
@@ -759,7 +757,13 @@ impl GpuStageRunner {
         match state.kv[layer][chunk] {
             KvRows::Written => return Ok(()),
             KvRows::Pending { k: true, v: true } => {}
-            _ => return Err(missing("attention", chunk, "keys and values")),
+            _ => {
+                return Err(ExecError::missing(
+                    Step::Attention,
+                    chunk,
+                    "keys and values",
+                ));
+            }
         }
         let c = &self.model.host.config;
         let t = &state.chunks[chunk];

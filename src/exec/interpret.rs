@@ -10,9 +10,10 @@ use rayon::prelude::*;
 use super::error::ExecError;
 use super::float_kernels::FloatKernels;
 use super::state::{ChunkValues, KvRows, PrefillState};
-use super::steps::{NormSite, Projection, Step};
+use super::steps::Step;
 use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
 use super::weights::{ExecModel, LayerWeights, LinearWeights};
+use hetsched_systems::op::{NormSite, Projection};
 
 /// Executes stages of one prefill: the model, its compiled stages and the shared state.
 #[derive(Debug)]
@@ -26,15 +27,6 @@ pub struct StageRunner {
     lanes: Vec<Arc<dyn FloatKernels>>,
     /// What the run writes.
     pub state: PrefillState,
-}
-
-/// Short-hand for the error of a value that was not produced.
-fn missing(op: &'static str, chunk: usize, value: &'static str) -> ExecError {
-    ExecError::MissingValue {
-        op,
-        chunk: chunk as u32,
-        value,
-    }
 }
 
 fn failed(reason: String) -> ExecError {
@@ -142,14 +134,14 @@ impl StageRunner {
                 let x = v
                     .normed
                     .take()
-                    .ok_or(missing("quantize", chunk, "normed"))?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, "normed"))?;
                 v.act = Some(self.quantize(layer, chunk, site, x));
             }
             Step::QuantizeAttention => {
                 let x = v
                     .attn
                     .take()
-                    .ok_or(missing("o_quant", chunk, "attention"))?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, "attention"))?;
                 v.act = Some(self.quantize(layer, chunk, ShadowSite::O, x));
             }
             Step::Linear(p) => {
@@ -157,7 +149,7 @@ impl StageRunner {
                 let act = v
                     .act
                     .as_ref()
-                    .ok_or(missing("linear", chunk, "activation"))?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, "activation"))?;
                 let out = linear(act, rows, weights)?;
                 match p {
                     Projection::Q => v.q_raw = Some(out),
@@ -172,46 +164,51 @@ impl StageRunner {
                 let q = v
                     .q_raw
                     .take()
-                    .ok_or(missing("qkv_dequant", chunk, "q_proj"))?;
-                let q = self.merged(chunk, Projection::Q, "qkv_dequant", q)?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::Q.label()))?;
+                let q = self.merged(chunk, Projection::Q, step, q)?;
                 v.q = Some(dequantize(q, self.layer(layer)?.projection(Projection::Q))?);
             }
             Step::Rope => {
-                let q = v.q.as_mut().ok_or(missing("rope", chunk, "queries"))?;
+                let q =
+                    v.q.as_mut()
+                        .ok_or_else(|| ExecError::missing(step, chunk, "queries"))?;
                 kernels.rope(q, positions, c.n_heads)?;
                 self.write_kv(layer, chunk)?;
             }
             Step::Attention => {
-                let q = v.q.take().ok_or(missing("attention", chunk, "queries"))?;
+                let q =
+                    v.q.take()
+                        .ok_or_else(|| ExecError::missing(step, chunk, "queries"))?;
                 v.attn = Some(self.attention(kernels, layer, chunk, &q)?);
             }
             Step::DequantizeO => {
                 let o = v
                     .o_raw
                     .take()
-                    .ok_or(missing("o_dequant", chunk, "o_proj"))?;
-                let o = self.merged(chunk, Projection::O, "o_dequant", o)?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::O.label()))?;
+                let o = self.merged(chunk, Projection::O, step, o)?;
                 v.delta = Some(dequantize(o, self.layer(layer)?.projection(Projection::O))?);
             }
             Step::DequantizeDown => {
                 // The carry at the start of layer l (or of the head) hands on layer l-1.
-                let prev = layer.checked_sub(1).ok_or(missing(
-                    "ffn_dequant",
-                    chunk,
-                    "a previous layer",
-                ))?;
+                let prev = layer
+                    .checked_sub(1)
+                    .ok_or_else(|| ExecError::missing(step, chunk, "a previous layer"))?;
                 let d = v
                     .down_raw
                     .take()
-                    .ok_or(missing("ffn_dequant", chunk, "down_proj"))?;
-                let d = self.merged(chunk, Projection::Down, "ffn_dequant", d)?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::Down.label()))?;
+                let d = self.merged(chunk, Projection::Down, step, d)?;
                 v.delta = Some(dequantize(
                     d,
                     self.layer(prev)?.projection(Projection::Down),
                 )?);
             }
             Step::Residual => {
-                let d = v.delta.take().ok_or(missing("residual", chunk, "delta"))?;
+                let d = v
+                    .delta
+                    .take()
+                    .ok_or_else(|| ExecError::missing(step, chunk, "delta"))?;
                 for (x, d) in v.x.iter_mut().zip(&d) {
                     *x += d;
                 }
@@ -221,13 +218,13 @@ impl StageRunner {
                 let gate = v
                     .gate_raw
                     .take()
-                    .ok_or(missing("silu_mul", chunk, "gate_proj"))?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::Gate.label()))?;
                 let up = v
                     .up_raw
                     .take()
-                    .ok_or(missing("silu_mul", chunk, "up_proj"))?;
-                let gate = self.merged(chunk, Projection::Gate, "silu_mul", gate)?;
-                let up = self.merged(chunk, Projection::Up, "silu_mul", up)?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::Up.label()))?;
+                let gate = self.merged(chunk, Projection::Gate, step, gate)?;
+                let up = self.merged(chunk, Projection::Up, step, up)?;
                 let gate = dequantize(gate, w.projection(Projection::Gate))?;
                 let up = dequantize(up, w.projection(Projection::Up))?;
                 let mut h = vec![0f32; gate.len()];
@@ -239,7 +236,7 @@ impl StageRunner {
                 let x = v
                     .normed
                     .take()
-                    .ok_or(missing("lm_head", chunk, "final_norm"))?;
+                    .ok_or_else(|| ExecError::missing(step, chunk, "normed"))?;
                 let n = c.vocab_size;
                 let logits = if x.len() == c.hidden {
                     // Split the vocabulary: one token's head is a matrix-vector product.
@@ -290,7 +287,7 @@ impl StageRunner {
         let slot = &self.state.shadow[chunk];
         let outliers = match &slot.lock().pending {
             Some((pending, outliers)) if *pending == site => outliers.clone(),
-            _ => return Err(missing("shadow", chunk, "outliers")),
+            _ => return Err(ExecError::missing(Step::Shadow(site), chunk, "outliers")),
         };
         let rows = self.state.positions(chunk).len();
         let mut results = Vec::new();
@@ -308,19 +305,19 @@ impl StageRunner {
     }
 
     /// `out` with chunk `chunk`'s shadow result for `p` attached, if the shadow left one:
-    /// the merge of Eq. 1 (the dequantize adds it). `op` names the merging operator.
+    /// the merge of Eq. 1 (the dequantize adds it). `step` is the merging one.
     fn merged(
         &self,
         chunk: usize,
         p: Projection,
-        op: &'static str,
+        step: Step,
         out: LinearOut,
     ) -> Result<LinearOut, ExecError> {
         let mut slot = self.state.shadow[chunk].lock();
         if let Some((site, _)) = &slot.pending
             && Projection::of_site(*site).contains(&p)
         {
-            return Err(missing(op, chunk, "outlier shadow"));
+            return Err(ExecError::missing(step, chunk, "outlier shadow"));
         }
         let result = slot.results[p.index()].take();
         Ok(match (out, result) {
@@ -366,11 +363,15 @@ impl StageRunner {
             } => (k, v),
             other => {
                 *rows = other;
-                return Err(missing("attention", chunk, "keys and values"));
+                return Err(ExecError::missing(
+                    Step::Attention,
+                    chunk,
+                    "keys and values",
+                ));
             }
         };
-        let k = self.merged(chunk, Projection::K, "attention", k)?;
-        let v = self.merged(chunk, Projection::V, "attention", v)?;
+        let k = self.merged(chunk, Projection::K, Step::Attention, k)?;
+        let v = self.merged(chunk, Projection::V, Step::Attention, v)?;
         let w = self.layer(layer)?;
         let mut k = dequantize(k, w.projection(Projection::K))?;
         let v = dequantize(v, w.projection(Projection::V))?;

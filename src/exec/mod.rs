@@ -398,7 +398,7 @@ fn compile(plan: &PrefillPlan) -> Result<CompiledStages, ExecError> {
 /// would rank no token at all, so it is an error rather than an empty answer.
 fn take_logits(slot: &parking_lot::Mutex<Option<Vec<f32>>>) -> Result<Vec<f32>, ExecError> {
     let logits = slot.lock().take().ok_or(ExecError::MissingValue {
-        op: "prefill",
+        op: "prefill".into(),
         chunk: 0,
         value: "logits",
     })?;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use super::calibrate::ActivationRecorder;
-use super::steps::Projection;
 use super::values::{Act, LinearOut, Outliers};
+use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::ShadowSite;
 
 /// The values one chunk carries between operators. Each is taken by the operator that

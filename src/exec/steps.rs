@@ -3,90 +3,23 @@
 //! refused here rather than midway through a prefill.
 
 use hetsched_systems::graph::StageTemplate;
+use hetsched_systems::model::OpDecl;
+use hetsched_systems::op::{NormSite, OpRole, Projection};
 use hetsched_systems::shadow::ShadowSite;
 
 use super::error::ExecError;
 use crate::import::LayerTensor;
 
-/// Which RMSNorm weight a norm reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NormSite {
-    /// Before attention.
-    Attention,
-    /// Before the feed-forward block.
-    Ffn,
-    /// After the last layer.
-    Final,
-}
-
-/// A linear projection of a decoder layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Projection {
-    /// Queries.
-    Q,
-    /// Keys (kept for the KV cache).
-    K,
-    /// Values (kept for the KV cache).
-    V,
-    /// Attention output.
-    O,
-    /// FFN gate.
-    Gate,
-    /// FFN up.
-    Up,
-    /// FFN down.
-    Down,
-}
-
-impl Projection {
-    /// How many there are.
-    pub const COUNT: usize = 7;
-
-    /// Every projection, in declaration order.
-    pub const ALL: [Projection; Projection::COUNT] = [
-        Projection::Q,
-        Projection::K,
-        Projection::V,
-        Projection::O,
-        Projection::Gate,
-        Projection::Up,
-        Projection::Down,
-    ];
-
-    /// Position in declaration order, below [`Projection::COUNT`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The projections reading `site`, in layer order.
-    pub fn of_site(site: ShadowSite) -> &'static [Projection] {
-        match site {
-            ShadowSite::Qkv => &[Projection::Q, Projection::K, Projection::V],
-            ShadowSite::O => &[Projection::O],
-            ShadowSite::GateUp => &[Projection::Gate, Projection::Up],
-            ShadowSite::Down => &[Projection::Down],
-        }
-    }
-
-    /// The activation this projection reads.
-    pub fn site(self) -> ShadowSite {
-        ShadowSite::ALL
-            .into_iter()
-            .find(|&s| Projection::of_site(s).contains(&self))
-            .expect("every projection reads one site")
-    }
-
-    /// Its weight tensor in the model file.
-    pub fn tensor(self) -> LayerTensor {
-        match self {
-            Projection::Q => LayerTensor::Q,
-            Projection::K => LayerTensor::K,
-            Projection::V => LayerTensor::V,
-            Projection::O => LayerTensor::O,
-            Projection::Gate => LayerTensor::Gate,
-            Projection::Up => LayerTensor::Up,
-            Projection::Down => LayerTensor::Down,
-        }
+/// The weight tensor of projection `p` in the model file.
+pub fn projection_tensor(p: Projection) -> LayerTensor {
+    match p {
+        Projection::Q => LayerTensor::Q,
+        Projection::K => LayerTensor::K,
+        Projection::V => LayerTensor::V,
+        Projection::O => LayerTensor::O,
+        Projection::Gate => LayerTensor::Gate,
+        Projection::Up => LayerTensor::Up,
+        Projection::Down => LayerTensor::Down,
     }
 }
 
@@ -127,37 +60,33 @@ pub enum Step {
 }
 
 impl Step {
-    /// Binds an operator of `stage` by its name in the built-in llama layer.
-    pub fn compile(stage: &StageTemplate, op: &str) -> Result<Step, ExecError> {
-        Ok(match op {
-            "embed" => Step::Embed,
-            "attn_norm" => Step::Norm(NormSite::Attention),
-            "ffn_norm" => Step::Norm(NormSite::Ffn),
-            "final_norm" => Step::Norm(NormSite::Final),
-            "attn_quant" => Step::QuantizeNormed(ShadowSite::Qkv),
-            "ffn_quant" => Step::QuantizeNormed(ShadowSite::GateUp),
-            "o_quant" => Step::QuantizeAttention,
-            "q_proj" => Step::Linear(Projection::Q),
-            "k_proj" => Step::Linear(Projection::K),
-            "v_proj" => Step::Linear(Projection::V),
-            "o_proj" => Step::Linear(Projection::O),
-            "gate_proj" => Step::Linear(Projection::Gate),
-            "up_proj" => Step::Linear(Projection::Up),
-            "down_proj" => Step::Linear(Projection::Down),
-            "qkv_dequant" => Step::DequantizeQkv,
-            "rope" => Step::Rope,
-            "attention" => Step::Attention,
-            "o_dequant" => Step::DequantizeO,
-            "ffn_dequant" => Step::DequantizeDown,
-            "attn_residual" | "ffn_residual" => Step::Residual,
-            "silu_mul" => Step::SiluMul,
-            "lm_head" => Step::LmHead,
-            _ if let Some(site) = ShadowSite::of_op_name(op) => Step::Shadow(site),
-            _ => {
-                return Err(ExecError::UnsupportedOp {
-                    op: op.to_string(),
-                    stage: stage.name.clone(),
-                });
+    /// Binds an operator of `stage` by its role; one without a role (a scene's own
+    /// `layer_ops`), or a role this executor has no kernel for, is refused.
+    pub fn compile(stage: &StageTemplate, op: &OpDecl) -> Result<Step, ExecError> {
+        let unsupported = || ExecError::UnsupportedOp {
+            op: op.name.clone(),
+            stage: stage.name.clone(),
+        };
+        Ok(match op.role.ok_or_else(unsupported)? {
+            OpRole::Embed => Step::Embed,
+            OpRole::Norm(site) => Step::Norm(site),
+            OpRole::Quantize(site @ (ShadowSite::Qkv | ShadowSite::GateUp)) => {
+                Step::QuantizeNormed(site)
+            }
+            OpRole::Quantize(ShadowSite::O) => Step::QuantizeAttention,
+            OpRole::Linear(p) => Step::Linear(p),
+            OpRole::Dequantize(ShadowSite::Qkv) => Step::DequantizeQkv,
+            OpRole::Dequantize(ShadowSite::O) => Step::DequantizeO,
+            OpRole::Dequantize(ShadowSite::Down) => Step::DequantizeDown,
+            OpRole::Rope => Step::Rope,
+            OpRole::Attention => Step::Attention,
+            OpRole::Residual => Step::Residual,
+            OpRole::SiluMul => Step::SiluMul,
+            OpRole::Shadow(site) => Step::Shadow(site),
+            OpRole::LmHead => Step::LmHead,
+            // SiLU-mul quantizes the down site and dequantizes gate/up.
+            OpRole::Quantize(ShadowSite::Down) | OpRole::Dequantize(ShadowSite::GateUp) => {
+                return Err(unsupported());
             }
         })
     }
@@ -170,9 +99,66 @@ impl Step {
                 stage
                     .ops
                     .iter()
-                    .map(|op| Step::compile(stage, &op.name))
+                    .map(|op| Step::compile(stage, op))
                     .collect()
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hetsched_systems::graph::build_stages;
+    use hetsched_systems::model::ModelConfig;
+    use hetsched_systems::testing::tiny_model;
+
+    use super::*;
+
+    fn compile(model: &ModelConfig) -> Result<Vec<Vec<Step>>, ExecError> {
+        Step::compile_stages(&build_stages(model).expect("a valid model"))
+    }
+
+    #[test]
+    fn the_llama_layer_binds_every_projection() {
+        let steps = compile(&tiny_model(2)).unwrap();
+        for p in Projection::ALL {
+            let count = steps
+                .iter()
+                .flatten()
+                .filter(|&&s| s == Step::Linear(p))
+                .count();
+            assert_eq!(count, 2, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn layer_ops_bind_by_role_never_by_name() {
+        let layer_ops = |toml: &str| ModelConfig {
+            layer_ops: Some(
+                toml::from_str::<std::collections::BTreeMap<String, Vec<OpDecl>>>(toml)
+                    .expect("valid layer_ops")
+                    .remove("layer_ops")
+                    .expect("a layer_ops key"),
+            ),
+            ..tiny_model(1)
+        };
+        // A scene's own operator without a role simulates but has no kernel, whatever
+        // its name.
+        let unnamed = layer_ops(r#"layer_ops = [{ name = "q_proj", kind = "linear" }]"#);
+        let err = compile(&unnamed).unwrap_err();
+        assert!(
+            matches!(&err, ExecError::UnsupportedOp { op, .. } if op == "q_proj"),
+            "{err}"
+        );
+        let typed = layer_ops(
+            r#"layer_ops = [{ name = "w", kind = "linear", role = { linear = "gate" } }]"#,
+        );
+        let steps = compile(&typed).unwrap();
+        assert!(
+            steps
+                .iter()
+                .flatten()
+                .any(|&s| s == Step::Linear(Projection::Gate))
+        );
     }
 }

@@ -4,6 +4,7 @@
 use hetsched_kernels::reference::quantize_weights_per_row;
 use hetsched_kernels::{PackedF32Weights, PackedI8Weights, RopeTable};
 use hetsched_systems::model::{ModelConfig, Precision};
+use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::{KeptSite, ShadowConfig, ShadowSite};
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use super::error::ExecError;
 use super::shadow::{
     ColdRowCache, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
 };
-use super::steps::Projection;
+use super::steps::projection_tensor;
 use super::values::SHADOW_CLIP_RMS;
 use crate::import::{
     ColumnSource, GgufFile, GgufSource, ImportError, LayerTensor, LlamaConfig, LlamaSource,
@@ -232,7 +233,7 @@ impl ExecModel {
             };
             let quant = ShadowSite::ALL.map(|site| site_rule(precision, setup, l, site));
             let linear = |p: Projection| -> Result<LinearWeights, ImportError> {
-                let which = p.tensor();
+                let which = projection_tensor(p);
                 let shape = which.shape(&config);
                 let (n, k) = (shape[0], shape[1]);
                 let w = tensor(which)?;

@@ -33,6 +33,8 @@ pub struct Slice {
     pub template: String,
     /// Operator names.
     pub ops: Vec<String>,
+    /// Whether the template is an outlier shadow.
+    pub shadow: bool,
     /// Whether the template is shared across chunks.
     pub shared: bool,
     /// Start, ns.
@@ -82,6 +84,7 @@ impl Trace {
                     key: r.key,
                     template: stage.name.clone(),
                     ops: stage.op_names().into_iter().map(String::from).collect(),
+                    shadow: stage.is_shadow(),
                     shared: stage.sharing == hetsched_systems::graph::Sharing::Static,
                     start_ns: r.start_ns,
                     end_ns: r.end_ns,

@@ -3,8 +3,6 @@
 
 use std::fmt::Write as _;
 
-use hetsched_systems::shadow::ShadowSite;
-
 use super::Trace;
 
 const WIDTH: f64 = 1600.0;
@@ -99,14 +97,13 @@ pub fn to_svg(trace: &Trace) -> String {
             r##"<rect x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{LANE_HEIGHT}" fill="#e6e6e6"/>"##
         );
     }
-    let is_shadow = |s: &super::Slice| s.ops.iter().all(|op| ShadowSite::of_op_name(op).is_some());
     for s in &trace.slices {
         let y = TOP + s.lane as f64 * (LANE_HEIGHT + LANE_GAP);
         let (x0, x1) = (x(s.start_ns), x(s.end_ns));
         let colour = PALETTE[s.key.chunk as usize % PALETTE.len()];
         // An outlier shadow is drawn as a short outlined bar, to tell it from the float
         // work around it.
-        let (y, height, stroke) = if is_shadow(s) {
+        let (y, height, stroke) = if s.shadow {
             (y + SHADOW_INSET, LANE_HEIGHT - SHADOW_INSET, "#222")
         } else {
             (y, LANE_HEIGHT, "white")
@@ -165,7 +162,7 @@ pub fn to_svg(trace: &Trace) -> String {
         );
     }
     let mut next_x = LEFT + 60.0 + f64::from(chunks.min(PALETTE.len() as u32)) * 80.0;
-    if trace.slices.iter().any(is_shadow) {
+    if trace.slices.iter().any(|s| s.shadow) {
         let lx = next_x;
         next_x += 130.0;
         let _ = write!(

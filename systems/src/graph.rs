@@ -21,6 +21,7 @@ use crate::model::{
     ExecClass, ModelConfig, OpDecl, OpKind, epilogue_ops, layer_carry_ops, llama_layer,
     prologue_ops,
 };
+use crate::op::{OpRole, Projection};
 use crate::shadow::{ShadowSite, site_shape};
 
 /// Whether a subgraph can be shared across chunks.
@@ -158,41 +159,45 @@ fn shadowed_layer(model: &ModelConfig, layer: &[OpDecl], sites: &[ShadowSite]) -
         if op.kind == OpKind::SiluMul && ffn_shadowed {
             op.class = Some(ExecClass::Float);
         }
-        for &site in sites {
-            let merges = match site {
-                ShadowSite::Qkv => op.name == "qkv_dequant",
-                ShadowSite::O => op.name == "o_dequant",
-                ShadowSite::GateUp => op.name == "silu_mul",
-                // Down's output is merged by the next layer's carry (see `chain_inputs`
-                // in memory::tensors).
-                ShadowSite::Down => false,
-            };
-            if merges {
-                op.inputs.push(site.op_name());
-            }
+        // Down's output is merged by the next layer's carry (see `chain_inputs` in
+        // memory::tensors), which is not in `layer`.
+        if let Some(site) = op.role.and_then(OpRole::merges_site)
+            && sites.contains(&site)
+        {
+            op.inputs.push(site.op_name());
         }
-        let name = op.name.clone();
+        let last_linear_of = |site: ShadowSite| {
+            let last = Projection::of_site(site).last().copied();
+            op.role == last.map(OpRole::Linear)
+        };
+        let shadows: Vec<ShadowSite> = sites
+            .iter()
+            .copied()
+            .filter(|&s| last_linear_of(s))
+            .collect();
         ops.push(op);
-        for &site in sites {
-            if site.linears().last() == Some(&name.as_str()) {
-                ops.push(shadow_op(model, site));
-            }
+        for site in shadows {
+            let input = layer
+                .iter()
+                .find(|w| w.role.and_then(OpRole::writes_site) == Some(site))
+                .map(|w| w.name.clone());
+            ops.push(shadow_op(model, site, input));
         }
     }
     ops
 }
 
-/// The shadow operator of `site`: in-features of its linears, their out-features summed.
-fn shadow_op(model: &ModelConfig, site: ShadowSite) -> OpDecl {
+/// The shadow operator of `site`, reading `input` (the operator writing the site's
+/// activation): in-features of its linears, their out-features summed.
+fn shadow_op(model: &ModelConfig, site: ShadowSite, input: Option<String>) -> OpDecl {
     let (k, n) = site_shape(model, site);
     let count = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
     OpDecl {
-        name: site.op_name(),
-        kind: OpKind::Shadow,
-        inputs: vec![site.input_op().to_string()],
         in_features: Some(count(k)),
         out_features: Some(count(n)),
         class: Some(ExecClass::Float),
+        inputs: input.into_iter().collect(),
+        ..OpDecl::of_role(&site.op_name(), OpRole::Shadow(site), &[])
     }
 }
 

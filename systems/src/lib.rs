@@ -45,6 +45,7 @@ pub mod memory;
 pub mod memory_dispatch;
 pub mod metrics;
 pub mod model;
+pub mod op;
 pub mod optimal;
 pub mod placement;
 pub mod plan;

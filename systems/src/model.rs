@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::PlanError;
-use crate::shadow::ShadowConfig;
+use crate::op::{NormSite, OpRole, Projection};
+use crate::shadow::{ShadowConfig, ShadowSite};
 
 /// Numeric precision of weights, activations or a computation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -110,6 +111,17 @@ impl ModelConfig {
                 self.kv_heads, self.heads
             ));
         }
+        if let Some(op) = self
+            .layer_ops
+            .iter()
+            .flatten()
+            .find(|op| op.role.is_some_and(|role| role.kind() != op.kind))
+        {
+            return bad(format!(
+                "operator `{}` of kind {:?} cannot take the role {:?}; drop `role` or fix `kind`",
+                op.name, op.kind, op.role
+            ));
+        }
         if let Some(shadow) = &self.shadow {
             if self.layer_ops.is_some() {
                 return bad(
@@ -191,8 +203,13 @@ impl OpKind {
 pub struct OpDecl {
     /// Unique name inside the layer, e.g. `q_proj`.
     pub name: String,
-    /// Operator kind.
+    /// Operator kind (what the cost model prices).
     pub kind: OpKind,
+    /// What the operator does, for real execution to bind a kernel and weights to; the
+    /// built-in operators have one, a scene's own `layer_ops` may leave it out (they
+    /// simulate, and a real run refuses them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<OpRole>,
     /// Names of the operators whose outputs this one reads.
     #[serde(default)]
     pub inputs: Vec<String>,
@@ -208,10 +225,13 @@ pub struct OpDecl {
 }
 
 impl OpDecl {
-    fn new(name: &str, kind: OpKind, inputs: &[&str]) -> Self {
+    /// A built-in operator: its kind follows from its role; `name` labels it and is
+    /// what other operators' `inputs` name.
+    pub fn of_role(name: &str, role: OpRole, inputs: &[&str]) -> Self {
         OpDecl {
             name: name.to_string(),
-            kind,
+            kind: role.kind(),
+            role: Some(role),
             inputs: inputs.iter().map(|s| s.to_string()).collect(),
             in_features: None,
             out_features: None,
@@ -219,11 +239,11 @@ impl OpDecl {
         }
     }
 
-    fn linear(name: &str, input: &str, in_features: u32, out_features: u32) -> Self {
+    fn linear(p: Projection, input: &str, in_features: u32, out_features: u32) -> Self {
         OpDecl {
             in_features: Some(in_features),
             out_features: Some(out_features),
-            ..OpDecl::new(name, OpKind::Linear, &[input])
+            ..OpDecl::of_role(p.label(), OpRole::Linear(p), &[input])
         }
     }
 
@@ -237,39 +257,45 @@ impl OpDecl {
 /// RoPE, attention) between INT8 linears. Operators without inputs read the layer input
 /// (the residual stream), which [`layer_carry_ops`] produced.
 pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
+    use ShadowSite::{GateUp, Qkv};
     let h = model.hidden;
     let q = model.heads * model.head_dim();
     let kv = model.kv_heads * model.head_dim();
     let f = model.ffn;
+    // The operators consuming a site's linears read them by their labels.
+    let linears = |site| -> Vec<&str> {
+        Projection::of_site(site)
+            .iter()
+            .map(|p| p.label())
+            .collect()
+    };
+    let (qkv, o, gate_up) = (linears(Qkv), linears(ShadowSite::O), linears(GateUp));
+    let op = OpDecl::of_role;
     vec![
-        OpDecl::new("attn_norm", OpKind::RmsNorm, &[]),
-        OpDecl::new("attn_quant", OpKind::Quantize, &["attn_norm"]),
-        OpDecl::linear("q_proj", "attn_quant", h, q),
-        OpDecl::linear("k_proj", "attn_quant", h, kv),
-        OpDecl::linear("v_proj", "attn_quant", h, kv),
+        op("attn_norm", OpRole::Norm(NormSite::Attention), &[]),
+        op("attn_quant", OpRole::Quantize(Qkv), &["attn_norm"]),
+        OpDecl::linear(Projection::Q, "attn_quant", h, q),
+        OpDecl::linear(Projection::K, "attn_quant", h, kv),
+        OpDecl::linear(Projection::V, "attn_quant", h, kv),
         OpDecl {
             out_features: Some(q + 2 * kv),
-            ..OpDecl::new(
-                "qkv_dequant",
-                OpKind::Dequantize,
-                &["q_proj", "k_proj", "v_proj"],
-            )
+            ..op("qkv_dequant", OpRole::Dequantize(Qkv), &qkv)
         },
-        OpDecl::new("rope", OpKind::Rope, &["qkv_dequant"]),
-        OpDecl::new("attention", OpKind::Attention, &["rope"]),
+        op("rope", OpRole::Rope, &["qkv_dequant"]),
+        op("attention", OpRole::Attention, &["rope"]),
         OpDecl {
             out_features: Some(q),
-            ..OpDecl::new("o_quant", OpKind::Quantize, &["attention"])
+            ..op("o_quant", OpRole::Quantize(ShadowSite::O), &["attention"])
         },
-        OpDecl::linear("o_proj", "o_quant", q, h),
-        OpDecl::new("o_dequant", OpKind::Dequantize, &["o_proj"]),
-        OpDecl::new("attn_residual", OpKind::ResidualAdd, &["o_dequant"]),
-        OpDecl::new("ffn_norm", OpKind::RmsNorm, &["attn_residual"]),
-        OpDecl::new("ffn_quant", OpKind::Quantize, &["ffn_norm"]),
-        OpDecl::linear("gate_proj", "ffn_quant", h, f),
-        OpDecl::linear("up_proj", "ffn_quant", h, f),
-        OpDecl::new("silu_mul", OpKind::SiluMul, &["gate_proj", "up_proj"]),
-        OpDecl::linear("down_proj", "silu_mul", f, h),
+        OpDecl::linear(Projection::O, "o_quant", q, h),
+        op("o_dequant", OpRole::Dequantize(ShadowSite::O), &o),
+        op("attn_residual", OpRole::Residual, &["o_dequant"]),
+        op("ffn_norm", OpRole::Norm(NormSite::Ffn), &["attn_residual"]),
+        op("ffn_quant", OpRole::Quantize(GateUp), &["ffn_norm"]),
+        OpDecl::linear(Projection::Gate, "ffn_quant", h, f),
+        OpDecl::linear(Projection::Up, "ffn_quant", h, f),
+        op("silu_mul", OpRole::SiluMul, &gate_up),
+        OpDecl::linear(Projection::Down, "silu_mul", f, h),
     ]
 }
 
@@ -278,8 +304,8 @@ pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
 /// the model head.
 pub fn layer_carry_ops() -> Vec<OpDecl> {
     vec![
-        OpDecl::new("ffn_dequant", OpKind::Dequantize, &[]),
-        OpDecl::new("ffn_residual", OpKind::ResidualAdd, &["ffn_dequant"]),
+        OpDecl::of_role("ffn_dequant", OpRole::Dequantize(ShadowSite::Down), &[]),
+        OpDecl::of_role("ffn_residual", OpRole::Residual, &["ffn_dequant"]),
     ]
 }
 
@@ -403,13 +429,13 @@ impl OpDecl {
 
 /// Operators before the first layer (embedding lookup).
 pub fn prologue_ops() -> Vec<OpDecl> {
-    vec![OpDecl::new("embed", OpKind::Embed, &[])]
+    vec![OpDecl::of_role("embed", OpRole::Embed, &[])]
 }
 
 /// Operators after the last layer's carry: the final norm and the LM head.
 pub fn epilogue_ops() -> Vec<OpDecl> {
     vec![
-        OpDecl::new("final_norm", OpKind::RmsNorm, &[]),
-        OpDecl::new("lm_head", OpKind::LmHead, &["final_norm"]),
+        OpDecl::of_role("final_norm", OpRole::Norm(NormSite::Final), &[]),
+        OpDecl::of_role("lm_head", OpRole::LmHead, &["final_norm"]),
     ]
 }

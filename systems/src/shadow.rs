@@ -55,34 +55,9 @@ impl ShadowSite {
         }
     }
 
-    /// The llama-layer operator whose output is this site's activation.
-    pub fn input_op(self) -> &'static str {
-        match self {
-            ShadowSite::Qkv => "attn_quant",
-            ShadowSite::O => "o_quant",
-            ShadowSite::GateUp => "ffn_quant",
-            ShadowSite::Down => "silu_mul",
-        }
-    }
-
-    /// The llama-layer linears that read this site, in layer order.
-    pub fn linears(self) -> &'static [&'static str] {
-        match self {
-            ShadowSite::Qkv => &["q_proj", "k_proj", "v_proj"],
-            ShadowSite::O => &["o_proj"],
-            ShadowSite::GateUp => &["gate_proj", "up_proj"],
-            ShadowSite::Down => &["down_proj"],
-        }
-    }
-
-    /// Name of the shadow operator of this site, e.g. `down_shadow`.
+    /// Display label of the shadow operator of this site, e.g. `down_shadow`.
     pub fn op_name(self) -> String {
         format!("{}_shadow", self.as_str())
-    }
-
-    /// The site whose shadow operator is named `name`.
-    pub fn of_op_name(name: &str) -> Option<ShadowSite> {
-        ShadowSite::ALL.into_iter().find(|s| s.op_name() == name)
     }
 }
 

@@ -90,6 +90,7 @@ fn op(name: &str, kind: OpKind, inputs: &[&str]) -> OpDecl {
     OpDecl {
         name: name.into(),
         kind,
+        role: None,
         inputs: inputs.iter().map(|s| s.to_string()).collect(),
         in_features: None,
         out_features: Some(256),

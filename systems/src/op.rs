@@ -1,0 +1,208 @@
+//! Typed operator roles: what an operator of the built-in llama layer *is*, the one fact
+//! executors bind kernels and weights to. Operator names are display labels (timeline,
+//! errors) and the keys of the graph builder's input wiring, never bindings.
+//!
+//! A scene's own `layer_ops` may leave the role out: such operators simulate (the cost
+//! model needs only their [`OpKind`]) but have no kernel, and a real run refuses them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::OpKind;
+use crate::shadow::ShadowSite;
+
+/// A linear projection of a decoder layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Projection {
+    /// Queries.
+    Q,
+    /// Keys (kept for the KV cache).
+    K,
+    /// Values (kept for the KV cache).
+    V,
+    /// Attention output.
+    O,
+    /// FFN gate.
+    Gate,
+    /// FFN up.
+    Up,
+    /// FFN down.
+    Down,
+}
+
+impl Projection {
+    /// How many there are.
+    pub const COUNT: usize = 7;
+
+    /// Every projection, in declaration order.
+    pub const ALL: [Projection; Projection::COUNT] = [
+        Projection::Q,
+        Projection::K,
+        Projection::V,
+        Projection::O,
+        Projection::Gate,
+        Projection::Up,
+        Projection::Down,
+    ];
+
+    /// Position in declaration order, below [`Projection::COUNT`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The projections reading `site`, in layer order.
+    pub fn of_site(site: ShadowSite) -> &'static [Projection] {
+        match site {
+            ShadowSite::Qkv => &[Projection::Q, Projection::K, Projection::V],
+            ShadowSite::O => &[Projection::O],
+            ShadowSite::GateUp => &[Projection::Gate, Projection::Up],
+            ShadowSite::Down => &[Projection::Down],
+        }
+    }
+
+    /// The activation this projection reads.
+    pub fn site(self) -> ShadowSite {
+        ShadowSite::ALL
+            .into_iter()
+            .find(|&s| Projection::of_site(s).contains(&self))
+            .expect("every projection reads one site")
+    }
+
+    /// Display label of its operator in the llama layer, e.g. `q_proj`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Projection::Q => "q_proj",
+            Projection::K => "k_proj",
+            Projection::V => "v_proj",
+            Projection::O => "o_proj",
+            Projection::Gate => "gate_proj",
+            Projection::Up => "up_proj",
+            Projection::Down => "down_proj",
+        }
+    }
+}
+
+/// Which RMSNorm weight a norm reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormSite {
+    /// Before attention.
+    Attention,
+    /// Before the feed-forward block.
+    Ffn,
+    /// After the last layer.
+    Final,
+}
+
+/// What an operator of the built-in llama layer does, for the executors to bind.
+///
+/// In a model file: `role = "rope"`, or with its data, `role = { linear = "q" }`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpRole {
+    /// Token embedding rows into the residual stream.
+    Embed,
+    /// RMSNorm of the residual stream with the norm weight of a site.
+    Norm(NormSite),
+    /// Quantizes a site's activation for the linears reading it (the down site's is
+    /// quantized by [`OpRole::SiluMul`]).
+    Quantize(ShadowSite),
+    /// A linear layer.
+    Linear(Projection),
+    /// Dequantizes the outputs of the linears reading a site, merging its shadow's
+    /// result (Eq. 1): the queries (keys and values are dequantized where the KV cache is
+    /// written), the attention output, or the previous layer's FFN output (the carry).
+    /// Gate and up are dequantized by [`OpRole::SiluMul`].
+    Dequantize(ShadowSite),
+    /// RoPE on queries and keys.
+    Rope,
+    /// Causal attention over the KV cache.
+    Attention,
+    /// Adds the residual delta to the residual stream.
+    Residual,
+    /// SiLU(gate) * up, quantized for the down projection.
+    SiluMul,
+    /// The float shadow of a site's outliers (seed 000, Eq. 1).
+    Shadow(ShadowSite),
+    /// Final projection of the last token.
+    LmHead,
+}
+
+impl OpRole {
+    /// The operator kind (what the cost model prices) of an operator in this role.
+    pub fn kind(self) -> OpKind {
+        match self {
+            OpRole::Embed => OpKind::Embed,
+            OpRole::Norm(_) => OpKind::RmsNorm,
+            OpRole::Quantize(_) => OpKind::Quantize,
+            OpRole::Linear(_) => OpKind::Linear,
+            OpRole::Dequantize(_) => OpKind::Dequantize,
+            OpRole::Rope => OpKind::Rope,
+            OpRole::Attention => OpKind::Attention,
+            OpRole::Residual => OpKind::ResidualAdd,
+            OpRole::SiluMul => OpKind::SiluMul,
+            OpRole::Shadow(_) => OpKind::Shadow,
+            OpRole::LmHead => OpKind::LmHead,
+        }
+    }
+
+    /// The site whose activation this operator writes: what that site's shadow reads.
+    pub fn writes_site(self) -> Option<ShadowSite> {
+        match self {
+            OpRole::Quantize(site) => Some(site),
+            OpRole::SiluMul => Some(ShadowSite::Down),
+            _ => None,
+        }
+    }
+
+    /// The site whose linears' outputs (and shadow result) this operator consumes.
+    pub fn merges_site(self) -> Option<ShadowSite> {
+        match self {
+            OpRole::Dequantize(site) => Some(site),
+            OpRole::SiluMul => Some(ShadowSite::GateUp),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ModelConfig, OpDecl, layer_carry_ops, llama_layer};
+    use crate::testing::tiny_model;
+
+    #[test]
+    fn the_llama_layer_writes_and_merges_every_site_once() {
+        let model = tiny_model(2);
+        let layer = llama_layer(&model);
+        let with_carry: Vec<_> = layer.iter().cloned().chain(layer_carry_ops()).collect();
+        for site in ShadowSite::ALL {
+            let count = |ops: &[OpDecl], probe: fn(OpRole) -> Option<ShadowSite>| {
+                ops.iter()
+                    .filter(|op| op.role.and_then(probe) == Some(site))
+                    .count()
+            };
+            assert_eq!(count(&layer, OpRole::writes_site), 1, "{site:?}");
+            assert_eq!(count(&with_carry, OpRole::merges_site), 1, "{site:?}");
+            for &p in Projection::of_site(site) {
+                assert_eq!(p.site(), site);
+            }
+        }
+        for op in &with_carry {
+            assert_eq!(op.role.map(OpRole::kind), Some(op.kind), "{}", op.name);
+        }
+    }
+
+    #[test]
+    fn a_role_that_does_not_fit_the_kind_is_refused() {
+        let model = ModelConfig {
+            layer_ops: Some(vec![OpDecl {
+                kind: OpKind::RmsNorm,
+                ..OpDecl::of_role("w", OpRole::Linear(Projection::Q), &[])
+            }]),
+            ..tiny_model(1)
+        };
+        let err = model.validate().unwrap_err().to_string();
+        assert!(err.contains("`w`") && err.contains("role"), "{err}");
+    }
+}
