@@ -26,20 +26,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod backends;
 pub mod budget;
 pub mod compare;
-pub mod engine;
-pub mod exec;
-pub mod fsutil;
 pub mod outliers;
 pub mod prelude;
-pub mod progress;
-pub mod report;
-pub mod scene;
 pub mod sweep;
 pub mod timeline;
 
+pub use hetsched_exec as exec;
 pub use hetsched_import as import;
 pub use hetsched_import::limits;
+pub use hetsched_runtime::{backends, engine, fsutil, progress, report, scene};
 pub use hetsched_systems as systems;

@@ -24,7 +24,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::error::KernelError;
-use crate::import::{ColumnSource, LayerTensor};
+use hetsched_import::{ColumnSource, LayerTensor};
 
 /// How one activation is quantized.
 #[derive(Clone, Debug, PartialEq)]

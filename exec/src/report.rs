@@ -4,8 +4,8 @@ use serde::Serialize;
 
 use super::shadow::ShadowReport;
 use super::{ActivationBytes, ExecModel, PrefillResult};
-use crate::import::{GgufTokenizer, top_k};
-use crate::report::RunReport;
+use hetsched_import::{GgufTokenizer, top_k};
+use hetsched_runtime::report::RunReport;
 
 /// One candidate next token.
 #[derive(Debug, Clone, Serialize)]

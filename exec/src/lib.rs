@@ -8,8 +8,8 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
-//! use hetsched::import::{GgufFile, GgufTokenizer};
+//! use hetsched_exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
+//! use hetsched_import::{GgufFile, GgufTokenizer};
 //!
 //! let file = GgufFile::open("models/SmolLM2-135M-Instruct.Q4_1.gguf")?;
 //! let tokens = GgufTokenizer::from_gguf(&file)?.encode("The capital of France is")?;
@@ -76,8 +76,8 @@ pub use steps::Step;
 pub use values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS};
 pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights, ShadowSetup};
 
-use crate::engine::{self, RunOutcome};
-use crate::scene::Scene;
+use hetsched_runtime::engine::{self, RunOutcome};
+use hetsched_runtime::scene::Scene;
 
 /// The shipped scene whose device profile describes this kind of host: float work on
 /// the CPU lane, INT8 linears on the emulated-NPU lane.

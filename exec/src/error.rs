@@ -6,8 +6,8 @@ use thiserror::Error;
 
 use super::calibration::CalibrationError;
 use super::steps::Step;
-use crate::engine::EngineError;
-use crate::import::{ImportError, LayerTensor};
+use hetsched_import::{ImportError, LayerTensor};
+use hetsched_runtime::engine::EngineError;
 
 /// A real prefill's failure: bad input, a plan the executor cannot run, or a queue that
 /// failed a job.

@@ -405,7 +405,7 @@ fn guarded<T>(call: &'static str, f: impl FnOnce() -> T) -> Result<T, BackendFau
 }
 
 /// The text of a panic payload (`panic!` gives a `&str` or a `String`).
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<String>()
         .cloned()

@@ -27,7 +27,7 @@ use super::steps::projection_tensor;
 use super::values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS, clip_limit};
 use super::weights::{ExecModel, LinearPrecision};
 use super::{ExecError, PrefillOptions, prefill};
-use crate::progress::{Progress, Silent};
+use hetsched_runtime::progress::{Progress, Silent};
 
 /// Histogram bins per octave of |x| (for the percentile scale): 1/16 octave, a 4.4%
 /// step, finer than the INT8 grid's own relative step near its top.

@@ -8,7 +8,7 @@ use hetsched_systems::op::{NormSite, OpRole, Projection};
 use hetsched_systems::shadow::ShadowSite;
 
 use super::error::ExecError;
-use crate::import::LayerTensor;
+use hetsched_import::LayerTensor;
 
 /// The weight tensor of projection `p` in the model file.
 pub fn projection_tensor(p: Projection) -> LayerTensor {

@@ -26,7 +26,7 @@ use hetsched_gpu::{AttentionShape, Elem, GpuBatch, GpuContext, GpuMatrix, GpuTim
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::resources::Job;
 
-use crate::import::LlamaConfig;
+use hetsched_import::LlamaConfig;
 use parking_lot::Mutex;
 
 use super::ActivationBytes;

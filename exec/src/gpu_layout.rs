@@ -229,7 +229,7 @@ mod tests {
     use hetsched_systems::testing::{tiny_device, tiny_model};
 
     use super::*;
-    use crate::exec::steps::Step;
+    use crate::steps::Step;
 
     #[test]
     fn the_ffn_reuses_the_attention_blocks_bytes_and_carried_values_never_share() {

@@ -15,8 +15,8 @@ use hetsched_systems::shadow::ShadowSite;
 
 use super::shadow::{PrunedScale, QuantRule};
 use super::weights::ExecModel;
-use crate::import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
-use crate::limits;
+use hetsched_import::limits;
+use hetsched_import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
 
 /// The calibration file format this build reads and writes.
 pub const CALIBRATION_VERSION: u32 = 3;
@@ -429,12 +429,14 @@ impl Calibration {
 
     /// Reads the calibration at `path`.
     pub fn load(path: &Path) -> Result<Self, CalibrationError> {
-        let text = crate::limits::read_text(path, crate::limits::MAX_CALIBRATION_BYTES).map_err(
-            |source| CalibrationError::Read {
-                path: path.to_owned(),
-                source,
-            },
-        )?;
+        let text = hetsched_import::limits::read_text(
+            path,
+            hetsched_import::limits::MAX_CALIBRATION_BYTES,
+        )
+        .map_err(|source| CalibrationError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         Self::parse(&text, path)
     }
 
@@ -544,7 +546,7 @@ impl Calibration {
     /// Writes this calibration to `path` (pretty JSON), whole or not at all.
     pub fn save(&self, path: &Path) -> Result<(), CalibrationError> {
         let text = serde_json::to_string_pretty(self).expect("a calibration always serialises");
-        crate::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| {
+        hetsched_runtime::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| {
             CalibrationError::Write {
                 path: path.to_owned(),
                 source,

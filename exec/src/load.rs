@@ -9,11 +9,11 @@ use thiserror::Error;
 use super::calibration::Calibration;
 use super::error::ExecError;
 use super::weights::{ExecModel, LinearPrecision};
-use crate::import::{
+use hetsched_import::{
     ColumnSource, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor,
     LlamaConfig, LlamaSource,
 };
-use crate::progress::Progress;
+use hetsched_runtime::progress::Progress;
 
 /// Why a model could not be loaded; each names the file at fault.
 #[derive(Debug, Error)]

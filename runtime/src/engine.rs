@@ -16,7 +16,7 @@ use crate::backends::{Backend, BackendError, sim::SimBackend};
 
 mod guard;
 
-pub(crate) use guard::panic_message;
+pub use guard::panic_message;
 pub use guard::{BackendFault, Deadline, EngineOptions};
 
 /// Why a run stopped before every subgraph was done.

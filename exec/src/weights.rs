@@ -17,7 +17,7 @@ use super::shadow::{
 };
 use super::steps::projection_tensor;
 use super::values::SHADOW_CLIP_RMS;
-use crate::import::{
+use hetsched_import::{
     ColumnSource, GgufFile, GgufSource, ImportError, LayerTensor, LlamaConfig, LlamaSource,
 };
 

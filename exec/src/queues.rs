@@ -17,8 +17,8 @@ use hetsched_systems::resources::{Completion, Job};
 use thiserror::Error;
 
 use super::error::ExecError;
-use crate::backends::{Backend, BackendError};
-use crate::engine::panic_message;
+use hetsched_runtime::backends::{Backend, BackendError};
+use hetsched_runtime::engine::panic_message;
 
 /// Why a job's work failed. The queue reports it as the job's [`BackendError`] reason.
 #[derive(Debug, Error)]

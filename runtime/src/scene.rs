@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use crate::limits::{self, LimitError};
+use hetsched_import::limits::{self, LimitError};
 
 /// The scene `hetsched simulate` runs when none is given.
 pub const DEFAULT_SCENE: &str = "qwen1.5-1.8b-xiaomi14";
@@ -27,71 +27,71 @@ pub const DEFAULT_SCENE: &str = "qwen1.5-1.8b-xiaomi14";
 const EMBEDDED: &[(&str, &str)] = &[
     (
         "qwen1.5-1.8b-xiaomi14.toml",
-        include_str!("../scenes/qwen1.5-1.8b-xiaomi14.toml"),
+        include_str!("../../scenes/qwen1.5-1.8b-xiaomi14.toml"),
     ),
     (
         "gemma-2b-xiaomi14.toml",
-        include_str!("../scenes/gemma-2b-xiaomi14.toml"),
+        include_str!("../../scenes/gemma-2b-xiaomi14.toml"),
     ),
     (
         "llama-2-7b-xiaomi14.toml",
-        include_str!("../scenes/llama-2-7b-xiaomi14.toml"),
+        include_str!("../../scenes/llama-2-7b-xiaomi14.toml"),
     ),
     (
         "qwen1.5-1.8b-k60pro.toml",
-        include_str!("../scenes/qwen1.5-1.8b-k60pro.toml"),
+        include_str!("../../scenes/qwen1.5-1.8b-k60pro.toml"),
     ),
     (
         "gemma-2b-k60pro.toml",
-        include_str!("../scenes/gemma-2b-k60pro.toml"),
+        include_str!("../../scenes/gemma-2b-k60pro.toml"),
     ),
     (
         "llama-2-7b-k60pro.toml",
-        include_str!("../scenes/llama-2-7b-k60pro.toml"),
+        include_str!("../../scenes/llama-2-7b-k60pro.toml"),
     ),
     (
         "qwen1.5-1.8b-xiaomi14-gpu.toml",
-        include_str!("../scenes/qwen1.5-1.8b-xiaomi14-gpu.toml"),
+        include_str!("../../scenes/qwen1.5-1.8b-xiaomi14-gpu.toml"),
     ),
     (
         "llama-2-7b-xiaomi14-gpu.toml",
-        include_str!("../scenes/llama-2-7b-xiaomi14-gpu.toml"),
+        include_str!("../../scenes/llama-2-7b-xiaomi14-gpu.toml"),
     ),
     (
         "smollm2-135m-desktop.toml",
-        include_str!("../scenes/smollm2-135m-desktop.toml"),
+        include_str!("../../scenes/smollm2-135m-desktop.toml"),
     ),
     (
         "devices/xiaomi14.toml",
-        include_str!("../scenes/devices/xiaomi14.toml"),
+        include_str!("../../scenes/devices/xiaomi14.toml"),
     ),
     (
         "devices/xiaomi14-gpu.toml",
-        include_str!("../scenes/devices/xiaomi14-gpu.toml"),
+        include_str!("../../scenes/devices/xiaomi14-gpu.toml"),
     ),
     (
         "devices/k60pro.toml",
-        include_str!("../scenes/devices/k60pro.toml"),
+        include_str!("../../scenes/devices/k60pro.toml"),
     ),
     (
         "devices/desktop.toml",
-        include_str!("../scenes/devices/desktop.toml"),
+        include_str!("../../scenes/devices/desktop.toml"),
     ),
     (
         "models/qwen1.5-1.8b.toml",
-        include_str!("../scenes/models/qwen1.5-1.8b.toml"),
+        include_str!("../../scenes/models/qwen1.5-1.8b.toml"),
     ),
     (
         "models/gemma-2b.toml",
-        include_str!("../scenes/models/gemma-2b.toml"),
+        include_str!("../../scenes/models/gemma-2b.toml"),
     ),
     (
         "models/llama-2-7b.toml",
-        include_str!("../scenes/models/llama-2-7b.toml"),
+        include_str!("../../scenes/models/llama-2-7b.toml"),
     ),
     (
         "models/smollm2-135m.toml",
-        include_str!("../scenes/models/smollm2-135m.toml"),
+        include_str!("../../scenes/models/smollm2-135m.toml"),
     ),
 ];
 

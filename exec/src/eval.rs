@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::shadow::{ShadowReport, ShadowUsage};
 use super::{ExecError, ExecModel, PrefillOptions, prefill};
-use crate::progress::{Progress, Silent};
+use hetsched_runtime::progress::{Progress, Silent};
 
 /// What `hetsched eval --json` prints.
 #[derive(Debug, Clone, Serialize, PartialEq)]

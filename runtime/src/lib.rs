@@ -1,0 +1,16 @@
+//! The runtime core of hetsched, below real execution and the facade: the [`engine`] tick
+//! loop (with its guard: no backend reaches the scheduler unchecked), the queue
+//! [`backends`] contract and the simulated queues, [`scene`] files, the run [`report`],
+//! [`progress`] reporting and atomic file writes ([`fsutil`]).
+//!
+//! Use it through the `hetsched` crate, which re-exports every module here under the
+//! same name (`hetsched_runtime::engine`, `hetsched_runtime::scene`, ...).
+
+pub mod backends;
+pub mod engine;
+pub mod fsutil;
+pub mod progress;
+pub mod report;
+pub mod scene;
+
+pub use hetsched_import::limits;
