@@ -37,7 +37,7 @@ use memmap2::Mmap;
 
 pub use dtype::GgmlType;
 pub use metadata::{Metadata, MetadataArray, MetadataValue, ValueType};
-use reader::Reader;
+use reader::{RawTensorInfo, Reader};
 pub use view::TensorView;
 
 use super::error::{ImportError, Result};
@@ -118,54 +118,9 @@ impl GgufHeader {
         }
         let n_tensors = r.u64()?;
         let n_kv = r.u64()?;
-        // A key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes.
-        let n_kv = r.check_count_max(
-            "metadata key/value count",
-            n_kv,
-            13,
-            crate::limits::MAX_METADATA_ENTRIES,
-        )?;
-        let mut metadata = Metadata::default();
-        for _ in 0..n_kv {
-            let key = r.string()?;
-            let ty = r.value_type()?;
-            let value = r.value(ty, 0)?;
-            if let Some(key) = metadata.insert(key, value) {
-                return Err(ImportError::DuplicateKey(key));
-            }
-        }
-        let alignment = match metadata.get("general.alignment") {
-            None => DEFAULT_ALIGNMENT,
-            Some(v) => {
-                let a = v.as_u64().ok_or_else(|| ImportError::WrongKeyType {
-                    key: "general.alignment".into(),
-                    expected: "an unsigned integer",
-                    found: v.describe(),
-                })?;
-                if !a.is_power_of_two() {
-                    return Err(ImportError::BadAlignment(a));
-                }
-                a
-            }
-        };
-
-        // A tensor info takes at least 8 (name) + 4 + 8 (one dim) + 4 + 8 bytes.
-        let n_tensors =
-            r.check_count_max("tensor count", n_tensors, 32, crate::limits::MAX_TENSORS)?;
-        let mut raw = Vec::with_capacity(n_tensors);
-        for _ in 0..n_tensors {
-            let name = r.string()?;
-            let n_dims = r.u32()?;
-            let n_dims = r.check_count("tensor dimension count", n_dims.into(), 8)?;
-            let mut dims = Vec::with_capacity(n_dims);
-            for _ in 0..n_dims {
-                dims.push(r.u64()?);
-            }
-            let ty = r.u32()?;
-            let offset = r.u64()?;
-            raw.push((name, dims, ty, offset));
-        }
-
+        let metadata = r.metadata(n_kv)?;
+        let alignment = alignment(&metadata)?;
+        let raw = r.raw_tensor_infos(n_tensors)?;
         let header_end = r.pos as u64;
         let data_offset = header_end
             .checked_next_multiple_of(alignment)
@@ -179,23 +134,7 @@ impl GgufHeader {
             });
         }
 
-        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(raw.len());
-        let mut names = std::collections::HashSet::with_capacity(raw.len());
-        for (name, dims, ty_id, offset) in raw {
-            if !names.insert(name.clone()) {
-                return Err(ImportError::DuplicateTensor(name));
-            }
-            let info = tensor_info(
-                name,
-                dims,
-                ty_id,
-                offset,
-                alignment,
-                data_offset,
-                bytes.len(),
-            )?;
-            tensors.push(info);
-        }
+        let tensors = tensor_infos(raw, alignment, data_offset, bytes.len())?;
         check_layout(
             &tensors,
             alignment,
@@ -209,6 +148,43 @@ impl GgufHeader {
             data_offset,
         })
     }
+}
+
+/// `general.alignment`, or the default: a power of two either way.
+fn alignment(metadata: &Metadata) -> Result<u64> {
+    Ok(match metadata.get("general.alignment") {
+        None => DEFAULT_ALIGNMENT,
+        Some(v) => {
+            let a = v.as_u64().ok_or_else(|| ImportError::WrongKeyType {
+                key: "general.alignment".into(),
+                expected: "an unsigned integer",
+                found: v.describe(),
+            })?;
+            if !a.is_power_of_two() {
+                return Err(ImportError::BadAlignment(a));
+            }
+            a
+        }
+    })
+}
+
+/// Each raw tensor info checked and sized against the data section; names must be unique.
+fn tensor_infos(
+    raw: Vec<RawTensorInfo>,
+    alignment: u64,
+    data_offset: usize,
+    file_len: usize,
+) -> Result<Vec<TensorInfo>> {
+    let mut tensors: Vec<TensorInfo> = Vec::with_capacity(raw.len());
+    let mut names = std::collections::HashSet::with_capacity(raw.len());
+    for (name, dims, ty_id, offset) in raw {
+        if !names.insert(name.clone()) {
+            return Err(ImportError::DuplicateTensor(name));
+        }
+        let info = tensor_info(name, dims, ty_id, offset, alignment, data_offset, file_len)?;
+        tensors.push(info);
+    }
+    Ok(tensors)
 }
 
 /// Checks that the tensors tile the data section: no two share bytes, and each one's size

@@ -1,8 +1,11 @@
 //! The bounds-checked cursor [`GgufHeader::parse`](super::GgufHeader::parse) reads with.
 
 use super::MAX_ARRAY_NESTING;
-use super::metadata::{MetadataArray, MetadataValue, ValueType};
+use super::metadata::{Metadata, MetadataArray, MetadataValue, ValueType};
 use crate::error::{ImportError, Result};
+
+/// A tensor info as stored: name, dims (innermost first), ggml type id, offset.
+pub(super) type RawTensorInfo = (String, Vec<u64>, u32, u64);
 
 /// Bounds-checked little-endian cursor; every overrun is [`ImportError::Truncated`].
 pub(super) struct Reader<'a> {
@@ -139,5 +142,47 @@ impl<'a> Reader<'a> {
                 V::Array(MetadataArray { elem_type, values })
             }
         })
+    }
+
+    /// The `n_kv` metadata key/value pairs; a key given twice is refused.
+    pub(super) fn metadata(&mut self, n_kv: u64) -> Result<Metadata> {
+        // A key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes.
+        let n_kv = self.check_count_max(
+            "metadata key/value count",
+            n_kv,
+            13,
+            crate::limits::MAX_METADATA_ENTRIES,
+        )?;
+        let mut metadata = Metadata::default();
+        for _ in 0..n_kv {
+            let key = self.string()?;
+            let ty = self.value_type()?;
+            let value = self.value(ty, 0)?;
+            if let Some(key) = metadata.insert(key, value) {
+                return Err(ImportError::DuplicateKey(key));
+            }
+        }
+        Ok(metadata)
+    }
+
+    /// The `n_tensors` tensor infos as stored, before any check of their contents.
+    pub(super) fn raw_tensor_infos(&mut self, n_tensors: u64) -> Result<Vec<RawTensorInfo>> {
+        // A tensor info takes at least 8 (name) + 4 + 8 (one dim) + 4 + 8 bytes.
+        let n_tensors =
+            self.check_count_max("tensor count", n_tensors, 32, crate::limits::MAX_TENSORS)?;
+        let mut raw = Vec::with_capacity(n_tensors);
+        for _ in 0..n_tensors {
+            let name = self.string()?;
+            let n_dims = self.u32()?;
+            let n_dims = self.check_count("tensor dimension count", n_dims.into(), 8)?;
+            let mut dims = Vec::with_capacity(n_dims);
+            for _ in 0..n_dims {
+                dims.push(self.u64()?);
+            }
+            let ty = self.u32()?;
+            let offset = self.u64()?;
+            raw.push((name, dims, ty, offset));
+        }
+        Ok(raw)
     }
 }
