@@ -83,77 +83,7 @@ pub fn to_svg(title: &str, calibration: &Calibration) -> String {
     let layers = stats.iter().map(|st| st.layer).max().unwrap_or(0).max(1) as f64;
     for (p, (label, value)) in panels.iter().enumerate() {
         let top = TOP + p as f64 * (PANEL_HEIGHT + GAP);
-        let bottom = top + PANEL_HEIGHT;
-        let plot_w = WIDTH - LEFT - RIGHT;
-        let x = |layer: usize| LEFT + layer as f64 / layers * plot_w;
-        let y = |v: f64| bottom - v.clamp(0.0, 1.0) * (PANEL_HEIGHT - 20.0);
-        let _ = writeln!(
-            s,
-            r##"<text x="{LEFT}" y="{}">{}</text><line x1="{LEFT}" y1="{bottom}" x2="{}" y2="{bottom}" stroke="#333"/><line x1="{LEFT}" y1="{}" x2="{LEFT}" y2="{bottom}" stroke="#333"/>"##,
-            top + 6.0,
-            escape(label),
-            LEFT + plot_w,
-            top + 12.0
-        );
-        for tick in [0.0, 0.25, 0.5, 0.75, 1.0] {
-            let _ = writeln!(
-                s,
-                r##"<text x="{}" y="{}" text-anchor="end">{:.0}%</text><line x1="{LEFT}" y1="{y0}" x2="{}" y2="{y0}" stroke="#ddd"/>"##,
-                LEFT - 6.0,
-                y(tick) + 4.0,
-                100.0 * tick,
-                LEFT + plot_w,
-                y0 = y(tick)
-            );
-        }
-        for layer in (0..=layers as usize).step_by(5) {
-            let _ = writeln!(
-                s,
-                r#"<text x="{}" y="{}" text-anchor="middle">{layer}</text>"#,
-                x(layer),
-                bottom + 16.0
-            );
-        }
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle">layer</text>"#,
-            LEFT + plot_w / 2.0,
-            bottom + 32.0
-        );
-        for (i, site) in ShadowSite::ALL.into_iter().enumerate() {
-            let points: Vec<&OutlierStats> = stats.iter().filter(|st| st.site == site).collect();
-            let path: Vec<String> = points
-                .iter()
-                .map(|st| format!("{:.1},{:.1}", x(st.layer), y(value(st))))
-                .collect();
-            let _ = writeln!(
-                s,
-                r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>"#,
-                path.join(" "),
-                COLORS[i]
-            );
-            for st in &points {
-                let fill = if st.keep { COLORS[i] } else { "white" };
-                let _ = writeln!(
-                    s,
-                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{fill}" stroke="{}"/>"#,
-                    x(st.layer),
-                    y(value(st)),
-                    COLORS[i]
-                );
-            }
-            let ly = top + 20.0 + 18.0 * i as f64;
-            let _ = writeln!(
-                s,
-                r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
-                WIDTH - RIGHT + 34.0,
-                COLORS[i],
-                WIDTH - RIGHT + 40.0,
-                ly + 4.0,
-                site.as_str(),
-                lx = WIDTH - RIGHT + 14.0
-            );
-        }
+        panel_svg(&mut s, top, label, *value, &stats, layers);
     }
     let _ = writeln!(
         s,
@@ -163,4 +93,101 @@ pub fn to_svg(title: &str, calibration: &Calibration) -> String {
     );
     s.push_str("</svg>\n");
     s
+}
+
+/// One panel at `top`: title, axes with their ticks, then one line per site of `value`.
+fn panel_svg(
+    s: &mut String,
+    top: f64,
+    label: &str,
+    value: Statistic,
+    stats: &[OutlierStats],
+    layers: f64,
+) {
+    let bottom = top + PANEL_HEIGHT;
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let x = |layer: usize| LEFT + layer as f64 / layers * plot_w;
+    let y = |v: f64| bottom - v.clamp(0.0, 1.0) * (PANEL_HEIGHT - 20.0);
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="{}">{}</text><line x1="{LEFT}" y1="{bottom}" x2="{}" y2="{bottom}" stroke="#333"/><line x1="{LEFT}" y1="{}" x2="{LEFT}" y2="{bottom}" stroke="#333"/>"##,
+        top + 6.0,
+        escape(label),
+        LEFT + plot_w,
+        top + 12.0
+    );
+    for tick in [0.0, 0.25, 0.5, 0.75, 1.0] {
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" text-anchor="end">{:.0}%</text><line x1="{LEFT}" y1="{y0}" x2="{}" y2="{y0}" stroke="#ddd"/>"##,
+            LEFT - 6.0,
+            y(tick) + 4.0,
+            100.0 * tick,
+            LEFT + plot_w,
+            y0 = y(tick)
+        );
+    }
+    for layer in (0..=layers as usize).step_by(5) {
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{layer}</text>"#,
+            x(layer),
+            bottom + 16.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">layer</text>"#,
+        LEFT + plot_w / 2.0,
+        bottom + 32.0
+    );
+    for (i, site) in ShadowSite::ALL.into_iter().enumerate() {
+        site_svg(s, top, i, site, stats, &|st| (x(st.layer), y(value(st))));
+    }
+}
+
+/// One site's line and points in a panel (hollow where the shadow is pruned), and its legend
+/// entry; `at` maps a site's statistics to the point's panel coordinates.
+fn site_svg(
+    s: &mut String,
+    top: f64,
+    i: usize,
+    site: ShadowSite,
+    stats: &[OutlierStats],
+    at: &impl Fn(&OutlierStats) -> (f64, f64),
+) {
+    let points: Vec<&OutlierStats> = stats.iter().filter(|st| st.site == site).collect();
+    let path: Vec<String> = points
+        .iter()
+        .map(|st| {
+            let (px, py) = at(st);
+            format!("{px:.1},{py:.1}")
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>"#,
+        path.join(" "),
+        COLORS[i]
+    );
+    for st in &points {
+        let fill = if st.keep { COLORS[i] } else { "white" };
+        let (px, py) = at(st);
+        let _ = writeln!(
+            s,
+            r#"<circle cx="{px:.1}" cy="{py:.1}" r="3" fill="{fill}" stroke="{}"/>"#,
+            COLORS[i]
+        );
+    }
+    let ly = top + 20.0 + 18.0 * i as f64;
+    let _ = writeln!(
+        s,
+        r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
+        WIDTH - RIGHT + 34.0,
+        COLORS[i],
+        WIDTH - RIGHT + 40.0,
+        ly + 4.0,
+        site.as_str(),
+        lx = WIDTH - RIGHT + 14.0
+    );
 }

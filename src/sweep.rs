@@ -137,38 +137,52 @@ fn panel_svg(s: &mut String, top: f64, prompt: u32, rows: &[&CompareRow], polici
         );
     }
     for (i, policy) in policies.iter().enumerate() {
-        let colour = PALETTE[i % PALETTE.len()];
-        let mut points: Vec<&&CompareRow> = rows.iter().filter(|r| r.policy == *policy).collect();
-        points.sort_by_key(|r| r.chunk_len);
-        let path: Vec<String> = points
-            .iter()
-            .map(|r| format!("{:.1},{:.1}", x(r.chunk_len), y(r.prefill_tokens_per_s)))
-            .collect();
+        series_svg(s, top, i, policy, rows, &x, &y);
+    }
+}
+
+/// One policy's line, its points (with a hover title) and its legend entry; `x` and `y` map
+/// a chunk length and a tokens/s value to panel coordinates.
+fn series_svg(
+    s: &mut String,
+    top: f64,
+    i: usize,
+    policy: &str,
+    rows: &[&CompareRow],
+    x: &impl Fn(u32) -> f64,
+    y: &impl Fn(f64) -> f64,
+) {
+    let colour = PALETTE[i % PALETTE.len()];
+    let mut points: Vec<&&CompareRow> = rows.iter().filter(|r| r.policy == *policy).collect();
+    points.sort_by_key(|r| r.chunk_len);
+    let path: Vec<String> = points
+        .iter()
+        .map(|r| format!("{:.1},{:.1}", x(r.chunk_len), y(r.prefill_tokens_per_s)))
+        .collect();
+    let _ = writeln!(
+        s,
+        r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
+        path.join(" ")
+    );
+    for r in &points {
         let _ = writeln!(
             s,
-            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
-            path.join(" ")
-        );
-        for r in &points {
-            let _ = writeln!(
-                s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"><title>{} chunk {}: {:.0} tok/s</title></circle>"#,
-                x(r.chunk_len),
-                y(r.prefill_tokens_per_s),
-                escape(policy),
-                r.chunk_len,
-                r.prefill_tokens_per_s
-            );
-        }
-        let ly = top + 30.0 + 18.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<rect x="{:.1}" y="{:.1}" width="14" height="4" fill="{colour}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            WIDTH - RIGHT + 16.0,
-            ly - 4.0,
-            WIDTH - RIGHT + 36.0,
-            ly,
-            escape(policy)
+            r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"><title>{} chunk {}: {:.0} tok/s</title></circle>"#,
+            x(r.chunk_len),
+            y(r.prefill_tokens_per_s),
+            escape(policy),
+            r.chunk_len,
+            r.prefill_tokens_per_s
         );
     }
+    let ly = top + 30.0 + 18.0 * i as f64;
+    let _ = writeln!(
+        s,
+        r#"<rect x="{:.1}" y="{:.1}" width="14" height="4" fill="{colour}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+        WIDTH - RIGHT + 16.0,
+        ly - 4.0,
+        WIDTH - RIGHT + 36.0,
+        ly,
+        escape(policy)
+    );
 }

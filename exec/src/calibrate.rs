@@ -290,32 +290,8 @@ pub fn calibrate_with_progress(
     options: &CalibrateOptions,
     progress: &mut dyn Progress,
 ) -> Result<Calibration, ExecError> {
-    if model.precision != LinearPrecision::F32 {
-        return Err(ExecError::InvalidEval(
-            "calibration records the float model's activations: load it with f32 precision".into(),
-        ));
-    }
-    if options.ctx == 0 {
-        return Err(ExecError::InvalidEval(
-            "--ctx 0 makes empty windows: use at least 1 token per window".into(),
-        ));
-    }
-    if !valid_pruned_clip(options.pruned_clip_rms) {
-        return Err(ExecError::InvalidEval(format!(
-            "--pruned-clip-rms {} is not a clip: give a finite number of RMS of at least 1, e.g. {PRUNED_CLIP_RMS}",
-            options.pruned_clip_rms
-        )));
-    }
-    let windows: Vec<&[u32]> = corpus
-        .iter()
-        .flat_map(|(_, tokens)| tokens.chunks(options.ctx))
-        .take(options.max_windows)
-        .collect();
-    if windows.is_empty() {
-        return Err(ExecError::InvalidEval(
-            "the corpus has no tokens: give --corpus files with text".into(),
-        ));
-    }
+    check_options(model, options)?;
+    let windows = corpus_windows(corpus, options)?;
     let sensitivity_windows = if shadow.is_some() {
         options.sensitivity_windows.min(windows.len())
     } else {
@@ -377,6 +353,45 @@ pub fn calibrate_with_progress(
     progress.finish();
     calibration.prune(options.prune)?;
     Ok(calibration)
+}
+
+/// Refuses, before any prefill, a model or options that cannot make a calibration.
+fn check_options(model: &ExecModel, options: &CalibrateOptions) -> Result<(), ExecError> {
+    if model.precision != LinearPrecision::F32 {
+        return Err(ExecError::InvalidEval(
+            "calibration records the float model's activations: load it with f32 precision".into(),
+        ));
+    }
+    if options.ctx == 0 {
+        return Err(ExecError::InvalidEval(
+            "--ctx 0 makes empty windows: use at least 1 token per window".into(),
+        ));
+    }
+    if !valid_pruned_clip(options.pruned_clip_rms) {
+        return Err(ExecError::InvalidEval(format!(
+            "--pruned-clip-rms {} is not a clip: give a finite number of RMS of at least 1, e.g. {PRUNED_CLIP_RMS}",
+            options.pruned_clip_rms
+        )));
+    }
+    Ok(())
+}
+
+/// The corpus cut into windows of `options.ctx` tokens, at most `options.max_windows`.
+fn corpus_windows<'a>(
+    corpus: &'a [(String, Vec<u32>)],
+    options: &CalibrateOptions,
+) -> Result<Vec<&'a [u32]>, ExecError> {
+    let windows: Vec<&[u32]> = corpus
+        .iter()
+        .flat_map(|(_, tokens)| tokens.chunks(options.ctx))
+        .take(options.max_windows)
+        .collect();
+    if windows.is_empty() {
+        return Err(ExecError::InvalidEval(
+            "the corpus has no tokens: give --corpus files with text".into(),
+        ));
+    }
+    Ok(windows)
 }
 
 /// `[tokens, vocab]` logits as log-probabilities per position.

@@ -26,6 +26,8 @@
 
 pub mod dtype;
 pub mod metadata;
+mod reader;
+mod view;
 pub mod writer;
 
 use std::fmt;
@@ -35,8 +37,10 @@ use memmap2::Mmap;
 
 pub use dtype::GgmlType;
 pub use metadata::{Metadata, MetadataArray, MetadataValue, ValueType};
+use reader::{RawTensorInfo, Reader};
+pub use view::TensorView;
 
-use super::error::{ImportError, Result, finite_weights};
+use super::error::{ImportError, Result};
 
 /// The magic bytes at offset 0.
 pub const MAGIC: [u8; 4] = *b"GGUF";
@@ -90,139 +94,6 @@ pub struct GgufHeader {
     pub data_offset: usize,
 }
 
-/// Bounds-checked little-endian cursor; every overrun is [`ImportError::Truncated`].
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
-    }
-
-    fn take(&mut self, n: u64) -> Result<&'a [u8]> {
-        let truncated = ImportError::Truncated {
-            offset: self.pos,
-            needed: n,
-            len: self.bytes.len(),
-        };
-        let n = usize::try_from(n).map_err(|_| truncated)?;
-        if n > self.remaining() {
-            return Err(ImportError::Truncated {
-                offset: self.pos,
-                needed: n as u64,
-                len: self.bytes.len(),
-            });
-        }
-        let s = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let s = self.take(N as u64)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-
-    fn string(&mut self) -> Result<String> {
-        let len = self.u64()?;
-        let offset = self.pos;
-        let bytes = self.take(len)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_owned)
-            .map_err(|_| ImportError::InvalidUtf8 { offset })
-    }
-
-    /// Checks that `count` items of at least `min_size` bytes each fit in the rest.
-    fn check_count(&self, what: &'static str, count: u64, min_size: usize) -> Result<usize> {
-        let fits = (self.remaining() / min_size.max(1)) as u64;
-        if count > fits {
-            return Err(ImportError::AbsurdCount {
-                what,
-                count,
-                offset: self.pos,
-                remaining: self.remaining(),
-            });
-        }
-        Ok(count as usize)
-    }
-
-    /// [`Self::check_count`], and `count` at most `max`: items the parser holds as
-    /// larger values than their bytes (a one-byte array element becomes a whole
-    /// `MetadataValue`) must be bounded before the vector holding them is reserved.
-    fn check_count_max(
-        &self,
-        what: &'static str,
-        count: u64,
-        min_size: usize,
-        max: u64,
-    ) -> Result<usize> {
-        let count = self.check_count(what, count, min_size)?;
-        crate::limits::check(what, count as u64, max)?;
-        Ok(count)
-    }
-
-    fn value_type(&mut self) -> Result<ValueType> {
-        let offset = self.pos;
-        let ty = self.u32()?;
-        ValueType::from_id(ty).ok_or(ImportError::UnknownValueType { ty, offset })
-    }
-
-    fn value(&mut self, ty: ValueType, depth: usize) -> Result<MetadataValue> {
-        use MetadataValue as V;
-        Ok(match ty {
-            ValueType::U8 => V::U8(self.array::<1>()?[0]),
-            ValueType::I8 => V::I8(i8::from_le_bytes(self.array()?)),
-            ValueType::U16 => V::U16(u16::from_le_bytes(self.array()?)),
-            ValueType::I16 => V::I16(i16::from_le_bytes(self.array()?)),
-            ValueType::U32 => V::U32(self.u32()?),
-            ValueType::I32 => V::I32(i32::from_le_bytes(self.array()?)),
-            ValueType::F32 => V::F32(f32::from_le_bytes(self.array()?)),
-            ValueType::U64 => V::U64(self.u64()?),
-            ValueType::I64 => V::I64(i64::from_le_bytes(self.array()?)),
-            ValueType::F64 => V::F64(f64::from_le_bytes(self.array()?)),
-            ValueType::Bool => {
-                let offset = self.pos;
-                match self.array::<1>()?[0] {
-                    0 => V::Bool(false),
-                    1 => V::Bool(true),
-                    value => return Err(ImportError::InvalidBool { value, offset }),
-                }
-            }
-            ValueType::String => V::String(self.string()?),
-            ValueType::Array => {
-                if depth >= MAX_ARRAY_NESTING {
-                    return Err(ImportError::NestingTooDeep { offset: self.pos });
-                }
-                let elem_type = self.value_type()?;
-                let len = self.u64()?;
-                let len = self.check_count_max(
-                    "array length",
-                    len,
-                    elem_type.min_size(),
-                    crate::limits::MAX_METADATA_ARRAY,
-                )?;
-                let mut values = Vec::with_capacity(len);
-                for _ in 0..len {
-                    values.push(self.value(elem_type, depth + 1)?);
-                }
-                V::Array(MetadataArray { elem_type, values })
-            }
-        })
-    }
-}
-
 impl GgufHeader {
     /// Parses and validates the header of the GGUF file `bytes`.
     ///
@@ -247,54 +118,9 @@ impl GgufHeader {
         }
         let n_tensors = r.u64()?;
         let n_kv = r.u64()?;
-        // A key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes.
-        let n_kv = r.check_count_max(
-            "metadata key/value count",
-            n_kv,
-            13,
-            crate::limits::MAX_METADATA_ENTRIES,
-        )?;
-        let mut metadata = Metadata::default();
-        for _ in 0..n_kv {
-            let key = r.string()?;
-            let ty = r.value_type()?;
-            let value = r.value(ty, 0)?;
-            if let Some(key) = metadata.insert(key, value) {
-                return Err(ImportError::DuplicateKey(key));
-            }
-        }
-        let alignment = match metadata.get("general.alignment") {
-            None => DEFAULT_ALIGNMENT,
-            Some(v) => {
-                let a = v.as_u64().ok_or_else(|| ImportError::WrongKeyType {
-                    key: "general.alignment".into(),
-                    expected: "an unsigned integer",
-                    found: v.describe(),
-                })?;
-                if !a.is_power_of_two() {
-                    return Err(ImportError::BadAlignment(a));
-                }
-                a
-            }
-        };
-
-        // A tensor info takes at least 8 (name) + 4 + 8 (one dim) + 4 + 8 bytes.
-        let n_tensors =
-            r.check_count_max("tensor count", n_tensors, 32, crate::limits::MAX_TENSORS)?;
-        let mut raw = Vec::with_capacity(n_tensors);
-        for _ in 0..n_tensors {
-            let name = r.string()?;
-            let n_dims = r.u32()?;
-            let n_dims = r.check_count("tensor dimension count", n_dims.into(), 8)?;
-            let mut dims = Vec::with_capacity(n_dims);
-            for _ in 0..n_dims {
-                dims.push(r.u64()?);
-            }
-            let ty = r.u32()?;
-            let offset = r.u64()?;
-            raw.push((name, dims, ty, offset));
-        }
-
+        let metadata = r.metadata(n_kv)?;
+        let alignment = alignment(&metadata)?;
+        let raw = r.raw_tensor_infos(n_tensors)?;
         let header_end = r.pos as u64;
         let data_offset = header_end
             .checked_next_multiple_of(alignment)
@@ -308,23 +134,7 @@ impl GgufHeader {
             });
         }
 
-        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(raw.len());
-        let mut names = std::collections::HashSet::with_capacity(raw.len());
-        for (name, dims, ty_id, offset) in raw {
-            if !names.insert(name.clone()) {
-                return Err(ImportError::DuplicateTensor(name));
-            }
-            let info = tensor_info(
-                name,
-                dims,
-                ty_id,
-                offset,
-                alignment,
-                data_offset,
-                bytes.len(),
-            )?;
-            tensors.push(info);
-        }
+        let tensors = tensor_infos(raw, alignment, data_offset, bytes.len())?;
         check_layout(
             &tensors,
             alignment,
@@ -338,6 +148,43 @@ impl GgufHeader {
             data_offset,
         })
     }
+}
+
+/// `general.alignment`, or the default: a power of two either way.
+fn alignment(metadata: &Metadata) -> Result<u64> {
+    Ok(match metadata.get("general.alignment") {
+        None => DEFAULT_ALIGNMENT,
+        Some(v) => {
+            let a = v.as_u64().ok_or_else(|| ImportError::WrongKeyType {
+                key: "general.alignment".into(),
+                expected: "an unsigned integer",
+                found: v.describe(),
+            })?;
+            if !a.is_power_of_two() {
+                return Err(ImportError::BadAlignment(a));
+            }
+            a
+        }
+    })
+}
+
+/// Each raw tensor info checked and sized against the data section; names must be unique.
+fn tensor_infos(
+    raw: Vec<RawTensorInfo>,
+    alignment: u64,
+    data_offset: usize,
+    file_len: usize,
+) -> Result<Vec<TensorInfo>> {
+    let mut tensors: Vec<TensorInfo> = Vec::with_capacity(raw.len());
+    let mut names = std::collections::HashSet::with_capacity(raw.len());
+    for (name, dims, ty_id, offset) in raw {
+        if !names.insert(name.clone()) {
+            return Err(ImportError::DuplicateTensor(name));
+        }
+        let info = tensor_info(name, dims, ty_id, offset, alignment, data_offset, file_len)?;
+        tensors.push(info);
+    }
+    Ok(tensors)
 }
 
 /// Checks that the tensors tile the data section: no two share bytes, and each one's size
@@ -551,125 +398,5 @@ impl GgufFile {
     pub fn require_tensor(&self, name: &str) -> Result<TensorView<'_>> {
         self.tensor(name)
             .ok_or_else(|| ImportError::MissingTensor(name.to_owned()))
-    }
-}
-
-/// A tensor's info and its bytes, borrowed from the file.
-#[derive(Clone, Copy, Debug)]
-pub struct TensorView<'a> {
-    /// Name, dims, type, offset.
-    pub info: &'a TensorInfo,
-    /// The raw bytes (`info.n_bytes` of them), borrowed from the file.
-    pub data: &'a [u8],
-}
-
-impl TensorView<'_> {
-    /// The tensor's name.
-    pub fn name(&self) -> &str {
-        &self.info.name
-    }
-
-    /// Shape outermost first (see [`TensorInfo::shape`]).
-    pub fn shape(&self) -> Vec<usize> {
-        self.info.shape()
-    }
-
-    /// Dequantizes the whole tensor to f32, row-major in [`Self::shape`]
-    /// (which is also the stored element order).
-    pub fn to_f32(&self) -> Result<Vec<f32>> {
-        self.check_supported()?;
-        let mut out = vec![0f32; self.info.n_elements];
-        self.dequantize_into(self.data, &mut out)?;
-        finite_weights(&self.info.name, out)
-    }
-
-    /// Dequantizes rows `rows` of the tensor seen as a matrix
-    /// `[n_elements / dims[0], dims[0]]` (e.g. a few token embeddings) into
-    /// a row-major `[rows.len(), dims[0]]` vector.
-    pub fn rows_f32(&self, rows: std::ops::Range<usize>) -> Result<Vec<f32>> {
-        let cols = self.info.dims[0] as usize;
-        let n_rows = self.info.n_elements.checked_div(cols).unwrap_or(0);
-        if rows.start > rows.end || rows.end > n_rows {
-            return Err(ImportError::InvalidConfig(format!(
-                "rows {rows:?} out of range for tensor {:?} with {n_rows} rows",
-                self.info.name
-            )));
-        }
-        self.check_supported()?;
-        let row_bytes = self.info.n_bytes.checked_div(n_rows).unwrap_or(0);
-        let bytes = &self.data[rows.start * row_bytes..rows.end * row_bytes];
-        let mut out = vec![0f32; rows.len() * cols];
-        self.dequantize_into(bytes, &mut out)?;
-        finite_weights(&self.info.name, out)
-    }
-
-    /// Dequantizes column `column` of the tensor seen as a matrix
-    /// `[n_elements / dims[0], dims[0]]`: one element per row, decoded alone from
-    /// the block that holds it (an outlier shadow reads one input channel's
-    /// weights this way, on demand, from the memory map).
-    pub fn column_f32(&self, column: usize) -> Result<Vec<f32>> {
-        let cols = self.info.dims[0] as usize;
-        if column >= cols {
-            return Err(ImportError::InvalidConfig(format!(
-                "column {column} out of range for tensor {:?} with {cols} columns",
-                self.info.name
-            )));
-        }
-        self.check_supported()?;
-        let n_rows = self.info.n_elements / cols;
-        let block = self.info.ty.block_size() as usize;
-        let block_bytes = self.info.ty.type_size() as usize;
-        // GGUF rows are whole blocks (checked when the header was parsed).
-        let row_bytes = cols / block * block_bytes;
-        let at = column / block * block_bytes;
-        let cannot = || {
-            ImportError::InvalidConfig(format!(
-                "tensor {:?}: cannot decode column {column} of its {:?} blocks",
-                self.info.name, self.info.ty
-            ))
-        };
-        // The type, the block length and the index in the block are the same for every
-        // row: checked once here, on the first row.
-        let first = self.data.get(at..at + block_bytes).ok_or_else(cannot)?;
-        dtype::dequantize_element(self.info.ty, first, column % block).ok_or_else(cannot)?;
-        let column: Vec<f32> = (0..n_rows)
-            .map(|row| {
-                let start = row * row_bytes + at;
-                dtype::decode_element(
-                    self.info.ty,
-                    &self.data[start..start + block_bytes],
-                    column % block,
-                )
-                .ok_or_else(cannot)
-            })
-            .collect::<Result<_>>()?;
-        finite_weights(&self.info.name, column)
-    }
-
-    fn check_supported(&self) -> Result<()> {
-        if self.info.ty.is_supported() {
-            Ok(())
-        } else {
-            Err(ImportError::UnsupportedTensorType {
-                name: self.info.name.clone(),
-                ty: self.info.ty,
-            })
-        }
-    }
-
-    fn dequantize_into(&self, bytes: &[u8], out: &mut [f32]) -> Result<()> {
-        self.check_supported()?;
-        // Lengths agree by construction (parse checked the sizes).
-        if dtype::dequantize(self.info.ty, bytes, out) {
-            Ok(())
-        } else {
-            Err(ImportError::InvalidConfig(format!(
-                "tensor {:?}: {} bytes do not hold {} {:?} elements",
-                self.info.name,
-                bytes.len(),
-                out.len(),
-                self.info.ty
-            )))
-        }
     }
 }

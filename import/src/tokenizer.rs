@@ -113,24 +113,7 @@ impl GgufTokenizer {
     /// Builds the tokenizer from `tokenizer.ggml.*` metadata (see the module
     /// docs for what is read and supported).
     pub fn from_metadata(md: &Metadata) -> Result<Self> {
-        let model = md.require_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(ImportError::UnsupportedTokenizer(format!(
-                "tokenizer.ggml.model = {model:?} (supported: \"gpt2\", byte-level BPE)"
-            )));
-        }
-        let pre = md.get_str("tokenizer.ggml.pre")?;
-        let digits_first = match pre {
-            None | Some("default") => false,
-            Some(p) if GPT2_ONLY.contains(&p) => false,
-            Some(p) if DIGITS_FIRST.contains(&p) => true,
-            Some(p) => {
-                return Err(ImportError::UnsupportedTokenizer(format!(
-                    "tokenizer.ggml.pre = {p:?} (supported: {}, default)",
-                    [GPT2_ONLY, DIGITS_FIRST].concat().join(", ")
-                )));
-            }
-        };
+        let digits_first = splits_digits(md)?;
         let tokens = md
             .get_str_array("tokenizer.ggml.tokens")?
             .ok_or_else(|| ImportError::MissingKey("tokenizer.ggml.tokens".into()))?;
@@ -152,44 +135,8 @@ impl GgufTokenizer {
             return Err(ImportError::InvalidConfig("more than 2^32 tokens".into()));
         }
 
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| ((*t).to_owned(), i as u32))
-            .collect();
-        let mut merge_pairs = Vec::with_capacity(merges.len());
-        for m in &merges {
-            // Split at the first space after the first character (a merge's
-            // left part is never empty, but may itself be a space).
-            let first_len = m.chars().next().map_or(0, char::len_utf8);
-            let Some(pos) = m[first_len..].find(' ').map(|p| p + first_len) else {
-                return Err(ImportError::Tokenizer(format!(
-                    "merge {m:?} has no space separating its two parts"
-                )));
-            };
-            merge_pairs.push((m[..pos].to_owned(), m[pos + 1..].to_owned()));
-        }
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merge_pairs)
-            .build()
-            .map_err(tok_err)?;
-
-        let add_prefix_space = md
-            .get_bool("tokenizer.ggml.add_space_prefix")?
-            .unwrap_or(false);
-        let byte_level = ByteLevel::new(add_prefix_space, false, true);
-        let pre_tokenizer: PreTokenizerWrapper = if digits_first {
-            let digits = Split::new(
-                SplitPattern::Regex(r"\p{N}".into()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(tok_err)?;
-            Sequence::new(vec![digits.into(), byte_level.into()]).into()
-        } else {
-            byte_level.into()
-        };
-
+        let bpe = bpe(&tokens, &merges)?;
+        let pre_tokenizer = pre_tokenizer(md, digits_first)?;
         let mut tokenizer = Tokenizer::new(bpe);
         tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
         tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
@@ -278,4 +225,71 @@ impl GgufTokenizer {
     pub fn inner(&self) -> &Tokenizer {
         &self.tokenizer
     }
+}
+
+/// Refuses a tokenizer model other than byte-level BPE, and tells from
+/// `tokenizer.ggml.pre` whether digits are split off one by one before BPE.
+fn splits_digits(md: &Metadata) -> Result<bool> {
+    let model = md.require_str("tokenizer.ggml.model")?;
+    if model != "gpt2" {
+        return Err(ImportError::UnsupportedTokenizer(format!(
+            "tokenizer.ggml.model = {model:?} (supported: \"gpt2\", byte-level BPE)"
+        )));
+    }
+    let pre = md.get_str("tokenizer.ggml.pre")?;
+    Ok(match pre {
+        None | Some("default") => false,
+        Some(p) if GPT2_ONLY.contains(&p) => false,
+        Some(p) if DIGITS_FIRST.contains(&p) => true,
+        Some(p) => {
+            return Err(ImportError::UnsupportedTokenizer(format!(
+                "tokenizer.ggml.pre = {p:?} (supported: {}, default)",
+                [GPT2_ONLY, DIGITS_FIRST].concat().join(", ")
+            )));
+        }
+    })
+}
+
+/// The BPE model from the token list and the `left right` merge strings.
+fn bpe(tokens: &[&str], merges: &[&str]) -> Result<BPE> {
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ((*t).to_owned(), i as u32))
+        .collect();
+    let mut merge_pairs = Vec::with_capacity(merges.len());
+    for m in merges {
+        // Split at the first space after the first character (a merge's
+        // left part is never empty, but may itself be a space).
+        let first_len = m.chars().next().map_or(0, char::len_utf8);
+        let Some(pos) = m[first_len..].find(' ').map(|p| p + first_len) else {
+            return Err(ImportError::Tokenizer(format!(
+                "merge {m:?} has no space separating its two parts"
+            )));
+        };
+        merge_pairs.push((m[..pos].to_owned(), m[pos + 1..].to_owned()));
+    }
+    BPE::builder()
+        .vocab_and_merges(vocab, merge_pairs)
+        .build()
+        .map_err(tok_err)
+}
+
+/// Byte-level pre-tokenization, behind a one-digit split where `digits_first`.
+fn pre_tokenizer(md: &Metadata, digits_first: bool) -> Result<PreTokenizerWrapper> {
+    let add_prefix_space = md
+        .get_bool("tokenizer.ggml.add_space_prefix")?
+        .unwrap_or(false);
+    let byte_level = ByteLevel::new(add_prefix_space, false, true);
+    Ok(if digits_first {
+        let digits = Split::new(
+            SplitPattern::Regex(r"\p{N}".into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(tok_err)?;
+        Sequence::new(vec![digits.into(), byte_level.into()]).into()
+    } else {
+        byte_level.into()
+    })
 }

@@ -250,6 +250,32 @@ impl RunReport {
     /// A short readable summary.
     pub fn summary(&self) -> String {
         let mut s = String::new();
+        self.write_workload(&mut s);
+        for p in &self.processors {
+            let _ = writeln!(
+                s,
+                "  {:<10} {:<4} busy {:>10.2} ms  utilization {:>5.1}%  {} subgraphs",
+                p.name,
+                p.kind,
+                p.busy_ms,
+                100.0 * p.utilization,
+                p.subgraphs
+            );
+        }
+        let _ = writeln!(
+            s,
+            "scheduler  {} ticks, median {:.2} us per tick, {:.4}% of the simulated makespan",
+            self.ticks,
+            self.scheduler_us_per_tick,
+            100.0 * self.scheduler_overhead_ratio
+        );
+        self.write_memory(&mut s);
+        self.write_shadow(&mut s);
+        s
+    }
+
+    /// The summary's head: what ran, how long it took and how close that is to the bound.
+    fn write_workload(&self, s: &mut String) {
         let _ = writeln!(s, "scene      {}", self.scene);
         let _ = writeln!(s, "model      {} on {}", self.model, self.device);
         let _ = writeln!(
@@ -279,24 +305,10 @@ impl RunReport {
             self.critical_path_ms,
             self.ratio_to_lower_bound
         );
-        for p in &self.processors {
-            let _ = writeln!(
-                s,
-                "  {:<10} {:<4} busy {:>10.2} ms  utilization {:>5.1}%  {} subgraphs",
-                p.name,
-                p.kind,
-                p.busy_ms,
-                100.0 * p.utilization,
-                p.subgraphs
-            );
-        }
-        let _ = writeln!(
-            s,
-            "scheduler  {} ticks, median {:.2} us per tick, {:.4}% of the simulated makespan",
-            self.ticks,
-            self.scheduler_us_per_tick,
-            100.0 * self.scheduler_overhead_ratio
-        );
+    }
+
+    /// One line per memory region, then what chunk-sharing saved over per-chunk graphs.
+    fn write_memory(&self, s: &mut String) {
         for m in &self.memory {
             let _ = writeln!(
                 s,
@@ -319,6 +331,10 @@ impl RunReport {
             100.0 * c.saving,
             c.saved_bytes as f64 / 1e9
         );
+    }
+
+    /// The outlier-shadow and NPU-bubble lines, each only where the run has it.
+    fn write_shadow(&self, s: &mut String) {
         if let Some(sh) = &self.shadow {
             let _ = writeln!(
                 s,
@@ -345,7 +361,6 @@ impl RunReport {
                 100.0 * rate
             );
         }
-        s
     }
 }
 

@@ -82,6 +82,18 @@ pub fn to_svg(trace: &Trace) -> String {
         r#"<text x="{LEFT}" y="24" font-size="15" font-weight="bold">{}</text>"#,
         escape(&trace.title)
     );
+    lanes_svg(&mut svg, trace, plot);
+    for s in &trace.slices {
+        slice_svg(&mut svg, s, &x);
+    }
+    axis_svg(&mut svg, span_ns, plot, axis_y);
+    legend_svg(&mut svg, trace, chunks, legend_y);
+    svg.push_str("\n</svg>\n");
+    svg
+}
+
+/// One grey background bar per lane, named by its processor and kind.
+fn lanes_svg(svg: &mut String, trace: &Trace, plot: f64) {
     for (lane, l) in trace.lanes.iter().enumerate() {
         let y = TOP + lane as f64 * (LANE_HEIGHT + LANE_GAP);
         let _ = writeln!(
@@ -97,28 +109,35 @@ pub fn to_svg(trace: &Trace) -> String {
             r##"<rect x="{LEFT}" y="{y:.1}" width="{plot:.1}" height="{LANE_HEIGHT}" fill="#e6e6e6"/>"##
         );
     }
-    for s in &trace.slices {
-        let y = TOP + s.lane as f64 * (LANE_HEIGHT + LANE_GAP);
-        let (x0, x1) = (x(s.start_ns), x(s.end_ns));
-        let colour = PALETTE[s.key.chunk as usize % PALETTE.len()];
-        // An outlier shadow is drawn as a short outlined bar, to tell it from the float
-        // work around it.
-        let (y, height, stroke) = if s.shadow {
-            (y + SHADOW_INSET, LANE_HEIGHT - SHADOW_INSET, "#222")
-        } else {
-            (y, LANE_HEIGHT, "white")
-        };
-        let _ = writeln!(
-            svg,
-            r##"<rect x="{x0:.2}" y="{y:.1}" width="{:.2}" height="{height:.1}" fill="{colour}" stroke="{stroke}" stroke-width="0.3"><title>{} chunk {} stage {}: {:.3}-{:.3} ms</title></rect>"##,
-            (x1 - x0).max(0.2),
-            escape(&s.template),
-            s.key.chunk,
-            s.key.stage,
-            s.start_ns as f64 / 1e6,
-            s.end_ns as f64 / 1e6
-        );
-    }
+}
+
+/// One slice as a bar in its lane, coloured by chunk, with a hover title; `x` maps a time
+/// to the plot's x.
+fn slice_svg(svg: &mut String, s: &super::Slice, x: &impl Fn(u64) -> f64) {
+    let y = TOP + s.lane as f64 * (LANE_HEIGHT + LANE_GAP);
+    let (x0, x1) = (x(s.start_ns), x(s.end_ns));
+    let colour = PALETTE[s.key.chunk as usize % PALETTE.len()];
+    // An outlier shadow is drawn as a short outlined bar, to tell it from the float
+    // work around it.
+    let (y, height, stroke) = if s.shadow {
+        (y + SHADOW_INSET, LANE_HEIGHT - SHADOW_INSET, "#222")
+    } else {
+        (y, LANE_HEIGHT, "white")
+    };
+    let _ = writeln!(
+        svg,
+        r##"<rect x="{x0:.2}" y="{y:.1}" width="{:.2}" height="{height:.1}" fill="{colour}" stroke="{stroke}" stroke-width="0.3"><title>{} chunk {} stage {}: {:.3}-{:.3} ms</title></rect>"##,
+        (x1 - x0).max(0.2),
+        escape(&s.template),
+        s.key.chunk,
+        s.key.stage,
+        s.start_ns as f64 / 1e6,
+        s.end_ns as f64 / 1e6
+    );
+}
+
+/// The time axis under the lanes, with ticks at a round step in milliseconds.
+fn axis_svg(svg: &mut String, span_ns: f64, plot: f64, axis_y: f64) {
     let span_ms = span_ns / 1e6;
     let step = tick_step_ms(span_ms);
     let _ = writeln!(
@@ -144,6 +163,10 @@ pub fn to_svg(trace: &Trace) -> String {
         LEFT + plot,
         axis_y + 32.0
     );
+}
+
+/// The legend: idle, one swatch per chunk colour, the shadow bar where the trace has one.
+fn legend_svg(svg: &mut String, trace: &Trace, chunks: u32, legend_y: f64) {
     let _ = write!(
         svg,
         r##"<rect x="{LEFT}" y="{:.1}" width="14" height="14" fill="#e6e6e6"/><text x="{:.1}" y="{:.1}">idle</text>"##,
@@ -179,8 +202,6 @@ pub fn to_svg(trace: &Trace) -> String {
             PALETTE.len()
         );
     }
-    svg.push_str("\n</svg>\n");
-    svg
 }
 
 fn format_ms(value: f64, step: f64) -> String {

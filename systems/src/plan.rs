@@ -129,44 +129,8 @@ impl PrefillPlan {
         if device.processors.len() == 1 {
             stages = merge_for_one_processor(stages);
         }
-        if workload.prompt_len == 0 {
-            return Err(PlanError::InvalidWorkload(
-                "prompt length is 0; give at least one token".into(),
-            ));
-        }
-        if workload.chunk_len == 0 {
-            return Err(PlanError::InvalidWorkload(
-                "chunk length is 0; give at least one token".into(),
-            ));
-        }
-        if workload.prompt_len > model.context {
-            return Err(PlanError::InvalidWorkload(format!(
-                "prompt of {} tokens is longer than {}'s context of {} tokens; shorten the prompt",
-                workload.prompt_len, model.name, model.context
-            )));
-        }
-        let float_processor = float_processor(&device, &workload)?;
-        // Without an NPU the linears fall back to the CPU, and on a GPU-only device (every
-        // tensor resident there) to the GPU.
-        let int8_processor = device
-            .first_of(ProcessorKind::Npu)
-            .or_else(|| device.first_of(ProcessorKind::Cpu))
-            .or_else(|| device.first_of(ProcessorKind::Gpu))
-            .ok_or_else(|| PlanError::NoProcessor("linear (NPU, CPU or GPU)".into()))?;
-        let stage_lanes = stages
-            .iter()
-            .map(|s| {
-                let default = match s.class {
-                    // Seed 000 runs the shadow on the CPU, beside float work on the GPU.
-                    _ if s.is_shadow() => device
-                        .first_of(ProcessorKind::Cpu)
-                        .unwrap_or(float_processor),
-                    ExecClass::Float => float_processor,
-                    ExecClass::Int8 => int8_processor,
-                };
-                placement.lanes(&device, s, default)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        check_workload(&model, &workload)?;
+        let stage_lanes = stage_lanes(&device, &workload, &stages, &placement)?;
         let stage_processor = stage_lanes.iter().map(|lanes| lanes[0]).collect();
         let chunks = workload.prompt_len.div_ceil(workload.chunk_len);
         let successor_stages = successor_stages(&stages);
@@ -199,36 +163,43 @@ impl PrefillPlan {
         // checked before costs, so a prompt far too large is refused, not priced.
         plan.memory_profile = MemoryProfile::new(&plan);
         plan.memory_profile.check_feasible()?;
-        plan.lane_cost_ns = plan.model_costs()?;
-        let lanes = plan.lanes();
-        let mut mean_cost_ns = vec![0; plan.id_space()];
-        let mut cost_ns = vec![0; plan.id_space()];
-        let mut min_cost_ns = vec![0; plan.id_space()];
-        for key in plan.instances() {
-            let id = plan.id(key);
-            let costs: Vec<u64> = plan
+        plan.price()?;
+        Ok(plan)
+    }
+
+    /// Prices every instance on its eligible lanes, then the levels, ranks and the lower
+    /// bound that the policies and the report read.
+    fn price(&mut self) -> Result<(), PlanError> {
+        self.lane_cost_ns = self.model_costs()?;
+        let lanes = self.lanes();
+        let mut mean_cost_ns = vec![0; self.id_space()];
+        let mut cost_ns = vec![0; self.id_space()];
+        let mut min_cost_ns = vec![0; self.id_space()];
+        for key in self.instances() {
+            let id = self.id(key);
+            let costs: Vec<u64> = self
                 .eligible(key)
                 .iter()
-                .map(|&l| plan.lane_cost_ns[id * lanes + l].map_or(0, NonZeroU64::get))
+                .map(|&l| self.lane_cost_ns[id * lanes + l].map_or(0, NonZeroU64::get))
                 .collect();
             cost_ns[id] = costs[0];
             min_cost_ns[id] = costs.iter().copied().min().unwrap_or(0);
             mean_cost_ns[id] = costs.iter().sum::<u64>() / costs.len() as u64;
         }
-        plan.cost_ns = cost_ns;
-        plan.min_cost_ns = min_cost_ns;
-        plan.top_level_ns = plan.top_levels();
-        plan.bottom_level_ns = plan.bottom_levels(&plan.min_cost_ns);
-        plan.upward_rank_ns = plan.bottom_levels(&mean_cost_ns);
-        plan.lower_bound = LowerBound {
-            busiest_processor_ns: load_bound_ns(&plan),
-            critical_path_ns: plan
+        self.cost_ns = cost_ns;
+        self.min_cost_ns = min_cost_ns;
+        self.top_level_ns = self.top_levels();
+        self.bottom_level_ns = self.bottom_levels(&self.min_cost_ns);
+        self.upward_rank_ns = self.bottom_levels(&mean_cost_ns);
+        self.lower_bound = LowerBound {
+            busiest_processor_ns: load_bound_ns(self),
+            critical_path_ns: self
                 .instances()
-                .map(|k| plan.bottom_level_ns(k))
+                .map(|k| self.bottom_level_ns(k))
                 .max()
                 .unwrap_or(0),
         };
-        Ok(plan)
+        Ok(())
     }
 
     /// Sets the memory budgets and alignment, refusing budgets that can never be met.
@@ -570,4 +541,57 @@ fn float_processor(device: &DeviceProfile, workload: &Workload) -> Result<usize,
             .or_else(|| device.first_of(ProcessorKind::Gpu))
             .ok_or_else(|| PlanError::NoProcessor("float (CPU or GPU)".into())),
     }
+}
+
+/// Refuses an empty prompt or chunk, and a prompt longer than the model's context.
+fn check_workload(model: &ModelConfig, workload: &Workload) -> Result<(), PlanError> {
+    if workload.prompt_len == 0 {
+        return Err(PlanError::InvalidWorkload(
+            "prompt length is 0; give at least one token".into(),
+        ));
+    }
+    if workload.chunk_len == 0 {
+        return Err(PlanError::InvalidWorkload(
+            "chunk length is 0; give at least one token".into(),
+        ));
+    }
+    if workload.prompt_len > model.context {
+        return Err(PlanError::InvalidWorkload(format!(
+            "prompt of {} tokens is longer than {}'s context of {} tokens; shorten the prompt",
+            workload.prompt_len, model.name, model.context
+        )));
+    }
+    Ok(())
+}
+
+/// Each stage's eligible lanes, its home lane first: the `[placement]` rule for the stage,
+/// else its default processor.
+fn stage_lanes(
+    device: &DeviceProfile,
+    workload: &Workload,
+    stages: &[StageTemplate],
+    placement: &PlacementConfig,
+) -> Result<Vec<Vec<usize>>, PlanError> {
+    let float_processor = float_processor(device, workload)?;
+    // Without an NPU the linears fall back to the CPU, and on a GPU-only device (every
+    // tensor resident there) to the GPU.
+    let int8_processor = device
+        .first_of(ProcessorKind::Npu)
+        .or_else(|| device.first_of(ProcessorKind::Cpu))
+        .or_else(|| device.first_of(ProcessorKind::Gpu))
+        .ok_or_else(|| PlanError::NoProcessor("linear (NPU, CPU or GPU)".into()))?;
+    stages
+        .iter()
+        .map(|s| {
+            let default = match s.class {
+                // Seed 000 runs the shadow on the CPU, beside float work on the GPU.
+                _ if s.is_shadow() => device
+                    .first_of(ProcessorKind::Cpu)
+                    .unwrap_or(float_processor),
+                ExecClass::Float => float_processor,
+                ExecClass::Int8 => int8_processor,
+            };
+            placement.lanes(device, s, default)
+        })
+        .collect()
 }

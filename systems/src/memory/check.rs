@@ -36,6 +36,28 @@ pub fn check_plan(buffers: &[Buffer], plan: &MemoryPlan, alignment: u64) -> Resu
             buffers.len()
         ));
     }
+    let peak = placements_peak(buffers, plan, &sizes, alignment)?;
+    if plan.peak_bytes != peak {
+        return Err(format!(
+            "plan says peak {} bytes, placements reach {peak}",
+            plan.peak_bytes
+        ));
+    }
+    let bound = lower_bound(buffers);
+    if peak < bound {
+        return Err(format!("peak {peak} is below the lower bound {bound}"));
+    }
+    check_overlaps(buffers, plan, &sizes)
+}
+
+/// Checks each placement's id and alignment, and returns the highest aligned end among
+/// them: the peak the plan must state.
+fn placements_peak(
+    buffers: &[Buffer],
+    plan: &MemoryPlan,
+    sizes: &[u64],
+    alignment: u64,
+) -> Result<u64, String> {
     let mut peak = 0u64;
     for (i, (b, p)) in buffers.iter().zip(&plan.placements).enumerate() {
         if p.id != b.id {
@@ -56,16 +78,11 @@ pub fn check_plan(buffers: &[Buffer], plan: &MemoryPlan, alignment: u64) -> Resu
             .ok_or_else(|| format!("buffer {} at offset {} overflows u64", b.id, p.offset))?;
         peak = peak.max(end);
     }
-    if plan.peak_bytes != peak {
-        return Err(format!(
-            "plan says peak {} bytes, placements reach {peak}",
-            plan.peak_bytes
-        ));
-    }
-    let bound = lower_bound(buffers);
-    if peak < bound {
-        return Err(format!("peak {peak} is below the lower bound {bound}"));
-    }
+    Ok(peak)
+}
+
+/// Checks that no two buffers live at the same time overlap in their aligned ranges.
+fn check_overlaps(buffers: &[Buffer], plan: &MemoryPlan, sizes: &[u64]) -> Result<(), String> {
     // Sweep by start; `live` holds the live non-empty ranges, disjoint if the plan is
     // valid, keyed by offset, so a new range need only be checked against its
     // neighbours.
