@@ -25,6 +25,23 @@ pub enum ExecError {
         /// What is wrong and what to give instead.
         message: String,
     },
+    /// A block's output held a NaN or an infinity: named by layer and block, so that the
+    /// run stops where the numbers broke, not with an answer computed from garbage.
+    #[error(
+        "layer {layer}'s {block} block produced a non-finite value ({value} at index {index}, chunk {chunk}): an activation overflowed; try `--precision f32`, or check that layer's weights"
+    )]
+    NonFiniteActivation {
+        /// Decoder layer.
+        layer: usize,
+        /// `attention` or `feed-forward`.
+        block: &'static str,
+        /// Chunk.
+        chunk: usize,
+        /// Index of the first non-finite value in the block's output (row-major).
+        index: usize,
+        /// Its value.
+        value: f32,
+    },
     /// The run produced NaN or infinite logits.
     #[error(
         "the prefill produced {count} non-finite logits (first: {value} at index {index}): an activation overflowed; try `--precision f32`, or check the model's weights"

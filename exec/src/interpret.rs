@@ -99,6 +99,8 @@ impl StageRunner {
             .ok_or_else(|| failed(format!("layer {layer} is not in the model")))
     }
 
+    /// Runs one compiled step of `layer` on chunk `chunk`'s values. Each arm is a call:
+    /// the steps that take more than a line own a method below.
     fn step(
         &self,
         kernels: &dyn FloatKernels,
@@ -107,156 +109,178 @@ impl StageRunner {
         chunk: usize,
         v: &mut ChunkValues,
     ) -> Result<(), ExecError> {
-        let m = &self.model;
-        let c = &m.config;
-        let positions = self.state.positions(chunk);
-        let rows = positions.len();
+        let missing = |value: &'static str| ExecError::missing(step, chunk, value);
         match step {
-            Step::Embed => {
-                v.x = Vec::with_capacity(rows * c.hidden);
-                for &id in &self.state.tokens[positions] {
-                    let row = id as usize;
-                    v.x.extend_from_slice(&m.token_embd[row * c.hidden..(row + 1) * c.hidden]);
-                }
-            }
-            Step::Norm(site) => {
-                let (weight, x, rows) = match site {
-                    NormSite::Attention => (&self.layer(layer)?.attn_norm, &v.x[..], rows),
-                    NormSite::Ffn => (&self.layer(layer)?.ffn_norm, &v.x[..], rows),
-                    // Prefill needs the last token's logits only (evaluation wants all).
-                    NormSite::Final if self.state.all_logits => (&m.output_norm, &v.x[..], rows),
-                    NormSite::Final => (&m.output_norm, &v.x[(rows - 1) * c.hidden..], 1),
-                };
-                let out = kernels.rms_norm(x, weight, c.norm_eps, rows, c.hidden);
-                v.normed = Some(out?);
-            }
+            Step::Embed => self.embed(chunk, v),
+            Step::Norm(site) => self.norm(kernels, site, layer, chunk, v)?,
             Step::QuantizeNormed(site) => {
-                let x = v
-                    .normed
-                    .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, "normed"))?;
+                let x = v.normed.take().ok_or_else(|| missing("normed"))?;
                 v.act = Some(self.quantize(layer, chunk, site, x));
             }
             Step::QuantizeAttention => {
-                let x = v
-                    .attn
-                    .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, "attention"))?;
+                let x = v.attn.take().ok_or_else(|| missing("attention"))?;
                 v.act = Some(self.quantize(layer, chunk, ShadowSite::O, x));
             }
-            Step::Linear(p) => {
-                let weights = self.weights(layer, p)?;
-                let act = v
-                    .act
-                    .as_ref()
-                    .ok_or_else(|| ExecError::missing(step, chunk, "activation"))?;
-                let out = linear(act, rows, weights)?;
-                match p {
-                    Projection::Q => v.q_raw = Some(out),
-                    Projection::K | Projection::V => self.keep_kv(layer, chunk, p, out),
-                    Projection::O => v.o_raw = Some(out),
-                    Projection::Gate => v.gate_raw = Some(out),
-                    Projection::Up => v.up_raw = Some(out),
-                    Projection::Down => v.down_raw = Some(out),
-                }
-            }
+            Step::Linear(p) => self.linear_step(p, layer, chunk, v, missing)?,
             Step::DequantizeQkv => {
                 let q = v
                     .q_raw
                     .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::Q.label()))?;
+                    .ok_or_else(|| missing(Projection::Q.label()))?;
                 let q = self.merged(chunk, Projection::Q, step, q)?;
                 v.q = Some(dequantize(q, self.layer(layer)?.projection(Projection::Q))?);
             }
             Step::Rope => {
-                let q =
-                    v.q.as_mut()
-                        .ok_or_else(|| ExecError::missing(step, chunk, "queries"))?;
-                kernels.rope(q, positions, c.n_heads)?;
+                let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
+                kernels.rope(q, self.state.positions(chunk), self.model.config.n_heads)?;
                 self.write_kv(layer, chunk)?;
             }
             Step::Attention => {
-                let q =
-                    v.q.take()
-                        .ok_or_else(|| ExecError::missing(step, chunk, "queries"))?;
+                let q = v.q.take().ok_or_else(|| missing("queries"))?;
                 v.attn = Some(self.attention(kernels, layer, chunk, &q)?);
             }
             Step::DequantizeO => {
                 let o = v
                     .o_raw
                     .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::O.label()))?;
+                    .ok_or_else(|| missing(Projection::O.label()))?;
                 let o = self.merged(chunk, Projection::O, step, o)?;
-                v.delta = Some(dequantize(o, self.layer(layer)?.projection(Projection::O))?);
+                let delta = dequantize(o, self.layer(layer)?.projection(Projection::O))?;
+                v.delta = Some(finite_block(delta, layer, "attention", chunk)?);
             }
             Step::DequantizeDown => {
                 // The carry at the start of layer l (or of the head) hands on layer l-1.
                 let prev = layer
                     .checked_sub(1)
-                    .ok_or_else(|| ExecError::missing(step, chunk, "a previous layer"))?;
+                    .ok_or_else(|| missing("a previous layer"))?;
                 let d = v
                     .down_raw
                     .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::Down.label()))?;
+                    .ok_or_else(|| missing(Projection::Down.label()))?;
                 let d = self.merged(chunk, Projection::Down, step, d)?;
-                v.delta = Some(dequantize(
-                    d,
-                    self.layer(prev)?.projection(Projection::Down),
-                )?);
+                let delta = dequantize(d, self.layer(prev)?.projection(Projection::Down))?;
+                v.delta = Some(finite_block(delta, prev, "feed-forward", chunk)?);
             }
             Step::Residual => {
-                let d = v
-                    .delta
-                    .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, "delta"))?;
+                let d = v.delta.take().ok_or_else(|| missing("delta"))?;
                 for (x, d) in v.x.iter_mut().zip(&d) {
                     *x += d;
                 }
             }
-            Step::SiluMul => {
-                let w = self.layer(layer)?;
-                let gate = v
-                    .gate_raw
-                    .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::Gate.label()))?;
-                let up = v
-                    .up_raw
-                    .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, Projection::Up.label()))?;
-                let gate = self.merged(chunk, Projection::Gate, step, gate)?;
-                let up = self.merged(chunk, Projection::Up, step, up)?;
-                let gate = dequantize(gate, w.projection(Projection::Gate))?;
-                let up = dequantize(up, w.projection(Projection::Up))?;
-                let mut h = vec![0f32; gate.len()];
-                silu_mul_fast(&gate, &up, &mut h);
-                v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
-            }
+            Step::SiluMul => self.silu_mul(step, layer, chunk, v, missing)?,
             Step::Shadow(site) => self.shadow(site, layer, chunk)?,
             Step::LmHead => {
-                let x = v
-                    .normed
-                    .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, "normed"))?;
-                let n = c.vocab_size;
-                let logits = if x.len() == c.hidden {
-                    // Split the vocabulary: one token's head is a matrix-vector product.
-                    let mut logits = vec![0f32; n];
-                    let cols = n.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
-                    logits
-                        .par_chunks_mut(cols)
-                        .enumerate()
-                        .for_each(|(i, out)| {
-                            let start = i * cols;
-                            matmul_f32_packed_cols(&x, 1, &m.output, start..start + out.len(), out);
-                        });
-                    logits
-                } else {
-                    matmul_rows(&x, &m.output)
-                };
-                *self.state.logits.lock() = Some(logits);
+                let x = v.normed.take().ok_or_else(|| missing("normed"))?;
+                *self.state.logits.lock() = Some(self.lm_head(&x));
             }
         }
         Ok(())
+    }
+
+    /// The chunk's token embeddings, as its residual stream.
+    fn embed(&self, chunk: usize, v: &mut ChunkValues) {
+        let (m, hidden) = (&self.model, self.model.config.hidden);
+        let positions = self.state.positions(chunk);
+        v.x = Vec::with_capacity(positions.len() * hidden);
+        for &id in &self.state.tokens[positions] {
+            let row = id as usize;
+            v.x.extend_from_slice(&m.token_embd[row * hidden..(row + 1) * hidden]);
+        }
+    }
+
+    /// RMS norm of the residual stream before attention, the FFN or the head.
+    fn norm(
+        &self,
+        kernels: &dyn FloatKernels,
+        site: NormSite,
+        layer: usize,
+        chunk: usize,
+        v: &mut ChunkValues,
+    ) -> Result<(), ExecError> {
+        let (m, c) = (&self.model, &self.model.config);
+        let rows = self.state.positions(chunk).len();
+        let (weight, x, rows) = match site {
+            NormSite::Attention => (&self.layer(layer)?.attn_norm, &v.x[..], rows),
+            NormSite::Ffn => (&self.layer(layer)?.ffn_norm, &v.x[..], rows),
+            // Prefill needs the last token's logits only (evaluation wants all).
+            NormSite::Final if self.state.all_logits => (&m.output_norm, &v.x[..], rows),
+            NormSite::Final => (&m.output_norm, &v.x[(rows - 1) * c.hidden..], 1),
+        };
+        v.normed = Some(kernels.rms_norm(x, weight, c.norm_eps, rows, c.hidden)?);
+        Ok(())
+    }
+
+    /// One INT8 or f32 linear of `layer` on the chunk's activation; K and V go to the
+    /// chunk's KV rows, the others to the chunk's values.
+    fn linear_step(
+        &self,
+        p: Projection,
+        layer: usize,
+        chunk: usize,
+        v: &mut ChunkValues,
+        missing: impl Fn(&'static str) -> ExecError,
+    ) -> Result<(), ExecError> {
+        let weights = self.weights(layer, p)?;
+        let act = v.act.as_ref().ok_or_else(|| missing("activation"))?;
+        let out = linear(act, self.state.positions(chunk).len(), weights)?;
+        match p {
+            Projection::Q => v.q_raw = Some(out),
+            Projection::K | Projection::V => self.keep_kv(layer, chunk, p, out),
+            Projection::O => v.o_raw = Some(out),
+            Projection::Gate => v.gate_raw = Some(out),
+            Projection::Up => v.up_raw = Some(out),
+            Projection::Down => v.down_raw = Some(out),
+        }
+        Ok(())
+    }
+
+    /// SiLU(gate) * up of `layer`, each merged with its shadow and dequantized, then
+    /// quantized for the down projection.
+    fn silu_mul(
+        &self,
+        step: Step,
+        layer: usize,
+        chunk: usize,
+        v: &mut ChunkValues,
+        missing: impl Fn(&'static str) -> ExecError,
+    ) -> Result<(), ExecError> {
+        let w = self.layer(layer)?;
+        let gate = v
+            .gate_raw
+            .take()
+            .ok_or_else(|| missing(Projection::Gate.label()))?;
+        let up = v
+            .up_raw
+            .take()
+            .ok_or_else(|| missing(Projection::Up.label()))?;
+        let gate = self.merged(chunk, Projection::Gate, step, gate)?;
+        let up = self.merged(chunk, Projection::Up, step, up)?;
+        let gate = dequantize(gate, w.projection(Projection::Gate))?;
+        let up = dequantize(up, w.projection(Projection::Up))?;
+        let mut h = vec![0f32; gate.len()];
+        silu_mul_fast(&gate, &up, &mut h);
+        v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
+        Ok(())
+    }
+
+    /// The head's logits for the normed rows `x` (one row: a matrix-vector product split
+    /// over the vocabulary; several: a matrix product).
+    fn lm_head(&self, x: &[f32]) -> Vec<f32> {
+        let m = &self.model;
+        if x.len() != m.config.hidden {
+            return matmul_rows(x, &m.output);
+        }
+        let n = m.config.vocab_size;
+        let mut logits = vec![0f32; n];
+        let cols = n.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
+        logits
+            .par_chunks_mut(cols)
+            .enumerate()
+            .for_each(|(i, out)| {
+                let start = i * cols;
+                matmul_f32_packed_cols(x, 1, &m.output, start..start + out.len(), out);
+            });
+        logits
     }
 
     /// The quantize operator of `site` in layer `layer`, after the calibration recorder
@@ -409,5 +433,28 @@ impl StageRunner {
         kernels
             .attention(q, &cache.k, &cache.v, &shape)
             .map_err(ExecError::from)
+    }
+}
+
+/// `delta`, the output of `layer`'s `block` for chunk `chunk`, if every value is finite.
+/// A NaN or infinity there (an overflow, or a non-finite weight that slipped through)
+/// would poison every later layer and end as an empty or plausible-looking answer; one
+/// pass over the block's output (rows x hidden, against the block's rows x hidden x ffn
+/// multiply-adds) names the layer where it first appears instead.
+fn finite_block(
+    delta: Vec<f32>,
+    layer: usize,
+    block: &'static str,
+    chunk: usize,
+) -> Result<Vec<f32>, ExecError> {
+    match delta.iter().position(|v| !v.is_finite()) {
+        None => Ok(delta),
+        Some(index) => Err(ExecError::NonFiniteActivation {
+            layer,
+            block,
+            chunk,
+            index,
+            value: delta[index],
+        }),
     }
 }
