@@ -104,7 +104,7 @@ impl GpuArena {
     /// be, and chained GEMMs read padding as zeros.
     ///
     /// # Errors
-    /// [`GpuError::Shape`] for a misaligned offset, padded rows, or a matrix past the end.
+    /// [`GpuError::Shape`](crate::GpuError::Shape) for a misaligned offset, padded rows, or a matrix past the end.
     pub fn matrix(&self, offset: u64, rows: usize, cols: usize, elem: Elem) -> Result<GpuMatrix> {
         let shape = |problem: String| crate::GpuError::Shape {
             op: "arena matrix",
@@ -298,7 +298,7 @@ impl GpuContext {
 
     /// A zero-filled device buffer of `bytes` that matrices share at planned offsets
     /// ([`GpuArena::matrix`]): one allocation for values whose lifetimes never overlap where
-    /// their bytes do. [`GpuError::BufferTooLarge`] past one binding's range.
+    /// their bytes do. [`GpuError::BufferTooLarge`](crate::GpuError::BufferTooLarge) past one binding's range.
     pub fn alloc_arena(&self, bytes: u64) -> Result<GpuArena> {
         let buf = self.alloc_words(bytes.div_ceil(4), "arena")?;
         let mut job = Job::new(self)?;

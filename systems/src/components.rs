@@ -3,7 +3,7 @@
 //! Pending (only [`RemainingDeps`] above 0) -> [`Ready`] -> [`Running`] -> [`Done`].
 //!
 //! What the systems do not read is not spawned: chunks, templates, tensors and memory
-//! regions live in the [`crate::plan::PrefillPlan`] and the [`crate::memory_dispatch::MemoryLedger`],
+//! regions live in the [`crate::plan::PrefillPlan`] and the memory ledger,
 //! which answer by dense index in O(1) (docs/architecture.md, "What the world holds").
 
 use bevy_ecs::prelude::Component;

@@ -4,7 +4,7 @@
 //! ([`graph`]); every (chunk, stage) is an entity ([`components`]). One tick of the
 //! [`scheduler_schedule`] runs the [`SchedulerSystems`] phases in order: collect
 //! completions (freeing dead tensors), resolve dependencies, dispatch by policy within
-//! each memory region's budget ([`memory_dispatch`]), record metrics.
+//! each memory region's budget (the memory ledger), record metrics.
 //!
 //! This crate never names a concrete queue: the engine feeds [`resources::Inbox`] and
 //! drains [`resources::Outbox`] (see [`resources`] for the contract).
@@ -33,37 +33,38 @@
 //! # Ok::<(), hetsched_systems::policy::UnknownPolicy>(())
 //! ```
 
-pub mod bound;
-pub mod collect;
+mod bound;
+mod collect;
 pub mod components;
-pub mod cost;
-pub mod device;
-pub mod dispatch;
-pub mod error;
+mod cost;
+mod device;
+mod dispatch;
+mod error;
 pub mod graph;
 pub mod memory;
-pub mod memory_dispatch;
-pub mod metrics;
+mod memory_dispatch;
+mod metrics;
 pub mod model;
 pub mod op;
 pub mod optimal;
-pub mod placement;
+mod placement;
 pub mod plan;
 pub mod policy;
-pub mod progress;
-pub mod resolve;
+mod progress;
+mod resolve;
 pub mod resources;
 pub mod shadow;
 pub mod testing;
-pub mod world;
+mod world;
 
 use bevy_ecs::prelude::{IntoScheduleConfigs, Messages, ResMut, Schedule, SystemSet};
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
-pub use device::{DeviceProfile, ProcessorKind, ProcessorSpec};
+pub use cost::{CostModel, MeasuredLatency, PeakRates};
+pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
 pub use error::PlanError;
 pub use model::{ModelConfig, Precision};
-pub use placement::PlacementConfig;
+pub use placement::{PlacementConfig, StageKind};
 pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};
 pub use policy::{DEFAULT_POLICY, Policy, PolicyRegistry};
 pub use progress::StageProgress;

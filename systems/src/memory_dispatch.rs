@@ -108,11 +108,6 @@ impl MemoryLedger {
         &self.live
     }
 
-    /// The most bytes live in each region so far, then in the whole device.
-    pub fn high_water(&self) -> &[u64] {
-        &self.high_water
-    }
-
     /// Whether budgets are large enough that memory never delays a job.
     pub fn unconstrained(&self) -> bool {
         self.unconstrained

@@ -43,7 +43,7 @@ pub struct InstanceKey {
 pub struct LowerBound {
     /// Load bound, in ns. With fixed placement: the busiest processor's work. With
     /// flexible placement: the best fractional spread of the work over each instance's
-    /// eligible processors (see [`crate::bound`]).
+    /// eligible processors (docs/policies.md, "The lower bound").
     pub busiest_processor_ns: u64,
     /// Longest dependency chain, each instance at its cheapest eligible processor, in ns.
     pub critical_path_ns: u64,

@@ -25,7 +25,7 @@ impl GpuContext {
     }
 
     /// Resident f32 GEMM: `out = a · wᵀ` with `a` `[m, k]`, `w` `[n, k]`, `out` `[m, n]`
-    /// (from [`GpuContext::alloc_matrix`] with [`Elem::F32`]). Returns the GPU time in ns
+    /// (from [`GpuContext::alloc_matrix`] with [`Elem::F32`](crate::Elem::F32)). Returns the GPU time in ns
     /// when the device has timestamps.
     pub fn matmul_f32_device(
         &self,

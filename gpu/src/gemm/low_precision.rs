@@ -10,7 +10,7 @@ use crate::error::Result;
 
 impl GpuContext {
     /// Resident f16 GEMM (f32 accumulation): `a` `[m, k]` and `w` `[n, k]` in
-    /// [`Elem::F16`], `out` `[m, n]` in [`Elem::F32`]. Returns the GPU time in ns.
+    /// [`Elem::F16`](crate::Elem::F16), `out` `[m, n]` in [`Elem::F32`](crate::Elem::F32). Returns the GPU time in ns.
     pub fn matmul_f16_device(
         &self,
         a: &GpuMatrix,
@@ -56,7 +56,7 @@ impl GpuContext {
     }
 
     /// Resident INT8 GEMM with i32 accumulation: `a` `[m, k]` and `w` `[n, k]` in
-    /// [`Elem::I8`], `out` `[m, n]` in [`Elem::I32`]. Exact (wrapping like the reference).
+    /// [`Elem::I8`](crate::Elem::I8), `out` `[m, n]` in [`Elem::I32`](crate::Elem::I32). Exact (wrapping like the reference).
     pub fn gemm_i8_device(
         &self,
         a: &GpuMatrix,
