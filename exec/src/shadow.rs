@@ -283,8 +283,8 @@ impl ShadowRows {
     fn cold_rows(
         &self,
         mut channels: BTreeSet<usize>,
-    ) -> Result<(BTreeMap<usize, Arc<[f32]>>, usize, usize), KernelError> {
-        let mut cold_rows: BTreeMap<usize, Arc<[f32]>> = BTreeMap::new();
+    ) -> Result<(RowsByChannel, usize, usize), KernelError> {
+        let mut cold_rows = RowsByChannel::new();
         {
             let kept = self.kept.read();
             channels.retain(|c| match kept.get(c) {
@@ -432,6 +432,9 @@ pub struct ShadowReport {
     /// `shadow_ms` over the prefill's wall time (0 where no wall time is known).
     pub prefill_share: f64,
 }
+
+/// Float weight rows by input channel.
+type RowsByChannel = BTreeMap<usize, Arc<[f32]>>;
 
 /// `outliers` index a `[rows, k]` activation and ascend (the shadow's blocks of output
 /// rows find their outliers by binary search).

@@ -139,8 +139,9 @@ impl GpuStageRunner {
         let w = self.layer(layer)?.linear(p);
         b.matmul_f32(t.matrix(act), w, t.projection_out(p))
             .map_err(gpu_err)?;
-        match p {
-            Projection::K | Projection::V => {
+        match Value::output_of(p) {
+            Some(v) => t.ready |= v.bit(),
+            None => {
                 let rows = &mut state.kv[layer][chunk];
                 let (mut k, mut v) = match *rows {
                     KvRows::Pending { k, v } => (k, v),
@@ -150,11 +151,6 @@ impl GpuStageRunner {
                 v |= p == Projection::V;
                 *rows = KvRows::Pending { k, v };
             }
-            Projection::Q => t.ready |= Value::Q.bit(),
-            Projection::O => t.ready |= Value::O.bit(),
-            Projection::Gate => t.ready |= Value::Gate.bit(),
-            Projection::Up => t.ready |= Value::Up.bit(),
-            Projection::Down => t.ready |= Value::Down.bit(),
         }
         Ok(())
     }

@@ -41,6 +41,18 @@ impl Value {
         }
     }
 
+    /// The chunk value projection `p` writes; keys and values go to the KV cache instead.
+    pub(super) fn output_of(p: Projection) -> Option<Value> {
+        match p {
+            Projection::Q => Some(Value::Q),
+            Projection::K | Projection::V => None,
+            Projection::O => Some(Value::O),
+            Projection::Gate => Some(Value::Gate),
+            Projection::Up => Some(Value::Up),
+            Projection::Down => Some(Value::Down),
+        }
+    }
+
     pub(super) fn bit(self) -> u16 {
         1 << self as u16
     }
@@ -106,14 +118,10 @@ impl ChunkTensors {
     }
 
     pub(super) fn projection_out(&self, p: Projection) -> &GpuMatrix {
-        match p {
-            Projection::Q => &self.q,
-            Projection::K => &self.k,
-            Projection::V => &self.v,
-            Projection::O => &self.o,
-            Projection::Gate => &self.gate,
-            Projection::Up => &self.up,
-            Projection::Down => &self.down,
+        match (p, Value::output_of(p)) {
+            (_, Some(v)) => self.matrix(v),
+            (Projection::K, None) => &self.k,
+            (_, None) => &self.v,
         }
     }
 }
