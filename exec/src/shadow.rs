@@ -234,12 +234,7 @@ impl ShadowRows {
     ) -> Result<Vec<f32>, KernelError> {
         let start = Instant::now();
         let (n, k) = (self.n, self.slots.len().max(1));
-        if let Some(&(i, _)) = outliers.iter().find(|&&(i, _)| i as usize / k >= rows) {
-            return Err(KernelError::OutlierOutside { index: i, rows, k });
-        }
-        if outliers.windows(2).any(|w| w[0].0 > w[1].0) {
-            return Err(KernelError::OutliersUnordered);
-        }
+        check_outliers(outliers, rows, k)?;
         let mut used_hot = vec![false; k];
         let mut cold_channels = BTreeSet::new();
         for &(i, _) in outliers {
@@ -251,35 +246,7 @@ impl ShadowRows {
                 _ => used_hot[c] = true,
             }
         }
-        let mut cold_rows: BTreeMap<usize, Arc<[f32]>> = BTreeMap::new();
-        {
-            let kept = self.kept.read();
-            cold_channels.retain(|c| match kept.get(c) {
-                Some(row) => {
-                    cold_rows.insert(*c, row.clone());
-                    false
-                }
-                None => true,
-            });
-        }
-        let kept_rows = cold_rows.len();
-        // Each cold row gathers one element from every output row of the memory map:
-        // latency-bound, so the reads are spread over the pool too.
-        let read: Vec<(usize, Arc<[f32]>)> = cold_channels
-            .into_par_iter()
-            .map(|c| Ok((c, Arc::from(self.read_cold(c)?))))
-            .collect::<Result<_, KernelError>>()?;
-        let misses = read.len();
-        if let Some(cold) = self.cold.as_ref().filter(|_| !read.is_empty()) {
-            let mut kept = self.kept.write();
-            for (c, row) in &read {
-                // Another chunk may have kept it meanwhile: count its bytes once.
-                if !kept.contains_key(c) && cold.cache.reserve((4 * row.len()) as u64) {
-                    kept.insert(*c, row.clone());
-                }
-            }
-        }
-        cold_rows.extend(read);
+        let (cold_rows, kept_rows, misses) = self.cold_rows(cold_channels)?;
         let row_of = |c: usize| -> &[f32] {
             match self.slots[c] {
                 COLD => &cold_rows[&c],
@@ -308,6 +275,45 @@ impl ShadowRows {
             start.elapsed().as_nanos() as u64,
         );
         Ok(y)
+    }
+
+    /// The rows of `channels` (all cold): those kept by an earlier chunk, then the rest read
+    /// from the cold source and kept while the cache's budget lasts. Returns the rows, how
+    /// many were kept and how many read (misses).
+    fn cold_rows(
+        &self,
+        mut channels: BTreeSet<usize>,
+    ) -> Result<(RowsByChannel, usize, usize), KernelError> {
+        let mut cold_rows = RowsByChannel::new();
+        {
+            let kept = self.kept.read();
+            channels.retain(|c| match kept.get(c) {
+                Some(row) => {
+                    cold_rows.insert(*c, row.clone());
+                    false
+                }
+                None => true,
+            });
+        }
+        let kept_rows = cold_rows.len();
+        // Each cold row gathers one element from every output row of the memory map:
+        // latency-bound, so the reads are spread over the pool too.
+        let read: Vec<(usize, Arc<[f32]>)> = channels
+            .into_par_iter()
+            .map(|c| Ok((c, Arc::from(self.read_cold(c)?))))
+            .collect::<Result<_, KernelError>>()?;
+        let misses = read.len();
+        if let Some(cold) = self.cold.as_ref().filter(|_| !read.is_empty()) {
+            let mut kept = self.kept.write();
+            for (c, row) in &read {
+                // Another chunk may have kept it meanwhile: count its bytes once.
+                if !kept.contains_key(c) && cold.cache.reserve((4 * row.len()) as u64) {
+                    kept.insert(*c, row.clone());
+                }
+            }
+        }
+        cold_rows.extend(read);
+        Ok((cold_rows, kept_rows, misses))
     }
 
     fn read_cold(&self, channel: usize) -> Result<Vec<f32>, KernelError> {
@@ -425,4 +431,19 @@ pub struct ShadowReport {
     pub shadow_ms: f64,
     /// `shadow_ms` over the prefill's wall time (0 where no wall time is known).
     pub prefill_share: f64,
+}
+
+/// Float weight rows by input channel.
+type RowsByChannel = BTreeMap<usize, Arc<[f32]>>;
+
+/// `outliers` index a `[rows, k]` activation and ascend (the shadow's blocks of output
+/// rows find their outliers by binary search).
+fn check_outliers(outliers: &[(u32, f32)], rows: usize, k: usize) -> Result<(), KernelError> {
+    if let Some(&(i, _)) = outliers.iter().find(|&&(i, _)| i as usize / k >= rows) {
+        return Err(KernelError::OutlierOutside { index: i, rows, k });
+    }
+    if outliers.windows(2).any(|w| w[0].0 > w[1].0) {
+        return Err(KernelError::OutliersUnordered);
+    }
+    Ok(())
 }

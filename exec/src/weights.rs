@@ -221,69 +221,9 @@ impl ExecModel {
             Some(o) => PackedF32Weights::pack(&checked("output", o, &[vocab, h])?, vocab, h),
             None => PackedF32Weights::pack(&token_embd, vocab, h),
         };
-        let mut layers = Vec::with_capacity(config.n_layers);
-        for l in 0..config.n_layers {
-            let tensor = |which: LayerTensor| {
-                let shape = which.shape(&config);
-                checked(
-                    &format!("layer {l} {which:?}"),
-                    source.layer(l, which)?,
-                    &shape,
-                )
-            };
-            let quant = ShadowSite::ALL.map(|site| site_rule(precision, setup, l, site));
-            let linear = |p: Projection| -> Result<LinearWeights, ImportError> {
-                let which = projection_tensor(p);
-                let shape = which.shape(&config);
-                let (n, k) = (shape[0], shape[1]);
-                let w = tensor(which)?;
-                let site = p.site();
-                let shadow = match (&quant[site.index()], setup) {
-                    (QuantRule::Clip { .. }, ShadowSetup::Full) => Some(ShadowRows::all(&w, n, k)),
-                    (
-                        rule @ (QuantRule::Clip { .. } | QuantRule::HotMax { .. }),
-                        ShadowSetup::Calibrated {
-                            calibration,
-                            columns,
-                            cold_cache,
-                        },
-                    ) => {
-                        let hot = match rule {
-                            // A pruned site's outliers are mostly in these channels.
-                            QuantRule::HotMax { hot, .. } => (0..)
-                                .zip(hot.iter())
-                                .filter(|&(_, &h)| h)
-                                .map(|(c, _)| c)
-                                .collect(),
-                            _ => calibration
-                                .site(l, site)
-                                .map(|s| s.hot_channel_ids())
-                                .unwrap_or_default(),
-                        };
-                        let cold = ColdRows {
-                            source: columns.clone(),
-                            layer: l,
-                            which,
-                            cache: cold_cache.clone(),
-                        };
-                        Some(ShadowRows::hot(&w, n, k, &hot, cold))
-                    }
-                    _ => None,
-                };
-                Ok(LinearWeights::new(&w, n, k, precision, shadow))
-            };
-            layers.push(LayerWeights {
-                quant: quant.clone(),
-                attn_norm: tensor(LayerTensor::AttnNorm)?,
-                ffn_norm: tensor(LayerTensor::FfnNorm)?,
-                linears: Projection::ALL
-                    .into_iter()
-                    .map(linear)
-                    .collect::<Result<Vec<_>, _>>()?
-                    .try_into()
-                    .expect("one linear per projection"),
-            });
-        }
+        let layers = (0..config.n_layers)
+            .map(|l| Self::build_layer(source, &config, precision, setup, l))
+            .collect::<Result<_, _>>()?;
         let rope = RopeTable::new(
             config.head_dim,
             config.rope_base,
@@ -301,6 +241,46 @@ impl ExecModel {
             config,
             shadow_counters: ShadowCounters::default(),
             calibration_file: None,
+        })
+    }
+
+    /// Layer `l`'s norms and linears, each linear with its shadow rows where its site's
+    /// rule shadows outliers.
+    fn build_layer(
+        source: &dyn LlamaSource,
+        config: &LlamaConfig,
+        precision: LinearPrecision,
+        setup: &ShadowSetup<'_>,
+        l: usize,
+    ) -> Result<LayerWeights, ImportError> {
+        let tensor = |which: LayerTensor| {
+            let shape = which.shape(config);
+            checked(
+                &format!("layer {l} {which:?}"),
+                source.layer(l, which)?,
+                &shape,
+            )
+        };
+        let quant = ShadowSite::ALL.map(|site| site_rule(precision, setup, l, site));
+        let linear = |p: Projection| -> Result<LinearWeights, ImportError> {
+            let which = projection_tensor(p);
+            let shape = which.shape(config);
+            let (n, k) = (shape[0], shape[1]);
+            let w = tensor(which)?;
+            let rule = &quant[p.site().index()];
+            let shadow = shadow_rows((&w, n, k), rule, setup, (l, p.site(), which));
+            Ok(LinearWeights::new(&w, n, k, precision, shadow))
+        };
+        Ok(LayerWeights {
+            quant: quant.clone(),
+            attn_norm: tensor(LayerTensor::AttnNorm)?,
+            ffn_norm: tensor(LayerTensor::FfnNorm)?,
+            linears: Projection::ALL
+                .into_iter()
+                .map(linear)
+                .collect::<Result<Vec<_>, _>>()?
+                .try_into()
+                .expect("one linear per projection"),
         })
     }
 
@@ -439,6 +419,49 @@ fn site_rule(
                 None => QuantRule::MaxAbs,
             }
         }
+    }
+}
+
+/// The shadow rows of linear `w` (`[n, k]`, tensor `which` of layer `layer`, read at
+/// `site` under `rule`): every row with the full setup, the calibrated hot channels' with
+/// a calibration (cold rows read on demand), none where the rule does not shadow.
+fn shadow_rows(
+    (w, n, k): (&[f32], usize, usize),
+    rule: &QuantRule,
+    setup: &ShadowSetup<'_>,
+    (layer, site, which): (usize, ShadowSite, LayerTensor),
+) -> Option<ShadowRows> {
+    match (rule, setup) {
+        (QuantRule::Clip { .. }, ShadowSetup::Full) => Some(ShadowRows::all(w, n, k)),
+        (
+            rule @ (QuantRule::Clip { .. } | QuantRule::HotMax { .. }),
+            ShadowSetup::Calibrated {
+                calibration,
+                columns,
+                cold_cache,
+            },
+        ) => {
+            let hot = match rule {
+                // A pruned site's outliers are mostly in these channels.
+                QuantRule::HotMax { hot, .. } => (0..)
+                    .zip(hot.iter())
+                    .filter(|&(_, &h)| h)
+                    .map(|(c, _)| c)
+                    .collect(),
+                _ => calibration
+                    .site(layer, site)
+                    .map(|s| s.hot_channel_ids())
+                    .unwrap_or_default(),
+            };
+            let cold = ColdRows {
+                source: columns.clone(),
+                layer,
+                which,
+                cache: cold_cache.clone(),
+            };
+            Some(ShadowRows::hot(w, n, k, &hot, cold))
+        }
+        _ => None,
     }
 }
 

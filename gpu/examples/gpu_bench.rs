@@ -316,7 +316,6 @@ fn ops_table(ctx: &GpuContext, json: &mut Option<std::fs::File>) -> bool {
         n_kv_heads: kv_heads,
         head_dim: d,
     };
-    type Op<'a> = (&'static str, Box<dyn Fn() -> hetsched_gpu::Result<()> + 'a>);
     let ops: Vec<Op<'_>> = vec![
         (
             "rms_norm 512x576",
@@ -355,9 +354,18 @@ fn ops_table(ctx: &GpuContext, json: &mut Option<std::fs::File>) -> bool {
             }),
         ),
     ];
+    time_ops(ctx, &ops, json)
+}
+
+/// A named kernel call of the ops table.
+type Op<'a> = (&'static str, Box<dyn Fn() -> hetsched_gpu::Result<()> + 'a>);
+
+/// Prints (and writes to `json`) the best GPU time of five calls of each of `ops`; false
+/// where one failed.
+fn time_ops(ctx: &GpuContext, ops: &[Op<'_>], json: &mut Option<std::fs::File>) -> bool {
     println!("{:<28} {:>12}", "kernel (SmolLM2 shapes)", "GPU us");
     let mut ok = true;
-    for (name, op) in &ops {
+    for (name, op) in ops {
         let mut best = u64::MAX;
         for _ in 0..5 {
             if let Err(e) = op() {
@@ -391,28 +399,24 @@ fn parse_shape(text: &str) -> Option<(usize, usize, usize)> {
     }
 }
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let mut json = match args
+/// `--json FILE`: the file the tables are also written to, as JSON lines.
+fn json_arg(args: &[String]) -> Result<Option<std::fs::File>, String> {
+    match args
         .iter()
         .position(|a| a == "--json")
         .map(|i| args.get(i + 1))
     {
-        None => None,
-        Some(None) => {
-            eprintln!("error: --json needs a file name");
-            return ExitCode::FAILURE;
-        }
-        Some(Some(path)) => match std::fs::File::create(path) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("error: cannot create {path}: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-    };
-    // `--kernels a,b`: only these GEMM kernels (by their table names), and no ops table.
+        None => Ok(None),
+        Some(None) => Err("--json needs a file name".into()),
+        Some(Some(path)) => std::fs::File::create(path)
+            .map(Some)
+            .map_err(|e| format!("cannot create {path}: {e}")),
+    }
+}
+
+/// `--kernels a,b`: only these GEMM kernels (by their table names), and no ops table.
+/// Returns the names asked for, if any, and the kernels to run.
+fn kernels_arg(args: &[String]) -> Result<(Option<Vec<String>>, Vec<Kernel>), String> {
     let only: Option<Vec<String>> = args
         .iter()
         .position(|a| a == "--kernels")
@@ -426,20 +430,50 @@ fn main() -> ExitCode {
                 .collect();
             if picked.len() != names.len() {
                 let known: Vec<&str> = Kernel::all().map(Kernel::name).collect();
-                eprintln!("error: --kernels takes names among {}", known.join(", "));
-                return ExitCode::FAILURE;
+                return Err(format!("--kernels takes names among {}", known.join(", ")));
             }
             picked
         }
     };
-    let ctx = match GpuContext::new(GpuOptions::default()) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
+    Ok((only, kernels))
+}
+
+/// `--shapes 4096x4096x4096,...` (m x k x n): only these; else a quick pair with
+/// `--quick`, else large square GEMMs and SmolLM2's.
+fn shapes_arg(args: &[String], quick: bool) -> Result<Vec<(usize, usize, usize)>, String> {
+    let chosen: Option<Vec<(usize, usize, usize)>> = match args
+        .iter()
+        .position(|a| a == "--shapes")
+        .and_then(|i| args.get(i + 1))
+    {
+        None => None,
+        Some(list) => match list.split(',').map(parse_shape).collect() {
+            Some(shapes) => Some(shapes),
+            None => {
+                return Err(
+                    "--shapes takes m x k x n triples like 4096x4096x4096,512x576x1536".into(),
+                );
+            }
+        },
     };
-    let info = ctx.info().clone();
+    Ok(if let Some(shapes) = chosen {
+        shapes
+    } else if quick {
+        vec![(256, 256, 256), (512, 576, 1536)]
+    } else {
+        vec![
+            (4096, 4096, 4096),
+            (8192, 8192, 8192),
+            (2048, 2048, 8192),
+            (512, 576, 1536), // SmolLM2 gate / up, one 512-token chunk
+            (512, 1536, 576), // SmolLM2 down
+            (512, 576, 576),  // SmolLM2 q / o
+        ]
+    })
+}
+
+/// Prints the device and its features (and writes them to `json`).
+fn print_device(info: &hetsched_gpu::DeviceInfo, json: &mut Option<std::fs::File>) {
     println!(
         "device {} ({:?}), {}, Vulkan {}",
         info.name, info.kind, info.driver, info.api_version
@@ -471,40 +505,38 @@ fn main() -> ExitCode {
             info.max_storage_buffer_range
         );
     }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let parsed = json_arg(&args).and_then(|json| Ok((json, kernels_arg(&args)?)));
+    let (mut json, (only, kernels)) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctx = match GpuContext::new(GpuOptions::default()) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let info = ctx.info().clone();
+    print_device(&info, &mut json);
     if !info.has_timestamps() {
         eprintln!("error: this device's compute queue has no timestamps; nothing to measure");
         return ExitCode::FAILURE;
     }
-    // `--shapes 4096x4096x4096,...` (m x k x n): only these.
-    let chosen: Option<Vec<(usize, usize, usize)>> = match args
-        .iter()
-        .position(|a| a == "--shapes")
-        .and_then(|i| args.get(i + 1))
-    {
-        None => None,
-        Some(list) => match list.split(',').map(parse_shape).collect() {
-            Some(shapes) => Some(shapes),
-            None => {
-                eprintln!(
-                    "error: --shapes takes m x k x n triples like 4096x4096x4096,512x576x1536"
-                );
-                return ExitCode::FAILURE;
-            }
-        },
-    };
-    let shapes: Vec<(usize, usize, usize)> = if let Some(shapes) = chosen {
-        shapes
-    } else if quick {
-        vec![(256, 256, 256), (512, 576, 1536)]
-    } else {
-        vec![
-            (4096, 4096, 4096),
-            (8192, 8192, 8192),
-            (2048, 2048, 8192),
-            (512, 576, 1536), // SmolLM2 gate / up, one 512-token chunk
-            (512, 1536, 576), // SmolLM2 down
-            (512, 576, 576),  // SmolLM2 q / o
-        ]
+    let shapes = match shapes_arg(&args, quick) {
+        Ok(shapes) => shapes,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     let gemm_ok = gemm_table(&ctx, &kernels, &shapes, &mut json);
     let ops_ok = only.is_some() || ops_table(&ctx, &mut json);

@@ -356,20 +356,7 @@ impl OpDecl {
                 elementwise(2.0, width, fb + act.bytes() as f64)
             }
             OpKind::Rope => elementwise(6.0, q_width + kv_width, 2.0 * fb),
-            OpKind::Attention => {
-                // Query t of the chunk sees past + t + 1 keys (causal).
-                let keys = c * shape.past as f64 + c * (c + 1.0) / 2.0;
-                let heads = model.heads as f64;
-                // QK^T and PV (2 multiply-adds per key and head dimension) plus softmax.
-                let ops = heads * keys * (4.0 * hd + 5.0);
-                let kv_len = shape.past as f64 + c;
-                let bytes = fb * (2.0 * kv_len * kv_width + 2.0 * c * q_width + 2.0 * c * kv_width);
-                OpWork {
-                    ops,
-                    bytes,
-                    precision: float,
-                }
-            }
+            OpKind::Attention => attention_work(model, shape),
             OpKind::SiluMul => {
                 let width = model.ffn as f64;
                 OpWork {
@@ -382,38 +369,8 @@ impl OpDecl {
                     },
                 }
             }
-            OpKind::Linear => {
-                let k = self.in_features.unwrap_or(model.hidden) as f64;
-                let n = self.out_features.unwrap_or(model.hidden) as f64;
-                let integer = act == Precision::Int8 && model.weight_precision == Precision::Int8;
-                let precision = match self.class() {
-                    ExecClass::Int8 if integer => Precision::Int8,
-                    // A float model on the NPU runs its FP16 path (seed 000: up to 159x slower).
-                    ExecClass::Int8 => Precision::Fp16,
-                    ExecClass::Float => float,
-                };
-                OpWork {
-                    ops: 2.0 * c * k * n,
-                    bytes: k * n * model.weight_precision.bytes() as f64
-                        + c * k * act.bytes() as f64
-                        + c * n * 4.0,
-                    precision,
-                }
-            }
-            OpKind::Shadow => {
-                let shadow = model.shadow.clone().unwrap_or_default();
-                let k = self.in_features.unwrap_or(model.hidden) as f64;
-                let n = self.out_features.unwrap_or(model.hidden) as f64;
-                // At least one outlier per token: a kept site is kept for its outliers.
-                let per_token = (shadow.outlier_channels * k).max(1.0);
-                // The rows of hot channels are streamed once per chunk; outliers arrive
-                // as (index, value) pairs; the result is a dense float [tokens, n].
-                OpWork {
-                    ops: 2.0 * c * per_token * n,
-                    bytes: shadow.hot_channels * k * n * fb + c * per_token * 8.0 + c * n * 4.0,
-                    precision: float,
-                }
-            }
+            OpKind::Linear => self.linear_work(model, c),
+            OpKind::Shadow => self.shadow_work(model, c),
             OpKind::LmHead => {
                 // Prefill needs logits of the last token only.
                 let n = model.vocab as f64;
@@ -424,6 +381,66 @@ impl OpDecl {
                 }
             }
         }
+    }
+
+    /// A linear `[tokens, k] x [k, n]`: weights streamed once, activations in, f32 out; an
+    /// INT8-class linear of a float model runs the NPU's FP16 path.
+    fn linear_work(&self, model: &ModelConfig, c: f64) -> OpWork {
+        let act = model.activation_precision;
+        let k = self.in_features.unwrap_or(model.hidden) as f64;
+        let n = self.out_features.unwrap_or(model.hidden) as f64;
+        let integer = act == Precision::Int8 && model.weight_precision == Precision::Int8;
+        let precision = match self.class() {
+            ExecClass::Int8 if integer => Precision::Int8,
+            // A float model on the NPU runs its FP16 path (seed 000: up to 159x slower).
+            ExecClass::Int8 => Precision::Fp16,
+            ExecClass::Float => model.float_precision,
+        };
+        OpWork {
+            ops: 2.0 * c * k * n,
+            bytes: k * n * model.weight_precision.bytes() as f64
+                + c * k * act.bytes() as f64
+                + c * n * 4.0,
+            precision,
+        }
+    }
+
+    /// The float shadow of a kept site's outliers (docs/outliers.md).
+    fn shadow_work(&self, model: &ModelConfig, c: f64) -> OpWork {
+        let fb = model.float_precision.bytes() as f64;
+        let shadow = model.shadow.clone().unwrap_or_default();
+        let k = self.in_features.unwrap_or(model.hidden) as f64;
+        let n = self.out_features.unwrap_or(model.hidden) as f64;
+        // At least one outlier per token: a kept site is kept for its outliers.
+        let per_token = (shadow.outlier_channels * k).max(1.0);
+        // The rows of hot channels are streamed once per chunk; outliers arrive
+        // as (index, value) pairs; the result is a dense float [tokens, n].
+        OpWork {
+            ops: 2.0 * c * per_token * n,
+            bytes: shadow.hot_channels * k * n * fb + c * per_token * 8.0 + c * n * 4.0,
+            precision: model.float_precision,
+        }
+    }
+}
+
+/// Causal attention of a chunk of `shape` over the KV cache: QK^T, softmax and PV per head.
+fn attention_work(model: &ModelConfig, shape: ChunkShape) -> OpWork {
+    let c = shape.tokens as f64;
+    let hd = model.head_dim() as f64;
+    let q_width = model.heads as f64 * hd;
+    let kv_width = model.kv_heads as f64 * hd;
+    let fb = model.float_precision.bytes() as f64;
+    // Query t of the chunk sees past + t + 1 keys (causal).
+    let keys = c * shape.past as f64 + c * (c + 1.0) / 2.0;
+    let heads = model.heads as f64;
+    // QK^T and PV (2 multiply-adds per key and head dimension) plus softmax.
+    let ops = heads * keys * (4.0 * hd + 5.0);
+    let kv_len = shape.past as f64 + c;
+    let bytes = fb * (2.0 * kv_len * kv_width + 2.0 * c * q_width + 2.0 * c * kv_width);
+    OpWork {
+        ops,
+        bytes,
+        precision: model.float_precision,
     }
 }
 

@@ -1,0 +1,300 @@
+//! A resident prefill's device state: each chunk's activation buffers (in an arena where
+//! the memory planner found a layout) with the checks that every read follows its write,
+//! and the per-layer KV caches.
+
+use std::sync::Arc;
+
+use hetsched_gpu::{Elem, GpuContext, GpuMatrix};
+use hetsched_import::LlamaConfig;
+use hetsched_systems::op::Projection;
+
+use super::gpu_err;
+use crate::ActivationBytes;
+use crate::error::ExecError;
+use crate::gpu_layout::{Field, plan_chunk_layout};
+use crate::steps::Step;
+
+/// A chunk's value in device memory, for the checks that every read follows its write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Value {
+    Normed,
+    Q,
+    O,
+    Gate,
+    Up,
+    Down,
+    Attn,
+    Hidden,
+}
+
+impl Value {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Value::Normed => "normed",
+            Value::Q => Projection::Q.label(),
+            Value::O => Projection::O.label(),
+            Value::Gate => Projection::Gate.label(),
+            Value::Up => Projection::Up.label(),
+            Value::Down => Projection::Down.label(),
+            Value::Attn => "attention",
+            Value::Hidden => "silu_mul",
+        }
+    }
+
+    /// The chunk value projection `p` writes; keys and values go to the KV cache instead.
+    pub(super) fn output_of(p: Projection) -> Option<Value> {
+        match p {
+            Projection::Q => Some(Value::Q),
+            Projection::K | Projection::V => None,
+            Projection::O => Some(Value::O),
+            Projection::Gate => Some(Value::Gate),
+            Projection::Up => Some(Value::Up),
+            Projection::Down => Some(Value::Down),
+        }
+    }
+
+    pub(super) fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+/// One chunk's resident activations (allocated once per prefill, reused by every layer).
+pub(super) struct ChunkTensors {
+    pub(super) pos0: usize,
+    pub(super) rows: usize,
+    pub(super) x: GpuMatrix,
+    pub(super) normed: GpuMatrix,
+    pub(super) q: GpuMatrix,
+    pub(super) k: GpuMatrix,
+    pub(super) v: GpuMatrix,
+    pub(super) attn: GpuMatrix,
+    pub(super) o: GpuMatrix,
+    pub(super) gate: GpuMatrix,
+    pub(super) up: GpuMatrix,
+    pub(super) hidden: GpuMatrix,
+    pub(super) down: GpuMatrix,
+    /// The last token's residual and its norm (the head of a prefill reads one token).
+    pub(super) last: GpuMatrix,
+    pub(super) last_normed: GpuMatrix,
+    /// RoPE rotations of the chunk's positions, `[rows, head_dim]`.
+    pub(super) angles: GpuMatrix,
+    /// Values written and not yet consumed.
+    pub(super) ready: u16,
+    /// Input of the next projections.
+    pub(super) act: Option<Value>,
+    /// What the next residual add adds.
+    pub(super) delta: Option<Value>,
+    /// The final norm ran on the last token only.
+    pub(super) head_on_last: bool,
+}
+
+impl ChunkTensors {
+    pub(super) fn matrix(&self, v: Value) -> &GpuMatrix {
+        match v {
+            Value::Normed => &self.normed,
+            Value::Q => &self.q,
+            Value::O => &self.o,
+            Value::Gate => &self.gate,
+            Value::Up => &self.up,
+            Value::Down => &self.down,
+            Value::Attn => &self.attn,
+            Value::Hidden => &self.hidden,
+        }
+    }
+
+    /// `v` was written and not yet consumed, or the error naming `step`'s broken dependency.
+    pub(super) fn require(&self, v: Value, step: Step, chunk: usize) -> Result<(), ExecError> {
+        if self.ready & v.bit() == 0 {
+            return Err(ExecError::missing(step, chunk, v.name()));
+        }
+        Ok(())
+    }
+
+    /// Consumes `v`: it must have been written (see [`Self::require`]) and is then spent.
+    pub(super) fn take(&mut self, v: Value, step: Step, chunk: usize) -> Result<(), ExecError> {
+        self.require(v, step, chunk)?;
+        self.ready &= !v.bit();
+        Ok(())
+    }
+
+    pub(super) fn projection_out(&self, p: Projection) -> &GpuMatrix {
+        match (p, Value::output_of(p)) {
+            (_, Some(v)) => self.matrix(v),
+            (Projection::K, None) => &self.k,
+            (_, None) => &self.v,
+        }
+    }
+}
+
+/// A chunk's rows of one layer's KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(super) enum KvRows {
+    #[default]
+    Missing,
+    /// Projected into the chunk's `k` / `v` matrices, not yet rotated and copied.
+    Pending {
+        k: bool,
+        v: bool,
+    },
+    Written,
+}
+
+/// Everything a resident prefill writes on the device.
+pub(super) struct RunState {
+    pub(super) chunks: Vec<ChunkTensors>,
+    /// Per layer: `[prompt, kv_dim]` keys (rotated) and values.
+    pub(super) caches: Vec<(GpuMatrix, GpuMatrix)>,
+    /// Per layer, per chunk.
+    pub(super) kv: Vec<Vec<KvRows>>,
+    /// `[rows, vocab]` logits of the head.
+    pub(super) logits: GpuMatrix,
+    /// The lane thread that records (see [`OPEN`]).
+    pub(super) recorder: Option<std::thread::ThreadId>,
+}
+
+/// Columns of a chunk value of a model with `c`'s shapes.
+fn field_cols(c: &LlamaConfig, f: Field) -> usize {
+    match f {
+        Field::X | Field::Normed | Field::O | Field::Down => c.hidden,
+        Field::Q | Field::Attn => c.n_heads * c.head_dim,
+        Field::K | Field::V => c.kv_dim(),
+        Field::Gate | Field::Up | Field::Hidden => c.ffn,
+    }
+}
+
+/// A chunk's value buffers: in one arena at the offsets the memory planner chose
+/// ([`plan_chunk_layout`]), or, where no safe plan exists or the arena would pass one
+/// binding's range, one zero-filled buffer each.
+fn chunk_fields(
+    ctx: &Arc<GpuContext>,
+    c: &LlamaConfig,
+    rows: usize,
+    steps: &[Vec<Step>],
+    layers: &[Option<u32>],
+    bytes: &mut ActivationBytes,
+) -> Result<Vec<Option<GpuMatrix>>, ExecError> {
+    let mut sizes = [0u64; Field::ALL.len()];
+    for f in Field::ALL {
+        sizes[f.index()] = (rows * Elem::F32.ld(field_cols(c, f)) * 4) as u64;
+    }
+    let unpadded = Field::ALL
+        .iter()
+        .all(|&f| Elem::F32.ld(field_cols(c, f)) == field_cols(c, f));
+    let alignment = ctx.info().storage_offset_alignment.max(4);
+    let layout = unpadded
+        .then(|| plan_chunk_layout(steps, layers, &sizes, alignment))
+        .flatten();
+    let arena = layout
+        .as_ref()
+        .and_then(|l| ctx.alloc_arena(l.arena_bytes).ok().map(|a| (l, a)));
+    bytes.separate += sizes.iter().sum::<u64>();
+    bytes.chunks += 1;
+    let fields = match arena {
+        Some((layout, arena)) => {
+            bytes.allocated += arena.bytes();
+            bytes.chunks_in_arena += 1;
+            Field::ALL
+                .iter()
+                .map(|&f| {
+                    let at = layout.offsets[f.index()];
+                    arena
+                        .matrix(at, rows, field_cols(c, f), Elem::F32)
+                        .map(Some)
+                })
+                .collect::<Result<_, _>>()
+        }
+        None => {
+            bytes.allocated += sizes.iter().sum::<u64>();
+            Field::ALL
+                .iter()
+                .map(|&f| {
+                    ctx.alloc_matrix(rows, field_cols(c, f), Elem::F32)
+                        .map(Some)
+                })
+                .collect::<Result<_, _>>()
+        }
+    };
+    fields.map_err(gpu_err)
+}
+
+/// A zero-filled `[rows, cols]` f32 matrix.
+fn alloc(ctx: &GpuContext, rows: usize, cols: usize) -> Result<GpuMatrix, ExecError> {
+    ctx.alloc_matrix(rows, cols, Elem::F32).map_err(gpu_err)
+}
+
+impl ChunkTensors {
+    /// Allocates the buffers of the chunk of `rows` tokens from `pos0` (see
+    /// [`chunk_fields`]) and uploads its RoPE angles; nothing is written yet.
+    pub(super) fn alloc(
+        ctx: &Arc<GpuContext>,
+        c: &LlamaConfig,
+        (pos0, rows): (usize, usize),
+        (steps, layers): (&[Vec<Step>], &[Option<u32>]),
+        bytes: &mut ActivationBytes,
+    ) -> Result<Self, ExecError> {
+        let positions: Vec<usize> = (pos0..pos0 + rows).collect();
+        let mut fields = chunk_fields(ctx, c, rows, steps, layers, bytes)?;
+        let mut take = |f: Field| {
+            fields[f.index()]
+                .take()
+                .ok_or_else(|| ExecError::Kernel(format!("no buffer for {f:?}")))
+        };
+        Ok(ChunkTensors {
+            pos0,
+            rows,
+            x: take(Field::X)?,
+            normed: take(Field::Normed)?,
+            q: take(Field::Q)?,
+            k: take(Field::K)?,
+            v: take(Field::V)?,
+            attn: take(Field::Attn)?,
+            o: take(Field::O)?,
+            gate: take(Field::Gate)?,
+            up: take(Field::Up)?,
+            hidden: take(Field::Hidden)?,
+            down: take(Field::Down)?,
+            last: alloc(ctx, 1, c.hidden)?,
+            last_normed: alloc(ctx, 1, c.hidden)?,
+            angles: ctx
+                .rope_angles(&positions, c.head_dim, c.rope_base)
+                .map_err(gpu_err)?,
+            ready: 0,
+            act: None,
+            delta: None,
+            head_on_last: false,
+        })
+    }
+}
+
+impl RunState {
+    /// Around `chunks`: a `[prompt, kv_dim]` key and value cache for each of `n_layers`
+    /// layers, and the logits (every row of the last chunk with `all_logits`, else the last
+    /// token's).
+    pub(super) fn alloc(
+        ctx: &GpuContext,
+        c: &LlamaConfig,
+        n_layers: usize,
+        chunks: Vec<ChunkTensors>,
+        (prompt, all_logits): (usize, bool),
+    ) -> Result<Self, ExecError> {
+        let head_rows = match (all_logits, chunks.last()) {
+            (true, Some(last)) => last.rows,
+            _ => 1,
+        };
+        let caches = (0..n_layers)
+            .map(|_| {
+                Ok((
+                    alloc(ctx, prompt, c.kv_dim())?,
+                    alloc(ctx, prompt, c.kv_dim())?,
+                ))
+            })
+            .collect::<Result<_, ExecError>>()?;
+        Ok(RunState {
+            kv: vec![vec![KvRows::Missing; chunks.len()]; n_layers],
+            logits: alloc(ctx, head_rows, c.vocab_size)?,
+            chunks,
+            caches,
+            recorder: None,
+        })
+    }
+}
