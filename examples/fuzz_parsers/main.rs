@@ -30,25 +30,28 @@ use hetsched::scene::Scene;
 use hetsched::systems::shadow::ShadowSite;
 use hetsched_kernels::seeded::SeededRng;
 
-const SCENE: &str = include_str!("../scenes/smollm2-135m-desktop.toml");
+mod mutate;
+use mutate::{below, mutate};
+
+const SCENE: &str = include_str!("../../scenes/smollm2-135m-desktop.toml");
 const SCENES: [&str; 3] = [
     SCENE,
-    include_str!("../scenes/qwen1.5-1.8b-xiaomi14-gpu.toml"),
-    include_str!("../scenes/llama-2-7b-k60pro.toml"),
+    include_str!("../../scenes/qwen1.5-1.8b-xiaomi14-gpu.toml"),
+    include_str!("../../scenes/llama-2-7b-k60pro.toml"),
 ];
-const DEVICE: &str = include_str!("../scenes/devices/desktop.toml");
+const DEVICE: &str = include_str!("../../scenes/devices/desktop.toml");
 const DEVICES: [&str; 4] = [
     DEVICE,
-    include_str!("../scenes/devices/k60pro.toml"),
-    include_str!("../scenes/devices/xiaomi14.toml"),
-    include_str!("../scenes/devices/xiaomi14-gpu.toml"),
+    include_str!("../../scenes/devices/k60pro.toml"),
+    include_str!("../../scenes/devices/xiaomi14.toml"),
+    include_str!("../../scenes/devices/xiaomi14-gpu.toml"),
 ];
-const MODEL: &str = include_str!("../scenes/models/smollm2-135m.toml");
+const MODEL: &str = include_str!("../../scenes/models/smollm2-135m.toml");
 const MODELS: [&str; 4] = [
     MODEL,
-    include_str!("../scenes/models/gemma-2b.toml"),
-    include_str!("../scenes/models/llama-2-7b.toml"),
-    include_str!("../scenes/models/qwen1.5-1.8b.toml"),
+    include_str!("../../scenes/models/gemma-2b.toml"),
+    include_str!("../../scenes/models/llama-2-7b.toml"),
+    include_str!("../../scenes/models/qwen1.5-1.8b.toml"),
 ];
 
 /// The largest input a mutation may grow to.
@@ -342,118 +345,6 @@ fn targets() -> Vec<Target> {
 // ---------------------------------------------------------------------------
 // Mutations
 
-const BYTES: [u8; 4] = [0, 0xFF, 0x7F, 0x80];
-const U32S: [u32; 8] = [
-    0,
-    1,
-    2,
-    0x7F,
-    0x7FFF_FFFF,
-    0x8000_0000,
-    0xFFFF_FFFE,
-    0xFFFF_FFFF,
-];
-const U64S: [u64; 9] = [
-    0,
-    1,
-    32,
-    1 << 31,
-    1 << 32,
-    1 << 53,
-    i64::MAX as u64,
-    1 << 63,
-    u64::MAX,
-];
-const NUMBERS: [&str; 14] = [
-    "0",
-    "-1",
-    "1",
-    "4294967296",
-    "18446744073709551615",
-    "18446744073709551616",
-    "-9223372036854775809",
-    "1e308",
-    "1e309",
-    "-0.0",
-    "nan",
-    "inf",
-    "5e-324",
-    "99999999999999999999999999",
-];
-
-fn below(rng: &mut SeededRng, n: usize) -> usize {
-    (rng.next_u64() % n.max(1) as u64) as usize
-}
-
-fn mutate(rng: &mut SeededRng, input: &mut Vec<u8>, pool: &[Vec<u8>]) {
-    let len = input.len();
-    match below(rng, 10) {
-        0 if len > 0 => {
-            let at = below(rng, len);
-            input[at] ^= 1 << below(rng, 8);
-        }
-        1 if len > 0 => {
-            let at = below(rng, len);
-            input[at] = BYTES[below(rng, BYTES.len())];
-        }
-        2 if len > 0 => {
-            let at = below(rng, len);
-            input[at] = rng.byte();
-        }
-        3 if len >= 4 => {
-            let at = below(rng, len - 3);
-            let v = U32S[below(rng, U32S.len())];
-            input[at..at + 4].copy_from_slice(&v.to_le_bytes());
-        }
-        4 if len >= 8 => {
-            let at = below(rng, len - 7);
-            let v = U64S[below(rng, U64S.len())];
-            input[at..at + 8].copy_from_slice(&v.to_le_bytes());
-        }
-        5 => input.truncate(below(rng, len + 1)),
-        6 if len > 0 => {
-            let from = below(rng, len);
-            let n = 1 + below(rng, (len - from).min(256));
-            let chunk = input[from..from + n].to_vec();
-            let at = below(rng, len + 1);
-            input.splice(at..at, chunk);
-        }
-        7 if len > 0 => {
-            let from = below(rng, len);
-            let n = 1 + below(rng, (len - from).min(256));
-            input.drain(from..from + n);
-        }
-        8 => {
-            let other = &pool[below(rng, pool.len())];
-            let cut = below(rng, len + 1);
-            let from = below(rng, other.len() + 1);
-            input.truncate(cut);
-            input.extend_from_slice(&other[from..]);
-        }
-        _ => {
-            // A run of digits replaced by an extreme number (text formats).
-            let starts: Vec<usize> = (0..len)
-                .filter(|&i| {
-                    input[i].is_ascii_digit() && (i == 0 || !input[i - 1].is_ascii_digit())
-                })
-                .collect();
-            if starts.is_empty() {
-                return;
-            }
-            let start = starts[below(rng, starts.len())];
-            let end = (start..len)
-                .find(|&i| !input[i].is_ascii_digit())
-                .unwrap_or(len);
-            let n = NUMBERS[below(rng, NUMBERS.len())];
-            input.splice(start..end, n.bytes());
-        }
-    }
-    input.truncate(MAX_INPUT);
-}
-
-// ---------------------------------------------------------------------------
-// Driver
-
 struct Stats {
     execs: u64,
     accepted: u64,
@@ -579,26 +470,50 @@ fn peak_rss() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn main() {
-    let mut iterations = 100_000u64;
-    let mut seed = 1u64;
-    let mut only: Option<String> = None;
-    let mut slow_ms = 1000u64;
-    let mut replay: Option<PathBuf> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
-        match arg.as_str() {
-            "--iterations" => iterations = value().parse().expect("--iterations N"),
-            "--seed" => seed = value().parse().expect("--seed S"),
-            "--only" => only = Some(value()),
-            "--slow-ms" => slow_ms = value().parse().expect("--slow-ms MS"),
-            "--replay" => replay = Some(value().into()),
-            other => panic!(
-                "unknown argument {other}; usage: fuzz_parsers [--iterations N] [--seed S] [--only NAME] [--slow-ms MS] [--replay FILE]"
-            ),
+/// The command line: `[--iterations N] [--seed S] [--only NAME] [--slow-ms MS] [--replay FILE]`.
+struct Args {
+    iterations: u64,
+    seed: u64,
+    only: Option<String>,
+    slow_ms: u64,
+    replay: Option<PathBuf>,
+}
+
+impl Args {
+    fn parse() -> Args {
+        let mut a = Args {
+            iterations: 100_000,
+            seed: 1,
+            only: None,
+            slow_ms: 1000,
+            replay: None,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+            match arg.as_str() {
+                "--iterations" => a.iterations = value().parse().expect("--iterations N"),
+                "--seed" => a.seed = value().parse().expect("--seed S"),
+                "--only" => a.only = Some(value()),
+                "--slow-ms" => a.slow_ms = value().parse().expect("--slow-ms MS"),
+                "--replay" => a.replay = Some(value().into()),
+                other => panic!(
+                    "unknown argument {other}; usage: fuzz_parsers [--iterations N] [--seed S] [--only NAME] [--slow-ms MS] [--replay FILE]"
+                ),
+            }
         }
+        a
     }
+}
+
+fn main() {
+    let Args {
+        iterations,
+        seed,
+        only,
+        slow_ms,
+        replay,
+    } = Args::parse();
     let targets: Vec<Target> = targets()
         .into_iter()
         .filter(|t| only.as_deref().is_none_or(|o| o == t.name))
