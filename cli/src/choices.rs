@@ -93,13 +93,8 @@ pub fn policies_or_all(policies: Vec<String>) -> Vec<String> {
 /// A built-in policy's name (clap's value parser for `--policy` and `--policies`), or a
 /// usage error listing the names.
 pub fn policy_name(name: &str) -> Result<String, String> {
-    let registry = PolicyRegistry::builtin();
-    if registry.contains(name) {
-        Ok(name.to_string())
-    } else {
-        Err(registry
-            .create(name)
-            .err()
-            .map_or_else(String::new, |e| e.to_string()))
-    }
+    PolicyRegistry::builtin()
+        .check(name)
+        .map(|()| name.to_string())
+        .map_err(|e| e.to_string())
 }

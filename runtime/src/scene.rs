@@ -334,7 +334,7 @@ impl Scene {
     ) -> Result<Scene, SceneError> {
         let table = scene.workload;
         let policy = table.policy.unwrap_or_else(|| DEFAULT_POLICY.to_string());
-        if let Err(source) = PolicyRegistry::builtin().create(&policy) {
+        if let Err(source) = PolicyRegistry::builtin().check(&policy) {
             return Err(SceneError::Policy { path, source });
         }
         let model: ModelConfig = parse(&model_path, &model_text)?;

@@ -104,15 +104,31 @@ impl PolicyRegistry {
             .iter()
             .find(|e| e.name == name)
             .map(|e| (e.make)())
-            .ok_or_else(|| UnknownPolicy {
-                name: name.to_string(),
-                known: self.names().collect::<Vec<_>>().join(", "),
-            })
+            .ok_or_else(|| self.unknown(name))
     }
 
     /// Whether a policy of that name is registered.
     pub fn contains(&self, name: &str) -> bool {
         self.entries.iter().any(|e| e.name == name)
+    }
+
+    /// Checks a name without building the policy (for parsing scenes and command lines).
+    ///
+    /// # Errors
+    /// [`UnknownPolicy`], listing the registered names.
+    pub fn check(&self, name: &str) -> Result<(), UnknownPolicy> {
+        if self.contains(name) {
+            Ok(())
+        } else {
+            Err(self.unknown(name))
+        }
+    }
+
+    fn unknown(&self, name: &str) -> UnknownPolicy {
+        UnknownPolicy {
+            name: name.to_string(),
+            known: self.names().collect::<Vec<_>>().join(", "),
+        }
     }
 
     /// The registered names, in registration order.
