@@ -48,9 +48,13 @@ struct Faulty {
     inner: SimBackend,
     fault: Fault,
     waits: usize,
-    lost: Option<u32>,
+    lost: Option<Job>,
     lanes: usize,
     last_id: u32,
+    /// Whether [`Backend::abandon`] lets go of the lost job.
+    lets_go: bool,
+    /// The lost job, once let go: its late completion is reported at the next wait.
+    late: Option<Job>,
 }
 
 impl Faulty {
@@ -62,6 +66,8 @@ impl Faulty {
             lost: None,
             lanes: plan.device.processors.len(),
             last_id: plan.id_space() as u32 - 1,
+            lets_go: false,
+            late: None,
         }
     }
 }
@@ -72,7 +78,7 @@ impl Backend for Faulty {
             panic!("submit exploded on job {}", job.id);
         }
         if matches!(self.fault, Fault::Lost | Fault::Slow) && self.lost.is_none() {
-            self.lost = Some(job.id);
+            self.lost = Some(job);
             return Ok(());
         }
         self.inner.submit(job)
@@ -89,11 +95,19 @@ impl Backend for Faulty {
             Fault::EmptyWait => return Ok((0, Vec::new())),
             _ => {}
         }
-        if self.inner.in_flight() == 0 {
+        if self.inner.in_flight() == 0 && self.late.is_none() {
             // Only the lost job is left.
             return Ok((0, Vec::new()));
         }
         let (now, mut done) = self.inner.wait()?;
+        if let Some(job) = self.late.take() {
+            done.push(Completion {
+                id: job.id,
+                processor: job.processor,
+                start_ns: 0,
+                end_ns: now,
+            });
+        }
         if self.waits == 1 {
             let first = done[0];
             match self.fault {
@@ -120,6 +134,14 @@ impl Backend for Faulty {
             return Ok((0, Vec::new()));
         }
         self.wait()
+    }
+
+    fn abandon(&mut self, id: u32, processor: usize) -> bool {
+        let lost = self.lost.filter(|j| (j.id, j.processor) == (id, processor));
+        if self.lets_go && lost.is_some() {
+            self.late = lost;
+        }
+        self.lets_go && lost.is_some()
     }
 }
 
@@ -225,6 +247,7 @@ fn short_deadline() -> EngineOptions {
         deadline: Some(Deadline {
             factor: 0.0,
             floor: Duration::from_millis(150),
+            retry: true,
         }),
         ..EngineOptions::default()
     }
@@ -305,4 +328,132 @@ fn a_hung_job_on_thread_queues_fails_by_deadline_and_the_queues_drop() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// The tiny plan on a device with two CPUs, float stages placed on either; attention on
+/// both too when `attention_anywhere`, else only on the first CPU.
+fn two_cpu_plan(attention_anywhere: bool) -> Arc<PrefillPlan> {
+    use hetsched::systems::testing::{processor, tiny_device, tiny_model};
+    use hetsched::systems::{PlacementConfig, ProcessorKind, Workload};
+    let mut device = tiny_device();
+    device
+        .processors
+        .push(processor("cpu2", ProcessorKind::Cpu, 50.0, 20.0, 5.0));
+    let both = vec!["cpu".to_string(), "cpu2".to_string()];
+    let placement = PlacementConfig {
+        float: Some(both.clone()),
+        attention: Some(if attention_anywhere {
+            both
+        } else {
+            vec!["cpu".into()]
+        }),
+        ..PlacementConfig::default()
+    };
+    let workload = Workload {
+        prompt_len: 64,
+        chunk_len: 16,
+        float_processor: None,
+    };
+    Arc::new(PrefillPlan::placed(tiny_model(2), device, workload, placement).unwrap())
+}
+
+/// Runs `plan` on a queue that swallows its first job and lets go of it when asked (if
+/// `lets_go`), scheduled by `policy`.
+fn run_swallowing_first(
+    plan: Arc<PrefillPlan>,
+    policy: &str,
+    lets_go: bool,
+) -> Result<engine::RunOutcome, EngineError> {
+    let mut backend = Faulty::new(Fault::Slow, &plan);
+    backend.lets_go = lets_go;
+    let policy = PolicyRegistry::builtin().create(policy).unwrap();
+    engine::run_with(plan, policy, &mut backend, &short_deadline())
+}
+
+#[test]
+fn a_job_past_its_deadline_is_retried_on_another_eligible_processor() {
+    let plan = two_cpu_plan(true);
+    let out = run_swallowing_first(plan.clone(), "stall", true).expect("retried, not failed");
+    assert_eq!(out.stats.retried, 1);
+    let slices = &out.timeline.slices;
+    assert_eq!(slices.len(), plan.instance_count(), "every instance once");
+    let first = slices.iter().find(|s| s.id == 0).expect("the slow job ran");
+    assert_eq!(first.processor, 2, "retried on the other CPU");
+    assert!(
+        slices.iter().all(|s| s.processor != 0),
+        "nothing runs on the processor given up"
+    );
+    hetsched::systems::testing::check_schedule(
+        &plan,
+        slices,
+        hetsched::systems::testing::Timing::Modeled,
+        false,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_retry_fails_when_only_the_lost_processor_can_run_what_is_left() {
+    let err = run_swallowing_first(two_cpu_plan(false), "stall", true).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Fault(BackendFault::LaneLost { processor: 0, .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("only it may run"), "{err}");
+}
+
+#[test]
+fn no_retry_under_fixed_placement_or_a_backend_that_keeps_the_job() {
+    for (policy, lets_go) in [("inorder", true), ("stall", false)] {
+        let err = run_swallowing_first(two_cpu_plan(true), policy, lets_go).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EngineError::Fault(BackendFault::DeadlineExceeded {
+                    chunk: 0,
+                    stage: 0,
+                    processor: 0,
+                    ..
+                })
+            ),
+            "{policy}, lets go {lets_go}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_hung_lane_is_detached_when_the_queues_drop() {
+    let plan = plan();
+    let release = Arc::new(AtomicBool::new(false));
+    let runner = Arc::new(Hangs {
+        victim: 0,
+        release: release.clone(),
+    });
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap(),
+    );
+    let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, pool).unwrap();
+    let err = engine::run_with(plan, stall(), &mut queues, &short_deadline()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Fault(BackendFault::DeadlineExceeded { .. })
+        ),
+        "{err}"
+    );
+    // The job is still hung: dropping must not wait for it beyond the grace period (5 s).
+    let dropped = Instant::now();
+    drop(queues);
+    assert!(
+        dropped.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        dropped.elapsed()
+    );
+    release.store(true, Ordering::SeqCst);
 }

@@ -173,9 +173,8 @@ fn a_nan_weight_is_refused_at_load_naming_its_tensor() {
     }
 }
 
-#[test]
-fn huge_weights_give_an_error_not_an_empty_answer() {
-    // Finite weights whose activations overflow in layer 0's FFN.
+/// The tiny model with finite weights whose activations overflow in layer 0's FFN.
+fn overflowing_ffn_model() -> Arc<ExecModel> {
     let mut w = GgufWriter::new();
     let base = GgufFile::from_bytes(tiny_gguf(64, None)).unwrap();
     for (key, value) in base.metadata().iter() {
@@ -190,8 +189,17 @@ fn huge_weights_give_an_error_not_an_empty_answer() {
         w.tensor_f32(name, &view.shape(), &values);
     }
     let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
-    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-    let err = prefill(model, &[1, 2, 3], &PrefillOptions::default()).unwrap_err();
+    Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap())
+}
+
+#[test]
+fn huge_weights_give_an_error_not_an_empty_answer() {
+    let err = prefill(
+        overflowing_ffn_model(),
+        &[1, 2, 3],
+        &PrefillOptions::default(),
+    )
+    .unwrap_err();
     // The stage that first overflows fails its job; its queue reports the typed error's
     // message, naming the layer and the block.
     let message = err.to_string();
@@ -199,6 +207,37 @@ fn huge_weights_give_an_error_not_an_empty_answer() {
         message.contains("layer 0's feed-forward block produced a non-finite value"),
         "{message}"
     );
+}
+
+/// With every stage resident on the GPU (`cargo test --features gpu --test hostile`, on
+/// lavapipe in CI), the device flags the block instead of reading activations back.
+#[cfg(feature = "gpu")]
+#[test]
+fn huge_weights_on_the_resident_gpu_path_name_the_block() {
+    let options = PrefillOptions {
+        gpu: hetsched::exec::GpuUse::Resident,
+        chunk_len: 2,
+        ..PrefillOptions::default()
+    };
+    match prefill(overflowing_ffn_model(), &[1, 2, 3], &options) {
+        Err(ExecError::Gpu(reason))
+            if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
+        {
+            println!("skipped: no Vulkan device ({reason})");
+        }
+        Err(err) => assert!(
+            matches!(
+                err,
+                ExecError::NonFiniteOnDevice {
+                    layer: 0,
+                    block: "feed-forward",
+                    chunk: 0
+                }
+            ),
+            "{err}"
+        ),
+        Ok(_) => panic!("an overflowing model gave logits on the GPU"),
+    }
 }
 
 #[test]

@@ -42,6 +42,19 @@ pub enum ExecError {
         /// Its value.
         value: f32,
     },
+    /// On the resident GPU path, a block's output made the residual stream NaN or
+    /// infinite (the device raises a flag per block; the values stay on it).
+    #[error(
+        "layer {layer}'s {block} block produced a non-finite value on the GPU (chunk {chunk}): an activation overflowed; check that layer's weights, or compare with `--backends cpu`"
+    )]
+    NonFiniteOnDevice {
+        /// Decoder layer.
+        layer: usize,
+        /// `attention` or `feed-forward`.
+        block: &'static str,
+        /// Chunk.
+        chunk: usize,
+    },
     /// The run produced NaN or infinite logits.
     #[error(
         "the prefill produced {count} non-finite logits (first: {value} at index {index}): an activation overflowed; try `--precision f32`, or check the model's weights"

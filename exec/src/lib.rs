@@ -367,6 +367,7 @@ pub fn prefill_on_gpu(
     if let Some(times) = runner.device_times()? {
         on_device_clock(&mut outcome, &times);
     }
+    runner.check_finite()?;
     let logits = take_logits(&runner.logits)?;
     Ok(PrefillResult {
         logits,

@@ -306,6 +306,43 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         )
     }
 
+    /// `x += d` like [`GpuBatch::add_assign`], and element `slot` of `flags` (a dense f32
+    /// matrix) set to 1.0 when any sum is NaN or infinite; the flag is never cleared, so
+    /// one zeroed `flags` records every checked add of a run.
+    pub fn add_assign_checked(
+        &mut self,
+        x: &GpuMatrix,
+        d: &GpuMatrix,
+        flags: &GpuMatrix,
+        slot: usize,
+    ) -> Result<()> {
+        let (rows, cols) = (x.rows(), x.cols());
+        dense("add_assign_checked", "x", x, rows, cols)?;
+        dense("add_assign_checked", "d", d, rows, cols)?;
+        dense(
+            "add_assign_checked",
+            "flags",
+            flags,
+            flags.rows(),
+            flags.cols(),
+        )?;
+        if slot >= flags.rows() * flags.cols() {
+            return Err(shape(
+                "add_assign_checked",
+                format!(
+                    "slot {slot} past a {}-element flags matrix",
+                    flags.rows() * flags.cols()
+                ),
+            ));
+        }
+        self.job.dispatch(
+            Shader::AddChecked,
+            &[&x.buf, &d.buf, &flags.buf],
+            push(&[(rows * cols) as u32, slot as u32]),
+            stride_groups(rows * cols),
+        )
+    }
+
     /// Reads rows `rows` of `m` back when the batch is submitted; the result's index in
     /// [`BatchOutput::reads`] is the number of earlier `read` calls.
     pub fn read(&mut self, m: &GpuMatrix, rows: Range<usize>) -> Result<()> {

@@ -78,6 +78,7 @@ shaders! {
     Attention => "attention",
     AttentionTiled => "attention_tiled",
     Add => "add",
+    AddChecked => "add_checked",
 }
 
 /// The lazily built pipelines of one device.

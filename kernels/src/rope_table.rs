@@ -10,20 +10,30 @@ use std::ops::Range;
 
 use crate::reference::RopeStyle;
 
+/// Rotations are precomputed for at most this many positions (2 MiB for a head of 64):
+/// a model's context can reach 2^20 positions, and a table that large would cost 256 MiB
+/// before the first token. Positions past it are computed when applied.
+pub const PRECOMPUTED_POSITIONS: usize = 8192;
+
 /// Rotations for positions `0..max_positions` of one head layout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeTable {
     head_dim: usize,
     style: RopeStyle,
-    /// `[max_positions, head_dim / 2]` cosines.
+    /// Positions the table answers for.
+    max_positions: usize,
+    /// `[head_dim / 2]` frequencies, for positions past the precomputed ones.
+    freqs: Vec<f64>,
+    /// `[min(max_positions, PRECOMPUTED_POSITIONS), head_dim / 2]` cosines.
     cos: Vec<f32>,
-    /// `[max_positions, head_dim / 2]` sines.
+    /// Sines, laid out as `cos`.
     sin: Vec<f32>,
 }
 
 impl RopeTable {
     /// Rotations of frequency `theta_base^(-2i / head_dim)` for every position below
-    /// `max_positions`, the same angles as [`crate::reference::rope`].
+    /// `max_positions`, the same angles as [`crate::reference::rope`]; the first
+    /// [`PRECOMPUTED_POSITIONS`] are computed here.
     ///
     /// # Panics
     /// If `head_dim` is odd.
@@ -34,9 +44,10 @@ impl RopeTable {
         let freqs: Vec<f64> = (0..half)
             .map(|i| base.powf(-2.0 * i as f64 / head_dim as f64))
             .collect();
-        let mut cos = Vec::with_capacity(max_positions * half);
-        let mut sin = Vec::with_capacity(max_positions * half);
-        for pos in 0..max_positions {
+        let precomputed = max_positions.min(PRECOMPUTED_POSITIONS);
+        let mut cos = Vec::with_capacity(precomputed * half);
+        let mut sin = Vec::with_capacity(precomputed * half);
+        for pos in 0..precomputed {
             for &freq in &freqs {
                 let (s, c) = (pos as f64 * freq).sin_cos();
                 cos.push(c as f32);
@@ -46,6 +57,8 @@ impl RopeTable {
         Self {
             head_dim,
             style,
+            max_positions,
+            freqs,
             cos,
             sin,
         }
@@ -53,7 +66,31 @@ impl RopeTable {
 
     /// Positions the table covers.
     pub fn max_positions(&self) -> usize {
-        self.cos.len() / (self.head_dim / 2).max(1)
+        self.max_positions
+    }
+
+    /// The `(cos, sin)` of position `pos`: precomputed, or computed into `scratch`.
+    fn rotation<'a>(
+        &'a self,
+        pos: usize,
+        scratch: &'a mut (Vec<f32>, Vec<f32>),
+    ) -> (&'a [f32], &'a [f32]) {
+        let half = self.head_dim / 2;
+        if (pos + 1) * half <= self.cos.len() {
+            return (
+                &self.cos[pos * half..(pos + 1) * half],
+                &self.sin[pos * half..(pos + 1) * half],
+            );
+        }
+        let (cos, sin) = scratch;
+        cos.clear();
+        sin.clear();
+        for &freq in &self.freqs {
+            let (s, c) = (pos as f64 * freq).sin_cos();
+            cos.push(c as f32);
+            sin.push(s as f32);
+        }
+        (cos, sin)
     }
 
     /// Rotates `x`, row-major `[positions.len(), n_heads, head_dim]`, token `t` sitting
@@ -78,9 +115,9 @@ impl RopeTable {
             return;
         }
         let half = d / 2;
+        let mut scratch = (Vec::new(), Vec::new());
         for (token, pos) in x.chunks_exact_mut(n_heads * d).zip(positions) {
-            let cos = &self.cos[pos * half..(pos + 1) * half];
-            let sin = &self.sin[pos * half..(pos + 1) * half];
+            let (cos, sin) = self.rotation(pos, &mut scratch);
             for head in token.chunks_exact_mut(d) {
                 match self.style {
                     RopeStyle::Adjacent => {

@@ -1,6 +1,7 @@
 //! The GEMM-based attention and the table RoPE against their scalar references, over
 //! random shapes (odd sizes, GQA groups, chunks at an offset, token sub-blocks).
 
+use hetsched_kernels::rope_table::PRECOMPUTED_POSITIONS;
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{
     AttentionKv, AttentionShape, RopeStyle, RopeTable, attention_causal_gqa,
@@ -76,6 +77,28 @@ proptest! {
         let positions: Vec<usize> = (start..start + tokens).collect();
         rope(&mut want, &positions, n_heads, head_dim, 10_000.0, style);
         let table = RopeTable::new(head_dim, 10_000.0, style, start + tokens);
+        table.apply(&mut got, start..start + tokens, n_heads);
+        close(&got, &want, ROPE_TOL).map_err(TestCaseError::fail)?;
+    }
+
+    /// Positions across the end of the precomputed rotations (a long context) rotate as
+    /// the reference does, and the table stays small.
+    #[test]
+    fn rope_table_past_its_precomputed_positions_matches_reference(
+        offset in 0usize..8,
+        tokens in 1usize..16,
+        adjacent in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let (n_heads, head_dim) = (2, 16);
+        let style = if adjacent { RopeStyle::Adjacent } else { RopeStyle::HalfSplit };
+        let start = PRECOMPUTED_POSITIONS - offset;
+        let mut want = SeededRng::new(seed).f32s(tokens * n_heads * head_dim);
+        let mut got = want.clone();
+        let positions: Vec<usize> = (start..start + tokens).collect();
+        rope(&mut want, &positions, n_heads, head_dim, 10_000.0, style);
+        let table = RopeTable::new(head_dim, 10_000.0, style, 1 << 20);
+        prop_assert_eq!(table.max_positions(), 1 << 20);
         table.apply(&mut got, start..start + tokens, n_heads);
         close(&got, &want, ROPE_TOL).map_err(TestCaseError::fail)?;
     }

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use bevy_ecs::prelude::World;
 use hetsched_systems::resources::{Clock, Inbox, Outbox, RunStats, TimelineLog};
+use hetsched_systems::retry::{requeue_elsewhere, retry_lanes};
 use hetsched_systems::{Policy, PrefillPlan, StageProgress, scheduler_schedule, spawn_world};
 use thiserror::Error;
 
@@ -93,13 +94,40 @@ pub fn run_with(
             break;
         }
         if guard.in_flight() == 0 {
-            return Err(EngineError::Stalled { done, total });
+            return Err(stalled(&guard, done, total));
         }
-        let (now, completions) = guard.wait(backend)?;
-        world.resource_mut::<Clock>().now_ns = now;
-        world.resource_mut::<Inbox>().0.extend(completions);
+        let waited = guard.wait(backend)?;
+        for overdue in waited.overdue {
+            let retry = options.deadline.is_some_and(|d| d.retry)
+                && !retry_lanes(&world, overdue.id).is_empty()
+                && guard.ask_abandon(backend, overdue.id, overdue.lane)?;
+            if !retry {
+                return Err(overdue.fault.into());
+            }
+            requeue_elsewhere(&mut world, overdue.id);
+            guard.abandon(overdue.id, overdue.lane);
+        }
+        // An empty wait may report no time (0): the clock never runs backwards.
+        let mut clock = world.resource_mut::<Clock>();
+        clock.now_ns = clock.now_ns.max(waited.now_ns);
+        world.resource_mut::<Inbox>().0.extend(waited.completions);
     }
     Ok(finish(plan, policy_name, world, tick_wall_ns))
+}
+
+/// Why nothing runs with work left: a processor given up that the rest of the work needs,
+/// else a scheduler stall.
+fn stalled(guard: &guard::Guard, done: usize, total: usize) -> EngineError {
+    match guard.first_abandoned() {
+        Some((chunk, stage, processor)) => BackendFault::LaneLost {
+            chunk,
+            stage,
+            processor,
+            waiting: total - done,
+        }
+        .into(),
+        None => EngineError::Stalled { done, total },
+    }
 }
 
 /// Runs `plan` on simulated queues, scheduled by `policy`.

@@ -34,6 +34,12 @@ pub struct BusySlot {
     pub busy_ns: u64,
 }
 
+/// A processor the engine gave up on: a job there ran past its deadline and was retried
+/// elsewhere (`crate::retry`). Dispatch never starts a job on it again.
+#[derive(Component, Debug, Clone, Copy, Default)]
+#[component(storage = "SparseSet")]
+pub struct Offline;
+
 /// One subgraph instance G(chunk, stage).
 #[derive(Component, Debug, Clone, Copy)]
 pub struct SubgraphInstance {

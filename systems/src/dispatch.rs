@@ -3,10 +3,10 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use bevy_ecs::prelude::{Commands, Query, Res, ResMut};
+use bevy_ecs::prelude::{Commands, Has, Query, Res, ResMut};
 use bevy_ecs::system::SystemParam;
 
-use crate::components::{BusySlot, Processor, Ready, Running};
+use crate::components::{BusySlot, Offline, Processor, Ready, Running};
 use crate::memory_dispatch::MemoryLedger;
 use crate::plan::PrefillPlan;
 use crate::policy::{LaneTimes, PickContext};
@@ -17,12 +17,13 @@ use crate::resources::{ActivePolicy, Clock, Index, Job, Outbox, Plan, ReadyQueue
 /// instances the [`MemoryLedger`] admits, and launches it. A processor never holds more
 /// than one job (seed 000, Eq. 4). Its ready queue holds every ready instance it may run
 /// (under flexible placement, also those of other processors); a launched instance leaves
-/// every queue, so it runs exactly once, on the processor that took it.
+/// every queue, so it runs exactly once, on the processor that took it. An [`Offline`]
+/// processor takes nothing, and the policies see it free only in the far future.
 pub fn dispatch_ready(
     plan: Res<Plan>,
     progress: Res<StageProgress>,
     mut policy: ResMut<ActivePolicy>,
-    mut processors: Query<(&Processor, &mut BusySlot)>,
+    mut processors: Query<(&Processor, &mut BusySlot, Has<Offline>)>,
     mut launcher: Launcher,
 ) {
     let plan = &plan.0;
@@ -34,15 +35,19 @@ pub fn dispatch_ready(
             .processors
             .iter()
             .map(|&e| {
-                let (_, slot) = processors.get(e).expect("processor entity");
-                slot.running.map_or(now_ns, |_| slot.expected_end_ns)
+                let (_, slot, offline) = processors.get(e).expect("processor entity");
+                match slot.running {
+                    _ if offline => OFFLINE_FREE_AT_NS,
+                    Some(_) => slot.expected_end_ns,
+                    None => now_ns,
+                }
             })
             .collect(),
     };
     for lane in 0..launcher.index.processors.len() {
         let entity = launcher.index.processors[lane];
-        let (processor, mut slot) = processors.get_mut(entity).expect("processor entity");
-        if slot.running.is_some() {
+        let (processor, mut slot, offline) = processors.get_mut(entity).expect("processor entity");
+        if slot.running.is_some() || offline {
             continue;
         }
         let (candidates, held) = admitted(&launcher.ready.lanes[lane], &launcher.memory, plan);
@@ -69,15 +74,21 @@ pub fn dispatch_ready(
     // ledger admits runs (the first unfinished chunk's next job always is admitted).
     if launcher.memory.unconstrained()
         || !launcher.outbox.0.is_empty()
-        || processors.iter().any(|(_, slot)| slot.running.is_some())
+        || processors.iter().any(|(_, slot, _)| slot.running.is_some())
     {
         return;
     }
-    let Some((id, lane)) = launcher.earliest_admitted(plan) else {
+    let online: Vec<bool> = launcher
+        .index
+        .processors
+        .iter()
+        .map(|&e| !processors.get(e).is_ok_and(|(_, _, offline)| offline))
+        .collect();
+    let Some((id, lane)) = launcher.earliest_admitted(plan, &online) else {
         return;
     };
     let entity = launcher.index.processors[lane];
-    let (processor, mut slot) = processors.get_mut(entity).expect("processor entity");
+    let (processor, mut slot, _) = processors.get_mut(entity).expect("processor entity");
     if policy.0.strict_chunk_order() {
         // Such a policy never needs this (its next job is the first chunk's); if it ever
         // does, the job must be the one it would run next.
@@ -115,6 +126,10 @@ fn admitted<'q>(
     (Cow::Owned(admitted), held)
 }
 
+/// When an [`Offline`] processor is modeled free: far in the future, but far from
+/// `u64::MAX`, since policies add costs to it.
+const OFFLINE_FREE_AT_NS: u64 = u64::MAX / 4;
+
 /// What launching a job changes: the ready queues, the instance's state, the memory
 /// ledger, the outbox and the statistics.
 #[derive(SystemParam)]
@@ -129,12 +144,13 @@ pub struct Launcher<'w, 's> {
 }
 
 impl Launcher<'_, '_> {
-    /// The smallest ready id memory admits, over every lane, with its lane.
-    fn earliest_admitted(&self, plan: &PrefillPlan) -> Option<(u32, usize)> {
+    /// The smallest ready id memory admits, over every `online` lane, with its lane.
+    fn earliest_admitted(&self, plan: &PrefillPlan, online: &[bool]) -> Option<(u32, usize)> {
         self.ready
             .lanes
             .iter()
             .enumerate()
+            .filter(|&(lane, _)| online[lane])
             .filter_map(|(lane, q)| {
                 q.iter()
                     .find(|&&id| self.memory.admits(plan.key(id as usize)))

@@ -53,6 +53,7 @@ pub mod policy;
 mod progress;
 mod resolve;
 pub mod resources;
+pub mod retry;
 pub mod shadow;
 pub mod testing;
 mod world;

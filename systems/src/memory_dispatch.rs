@@ -259,6 +259,22 @@ impl MemoryLedger {
         }
     }
 
+    /// Undoes [`MemoryLedger::start`] for `key`, given up on its processor and to be
+    /// started again elsewhere: what its step allocated is released unless another stage
+    /// of the step is running.
+    pub fn abandon(&mut self, key: InstanceKey) {
+        let step = self.step_of[key.stage as usize];
+        let state = &mut self.chunks[key.chunk as usize];
+        debug_assert!(state.running(), "abandoning a stage that never started");
+        state.started = state.started.saturating_sub(1);
+        if !state.running() {
+            let p = self.profile.of(key.chunk);
+            for (r, &bytes) in p.row(&p.alloc, step).iter().enumerate() {
+                self.live[r] -= bytes;
+            }
+        }
+    }
+
     /// Records that `key` finished; when it was the last stage of its step, the step's
     /// workspace and the tensors it read last are freed.
     pub fn finish(&mut self, key: InstanceKey) {

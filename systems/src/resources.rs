@@ -166,4 +166,6 @@ pub struct RunStats {
     pub dispatched: u64,
     /// Dispatch decisions where a ready job had to wait for memory.
     pub held_for_memory: u64,
+    /// Jobs that ran past their deadline and were requeued on another processor.
+    pub retried: u64,
 }

@@ -37,7 +37,7 @@ use super::queues::{JobError, JobRunner};
 use super::steps::Step;
 use model::GpuLayer;
 pub use model::GpuModel;
-use tensors::{ChunkTensors, RunState};
+use tensors::{ChunkTensors, NonFiniteFlags, RunState};
 
 fn gpu_err(e: hetsched_gpu::GpuError) -> ExecError {
     ExecError::Gpu(e.to_string())
@@ -91,6 +91,8 @@ pub struct GpuStageRunner {
     timer: Option<GpuTimer>,
     /// Next-token logits once the head ran (see [`super::PrefillState::logits`]).
     pub logits: Mutex<Option<Vec<f32>>>,
+    /// The non-finite flags, read back with the logits.
+    nonfinite: Mutex<Option<Vec<f32>>>,
     activation_bytes: ActivationBytes,
 }
 
@@ -144,6 +146,7 @@ impl GpuStageRunner {
             id: NEXT_RUNNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             timer,
             logits: Mutex::new(None),
+            nonfinite: Mutex::new(None),
             activation_bytes,
         })
     }
@@ -194,10 +197,14 @@ impl GpuStageRunner {
             batch.timestamp(timer, stamp + 1).map_err(gpu_err)?;
         }
         if reads_logits {
+            let rows = state.nonfinite.rows();
+            batch.read(&state.nonfinite, 0..rows).map_err(gpu_err)?;
             // Runs after every stage recorded or submitted before it: its wait is the
             // prefill's.
             let out = batch.submit().map_err(gpu_err)?;
-            *self.logits.lock() = out.reads.into_iter().next();
+            let mut reads = out.reads.into_iter();
+            *self.logits.lock() = reads.next();
+            *self.nonfinite.lock() = reads.next();
         } else if recorded + 1 >= STAGES_PER_SUBMISSION {
             batch.submit_async().map_err(gpu_err)?;
         } else {
@@ -210,6 +217,29 @@ impl GpuStageRunner {
             });
         }
         Ok(())
+    }
+
+    /// The first block whose output made the residual stream non-finite, in (chunk,
+    /// layer) order, as [`ExecError::NonFiniteOnDevice`]; `Ok` when none did (or the
+    /// head never ran). Every residual add on the device raises a flag for its block
+    /// instead of reading activations back.
+    pub fn check_finite(&self) -> Result<(), ExecError> {
+        let flags = NonFiniteFlags {
+            layers: self.model.layers.len(),
+        };
+        let raised = self
+            .nonfinite
+            .lock()
+            .as_deref()
+            .and_then(|f| flags.first_raised(f));
+        match raised {
+            None => Ok(()),
+            Some((chunk, layer, block)) => Err(ExecError::NonFiniteOnDevice {
+                layer,
+                block,
+                chunk,
+            }),
+        }
     }
 
     /// When each stage ran on the device; `None` without timestamps. Read after the

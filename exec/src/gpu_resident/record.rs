@@ -6,7 +6,7 @@ use std::sync::Arc;
 use hetsched_gpu::{AttentionShape, GpuBatch, GpuContext};
 use hetsched_systems::op::{NormSite, Projection};
 
-use super::tensors::{ChunkTensors, KvRows, RunState, Value};
+use super::tensors::{ChunkTensors, KvRows, NonFiniteFlags, RunState, Value};
 use super::{GpuStageRunner, gpu_err};
 use crate::error::ExecError;
 use crate::steps::Step;
@@ -66,7 +66,18 @@ impl GpuStageRunner {
                     .delta
                     .take()
                     .ok_or_else(|| ExecError::missing(step, chunk, "delta"))?;
-                b.add_assign(&t.x, t.matrix(d)).map_err(gpu_err)?;
+                // The feed-forward output joins the stream at the start of the next
+                // layer's stage (or the head's), as on the CPU path.
+                let (block_layer, block) = match d {
+                    Value::Down => (layer.saturating_sub(1), 1),
+                    _ => (layer, 0),
+                };
+                let flags = NonFiniteFlags {
+                    layers: self.model.layers.len(),
+                };
+                let slot = flags.slot(chunk, block_layer, block);
+                b.add_assign_checked(&t.x, t.matrix(d), &state.nonfinite, slot)
+                    .map_err(gpu_err)?;
             }
             Step::SiluMul => {
                 t.take(Value::Gate, step, chunk)?;

@@ -148,6 +148,9 @@ pub(super) struct RunState {
     pub(super) kv: Vec<Vec<KvRows>>,
     /// `[rows, vocab]` logits of the head.
     pub(super) logits: GpuMatrix,
+    /// One flag per (chunk, layer, block), raised by the checked residual add when the
+    /// block's output made the stream non-finite ([`NonFiniteFlags`]).
+    pub(super) nonfinite: GpuMatrix,
     /// The lane thread that records (see [`OPEN`]).
     pub(super) recorder: Option<std::thread::ThreadId>,
 }
@@ -292,9 +295,52 @@ impl RunState {
         Ok(RunState {
             kv: vec![vec![KvRows::Missing; chunks.len()]; n_layers],
             logits: alloc(ctx, head_rows, c.vocab_size)?,
+            nonfinite: alloc(
+                ctx,
+                NonFiniteFlags::rows(chunks.len(), n_layers),
+                NonFiniteFlags::COLS,
+            )?,
             chunks,
             caches,
             recorder: None,
         })
+    }
+}
+
+/// Where the checked residual adds of a run raise their flags: one f32 per (chunk, layer,
+/// block), in that order, so the first raised flag names where the numbers first broke.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct NonFiniteFlags {
+    pub(super) layers: usize,
+}
+
+impl NonFiniteFlags {
+    /// Columns of the flags matrix (a dense f32 matrix needs a multiple of 4).
+    pub(super) const COLS: usize = 4;
+    /// The blocks whose outputs join the residual stream, in layer order.
+    pub(super) const BLOCKS: [&'static str; 2] = ["attention", "feed-forward"];
+
+    /// Rows of the flags matrix for `chunks` x `layers` x 2 flags.
+    pub(super) fn rows(chunks: usize, layers: usize) -> usize {
+        (chunks * layers * Self::BLOCKS.len())
+            .div_ceil(Self::COLS)
+            .max(1)
+    }
+
+    /// The flag of `block` (0: attention, 1: feed-forward) of `layer` in `chunk`.
+    pub(super) fn slot(self, chunk: usize, layer: usize, block: usize) -> usize {
+        (chunk * self.layers + layer) * Self::BLOCKS.len() + block
+    }
+
+    /// The first raised flag, as (chunk, layer, block name).
+    pub(super) fn first_raised(self, flags: &[f32]) -> Option<(usize, usize, &'static str)> {
+        let slot = flags.iter().position(|&f| f != 0.0)?;
+        let blocks = Self::BLOCKS.len();
+        let (cell, block) = (slot / blocks, slot % blocks);
+        Some((
+            cell / self.layers.max(1),
+            cell % self.layers.max(1),
+            Self::BLOCKS[block],
+        ))
     }
 }

@@ -46,4 +46,13 @@ pub trait Backend {
         let _ = timeout;
         self.wait()
     }
+    /// The engine gives up on job `id` on `processor` (it ran past its deadline) to run
+    /// it on another processor. Return `true` only if the job's late effects are
+    /// discarded (cancelled, or its outputs isolated): the engine then drops its late
+    /// completion, if one comes, and never submits to `processor` again. The default,
+    /// `false`, keeps the job: the run fails with a deadline error instead.
+    fn abandon(&mut self, id: u32, processor: usize) -> bool {
+        let _ = (id, processor);
+        false
+    }
 }

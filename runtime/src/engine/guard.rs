@@ -58,15 +58,22 @@ pub struct Deadline {
     /// Time every job may take whatever its estimate (cost models of a scene can be off
     /// by orders of magnitude on another host, and debug builds are slow).
     pub floor: Duration,
+    /// Whether an overdue job is retried on another processor it may run on, when the
+    /// policy chooses placement and the backend lets go of it ([`Backend::abandon`]);
+    /// its processor is then given up for the rest of the run. Otherwise, or when no
+    /// other processor may take it, the run fails with
+    /// [`BackendFault::DeadlineExceeded`].
+    pub retry: bool,
 }
 
 impl Default for Deadline {
     /// 100 × the estimate plus 60 s: generous enough for a debug build on a busy host,
-    /// short enough that a lost job does not block a run forever.
+    /// short enough that a lost job does not block a run forever. Retry where allowed.
     fn default() -> Self {
         Self {
             factor: 100.0,
             floor: Duration::from_secs(60),
+            retry: true,
         }
     }
 }
@@ -206,6 +213,39 @@ pub enum BackendFault {
         /// The allowance.
         limit_ms: u64,
     },
+    /// A processor was given up (a job there ran past its deadline and was retried
+    /// elsewhere), and work that only it may run is left.
+    #[error(
+        "processor {processor} was given up after chunk {chunk} stage {stage} ran past its deadline there, and {waiting} subgraphs that only it may run are left"
+    )]
+    LaneLost {
+        /// Chunk of the overdue job.
+        chunk: u32,
+        /// Stage of the overdue job.
+        stage: u32,
+        /// The processor given up.
+        processor: usize,
+        /// Instances not done.
+        waiting: usize,
+    },
+}
+
+/// A job past its deadline, found by [`Guard::wait`]: the engine retries it elsewhere or
+/// fails the run with `fault`.
+#[derive(Debug, Clone)]
+pub(super) struct Overdue {
+    pub(super) id: u32,
+    pub(super) lane: usize,
+    pub(super) fault: BackendFault,
+}
+
+/// What one [`Guard::wait`] brought: the backend's time, the checked completions, and the
+/// jobs now past their deadline.
+#[derive(Debug)]
+pub(super) struct Waited {
+    pub(super) now_ns: u64,
+    pub(super) completions: Vec<Completion>,
+    pub(super) overdue: Vec<Overdue>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -228,6 +268,8 @@ pub(super) struct Guard {
     in_flight: usize,
     empty_waits: u32,
     options: EngineOptions,
+    /// Jobs given up, by (id, lane): a late completion of one is dropped.
+    abandoned: Vec<(u32, usize)>,
 }
 
 impl Guard {
@@ -239,6 +281,7 @@ impl Guard {
             in_flight: 0,
             empty_waits: 0,
             options: *options,
+            abandoned: Vec::new(),
         }
     }
 
@@ -268,23 +311,24 @@ impl Guard {
         Ok(())
     }
 
-    /// Waits for completions (at most until the earliest deadline) and checks each.
-    pub(super) fn wait(
-        &mut self,
-        backend: &mut dyn Backend,
-    ) -> Result<(u64, Vec<Completion>), EngineError> {
-        let (now, completions) = match self.earliest_due() {
+    /// Waits for completions (at most until the earliest deadline) and checks each; a
+    /// late completion of a job given up is dropped.
+    pub(super) fn wait(&mut self, backend: &mut dyn Backend) -> Result<Waited, EngineError> {
+        let (now_ns, mut completions) = match self.earliest_due() {
             Some(due) => {
                 let timeout = due.saturating_duration_since(Instant::now());
                 guarded("wait", || backend.wait_for(timeout))??
             }
             None => guarded("wait", || backend.wait())??,
         };
-        for c in &completions {
-            self.complete(c)?;
+        let mut kept = Vec::with_capacity(completions.len());
+        for c in completions.drain(..) {
+            if self.complete(&c)? {
+                kept.push(c);
+            }
         }
-        self.check_deadlines()?;
-        if completions.is_empty() {
+        let overdue = self.overdue();
+        if kept.is_empty() && overdue.is_empty() {
             self.empty_waits += 1;
             if self.empty_waits >= self.options.max_empty_waits.max(1) {
                 return Err(BackendFault::NoProgress {
@@ -296,7 +340,36 @@ impl Guard {
         } else {
             self.empty_waits = 0;
         }
-        Ok((now, completions))
+        Ok(Waited {
+            now_ns,
+            completions: kept,
+            overdue,
+        })
+    }
+
+    /// Asks `backend` to let go of overdue job `id` on `lane` (a panic there is an error).
+    pub(super) fn ask_abandon(
+        &mut self,
+        backend: &mut dyn Backend,
+        id: u32,
+        lane: usize,
+    ) -> Result<bool, EngineError> {
+        Ok(guarded("abandon", || backend.abandon(id, lane))?)
+    }
+
+    /// Lets go of overdue job `id` on `lane`: the backend has dropped it and the
+    /// scheduler will run it elsewhere.
+    pub(super) fn abandon(&mut self, id: u32, lane: usize) {
+        self.slots[id as usize] = Slot::Idle;
+        self.in_flight -= 1;
+        self.abandoned.push((id, lane));
+    }
+
+    /// The first job given up, as (chunk, stage, lane), if any.
+    pub(super) fn first_abandoned(&self) -> Option<(u32, u32, usize)> {
+        let &(id, lane) = self.abandoned.first()?;
+        let (chunk, stage) = self.key(id);
+        Some((chunk, stage, lane))
     }
 
     fn key(&self, id: u32) -> (u32, u32) {
@@ -304,8 +377,15 @@ impl Guard {
         ((id / self.stages) as u32, (id % self.stages) as u32)
     }
 
-    fn complete(&mut self, c: &Completion) -> Result<(), BackendFault> {
+    /// Checks completion `c` and records it; `Ok(false)` for the late completion of a
+    /// job given up, which the scheduler must not see.
+    fn complete(&mut self, c: &Completion) -> Result<bool, BackendFault> {
         let processor = c.processor;
+        // The processor given up never gets another job, so (id, lane) names only the
+        // job abandoned there.
+        if self.abandoned.contains(&(c.id, processor)) {
+            return Ok(false);
+        }
         let Some(slot) = self.slots.get(c.id as usize).copied() else {
             return Err(BackendFault::UnknownInstance {
                 id: c.id,
@@ -350,7 +430,7 @@ impl Guard {
             Slot::Running { .. } => {
                 self.slots[c.id as usize] = Slot::Done;
                 self.in_flight -= 1;
-                Ok(())
+                Ok(true)
             }
         }
     }
@@ -366,11 +446,13 @@ impl Guard {
             .min()
     }
 
-    fn check_deadlines(&self) -> Result<(), BackendFault> {
+    /// Every running job past its deadline.
+    fn overdue(&self) -> Vec<Overdue> {
         let Some(deadline) = self.options.deadline else {
-            return Ok(());
+            return Vec::new();
         };
         let now = Instant::now();
+        let mut overdue = Vec::new();
         for (id, slot) in self.slots.iter().enumerate() {
             if let Slot::Running {
                 lane,
@@ -382,17 +464,21 @@ impl Guard {
                 let limit = deadline.allowance(estimated_ns);
                 let elapsed = limit + now.duration_since(due);
                 let (chunk, stage) = self.key(id as u32);
-                return Err(BackendFault::DeadlineExceeded {
-                    chunk,
-                    stage,
-                    processor: lane,
-                    estimated_ns,
-                    elapsed_ms: elapsed.as_millis() as u64,
-                    limit_ms: limit.as_millis() as u64,
+                overdue.push(Overdue {
+                    id: id as u32,
+                    lane,
+                    fault: BackendFault::DeadlineExceeded {
+                        chunk,
+                        stage,
+                        processor: lane,
+                        estimated_ns,
+                        elapsed_ms: elapsed.as_millis() as u64,
+                        limit_ms: limit.as_millis() as u64,
+                    },
                 });
             }
         }
-        Ok(())
+        overdue
     }
 }
 

@@ -92,6 +92,11 @@ impl Policy for Balance {
         let key = plan.key(id as usize);
         self.remaining_ns[plan.processor(key)] -= plan.cost_ns(key);
     }
+
+    fn abandoned(&mut self, plan: &PrefillPlan, id: u32, _lane: usize) {
+        let key = plan.key(id as usize);
+        self.remaining_ns[plan.processor(key)] += plan.cost_ns(key);
+    }
 }
 
 /// The pick described on [`Balance`].

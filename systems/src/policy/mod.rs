@@ -96,6 +96,13 @@ pub trait Policy: Send + Sync + 'static {
     fn launched(&mut self, plan: &PrefillPlan, id: u32, lane: usize) {
         let _ = (plan, id, lane);
     }
+
+    /// Called when instance `id`, launched on `lane`, was given up (it ran past its
+    /// deadline) and is ready again, to be launched on another processor: undo what
+    /// [`Policy::launched`] counted for it.
+    fn abandoned(&mut self, plan: &PrefillPlan, id: u32, lane: usize) {
+        let _ = (plan, id, lane);
+    }
 }
 
 /// The ready id with the largest score; ties go to the earliest (chunk, stage), which is
