@@ -26,7 +26,39 @@ use crate::rope::cos_sin_table;
 /// across calls and gathers the work of several of them.
 pub struct GpuBatch<C: AsRef<GpuContext>> {
     job: Job<C>,
-    reads: Vec<(usize, usize)>,
+    reads: Vec<Read>,
+}
+
+/// One [`GpuBatch::read`]: which download holds it, and the row layout to strip the
+/// padding from.
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    download: usize,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+}
+
+impl Read {
+    const EMPTY: Read = Read {
+        download: usize::MAX,
+        rows: 0,
+        cols: 0,
+        ld: 0,
+    };
+
+    /// The dense `[rows, cols]` values of the downloaded words.
+    fn dense(&self, words: &[u32]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        for row in words.chunks(self.ld.max(1)).take(self.rows) {
+            out.extend(
+                row[..self.cols.min(row.len())]
+                    .iter()
+                    .map(|&w| f32::from_bits(w)),
+            );
+        }
+        out
+    }
 }
 
 /// What a submitted batch gives back.
@@ -343,24 +375,35 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         )
     }
 
-    /// Reads rows `rows` of `m` back when the batch is submitted; the result's index in
+    /// Reads rows `rows` of `m` (an f32 matrix, padded or not) back when the batch is
+    /// submitted, as dense `[rows, cols]` values; the result's index in
     /// [`BatchOutput::reads`] is the number of earlier `read` calls.
     pub fn read(&mut self, m: &GpuMatrix, rows: Range<usize>) -> Result<()> {
-        let cols = m.cols();
-        dense("read", "m", m, m.rows(), cols)?;
+        let (cols, ld) = (m.cols(), m.ld());
+        if m.elem() != Elem::F32 {
+            return Err(shape(
+                "read",
+                format!("m must be an f32 matrix, got {:?}", m.elem()),
+            ));
+        }
         if rows.end > m.rows() || rows.start > rows.end {
             return Err(shape(
                 "read",
                 format!("rows {rows:?} of a {}-row matrix", m.rows()),
             ));
         }
-        let (start, len) = ((rows.start * cols) as u64, (rows.len() * cols) as u64);
+        let (start, len) = ((rows.start * ld) as u64, (rows.len() * ld) as u64);
         if len == 0 {
-            self.reads.push((usize::MAX, 0));
+            self.reads.push(Read::EMPTY);
             return Ok(());
         }
-        let i = self.job.download(&m.buf.clone().slice(start..start + len));
-        self.reads.push((i, len as usize));
+        let download = self.job.download(&m.buf.clone().slice(start..start + len));
+        self.reads.push(Read {
+            download,
+            rows: rows.len(),
+            cols,
+            ld,
+        });
         Ok(())
     }
 
@@ -378,15 +421,12 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
 
     /// Submits everything recorded, waits for it, and returns the reads and the GPU time.
     pub fn submit(self) -> Result<BatchOutput> {
-        let mut done = self.job.finish()?;
+        let done = self.job.finish()?;
         let reads = self
             .reads
             .iter()
-            .map(|&(i, len)| match done.downloads.get_mut(i) {
-                Some(words) => std::mem::take(words)[..len]
-                    .iter()
-                    .map(|&w| f32::from_bits(w))
-                    .collect(),
+            .map(|read| match done.downloads.get(read.download) {
+                Some(words) => read.dense(words),
                 None => Vec::new(),
             })
             .collect();

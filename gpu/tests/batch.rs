@@ -196,6 +196,44 @@ fn shape_mistakes_are_errors_not_panics() {
 }
 
 #[test]
+fn padded_matrices_read_back_dense() {
+    let Some(ctx) = common::gpu() else { return };
+    // 3 rows of 10 columns: stored with padded rows, read back as 30 dense values.
+    let values: Vec<f32> = (0..30).map(|i| i as f32).collect();
+    let m = ctx.upload_f32(&values, 3, 10).unwrap();
+    let mut b = ctx.batch().unwrap();
+    b.read(&m, 1..3).unwrap();
+    assert_eq!(b.submit().unwrap().reads[0], values[10..].to_vec());
+}
+
+#[test]
+fn the_checked_add_flags_only_non_finite_sums() {
+    let Some(ctx) = common::gpu() else { return };
+    let x = ctx.upload_f32(&[1.0; 8], 1, 8).unwrap();
+    let mut huge = vec![0.5; 8];
+    huge[5] = f32::MAX;
+    let fine = ctx.upload_f32(&[0.5; 8], 1, 8).unwrap();
+    let overflow = ctx.upload_f32(&huge, 1, 8).unwrap();
+    let flags = ctx.alloc_matrix(1, 4, Elem::F32).unwrap();
+    let mut b = ctx.batch().unwrap();
+    b.add_assign_checked(&x, &fine, &flags, 1).unwrap();
+    b.add_assign_checked(&x, &overflow, &flags, 2).unwrap();
+    b.add_assign_checked(&x, &overflow, &flags, 3).unwrap();
+    assert!(matches!(
+        b.add_assign_checked(&x, &fine, &flags, 4),
+        Err(GpuError::Shape { .. })
+    ));
+    b.read(&flags, 0..1).unwrap();
+    b.read(&x, 0..1).unwrap();
+    let out = b.submit().unwrap();
+    // 1 + 0.5 is finite, and so is 1.5 + f32::MAX (it rounds to f32::MAX); a second
+    // f32::MAX overflows to infinity, at index 5 only.
+    assert_eq!(out.reads[0], vec![0.0, 0.0, 0.0, 1.0]);
+    assert_eq!(out.reads[1][0], 1.0 + 0.5 + 0.5 + 0.5);
+    assert!(out.reads[1][5].is_infinite());
+}
+
+#[test]
 fn batches_submitted_without_waiting_run_in_order() {
     let Some(ctx) = common::gpu() else { return };
     // Each batch reads what the previous one wrote: x <- x + x, sixteen times, nobody
