@@ -296,10 +296,10 @@ impl JobRunner for Hangs {
     }
 }
 
-#[test]
-fn a_hung_job_on_thread_queues_fails_by_deadline_and_the_queues_drop() {
+/// Runs the tiny plan on thread queues whose first job hangs until `release`; asserts the
+/// run fails by deadline and returns the queues (not dropped yet).
+fn hung_first_job(release: &Arc<AtomicBool>) -> ThreadQueues {
     let plan = plan();
-    let release = Arc::new(AtomicBool::new(false));
     let runner = Arc::new(Hangs {
         victim: 0,
         release: release.clone(),
@@ -310,7 +310,6 @@ fn a_hung_job_on_thread_queues_fails_by_deadline_and_the_queues_drop() {
             .build()
             .unwrap(),
     );
-    let started = Instant::now();
     let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, pool).unwrap();
     let err = engine::run_with(plan, stall(), &mut queues, &short_deadline()).unwrap_err();
     assert!(
@@ -320,6 +319,14 @@ fn a_hung_job_on_thread_queues_fails_by_deadline_and_the_queues_drop() {
         ),
         "{err}"
     );
+    queues
+}
+
+#[test]
+fn a_hung_job_on_thread_queues_fails_by_deadline_and_the_queues_drop() {
+    let release = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let queues = hung_first_job(&release);
     // Released jobs finish and every lane thread is joined.
     release.store(true, Ordering::SeqCst);
     drop(queues);
@@ -426,27 +433,8 @@ fn no_retry_under_fixed_placement_or_a_backend_that_keeps_the_job() {
 
 #[test]
 fn a_hung_lane_is_detached_when_the_queues_drop() {
-    let plan = plan();
     let release = Arc::new(AtomicBool::new(false));
-    let runner = Arc::new(Hangs {
-        victim: 0,
-        release: release.clone(),
-    });
-    let pool = Arc::new(
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap(),
-    );
-    let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, pool).unwrap();
-    let err = engine::run_with(plan, stall(), &mut queues, &short_deadline()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            EngineError::Fault(BackendFault::DeadlineExceeded { .. })
-        ),
-        "{err}"
-    );
+    let queues = hung_first_job(&release);
     // The job is still hung: dropping must not wait for it beyond the grace period (5 s).
     let dropped = Instant::now();
     drop(queues);
