@@ -108,7 +108,10 @@ impl Occupancy {
     /// Records `[low, high)` as taken during the selected window.
     pub(super) fn insert(&mut self, low: u64, high: u64) {
         for &v in &self.tiles {
-            self.own[v].insert(low, high);
+            // A leaf's `own` is never read: no leaf overhangs a window.
+            if v < self.size {
+                self.own[v].insert(low, high);
+            }
             self.below[v].insert(low, high);
         }
         for &v in &self.overhang {
