@@ -494,3 +494,18 @@ fn twenty_thousand_overlapping_buffers_stack() {
     assert_eq!(plan.peak_bytes, stacked);
     check_plan(&buffers, &plan, 64).unwrap();
 }
+
+/// The largest arena there is: a plan, not a give-up or a panic.
+#[test]
+fn a_buffer_of_u64_max_bytes_is_planned() {
+    let buffers = [buf(0, u64::MAX, 0, 1), buf(1, 0, 0, 1)];
+    let best = plan_offsets(&buffers, 1).unwrap();
+    assert_eq!(best.peak_bytes, u64::MAX);
+    assert_eq!(best.strategy, Strategy::GreedyBySize);
+    for strategy in Strategy::ALL {
+        assert_eq!(
+            plan_with(&buffers, 1, strategy).unwrap().peak_bytes,
+            u64::MAX
+        );
+    }
+}

@@ -43,8 +43,8 @@ impl Placer {
     }
 
     /// Places `buffers` (aligned `sizes`) in `order`; returns each buffer's offset,
-    /// or `None` as soon as the arena reaches `give_up_at` bytes (a plan that can no
-    /// longer beat one already made).
+    /// or `None` as soon as the arena reaches `give_up_at` bytes, if given (a plan that
+    /// can no longer beat one already made).
     ///
     /// Sizes and hence offsets are multiples of the alignment. Zero-byte buffers go
     /// at 0.
@@ -52,7 +52,7 @@ impl Placer {
         &mut self,
         sizes: &[u64],
         order: &[u32],
-        give_up_at: u64,
+        give_up_at: Option<u64>,
     ) -> Option<Vec<u64>> {
         self.index.reset(self.leaves);
         let mut offsets = vec![0u64; sizes.len()];
@@ -69,7 +69,7 @@ impl Placer {
             offsets[i] = offset;
             self.index.insert(offset, offset + size);
             peak = peak.max(offset + size);
-            if peak >= give_up_at {
+            if give_up_at.is_some_and(|limit| peak >= limit) {
                 return None;
             }
         }
@@ -199,10 +199,19 @@ mod tests {
             .collect();
         let sizes = [64; 4];
         let mut placer = Placer::new(&buffers);
-        let all = placer.place(&sizes, &[0, 1, 2, 3], u64::MAX).unwrap();
+        let all = placer.place(&sizes, &[0, 1, 2, 3], None).unwrap();
         assert_eq!(all, [0, 64, 128, 192]);
-        assert!(placer.place(&sizes, &[0, 1, 2, 3], 256).is_none());
-        assert!(placer.place(&sizes, &[0, 1, 2, 3], 257).is_some());
+        assert!(placer.place(&sizes, &[0, 1, 2, 3], Some(256)).is_none());
+        assert!(placer.place(&sizes, &[0, 1, 2, 3], Some(257)).is_some());
+        // Without a limit, an arena of u64::MAX bytes is a plan, not a give-up.
+        let huge = [Buffer {
+            id: 0,
+            bytes: u64::MAX,
+            start: 0,
+            end: 1,
+        }];
+        let placed = Placer::new(&huge).place(&[u64::MAX], &[0], None);
+        assert_eq!(placed, Some(vec![0]));
     }
 
     /// Buffers with few distinct times (many ties and touching lifetimes), sizes in
@@ -236,7 +245,7 @@ mod tests {
                 order.swap(k, (x >> 33) as usize % (k + 1));
             }
             let mut placer = Placer::new(&buffers);
-            let fast = placer.place(&sizes, &order, u64::MAX).unwrap();
+            let fast = placer.place(&sizes, &order, None).unwrap();
             prop_assert_eq!(fast, reference(&buffers, &sizes, &order));
         }
     }

@@ -94,10 +94,8 @@ pub fn plan_with(
 ) -> Result<MemoryPlan, MemoryError> {
     let sizes = aligned_sizes(buffers, alignment)?;
     let mut placer = Placer::new(buffers);
-    Ok(
-        run(&mut placer, buffers, &sizes, alignment, strategy, u64::MAX)
-            .expect("a plan without a limit is never given up"),
-    )
+    Ok(run(&mut placer, buffers, &sizes, alignment, strategy, None)
+        .expect("a plan without a limit is never given up"))
 }
 
 /// Plans offsets with every strategy in [`Strategy::ALL`] and keeps the plan with
@@ -127,8 +125,8 @@ pub fn plan_offsets(buffers: &[Buffer], alignment: u64) -> Result<MemoryPlan, Me
     let mut placer = Placer::new(buffers);
     let mut best: Option<MemoryPlan> = None;
     for strategy in Strategy::ALL {
-        let give_up_at = best.as_ref().map_or(u64::MAX, |b| b.peak_bytes);
-        if give_up_at <= floor {
+        let give_up_at = best.as_ref().map(|b| b.peak_bytes);
+        if give_up_at.is_some_and(|peak| peak <= floor) {
             break;
         }
         if let Some(plan) = run(
@@ -145,14 +143,14 @@ pub fn plan_offsets(buffers: &[Buffer], alignment: u64) -> Result<MemoryPlan, Me
     Ok(best.expect("the first strategy never gives up"))
 }
 
-/// One strategy's plan, or `None` once its arena reaches `give_up_at` bytes.
+/// One strategy's plan, or `None` once its arena reaches `give_up_at` bytes, if given.
 fn run(
     placer: &mut Placer,
     buffers: &[Buffer],
     sizes: &[u64],
     alignment: u64,
     strategy: Strategy,
-    give_up_at: u64,
+    give_up_at: Option<u64>,
 ) -> Option<MemoryPlan> {
     let order = match strategy {
         Strategy::GreedyBySize => order::by_size(buffers, sizes),
