@@ -41,6 +41,7 @@ mod budget;
 mod buffer;
 mod check;
 mod error;
+mod occupancy;
 mod order;
 mod place;
 mod profile;

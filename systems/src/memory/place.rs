@@ -1,120 +1,122 @@
 //! Best-fit placement of buffers in a given order.
 //!
-//! Each buffer goes into the smallest address gap, among the buffers already placed
-//! whose lifetimes intersect its own, that holds it; with no such gap, just above the
-//! highest of them.
+//! Each buffer goes into the smallest address gap, lowest on ties, among the buffers
+//! already placed whose lifetimes intersect its own, that holds it; with no such gap,
+//! just above the highest of them (at 0 with none).
 //!
-//! Finding those conflicting buffers uses two indexes over the placed ones: a segment
-//! tree over start times, stabbed at the new buffer's start (placed buffers live at
-//! that time), and all buffers sorted by start (placed buffers starting inside its
-//! lifetime). Their address ranges are then sorted, `O(log n + k log k)` for `k`
-//! conflicts. When `k` is a large part of the `m` placed buffers, as when most
-//! lifetimes overlap, the placed buffers are instead scanned in address order from a
-//! third index and filtered by lifetime, `O(m)`. Both paths find the same conflicts,
-//! so the plan does not depend on which one runs.
+//! The gaps are those of the union of the conflicting buffers' address ranges, which
+//! the [`Occupancy`] index gives as `O(log n)` merged address sets: no conflicting
+//! buffer is visited one by one and nothing is re-sorted but the few short sets beside
+//! the largest. The placement is that of the definition above, buffer for buffer
+//! (`reference` in the tests is the definition, checked against this on random sets).
 
 use super::buffer::Buffer;
+use super::occupancy::Occupancy;
 
-/// Which way to find conflicts: by the estimate (the default), or always one way
-/// (for tests: the offsets must not change).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Path {
-    Auto,
-    #[cfg(test)]
-    Sort,
-    #[cfg(test)]
-    Scan,
+/// What placing in one order needs beyond the buffers, shared by every strategy of a
+/// plan: each buffer's window of leaves in the [`Occupancy`] index, and the index.
+#[derive(Debug, Default)]
+pub(super) struct Placer {
+    /// Per buffer, its leaves `lo..hi` (distinct starts in `[start, end)`).
+    windows: Vec<(u32, u32)>,
+    leaves: usize,
+    index: Occupancy,
+    /// Scratch: the address sets beside the largest, gathered and sorted.
+    rest: Vec<(u64, u64)>,
 }
 
-/// A placed buffer: address range `[low, high)` and lifetime `[start, end)`.
-#[derive(Clone, Copy, Debug)]
-struct Placed {
-    low: u64,
-    high: u64,
-    start: u64,
-    end: u64,
-}
-
-/// Places `buffers` (aligned `sizes`) in `order`; returns each buffer's offset.
-///
-/// Sizes and hence offsets are multiples of the alignment. Zero-byte buffers go at 0.
-pub(super) fn place_in_order(
-    buffers: &[Buffer],
-    sizes: &[u64],
-    order: &[u32],
-    path: Path,
-) -> Vec<u64> {
-    let n = buffers.len();
-    // Distinct start times: the segment tree's leaves.
-    let mut starts: Vec<u64> = buffers.iter().map(|b| b.start).collect();
-    starts.sort_unstable();
-    starts.dedup();
-    let leaf = |t: u64| starts.partition_point(|&s| s < t);
-    let mut tree = Stabbing::new(starts.len());
-    // All buffers by start, for "placed buffers starting inside (start, end)": their
-    // starts, and the address ranges of those placed (empty while unplaced).
-    let mut by_start: Vec<u32> = (0..n as u32).collect();
-    by_start.sort_unstable_by_key(|&i| buffers[i as usize].start);
-    let sorted_starts: Vec<u64> = by_start
-        .iter()
-        .map(|&i| buffers[i as usize].start)
-        .collect();
-    let mut position = vec![0usize; n];
-    for (p, &i) in by_start.iter().enumerate() {
-        position[i as usize] = p;
-    }
-    let mut ranges = vec![(0u64, 0u64); n];
-    let mut by_offset = ByOffset::default();
-
-    let mut offsets = vec![0u64; n];
-    let mut conflicts: Vec<(u64, u64)> = Vec::new();
-    for &i in order {
-        let i = i as usize;
-        let (b, size) = (&buffers[i], sizes[i]);
-        if size == 0 {
-            continue;
+impl Placer {
+    /// Indexes the lifetimes of `buffers` (each `end > start`).
+    pub(super) fn new(buffers: &[Buffer]) -> Self {
+        let mut starts: Vec<u64> = buffers.iter().map(|b| b.start).collect();
+        starts.sort_unstable();
+        starts.dedup();
+        let leaf = |t: u64| starts.partition_point(|&s| s < t) as u32;
+        Placer {
+            windows: buffers
+                .iter()
+                .map(|b| (leaf(b.start), leaf(b.end)))
+                .collect(),
+            leaves: starts.len(),
+            ..Placer::default()
         }
-        let at = leaf(b.start);
-        let lo = sorted_starts.partition_point(|&s| s <= b.start);
-        let hi = lo + sorted_starts[lo..].partition_point(|&s| s < b.end);
-        // At most this many conflicts (unplaced buffers in lo..hi count too).
-        let estimate = tree.count(at) + (hi - lo);
-        let scan = match path {
-            Path::Auto => estimate * (estimate.max(2).ilog2() as usize) > 4 * by_offset.len,
-            #[cfg(test)]
-            Path::Sort => false,
-            #[cfg(test)]
-            Path::Scan => true,
-        };
-        let offset = if scan {
-            best_fit(
-                by_offset
-                    .iter()
-                    .filter(|p| p.start < b.end && b.start < p.end)
-                    .map(|p| (p.low, p.high)),
-                size,
-            )
-        } else {
-            conflicts.clear();
-            // Placed buffers live at b.start: start <= b.start < end.
-            tree.stab(at, |range| conflicts.push(range));
-            // Placed buffers with b.start < start < b.end.
-            conflicts.extend(ranges[lo..hi].iter().filter(|r| r.1 > 0));
-            conflicts.sort_unstable_by_key(|r| r.0);
-            best_fit(conflicts.iter().copied(), size)
-        };
-        let high = offset + size;
-        offsets[i] = offset;
-        ranges[position[i]] = (offset, high);
-        tree.insert(at, leaf(b.end), (offset, high));
-        by_offset.insert(Placed {
-            low: offset,
-            high,
-            start: b.start,
-            end: b.end,
-        });
     }
-    offsets
+
+    /// Places `buffers` (aligned `sizes`) in `order`; returns each buffer's offset,
+    /// or `None` as soon as the arena reaches `give_up_at` bytes, if given (a plan that
+    /// can no longer beat one already made).
+    ///
+    /// Sizes and hence offsets are multiples of the alignment. Zero-byte buffers go
+    /// at 0.
+    pub(super) fn place(
+        &mut self,
+        sizes: &[u64],
+        order: &[u32],
+        give_up_at: Option<u64>,
+    ) -> Option<Vec<u64>> {
+        self.index.reset(self.leaves);
+        let mut offsets = vec![0u64; sizes.len()];
+        let mut peak = 0u64;
+        for &i in order {
+            let i = i as usize;
+            let size = sizes[i];
+            if size == 0 {
+                continue;
+            }
+            let (lo, hi) = self.windows[i];
+            self.index.select(lo as usize, hi as usize);
+            let offset = self.best_fit(size);
+            offsets[i] = offset;
+            self.index.insert(offset, offset + size);
+            peak = peak.max(offset + size);
+            if give_up_at.is_some_and(|limit| peak >= limit) {
+                return None;
+            }
+        }
+        Some(offsets)
+    }
+
+    /// The best-fit offset for `size` bytes in the selected window: the largest
+    /// address set is read in place, the others merged into it.
+    fn best_fit(&mut self, size: u64) -> u64 {
+        let sets = self.index.taken();
+        let largest = sets
+            .clone()
+            .enumerate()
+            .max_by_key(|(_, s)| s.len())
+            .map_or(0, |(k, _)| k);
+        self.rest.clear();
+        let mut base: &[(u64, u64)] = &[];
+        for (k, set) in sets.enumerate() {
+            if k == largest {
+                base = set;
+            } else {
+                self.rest.extend_from_slice(set);
+            }
+        }
+        self.rest.sort_unstable_by_key(|r| r.0);
+        best_fit(merge(base, &self.rest), size)
+    }
+}
+
+/// Two sequences sorted by start, merged.
+fn merge<'a>(a: &'a [(u64, u64)], b: &'a [(u64, u64)]) -> impl Iterator<Item = (u64, u64)> + 'a {
+    let (mut i, mut j) = (0, 0);
+    std::iter::from_fn(move || {
+        let take_a = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) => x.0 <= y.0,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
+        };
+        if take_a {
+            i += 1;
+            Some(a[i - 1])
+        } else {
+            j += 1;
+            Some(b[j - 1])
+        }
+    })
 }
 
 /// The start of the smallest gap, among address ranges `taken` sorted by start, that
@@ -134,96 +136,34 @@ fn best_fit(taken: impl Iterator<Item = (u64, u64)>, size: u64) -> u64 {
     best.map_or(cursor, |(_, offset)| offset)
 }
 
-/// Intervals of leaf indexes, each stored at its canonical segment-tree nodes, so
-/// that a point query visits one root-to-leaf path.
-struct Stabbing {
-    size: usize,
-    nodes: Vec<Vec<(u64, u64)>>,
-}
-
-impl Stabbing {
-    fn new(leaves: usize) -> Self {
-        let size = leaves.next_power_of_two().max(1);
-        Stabbing {
-            size,
-            nodes: vec![Vec::new(); 2 * size],
-        }
-    }
-
-    /// Stores `item` for the leaves `lo..hi`.
-    fn insert(&mut self, lo: usize, hi: usize, item: (u64, u64)) {
-        let (mut l, mut r) = (lo + self.size, hi + self.size);
-        while l < r {
-            if l & 1 == 1 {
-                self.nodes[l].push(item);
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                self.nodes[r].push(item);
-            }
-            l >>= 1;
-            r >>= 1;
-        }
-    }
-
-    /// The indexes of the nodes on leaf `p`'s path to the root.
-    fn path(&self, p: usize) -> impl Iterator<Item = usize> {
-        std::iter::successors(Some(p + self.size), |&i| (i > 1).then_some(i / 2))
-    }
-
-    /// Calls `f` on every item stored for leaf `p`.
-    fn stab(&self, p: usize, mut f: impl FnMut((u64, u64))) {
-        for i in self.path(p) {
-            self.nodes[i].iter().copied().for_each(&mut f);
-        }
-    }
-
-    /// How many items are stored for leaf `p`.
-    fn count(&self, p: usize) -> usize {
-        self.path(p).map(|i| self.nodes[i].len()).sum()
-    }
-}
-
-/// Placed buffers in address order: sorted blocks of bounded length, so that an
-/// insertion moves at most a block.
-#[derive(Default)]
-struct ByOffset {
-    blocks: Vec<Vec<Placed>>,
-    len: usize,
-}
-
-impl ByOffset {
-    const BLOCK: usize = 512;
-
-    fn insert(&mut self, p: Placed) {
-        self.len += 1;
-        if self.blocks.is_empty() {
-            self.blocks.push(vec![p]);
-            return;
-        }
-        let b = self
-            .blocks
-            .partition_point(|block| block.last().is_some_and(|q| q.low < p.low))
-            .min(self.blocks.len() - 1);
-        let block = &mut self.blocks[b];
-        let at = block.partition_point(|q| q.low < p.low);
-        block.insert(at, p);
-        if block.len() > Self::BLOCK {
-            let tail = block.split_off(Self::BLOCK / 2);
-            self.blocks.insert(b + 1, tail);
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &Placed> {
-        self.blocks.iter().flatten()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{ByOffset, Path, Placed, best_fit, place_in_order};
+    use proptest::prelude::*;
+
+    use super::{Placer, best_fit, merge};
     use crate::memory::Buffer;
+
+    /// The definition, quadratic: each buffer in order against every placed buffer
+    /// whose lifetime intersects its own.
+    fn reference(buffers: &[Buffer], sizes: &[u64], order: &[u32]) -> Vec<u64> {
+        let mut offsets = vec![0u64; buffers.len()];
+        let mut placed: Vec<usize> = Vec::new();
+        for &i in order {
+            let i = i as usize;
+            if sizes[i] == 0 {
+                continue;
+            }
+            let mut taken: Vec<(u64, u64)> = placed
+                .iter()
+                .filter(|&&j| buffers[j].overlaps_in_time(&buffers[i]))
+                .map(|&j| (offsets[j], offsets[j] + sizes[j]))
+                .collect();
+            taken.sort_unstable_by_key(|r| r.0);
+            offsets[i] = best_fit(taken.into_iter(), sizes[i]);
+            placed.push(i);
+        }
+        offsets
+    }
 
     #[test]
     fn best_fit_takes_the_smallest_gap_that_holds() {
@@ -239,58 +179,74 @@ mod tests {
     }
 
     #[test]
-    fn by_offset_stays_sorted() {
-        let mut index = ByOffset::default();
-        let mut x = 12345u64;
-        for _ in 0..5000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let low = (x >> 33) % 1000;
-            index.insert(Placed {
-                low,
-                high: low + 1,
-                start: 0,
-                end: 1,
-            });
-        }
-        assert_eq!(index.len, 5000);
-        assert_eq!(index.iter().count(), 5000);
-        assert!(
-            index
-                .iter()
-                .zip(index.iter().skip(1))
-                .all(|(a, b)| a.low <= b.low)
-        );
+    fn merge_keeps_start_order() {
+        let a = [(0, 1), (5, 6), (9, 10)];
+        let b = [(2, 3), (5, 7), (11, 12)];
+        let merged: Vec<_> = merge(&a, &b).collect();
+        assert_eq!(merged, [(0, 1), (2, 3), (5, 6), (5, 7), (9, 10), (11, 12)]);
+        assert_eq!(merge(&[], &b).count(), 3);
     }
 
     #[test]
-    fn both_conflict_paths_give_the_same_offsets() {
-        let mut x = 99u64;
-        let mut next = |m: u64| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) % m
-        };
-        for round in 0..20 {
-            let horizon = if round % 2 == 0 { 100 } else { 10_000 };
-            let buffers: Vec<Buffer> = (0..300)
-                .map(|id| {
-                    let start = next(horizon);
-                    Buffer {
-                        id,
-                        bytes: 64 * (1 + next(50)),
-                        start,
-                        end: start + 1 + next(500),
-                    }
+    fn giving_up_stops_at_the_limit() {
+        let buffers: Vec<Buffer> = (0..4)
+            .map(|id| Buffer {
+                id,
+                bytes: 64,
+                start: 0,
+                end: 10,
+            })
+            .collect();
+        let sizes = [64; 4];
+        let mut placer = Placer::new(&buffers);
+        let all = placer.place(&sizes, &[0, 1, 2, 3], None).unwrap();
+        assert_eq!(all, [0, 64, 128, 192]);
+        assert!(placer.place(&sizes, &[0, 1, 2, 3], Some(256)).is_none());
+        assert!(placer.place(&sizes, &[0, 1, 2, 3], Some(257)).is_some());
+        // Without a limit, an arena of u64::MAX bytes is a plan, not a give-up.
+        let huge = [Buffer {
+            id: 0,
+            bytes: u64::MAX,
+            start: 0,
+            end: 1,
+        }];
+        let placed = Placer::new(&huge).place(&[u64::MAX], &[0], None);
+        assert_eq!(placed, Some(vec![0]));
+    }
+
+    /// Buffers with few distinct times (many ties and touching lifetimes), sizes in
+    /// few multiples of 64 (many equal gaps), some zero-byte.
+    fn buffer_set() -> impl Strategy<Value = Vec<Buffer>> {
+        prop::collection::vec((0u64..12, 0u64..40, 1u64..30, 0u64..40), 0..120).prop_map(|raw| {
+            raw.into_iter()
+                .enumerate()
+                .map(|(id, (units, start, len, long))| Buffer {
+                    id: id as u32,
+                    bytes: 64 * units,
+                    start,
+                    end: start + if long == 0 { 200 } else { len },
                 })
-                .collect();
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// The index gives the definition's offsets, buffer for buffer, in any order.
+        #[test]
+        fn placement_equals_the_definition(buffers in buffer_set(), seed in any::<u64>()) {
             let sizes: Vec<u64> = buffers.iter().map(|b| b.bytes).collect();
-            let order: Vec<u32> = (0..300).rev().collect();
-            let auto = place_in_order(&buffers, &sizes, &order, Path::Auto);
-            assert_eq!(auto, place_in_order(&buffers, &sizes, &order, Path::Sort));
-            assert_eq!(auto, place_in_order(&buffers, &sizes, &order, Path::Scan));
+            let mut order: Vec<u32> = (0..buffers.len() as u32).collect();
+            // A seeded shuffle: any order must give the definition's placement.
+            let mut x = seed;
+            for k in (1..order.len()).rev() {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                order.swap(k, (x >> 33) as usize % (k + 1));
+            }
+            let mut placer = Placer::new(&buffers);
+            let fast = placer.place(&sizes, &order, None).unwrap();
+            prop_assert_eq!(fast, reference(&buffers, &sizes, &order));
         }
     }
 }

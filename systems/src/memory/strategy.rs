@@ -4,9 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::align::aligned_sizes;
+use super::bound::aligned_lower_bound;
 use super::buffer::{Buffer, MemoryPlan, Placement};
 use super::error::MemoryError;
-use super::{order, place};
+use super::order;
+use super::place::Placer;
 
 /// An offset-assignment strategy: an order in which buffers are placed, each into
 /// the smallest address gap among already placed buffers whose lifetimes intersect
@@ -91,7 +93,9 @@ pub fn plan_with(
     strategy: Strategy,
 ) -> Result<MemoryPlan, MemoryError> {
     let sizes = aligned_sizes(buffers, alignment)?;
-    Ok(run(buffers, &sizes, alignment, strategy))
+    let mut placer = Placer::new(buffers);
+    Ok(run(&mut placer, buffers, &sizes, alignment, strategy, None)
+        .expect("a plan without a limit is never given up"))
 }
 
 /// Plans offsets with every strategy in [`Strategy::ALL`] and keeps the plan with
@@ -114,17 +118,40 @@ pub fn plan_with(
 /// ```
 pub fn plan_offsets(buffers: &[Buffer], alignment: u64) -> Result<MemoryPlan, MemoryError> {
     let sizes = aligned_sizes(buffers, alignment)?;
+    // No plan of aligned sizes is below this: once one reaches it, no later strategy
+    // can win (ties go to the earlier one), and a strategy is given up as soon as its
+    // arena reaches the best peak so far. Both only skip plans that would be dropped.
+    let floor = aligned_lower_bound(buffers, alignment)?;
+    let mut placer = Placer::new(buffers);
     let mut best: Option<MemoryPlan> = None;
     for strategy in Strategy::ALL {
-        let plan = run(buffers, &sizes, alignment, strategy);
-        if best.as_ref().is_none_or(|b| plan.peak_bytes < b.peak_bytes) {
+        let give_up_at = best.as_ref().map(|b| b.peak_bytes);
+        if give_up_at.is_some_and(|peak| peak <= floor) {
+            break;
+        }
+        if let Some(plan) = run(
+            &mut placer,
+            buffers,
+            &sizes,
+            alignment,
+            strategy,
+            give_up_at,
+        ) {
             best = Some(plan);
         }
     }
-    Ok(best.expect("Strategy::ALL is not empty"))
+    Ok(best.expect("the first strategy never gives up"))
 }
 
-fn run(buffers: &[Buffer], sizes: &[u64], alignment: u64, strategy: Strategy) -> MemoryPlan {
+/// One strategy's plan, or `None` once its arena reaches `give_up_at` bytes, if given.
+fn run(
+    placer: &mut Placer,
+    buffers: &[Buffer],
+    sizes: &[u64],
+    alignment: u64,
+    strategy: Strategy,
+    give_up_at: Option<u64>,
+) -> Option<MemoryPlan> {
     let order = match strategy {
         Strategy::GreedyBySize => order::by_size(buffers, sizes),
         Strategy::GreedyBySizeTimesLifetime => order::by_area(buffers, sizes),
@@ -132,14 +159,14 @@ fn run(buffers: &[Buffer], sizes: &[u64], alignment: u64, strategy: Strategy) ->
         Strategy::GreedyByStart => order::by_start(buffers, sizes),
         Strategy::GreedyBySizeThenStart => order::by_size_then_start(buffers, sizes),
     };
-    let offsets = place::place_in_order(buffers, sizes, &order, place::Path::Auto);
+    let offsets = placer.place(sizes, &order, give_up_at)?;
     let peak_bytes = offsets
         .iter()
         .zip(sizes)
         .map(|(o, s)| o + s)
         .max()
         .unwrap_or(0);
-    MemoryPlan {
+    Some(MemoryPlan {
         placements: buffers
             .iter()
             .zip(offsets)
@@ -148,5 +175,5 @@ fn run(buffers: &[Buffer], sizes: &[u64], alignment: u64, strategy: Strategy) ->
         peak_bytes,
         strategy,
         alignment,
-    }
+    })
 }

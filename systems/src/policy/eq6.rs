@@ -16,10 +16,22 @@ pub fn newly_enabled(
     progress: &StageProgress,
     key: InstanceKey,
 ) -> Vec<InstanceKey> {
+    let mut enabled = Vec::new();
+    for_each_enabled(plan, progress, key, |k| enabled.push(k));
+    enabled
+}
+
+/// Calls `f` on each instance of [`newly_enabled`], in its order, without collecting
+/// them (a policy asks this for every ready instance at every decision).
+fn for_each_enabled(
+    plan: &PrefillPlan,
+    progress: &StageProgress,
+    key: InstanceKey,
+    mut f: impl FnMut(InstanceKey),
+) {
     let partner = plan.stages[key.stage as usize]
         .is_shadow()
         .then(|| key.stage - 1);
-    let mut enabled = Vec::new();
     for &next_stage in plan.successor_stages(key.stage) {
         let template = &plan.stages[next_stage as usize];
         let chunks = match template.dependency {
@@ -57,17 +69,15 @@ pub fn newly_enabled(
                     _ => progress.is_done(plan, InstanceKey { chunk, stage: s }),
                 })
         };
-        enabled.extend(
-            chunks
-                .filter(|&chunk| others_done(chunk))
-                .map(|chunk| InstanceKey {
-                    chunk,
-                    stage: next_stage,
-                })
-                .filter(|k| plan.exists(*k)),
-        );
+        chunks
+            .filter(|&chunk| others_done(chunk))
+            .map(|chunk| InstanceKey {
+                chunk,
+                stage: next_stage,
+            })
+            .filter(|k| plan.exists(*k))
+            .for_each(&mut f);
     }
-    enabled
 }
 
 /// Stall contribution C of running `key` on a processor of `kind` (seed 000, Eq. 6):
@@ -78,10 +88,8 @@ pub fn stall_contribution(
     key: InstanceKey,
     kind: ProcessorKind,
 ) -> i64 {
-    let total: u64 = newly_enabled(plan, progress, key)
-        .into_iter()
-        .map(|k| plan.cost_ns(k))
-        .sum();
+    let mut total = 0u64;
+    for_each_enabled(plan, progress, key, |k| total += plan.cost_ns(k));
     let total = total as i64;
     if kind == ProcessorKind::Npu {
         -total

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Simulation cost against its work (issue 19): `hetsched simulate` as a whole process
+# (plan, world, simulated run, memory plan, report) on the default scene, per prompt
+# length and chunk length, with the instances (subgraphs) each run schedules.
+#
+# Usage: scripts/sim-scaling.sh [PROMPTS] [CHUNKS]
+#        (defaults: "1024 4096 32768" and "1 16 256 512")
+# Env:   HETSCHED  the binary                        [default: target/release/hetsched]
+#        RUNS      runs per setting (median kept)    [default: 3]
+#        TIMEOUT   seconds before a run is given up  [default: 60]
+#        POLICY    scheduling policy                 [default: the scene's]
+# Runs the settings round-robin (one run of each, RUNS times) so that load from other
+# processes spreads over all of them; prints one markdown table row per setting.
+# A setting past the instance limit prints the error instead of a time.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HETSCHED="${HETSCHED:-$ROOT/target/release/hetsched}"
+RUNS="${RUNS:-3}"
+TIMEOUT="${TIMEOUT:-60}"
+read -r -a PROMPTS <<<"${1:-1024 4096 32768}"
+read -r -a CHUNKS <<<"${2:-1 16 256 512}"
+POLICY_ARGS=()
+[[ -n "${POLICY:-}" ]] && POLICY_ARGS=(--policy "$POLICY")
+
+declare -A times instances notes
+settings=()
+for p in "${PROMPTS[@]}"; do
+  for c in "${CHUNKS[@]}"; do
+    settings+=("$p:$c")
+  done
+done
+
+for ((run = 0; run < RUNS; run++)); do
+  for s in "${settings[@]}"; do
+    p=${s%:*} c=${s#*:}
+    [[ -n "${notes[$s]:-}" ]] && continue
+    out=$(mktemp)
+    t0=$(date +%s%N)
+    if timeout "$TIMEOUT" "$HETSCHED" simulate --prompt-len "$p" --chunk-len "$c" \
+      "${POLICY_ARGS[@]}" >"$out" 2>&1; then
+      t1=$(date +%s%N)
+      times[$s]+="$(((t1 - t0) / 1000000)) "
+      instances[$s]=$(sed -n 's/.* \([0-9]*\) instances run.*/\1/p' "$out")
+    elif [[ $? -eq 124 ]]; then
+      notes[$s]="over ${TIMEOUT} s"
+    else
+      notes[$s]="refused: $(head -c 160 "$out" | tr '\n' ' ')"
+    fi
+    rm -f "$out"
+  done
+done
+
+echo "| prompt | chunk | instances | process time (ms, median of $RUNS) | us per instance |"
+echo "|---:|---:|---:|---:|---:|"
+for s in "${settings[@]}"; do
+  p=${s%:*} c=${s#*:}
+  if [[ -n "${notes[$s]:-}" ]]; then
+    echo "| $p | $c | ${instances[$s]:--} | ${notes[$s]} | - |"
+    continue
+  fi
+  median=$(tr ' ' '\n' <<<"${times[$s]}" | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  per=$(awk -v t="$median" -v n="${instances[$s]}" 'BEGIN {printf "%.1f", t * 1000 / n}')
+  echo "| $p | $c | ${instances[$s]} | $median | $per |"
+done
