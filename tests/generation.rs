@@ -125,7 +125,11 @@ fn direct_and_scheduled_w8a8_steps_agree() {
     let l = loaded();
     let prompt = l.tokenizer.encode(PROMPT).unwrap();
     let run = |path| generate(&mut session(&l.w8a8, path), &prompt, &greedy(16)).tokens;
-    assert_eq!(run(DecodePath::Direct), run(DecodePath::Scheduled));
+    let scheduled = run(DecodePath::Scheduled);
+    assert_eq!(run(DecodePath::DirectF32Head), scheduled);
+    // The INT8 head moves the logits a little: the greedy texts part after a few tokens
+    // (" Paris.\n\nThe French" then "language" instead of "capital"), not at once.
+    assert_eq!(run(DecodePath::Direct)[..4], scheduled[..4]);
 }
 
 #[test]
@@ -162,6 +166,7 @@ fn a_seed_gives_the_same_text_twice() {
             seed,
         },
         stop: Vec::new(),
+        ignore_eos: false,
     };
     let text = |seed| {
         generate(

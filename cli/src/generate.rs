@@ -53,6 +53,9 @@ pub struct GenerateArgs {
     /// Stop before this string (repeat for several).
     #[arg(long, value_name = "STR")]
     stop: Vec<String>,
+    /// Go on past the end-of-sequence token (for benchmarks: always --max-tokens tokens).
+    #[arg(long)]
+    ignore_eos: bool,
     /// Wrap the prompt as a user message in the model's chat template (ChatML).
     #[arg(long)]
     chat: bool,
@@ -68,8 +71,9 @@ pub struct GenerateArgs {
     /// Scheduling policy of the prefill (and of scheduled decode steps).
     #[arg(long, default_value = "balance", value_parser = crate::choices::policy_name)]
     policy: String,
-    /// How decode steps run: direct (one chain of kernels per token) or scheduled (each
-    /// token a one-token plan through the engine and queues).
+    /// How decode steps run: direct (one chain of kernels per token; an INT8 model's head
+    /// in INT8 too), direct-f32-head (the same with the f32 head the prefill uses) or
+    /// scheduled (each token a one-token plan through the engine and queues).
     #[arg(long, value_enum, default_value = "direct")]
     decode: DecodeChoice,
     #[command(flatten)]
@@ -83,6 +87,7 @@ pub struct GenerateArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum DecodeChoice {
     Direct,
+    DirectF32Head,
     Scheduled,
 }
 
@@ -96,6 +101,8 @@ struct GenerateReport {
     prompt_tokens: usize,
     generated_tokens: usize,
     ttft_ms: f64,
+    /// Of the time to first token: building and compiling the prefill's plan.
+    prefill_plan_ms: f64,
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
     /// Share of scheduled decode steps' wall time outside their stages.
@@ -145,6 +152,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     let threads = options.threads;
     let path = match args.decode {
         DecodeChoice::Direct => DecodePath::Direct,
+        DecodeChoice::DirectF32Head => DecodePath::DirectF32Head,
         DecodeChoice::Scheduled => DecodePath::Scheduled,
     };
     let mut session = Session::new(model.clone(), options, path)?;
@@ -156,6 +164,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         max_tokens: args.max_tokens,
         sampling,
         stop: args.stop,
+        ignore_eos: args.ignore_eos,
     };
     let stream = !args.json;
     let mut stdout = std::io::stdout().lock();
@@ -180,11 +189,13 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         threads,
         decode: match path {
             DecodePath::Direct => "direct",
+            DecodePath::DirectF32Head => "direct-f32-head",
             DecodePath::Scheduled => "scheduled",
         },
         prompt_tokens: generated.prompt_tokens,
         generated_tokens: generated.tokens.len(),
         ttft_ms: generated.ttft_ns as f64 / 1e6,
+        prefill_plan_ms: generated.prefill_plan_ns as f64 / 1e6,
         prefill_tokens_per_s: per_second(generated.prompt_tokens as u64, generated.prefill_ns),
         decode_tokens_per_s: per_second(generated.decode_steps, generated.decode_ns),
         decode_overhead: (path == DecodePath::Scheduled && time.wall_ns > 0)

@@ -4,8 +4,12 @@
 //! over the KV cache, FFN), then the head. The arithmetic is the prefill's, operator for
 //! operator (the same quantize rules, INT8 products, outlier shadow and dequantize), so
 //! the step continues a scheduled prefill's cache exactly as a scheduled step would.
+//! One choice differs where the session asks for it: the head as an INT8 linear
+//! ([`int8_head`]) for INT8 models, since a token's step otherwise streams the f32 head
+//! (as many bytes as every INT8 layer together).
 
-use hetsched_kernels::{rms_norm, silu_mul_fast};
+use hetsched_kernels::reference::quantize_weights_per_row;
+use hetsched_kernels::{PackedI8Weights, rms_norm, silu_mul_fast};
 use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
@@ -14,12 +18,26 @@ use crate::state::KvCache;
 use crate::values::{
     Act, LinearOut, Outliers, dequantize, linear, matmul_rows, quantize, shadow_product,
 };
-use crate::{ExecError, ExecModel, LayerWeights};
+use crate::{ExecError, ExecModel, LayerWeights, LinearWeights, QuantRule};
+
+/// The LM head as a W8A8 linear (INT8 weights with a scale per vocabulary row, the
+/// activation quantized per tensor), the arithmetic the model's other linears use.
+pub fn int8_head(model: &ExecModel) -> LinearWeights {
+    let (n, k) = (model.output.n(), model.output.k());
+    let (q, scales) = quantize_weights_per_row(&model.output.to_rows(), n, k);
+    LinearWeights::Int8 {
+        packed: PackedI8Weights::pack(&q, n, k),
+        scales,
+        shadow: None,
+    }
+}
 
 /// Feeds `token` at `position` (the caches hold positions `0..position` and have room
-/// for one more) and returns the logits of the next token. Runs on the current pool.
+/// for one more) and returns the logits of the next token, from `head` if given (an
+/// [`int8_head`]) or the model's f32 head. Runs on the current pool.
 pub fn decode_step(
     model: &ExecModel,
+    head: Option<&LinearWeights>,
     caches: &mut [KvCache],
     token: u32,
     position: usize,
@@ -40,7 +58,13 @@ pub fn decode_step(
         ffn_block(model, layer, w, &mut x, position)?;
     }
     let normed = norm(model, &x, &model.output_norm);
-    let logits = matmul_rows(&normed, &model.output);
+    let logits = match head {
+        Some(head) => {
+            let act = quantize(normed, QuantRule::MaxAbs);
+            dequantize(linear(&act, 1, head)?, head)?
+        }
+        None => matmul_rows(&normed, &model.output),
+    };
     crate::take_logits(&parking_lot::Mutex::new(Some(logits)))
 }
 

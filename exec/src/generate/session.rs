@@ -24,8 +24,8 @@ use super::error::GenerateError;
 use crate::float_kernels::FloatKernels;
 use crate::state::{KvCache, PrefillState};
 use crate::{
-    ExecError, ExecModel, GpuUse, JobError, JobRunner, PrefillOptions, StageRunner, Step,
-    ThreadQueues, lane_kernels, take_logits,
+    ExecError, ExecModel, GpuUse, JobError, JobRunner, LinearPrecision, LinearWeights,
+    PrefillOptions, StageRunner, Step, ThreadQueues, lane_kernels, take_logits,
 };
 
 /// How a decode step runs.
@@ -34,9 +34,12 @@ pub enum DecodePath {
     /// Each step a one-token plan through the engine and the queues (subgraph instances
     /// resolved and dispatched by the scheduler's systems).
     Scheduled,
-    /// Each step one chain of the same kernels on the session's pool.
+    /// Each step one chain of the same kernels on the session's pool; an INT8 model's
+    /// head runs as an INT8 linear too ([`super::direct::int8_head`]).
     #[default]
     Direct,
+    /// [`DecodePath::Direct`] with the model's f32 head.
+    DirectF32Head,
 }
 
 /// Time spent in decode steps.
@@ -93,6 +96,8 @@ pub struct Session {
     /// prefill starts with it.
     pub(super) pending: Option<u32>,
     decode_plan: Option<Compiled>,
+    /// The INT8 head of direct steps of an INT8 model.
+    head: Option<LinearWeights>,
     decode_time: DecodeTime,
 }
 
@@ -144,7 +149,10 @@ impl Session {
                 reason: e.to_string(),
             })?;
         let layers = model.layers.len();
+        let head = (path == DecodePath::Direct && model.precision != LinearPrecision::F32)
+            .then(|| direct::int8_head(&model));
         Ok(Self {
+            head,
             model,
             options,
             path,
@@ -228,12 +236,15 @@ impl Session {
     }
 
     /// Prefills `new` after the history through the scheduler (chunks of the options'
-    /// length), leaving the logits of the token after it. Returns the schedule that ran.
-    pub fn prefill(&mut self, new: &[u32]) -> Result<RunOutcome, GenerateError> {
+    /// length), leaving the logits of the token after it. Returns the schedule that ran
+    /// and the time spent building and compiling its plan, ns.
+    pub fn prefill(&mut self, new: &[u32]) -> Result<(RunOutcome, u64), GenerateError> {
         self.check_tokens(new)?;
         self.reserve(self.tokens.len() + new.len())?;
+        let planning = Instant::now();
         let compiled = self.compile(new.len() as u32, self.options.chunk_len)?;
-        self.run_scheduled(new, &compiled)
+        let plan_ns = planning.elapsed().as_nanos() as u64;
+        Ok((self.run_scheduled(new, &compiled)?, plan_ns))
     }
 
     /// Feeds `token` (the one just generated) and leaves the logits of the next.
@@ -259,13 +270,13 @@ impl Session {
                     .map(|s| s.end_ns.saturating_sub(s.start_ns))
                     .sum()
             }
-            DecodePath::Direct => {
+            DecodePath::Direct | DecodePath::DirectF32Head => {
                 let position = self.tokens.len();
                 let caches = self.caches.as_mut().ok_or_else(broken)?;
-                let model = &self.model;
+                let (model, head) = (&self.model, self.head.as_ref());
                 let logits = self
                     .pool
-                    .install(|| direct::decode_step(model, caches, token, position))?;
+                    .install(|| direct::decode_step(model, head, caches, token, position))?;
                 self.tokens.push(token);
                 self.logits = Some(logits);
                 started.elapsed().as_nanos() as u64

@@ -21,6 +21,8 @@ pub struct GenerateOptions {
     pub sampling: Sampling,
     /// Generation stops before the first of these strings (it is not part of the text).
     pub stop: Vec<String>,
+    /// Go on past the model's end-of-sequence token (benchmarks: always `max_tokens`).
+    pub ignore_eos: bool,
 }
 
 impl Default for GenerateOptions {
@@ -29,6 +31,7 @@ impl Default for GenerateOptions {
             max_tokens: 128,
             sampling: Sampling::greedy(),
             stop: Vec::new(),
+            ignore_eos: false,
         }
     }
 }
@@ -62,6 +65,8 @@ pub struct Generated {
     pub ttft_ns: u64,
     /// The scheduled prefill's wall time, ns.
     pub prefill_ns: u64,
+    /// Of which building and compiling its plan, ns.
+    pub prefill_plan_ns: u64,
     /// Wall time of the decode steps (every generated token after the first), ns.
     pub decode_ns: u64,
     /// Decode steps run.
@@ -104,7 +109,7 @@ impl Session {
         }
         self.reserve(history + turn.len() + options.max_tokens)?;
         let started = Instant::now();
-        self.prefill(&turn)?;
+        let (_, plan_ns) = self.prefill(&turn)?;
         self.pending = None;
         let prefill_ns = started.elapsed().as_nanos() as u64;
         let decoded_before = self.decode_time();
@@ -120,7 +125,7 @@ impl Session {
             }
             tokens.push(token);
             self.pending = Some(token);
-            if token == eos {
+            if token == eos && !options.ignore_eos {
                 break FinishReason::Eos;
             }
             let pushed = stream.push(&tokenizer.token_bytes(token)?);
@@ -149,6 +154,7 @@ impl Session {
             finish_reason,
             ttft_ns,
             prefill_ns,
+            prefill_plan_ns: plan_ns,
             decode_ns: decoded.wall_ns - decoded_before.wall_ns,
             decode_steps: decoded.steps - decoded_before.steps,
         })
