@@ -44,7 +44,7 @@ mod text;
 mod turn;
 
 pub use chat::ChatTemplate;
-pub use direct::decode_step;
+pub use direct::{decode_step, int8_head};
 pub use error::GenerateError;
 pub use sampling::{Sampler, Sampling, argmax};
 pub use session::{DecodePath, DecodeTime, Session};

@@ -35,7 +35,7 @@ pub enum DecodePath {
     /// resolved and dispatched by the scheduler's systems).
     Scheduled,
     /// Each step one chain of the same kernels on the session's pool; an INT8 model's
-    /// head runs as an INT8 linear too ([`super::direct::int8_head`]).
+    /// head runs as an INT8 linear too ([`super::int8_head`]).
     #[default]
     Direct,
     /// [`DecodePath::Direct`] with the model's f32 head.
