@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::{
-    ChatTemplate, DecodePath, GenerateError, GenerateOptions, Generated, Sampling, Session,
+    ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, Sampling,
+    Session,
 };
-use hetsched::exec::{LinearPrecision, PrefillOptions};
+use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
 use hetsched::import::GgufFile;
 use serde::Serialize;
 
@@ -182,8 +183,25 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         },
     )?;
     drop(stdout);
-    let time = session.decode_time();
-    let report = GenerateReport {
+    let report = report(&model, threads, path, &generated, session.decode_time());
+    if args.json {
+        print_json_or(true, &report, String::new);
+    } else {
+        println!();
+        eprintln!("{}", summary(&report, &generated));
+    }
+    Ok(())
+}
+
+/// The `--json` object of a finished turn.
+fn report(
+    model: &ExecModel,
+    threads: usize,
+    path: DecodePath,
+    generated: &Generated,
+    time: DecodeTime,
+) -> GenerateReport {
+    GenerateReport {
         model: model.name.clone(),
         precision: model.precision.as_str(),
         threads,
@@ -202,14 +220,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
             .then(|| 1.0 - time.busy_ns as f64 / time.wall_ns as f64),
         finish_reason: generated.finish_reason,
         text: generated.text.clone(),
-    };
-    if args.json {
-        print_json_or(true, &report, String::new);
-    } else {
-        println!();
-        eprintln!("{}", summary(&report, &generated));
     }
-    Ok(())
 }
 
 fn per_second(count: u64, ns: u64) -> f64 {
