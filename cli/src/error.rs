@@ -33,6 +33,9 @@ pub enum CliError {
     /// A real prefill, evaluation or calibration failed.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// Generation failed or was asked for with bad settings.
+    #[error(transparent)]
+    Generate(#[from] hetsched::exec::generate::GenerateError),
     /// A calibration file is missing, corrupt, or cannot be pruned as asked.
     #[error(transparent)]
     Calibration(#[from] CalibrationError),

@@ -4,6 +4,7 @@
 
 mod choices;
 mod error;
+mod generate;
 mod model;
 mod offline;
 mod outliers;
@@ -34,6 +35,8 @@ enum Command {
     Simulate(offline::SimulateArgs),
     /// Prefill a real model (GGUF) on this machine's queues and print the next token.
     Run(real::RunArgs),
+    /// Prefill a prompt on this machine's queues, then generate text, streamed.
+    Generate(generate::GenerateArgs),
     /// Perplexity of a text, and KL / top-1 agreement of a precision against f32.
     Eval(real::EvalArgs),
     /// Record activation ranges and outliers over a corpus; decide which layers keep the
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => offline::simulate(args),
         Command::Run(args) => real::run(args),
+        Command::Generate(args) => generate::generate(args),
         Command::Eval(args) => real::eval(args),
         Command::Calibrate(args) => outliers::calibrate(args),
         Command::Outliers(args) => outliers::outliers(args),

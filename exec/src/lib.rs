@@ -24,6 +24,7 @@ mod calibration;
 mod error;
 mod eval;
 mod float_kernels;
+pub mod generate;
 #[cfg(feature = "gpu")]
 mod gpu_layout;
 #[cfg(feature = "gpu")]
@@ -71,7 +72,7 @@ pub use shadow::{
     ColdRowCache, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
     ShadowUsage,
 };
-pub use state::PrefillState;
+pub use state::{KvCache, PrefillState};
 pub use steps::Step;
 pub use values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS};
 pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights, ShadowSetup};
@@ -466,6 +467,16 @@ pub fn check_prompt(model: &ExecModel, tokens: &[u32]) -> Result<(), ExecError> 
     Ok(())
 }
 
+/// The processors a CPU-host prefill under `options` runs on: the options' device, with
+/// a GPU lane for [`GpuUse::FloatLane`].
+fn prefill_device(options: &PrefillOptions) -> DeviceProfile {
+    if options.gpu == GpuUse::FloatLane {
+        with_gpu_lane(options.device.clone())
+    } else {
+        options.device.clone()
+    }
+}
+
 /// Prefills `tokens` on real queues and returns the next-token logits.
 pub fn prefill(
     model: Arc<ExecModel>,
@@ -477,14 +488,8 @@ pub fn prefill(
     if options.gpu == GpuUse::Resident {
         return prefill_resident(model, tokens, options);
     }
-    let (device, float_processor) = if options.gpu == GpuUse::FloatLane {
-        (
-            with_gpu_lane(options.device.clone()),
-            Some("gpu".to_string()),
-        )
-    } else {
-        (options.device.clone(), None)
-    };
+    let device = prefill_device(options);
+    let float_processor = (options.gpu == GpuUse::FloatLane).then(|| "gpu".to_string());
     let plan = Arc::new(PrefillPlan::placed(
         model.model_config(),
         device,

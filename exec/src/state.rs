@@ -7,6 +7,10 @@
 //! stage: it never takes the chunk's values, only the chunk's [`ShadowSlot`] (the
 //! outliers handed to it and the results it hands to the merge). The KV cache is one preallocated `[prompt, kv_dim]` buffer per layer for
 //! keys and one for values; every chunk writes its rows in place, at its offset.
+//!
+//! A continuation ([`PrefillState::continuing`]: a later turn, or one decode step) runs
+//! the tokens after position `pos0` over a cache that already holds positions
+//! `0..pos0`, and hands the cache back ([`PrefillState::into_caches`]) without a copy.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -75,8 +79,9 @@ pub enum KvRows {
     Written,
 }
 
-/// One layer's KV cache: `[prompt, kv_dim]` keys and values.
-#[derive(Debug)]
+/// One layer's KV cache: `[positions, kv_dim]` keys and values (a generation session's
+/// buffers hold more positions than are written yet).
+#[derive(Debug, Default)]
 pub struct KvCache {
     /// Keys after RoPE.
     pub k: Vec<f32>,
@@ -96,8 +101,11 @@ pub struct LayerKv {
 /// The shared state of one prefill.
 #[derive(Debug)]
 pub struct PrefillState {
-    /// Prompt tokens.
+    /// Every token from position 0: the ones already in the cache, then the ones this run
+    /// computes (from [`Self::pos0`]).
     pub tokens: Vec<u32>,
+    /// The first position this run computes (0 for a prefill from scratch).
+    pub pos0: usize,
     /// Tokens per chunk (the last chunk may be shorter).
     pub chunk_len: usize,
     /// Per chunk.
@@ -119,13 +127,29 @@ impl PrefillState {
     /// Empty state for `tokens` cut into chunks of `chunk_len`, with a KV cache of
     /// `layers` × `[tokens, kv_dim]`.
     pub fn new(tokens: Vec<u32>, chunk_len: usize, layers: usize, kv_dim: usize) -> Self {
-        let chunk_count = tokens.len().div_ceil(chunk_len.max(1));
-        let kv = (0..layers)
-            .map(|_| LayerKv {
-                cache: RwLock::new(KvCache {
-                    k: vec![0f32; tokens.len() * kv_dim],
-                    v: vec![0f32; tokens.len() * kv_dim],
-                }),
+        let caches = (0..layers)
+            .map(|_| KvCache {
+                k: vec![0f32; tokens.len() * kv_dim],
+                v: vec![0f32; tokens.len() * kv_dim],
+            })
+            .collect();
+        Self::continuing(tokens, 0, chunk_len, caches)
+    }
+
+    /// State for computing `tokens[pos0..]` over `caches` (one per layer), which already
+    /// hold the keys and values of positions `0..pos0` and have room for every token.
+    /// The caches are moved in, not copied; [`Self::into_caches`] moves them out again.
+    pub fn continuing(
+        tokens: Vec<u32>,
+        pos0: usize,
+        chunk_len: usize,
+        caches: Vec<KvCache>,
+    ) -> Self {
+        let chunk_count = tokens.len().saturating_sub(pos0).div_ceil(chunk_len.max(1));
+        let kv = caches
+            .into_iter()
+            .map(|cache| LayerKv {
+                cache: RwLock::new(cache),
                 rows: (0..chunk_count).map(|_| Mutex::default()).collect(),
             })
             .collect();
@@ -133,6 +157,7 @@ impl PrefillState {
             chunks: (0..chunk_count).map(|_| Mutex::default()).collect(),
             shadow: (0..chunk_count).map(|_| Mutex::default()).collect(),
             tokens,
+            pos0,
             chunk_len,
             kv,
             logits: Mutex::new(None),
@@ -143,7 +168,16 @@ impl PrefillState {
 
     /// Absolute positions of chunk `chunk`'s tokens.
     pub fn positions(&self, chunk: usize) -> Range<usize> {
-        let start = (chunk * self.chunk_len).min(self.tokens.len());
+        let start = (self.pos0 + chunk * self.chunk_len).min(self.tokens.len());
         start..(start + self.chunk_len).min(self.tokens.len())
+    }
+
+    /// The KV cache of every layer, moved out (positions `0..tokens.len()` written once
+    /// the run finished).
+    pub fn into_caches(self) -> Vec<KvCache> {
+        self.kv
+            .into_iter()
+            .map(|layer| layer.cache.into_inner())
+            .collect()
     }
 }

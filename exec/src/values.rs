@@ -7,8 +7,8 @@
 
 use hetsched_kernels::reference::dequantize_i32_acc;
 use hetsched_kernels::{
-    PackedF32Weights, gemm_i8, matmul_f32_packed, max_abs, quantize_per_tensor_fast,
-    scale_for_max_abs_fast,
+    PackedF32Weights, PackedI8Weights, gemm_i8, gemm_i8_cols, matmul_f32_packed,
+    matmul_f32_packed_cols, max_abs, quantize_per_tensor_fast, scale_for_max_abs_fast,
 };
 use rayon::prelude::*;
 
@@ -160,10 +160,72 @@ fn sum_squares(x: &[f32], limit: f32) -> (f32, usize) {
     )
 }
 
+/// Tasks per thread of a product with fewer rows than [`ROWS_PER_TASK`] (a decode step's
+/// one token): such a product is bound by streaming the weights, so its columns (weight
+/// rows) are split over the threads instead, a few tasks each for work stealing.
+const COLUMN_TASKS_PER_THREAD: usize = 4;
+
+/// Columns per task of [`by_columns`] for `n` columns: a multiple of 16 (the kernels'
+/// column block).
+fn columns_per_task(n: usize) -> usize {
+    let tasks = rayon::current_num_threads().max(1) * COLUMN_TASKS_PER_THREAD;
+    n.div_ceil(tasks).div_ceil(16).max(1) * 16
+}
+
+/// Column tiles of `out[rows, n]` for a product with few rows: each task computes
+/// `tile(cols, tile_out)` for its columns, then the tiles are placed in `out`.
+fn by_columns<T: Copy + Default + Send + Sync>(
+    rows: usize,
+    n: usize,
+    tile: impl Fn(std::ops::Range<usize>, &mut [T]) + Sync,
+) -> Vec<T> {
+    let per_task = columns_per_task(n);
+    let tiles: Vec<Vec<T>> = (0..n.div_ceil(per_task))
+        .into_par_iter()
+        .map(|t| {
+            let cols = t * per_task..((t + 1) * per_task).min(n);
+            let mut out = vec![T::default(); rows * cols.len()];
+            tile(cols, &mut out);
+            out
+        })
+        .collect();
+    if rows == 1 {
+        return tiles.concat();
+    }
+    let mut out = vec![T::default(); rows * n];
+    for (t, tile) in tiles.iter().enumerate() {
+        let (start, width) = (t * per_task, tile.len() / rows);
+        for r in 0..rows {
+            out[r * n + start..r * n + start + width]
+                .copy_from_slice(&tile[r * width..(r + 1) * width]);
+        }
+    }
+    out
+}
+
+/// `a[rows, k] · wᵀ` in INT8 with INT32 accumulators, split like [`matmul_rows`].
+fn gemm_i8_rows(q: &[i8], rows: usize, w: &PackedI8Weights) -> Vec<i32> {
+    let (k, n) = (w.k(), w.n());
+    if rows < ROWS_PER_TASK {
+        return by_columns(rows, n, |cols, out| gemm_i8_cols(q, rows, w, cols, out));
+    }
+    let mut acc = vec![0i32; rows * n];
+    acc.par_chunks_mut(ROWS_PER_TASK * n)
+        .zip(q.par_chunks(ROWS_PER_TASK * k))
+        .for_each(|(o, a)| gemm_i8(a, a.len() / k, w, o));
+    acc
+}
+
 /// `a[rows, k] · wᵀ` in f32, blocks of rows spread over the current thread pool (each
-/// block streams the weights once).
+/// block streams the weights once); fewer rows than a block (decode) split the columns.
 pub fn matmul_rows(a: &[f32], w: &PackedF32Weights) -> Vec<f32> {
     let (k, n) = (w.k(), w.n());
+    let rows = a.len() / k.max(1);
+    if rows < ROWS_PER_TASK {
+        return by_columns(rows, n, |cols, out| {
+            matmul_f32_packed_cols(a, rows, w, cols, out);
+        });
+    }
     let mut out = vec![0f32; a.len() / k.max(1) * n];
     out.par_chunks_mut(ROWS_PER_TASK * n)
         .zip(a.par_chunks(ROWS_PER_TASK * k))
@@ -174,7 +236,7 @@ pub fn matmul_rows(a: &[f32], w: &PackedF32Weights) -> Vec<f32> {
 /// `x[rows, k] · wᵀ`, split by rows over the current thread pool. An INT8 activation
 /// must come without outliers (the shadow stage multiplies those: [`shadow_product`]).
 pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, KernelError> {
-    let (k, n) = (w.k(), w.n());
+    let k = w.k();
     match (x, w) {
         (Act::F32(a), LinearWeights::F32(packed)) => {
             check_len(a.len(), rows * k)?;
@@ -182,10 +244,7 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Kern
         }
         (Act::Int8 { q, scale, outliers }, LinearWeights::Int8 { packed, .. }) => {
             check_len(q.len(), rows * k)?;
-            let mut acc = vec![0i32; rows * n];
-            acc.par_chunks_mut(ROWS_PER_TASK * n)
-                .zip(q.par_chunks(ROWS_PER_TASK * k))
-                .for_each(|(o, a)| gemm_i8(a, a.len() / k, packed, o));
+            let acc = gemm_i8_rows(q, rows, packed);
             // Outliers belong to the shadow stage; the quantize step hands them over.
             if !outliers.is_empty() {
                 return Err(KernelError::OutliersLeft);
@@ -255,6 +314,29 @@ mod tests {
     use hetsched_kernels::seeded::SeededRng;
 
     use super::*;
+
+    #[test]
+    fn few_rows_split_by_columns_equal_the_row_split() {
+        use hetsched_kernels::reference::quantize_weights_per_row;
+        let (n, k) = (200, 96);
+        let w = SeededRng::new(11).f32s(n * k);
+        let (wq, _) = quantize_weights_per_row(&w, n, k);
+        let packed_i8 = PackedI8Weights::pack(&wq, n, k);
+        let packed_f32 = PackedF32Weights::pack(&w, n, k);
+        for rows in [1, 3] {
+            let a = SeededRng::new(rows as u64).f32s(rows * k);
+            let q = SeededRng::new(rows as u64 + 7).i8s(rows * k);
+            let mut want_i8 = vec![0i32; rows * n];
+            gemm_i8(&q, rows, &packed_i8, &mut want_i8);
+            assert_eq!(gemm_i8_rows(&q, rows, &packed_i8), want_i8, "{rows} rows");
+            let mut want = vec![0f32; rows * n];
+            matmul_f32_packed(&a, rows, &packed_f32, &mut want);
+            let got = matmul_rows(&a, &packed_f32);
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+    }
 
     #[test]
     fn shadow_quantize_keeps_what_saturation_drops() {

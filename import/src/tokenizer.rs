@@ -26,7 +26,9 @@
 //!
 //!   `tokenizer.ggml.add_space_prefix = true` sets `ByteLevel`'s
 //!   `add_prefix_space`.
-//! * **Decoder**: byte-level (the inverse byte mapping).
+//! * **Decoder**: byte-level (the inverse byte mapping). [`GgufTokenizer::token_bytes`]
+//!   gives one token's raw bytes, for incremental detokenization (a UTF-8 character may
+//!   be split across byte tokens).
 //! * **BOS**: [`GgufTokenizer::encode`] prepends `tokenizer.ggml.bos_token_id`
 //!   when `tokenizer.ggml.add_bos_token` is true (SmolLM2: false).
 
@@ -190,6 +192,31 @@ impl GgufTokenizer {
         self.tokenizer.decode(ids, false).map_err(tok_err)
     }
 
+    /// The raw bytes token `id` stands for: an added (special or user-defined) token's
+    /// own text, any other token's byte-level spelling mapped back to bytes (GPT-2's
+    /// byte-to-unicode table inverted). A character outside that table (a tokenizer
+    /// that is not byte-level) stands for its own UTF-8 bytes.
+    pub fn token_bytes(&self, id: u32) -> Result<Vec<u8>> {
+        if let Some(text) = self.tokenizer.get_added_vocabulary().simple_id_to_token(id) {
+            return Ok(text.into_bytes());
+        }
+        let spelling = self
+            .tokenizer
+            .id_to_token(id)
+            .ok_or(ImportError::TokenOutOfRange {
+                id,
+                vocab: self.vocab_size,
+            })?;
+        let mut bytes = Vec::with_capacity(spelling.len());
+        for c in spelling.chars() {
+            match unicode_to_byte(c) {
+                Some(b) => bytes.push(b),
+                None => bytes.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            }
+        }
+        Ok(bytes)
+    }
+
     /// Number of tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
@@ -225,6 +252,22 @@ impl GgufTokenizer {
     pub fn inner(&self) -> &Tokenizer {
         &self.tokenizer
     }
+}
+
+/// The byte GPT-2's byte-level table maps to `c`: the printable bytes `!`..=`~`,
+/// `¡`..=`¬` and `®`..=`ÿ` stand for themselves, the other 68 bytes, in order, for
+/// U+0100 onwards.
+fn unicode_to_byte(c: char) -> Option<u8> {
+    let printable = |b: u32| matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
+    let code = u32::from(c);
+    if printable(code) {
+        return u8::try_from(code).ok();
+    }
+    let shifted = code.checked_sub(0x100)?;
+    (0u32..=255)
+        .filter(|&b| !printable(b))
+        .nth(shifted as usize)
+        .and_then(|b| u8::try_from(b).ok())
 }
 
 /// Refuses a tokenizer model other than byte-level BPE, and tells from
@@ -292,4 +335,39 @@ fn pre_tokenizer(md: &Metadata, digits_first: bool) -> Result<PreTokenizerWrappe
     } else {
         byte_level.into()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GPT-2's `bytes_to_unicode`, written as the original does it.
+    fn byte_to_unicode() -> Vec<char> {
+        let mut printable: Vec<u32> = (0x21..=0x7E)
+            .chain(0xA1..=0xAC)
+            .chain(0xAE..=0xFF)
+            .collect();
+        let mut chars: Vec<u32> = printable.clone();
+        let mut n = 0;
+        for b in 0..=255u32 {
+            if !printable.contains(&b) {
+                printable.push(b);
+                chars.push(256 + n);
+                n += 1;
+            }
+        }
+        let mut table = vec!['\0'; 256];
+        for (b, c) in printable.into_iter().zip(chars) {
+            table[b as usize] = char::from_u32(c).unwrap();
+        }
+        table
+    }
+
+    #[test]
+    fn the_byte_table_inverts_gpt2s() {
+        for (b, c) in byte_to_unicode().into_iter().enumerate() {
+            assert_eq!(unicode_to_byte(c), Some(b as u8), "byte {b} as {c:?}");
+        }
+        assert_eq!(unicode_to_byte('\u{0144}'), None);
+    }
 }

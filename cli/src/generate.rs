@@ -1,0 +1,292 @@
+//! `hetsched generate`: a scheduled prefill of the prompt, then decode steps, the text
+//! streamed to stdout as tokens come (statistics on stderr, or one JSON object with
+//! `--json`). Ctrl-C stops after the current token and keeps what was generated.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use hetsched::exec::generate::{
+    ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, Sampling,
+    Session,
+};
+use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
+use hetsched::import::GgufFile;
+use serde::Serialize;
+
+use crate::CliError;
+use crate::choices::Precision;
+use crate::model::{ShadowArgs, find_calibration, load};
+use crate::output::print_json_or;
+
+/// `hetsched generate`.
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    /// GGUF model file (llama architecture), or a Hugging Face directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// Prompt text.
+    #[arg(
+        long,
+        conflicts_with = "prompt_file",
+        required_unless_present = "prompt_file"
+    )]
+    prompt: Option<String>,
+    /// File holding the prompt text (UTF-8).
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
+    /// New tokens at most.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    temperature: f32,
+    /// Sample among the K most probable tokens only [default: all].
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample among the most probable tokens whose probabilities reach P, in (0, 1].
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    top_p: f32,
+    /// Seed of the sampler's random generator.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop before this string (repeat for several).
+    #[arg(long, value_name = "STR")]
+    stop: Vec<String>,
+    /// Go on past the end-of-sequence token (for benchmarks: always --max-tokens tokens).
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Wrap the prompt as a user message in the model's chat template (ChatML).
+    #[arg(long)]
+    chat: bool,
+    /// Arithmetic of the linear layers.
+    #[arg(long, value_enum, default_value = "w8a8")]
+    precision: Precision,
+    /// Compute threads [default: the machine's cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Tokens per prefill chunk.
+    #[arg(long, default_value_t = 128)]
+    chunk_len: u32,
+    /// Scheduling policy of the prefill (and of scheduled decode steps).
+    #[arg(long, default_value = "balance", value_parser = crate::choices::policy_name)]
+    policy: String,
+    /// How decode steps run: direct (one chain of kernels per token; an INT8 model's head
+    /// in INT8 too), direct-f32-head (the same with the f32 head the prefill uses) or
+    /// scheduled (each token a one-token plan through the engine and queues).
+    #[arg(long, value_enum, default_value = "direct")]
+    decode: DecodeChoice,
+    #[command(flatten)]
+    shadow: ShadowArgs,
+    /// Print one JSON object at the end instead of streaming the text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--decode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DecodeChoice {
+    Direct,
+    DirectF32Head,
+    Scheduled,
+}
+
+/// The `--json` report.
+#[derive(Serialize)]
+struct GenerateReport {
+    model: String,
+    precision: &'static str,
+    threads: usize,
+    decode: &'static str,
+    prompt_tokens: usize,
+    generated_tokens: usize,
+    ttft_ms: f64,
+    /// Of the time to first token: building and compiling the prefill's plan.
+    prefill_plan_ms: f64,
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    /// Share of scheduled decode steps' wall time outside their stages.
+    decode_overhead: Option<f64>,
+    text: String,
+    finish_reason: hetsched::exec::generate::FinishReason,
+}
+
+/// Generates after the prompt; streams the text, then the figures to stderr.
+pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
+    let sampling = Sampling {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        seed: args.seed,
+    };
+    // Bad settings are refused before the model loads.
+    sampling.validate()?;
+    if args.max_tokens == 0 {
+        return Err(GenerateError::NoTokens.into());
+    }
+    let mut text = match (&args.prompt, &args.prompt_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => read_utf8(path)?,
+        (None, None) => String::new(),
+    };
+    if args.chat {
+        text = chat_template(&args.model)?.render_user(&text);
+    }
+    let precision = LinearPrecision::from(args.precision);
+    let calibration = find_calibration(&args.model, precision, &args.shadow)?;
+    let loaded = load(
+        &args.model,
+        &[precision],
+        calibration.as_ref(),
+        args.shadow.cold_cache_bytes(),
+    )?;
+    let model = Arc::new(loaded.models.into_iter().next().expect("one precision"));
+    let tokens = loaded.tokenizer.encode(&text)?;
+    let defaults = PrefillOptions::default();
+    let options = PrefillOptions {
+        chunk_len: args.chunk_len,
+        policy: args.policy,
+        threads: args.threads.unwrap_or(defaults.threads),
+        ..defaults
+    };
+    let threads = options.threads;
+    let path = match args.decode {
+        DecodeChoice::Direct => DecodePath::Direct,
+        DecodeChoice::DirectF32Head => DecodePath::DirectF32Head,
+        DecodeChoice::Scheduled => DecodePath::Scheduled,
+    };
+    let mut session = Session::new(model.clone(), options, path)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    // Ctrl-C sets the flag; the loop stops after the token in progress.
+    signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone())
+        .map_err(|e| GenerateError::Exec(hetsched::exec::ExecError::Kernel(e.to_string())))?;
+    let generate_options = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling,
+        stop: args.stop,
+        ignore_eos: args.ignore_eos,
+    };
+    let stream = !args.json;
+    let mut stdout = std::io::stdout().lock();
+    let generated = session.generate(
+        &tokens,
+        &loaded.tokenizer,
+        &generate_options,
+        &cancel,
+        |t| {
+            if stream {
+                // A closed stdout (a pipe to `head`) ends nothing: generation finishes.
+                let _ = stdout.write_all(t.as_bytes());
+                let _ = stdout.flush();
+            }
+        },
+    )?;
+    drop(stdout);
+    let report = report(&model, threads, path, &generated, session.decode_time());
+    if args.json {
+        print_json_or(true, &report, String::new);
+    } else {
+        println!();
+        eprintln!("{}", summary(&report, &generated));
+    }
+    Ok(())
+}
+
+/// The `--json` object of a finished turn.
+fn report(
+    model: &ExecModel,
+    threads: usize,
+    path: DecodePath,
+    generated: &Generated,
+    time: DecodeTime,
+) -> GenerateReport {
+    GenerateReport {
+        model: model.name.clone(),
+        precision: model.precision.as_str(),
+        threads,
+        decode: match path {
+            DecodePath::Direct => "direct",
+            DecodePath::DirectF32Head => "direct-f32-head",
+            DecodePath::Scheduled => "scheduled",
+        },
+        prompt_tokens: generated.prompt_tokens,
+        generated_tokens: generated.tokens.len(),
+        ttft_ms: generated.ttft_ns as f64 / 1e6,
+        prefill_plan_ms: generated.prefill_plan_ns as f64 / 1e6,
+        prefill_tokens_per_s: per_second(generated.prompt_tokens as u64, generated.prefill_ns),
+        decode_tokens_per_s: per_second(generated.decode_steps, generated.decode_ns),
+        decode_overhead: (path == DecodePath::Scheduled && time.wall_ns > 0)
+            .then(|| 1.0 - time.busy_ns as f64 / time.wall_ns as f64),
+        finish_reason: generated.finish_reason,
+        text: generated.text.clone(),
+    }
+}
+
+fn per_second(count: u64, ns: u64) -> f64 {
+    if ns == 0 {
+        0.0
+    } else {
+        count as f64 / (ns as f64 / 1e9)
+    }
+}
+
+/// The figures after the streamed text.
+fn summary(r: &GenerateReport, g: &Generated) -> String {
+    let overhead = r.decode_overhead.map_or(String::new(), |o| {
+        format!(", scheduling overhead {:.1}%", 100.0 * o)
+    });
+    format!(
+        "[{} ({}), {} threads: {} prompt tokens, first token after {:.1} ms ({:.0} tokens/s \
+         prefill); {} tokens at {:.1} tokens/s ({} decode{overhead}); finish: {:?}]",
+        r.model,
+        r.precision,
+        r.threads,
+        r.prompt_tokens,
+        r.ttft_ms,
+        r.prefill_tokens_per_s,
+        g.tokens.len(),
+        r.decode_tokens_per_s,
+        r.decode,
+        g.finish_reason
+    )
+}
+
+/// A prompt file's text; a file that is not UTF-8 is refused by name.
+fn read_utf8(path: &Path) -> Result<String, CliError> {
+    let bytes = std::fs::read(path).map_err(|error| CliError::Read {
+        what: "prompt file",
+        path: path.to_owned(),
+        error,
+    })?;
+    String::from_utf8(bytes).map_err(|e| CliError::Read {
+        what: "prompt file",
+        path: path.to_owned(),
+        error: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (invalid byte at offset {}); convert it first",
+                e.utf8_error().valid_up_to()
+            ),
+        ),
+    })
+}
+
+/// The chat template of the GGUF model at `path`.
+fn chat_template(path: &Path) -> Result<ChatTemplate, CliError> {
+    let no_template = |reason: &str| GenerateError::ChatTemplate {
+        reason: reason.to_string(),
+    };
+    if path.is_dir() {
+        return Err(no_template(
+            "--chat reads the template from a GGUF file's metadata; this is a directory",
+        )
+        .into());
+    }
+    let file = GgufFile::open(path)?;
+    let template = file
+        .metadata()
+        .get_str("tokenizer.chat_template")?
+        .ok_or_else(|| no_template("the model file has no tokenizer.chat_template"))?;
+    Ok(ChatTemplate::parse(template)?)
+}

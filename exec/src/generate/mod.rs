@@ -1,0 +1,52 @@
+//! Generation: a prefill through the scheduler, then decode steps, streamed as text.
+//!
+//! A [`Session`] holds one request: its tokens and their KV cache. A turn
+//! ([`Session::generate`]) prefills the prompt through the same scheduled path as
+//! [`crate::prefill`] (plan, engine, queues, stage runner), writing the session's cache in
+//! place, then samples ([`Sampler`]: greedy, temperature, top-k, top-p, seeded) and feeds
+//! one token per decode step until the model's EOS, a stop string, `max_tokens` or a
+//! cancel flag. Text streams through [`TextStream`] (UTF-8 split across byte tokens,
+//! stop strings held back). A later turn continues the same cache: the history is never
+//! recomputed. [`ChatTemplate`] renders a user message in the model's ChatML template.
+//!
+//! A decode step runs on [`DecodePath::Direct`] (one chain of the prefill's kernels) or
+//! [`DecodePath::Scheduled`] (a one-token plan of subgraph instances through the engine);
+//! both compute the same operators with the same arithmetic.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::sync::atomic::AtomicBool;
+//! use hetsched_exec::generate::{DecodePath, GenerateOptions, Session};
+//! use hetsched_exec::{ExecModel, LinearPrecision, PrefillOptions};
+//! use hetsched_import::{GgufFile, GgufTokenizer};
+//!
+//! let file = GgufFile::open("models/SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let tokenizer = GgufTokenizer::from_gguf(&file)?;
+//! let model = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8)?);
+//! let mut session = Session::new(model, PrefillOptions::default(), DecodePath::Direct)?;
+//! let options = GenerateOptions { max_tokens: 32, ..GenerateOptions::default() };
+//! let never = AtomicBool::new(false);
+//! let prompt = tokenizer.encode("The capital of France is")?;
+//! let first = session.generate(&prompt, &tokenizer, &options, &never, |t| print!("{t}"))?;
+//! // A second turn continues the first one's KV cache.
+//! let more = tokenizer.encode(" And of Italy?")?;
+//! let second = session.generate(&more, &tokenizer, &options, &never, |t| print!("{t}"))?;
+//! println!("\n{:?} then {:?}", first.finish_reason, second.finish_reason);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod chat;
+mod direct;
+mod error;
+mod sampling;
+mod session;
+mod text;
+mod turn;
+
+pub use chat::ChatTemplate;
+pub use direct::{decode_step, int8_head};
+pub use error::GenerateError;
+pub use sampling::{Sampler, Sampling, argmax};
+pub use session::{DecodePath, DecodeTime, Session};
+pub use text::{Pushed, TextStream};
+pub use turn::{FinishReason, GenerateOptions, Generated};

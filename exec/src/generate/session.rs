@@ -1,0 +1,366 @@
+//! A generation session: one request's token history and KV cache, extended by scheduled
+//! prefills (a prompt, or a later turn's new tokens) and by decode steps.
+//!
+//! Every prefill goes through the scheduler exactly as [`crate::prefill`] does (a
+//! [`PrefillPlan`] of the new tokens, the engine, thread-backed queues, a
+//! [`StageRunner`]); the difference is that the runner's state continues the session's
+//! KV cache ([`PrefillState::continuing`]): the cache is moved into the run and back out,
+//! never copied, and it has room for the tokens still to come. A decode step
+//! ([`DecodePath::Scheduled`]) is the same: a one-token plan, built once, whose subgraph
+//! instances (per layer QKV, attention, O and FFN stages; then the head) the engine
+//! resolves and dispatches in a fresh world each step. [`DecodePath::Direct`] runs the
+//! same kernels as one chain on the calling thread's pool, without the scheduler.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use hetsched_runtime::engine::{self, EngineOptions, RunOutcome};
+use hetsched_systems::resources::Job;
+use hetsched_systems::{PolicyRegistry, PrefillPlan, Workload};
+use parking_lot::RwLock;
+
+use super::direct;
+use super::error::GenerateError;
+use crate::float_kernels::FloatKernels;
+use crate::state::{KvCache, PrefillState};
+use crate::{
+    ExecError, ExecModel, GpuUse, JobError, JobRunner, LinearPrecision, LinearWeights,
+    PrefillOptions, StageRunner, Step, ThreadQueues, lane_kernels, take_logits,
+};
+
+/// How a decode step runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecodePath {
+    /// Each step a one-token plan through the engine and the queues (subgraph instances
+    /// resolved and dispatched by the scheduler's systems).
+    Scheduled,
+    /// Each step one chain of the same kernels on the session's pool; an INT8 model's
+    /// head runs as an INT8 linear too ([`super::int8_head`]).
+    #[default]
+    Direct,
+    /// [`DecodePath::Direct`] with the model's f32 head.
+    DirectF32Head,
+}
+
+/// Time spent in decode steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeTime {
+    /// Steps run.
+    pub steps: u64,
+    /// Wall time of the steps, ns.
+    pub wall_ns: u64,
+    /// Of which the stages themselves ran (scheduled steps; the rest is the scheduler's
+    /// and the queues' overhead), ns. Direct steps count entirely.
+    pub busy_ns: u64,
+}
+
+/// The stages of one plan compiled for the runner.
+struct Compiled {
+    plan: Arc<PrefillPlan>,
+    steps: Vec<Vec<Step>>,
+    layers: Vec<Option<u32>>,
+}
+
+/// The job runner the session's queues call: whichever run is in progress.
+#[derive(Default)]
+struct CurrentRun(RwLock<Option<Arc<StageRunner>>>);
+
+impl JobRunner for CurrentRun {
+    fn run(&self, job: &Job) -> Result<(), JobError> {
+        let runner = self
+            .0
+            .read()
+            .clone()
+            .ok_or("no run of this session is in progress")?;
+        Ok(runner.run(job.key, job.processor)?)
+    }
+}
+
+/// One request: its tokens so far, their KV cache, and the logits of the next token.
+pub struct Session {
+    model: Arc<ExecModel>,
+    options: PrefillOptions,
+    path: DecodePath,
+    pool: Arc<rayon::ThreadPool>,
+    lanes: Vec<Arc<dyn FloatKernels>>,
+    current: Arc<CurrentRun>,
+    queues: ThreadQueues,
+    /// Tokens whose keys and values are in the cache, from position 0.
+    tokens: Vec<u32>,
+    /// Per layer; `None` while a run has them or after a failed run.
+    caches: Option<Vec<KvCache>>,
+    /// Positions the caches hold.
+    capacity: usize,
+    logits: Option<Vec<f32>>,
+    /// The last token sampled and not fed yet (a turn ends on one): the next turn's
+    /// prefill starts with it.
+    pub(super) pending: Option<u32>,
+    decode_plan: Option<Compiled>,
+    /// The INT8 head of direct steps of an INT8 model.
+    head: Option<LinearWeights>,
+    decode_time: DecodeTime,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("model", &self.model.name)
+            .field("path", &self.path)
+            .field("tokens", &self.tokens.len())
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl Session {
+    /// An empty session of `model`: prefills scheduled under `options` (CPU and
+    /// emulated-NPU lanes, or a GPU float lane), decode steps on `path`.
+    pub fn new(
+        model: Arc<ExecModel>,
+        options: PrefillOptions,
+        path: DecodePath,
+    ) -> Result<Self, GenerateError> {
+        options.validate()?;
+        if options.gpu == GpuUse::Resident {
+            return Err(ExecError::InvalidOption {
+                option: "backends",
+                message: "generation does not run with every stage resident on the GPU yet; \
+                          use the CPU and NPU lanes (or a GPU float lane)"
+                    .into(),
+            }
+            .into());
+        }
+        let threads = options.threads;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("hetsched-worker-{i}"))
+            .build()
+            .map_err(|e| ExecError::Threads {
+                threads,
+                reason: e.to_string(),
+            })?;
+        let pool = Arc::new(pool);
+        let device = crate::prefill_device(&options);
+        let lanes = lane_kernels(&model, &device)?;
+        let current = Arc::new(CurrentRun::default());
+        let queues = ThreadQueues::start(device.processors.len(), current.clone(), pool.clone())
+            .map_err(|e| ExecError::Threads {
+                threads,
+                reason: e.to_string(),
+            })?;
+        let layers = model.layers.len();
+        let head = (path == DecodePath::Direct && model.precision != LinearPrecision::F32)
+            .then(|| direct::int8_head(&model));
+        Ok(Self {
+            head,
+            model,
+            options,
+            path,
+            pool,
+            lanes,
+            current,
+            queues,
+            tokens: Vec::new(),
+            caches: Some((0..layers).map(|_| KvCache::default()).collect()),
+            capacity: 0,
+            logits: None,
+            pending: None,
+            decode_plan: None,
+            decode_time: DecodeTime::default(),
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<ExecModel> {
+        &self.model
+    }
+
+    /// Tokens in the KV cache, from position 0.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Logits of the token after [`Self::tokens`], once anything ran.
+    pub fn logits(&self) -> Option<&[f32]> {
+        self.logits.as_deref()
+    }
+
+    /// Time spent in decode steps so far.
+    pub fn decode_time(&self) -> DecodeTime {
+        self.decode_time
+    }
+
+    /// Makes room in the KV cache for `positions` positions in all (it grows in place;
+    /// written rows stay where they are).
+    pub fn reserve(&mut self, positions: usize) -> Result<(), GenerateError> {
+        let context = self.model.config.context_length;
+        let positions = positions.min(context);
+        if positions <= self.capacity {
+            return Ok(());
+        }
+        let kv_dim = self.model.config.kv_dim();
+        for cache in self.caches_mut()? {
+            cache.k.resize(positions * kv_dim, 0.0);
+            cache.v.resize(positions * kv_dim, 0.0);
+        }
+        self.capacity = positions;
+        Ok(())
+    }
+
+    fn caches_mut(&mut self) -> Result<&mut Vec<KvCache>, GenerateError> {
+        self.caches.as_mut().ok_or_else(broken)
+    }
+
+    /// Checks that `new` tokens fit after the history: in the vocabulary, in the context.
+    fn check_tokens(&self, new: &[u32]) -> Result<(), GenerateError> {
+        let c = &self.model.config;
+        if new.is_empty() {
+            return Err(GenerateError::EmptyTurn);
+        }
+        if let Some(&id) = new.iter().find(|&&id| id as usize >= c.vocab_size) {
+            return Err(ExecError::TokenOutOfRange {
+                id,
+                vocab: c.vocab_size,
+            }
+            .into());
+        }
+        if self.tokens.len() + new.len() > c.context_length {
+            return Err(GenerateError::BeyondContext {
+                history: self.tokens.len(),
+                prompt: new.len(),
+                max_tokens: 0,
+                context: c.context_length,
+            });
+        }
+        Ok(())
+    }
+
+    /// Prefills `new` after the history through the scheduler (chunks of the options'
+    /// length), leaving the logits of the token after it. Returns the schedule that ran
+    /// and the time spent building and compiling its plan, ns.
+    pub fn prefill(&mut self, new: &[u32]) -> Result<(RunOutcome, u64), GenerateError> {
+        self.check_tokens(new)?;
+        self.reserve(self.tokens.len() + new.len())?;
+        let planning = Instant::now();
+        let compiled = self.compile(new.len() as u32, self.options.chunk_len)?;
+        let plan_ns = planning.elapsed().as_nanos() as u64;
+        Ok((self.run_scheduled(new, &compiled)?, plan_ns))
+    }
+
+    /// Feeds `token` (the one just generated) and leaves the logits of the next.
+    pub fn step(&mut self, token: u32) -> Result<(), GenerateError> {
+        self.check_tokens(&[token])?;
+        let needed = self.tokens.len() + 1;
+        if needed > self.capacity {
+            // Doubling keeps growth (a copy of the written rows) rare.
+            self.reserve(needed.max(2 * self.capacity))?;
+        }
+        let started = Instant::now();
+        let busy_ns = match self.path {
+            DecodePath::Scheduled => {
+                let compiled = match self.decode_plan.take() {
+                    Some(c) => c,
+                    None => self.compile(1, 1)?,
+                };
+                let outcome = self.run_scheduled(&[token], &compiled);
+                self.decode_plan = Some(compiled);
+                let slices = &outcome?.timeline.slices;
+                slices
+                    .iter()
+                    .map(|s| s.end_ns.saturating_sub(s.start_ns))
+                    .sum()
+            }
+            DecodePath::Direct | DecodePath::DirectF32Head => {
+                let position = self.tokens.len();
+                let caches = self.caches.as_mut().ok_or_else(broken)?;
+                let (model, head) = (&self.model, self.head.as_ref());
+                let logits = self
+                    .pool
+                    .install(|| direct::decode_step(model, head, caches, token, position))?;
+                self.tokens.push(token);
+                self.logits = Some(logits);
+                started.elapsed().as_nanos() as u64
+            }
+        };
+        self.decode_time.steps += 1;
+        self.decode_time.wall_ns += started.elapsed().as_nanos() as u64;
+        self.decode_time.busy_ns += busy_ns;
+        Ok(())
+    }
+
+    /// The plan of `tokens` new tokens in chunks of `chunk_len`, compiled.
+    fn compile(&self, tokens: u32, chunk_len: u32) -> Result<Compiled, GenerateError> {
+        let o = &self.options;
+        let float_processor = (o.gpu == GpuUse::FloatLane).then(|| "gpu".to_string());
+        let plan = PrefillPlan::placed(
+            self.model.model_config(),
+            crate::prefill_device(o),
+            Workload {
+                prompt_len: tokens,
+                chunk_len,
+                float_processor,
+            },
+            o.placement.clone(),
+        )
+        .map_err(ExecError::from)?;
+        let steps = Step::compile_stages(&plan.stages)?;
+        let layers = plan.stages.iter().map(|s| s.layer).collect();
+        Ok(Compiled {
+            plan: Arc::new(plan),
+            steps,
+            layers,
+        })
+    }
+
+    /// Runs `compiled` (the plan of `new`) on the session's queues over its KV cache.
+    fn run_scheduled(
+        &mut self,
+        new: &[u32],
+        compiled: &Compiled,
+    ) -> Result<RunOutcome, GenerateError> {
+        let caches = self.caches.take().ok_or_else(broken)?;
+        let pos0 = self.tokens.len();
+        let mut tokens = self.tokens.clone();
+        tokens.extend_from_slice(new);
+        let chunk_len = compiled.plan.workload.chunk_len as usize;
+        let state = PrefillState::continuing(tokens, pos0, chunk_len, caches);
+        let runner = Arc::new(StageRunner::new(
+            self.model.clone(),
+            compiled.steps.clone(),
+            compiled.layers.clone(),
+            self.lanes.clone(),
+            state,
+        ));
+        *self.current.0.write() = Some(runner.clone());
+        let policy = PolicyRegistry::builtin()
+            .create(&self.options.policy)
+            .map_err(ExecError::from);
+        let outcome = policy.and_then(|policy| {
+            engine::run_with(
+                compiled.plan.clone(),
+                policy,
+                &mut self.queues,
+                &EngineOptions::real_queues(),
+            )
+            .map_err(ExecError::from)
+        });
+        *self.current.0.write() = None;
+        // Every job has finished (or the run failed): the runner is ours again. A failed
+        // run whose job still holds it leaves the session without a cache (broken).
+        let runner = Arc::try_unwrap(runner).map_err(|_| broken())?;
+        let mut state = runner.state;
+        let finished = outcome.and_then(|o| Ok((o, take_logits(&state.logits)?)));
+        let tokens = std::mem::take(&mut state.tokens);
+        // After a failure the rows past the history are stale; the next run rewrites them.
+        self.caches = Some(state.into_caches());
+        let (outcome, logits) = finished?;
+        self.tokens = tokens;
+        self.logits = Some(logits);
+        Ok(outcome)
+    }
+}
+
+fn broken() -> GenerateError {
+    ExecError::Kernel("the session's KV cache was lost in a failed run: start a new session".into())
+        .into()
+}

