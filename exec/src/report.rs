@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::shadow::ShadowReport;
-use super::{ActivationBytes, ExecModel, PrefillResult};
+use super::{ActivationBytes, ExecModel, PrefillResult, wait_per_lane};
 use hetsched_import::{GgufTokenizer, top_k};
 use hetsched_runtime::report::RunReport;
 
@@ -41,7 +41,8 @@ pub struct PrefillReport {
     pub shadow: Option<ShadowReport>,
     /// Device bytes of the chunk activations (every stage resident on a GPU only).
     pub gpu_activations: Option<ActivationBytes>,
-    /// The schedule that ran (real timestamps; its lower bound comes from the cost model).
+    /// The schedule that ran (real timestamps; its `lower_bound_ms` from the run's own
+    /// measured durations, the cost model's in `model_lower_bound`).
     pub schedule: RunReport,
 }
 
@@ -56,7 +57,12 @@ impl PrefillReport {
         tokenizer: &GgufTokenizer,
     ) -> Self {
         let (name, precision) = (&model.name, model.precision.as_str());
-        let schedule = RunReport::new(&format!("{name} (real)"), &result.outcome);
+        let lanes = result.outcome.plan.lanes();
+        let schedule = RunReport::measured(
+            &format!("{name} (real)"),
+            &result.outcome,
+            &wait_per_lane(&result.queue_waits, lanes),
+        );
         let prompt_tokens = schedule.prompt_len as usize;
         let top_tokens = top_k(&result.logits, 5)
             .into_iter()
@@ -103,6 +109,7 @@ impl PrefillReport {
             self.prefill_tokens_per_s,
             self.load_ms
         );
+        s.push_str(&self.bound_lines());
         if let Some(sh) = &self.shadow {
             s.push_str(&shadow_summary(sh));
             s.push('\n');
@@ -135,6 +142,36 @@ impl PrefillReport {
                 t.id,
                 100.0 * t.prob,
                 t.text
+            ));
+        }
+        s
+    }
+}
+
+impl PrefillReport {
+    /// The measured lower bound (and the model's), then each lane's busy time and wait.
+    fn bound_lines(&self) -> String {
+        let r = &self.schedule;
+        let mut s = format!(
+            "bound: {:.1} ms from measured durations (busiest lane {:.1}, critical path {:.1}); \
+             makespan is {:.3}x it",
+            r.lower_bound_ms, r.busiest_processor_ms, r.critical_path_ms, r.ratio_to_lower_bound
+        );
+        if let Some(m) = &r.model_lower_bound {
+            s.push_str(&format!(
+                "; the cost model's bound {:.1} ms",
+                m.lower_bound_ms
+            ));
+        }
+        s.push('\n');
+        for p in &r.processors {
+            s.push_str(&format!(
+                "  {:<8} busy {:>9.1} ms ({:>5.1}%), {} subgraphs, queue wait {:.1} ms\n",
+                p.name,
+                p.busy_ms,
+                100.0 * p.utilization,
+                p.subgraphs,
+                p.queue_wait_ms.unwrap_or(0.0)
             ));
         }
         s

@@ -60,6 +60,7 @@ mod world;
 use bevy_ecs::prelude::{IntoScheduleConfigs, Messages, ResMut, Schedule, SystemSet};
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
+pub use bound::measured_lower_bound;
 pub use cost::{CostModel, MeasuredLatency, PeakRates};
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
 pub use error::PlanError;
