@@ -8,6 +8,7 @@ mod model;
 mod offline;
 mod outliers;
 mod output;
+mod profile;
 mod progress;
 mod real;
 
@@ -47,6 +48,9 @@ enum Command {
     Sweep(offline::SweepArgs),
     /// List the scenes shipped inside the binary.
     Scenes(offline::ScenesArgs),
+    /// Measure every stage kind of a real model on this machine and write a measured
+    /// device profile (fitted cost per stage kind and processor) with its raw samples.
+    Profile(profile::ProfileArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => offline::compare(args),
         Command::Sweep(args) => offline::sweep(args),
         Command::Scenes(args) => offline::scenes(args),
+        Command::Profile(args) => profile::profile(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

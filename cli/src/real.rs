@@ -5,7 +5,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use hetsched::engine;
 use hetsched::exec::{self, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
+use hetsched::import::GgufTokenizer;
+use hetsched::prediction::Prediction;
+use hetsched::scene::Scene;
+use hetsched::systems::{DeviceProfile, PolicyRegistry, ProfileOrigin};
 
 use crate::CliError;
 use crate::choices::Precision;
@@ -30,6 +35,17 @@ pub struct RunArgs {
     /// File holding the prompt text.
     #[arg(long, value_name = "FILE")]
     prompt_file: Option<PathBuf>,
+    /// Cut or repeat the prompt's tokens to exactly this many.
+    #[arg(long, value_name = "TOKENS")]
+    prompt_len: Option<usize>,
+    /// Schedule with this measured device profile (`hetsched profile`) instead of the
+    /// host's roofline profile; the report says which stage kinds it priced.
+    #[arg(long, value_name = "DEVICE.toml")]
+    profile: Option<PathBuf>,
+    /// Also simulate the same plan and print predicted against measured makespan,
+    /// per-processor busy time and the stage kinds with the largest error.
+    #[arg(long)]
+    predict: bool,
     /// Tokens per chunk.
     #[arg(long, default_value_t = 128)]
     chunk_len: u32,
@@ -111,7 +127,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         calibration.as_ref(),
         args.shadow.cold_cache_bytes(),
     )?;
-    let tokens = loaded.tokenizer.encode(&text)?;
+    let tokens = match args.prompt_len {
+        Some(n) => prompt_tokens(&loaded.tokenizer, &text, n)?,
+        None => loaded.tokenizer.encode(&text)?,
+    };
     let model = Arc::new(
         loaded
             .models
@@ -121,17 +140,30 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     );
     let load_ms = loading.elapsed().as_secs_f64() * 1e3;
     let defaults = PrefillOptions::default();
+    let device = match &args.profile {
+        Some(path) => measured_device(path, &model)?,
+        None => defaults.device.clone(),
+    };
     let options = PrefillOptions {
         chunk_len: args.chunk_len,
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
         gpu,
+        device,
         // A timeline asked for shows the device's times.
         gpu_timestamps: timelines.any(),
         ..defaults
     };
     let result = exec::prefill(model.clone(), &tokens, &options)?;
-    let report = PrefillReport::new(&model, options.threads, load_ms, &result, &loaded.tokenizer);
+    let mut report =
+        PrefillReport::new(&model, options.threads, load_ms, &result, &loaded.tokenizer);
+    if args.predict {
+        let policy = PolicyRegistry::builtin()
+            .create(&options.policy)
+            .map_err(exec::ExecError::from)?;
+        let predicted = engine::simulate(result.outcome.plan.clone(), policy)?;
+        report.set_prediction(Prediction::compare(&result.outcome, &predicted));
+    }
     print_json_or(args.json, &report, || report.summary());
     let title = format!(
         "{} ({}) on this machine — {}, {} tokens, chunk {}",
@@ -144,9 +176,62 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     timelines.write(&title, &result.outcome)
 }
 
+/// `text`'s tokens cut or repeated to exactly `n` (a prompt of a chosen length).
+pub(crate) fn prompt_tokens(
+    tokenizer: &GgufTokenizer,
+    text: &str,
+    n: usize,
+) -> Result<Vec<u32>, CliError> {
+    if n == 0 {
+        return Err(CliError::EmptyPromptLen);
+    }
+    let once = tokenizer.encode(text)?.len().max(1);
+    let mut tokens = tokenizer.encode(&text.repeat(n.div_ceil(once) + 1))?;
+    if tokens.is_empty() {
+        return Err(CliError::EmptyPromptLen);
+    }
+    while tokens.len() < n {
+        tokens.extend_from_within(..tokens.len().min(n - tokens.len()));
+    }
+    tokens.truncate(n);
+    Ok(tokens)
+}
+
+/// The measured device profile at `path`, checked against `model`: a profile of another
+/// model is refused; one measured on another CPU is used with a warning.
+fn measured_device(
+    path: &std::path::Path,
+    model: &exec::ExecModel,
+) -> Result<DeviceProfile, CliError> {
+    let device = Scene::load_device(path)?;
+    if let Some(origin) = &device.measured {
+        let shape = ProfileOrigin::shape_of(&model.model_config());
+        if origin.model_shape != shape {
+            return Err(CliError::ProfileModel {
+                path: path.to_owned(),
+                profiled: origin.model.clone(),
+                profiled_shape: origin.model_shape.clone(),
+                model: model.name.clone(),
+                shape,
+            });
+        }
+        let features = crate::profile::host_features();
+        if origin.cpu_features != features {
+            eprintln!(
+                "warning: {} was measured on {} ({}); this machine has {}: its costs may not hold here",
+                path.display(),
+                origin.cpu,
+                origin.cpu_features.join(","),
+                features.join(",")
+            );
+        }
+    }
+    Ok(device)
+}
+
 /// How `--backends` uses the GPU: `cpu,npu` (none), `cpu,gpu,npu` (a float lane), or
 /// `gpu` alone (every stage resident on the GPU).
-fn gpu_use(backends: &[String]) -> Result<GpuUse, CliError> {
+pub(crate) fn gpu_use(backends: &[String]) -> Result<GpuUse, CliError> {
     if let Some(b) = backends
         .iter()
         .find(|b| !["cpu", "gpu", "npu"].contains(&b.as_str()))

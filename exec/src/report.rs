@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::shadow::ShadowReport;
 use super::{ActivationBytes, ExecModel, PrefillResult, wait_per_lane};
 use hetsched_import::{GgufTokenizer, top_k};
+use hetsched_runtime::prediction::{CostModelUse, Prediction};
 use hetsched_runtime::report::RunReport;
 
 /// One candidate next token.
@@ -44,6 +45,17 @@ pub struct PrefillReport {
     /// The schedule that ran (real timestamps; its `lower_bound_ms` from the run's own
     /// measured durations, the cost model's in `model_lower_bound`).
     pub schedule: RunReport,
+    /// Which cost model the policy's plan used (measured stage costs or the roofline).
+    pub cost_model: CostModelUse,
+    /// `run --predict`: the simulated makespan of the same plan, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_makespan_ms: Option<f64>,
+    /// `run --predict`: (predicted - measured) / measured makespan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction_error: Option<f64>,
+    /// `run --predict`: busy times and stage kinds, predicted against measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
 }
 
 impl PrefillReport {
@@ -89,8 +101,19 @@ impl PrefillReport {
             prefill_ms: schedule.makespan_ms,
             prefill_tokens_per_s: schedule.prefill_tokens_per_s,
             top_tokens,
+            cost_model: CostModelUse::of(&result.outcome.plan),
             schedule,
+            predicted_makespan_ms: None,
+            prediction_error: None,
+            prediction: None,
         }
+    }
+
+    /// Adds the simulation of the same plan (`run --predict`).
+    pub fn set_prediction(&mut self, prediction: Prediction) {
+        self.predicted_makespan_ms = Some(prediction.predicted_makespan_ms);
+        self.prediction_error = Some(prediction.prediction_error);
+        self.prediction = Some(prediction);
     }
 
     /// A few human-readable lines.
@@ -110,6 +133,10 @@ impl PrefillReport {
             self.load_ms
         );
         s.push_str(&self.bound_lines());
+        s.push_str(&self.cost_model_line());
+        if let Some(p) = &self.prediction {
+            s.push_str(&p.summary(3));
+        }
         if let Some(sh) = &self.shadow {
             s.push_str(&shadow_summary(sh));
             s.push('\n');
@@ -149,6 +176,23 @@ impl PrefillReport {
 }
 
 impl PrefillReport {
+    /// Which cost model priced the plan's stages.
+    fn cost_model_line(&self) -> String {
+        let c = &self.cost_model;
+        let mut s = format!(
+            "cost model: {} ({} stage kinds measured",
+            c.model, c.measured_stage_kinds
+        );
+        if !c.roofline_stage_kinds.is_empty() {
+            s.push_str(&format!(
+                "; roofline for {}",
+                c.roofline_stage_kinds.join(", ")
+            ));
+        }
+        s.push_str(")\n");
+        s
+    }
+
     /// The measured lower bound (and the model's), then each lane's busy time and wait.
     fn bound_lines(&self) -> String {
         let r = &self.schedule;

@@ -9,6 +9,7 @@
 pub mod backends;
 pub mod engine;
 pub mod fsutil;
+pub mod prediction;
 pub mod progress;
 pub mod report;
 pub mod scene;
