@@ -57,6 +57,7 @@ fn measured_scene(skip: Option<usize>) -> (Scene, String) {
         threads: 2,
         backends: "cpu,npu".into(),
         samples: "d.samples.csv".into(),
+        job_gap_us: 30.0,
     });
     let device = toml_text(&scene.device).unwrap();
     (scene, device)

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use hetsched::backends::shared_pool::SharedPoolBackend;
 use hetsched::engine;
 use hetsched::exec::{self, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
 use hetsched::import::GgufTokenizer;
@@ -46,6 +47,10 @@ pub struct RunArgs {
     /// per-processor busy time and the stage kinds with the largest error.
     #[arg(long)]
     predict: bool,
+    /// Prefills to run and discard before the measured one (caches, page faults and the
+    /// pool's threads warm, as in `hetsched profile`).
+    #[arg(long, default_value_t = 0)]
+    warmup: u32,
     /// Tokens per chunk.
     #[arg(long, default_value_t = 128)]
     chunk_len: u32,
@@ -154,6 +159,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         gpu_timestamps: timelines.any(),
         ..defaults
     };
+    for _ in 0..args.warmup {
+        exec::prefill(model.clone(), &tokens, &options)?;
+    }
     let result = exec::prefill(model.clone(), &tokens, &options)?;
     let mut report =
         PrefillReport::new(&model, options.threads, load_ms, &result, &loaded.tokenizer);
@@ -161,7 +169,14 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         let policy = PolicyRegistry::builtin()
             .create(&options.policy)
             .map_err(exec::ExecError::from)?;
-        let predicted = engine::simulate(result.outcome.plan.clone(), policy)?;
+        // The real queues share one pool: simulate them the same way.
+        let gap_us = options
+            .device
+            .measured
+            .as_ref()
+            .map_or(0.0, |m| m.job_gap_us);
+        let mut pool = SharedPoolBackend::new((gap_us * 1e3) as u64);
+        let predicted = engine::run(result.outcome.plan.clone(), policy, &mut pool)?;
         report.set_prediction(Prediction::compare(&result.outcome, &predicted));
     }
     print_json_or(args.json, &report, || report.summary());

@@ -44,7 +44,10 @@ fn out_of_range_cost_field(c: &CostModel) -> Option<&'static str> {
     let stage_ok = |s: &crate::stage_cost::StageCost| {
         latency_ok(s.launch_us) && latency_ok(s.per_token_us) && latency_ok(s.per_pair_us)
     };
-    if c.stages.iter().any(|s| !stage_ok(s)) {
+    if c.stages
+        .iter()
+        .any(|s| !stage_ok(s) || !(0.0..=1e3).contains(&s.noise))
+    {
         return Some("stages (launch_us, per_token_us, per_pair_us)");
     }
     None
@@ -122,6 +125,11 @@ pub struct ProfileOrigin {
     pub backends: String,
     /// The raw samples, a CSV file beside the profile.
     pub samples: String,
+    /// Median time between one job's end and the next one's start on the real queues
+    /// (thread hand-offs, the scheduler's tick), per job, in microseconds; `run
+    /// --predict` adds it before each simulated job.
+    #[serde(default)]
+    pub job_gap_us: f64,
 }
 
 impl ProfileOrigin {

@@ -10,7 +10,9 @@
 //! `pairs` counts the (query, key) pairs causal attention scores over a chunk of `tokens`
 //! after `past` cached ones; it is used only for stages that hold an attention operator.
 //! Every other operator of a llama layer is linear in the chunk's tokens (linears stream
-//! their weights once per chunk, which the launch term absorbs). Coefficients are fitted
+//! their weights once per chunk, which the launch term absorbs). The samples of each
+//! shape (tokens, past) are first reduced to their median, so that a few instances slowed
+//! by another process do not pull the fit; coefficients are then fitted
 //! by least squares and kept non-negative (a negative launch or rate would price a short
 //! chunk below zero); [`fit_stage_cost`] reports the fit's relative error.
 
@@ -37,9 +39,14 @@ pub struct StageCost {
     /// Samples the fit used.
     #[serde(default)]
     pub samples: u64,
-    /// Root mean square of the fit's relative error over its samples.
+    /// Root mean square of the fit's relative error over the samples' shapes (the median
+    /// of each shape's repetitions).
     #[serde(default)]
     pub fit_error: f64,
+    /// Median relative deviation of a sample from its shape's median: run-to-run noise
+    /// (contention for cores, other processes), which no fit removes.
+    #[serde(default)]
+    pub noise: f64,
 }
 
 impl StageCost {
@@ -105,9 +112,12 @@ pub fn fit_stage_cost(
     attention: bool,
     samples: &[StageSample],
 ) -> Option<StageCost> {
+    let count = samples.len();
     if samples.is_empty() || samples.iter().any(|s| !(s.ns.is_finite() && s.ns > 0.0)) {
         return None;
     }
+    let (medians, noise) = shape_medians(samples);
+    let samples = medians.as_slice();
     let features = |s: &StageSample| {
         let shape = ChunkShape {
             tokens: s.tokens,
@@ -149,9 +159,38 @@ pub fn fit_stage_cost(
         launch_us: coef[0] / 1e3,
         per_token_us: coef[1] / 1e3,
         per_pair_us: coef[2] / 1e3,
-        samples: samples.len() as u64,
+        samples: count as u64,
         fit_error: (rel_sq / samples.len() as f64).sqrt(),
+        noise,
     })
+}
+
+/// The median duration of each shape's samples, and the median relative deviation of a
+/// sample from its shape's median.
+fn shape_medians(samples: &[StageSample]) -> (Vec<StageSample>, f64) {
+    let mut by_shape: std::collections::BTreeMap<(u64, u64), Vec<f64>> = Default::default();
+    for s in samples {
+        by_shape.entry((s.tokens, s.past)).or_default().push(s.ns);
+    }
+    let mut deviations = Vec::with_capacity(samples.len());
+    let medians = by_shape
+        .into_iter()
+        .map(|((tokens, past), mut ns)| {
+            let median = median(&mut ns);
+            deviations.extend(ns.iter().map(|v| (v - median).abs() / median));
+            StageSample {
+                tokens,
+                past,
+                ns: median,
+            }
+        })
+        .collect();
+    (medians, median(&mut deviations))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn dot(coef: &[f64; 3], x: &[f64; 3]) -> f64 {
@@ -280,6 +319,21 @@ mod tests {
         let fit = fit_stage_cost("x", "w8a8", false, &falling).unwrap();
         assert!(fit.launch_us >= 0.0 && fit.per_token_us >= 0.0, "{fit:?}");
         assert!((fit.launch_us - 0.8).abs() < 1e-9, "{fit:?}");
+    }
+
+    #[test]
+    fn a_slowed_repetition_does_not_pull_the_fit() {
+        let clean = samples(40.0, 1.5, 0.0, 0.0);
+        let mut repeated: Vec<StageSample> =
+            clean.iter().chain(&clean).chain(&clean).copied().collect();
+        // One repetition of every shape 10x slower (another process took the core).
+        for s in repeated.iter_mut().take(clean.len()) {
+            s.ns *= 10.0;
+        }
+        let fit = fit_stage_cost("x", "w8a8", false, &repeated).unwrap();
+        assert!((fit.per_token_us - 1.5).abs() < 1e-9, "{fit:?}");
+        assert!(fit.fit_error < 1e-9 && fit.noise == 0.0, "{fit:?}");
+        assert_eq!(fit.samples, repeated.len() as u64);
     }
 
     #[test]

@@ -146,7 +146,8 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
     };
     let text = "The committee reviewed the proposal in detail, weighing its costs against \
                 the benefits it promised to the city and to the people who live there. ";
-    let (samples, device, prefills) = grid.measure(&models, &loaded.tokenizer, text, &options)?;
+    let (samples, device, gaps) = grid.measure(&models, &loaded.tokenizer, text, &options)?;
+    let prefills = gaps.len();
     let mut device = device;
     let fits = fit_into(&mut device, &samples);
     let first = &models[0];
@@ -163,6 +164,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         threads: options.threads,
         backends: args.backends.join(","),
         samples: file_name(&files.samples),
+        job_gap_us: median(gaps) / 1e3,
     });
     let summary = ProfileSummary {
         model: first.name.clone(),
@@ -188,18 +190,19 @@ struct Grid<'a> {
 
 impl Grid<'_> {
     /// Runs the grid for every model (one per precision) after one warm-up prefill each;
-    /// returns the samples, the device the prefills ran on and how many ran.
+    /// returns the samples, the device the prefills ran on and each prefill's mean gap
+    /// between jobs (makespan less the jobs' time, per job), ns.
     fn measure(
         &self,
         models: &[Arc<ExecModel>],
         tokenizer: &hetsched::import::GgufTokenizer,
         text: &str,
         options: &PrefillOptions,
-    ) -> Result<(Vec<Sample>, DeviceProfile, usize), CliError> {
+    ) -> Result<(Vec<Sample>, DeviceProfile, Vec<f64>), CliError> {
         let settings = self.chunk_lens.len() * self.prompt_lens.len() * self.reps as usize;
         let mut bar = Bar::new("prefills");
         bar.set_len((models.len() * (settings + 1)) as u64);
-        let (mut samples, mut device, mut prefills) = (Vec::new(), None, 0);
+        let (mut samples, mut device, mut gaps) = (Vec::new(), None, Vec::new());
         for model in models {
             bar.set_message(model.precision.as_str());
             let warm = prompt_tokens(tokenizer, text, self.prompt_lens[0].min(256) as usize)?;
@@ -216,7 +219,7 @@ impl Grid<'_> {
                         let result = exec::prefill(model.clone(), &tokens, &options)?;
                         device.get_or_insert_with(|| result.outcome.plan.device.clone());
                         samples.extend(samples_of(&result.outcome, rep));
-                        prefills += 1;
+                        gaps.push(job_gap_ns(&result.outcome));
                         bar.inc(1);
                     }
                 }
@@ -227,8 +230,25 @@ impl Grid<'_> {
             GpuUse::Off => options.device.clone(),
             _ => exec::with_gpu_lane(options.device.clone()),
         });
-        Ok((samples, device, prefills))
+        Ok((samples, device, gaps))
     }
+}
+
+/// A run's time not spent in any job, per job, ns (the real queues run one job at a
+/// time: `hetsched::backends::shared_pool`).
+fn job_gap_ns(run: &hetsched::engine::RunOutcome) -> f64 {
+    let busy: u64 = run
+        .timeline
+        .slices
+        .iter()
+        .map(|s| s.end_ns.saturating_sub(s.start_ns))
+        .sum();
+    run.makespan_ns.saturating_sub(busy) as f64 / run.timeline.slices.len().max(1) as f64
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn file_name(path: &Path) -> String {
@@ -284,7 +304,7 @@ fn summary_text(s: &ProfileSummary) -> String {
     for f in &s.fits {
         let c = &f.cost;
         text.push_str(&format!(
-            "  {:<8} {:<11} {:<60} {:>8.1} us + {:>7.3} us/token + {:>9.6} us/pair  ({} samples, error {:.1}%)\n",
+            "  {:<8} {:<11} {:<60} {:>8.1} us + {:>7.3} us/token + {:>9.6} us/pair  ({} samples, fit error {:.1}%, noise {:.1}%)\n",
             f.processor,
             c.precision,
             c.stage,
@@ -292,7 +312,8 @@ fn summary_text(s: &ProfileSummary) -> String {
             c.per_token_us,
             c.per_pair_us,
             c.samples,
-            100.0 * c.fit_error
+            100.0 * c.fit_error,
+            100.0 * c.noise
         ));
     }
     text.push_str(&format!(
