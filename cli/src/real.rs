@@ -11,7 +11,7 @@ use hetsched::exec::{self, GpuUse, LinearPrecision, PrefillOptions, PrefillRepor
 use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
 use hetsched::scene::Scene;
-use hetsched::systems::{DeviceProfile, PolicyRegistry, ProfileOrigin};
+use hetsched::systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProfileOrigin, Workload};
 
 use crate::CliError;
 use crate::choices::Precision;
@@ -176,7 +176,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .as_ref()
             .map_or(0.0, |m| m.job_gap_us);
         let mut pool = SharedPoolBackend::new((gap_us * 1e3) as u64);
-        let predicted = engine::run(result.outcome.plan.clone(), policy, &mut pool)?;
+        let predicted = engine::run(predicted_plan(&result.outcome.plan)?, policy, &mut pool)?;
         report.set_prediction(Prediction::compare(&result.outcome, &predicted));
     }
     print_json_or(args.json, &report, || report.summary());
@@ -189,6 +189,28 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         report.schedule.chunk_len
     );
     timelines.write(&title, &result.outcome)
+}
+
+/// The plan to simulate for a real run of `plan`: the same, except that a prompt shorter
+/// than a chunk is one chunk of the prompt's length, as the executor runs it (the plan
+/// prices every chunk at its fixed length, as pre-built graphs would run).
+fn predicted_plan(plan: &Arc<PrefillPlan>) -> Result<Arc<PrefillPlan>, CliError> {
+    let w = &plan.workload;
+    if w.prompt_len >= w.chunk_len {
+        return Ok(plan.clone());
+    }
+    let workload = Workload {
+        chunk_len: w.prompt_len,
+        ..w.clone()
+    };
+    let shorter = PrefillPlan::placed(
+        plan.model.clone(),
+        plan.device.clone(),
+        workload,
+        plan.placement.clone(),
+    )
+    .map_err(exec::ExecError::from)?;
+    Ok(Arc::new(shorter))
 }
 
 /// `text`'s tokens cut or repeated to exactly `n` (a prompt of a chosen length).

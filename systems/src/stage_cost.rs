@@ -243,11 +243,12 @@ fn gauss(mut a: Vec<Vec<f64>>) -> Option<Vec<f64>> {
             return None;
         }
         a.swap(col, pivot);
-        for row in 0..n {
+        let pivot_row = a[col].clone();
+        for (row, values) in a.iter_mut().enumerate() {
             if row != col {
-                let f = a[row][col] / a[col][col];
-                for k in col..=n {
-                    a[row][k] -= f * a[col][k];
+                let f = values[col] / pivot_row[col];
+                for (v, p) in values.iter_mut().zip(&pivot_row).skip(col) {
+                    *v -= f * p;
                 }
             }
         }
@@ -270,7 +271,7 @@ mod tests {
                 };
                 // A deterministic +-noise pattern.
                 k += 1;
-                let wobble = 1.0 + noise * if k % 2 == 0 { 1.0 } else { -1.0 };
+                let wobble = 1.0 + noise * if k.is_multiple_of(2) { 1.0 } else { -1.0 };
                 let ns =
                     1e3 * (launch + per_token * tokens as f64 + per_pair * attended_pairs(shape));
                 out.push(StageSample {
