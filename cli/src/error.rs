@@ -94,6 +94,9 @@ pub enum CliError {
     /// `sweep --chunk-lens` was given empty.
     #[error("give at least one chunk length with --chunk-lens")]
     NoChunkLens,
+    /// A run history could not be read or written.
+    #[error(transparent)]
+    History(#[from] hetsched::history::HistoryError),
     /// A value could not be written as TOML.
     #[error("cannot write TOML: {0}")]
     Toml(String),

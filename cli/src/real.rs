@@ -8,6 +8,7 @@ use std::time::Instant;
 use hetsched::backends::shared_pool::SharedPoolBackend;
 use hetsched::engine;
 use hetsched::exec::{self, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
+use hetsched::history::{append_history, records_of};
 use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
 use hetsched::scene::Scene;
@@ -51,6 +52,10 @@ pub struct RunArgs {
     /// pool's threads warm, as in `hetsched profile`).
     #[arg(long, default_value_t = 0)]
     warmup: u32,
+    /// Append this run's per-instance durations to a history file (JSON Lines,
+    /// docs/calibration.md) that `hetsched profile` can refit from.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
     /// Tokens per chunk.
     #[arg(long, default_value_t = 128)]
     chunk_len: u32,
@@ -180,6 +185,13 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         report.set_prediction(Prediction::compare(&result.outcome, &predicted));
     }
     print_json_or(args.json, &report, || report.summary());
+    if let Some(path) = &args.history {
+        // The results are printed already: a history that cannot be written is reported
+        // without losing them.
+        if let Err(e) = append_history(path, &records_of(&result.outcome)) {
+            eprintln!("warning: {e}");
+        }
+    }
     let title = format!(
         "{} ({}) on this machine — {}, {} tokens, chunk {}",
         model.name,

@@ -23,7 +23,8 @@ use crate::model::{ShadowArgs, find_calibration, load};
 use crate::output::{check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
-use samples::{Fit, Sample, fit_into, samples_of, to_csv};
+use hetsched::history::{HistoryRecord, read_history, records_of};
+use samples::{Fit, fit_into, to_csv};
 
 /// The host's SIMD features, as a measured profile records them.
 pub fn host_features() -> Vec<String> {
@@ -54,6 +55,10 @@ pub struct ProfileArgs {
     /// Repetitions of each (precision, chunk, prompt) prefill.
     #[arg(long, default_value_t = 2)]
     reps: u32,
+    /// Refit from a run history (written by `hetsched run` with a history file) instead of
+    /// measuring: its records of this model.
+    #[arg(long, value_name = "FILE")]
+    from_history: Option<PathBuf>,
     /// The policy scheduling the profiled prefills.
     #[arg(long, default_value = "balance", value_parser = crate::choices::policy_name)]
     policy: String,
@@ -146,7 +151,21 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
     };
     let text = "The committee reviewed the proposal in detail, weighing its costs against \
                 the benefits it promised to the city and to the people who live there. ";
-    let (samples, device, gaps) = grid.measure(&models, &loaded.tokenizer, text, &options)?;
+    let (samples, device, gaps) = match &args.from_history {
+        Some(path) => {
+            let name = &models[0].name;
+            let records: Vec<HistoryRecord> = read_history(path)?
+                .into_iter()
+                .filter(|r| &r.model == name)
+                .collect();
+            let device = match gpu {
+                GpuUse::Off => options.device.clone(),
+                _ => exec::with_gpu_lane(options.device.clone()),
+            };
+            (records, device, Vec::new())
+        }
+        None => grid.measure(&models, &loaded.tokenizer, text, &options)?,
+    };
     let prefills = gaps.len();
     let mut device = device;
     let fits = fit_into(&mut device, &samples);
@@ -198,7 +217,7 @@ impl Grid<'_> {
         tokenizer: &hetsched::import::GgufTokenizer,
         text: &str,
         options: &PrefillOptions,
-    ) -> Result<(Vec<Sample>, DeviceProfile, Vec<f64>), CliError> {
+    ) -> Result<(Vec<HistoryRecord>, DeviceProfile, Vec<f64>), CliError> {
         let settings = self.chunk_lens.len() * self.prompt_lens.len() * self.reps as usize;
         let mut bar = Bar::new("prefills");
         bar.set_len((models.len() * (settings + 1)) as u64);
@@ -208,7 +227,7 @@ impl Grid<'_> {
             let warm = prompt_tokens(tokenizer, text, self.prompt_lens[0].min(256) as usize)?;
             exec::prefill(model.clone(), &warm, options)?;
             bar.inc(1);
-            for rep in 0..self.reps {
+            for _ in 0..self.reps {
                 for &prompt in self.prompt_lens {
                     let tokens = prompt_tokens(tokenizer, text, prompt as usize)?;
                     for &chunk_len in self.chunk_lens {
@@ -218,7 +237,7 @@ impl Grid<'_> {
                         };
                         let result = exec::prefill(model.clone(), &tokens, &options)?;
                         device.get_or_insert_with(|| result.outcome.plan.device.clone());
-                        samples.extend(samples_of(&result.outcome, rep));
+                        samples.extend(records_of(&result.outcome));
                         gaps.push(job_gap_ns(&result.outcome));
                         bar.inc(1);
                     }
@@ -262,7 +281,7 @@ fn write_profile(
     files: &ProfileFiles,
     device: &DeviceProfile,
     model: &ExecModel,
-    samples: &[Sample],
+    samples: &[HistoryRecord],
     prompt_lens: &[u32],
 ) -> Result<(), CliError> {
     write_file(&files.device, &toml(device)?)?;
