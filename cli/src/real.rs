@@ -17,8 +17,10 @@ use hetsched::systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProfileOrigi
 use crate::CliError;
 use crate::choices::Precision;
 use crate::model::{ShadowArgs, find_calibration, load, read_text};
-use crate::output::{Timelines, print_json_or};
+use crate::output::{Timelines, print_json_or, write_file};
 use crate::progress::Bar;
+use hetsched::timeline::Trace;
+use hetsched::timeline::chrome::to_chrome_json_with_prediction;
 
 /// `hetsched run`.
 #[derive(clap::Args)]
@@ -170,6 +172,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let result = exec::prefill(model.clone(), &tokens, &options)?;
     let mut report =
         PrefillReport::new(&model, options.threads, load_ms, &result, &loaded.tokenizer);
+    let mut predicted = None;
     if args.predict {
         let policy = PolicyRegistry::builtin()
             .create(&options.policy)
@@ -181,8 +184,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             .as_ref()
             .map_or(0.0, |m| m.job_gap_us);
         let mut pool = SharedPoolBackend::new((gap_us * 1e3) as u64);
-        let predicted = engine::run(predicted_plan(&result.outcome.plan)?, policy, &mut pool)?;
-        report.set_prediction(Prediction::compare(&result.outcome, &predicted));
+        let simulated = engine::run(predicted_plan(&result.outcome.plan)?, policy, &mut pool)?;
+        report.set_prediction(Prediction::compare(&result.outcome, &simulated));
+        predicted = Some(simulated);
     }
     print_json_or(args.json, &report, || report.summary());
     if let Some(path) = &args.history {
@@ -200,7 +204,22 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         report.prompt_tokens,
         report.schedule.chunk_len
     );
-    timelines.write(&title, &result.outcome)
+    match (&predicted, &timelines.trace) {
+        // The Chrome trace shows the prediction as a second process beside the measured.
+        (Some(simulated), Some(path)) => {
+            let (measured, predicted) = (
+                Trace::new(&title, &result.outcome),
+                Trace::new(&title, simulated),
+            );
+            write_file(path, &to_chrome_json_with_prediction(&measured, &predicted))?;
+            Timelines {
+                trace: None,
+                svg: timelines.svg.clone(),
+            }
+            .write(&title, &result.outcome)
+        }
+        _ => timelines.write(&title, &result.outcome),
+    }
 }
 
 /// The plan to simulate for a real run of `plan`: the same, except that a prompt shorter
