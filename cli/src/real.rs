@@ -19,8 +19,10 @@ use crate::choices::Precision;
 use crate::model::{ShadowArgs, find_calibration, load, read_text};
 use crate::output::{Timelines, print_json_or, write_file};
 use crate::progress::Bar;
+use hetsched::engine::RunOutcome;
 use hetsched::timeline::Trace;
 use hetsched::timeline::chrome::to_chrome_json_with_prediction;
+use hetsched::timeline::svg::to_svg;
 
 /// `hetsched run`.
 #[derive(clap::Args)]
@@ -172,22 +174,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let result = exec::prefill(model.clone(), &tokens, &options)?;
     let mut report =
         PrefillReport::new(&model, options.threads, load_ms, &result, &loaded.tokenizer);
-    let mut predicted = None;
-    if args.predict {
-        let policy = PolicyRegistry::builtin()
-            .create(&options.policy)
-            .map_err(exec::ExecError::from)?;
-        // The real queues share one pool: simulate them the same way.
-        let gap_us = options
-            .device
-            .measured
-            .as_ref()
-            .map_or(0.0, |m| m.job_gap_us);
-        let mut pool = SharedPoolBackend::new((gap_us * 1e3) as u64);
-        let simulated = engine::run(predicted_plan(&result.outcome.plan)?, policy, &mut pool)?;
-        report.set_prediction(Prediction::compare(&result.outcome, &simulated));
-        predicted = Some(simulated);
-    }
+    let predicted = match args.predict {
+        true => Some(predict(&mut report, &result.outcome, &options)?),
+        false => None,
+    };
     print_json_or(args.json, &report, || report.summary());
     if let Some(path) = &args.history {
         // The results are printed already: a history that cannot be written is reported
@@ -204,22 +194,50 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         report.prompt_tokens,
         report.schedule.chunk_len
     );
-    match (&predicted, &timelines.trace) {
-        // The Chrome trace shows the prediction as a second process beside the measured.
-        (Some(simulated), Some(path)) => {
-            let (measured, predicted) = (
-                Trace::new(&title, &result.outcome),
-                Trace::new(&title, simulated),
-            );
-            write_file(path, &to_chrome_json_with_prediction(&measured, &predicted))?;
-            Timelines {
-                trace: None,
-                svg: timelines.svg.clone(),
-            }
-            .write(&title, &result.outcome)
-        }
-        _ => timelines.write(&title, &result.outcome),
+    write_timelines(&timelines, &title, &result.outcome, predicted.as_ref())
+}
+
+/// Simulates the plan of a real run (`run --predict`) the way the real queues run it (one
+/// shared pool), and adds the comparison to `report`; returns the simulated run.
+fn predict(
+    report: &mut PrefillReport,
+    outcome: &RunOutcome,
+    options: &PrefillOptions,
+) -> Result<RunOutcome, CliError> {
+    let policy = PolicyRegistry::builtin()
+        .create(&options.policy)
+        .map_err(exec::ExecError::from)?;
+    let gap_us = options
+        .device
+        .measured
+        .as_ref()
+        .map_or(0.0, |m| m.job_gap_us);
+    let mut pool = SharedPoolBackend::new((gap_us * 1e3) as u64);
+    let simulated = engine::run(predicted_plan(&outcome.plan)?, policy, &mut pool)?;
+    report.set_prediction(Prediction::compare(outcome, &simulated));
+    Ok(simulated)
+}
+
+/// Writes the timelines asked for; with a prediction, the Chrome trace gets a "predicted"
+/// process beside the measured one and the SVG each lane's prediction under it.
+fn write_timelines(
+    timelines: &Timelines,
+    title: &str,
+    outcome: &RunOutcome,
+    predicted: Option<&RunOutcome>,
+) -> Result<(), CliError> {
+    let Some(simulated) = predicted else {
+        return timelines.write(title, outcome);
+    };
+    let measured = Trace::new(title, outcome);
+    let predicted = Trace::new(title, simulated);
+    if let Some(path) = &timelines.trace {
+        write_file(path, &to_chrome_json_with_prediction(&measured, &predicted))?;
     }
+    if let Some(path) = &timelines.svg {
+        write_file(path, &to_svg(&measured.with_prediction(&predicted)))?;
+    }
+    Ok(())
 }
 
 /// The plan to simulate for a real run of `plan`: the same, except that a prompt shorter
