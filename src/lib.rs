@@ -36,5 +36,7 @@ pub mod timeline;
 pub use hetsched_exec as exec;
 pub use hetsched_import as import;
 pub use hetsched_import::limits;
-pub use hetsched_runtime::{backends, engine, fsutil, progress, report, scene};
+pub use hetsched_runtime::{
+    backends, engine, fsutil, history, prediction, progress, report, scene,
+};
 pub use hetsched_systems as systems;

@@ -72,7 +72,7 @@ proptest! {
         if with_npu {
             processors.push(processor("npu", ProcessorKind::Npu, npu_int8, 1.0, launch_us));
         }
-        let device = DeviceProfile { name: "random".into(), processors };
+        let device = DeviceProfile { name: "random".into(), measured: None, processors };
         let float_processor = with_gpu.then(|| "gpu".to_string());
         let workload = Workload { prompt_len, chunk_len, float_processor };
         let model = ModelConfig { shadow, ..tiny_model(layers) };
@@ -139,7 +139,7 @@ proptest! {
             float: Some(rule(&names, picks[2])),
             shadow: Some(rule(&names, picks[3])),
         };
-        let device = DeviceProfile { name: "random".into(), processors };
+        let device = DeviceProfile { name: "random".into(), measured: None, processors };
         let workload = Workload { prompt_len, chunk_len, float_processor: None };
         let model = ModelConfig { shadow, ..tiny_model(layers) };
         let plan = PrefillPlan::placed(model, device, workload, placement).unwrap();

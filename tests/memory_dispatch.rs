@@ -163,6 +163,7 @@ fn random_plan(
     }
     let device = DeviceProfile {
         name: "random".into(),
+        measured: None,
         processors,
     };
     let mut model = tiny_model(layers);
@@ -439,6 +440,7 @@ fn huge_shapes_are_refused_up_front() {
     model.context = u32::MAX;
     let device = DeviceProfile {
         name: "d".into(),
+        measured: None,
         processors: vec![processor("cpu", ProcessorKind::Cpu, 50.0, 20.0, 5.0)],
     };
     let workload = Workload {

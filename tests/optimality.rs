@@ -15,6 +15,7 @@ use hetsched_kernels::seeded::SeededRng;
 fn random_plan(rng: &mut SeededRng) -> PrefillPlan {
     let device = DeviceProfile {
         name: "random".into(),
+        measured: None,
         processors: vec![
             processor(
                 "cpu",
@@ -49,6 +50,7 @@ fn random_flexible_plan(rng: &mut SeededRng) -> PrefillPlan {
     let cpu_fp32 = rng.uniform(2.0, 40.0);
     let device = DeviceProfile {
         name: "random flexible".into(),
+        measured: None,
         processors: vec![
             processor(
                 "cpu",

@@ -97,4 +97,30 @@ pub enum CliError {
     /// `sweep --chunk-lens` was given empty.
     #[error("give at least one chunk length with --chunk-lens")]
     NoChunkLens,
+    /// A run history could not be read or written.
+    #[error(transparent)]
+    History(#[from] hetsched::history::HistoryError),
+    /// A value could not be written as TOML.
+    #[error("cannot write TOML: {0}")]
+    Toml(String),
+    /// A measured profile of another model.
+    #[error(
+        "the profile {} was measured on {profiled} ({profiled_shape}), not on {model} ({shape}): its stage costs do not hold; profile this model with `hetsched profile`",
+        path.display()
+    )]
+    ProfileModel {
+        /// The profile file.
+        path: PathBuf,
+        /// The model it was measured on.
+        profiled: String,
+        /// That model's shape.
+        profiled_shape: String,
+        /// The model of this run.
+        model: String,
+        /// Its shape.
+        shape: String,
+    },
+    /// A prompt length of zero tokens.
+    #[error("--prompt-len must be at least 1")]
+    EmptyPromptLen,
 }

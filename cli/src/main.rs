@@ -9,6 +9,7 @@ mod model;
 mod offline;
 mod outliers;
 mod output;
+mod profile;
 mod progress;
 mod real;
 
@@ -50,6 +51,9 @@ enum Command {
     Sweep(offline::SweepArgs),
     /// List the scenes shipped inside the binary.
     Scenes(offline::ScenesArgs),
+    /// Measure every stage kind of a real model on this machine and write a measured
+    /// device profile (fitted cost per stage kind and processor) with its raw samples.
+    Profile(profile::ProfileArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => offline::compare(args),
         Command::Sweep(args) => offline::sweep(args),
         Command::Scenes(args) => offline::scenes(args),
+        Command::Profile(args) => profile::profile(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

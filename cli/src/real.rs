@@ -5,13 +5,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use hetsched::backends::shared_pool::SharedPoolBackend;
+use hetsched::engine;
 use hetsched::exec::{self, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
+use hetsched::history::{append_history, records_of};
+use hetsched::import::GgufTokenizer;
+use hetsched::prediction::Prediction;
+use hetsched::scene::Scene;
+use hetsched::systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProfileOrigin, Workload};
 
 use crate::CliError;
 use crate::choices::Precision;
 use crate::model::{ShadowArgs, find_calibration, load, read_text};
-use crate::output::{Timelines, print_json_or};
+use crate::output::{Timelines, print_json_or, write_file};
 use crate::progress::Bar;
+use hetsched::engine::RunOutcome;
+use hetsched::timeline::Trace;
+use hetsched::timeline::chrome::to_chrome_json_with_prediction;
+use hetsched::timeline::svg::to_svg;
 
 /// `hetsched run`.
 #[derive(clap::Args)]
@@ -30,6 +41,25 @@ pub struct RunArgs {
     /// File holding the prompt text.
     #[arg(long, value_name = "FILE")]
     prompt_file: Option<PathBuf>,
+    /// Cut or repeat the prompt's tokens to exactly this many.
+    #[arg(long, value_name = "TOKENS")]
+    prompt_len: Option<usize>,
+    /// Schedule with this measured device profile (`hetsched profile`) instead of the
+    /// host's roofline profile; the report says which stage kinds it priced.
+    #[arg(long, value_name = "DEVICE.toml")]
+    profile: Option<PathBuf>,
+    /// Also simulate the same plan and print predicted against measured makespan,
+    /// per-processor busy time and the stage kinds with the largest error.
+    #[arg(long)]
+    predict: bool,
+    /// Prefills to run and discard before the measured one (caches, page faults and the
+    /// pool's threads warm, as in `hetsched profile`).
+    #[arg(long, default_value_t = 0)]
+    warmup: u32,
+    /// Append this run's per-instance durations to a history file (JSON Lines,
+    /// docs/calibration.md) that `hetsched profile` can refit from.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
     /// Tokens per chunk.
     #[arg(long, default_value_t = 128)]
     chunk_len: u32,
@@ -111,7 +141,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         calibration.as_ref(),
         args.shadow.cold_cache_bytes(),
     )?;
-    let tokens = loaded.tokenizer.encode(&text)?;
+    let tokens = match args.prompt_len {
+        Some(n) => prompt_tokens(&loaded.tokenizer, &text, n)?,
+        None => loaded.tokenizer.encode(&text)?,
+    };
     let model = Arc::new(
         loaded
             .models
@@ -121,18 +154,38 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     );
     let load_ms = loading.elapsed().as_secs_f64() * 1e3;
     let defaults = PrefillOptions::default();
+    let device = match &args.profile {
+        Some(path) => measured_device(path, &model)?,
+        None => defaults.device.clone(),
+    };
     let options = PrefillOptions {
         chunk_len: args.chunk_len,
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
         gpu,
+        device,
         // A timeline asked for shows the device's times.
         gpu_timestamps: timelines.any(),
         ..defaults
     };
+    for _ in 0..args.warmup {
+        exec::prefill(model.clone(), &tokens, &options)?;
+    }
     let result = exec::prefill(model.clone(), &tokens, &options)?;
-    let report = PrefillReport::new(&model, options.threads, load_ms, &result, &loaded.tokenizer);
+    let mut report =
+        PrefillReport::new(&model, options.threads, load_ms, &result, &loaded.tokenizer);
+    let predicted = match args.predict {
+        true => Some(predict(&mut report, &result.outcome, &options)?),
+        false => None,
+    };
     print_json_or(args.json, &report, || report.summary());
+    if let Some(path) = &args.history {
+        // The results are printed already: a history that cannot be written is reported
+        // without losing them.
+        if let Err(e) = append_history(path, &records_of(&result.outcome)) {
+            eprintln!("warning: {e}");
+        }
+    }
     let title = format!(
         "{} ({}) on this machine — {}, {} tokens, chunk {}",
         model.name,
@@ -141,12 +194,130 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         report.prompt_tokens,
         report.schedule.chunk_len
     );
-    timelines.write(&title, &result.outcome)
+    write_timelines(&timelines, &title, &result.outcome, predicted.as_ref())
+}
+
+/// Simulates the plan of a real run (`run --predict`) the way the real queues run it (one
+/// shared pool), and adds the comparison to `report`; returns the simulated run.
+fn predict(
+    report: &mut PrefillReport,
+    outcome: &RunOutcome,
+    options: &PrefillOptions,
+) -> Result<RunOutcome, CliError> {
+    let policy = PolicyRegistry::builtin()
+        .create(&options.policy)
+        .map_err(exec::ExecError::from)?;
+    let gap_us = options
+        .device
+        .measured
+        .as_ref()
+        .map_or(0.0, |m| m.job_gap_us);
+    let mut pool = SharedPoolBackend::new((gap_us * 1e3) as u64);
+    let simulated = engine::run(predicted_plan(&outcome.plan)?, policy, &mut pool)?;
+    report.set_prediction(Prediction::compare(outcome, &simulated));
+    Ok(simulated)
+}
+
+/// Writes the timelines asked for; with a prediction, the Chrome trace gets a "predicted"
+/// process beside the measured one and the SVG each lane's prediction under it.
+fn write_timelines(
+    timelines: &Timelines,
+    title: &str,
+    outcome: &RunOutcome,
+    predicted: Option<&RunOutcome>,
+) -> Result<(), CliError> {
+    let Some(simulated) = predicted else {
+        return timelines.write(title, outcome);
+    };
+    let measured = Trace::new(title, outcome);
+    let predicted = Trace::new(title, simulated);
+    if let Some(path) = &timelines.trace {
+        write_file(path, &to_chrome_json_with_prediction(&measured, &predicted))?;
+    }
+    if let Some(path) = &timelines.svg {
+        write_file(path, &to_svg(&measured.with_prediction(&predicted)))?;
+    }
+    Ok(())
+}
+
+/// The plan to simulate for a real run of `plan`: the same, except that a prompt shorter
+/// than a chunk is one chunk of the prompt's length, as the executor runs it (the plan
+/// prices every chunk at its fixed length, as pre-built graphs would run).
+fn predicted_plan(plan: &Arc<PrefillPlan>) -> Result<Arc<PrefillPlan>, CliError> {
+    let w = &plan.workload;
+    if w.prompt_len >= w.chunk_len {
+        return Ok(plan.clone());
+    }
+    let workload = Workload {
+        chunk_len: w.prompt_len,
+        ..w.clone()
+    };
+    let shorter = PrefillPlan::placed(
+        plan.model.clone(),
+        plan.device.clone(),
+        workload,
+        plan.placement.clone(),
+    )
+    .map_err(exec::ExecError::from)?;
+    Ok(Arc::new(shorter))
+}
+
+/// `text`'s tokens cut or repeated to exactly `n` (a prompt of a chosen length).
+pub(crate) fn prompt_tokens(
+    tokenizer: &GgufTokenizer,
+    text: &str,
+    n: usize,
+) -> Result<Vec<u32>, CliError> {
+    if n == 0 {
+        return Err(CliError::EmptyPromptLen);
+    }
+    let once = tokenizer.encode(text)?.len().max(1);
+    let mut tokens = tokenizer.encode(&text.repeat(n.div_ceil(once) + 1))?;
+    if tokens.is_empty() {
+        return Err(CliError::EmptyPromptLen);
+    }
+    while tokens.len() < n {
+        tokens.extend_from_within(..tokens.len().min(n - tokens.len()));
+    }
+    tokens.truncate(n);
+    Ok(tokens)
+}
+
+/// The measured device profile at `path`, checked against `model`: a profile of another
+/// model is refused; one measured on another CPU is used with a warning.
+fn measured_device(
+    path: &std::path::Path,
+    model: &exec::ExecModel,
+) -> Result<DeviceProfile, CliError> {
+    let device = Scene::load_device(path)?;
+    if let Some(origin) = &device.measured {
+        let shape = ProfileOrigin::shape_of(&model.model_config());
+        if origin.model_shape != shape {
+            return Err(CliError::ProfileModel {
+                path: path.to_owned(),
+                profiled: origin.model.clone(),
+                profiled_shape: origin.model_shape.clone(),
+                model: model.name.clone(),
+                shape,
+            });
+        }
+        let features = crate::profile::host_features();
+        if origin.cpu_features != features {
+            eprintln!(
+                "warning: {} was measured on {} ({}); this machine has {}: its costs may not hold here",
+                path.display(),
+                origin.cpu,
+                origin.cpu_features.join(","),
+                features.join(",")
+            );
+        }
+    }
+    Ok(device)
 }
 
 /// How `--backends` uses the GPU: `cpu,npu` (none), `cpu,gpu,npu` (a float lane), or
 /// `gpu` alone (every stage resident on the GPU).
-fn gpu_use(backends: &[String]) -> Result<GpuUse, CliError> {
+pub(crate) fn gpu_use(backends: &[String]) -> Result<GpuUse, CliError> {
     if let Some(b) = backends
         .iter()
         .find(|b| !["cpu", "gpu", "npu"].contains(&b.as_str()))

@@ -66,7 +66,7 @@ pub use float_kernels::{CpuFloat, FloatKernels};
 pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner};
 pub use interpret::StageRunner;
 pub use load::{LoadError, LoadedModels, load_models};
-pub use queues::{JobError, JobRunner, ThreadQueues};
+pub use queues::{JobError, JobRunner, QueueWait, ThreadQueues, wait_per_lane};
 pub use report::{PrefillReport, TopToken, shadow_summary};
 pub use shadow::{
     ColdRowCache, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
@@ -172,8 +172,10 @@ pub fn host_device() -> DeviceProfile {
 pub struct PrefillResult {
     /// Logits of the next token after the prompt, `[vocab]`.
     pub logits: Vec<f32>,
-    /// The schedule that ran, with real timestamps.
+    /// The schedule that ran, with real timestamps (each slice the job's compute time).
     pub outcome: RunOutcome,
+    /// Each job's wait between submission and the start of its work, kept apart.
+    pub queue_waits: Vec<QueueWait>,
     /// The outlier shadow's work in this prefill (zero without a shadow).
     pub shadow: ShadowUsage,
     /// Device bytes of the chunks' activations (every stage resident on a GPU only).
@@ -364,7 +366,7 @@ pub fn prefill_on_gpu(
         options.all_logits,
         options.gpu_timestamps,
     )?);
-    let mut outcome = run_on_queues(plan, &options.policy, runner.clone(), 1)?;
+    let (mut outcome, queue_waits) = run_on_queues(plan, &options.policy, runner.clone(), 1)?;
     if let Some(times) = runner.device_times()? {
         on_device_clock(&mut outcome, &times);
     }
@@ -373,6 +375,7 @@ pub fn prefill_on_gpu(
     Ok(PrefillResult {
         logits,
         outcome,
+        queue_waits,
         shadow: ShadowUsage::default(),
         gpu_activations: Some(runner.activation_bytes()),
     })
@@ -415,13 +418,14 @@ fn take_logits(slot: &parking_lot::Mutex<Option<Vec<f32>>>) -> Result<Vec<f32>, 
 }
 
 /// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
-/// `threads` compute threads shared by the queues, scheduled by the built-in `policy`.
+/// `threads` compute threads shared by the queues, scheduled by the built-in `policy`;
+/// with each job's queue wait.
 fn run_on_queues(
     plan: Arc<PrefillPlan>,
     policy: &str,
     runner: Arc<dyn JobRunner>,
     threads: usize,
-) -> Result<RunOutcome, ExecError> {
+) -> Result<(RunOutcome, Vec<QueueWait>), ExecError> {
     let policy = PolicyRegistry::builtin().create(policy)?;
     let threads = threads.max(1);
     let failed = |e: &dyn std::fmt::Display| ExecError::Threads {
@@ -441,8 +445,9 @@ fn run_on_queues(
         &mut queues,
         &engine::EngineOptions::real_queues(),
     )?;
+    let waits = queues.take_queue_waits();
     drop(queues);
-    Ok(outcome)
+    Ok((outcome, waits))
 }
 
 /// Checks `tokens` against the model: not empty, within the context, inside the
@@ -508,11 +513,13 @@ pub fn prefill(
     state.recorder = options.recorder.clone();
     let shadow_before = model.shadow_counters.snapshot();
     let runner = Arc::new(StageRunner::new(model.clone(), steps, layers, lanes, state));
-    let outcome = run_on_queues(plan, &options.policy, runner.clone(), options.threads)?;
+    let (outcome, queue_waits) =
+        run_on_queues(plan, &options.policy, runner.clone(), options.threads)?;
     let logits = take_logits(&runner.state.logits)?;
     Ok(PrefillResult {
         logits,
         outcome,
+        queue_waits,
         shadow: model.shadow_counters.snapshot().since(shadow_before),
         gpu_activations: None,
     })

@@ -5,6 +5,11 @@
 //! subgraphs, the NPU lane emulates the Hexagon NPU's INT8 semantics on the host. The
 //! pool is shared because the host's cores are: whichever lane has work gets every
 //! idle core, and `--threads N` bounds the compute threads of the whole run.
+//!
+//! A job's reported start is when a pool worker began it, not when its lane handed it to
+//! the pool: the time between submission and that start is the job's queue wait (a lane
+//! waiting for a worker busy with another lane's job), recorded apart as a [`QueueWait`]
+//! so that the timeline's slices hold compute time only.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -68,17 +73,50 @@ const LANE_CHECK: Duration = Duration::from_millis(100);
 const JOIN_GRACE: Duration = Duration::from_secs(5);
 
 enum Report {
-    Done(Completion),
+    Done(Completion, QueueWait),
     Failed(BackendError),
+}
+
+/// How long one job waited between its submission and the start of its work (for a
+/// pool worker, or for its lane), kept apart from its compute time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueWait {
+    /// Instance id.
+    pub id: u32,
+    /// Processor lane.
+    pub processor: usize,
+    /// When the engine submitted the job, in ns since the queues started.
+    pub submitted_ns: u64,
+    /// When its work began (the completion's `start_ns`).
+    pub start_ns: u64,
+}
+
+impl QueueWait {
+    /// The wait, in ns.
+    pub fn wait_ns(&self) -> u64 {
+        self.start_ns.saturating_sub(self.submitted_ns)
+    }
+}
+
+/// Total queue wait per lane of `waits`, over `lanes` lanes, in ns.
+pub fn wait_per_lane(waits: &[QueueWait], lanes: usize) -> Vec<u64> {
+    let mut total = vec![0u64; lanes];
+    for w in waits {
+        if let Some(t) = total.get_mut(w.processor) {
+            *t += w.wait_ns();
+        }
+    }
+    total
 }
 
 /// Thread-backed queues implementing [`Backend`].
 pub struct ThreadQueues {
-    lanes: Vec<Sender<Job>>,
+    lanes: Vec<Sender<(Job, u64)>>,
     reports: Receiver<Report>,
     handles: Vec<JoinHandle<()>>,
     in_flight: usize,
     started: Instant,
+    waits: Vec<QueueWait>,
 }
 
 impl std::fmt::Debug for ThreadQueues {
@@ -103,7 +141,7 @@ impl ThreadQueues {
         let mut senders = Vec::with_capacity(lanes);
         let mut handles = Vec::with_capacity(lanes);
         for lane in 0..lanes {
-            let (tx, rx) = unbounded::<Job>();
+            let (tx, rx) = unbounded::<(Job, u64)>();
             let (runner, pool, report_tx) = (runner.clone(), pool.clone(), report_tx.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("hetsched-lane-{lane}"))
@@ -117,41 +155,74 @@ impl ThreadQueues {
             handles,
             in_flight: 0,
             started,
+            waits: Vec::new(),
         })
     }
 
     fn now_ns(&self) -> u64 {
         self.started.elapsed().as_nanos() as u64
     }
+
+    /// The queue wait of every job completed so far, in completion order.
+    pub fn queue_waits(&self) -> &[QueueWait] {
+        &self.waits
+    }
+
+    /// Takes the queue waits recorded so far.
+    pub fn take_queue_waits(&mut self) -> Vec<QueueWait> {
+        std::mem::take(&mut self.waits)
+    }
 }
 
 fn serve(
-    jobs: Receiver<Job>,
+    jobs: Receiver<(Job, u64)>,
     runner: &dyn JobRunner,
     pool: &rayon::ThreadPool,
     reports: &Sender<Report>,
     started: Instant,
 ) {
-    for job in jobs {
-        let start_ns = started.elapsed().as_nanos() as u64;
+    let now_ns = || started.elapsed().as_nanos() as u64;
+    for (job, submitted_ns) in jobs {
+        // Start and end are taken where the work runs: on the pool worker, after any wait
+        // for one (another lane's job may hold every worker), and before the lane thread
+        // wakes up to report it.
+        let dequeued_ns = now_ns();
         // A kernel that panics (a broken invariant) fails the job instead of the process.
         let run = || {
+            let timed = || {
+                let start = now_ns();
+                let result = runner.run(&job);
+                (start, now_ns(), result)
+            };
             if runner.uses_pool() {
-                pool.install(|| runner.run(&job))
+                pool.install(timed)
             } else {
-                runner.run(&job)
+                timed()
             }
         };
-        let outcome = catch_unwind(AssertUnwindSafe(run))
-            .unwrap_or_else(|panic| Err(JobError::Panicked(panic_message(&*panic))));
-        let end_ns = started.elapsed().as_nanos() as u64;
+        let (start_ns, end_ns, outcome) = match catch_unwind(AssertUnwindSafe(run)) {
+            Ok((start, end, result)) => (start, end.max(start), result),
+            Err(panic) => (
+                dequeued_ns,
+                now_ns(),
+                Err(JobError::Panicked(panic_message(&*panic))),
+            ),
+        };
         let report = match outcome {
-            Ok(()) => Report::Done(Completion {
-                id: job.id,
-                processor: job.processor,
-                start_ns,
-                end_ns,
-            }),
+            Ok(()) => Report::Done(
+                Completion {
+                    id: job.id,
+                    processor: job.processor,
+                    start_ns,
+                    end_ns,
+                },
+                QueueWait {
+                    id: job.id,
+                    processor: job.processor,
+                    submitted_ns,
+                    start_ns,
+                },
+            ),
             Err(error) => Report::Failed(BackendError {
                 processor: job.processor,
                 job: job.id,
@@ -175,7 +246,8 @@ impl Backend for ThreadQueues {
                 self.lanes.len()
             ),
         })?;
-        lane.send(job).map_err(|_| BackendError {
+        let submitted_ns = self.now_ns();
+        lane.send((job, submitted_ns)).map_err(|_| BackendError {
             processor: job.processor,
             job: job.id,
             reason: "the queue thread has stopped".into(),
@@ -232,7 +304,10 @@ impl Backend for ThreadQueues {
         for report in std::iter::once(first).chain(self.reports.try_iter()) {
             self.in_flight = self.in_flight.saturating_sub(1);
             match report {
-                Report::Done(c) => done.push(c),
+                Report::Done(c, wait) => {
+                    done.push(c);
+                    self.waits.push(wait);
+                }
                 Report::Failed(e) => return Err(e),
             }
         }

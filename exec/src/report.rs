@@ -3,8 +3,9 @@
 use serde::Serialize;
 
 use super::shadow::ShadowReport;
-use super::{ActivationBytes, ExecModel, PrefillResult};
+use super::{ActivationBytes, ExecModel, PrefillResult, wait_per_lane};
 use hetsched_import::{GgufTokenizer, top_k};
+use hetsched_runtime::prediction::{CostModelUse, Prediction};
 use hetsched_runtime::report::RunReport;
 
 /// One candidate next token.
@@ -41,8 +42,20 @@ pub struct PrefillReport {
     pub shadow: Option<ShadowReport>,
     /// Device bytes of the chunk activations (every stage resident on a GPU only).
     pub gpu_activations: Option<ActivationBytes>,
-    /// The schedule that ran (real timestamps; its lower bound comes from the cost model).
+    /// The schedule that ran (real timestamps; its `lower_bound_ms` from the run's own
+    /// measured durations, the cost model's in `model_lower_bound`).
     pub schedule: RunReport,
+    /// Which cost model the policy's plan used (measured stage costs or the roofline).
+    pub cost_model: CostModelUse,
+    /// `run --predict`: the simulated makespan of the same plan, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_makespan_ms: Option<f64>,
+    /// `run --predict`: (predicted - measured) / measured makespan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction_error: Option<f64>,
+    /// `run --predict`: busy times and stage kinds, predicted against measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
 }
 
 impl PrefillReport {
@@ -56,7 +69,12 @@ impl PrefillReport {
         tokenizer: &GgufTokenizer,
     ) -> Self {
         let (name, precision) = (&model.name, model.precision.as_str());
-        let schedule = RunReport::new(&format!("{name} (real)"), &result.outcome);
+        let lanes = result.outcome.plan.lanes();
+        let schedule = RunReport::measured(
+            &format!("{name} (real)"),
+            &result.outcome,
+            &wait_per_lane(&result.queue_waits, lanes),
+        );
         let prompt_tokens = schedule.prompt_len as usize;
         let top_tokens = top_k(&result.logits, 5)
             .into_iter()
@@ -83,8 +101,19 @@ impl PrefillReport {
             prefill_ms: schedule.makespan_ms,
             prefill_tokens_per_s: schedule.prefill_tokens_per_s,
             top_tokens,
+            cost_model: CostModelUse::of(&result.outcome.plan),
             schedule,
+            predicted_makespan_ms: None,
+            prediction_error: None,
+            prediction: None,
         }
+    }
+
+    /// Adds the simulation of the same plan (`run --predict`).
+    pub fn set_prediction(&mut self, prediction: Prediction) {
+        self.predicted_makespan_ms = Some(prediction.predicted_makespan_ms);
+        self.prediction_error = Some(prediction.prediction_error);
+        self.prediction = Some(prediction);
     }
 
     /// A few human-readable lines.
@@ -103,6 +132,11 @@ impl PrefillReport {
             self.prefill_tokens_per_s,
             self.load_ms
         );
+        s.push_str(&self.bound_lines());
+        s.push_str(&self.cost_model_line());
+        if let Some(p) = &self.prediction {
+            s.push_str(&p.summary(3));
+        }
         if let Some(sh) = &self.shadow {
             s.push_str(&shadow_summary(sh));
             s.push('\n');
@@ -135,6 +169,53 @@ impl PrefillReport {
                 t.id,
                 100.0 * t.prob,
                 t.text
+            ));
+        }
+        s
+    }
+}
+
+impl PrefillReport {
+    /// Which cost model priced the plan's stages.
+    fn cost_model_line(&self) -> String {
+        let c = &self.cost_model;
+        let mut s = format!(
+            "cost model: {} ({} stage kinds measured",
+            c.model, c.measured_stage_kinds
+        );
+        if !c.roofline_stage_kinds.is_empty() {
+            s.push_str(&format!(
+                "; roofline for {}",
+                c.roofline_stage_kinds.join(", ")
+            ));
+        }
+        s.push_str(")\n");
+        s
+    }
+
+    /// The measured lower bound (and the model's), then each lane's busy time and wait.
+    fn bound_lines(&self) -> String {
+        let r = &self.schedule;
+        let mut s = format!(
+            "bound: {:.1} ms from measured durations (busiest lane {:.1}, critical path {:.1}); \
+             makespan is {:.3}x it",
+            r.lower_bound_ms, r.busiest_processor_ms, r.critical_path_ms, r.ratio_to_lower_bound
+        );
+        if let Some(m) = &r.model_lower_bound {
+            s.push_str(&format!(
+                "; the cost model's bound {:.1} ms",
+                m.lower_bound_ms
+            ));
+        }
+        s.push('\n');
+        for p in &r.processors {
+            s.push_str(&format!(
+                "  {:<8} busy {:>9.1} ms ({:>5.1}%), {} subgraphs, queue wait {:.1} ms\n",
+                p.name,
+                p.busy_ms,
+                100.0 * p.utilization,
+                p.subgraphs,
+                p.queue_wait_ms.unwrap_or(0.0)
             ));
         }
         s

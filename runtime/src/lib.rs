@@ -9,6 +9,8 @@
 pub mod backends;
 pub mod engine;
 pub mod fsutil;
+pub mod history;
+pub mod prediction;
 pub mod progress;
 pub mod report;
 pub mod scene;

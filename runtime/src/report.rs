@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use hetsched_systems::memory::{ChunkSharing, RegionMemory, chunk_sharing, plan_schedule};
-use hetsched_systems::{InstanceKey, ProcessorKind};
+use hetsched_systems::{InstanceKey, LowerBound, ProcessorKind, measured_lower_bound};
 use serde::Serialize;
 
 use crate::engine::RunOutcome;
@@ -21,6 +21,22 @@ pub struct ProcessorReport {
     pub utilization: f64,
     /// Subgraph instances it ran.
     pub subgraphs: usize,
+    /// Real runs only: time its jobs waited between submission and the start of their
+    /// work (for a pool worker held by another lane), in ms; not part of `busy_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_wait_ms: Option<f64>,
+}
+
+/// The cost model's lower bound of a plan (docs/policies.md, "The lower bound"), beside a
+/// real run's measured one.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModelBound {
+    /// max(load bound, critical path) at modeled costs, in ms.
+    pub lower_bound_ms: f64,
+    /// The load bound at modeled costs, in ms.
+    pub busiest_processor_ms: f64,
+    /// The critical path at modeled (cheapest) costs, in ms.
+    pub critical_path_ms: f64,
 }
 
 /// The outlier shadow in a run (seed 000, section 3.3): its subgraphs, how much of their
@@ -113,7 +129,9 @@ pub struct RunReport {
     pub makespan_ms: f64,
     /// Prompt tokens per second of prefill.
     pub prefill_tokens_per_s: f64,
-    /// max(load bound, critical path), in ms.
+    /// max(load bound, critical path), in ms. Simulated runs: at modeled costs. Real runs
+    /// ([`RunReport::measured`]): from the run's own measured durations, so the makespan
+    /// is never below it; the model's bound is then `model_lower_bound`.
     pub lower_bound_ms: f64,
     /// The load bound, in ms: the busiest processor's work under fixed placement; under
     /// flexible placement the best fractional spread of the work over the eligible
@@ -150,6 +168,10 @@ pub struct RunReport {
     pub chunk_sharing: ChunkSharing,
     /// The outlier shadow's subgraphs and weights (null when the model has none).
     pub shadow: Option<ShadowRun>,
+    /// Real runs only: the cost model's bound of the same plan (the `lower_bound_ms` above
+    /// is then the measured one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_lower_bound: Option<ModelBound>,
 }
 
 /// When each instance ran, `(start, end)` in ns by dense id (`None`: not run).
@@ -204,6 +226,7 @@ impl RunReport {
                 busy_ms: ms(busy[i]),
                 utilization: round6(busy[i] as f64 / makespan as f64),
                 subgraphs: count[i],
+                queue_wait_ms: None,
             })
             .collect();
         let npu_bubble_rate = plan.device.first_of(ProcessorKind::Npu).map(|npu| {
@@ -227,10 +250,10 @@ impl RunReport {
             prefill_tokens_per_s: round6(
                 f64::from(plan.workload.prompt_len) / (makespan as f64 / 1e9),
             ),
-            lower_bound_ms: ms(bound.ns()),
-            busiest_processor_ms: ms(bound.busiest_processor_ns),
-            critical_path_ms: ms(bound.critical_path_ns),
-            ratio_to_lower_bound: round6(run.makespan_ns as f64 / bound.ns().max(1) as f64),
+            lower_bound_ms: 0.0,
+            busiest_processor_ms: 0.0,
+            critical_path_ms: 0.0,
+            ratio_to_lower_bound: 0.0,
             processors,
             npu_bubble_rate,
             subgraphs: run.timeline.slices.len(),
@@ -244,7 +267,34 @@ impl RunReport {
             held_for_memory: run.stats.held_for_memory,
             chunk_sharing: chunk_sharing(plan),
             shadow: ShadowRun::of(run),
+            model_lower_bound: None,
         }
+        .with_bound(bound, run.makespan_ns)
+    }
+
+    /// The report of a real run: its lower bound from its own measured durations
+    /// ([`measured_lower_bound`]), the model's beside it, and each lane's queue wait
+    /// (`lane_wait_ns`, by lane; empty when not recorded).
+    pub fn measured(scene: &str, run: &RunOutcome, lane_wait_ns: &[u64]) -> RunReport {
+        let mut report = RunReport::new(scene, run);
+        report.model_lower_bound = Some(ModelBound {
+            lower_bound_ms: report.lower_bound_ms,
+            busiest_processor_ms: report.busiest_processor_ms,
+            critical_path_ms: report.critical_path_ms,
+        });
+        for (p, wait) in report.processors.iter_mut().zip(lane_wait_ns) {
+            p.queue_wait_ms = Some(ms(*wait));
+        }
+        let bound = measured_lower_bound(&run.plan, &run.timeline.slices);
+        report.with_bound(bound, run.makespan_ns)
+    }
+
+    fn with_bound(mut self, bound: LowerBound, makespan_ns: u64) -> RunReport {
+        self.lower_bound_ms = ms(bound.ns());
+        self.busiest_processor_ms = ms(bound.busiest_processor_ns);
+        self.critical_path_ms = ms(bound.critical_path_ns);
+        self.ratio_to_lower_bound = round6(makespan_ns as f64 / bound.ns().max(1) as f64);
+        self
     }
 
     /// A short readable summary.
@@ -252,7 +302,7 @@ impl RunReport {
         let mut s = String::new();
         self.write_workload(&mut s);
         for p in &self.processors {
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "  {:<10} {:<4} busy {:>10.2} ms  utilization {:>5.1}%  {} subgraphs",
                 p.name,
@@ -261,6 +311,10 @@ impl RunReport {
                 100.0 * p.utilization,
                 p.subgraphs
             );
+            if let Some(wait) = p.queue_wait_ms {
+                let _ = write!(s, "  queue wait {wait:.2} ms");
+            }
+            s.push('\n');
         }
         let _ = writeln!(
             s,

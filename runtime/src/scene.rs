@@ -245,6 +245,11 @@ fn embedded(relative: &str) -> Option<&'static str> {
         .map(|(_, text)| *text)
 }
 
+/// `value` (a device profile, a model) as the TOML text the scene loader reads back.
+pub fn toml_text<T: serde::Serialize>(value: &T) -> Result<String, String> {
+    toml::to_string(value).map_err(|e| e.to_string())
+}
+
 /// Names of the shipped scenes (without `.toml`).
 pub fn shipped_scenes() -> Vec<&'static str> {
     EMBEDDED
@@ -310,6 +315,21 @@ impl Scene {
         let device = source.read(&scene.device)?;
         let model = source.read(&scene.model)?;
         Scene::assemble(path, scene, device, model)
+    }
+
+    /// Loads a device profile file on its own (`hetsched run --profile`), with the
+    /// scene loader's checks: TOML errors with file:line:column, unknown keys rejected,
+    /// rates and latencies in range.
+    pub fn load_device(path: &Path) -> Result<DeviceProfile, SceneError> {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (shown, text) = Source::Disk(dir).read(&name)?;
+        let device: DeviceProfile = parse(&shown, &text)?;
+        device.validate()?;
+        Ok(device)
     }
 
     /// Parses a scene held in memory, with the checks of [`Scene::load`]: `scene` is the
@@ -401,9 +421,15 @@ impl Scene {
         for p in &self.device.processors {
             let (mut total, mut worst) = (0.0f64, (0.0f64, ""));
             for stage in &stages {
-                let ns = stage.ops.iter().fold(p.cost.launch_us * 1e3, |sum, op| {
-                    sum + p.cost.op_ns(&self.model, op, shape).unwrap_or(0.0)
-                });
+                let roofline = || {
+                    stage.ops.iter().fold(p.cost.launch_us * 1e3, |sum, op| {
+                        sum + p.cost.op_ns(&self.model, op, shape).unwrap_or(0.0)
+                    })
+                };
+                let ns = p
+                    .cost
+                    .stage_cost(&self.model, &stage.ops)
+                    .map_or_else(roofline, |measured| measured.ns(shape));
                 if ns > worst.0 || ns.is_nan() {
                     worst = (ns, &stage.name);
                 }

@@ -132,3 +132,83 @@ impl Trace {
         }
     }
 }
+
+impl Trace {
+    /// This (measured) trace with each processor's `predicted` lane drawn right under its
+    /// measured lane (named `<name> predicted`), on one time axis: the SVG of `run
+    /// --predict`. Dependency flows are kept for the measured lanes only.
+    pub fn with_prediction(&self, predicted: &Trace) -> Trace {
+        let mut lanes = Vec::with_capacity(2 * self.lanes.len());
+        for l in &self.lanes {
+            lanes.push(l.clone());
+            lanes.push(Lane {
+                name: format!("{} predicted", l.name),
+                kind: l.kind,
+            });
+        }
+        let moved = |s: &Slice, offset: usize| Slice {
+            lane: 2 * s.lane + offset,
+            ..s.clone()
+        };
+        let mut slices: Vec<(usize, Slice)> = self
+            .slices
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, moved(s, 0)))
+            .chain(predicted.slices.iter().map(|s| (usize::MAX, moved(s, 1))))
+            .collect();
+        slices.sort_by_key(|(_, s)| (s.lane, s.start_ns, s.key));
+        let mut index_of = vec![0; self.slices.len()];
+        for (new, (old, _)) in slices.iter().enumerate() {
+            if *old != usize::MAX {
+                index_of[*old] = new;
+            }
+        }
+        Trace {
+            title: format!("{} (each lane's prediction below it)", self.title),
+            lanes,
+            flows: self
+                .flows
+                .iter()
+                .map(|f| Flow {
+                    from: index_of[f.from],
+                    to: index_of[f.to],
+                })
+                .collect(),
+            slices: slices.into_iter().map(|(_, s)| s).collect(),
+            counters: self.counters.clone(),
+            makespan_ns: self.makespan_ns.max(predicted.makespan_ns),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hetsched_systems::PolicyRegistry;
+    use hetsched_systems::testing::tiny_plan;
+
+    use super::*;
+    use crate::engine::simulate;
+
+    #[test]
+    fn each_predicted_lane_sits_under_its_measured_lane() {
+        let plan = Arc::new(tiny_plan(1, 128, 64));
+        let run = simulate(plan, PolicyRegistry::builtin().create("stall").unwrap()).unwrap();
+        let trace = Trace::new("t", &run);
+        let both = trace.with_prediction(&trace);
+        assert_eq!(both.lanes.len(), 2 * trace.lanes.len());
+        assert_eq!(
+            both.lanes[1].name,
+            format!("{} predicted", trace.lanes[0].name)
+        );
+        assert_eq!(both.slices.len(), 2 * trace.slices.len());
+        for f in &both.flows {
+            assert_eq!(both.slices[f.from].lane % 2, 0);
+            assert_eq!(both.slices[f.to].lane % 2, 0);
+        }
+        assert_eq!(both.flows.len(), trace.flows.len());
+        assert!(svg::to_svg(&both).contains("predicted"));
+    }
+}

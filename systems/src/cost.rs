@@ -2,11 +2,14 @@
 //!
 //! Roofline per operator (`max(ops / peak[precision], bytes / bandwidth)`) plus a fixed
 //! per-operator overhead; a subgraph adds one launch overhead. A table of measured
-//! latencies in the device profile overrides the roofline for the shapes it lists.
+//! latencies in the device profile overrides the roofline for the shapes it lists, and a
+//! measured profile's fitted stage costs ([`StageCost`], written by `hetsched profile`)
+//! override it for whole stages of the kinds and precision they were fitted for.
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, Precision};
+use crate::stage_cost::{StageCost, precision_label, stage_kind};
 
 /// Peak arithmetic rates of a processor, in giga-operations per second (a multiply-add
 /// counts 2). Zero means the processor cannot do that precision.
@@ -79,6 +82,20 @@ pub struct CostModel {
     /// Measured latencies that override the roofline.
     #[serde(default)]
     pub measured: Vec<MeasuredLatency>,
+    /// Fitted costs of whole stages (`hetsched profile`), by stage kind and precision;
+    /// a stage without one is priced by the roofline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageCost>,
+}
+
+/// Which model priced a stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CostSource {
+    /// A fitted, measured stage cost ([`StageCost`]).
+    Measured,
+    /// The roofline per operator.
+    Roofline,
 }
 
 impl CostModel {
@@ -98,13 +115,37 @@ impl CostModel {
         Some(compute_s.max(memory_s) * 1e9 + self.op_overhead_us * 1e3)
     }
 
-    /// Time of a subgraph (one launch plus its operators), rounded to whole nanoseconds.
+    /// The measured cost of a stage of `ops` for `model`'s precision, if the profile has
+    /// one.
+    pub fn stage_cost(&self, model: &ModelConfig, ops: &[OpDecl]) -> Option<&StageCost> {
+        if self.stages.is_empty() {
+            return None;
+        }
+        let (kind, precision) = (stage_kind(ops), precision_label(model));
+        self.stages
+            .iter()
+            .find(|s| s.stage == kind && s.precision == precision)
+    }
+
+    /// Which model prices a stage of `ops` for `model`.
+    pub fn source(&self, model: &ModelConfig, ops: &[OpDecl]) -> CostSource {
+        match self.stage_cost(model, ops) {
+            Some(_) => CostSource::Measured,
+            None => CostSource::Roofline,
+        }
+    }
+
+    /// Time of a subgraph, rounded to whole nanoseconds: its fitted stage cost when the
+    /// profile has one, else one launch plus its operators' roofline times.
     pub fn subgraph_ns(
         &self,
         model: &ModelConfig,
         ops: &[OpDecl],
         shape: ChunkShape,
     ) -> Option<u64> {
+        if let Some(stage) = self.stage_cost(model, ops) {
+            return Some(stage.ns(shape).round().max(1.0) as u64);
+        }
         let mut total = self.launch_us * 1e3;
         for op in ops {
             total += self.op_ns(model, op, shape)?;

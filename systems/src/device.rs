@@ -41,6 +41,15 @@ fn out_of_range_cost_field(c: &CostModel) -> Option<&'static str> {
     if c.measured.iter().any(|m| !latency_ok(m.us)) {
         return Some("measured.us");
     }
+    let stage_ok = |s: &crate::stage_cost::StageCost| {
+        latency_ok(s.launch_us) && latency_ok(s.per_token_us) && latency_ok(s.per_pair_us)
+    };
+    if c.stages
+        .iter()
+        .any(|s| !stage_ok(s) || !(0.0..=1e3).contains(&s.noise))
+    {
+        return Some("stages (launch_us, per_token_us, per_pair_us)");
+    }
     None
 }
 
@@ -87,8 +96,56 @@ pub struct ProcessorSpec {
 pub struct DeviceProfile {
     /// Device name, e.g. `Xiaomi 14 (Snapdragon 8 Gen 3)`.
     pub name: String,
+    /// Where a measured profile's stage costs come from (`hetsched profile`); none for
+    /// estimated profiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<ProfileOrigin>,
     /// Processors, in lane order.
     pub processors: Vec<ProcessorSpec>,
+}
+
+/// What a measured profile was measured on: the model and the host, so that a profile
+/// carried to another model or machine is refused or warned about.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileOrigin {
+    /// The model's name.
+    pub model: String,
+    /// The model's shape (`layers 30, hidden 576, ...`): stage costs hold for it only.
+    pub model_shape: String,
+    /// Precisions profiled (`w8a8`, `f32`, `w8a8-shadow`).
+    pub precisions: Vec<String>,
+    /// The host CPU's model name.
+    pub cpu: String,
+    /// The host CPU's SIMD features the kernels choose from at run time.
+    pub cpu_features: Vec<String>,
+    /// Compute threads the samples ran with.
+    pub threads: usize,
+    /// Processor queues the samples ran on (`cpu,npu`).
+    pub backends: String,
+    /// The raw samples, a CSV file beside the profile.
+    pub samples: String,
+    /// Median time between one job's end and the next one's start on the real queues
+    /// (thread hand-offs, the scheduler's tick), per job, in microseconds; `run
+    /// --predict` adds it before each simulated job.
+    #[serde(default)]
+    pub job_gap_us: f64,
+}
+
+impl ProfileOrigin {
+    /// The shape line of `model` that a profile records and a run compares.
+    pub fn shape_of(model: &crate::model::ModelConfig) -> String {
+        format!(
+            "layers {}, hidden {}, heads {}, kv_heads {}, head_dim {}, ffn {}, vocab {}",
+            model.layers,
+            model.hidden,
+            model.heads,
+            model.kv_heads,
+            model.head_dim(),
+            model.ffn,
+            model.vocab
+        )
+    }
 }
 
 impl DeviceProfile {

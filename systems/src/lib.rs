@@ -55,13 +55,16 @@ mod resolve;
 pub mod resources;
 pub mod retry;
 pub mod shadow;
+mod stage_cost;
 pub mod testing;
 mod world;
 
 use bevy_ecs::prelude::{IntoScheduleConfigs, Messages, ResMut, Schedule, SystemSet};
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
-pub use cost::{CostModel, MeasuredLatency, PeakRates};
+pub use bound::measured_lower_bound;
+pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
+pub use device::ProfileOrigin;
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
 pub use error::PlanError;
 pub use model::{ModelConfig, Precision};
@@ -69,6 +72,10 @@ pub use placement::{PlacementConfig, StageKind};
 pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};
 pub use policy::{DEFAULT_POLICY, Policy, PolicyRegistry};
 pub use progress::StageProgress;
+pub use stage_cost::{
+    StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, precision_label,
+    stage_kind,
+};
 pub use world::spawn_world;
 
 /// The phases of one scheduler tick, in the order they run.

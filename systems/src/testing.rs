@@ -49,6 +49,7 @@ pub fn processor(
             launch_us,
             op_overhead_us: 1.0,
             measured: Vec::new(),
+            stages: Vec::new(),
         },
     }
 }
@@ -56,6 +57,7 @@ pub fn processor(
 /// A phone-like device: a CPU and an NPU four times faster at INT8.
 pub fn tiny_device() -> DeviceProfile {
     DeviceProfile {
+        measured: None,
         name: "tiny phone".into(),
         processors: vec![
             processor("cpu", ProcessorKind::Cpu, 50.0, 20.0, 5.0),

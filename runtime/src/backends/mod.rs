@@ -10,6 +10,7 @@
 //! (`engine::guard`), panics in `submit`/`wait` and waits that make no progress become
 //! [`crate::engine::BackendFault`]s, never a panic or a hang.
 
+pub mod shared_pool;
 pub mod sim;
 
 use std::time::Duration;

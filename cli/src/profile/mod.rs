@@ -1,0 +1,343 @@
+//! `hetsched profile`: measures every stage kind of a real model on this machine's queues
+//! over a grid of chunk lengths and prompt lengths (so attention sees a range of
+//! contexts), with repetitions; fits a cost model per (stage kind, processor, precision)
+//! and writes a device profile that `simulate` and `run --profile` load, with the raw
+//! samples beside it (docs/calibration.md, "Measured profiles").
+
+mod host;
+mod samples;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use hetsched::exec::{self, ExecModel, GpuUse, LinearPrecision, PrefillOptions};
+use hetsched::progress::Progress;
+use hetsched::scene::toml_text;
+use hetsched::systems::{DeviceProfile, ProfileOrigin, precision_label};
+use serde::Serialize;
+
+use crate::CliError;
+use crate::choices::Precision;
+use crate::model::{ShadowArgs, find_calibration, load};
+use crate::output::{check_outputs, print_json_or, write_file};
+use crate::progress::Bar;
+use crate::real::{gpu_use, prompt_tokens};
+use hetsched::history::{HistoryRecord, read_history, records_of};
+use samples::{Fit, fit_into, to_csv};
+
+/// The host's SIMD features, as a measured profile records them.
+pub fn host_features() -> Vec<String> {
+    host::cpu_features()
+}
+
+/// `hetsched profile`.
+#[derive(clap::Args)]
+pub struct ProfileArgs {
+    /// GGUF model file or Hugging Face directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// Processor queues: cpu,npu (the emulated NPU) or cpu,gpu,npu.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
+    backends: Vec<String>,
+    /// Compute threads [default: the machine's cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Precisions to profile, comma-separated (w8a8-shadow follows the calibration file).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "w8a8")]
+    precision: Vec<Precision>,
+    /// Chunk lengths (tokens per stage instance), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "64,128,256")]
+    chunk_lens: Vec<u32>,
+    /// Prompt lengths, comma-separated: the longest sets the attention contexts covered.
+    #[arg(long, value_delimiter = ',', default_value = "512,2048")]
+    prompt_lens: Vec<u32>,
+    /// Repetitions of each (precision, chunk, prompt) prefill.
+    #[arg(long, default_value_t = 2)]
+    reps: u32,
+    /// Refit from a run history (written by `hetsched run` with a history file) instead of
+    /// measuring: its records of this model.
+    #[arg(long, value_name = "FILE")]
+    from_history: Option<PathBuf>,
+    /// The policy scheduling the profiled prefills.
+    #[arg(long, default_value = "balance", value_parser = crate::choices::policy_name)]
+    policy: String,
+    #[command(flatten)]
+    shadow: ShadowArgs,
+    /// The device profile to write (TOML); the samples (SAMPLES.csv), a model file and a
+    /// scene that `simulate` runs are written beside it.
+    #[arg(long, value_name = "DEVICE.toml")]
+    out: PathBuf,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The files a profile writes, beside each other.
+struct ProfileFiles {
+    device: PathBuf,
+    samples: PathBuf,
+    model: PathBuf,
+    scene: PathBuf,
+}
+
+impl ProfileFiles {
+    fn beside(device: &Path) -> Self {
+        let stem = device
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "device".into());
+        let sibling = |suffix: &str| device.with_file_name(format!("{stem}{suffix}"));
+        Self {
+            device: device.to_path_buf(),
+            samples: sibling(".samples.csv"),
+            model: sibling(".model.toml"),
+            scene: sibling(".scene.toml"),
+        }
+    }
+}
+
+/// What `profile --json` prints.
+#[derive(Serialize)]
+struct ProfileSummary {
+    model: String,
+    device: String,
+    samples_file: String,
+    scene_file: String,
+    prefills: usize,
+    samples: usize,
+    seconds: f64,
+    worst_fit_error: f64,
+    fits: Vec<Fit>,
+}
+
+/// Measures, fits, writes; prints the summary.
+pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
+    let started = Instant::now();
+    let files = ProfileFiles::beside(&args.out);
+    check_outputs([
+        Some(files.device.as_path()),
+        Some(files.samples.as_path()),
+        Some(files.model.as_path()),
+        Some(files.scene.as_path()),
+    ])?;
+    if args.chunk_lens.is_empty() || args.chunk_lens.contains(&0) {
+        return Err(CliError::NoChunkLens);
+    }
+    let gpu = gpu_use(&args.backends)?;
+    let precisions: Vec<LinearPrecision> = args.precision.iter().map(|&p| p.into()).collect();
+    let calibration = match precisions.contains(&LinearPrecision::W8a8Shadow) {
+        true => find_calibration(&args.model, LinearPrecision::W8a8Shadow, &args.shadow)?,
+        false => None,
+    };
+    let loaded = load(
+        &args.model,
+        &precisions,
+        calibration.as_ref(),
+        args.shadow.cold_cache_bytes(),
+    )?;
+    let models: Vec<Arc<ExecModel>> = loaded.models.into_iter().map(Arc::new).collect();
+    let defaults = PrefillOptions::default();
+    let options = PrefillOptions {
+        policy: args.policy.clone(),
+        threads: args.threads.unwrap_or(defaults.threads),
+        gpu,
+        ..defaults
+    };
+    let grid = Grid {
+        chunk_lens: &args.chunk_lens,
+        prompt_lens: &args.prompt_lens,
+        reps: args.reps.max(1),
+    };
+    let text = "The committee reviewed the proposal in detail, weighing its costs against \
+                the benefits it promised to the city and to the people who live there. ";
+    let (samples, device, gaps) = match &args.from_history {
+        Some(path) => {
+            let name = &models[0].name;
+            let records: Vec<HistoryRecord> = read_history(path)?
+                .into_iter()
+                .filter(|r| &r.model == name)
+                .collect();
+            let device = match gpu {
+                GpuUse::Off => options.device.clone(),
+                _ => exec::with_gpu_lane(options.device.clone()),
+            };
+            (records, device, Vec::new())
+        }
+        None => grid.measure(&models, &loaded.tokenizer, text, &options)?,
+    };
+    let prefills = gaps.len();
+    let mut device = device;
+    let fits = fit_into(&mut device, &samples);
+    let first = &models[0];
+    device.name = format!("{} (measured by hetsched profile)", host::cpu_name());
+    device.measured = Some(ProfileOrigin {
+        model: first.name.clone(),
+        model_shape: ProfileOrigin::shape_of(&first.model_config()),
+        precisions: models
+            .iter()
+            .map(|m| precision_label(&m.model_config()))
+            .collect(),
+        cpu: host::cpu_name(),
+        cpu_features: host::cpu_features(),
+        threads: options.threads,
+        backends: args.backends.join(","),
+        samples: file_name(&files.samples),
+        job_gap_us: median(gaps) / 1e3,
+    });
+    let summary = ProfileSummary {
+        model: first.name.clone(),
+        device: files.device.display().to_string(),
+        samples_file: files.samples.display().to_string(),
+        scene_file: files.scene.display().to_string(),
+        prefills,
+        samples: samples.len(),
+        seconds: started.elapsed().as_secs_f64(),
+        worst_fit_error: fits.iter().map(|f| f.cost.fit_error).fold(0.0, f64::max),
+        fits,
+    };
+    print_json_or(args.json, &summary, || summary_text(&summary));
+    write_profile(&files, &device, first, &samples, &args.prompt_lens)
+}
+
+/// The prefills a profile runs: every chunk length x prompt length, `reps` times.
+struct Grid<'a> {
+    chunk_lens: &'a [u32],
+    prompt_lens: &'a [u32],
+    reps: u32,
+}
+
+impl Grid<'_> {
+    /// Runs the grid for every model (one per precision) after one warm-up prefill each;
+    /// returns the samples, the device the prefills ran on and each prefill's mean gap
+    /// between jobs (makespan less the jobs' time, per job), ns.
+    fn measure(
+        &self,
+        models: &[Arc<ExecModel>],
+        tokenizer: &hetsched::import::GgufTokenizer,
+        text: &str,
+        options: &PrefillOptions,
+    ) -> Result<(Vec<HistoryRecord>, DeviceProfile, Vec<f64>), CliError> {
+        let settings = self.chunk_lens.len() * self.prompt_lens.len() * self.reps as usize;
+        let mut bar = Bar::new("prefills");
+        bar.set_len((models.len() * (settings + 1)) as u64);
+        let (mut samples, mut device, mut gaps) = (Vec::new(), None, Vec::new());
+        for model in models {
+            bar.set_message(model.precision.as_str());
+            let warm = prompt_tokens(tokenizer, text, self.prompt_lens[0].min(256) as usize)?;
+            exec::prefill(model.clone(), &warm, options)?;
+            bar.inc(1);
+            for _ in 0..self.reps {
+                for &prompt in self.prompt_lens {
+                    let tokens = prompt_tokens(tokenizer, text, prompt as usize)?;
+                    for &chunk_len in self.chunk_lens {
+                        let options = PrefillOptions {
+                            chunk_len,
+                            ..options.clone()
+                        };
+                        let result = exec::prefill(model.clone(), &tokens, &options)?;
+                        device.get_or_insert_with(|| result.outcome.plan.device.clone());
+                        samples.extend(records_of(&result.outcome));
+                        gaps.push(job_gap_ns(&result.outcome));
+                        bar.inc(1);
+                    }
+                }
+            }
+        }
+        bar.finish();
+        let device = device.unwrap_or_else(|| match options.gpu {
+            GpuUse::Off => options.device.clone(),
+            _ => exec::with_gpu_lane(options.device.clone()),
+        });
+        Ok((samples, device, gaps))
+    }
+}
+
+/// A run's time not spent in any job, per job, ns (the real queues run one job at a
+/// time: `hetsched::backends::shared_pool`).
+fn job_gap_ns(run: &hetsched::engine::RunOutcome) -> f64 {
+    let busy: u64 = run
+        .timeline
+        .slices
+        .iter()
+        .map(|s| s.end_ns.saturating_sub(s.start_ns))
+        .sum();
+    run.makespan_ns.saturating_sub(busy) as f64 / run.timeline.slices.len().max(1) as f64
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Writes the device profile, the samples, the model file and a scene naming both.
+fn write_profile(
+    files: &ProfileFiles,
+    device: &DeviceProfile,
+    model: &ExecModel,
+    samples: &[HistoryRecord],
+    prompt_lens: &[u32],
+) -> Result<(), CliError> {
+    write_file(&files.device, &toml(device)?)?;
+    write_file(&files.samples, &to_csv(samples)?)?;
+    write_file(&files.model, &toml(&model.model_config())?)?;
+    let scene = format!(
+        "# Written by `hetsched profile`: the measured device profile with the model it was\n\
+         # measured on; `hetsched simulate {scene}` predicts this machine.\n\
+         name = \"{name} on this machine (measured profile)\"\n\
+         device = \"{device}\"\n\
+         model = \"{model_file}\"\n\n\
+         [workload]\n\
+         prompt_len = {prompt}\n\
+         chunk_len = 128\n\
+         policy = \"balance\"\n",
+        scene = files.scene.display(),
+        name = model.name,
+        device = file_name(&files.device),
+        model_file = file_name(&files.model),
+        prompt = prompt_lens.iter().copied().max().unwrap_or(512),
+    );
+    write_file(&files.scene, &scene)
+}
+
+/// `value` as TOML text the scene loader reads back.
+fn toml<T: Serialize>(value: &T) -> Result<String, CliError> {
+    toml_text(value).map_err(CliError::Toml)
+}
+
+fn summary_text(s: &ProfileSummary) -> String {
+    let mut text = format!(
+        "{}: {} prefills, {} samples in {:.1} s; worst fit error {:.1}%\n",
+        s.model,
+        s.prefills,
+        s.samples,
+        s.seconds,
+        100.0 * s.worst_fit_error
+    );
+    for f in &s.fits {
+        let c = &f.cost;
+        text.push_str(&format!(
+            "  {:<8} {:<11} {:<60} {:>8.1} us + {:>7.3} us/token + {:>9.6} us/pair  ({} samples, fit error {:.1}%, noise {:.1}%)\n",
+            f.processor,
+            c.precision,
+            c.stage,
+            c.launch_us,
+            c.per_token_us,
+            c.per_pair_us,
+            c.samples,
+            100.0 * c.fit_error,
+            100.0 * c.noise
+        ));
+    }
+    text.push_str(&format!(
+        "wrote {} (samples {}); simulate it with `hetsched simulate {}`\n",
+        s.device, s.samples_file, s.scene_file
+    ));
+    text
+}

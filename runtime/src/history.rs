@@ -1,0 +1,214 @@
+//! Run history: every real run can append its measured per-instance durations to a file
+//! (`hetsched run --history FILE`), and `hetsched profile --from-history FILE` refits a
+//! measured profile from it.
+//!
+//! Format: JSON Lines, one [`HistoryRecord`] per line (one subgraph instance of one run).
+//! Each record is written with a single `write` on a file opened with `O_APPEND`, so two
+//! runs appending at once interleave whole lines, and a crash loses at most the line being
+//! written (a truncated last line is reported by [`read_history`] with its line number,
+//! and nothing before it is lost).
+
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::path::Path;
+
+use hetsched_systems::{has_attention, precision_label, stage_kind};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::engine::RunOutcome;
+use crate::limits;
+
+/// One measured subgraph instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryRecord {
+    /// The model's name.
+    pub model: String,
+    /// The linears' precision (`w8a8`, `f32`, `w8a8-shadow`).
+    pub precision: String,
+    /// The stage kind (its operators' names joined by `+`).
+    pub stage: String,
+    /// The processor (lane) that ran it.
+    pub processor: String,
+    /// Tokens in its chunk.
+    pub tokens: u64,
+    /// Tokens before its chunk.
+    pub past: u64,
+    /// Measured compute time, ns (at least 1).
+    pub ns: u64,
+    /// Whether the stage holds attention.
+    pub attention: bool,
+    /// The run's prompt length.
+    pub prompt_len: u32,
+    /// The run's chunk length.
+    pub chunk_len: u32,
+}
+
+/// Why a history file could not be written or read.
+#[derive(Debug, Error)]
+pub enum HistoryError {
+    /// The file could not be opened, written or read.
+    #[error("history file {path}: {error}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        error: std::io::Error,
+    },
+    /// A line is not a record (corrupt, or truncated by a crash).
+    #[error("history file {path}, line {line}: {message}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// Every instance of a finished run as records.
+pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
+    let plan = &run.plan;
+    let (prompt, chunk_len) = (plan.workload.prompt_len, plan.workload.chunk_len);
+    let precision = precision_label(&plan.model);
+    run.timeline
+        .slices
+        .iter()
+        .map(|s| {
+            let ops = &plan.stages[s.key.stage as usize].ops;
+            let past = s.key.chunk * chunk_len;
+            HistoryRecord {
+                model: plan.model.name.clone(),
+                precision: precision.clone(),
+                stage: stage_kind(ops),
+                processor: plan.device.processors[s.processor].name.clone(),
+                tokens: u64::from(chunk_len.min(prompt.saturating_sub(past))),
+                past: u64::from(past),
+                ns: s.end_ns.saturating_sub(s.start_ns).max(1),
+                attention: has_attention(ops),
+                prompt_len: prompt,
+                chunk_len,
+            }
+        })
+        .collect()
+}
+
+/// Appends `records` to `path` (created if missing), one line and one `write` each.
+pub fn append_history(path: &Path, records: &[HistoryRecord]) -> Result<(), HistoryError> {
+    let io = |error| HistoryError::Io {
+        path: path.display().to_string(),
+        error,
+    };
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io)?;
+    for r in records {
+        let mut line = serde_json::to_string(r).expect("records always serialise");
+        line.push('\n');
+        file.write_all(line.as_bytes()).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Reads every record of `path`; a line that is not a record (or has a zero duration) is
+/// an error naming its line.
+pub fn read_history(path: &Path) -> Result<Vec<HistoryRecord>, HistoryError> {
+    let text =
+        limits::read_text(path, limits::MAX_TEXT_FILE_BYTES).map_err(|e| HistoryError::Io {
+            path: path.display().to_string(),
+            error: std::io::Error::other(e.to_string()),
+        })?;
+    let corrupt = |line: usize, message: String| HistoryError::Corrupt {
+        path: path.display().to_string(),
+        line,
+        message,
+    };
+    let mut records = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: HistoryRecord =
+            serde_json::from_str(line).map_err(|e| corrupt(i + 1, e.to_string()))?;
+        if record.ns == 0 || record.tokens == 0 {
+            return Err(corrupt(i + 1, "a zero duration or token count".into()));
+        }
+        records.push(record);
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hetsched_systems::PolicyRegistry;
+    use hetsched_systems::testing::tiny_plan;
+
+    use super::*;
+    use crate::engine::simulate;
+
+    fn run() -> RunOutcome {
+        let plan = Arc::new(tiny_plan(2, 256, 64));
+        simulate(plan, PolicyRegistry::builtin().create("stall").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn two_concurrent_writers_lose_nothing() {
+        let dir = std::env::temp_dir().join(format!("hetsched-history-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let records = records_of(&run());
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (path, records) = (path.clone(), records.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20 {
+                        append_history(&path, &records).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let read = read_history(&path).unwrap();
+        assert_eq!(read.len(), 2 * 20 * records.len());
+        assert!(read.iter().all(|r| records.contains(r)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_truncated_or_corrupt_line_is_an_error_with_its_number() {
+        let dir = std::env::temp_dir().join(format!("hetsched-history-c-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.jsonl");
+        let _ = std::fs::remove_file(&path);
+        append_history(&path, &records_of(&run())[..3]).unwrap();
+        // A crash mid-line.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"model\":\"tiny\",\"precis");
+        std::fs::write(&path, &text).unwrap();
+        let err = read_history(&path).unwrap_err().to_string();
+        assert!(err.contains("line 4"), "{err}");
+        // A zero duration.
+        let zero = text
+            .lines()
+            .next()
+            .unwrap()
+            .replace("\"ns\":", "\"ns\":0,\"x\":");
+        std::fs::write(&path, format!("{zero}\n")).unwrap();
+        assert!(
+            read_history(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("line 1")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,350 @@
+//! Measured cost models: one fitted formula per kind of stage (subgraph) and processor,
+//! written by `hetsched profile` into a device profile's `[[processors.cost.stages]]`.
+//!
+//! A stage's measured time is modeled as
+//!
+//! ```text
+//! t = launch + per_token * tokens + per_pair * pairs,   pairs = tokens * past + tokens * (tokens + 1) / 2
+//! ```
+//!
+//! `pairs` counts the (query, key) pairs causal attention scores over a chunk of `tokens`
+//! after `past` cached ones; it is used only for stages that hold an attention operator.
+//! Every other operator of a llama layer is linear in the chunk's tokens (linears stream
+//! their weights once per chunk, which the launch term absorbs). The samples of each
+//! shape (tokens, past) are first reduced to their median, so that a few instances slowed
+//! by another process do not pull the fit; coefficients are then fitted
+//! by least squares and kept non-negative (a negative launch or rate would price a short
+//! chunk below zero); [`fit_stage_cost`] reports the fit's relative error.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, Precision};
+
+/// The fitted cost of one kind of stage on one processor, for one precision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageCost {
+    /// The stage kind: its operators' names joined by `+` ([`stage_kind`]); the same in
+    /// every decoder layer.
+    pub stage: String,
+    /// The linears' arithmetic the samples ran with ([`precision_label`]): `w8a8`, `f32`.
+    pub precision: String,
+    /// Fixed cost per instance, in microseconds.
+    pub launch_us: f64,
+    /// Cost per chunk token, in microseconds.
+    pub per_token_us: f64,
+    /// Cost per attended (query, key) pair, in microseconds (attention stages only).
+    #[serde(default)]
+    pub per_pair_us: f64,
+    /// Samples the fit used.
+    #[serde(default)]
+    pub samples: u64,
+    /// Root mean square of the fit's relative error over the samples' shapes (the median
+    /// of each shape's repetitions).
+    #[serde(default)]
+    pub fit_error: f64,
+    /// Median relative deviation of a sample from its shape's median: run-to-run noise
+    /// (contention for cores, other processes), which no fit removes.
+    #[serde(default)]
+    pub noise: f64,
+}
+
+impl StageCost {
+    /// Modeled time of an instance of `shape`, in ns.
+    pub fn ns(&self, shape: ChunkShape) -> f64 {
+        let (tokens, pairs) = (shape.tokens as f64, attended_pairs(shape));
+        1e3 * (self.launch_us + self.per_token_us * tokens + self.per_pair_us * pairs)
+    }
+}
+
+/// The (query, key) pairs causal attention scores for a chunk of `shape`.
+pub fn attended_pairs(shape: ChunkShape) -> f64 {
+    let (t, p) = (shape.tokens as f64, shape.past as f64);
+    t * p + t * (t + 1.0) / 2.0
+}
+
+/// The kind of a stage: its operators' names joined by `+`.
+pub fn stage_kind(ops: &[OpDecl]) -> String {
+    ops.iter()
+        .map(|op| op.name.as_str())
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// Whether a stage of `ops` scales with the attended pairs.
+pub fn has_attention(ops: &[OpDecl]) -> bool {
+    ops.iter().any(|op| op.kind == OpKind::Attention)
+}
+
+/// The precision label of `model`'s linears: `w8a8` for INT8 weights and activations
+/// (`w8a8-shadow` with an outlier shadow, whose quantize steps clip and split), `f32` for
+/// float ones, `w{bits}a{bits}` otherwise.
+pub fn precision_label(model: &ModelConfig) -> String {
+    let bits = |p: Precision| 8 * p.bytes();
+    let label = match (model.weight_precision, model.activation_precision) {
+        (Precision::Fp32, Precision::Fp32) => "f32".into(),
+        (w, a) => format!("w{}a{}", bits(w), bits(a)),
+    };
+    if model.shadow.is_some() {
+        format!("{label}-shadow")
+    } else {
+        label
+    }
+}
+
+/// One measured instance of a stage.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StageSample {
+    /// Tokens in the chunk.
+    pub tokens: u64,
+    /// Tokens before the chunk.
+    pub past: u64,
+    /// Measured duration, in ns.
+    pub ns: f64,
+}
+
+/// Fits a [`StageCost`] for `stage` / `precision` to `samples` (least squares,
+/// coefficients non-negative), with the pairs term only when `attention`. `None` without
+/// samples or when a duration is not positive and finite.
+pub fn fit_stage_cost(
+    stage: &str,
+    precision: &str,
+    attention: bool,
+    samples: &[StageSample],
+) -> Option<StageCost> {
+    let count = samples.len();
+    if samples.is_empty() || samples.iter().any(|s| !(s.ns.is_finite() && s.ns > 0.0)) {
+        return None;
+    }
+    let (medians, noise) = shape_medians(samples);
+    let samples = medians.as_slice();
+    let features = |s: &StageSample| {
+        let shape = ChunkShape {
+            tokens: s.tokens,
+            past: s.past,
+        };
+        [1.0, s.tokens as f64, attended_pairs(shape)]
+    };
+    let terms: &[usize] = if attention { &[0, 1, 2] } else { &[0, 1] };
+    // Every subset of the terms, the full one first: the best fit whose coefficients are
+    // all non-negative (the zero model, always allowed, is the last resort).
+    let mut best: Option<([f64; 3], f64)> = None;
+    for mask in (1u32..(1 << terms.len())).rev() {
+        let used: Vec<usize> = (0..terms.len())
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| terms[i])
+            .collect();
+        let Some(coef) = least_squares(&used, samples, &features) else {
+            continue;
+        };
+        if coef.iter().any(|&c| c < 0.0) {
+            continue;
+        }
+        let sse: f64 = samples
+            .iter()
+            .map(|s| (dot(&coef, &features(s)) - s.ns).powi(2))
+            .sum();
+        if best.is_none_or(|(_, b)| sse < b) {
+            best = Some((coef, sse));
+        }
+    }
+    let coef = best.map_or([0.0; 3], |(c, _)| c);
+    let rel_sq: f64 = samples
+        .iter()
+        .map(|s| ((dot(&coef, &features(s)) - s.ns) / s.ns).powi(2))
+        .sum();
+    Some(StageCost {
+        stage: stage.to_string(),
+        precision: precision.to_string(),
+        launch_us: coef[0] / 1e3,
+        per_token_us: coef[1] / 1e3,
+        per_pair_us: coef[2] / 1e3,
+        samples: count as u64,
+        fit_error: (rel_sq / samples.len() as f64).sqrt(),
+        noise,
+    })
+}
+
+/// The median duration of each shape's samples, and the median relative deviation of a
+/// sample from its shape's median.
+fn shape_medians(samples: &[StageSample]) -> (Vec<StageSample>, f64) {
+    let mut by_shape: std::collections::BTreeMap<(u64, u64), Vec<f64>> = Default::default();
+    for s in samples {
+        by_shape.entry((s.tokens, s.past)).or_default().push(s.ns);
+    }
+    let mut deviations = Vec::with_capacity(samples.len());
+    let medians = by_shape
+        .into_iter()
+        .map(|((tokens, past), mut ns)| {
+            let median = median(&mut ns);
+            deviations.extend(ns.iter().map(|v| (v - median).abs() / median));
+            StageSample {
+                tokens,
+                past,
+                ns: median,
+            }
+        })
+        .collect();
+    (medians, median(&mut deviations))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn dot(coef: &[f64; 3], x: &[f64; 3]) -> f64 {
+    coef.iter().zip(x).map(|(c, x)| c * x).sum()
+}
+
+/// Least squares over the feature columns `used` (the others zero), by the normal
+/// equations with the columns scaled to unit size; `None` when they are singular.
+fn least_squares(
+    used: &[usize],
+    samples: &[StageSample],
+    features: &dyn Fn(&StageSample) -> [f64; 3],
+) -> Option<[f64; 3]> {
+    let n = used.len();
+    let rows: Vec<[f64; 3]> = samples.iter().map(features).collect();
+    let scale: Vec<f64> = used
+        .iter()
+        .map(|&j| {
+            rows.iter()
+                .map(|r| r[j].abs())
+                .fold(0.0, f64::max)
+                .max(1e-300)
+        })
+        .collect();
+    // [A | b] of the normal equations, n x (n + 1).
+    let mut a = vec![vec![0.0; n + 1]; n];
+    for (r, s) in rows.iter().zip(samples) {
+        for i in 0..n {
+            let xi = r[used[i]] / scale[i];
+            for j in 0..n {
+                a[i][j] += xi * r[used[j]] / scale[j];
+            }
+            a[i][n] += xi * s.ns;
+        }
+    }
+    let solution = gauss(a)?;
+    let mut coef = [0.0; 3];
+    for (i, &j) in used.iter().enumerate() {
+        coef[j] = solution[i] / scale[i];
+    }
+    Some(coef)
+}
+
+/// Solves the augmented system by Gaussian elimination with partial pivoting.
+fn gauss(mut a: Vec<Vec<f64>>) -> Option<Vec<f64>> {
+    let n = a.len();
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs()))?;
+        if a[pivot][col].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(col, pivot);
+        let pivot_row = a[col].clone();
+        for (row, values) in a.iter_mut().enumerate() {
+            if row != col {
+                let f = values[col] / pivot_row[col];
+                for (v, p) in values.iter_mut().zip(&pivot_row).skip(col) {
+                    *v -= f * p;
+                }
+            }
+        }
+    }
+    Some((0..n).map(|i| a[i][n] / a[i][i]).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(launch: f64, per_token: f64, per_pair: f64, noise: f64) -> Vec<StageSample> {
+        let mut out = Vec::new();
+        let mut k = 0u32;
+        for tokens in [32u64, 64, 128, 256] {
+            for chunk in 0..8u64 {
+                let shape = ChunkShape {
+                    tokens,
+                    past: chunk * tokens,
+                };
+                // A deterministic +-noise pattern.
+                k += 1;
+                let wobble = 1.0 + noise * if k.is_multiple_of(2) { 1.0 } else { -1.0 };
+                let ns =
+                    1e3 * (launch + per_token * tokens as f64 + per_pair * attended_pairs(shape));
+                out.push(StageSample {
+                    tokens,
+                    past: shape.past,
+                    ns: ns * wobble,
+                });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_fit_recovers_known_coefficients() {
+        let fit =
+            fit_stage_cost("attention", "w8a8", true, &samples(40.0, 1.5, 0.002, 0.0)).unwrap();
+        assert!((fit.launch_us - 40.0).abs() < 1e-6, "{fit:?}");
+        assert!((fit.per_token_us - 1.5).abs() < 1e-9, "{fit:?}");
+        assert!((fit.per_pair_us - 0.002).abs() < 1e-12, "{fit:?}");
+        assert!(fit.fit_error < 1e-9);
+        assert_eq!(fit.samples, 32);
+        let linear = fit_stage_cost("q", "w8a8", false, &samples(10.0, 3.0, 0.0, 0.0)).unwrap();
+        assert!((linear.launch_us - 10.0).abs() < 1e-6 && (linear.per_token_us - 3.0).abs() < 1e-9);
+        assert_eq!(linear.per_pair_us, 0.0);
+    }
+
+    #[test]
+    fn noise_shows_in_the_fit_error_and_coefficients_stay_close() {
+        let fit =
+            fit_stage_cost("attention", "f32", true, &samples(40.0, 1.5, 0.002, 0.05)).unwrap();
+        assert!(fit.fit_error > 0.02 && fit.fit_error < 0.1, "{fit:?}");
+        assert!((fit.per_token_us - 1.5).abs() < 0.3, "{fit:?}");
+    }
+
+    #[test]
+    fn coefficients_are_never_negative() {
+        // Time falling with tokens: the best non-negative fit is a constant.
+        let falling: Vec<StageSample> = [(32, 900.0), (64, 800.0), (128, 700.0)]
+            .into_iter()
+            .map(|(tokens, ns)| StageSample {
+                tokens,
+                past: 0,
+                ns,
+            })
+            .collect();
+        let fit = fit_stage_cost("x", "w8a8", false, &falling).unwrap();
+        assert!(fit.launch_us >= 0.0 && fit.per_token_us >= 0.0, "{fit:?}");
+        assert!((fit.launch_us - 0.8).abs() < 1e-9, "{fit:?}");
+    }
+
+    #[test]
+    fn a_slowed_repetition_does_not_pull_the_fit() {
+        let clean = samples(40.0, 1.5, 0.0, 0.0);
+        let mut repeated: Vec<StageSample> =
+            clean.iter().chain(&clean).chain(&clean).copied().collect();
+        // One repetition of every shape 10x slower (another process took the core).
+        for s in repeated.iter_mut().take(clean.len()) {
+            s.ns *= 10.0;
+        }
+        let fit = fit_stage_cost("x", "w8a8", false, &repeated).unwrap();
+        assert!((fit.per_token_us - 1.5).abs() < 1e-9, "{fit:?}");
+        assert!(fit.fit_error < 1e-9 && fit.noise == 0.0, "{fit:?}");
+        assert_eq!(fit.samples, repeated.len() as u64);
+    }
+
+    #[test]
+    fn bad_durations_give_no_fit() {
+        let zero = [StageSample {
+            tokens: 8,
+            past: 0,
+            ns: 0.0,
+        }];
+        assert!(fit_stage_cost("x", "w8a8", false, &zero).is_none());
+        assert!(fit_stage_cost("x", "w8a8", false, &[]).is_none());
+    }
+}
