@@ -123,7 +123,7 @@ pub enum ImportError {
     },
     /// A known ggml tensor type that this importer cannot dequantize.
     #[error(
-        "tensor {name:?}: tensor type {ty:?} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)"
+        "tensor {name:?}: tensor type {ty:?} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"
     )]
     UnsupportedTensorType {
         /// Tensor name.
