@@ -210,8 +210,19 @@ pub enum ImportError {
         found: Vec<usize>,
     },
     /// `general.architecture` is not one this importer handles.
-    #[error("unsupported model architecture {0:?} (supported: \"llama\")")]
+    #[error("unsupported model architecture {0:?} (supported: \"llama\", \"qwen2\", \"gemma3\")")]
     UnsupportedArchitecture(String),
+    /// A family (or a file feature) the importer reads but the real executor does not
+    /// run yet: only the f32 reference forward (`LlamaModel`) computes it.
+    #[error(
+        "{arch}: {feature} is not run by the real executor yet (it runs the llama row without RoPE scaling); the f32 reference forward computes this model"
+    )]
+    NotExecutable {
+        /// `general.architecture`.
+        arch: String,
+        /// What the executor lacks.
+        feature: String,
+    },
     /// Inconsistent hyper-parameters.
     #[error("invalid model configuration: {0}")]
     InvalidConfig(String),

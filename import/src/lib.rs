@@ -29,6 +29,7 @@
 //! ```
 
 pub mod error;
+pub mod family;
 pub mod forward;
 pub mod gguf;
 pub mod hf;
@@ -38,6 +39,7 @@ pub mod source;
 pub mod tokenizer;
 
 pub use error::ImportError;
+pub use family::{Activation, EmbeddingScale, Family, NormStyle};
 pub use forward::{LlamaModel, top_k};
 pub use gguf::{GgmlType, GgufFile, GgufHeader, Metadata, MetadataValue, TensorInfo, TensorView};
 pub use hf::HfModel;
