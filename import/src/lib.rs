@@ -36,6 +36,7 @@ pub mod hf;
 pub mod limits;
 pub mod llama;
 pub mod source;
+pub mod spm;
 pub mod tokenizer;
 
 pub use error::ImportError;
@@ -45,6 +46,7 @@ pub use gguf::{GgmlType, GgufFile, GgufHeader, Metadata, MetadataValue, TensorIn
 pub use hf::HfModel;
 pub use llama::{LlamaConfig, LlamaLayerWeights, LlamaWeights};
 pub use source::{ColumnSource, GgufSource, LayerTensor, LlamaSource};
+pub use spm::SpmTokenizer;
 pub use tokenizer::GgufTokenizer;
 
 /// Where `scripts/fetch-model.sh` puts the test model, relative to the

@@ -228,7 +228,7 @@ mod tests {
         let mut blk = [h(0.5), h(0.25)].concat();
         blk.extend(pack_scales(SM));
         let (mut qh, mut qs) = ([0u8; 32], [0u8; 128]);
-        let q5_of = |i: usize| q4_of(i) + if i % 3 == 0 { 16 } else { 0 };
+        let q5_of = |i: usize| q4_of(i) + if i.is_multiple_of(3) { 16 } else { 0 };
         for i in 0..QK_K {
             let (j, l, high) = (i / 64, i % 32, i % 64 >= 32);
             let q = q5_of(i);
