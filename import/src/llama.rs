@@ -163,6 +163,12 @@ impl LlamaConfig {
         let vocab_size = vocab_size(md, &k("vocab_size"))?;
         let head_dim = match opt(md, &k("attention.key_length"))? {
             Some(d) => d,
+            None if n_heads > 0 && !hidden.is_multiple_of(n_heads) => {
+                return Err(ImportError::InvalidConfig(format!(
+                    "hidden {hidden} is not {n_heads} heads of equal width, and no {} gives the head dim",
+                    k("attention.key_length")
+                )));
+            }
             None => hidden.checked_div(n_heads).unwrap_or(0),
         };
         let value_key = k("attention.value_length");
