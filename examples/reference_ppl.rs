@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 
-use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, SpmTokenizer};
+use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, SpmTokenizer, token_nll};
 
 fn tokens_of(
     file: &GgufFile,
@@ -23,18 +23,6 @@ fn tokens_of(
         let t = GgufTokenizer::from_gguf(file)?;
         Ok((t.encode(text)?, t.bos_id().filter(|_| t.add_bos())))
     }
-}
-
-/// `ln Σ exp(row) − row[next]`, in f64.
-fn nll(row: &[f32], next: u32) -> f64 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = row
-        .iter()
-        .map(|&v| (v as f64 - max).exp())
-        .sum::<f64>()
-        .ln()
-        + max;
-    lse - row[next as usize] as f64
 }
 
 fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
@@ -58,7 +46,7 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         let logits = model.forward_all(&window)?;
         let vocab = model.config().vocab_size;
         for t in ctx / 2..ctx - 1 {
-            sum += nll(&logits[t * vocab..(t + 1) * vocab], window[t + 1]);
+            sum += token_nll(&logits[t * vocab..(t + 1) * vocab], window[t + 1]);
             count += 1;
         }
         windows += 1;

@@ -11,20 +11,8 @@ use std::sync::Arc;
 use hetsched::exec::{
     EvalWindows, ExecModel, LinearPrecision, PrefillOptions, Scoring, evaluate_windows,
 };
-use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, TEST_MODEL_PATH};
+use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, TEST_MODEL_PATH, token_nll};
 use hetsched_runtime::progress::Silent;
-
-fn nll_of(logits: &[f32], vocab: usize, t: usize, next: u32) -> f64 {
-    let row = &logits[t * vocab..(t + 1) * vocab];
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = row
-        .iter()
-        .map(|&v| (v as f64 - max).exp())
-        .sum::<f64>()
-        .ln()
-        + max;
-    lse - row[next as usize] as f64
-}
 
 #[test]
 fn llama_cpp_scoring_equals_the_reference_forward_scored_the_same_way() {
@@ -65,7 +53,7 @@ fn llama_cpp_scoring_equals_the_reference_forward_scored_the_same_way() {
         window[0] = bos;
         let logits = reference.forward_all(&window).unwrap();
         for t in ctx / 2..ctx - 1 {
-            nll += nll_of(&logits, vocab, t, window[t + 1]);
+            nll += token_nll(&logits[t * vocab..(t + 1) * vocab], window[t + 1]);
         }
     }
     let want = (nll / llama.tokens as f64).exp();

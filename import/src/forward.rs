@@ -270,6 +270,19 @@ impl LlamaModel {
     }
 }
 
+/// `−ln softmax(logits)[next]`, in f64: one position's negative log-likelihood (the term
+/// of a perplexity).
+pub fn token_nll(logits: &[f32], next: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = logits
+        .iter()
+        .map(|&v| (v as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
+    lse - logits[next as usize] as f64
+}
+
 /// The `k` most likely tokens of `logits` with their softmax probabilities,
 /// most likely first (ties by lower id). NaN logits are ignored.
 pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
@@ -308,7 +321,7 @@ mod tests {
     use crate::gguf::MetadataValue as V;
     use crate::gguf::writer::GgufWriter;
 
-    fn rand(len: usize, seed: u64) -> Vec<f32> {
+    pub(super) fn rand(len: usize, seed: u64) -> Vec<f32> {
         hetsched_kernels::seeded::SeededRng::new(seed)
             .f32s(len)
             .into_iter()

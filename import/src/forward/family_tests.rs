@@ -5,6 +5,7 @@
 //! where it should.
 
 use super::LlamaModel;
+use super::tests::rand;
 use crate::family::{GEMMA3, LLAMA, QWEN2};
 use crate::gguf::GgufFile;
 use crate::gguf::MetadataValue as V;
@@ -14,14 +15,6 @@ const H: usize = 8;
 const HEAD: usize = 4;
 const FFN: usize = 12;
 const VOCAB: usize = 10;
-
-fn rand(len: usize, seed: u64) -> Vec<f32> {
-    hetsched_kernels::seeded::SeededRng::new(seed)
-        .f32s(len)
-        .into_iter()
-        .map(|x| x * 0.3)
-        .collect()
-}
 
 /// A 2-layer model of `arch` (hidden 8, 2 heads of 4, 1 KV head), with the tensors its
 /// row needs; `extra` adds metadata and `bias` scales the QKV biases (families with them).
