@@ -94,13 +94,7 @@ pub struct EvalWindows {
 
 /// `ln softmax(logits)`, in f64 (the KL sums of evaluation and calibration).
 pub(super) fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits
-        .iter()
-        .map(|&v| (v as f64 - max).exp())
-        .sum::<f64>()
-        .ln()
-        + max;
+    let lse = hetsched_import::log_sum_exp(logits);
     logits.iter().map(|&v| v as f64 - lse).collect()
 }
 

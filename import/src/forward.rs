@@ -270,17 +270,21 @@ impl LlamaModel {
     }
 }
 
-/// `−ln softmax(logits)[next]`, in f64: one position's negative log-likelihood (the term
-/// of a perplexity).
-pub fn token_nll(logits: &[f32], next: u32) -> f64 {
+/// `ln Σ exp(logits)`, in f64, shifted by the maximum so that no term overflows.
+pub fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits
+    logits
         .iter()
         .map(|&v| (v as f64 - max).exp())
         .sum::<f64>()
         .ln()
-        + max;
-    lse - logits[next as usize] as f64
+        + max
+}
+
+/// `−ln softmax(logits)[next]`, in f64: one position's negative log-likelihood (the term
+/// of a perplexity).
+pub fn token_nll(logits: &[f32], next: u32) -> f64 {
+    log_sum_exp(logits) - logits[next as usize] as f64
 }
 
 /// The `k` most likely tokens of `logits` with their softmax probabilities,

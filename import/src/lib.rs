@@ -41,7 +41,7 @@ pub mod tokenizer;
 
 pub use error::ImportError;
 pub use family::{Activation, EmbeddingScale, Family, NormStyle};
-pub use forward::{LlamaModel, token_nll, top_k};
+pub use forward::{LlamaModel, log_sum_exp, token_nll, top_k};
 pub use gguf::{GgmlType, GgufFile, GgufHeader, Metadata, MetadataValue, TensorInfo, TensorView};
 pub use hf::HfModel;
 pub use llama::{LlamaConfig, LlamaLayerWeights, LlamaWeights};
