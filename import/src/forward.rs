@@ -322,8 +322,7 @@ pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::MetadataValue as V;
-    use crate::gguf::writer::GgufWriter;
+    use crate::gguf::writer::{GgufWriter, TinyModel};
 
     pub(super) fn rand(len: usize, seed: u64) -> Vec<f32> {
         hetsched_kernels::seeded::SeededRng::new(seed)
@@ -335,43 +334,22 @@ mod tests {
 
     /// A 2-layer llama with hidden 8, 2 heads, 1 KV head, ffn 12, vocab 10.
     fn tiny_model(tied: bool) -> GgufFile {
-        let (h, ffn, vocab, kv) = (8, 12, 10, 4);
-        let mut w = GgufWriter::new();
-        w.kv("general.architecture", V::String("llama".into()))
-            .kv("llama.block_count", V::U32(2))
-            .kv("llama.embedding_length", V::U32(h as u32))
-            .kv("llama.attention.head_count", V::U32(2))
-            .kv("llama.attention.head_count_kv", V::U32(1))
-            .kv("llama.feed_forward_length", V::U32(ffn as u32))
-            .kv("llama.context_length", V::U32(16))
-            .kv("llama.vocab_size", V::U32(vocab as u32))
-            .kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5));
-        let mut seed = 0;
-        let mut t = |w: &mut GgufWriter, name: &str, shape: &[usize]| {
-            seed += 1;
-            let n = shape.iter().product();
-            w.tensor_f32(name, shape, &rand(n, seed));
+        let m = TinyModel {
+            arch: "llama",
+            layers: 2,
+            hidden: 8,
+            heads: 2,
+            kv_heads: 1,
+            ffn: 12,
+            vocab: 10,
+            context: 16,
+            tied,
         };
-        t(&mut w, "token_embd.weight", &[vocab, h]);
-        t(&mut w, "output_norm.weight", &[h]);
-        if !tied {
-            t(&mut w, "output.weight", &[vocab, h]);
-        }
-        for i in 0..2 {
-            for (name, shape) in [
-                ("attn_norm", vec![h]),
-                ("attn_q", vec![h, h]),
-                ("attn_k", vec![kv, h]),
-                ("attn_v", vec![kv, h]),
-                ("attn_output", vec![h, h]),
-                ("ffn_norm", vec![h]),
-                ("ffn_gate", vec![ffn, h]),
-                ("ffn_up", vec![ffn, h]),
-                ("ffn_down", vec![h, ffn]),
-            ] {
-                t(&mut w, &format!("blk.{i}.{name}.weight"), &shape);
-            }
-        }
+        let mut seed = 0;
+        let w = GgufWriter::tiny_model(&m, |_, n| {
+            seed += 1;
+            rand(n, seed)
+        });
         GgufFile::from_bytes(w.to_bytes()).unwrap()
     }
 

@@ -9,80 +9,72 @@ use super::tests::rand;
 use crate::family::{GEMMA3, LLAMA, QWEN2};
 use crate::gguf::GgufFile;
 use crate::gguf::MetadataValue as V;
-use crate::gguf::writer::GgufWriter;
+use crate::gguf::writer::{GgufWriter, TinyModel};
 
 const H: usize = 8;
 const HEAD: usize = 4;
 const FFN: usize = 12;
 const VOCAB: usize = 10;
 
+/// Seeded values for tensor `name` (seeded by name, so that two rows' files share the
+/// tensors they both have), norm weights around 1.
+fn values(name: &str, len: usize, scale: f32) -> Vec<f32> {
+    let seed = name
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let one = if name.contains("norm") { 1.0 } else { 0.0 };
+    rand(len, seed)
+        .into_iter()
+        .map(|x| x * scale + one)
+        .collect()
+}
+
 /// A 2-layer model of `arch` (hidden 8, 2 heads of 4, 1 KV head), with the tensors its
 /// row needs; `extra` adds metadata and `bias` scales the QKV biases (families with them).
 fn tiny(arch: &str, extra: &[(&str, V)], bias: f32, rope_freqs: Option<f32>) -> GgufFile {
     let family = crate::family::family(arch).unwrap();
-    let k = |s: &str| family.key(s);
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", V::String(arch.into()))
-        .kv(&k("block_count"), V::U32(2))
-        .kv(&k("embedding_length"), V::U32(H as u32))
-        .kv(&k("attention.head_count"), V::U32(2))
-        .kv(&k("attention.head_count_kv"), V::U32(1))
-        .kv(&k("feed_forward_length"), V::U32(FFN as u32))
-        .kv(&k("context_length"), V::U32(16))
-        .kv(&k("vocab_size"), V::U32(VOCAB as u32))
-        .kv(&k("attention.layer_norm_rms_epsilon"), V::F32(1e-5));
+    let m = TinyModel {
+        arch,
+        layers: 2,
+        hidden: H,
+        heads: 2,
+        kv_heads: 1,
+        ffn: FFN,
+        vocab: VOCAB,
+        context: 16,
+        tied: true,
+    };
+    let mut w = GgufWriter::tiny_model(&m, |name, n| values(name, n, 1.0));
     for (key, v) in extra {
         w.kv(key, v.clone());
     }
-    // Seeded by name, so that two rows' files share the tensors they both have.
-    let t = |w: &mut GgufWriter, name: &str, shape: &[usize], scale: f32| {
-        let seed = name
-            .bytes()
-            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-        let data: Vec<f32> = rand(shape.iter().product(), seed)
-            .into_iter()
-            .map(|x| x * scale + if name.contains("norm") { 1.0 } else { 0.0 })
-            .collect();
-        w.tensor_f32(name, shape, &data);
-    };
-    t(&mut w, "token_embd.weight", &[VOCAB, H], 1.0);
-    t(&mut w, "output_norm.weight", &[H], 1.0);
     if let Some(f) = rope_freqs {
         w.tensor_f32("rope_freqs.weight", &[HEAD / 2], &[f; HEAD / 2]);
     }
     for i in 0..2 {
-        let mut layer: Vec<(&str, Vec<usize>, f32)> = vec![
-            ("attn_norm.weight", vec![H], 1.0),
-            ("attn_q.weight", vec![H, H], 1.0),
-            ("attn_k.weight", vec![HEAD, H], 1.0),
-            ("attn_v.weight", vec![HEAD, H], 1.0),
-            ("attn_output.weight", vec![H, H], 1.0),
-            ("ffn_norm.weight", vec![H], 1.0),
-            ("ffn_gate.weight", vec![FFN, H], 1.0),
-            ("ffn_up.weight", vec![FFN, H], 1.0),
-            ("ffn_down.weight", vec![H, FFN], 1.0),
-        ];
+        let mut layer: Vec<(&str, usize, f32)> = Vec::new();
         if family.qkv_bias {
             layer.extend([
-                ("attn_q.bias", vec![H], bias),
-                ("attn_k.bias", vec![HEAD], bias),
-                ("attn_v.bias", vec![HEAD], bias),
+                ("attn_q.bias", H, bias),
+                ("attn_k.bias", HEAD, bias),
+                ("attn_v.bias", HEAD, bias),
             ]);
         }
         if family.qk_norm {
             layer.extend([
-                ("attn_q_norm.weight", vec![HEAD], 1.0),
-                ("attn_k_norm.weight", vec![HEAD], 1.0),
+                ("attn_q_norm.weight", HEAD, 1.0),
+                ("attn_k_norm.weight", HEAD, 1.0),
             ]);
         }
         if family.post_norms {
             layer.extend([
-                ("post_attention_norm.weight", vec![H], 1.0),
-                ("post_ffw_norm.weight", vec![H], 1.0),
+                ("post_attention_norm.weight", H, 1.0),
+                ("post_ffw_norm.weight", H, 1.0),
             ]);
         }
-        for (name, shape, scale) in layer {
-            t(&mut w, &format!("blk.{i}.{name}"), &shape, scale);
+        for (name, len, scale) in layer {
+            let name = format!("blk.{i}.{name}");
+            w.tensor_f32(&name, &[len], &values(&name, len, scale));
         }
     }
     GgufFile::from_bytes(w.to_bytes()).unwrap()
