@@ -17,10 +17,8 @@ use hetsched::exec::{
     Calibration, ExecError, ExecModel, HotChannel, Importance, LinearPrecision, ModelIdentity,
     PrefillOptions, PrunedScale, SiteCalibration, prefill,
 };
-use hetsched::import::gguf::writer::GgufWriter;
-use hetsched::import::{
-    GgmlType, GgufFile, GgufHeader, HfModel, ImportError, LlamaConfig, MetadataValue as V,
-};
+use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
+use hetsched::import::{GgmlType, GgufFile, GgufHeader, HfModel, ImportError, LlamaConfig};
 use hetsched::scene::{Scene, SceneError};
 use hetsched::systems::PlanError;
 use hetsched::systems::shadow::ShadowSite;
@@ -89,25 +87,24 @@ fn scratch(name: &str) -> PathBuf {
 
 const H: usize = 8;
 const FFN: usize = 16;
-const KV: usize = 4;
 const VOCAB: usize = 10;
 
 /// A 1-layer f32 llama with `context`; `poison` names a tensor given one NaN.
 fn tiny_gguf(context: u64, poison: Option<&str>) -> Vec<u8> {
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", V::String("llama".into()))
-        .kv("llama.block_count", V::U32(1))
-        .kv("llama.embedding_length", V::U32(H as u32))
-        .kv("llama.attention.head_count", V::U32(2))
-        .kv("llama.attention.head_count_kv", V::U32(1))
-        .kv("llama.feed_forward_length", V::U32(FFN as u32))
-        .kv("llama.context_length", V::U64(context))
-        .kv("llama.vocab_size", V::U32(VOCAB as u32))
-        .kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5));
+    let m = TinyModel {
+        arch: "llama",
+        layers: 1,
+        hidden: H,
+        heads: 2,
+        kv_heads: 1,
+        ffn: FFN,
+        vocab: VOCAB,
+        context,
+        tied: true,
+    };
     let mut seed = 0u32;
-    let mut t = |w: &mut GgufWriter, name: &str, shape: &[usize]| {
+    let w = GgufWriter::tiny_model(&m, |name, n| {
         seed += 1;
-        let n: usize = shape.iter().product();
         let mut values: Vec<f32> = (0..n)
             .map(|i| {
                 (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 4000.0 - 0.12
@@ -116,23 +113,8 @@ fn tiny_gguf(context: u64, poison: Option<&str>) -> Vec<u8> {
         if poison == Some(name) {
             values[n / 2] = f32::NAN;
         }
-        w.tensor_f32(name, shape, &values);
-    };
-    t(&mut w, "token_embd.weight", &[VOCAB, H]);
-    t(&mut w, "output_norm.weight", &[H]);
-    for (name, shape) in [
-        ("attn_norm", vec![H]),
-        ("attn_q", vec![H, H]),
-        ("attn_k", vec![KV, H]),
-        ("attn_v", vec![KV, H]),
-        ("attn_output", vec![H, H]),
-        ("ffn_norm", vec![H]),
-        ("ffn_gate", vec![FFN, H]),
-        ("ffn_up", vec![FFN, H]),
-        ("ffn_down", vec![H, FFN]),
-    ] {
-        t(&mut w, &format!("blk.0.{name}.weight"), &shape);
-    }
+        values
+    });
     w.to_bytes()
 }
 

@@ -457,21 +457,22 @@ fn bad_tensor_infos() {
         ImportError::TensorOutOfBounds { .. }
     ));
 
-    // A Q4_K tensor parses (sizes are known) but cannot be dequantized.
+    // A Q3_K tensor parses (sizes are known) but cannot be dequantized.
     let mut w = GgufWriter::new();
-    w.tensor_raw("k", &[256], 12, vec![0; 144]);
+    w.tensor_raw("k", &[256], 11, vec![0; 110]);
     let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
     let err = file.tensor("k").unwrap().to_f32().unwrap_err();
     assert!(
         matches!(
             err,
             ImportError::UnsupportedTensorType {
-                ty: GgmlType::Q4_K,
+                ty: GgmlType::Q3_K,
                 ..
             }
         ),
         "{err}"
     );
+    assert!(err.to_string().contains("\"k\"") && err.to_string().contains("Q3_K"));
 
     // Misaligned offset: patch the second tensor's offset from 32 to 4.
     let mut w = GgufWriter::new();

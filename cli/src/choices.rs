@@ -98,3 +98,14 @@ pub fn policy_name(name: &str) -> Result<String, String> {
         .map(|()| name.to_string())
         .map_err(|e| e.to_string())
 }
+
+/// Which positions `eval` scores (`--scoring`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ScoringChoice {
+    /// Every position of every window.
+    All,
+    /// As llama.cpp's llama-perplexity: the second half of each window, the window's
+    /// first token replaced by BOS when the tokenizer adds one.
+    #[value(name = "llama-cpp")]
+    LlamaCpp,
+}

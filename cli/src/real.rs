@@ -15,7 +15,7 @@ use hetsched::scene::Scene;
 use hetsched::systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProfileOrigin, Workload};
 
 use crate::CliError;
-use crate::choices::Precision;
+use crate::choices::{Precision, ScoringChoice};
 use crate::model::{ShadowArgs, find_calibration, load, read_text};
 use crate::output::{Timelines, print_json_or, write_file};
 use crate::progress::Bar;
@@ -108,6 +108,9 @@ pub struct EvalArgs {
     /// Evaluate at most this many windows [default: every window of the text].
     #[arg(long)]
     max_windows: Option<usize>,
+    /// Which positions count: `all`, or `llama-cpp` to compare with llama-perplexity.
+    #[arg(long, value_enum, default_value = "all")]
+    scoring: ScoringChoice,
     /// Compute threads [default: the machine's cores].
     #[arg(long)]
     threads: Option<usize>,
@@ -356,18 +359,31 @@ pub fn eval(args: EvalArgs) -> Result<(), CliError> {
         threads: args.threads.unwrap_or(defaults.threads),
         ..defaults
     };
-    let report = exec::evaluate_with_progress(
+    let scoring = match args.scoring {
+        ScoringChoice::All => exec::Scoring::All,
+        ScoringChoice::LlamaCpp => exec::Scoring::LlamaCpp {
+            bos: loaded
+                .tokenizer
+                .bos_id()
+                .filter(|_| loaded.tokenizer.add_bos()),
+        },
+    };
+    let windows = exec::EvalWindows {
+        ctx: args.ctx,
+        max_windows: args.max_windows.unwrap_or(usize::MAX),
+        scoring,
+    };
+    let report = exec::evaluate_windows(
         &model,
         &reference,
         &tokens,
-        args.ctx,
-        args.max_windows.unwrap_or(usize::MAX),
+        &windows,
         &options,
         &mut Bar::new("windows"),
     )?;
     print_json_or(args.json, &report, || {
         let mut text = format!(
-            "{} ({}): perplexity {:.3} (f32 {:.3}) over {} tokens in {} windows of {}\n\
+            "{} ({}): perplexity {:.3} (f32 {:.3}) over {} tokens in {} windows of {}, scoring {}\n\
              KL(f32 || {}) {:.4} nats, top-1 agreement with f32 {:.1}%\n",
             model.name,
             report.precision,
@@ -376,6 +392,7 @@ pub fn eval(args: EvalArgs) -> Result<(), CliError> {
             report.tokens,
             report.windows,
             report.ctx,
+            report.scoring,
             report.precision,
             report.kl_divergence,
             100.0 * report.top1_agreement

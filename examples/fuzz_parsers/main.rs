@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use hetsched::exec::{
     Calibration, HotChannel, Importance, ModelIdentity, PrunedScale, SiteCalibration,
 };
-use hetsched::import::gguf::writer::GgufWriter;
+use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
 use hetsched::import::hf::safetensors_tensor_names;
 use hetsched::import::{GgmlType, GgufFile, GgufSource, LlamaSource, MetadataValue as V};
 use hetsched::scene::Scene;
@@ -173,20 +173,20 @@ fn run_calibration(bytes: &[u8]) -> Outcome {
 // Seeds
 
 fn gguf_llama(with_tokens: bool) -> Vec<u8> {
-    const H: usize = 8;
-    const FFN: usize = 16;
-    const KV: usize = 4;
     const VOCAB: usize = 10;
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", V::String("llama".into()))
-        .kv("llama.block_count", V::U32(1))
-        .kv("llama.embedding_length", V::U32(H as u32))
-        .kv("llama.attention.head_count", V::U32(2))
-        .kv("llama.attention.head_count_kv", V::U32(1))
-        .kv("llama.feed_forward_length", V::U32(FFN as u32))
-        .kv("llama.context_length", V::U64(64))
-        .kv("llama.vocab_size", V::U32(VOCAB as u32))
-        .kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5));
+    let m = TinyModel {
+        arch: "llama",
+        layers: 1,
+        hidden: 8,
+        heads: 2,
+        kv_heads: 1,
+        ffn: 16,
+        vocab: VOCAB,
+        context: 64,
+        tied: true,
+    };
+    let mut rng = SeededRng::new(7);
+    let mut w = GgufWriter::tiny_model(&m, |_, n| rng.f32s(n));
     if with_tokens {
         use hetsched::import::gguf::metadata::{MetadataArray, ValueType};
         let tokens = (0..VOCAB).map(|i| V::String(format!("t{i}"))).collect();
@@ -199,26 +199,6 @@ fn gguf_llama(with_tokens: bool) -> Vec<u8> {
         )
         .kv("tokenizer.ggml.model", V::String("gpt2".into()))
         .kv("tokenizer.ggml.bos_token_id", V::U32(1));
-    }
-    let mut rng = SeededRng::new(7);
-    let mut t = |w: &mut GgufWriter, name: &str, shape: &[usize]| {
-        let n: usize = shape.iter().product();
-        w.tensor_f32(name, shape, &rng.f32s(n));
-    };
-    t(&mut w, "token_embd.weight", &[VOCAB, H]);
-    t(&mut w, "output_norm.weight", &[H]);
-    for (name, shape) in [
-        ("attn_norm", vec![H]),
-        ("attn_q", vec![H, H]),
-        ("attn_k", vec![KV, H]),
-        ("attn_v", vec![KV, H]),
-        ("attn_output", vec![H, H]),
-        ("ffn_norm", vec![H]),
-        ("ffn_gate", vec![FFN, H]),
-        ("ffn_up", vec![FFN, H]),
-        ("ffn_down", vec![H, FFN]),
-    ] {
-        t(&mut w, &format!("blk.0.{name}.weight"), &shape);
     }
     w.to_bytes()
 }

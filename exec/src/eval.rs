@@ -4,6 +4,14 @@
 //! The text is cut into windows of `ctx` tokens; each window is one prefill (one chunk,
 //! through the scheduler and the queues like any run) that returns every position's
 //! logits. Position t predicts token t+1 of the same window.
+//!
+//! Which positions count is the [`Scoring`]: [`Scoring::All`] (the default of
+//! `hetsched eval`) scores every position of every window; [`Scoring::LlamaCpp`] scores
+//! as llama.cpp's `llama-perplexity` does, so that the two figures compare directly:
+//! only the second half of each window (positions `ctx/2 .. ctx-1`, each with at least
+//! `ctx/2` tokens of context), and, for a tokenizer that adds BOS, the window's first
+//! token replaced by BOS. The same model and text read higher under `All`, whose early
+//! positions see little context.
 
 use std::sync::Arc;
 
@@ -22,7 +30,9 @@ pub struct EvalReport {
     pub ctx: usize,
     /// Windows evaluated.
     pub windows: usize,
-    /// Predicted tokens (ctx - 1 per window).
+    /// Which positions were scored: `all` or `llama-cpp`.
+    pub scoring: &'static str,
+    /// Predicted tokens (ctx − 1 per window, or ctx − 1 − ctx/2 scored the llama.cpp way).
     pub tokens: usize,
     /// exp(mean negative log-likelihood).
     pub perplexity: f64,
@@ -38,15 +48,53 @@ pub struct EvalReport {
     pub shadow: Option<ShadowReport>,
 }
 
+/// Which positions of each window [`evaluate_windows`] scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scoring {
+    /// Every position `0 .. ctx-1` of each window (ctx − 1 predictions per window).
+    #[default]
+    All,
+    /// llama.cpp's `llama-perplexity`: positions `ctx/2 .. ctx-1` only
+    /// (`ctx − 1 − ctx/2` predictions per window), after replacing the window's first
+    /// token with `bos` when there is one (llama.cpp does so when the vocabulary adds BOS).
+    LlamaCpp {
+        /// The BOS token the window starts with, or `None` to keep the text's token.
+        bos: Option<u32>,
+    },
+}
+
+impl Scoring {
+    /// The first position scored in a window of `ctx` tokens.
+    pub fn first_scored(self, ctx: usize) -> usize {
+        match self {
+            Self::All => 0,
+            Self::LlamaCpp { .. } => ctx / 2,
+        }
+    }
+
+    /// The name shown in reports: `all` or `llama-cpp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::LlamaCpp { .. } => "llama-cpp",
+        }
+    }
+}
+
+/// How [`evaluate_windows`] cuts the text and scores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EvalWindows {
+    /// Tokens per window (at least 2).
+    pub ctx: usize,
+    /// At most this many windows, the first ones.
+    pub max_windows: usize,
+    /// Which positions count.
+    pub scoring: Scoring,
+}
+
 /// `ln softmax(logits)`, in f64 (the KL sums of evaluation and calibration).
 pub(super) fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let lse = logits
-        .iter()
-        .map(|&v| (v as f64 - max).exp())
-        .sum::<f64>()
-        .ln()
-        + max;
+    let lse = hetsched_import::log_sum_exp(logits);
     logits.iter().map(|&v| v as f64 - lse).collect()
 }
 
@@ -96,12 +144,39 @@ pub fn evaluate_with_progress(
     options: &PrefillOptions,
     progress: &mut dyn Progress,
 ) -> Result<EvalReport, ExecError> {
+    let windows = EvalWindows {
+        ctx,
+        max_windows,
+        scoring: Scoring::All,
+    };
+    evaluate_windows(model, reference, tokens, &windows, options, progress)
+}
+
+/// Evaluates `model` against `reference` as [`evaluate`] does, with the windows cut and
+/// scored as `windows` says, counting the windows done on `progress`.
+pub fn evaluate_windows(
+    model: &Arc<ExecModel>,
+    reference: &Arc<ExecModel>,
+    tokens: &[u32],
+    windows: &EvalWindows,
+    options: &PrefillOptions,
+    progress: &mut dyn Progress,
+) -> Result<EvalReport, ExecError> {
+    let EvalWindows {
+        ctx,
+        max_windows,
+        scoring,
+    } = *windows;
     if ctx < 2 {
         return Err(ExecError::InvalidEval(format!(
             "--ctx {ctx} leaves nothing to predict: use at least 2 tokens per window"
         )));
     }
-    let windows: Vec<&[u32]> = tokens.chunks_exact(ctx).take(max_windows).collect();
+    let windows: Vec<Vec<u32>> = tokens
+        .chunks_exact(ctx)
+        .take(max_windows)
+        .map(|w| window_tokens(w, scoring))
+        .collect();
     if windows.is_empty() {
         return Err(ExecError::InvalidEval(format!(
             "the text has {} tokens, fewer than one window of {ctx}: give a longer text or a smaller --ctx",
@@ -128,7 +203,7 @@ pub fn evaluate_with_progress(
         } else {
             Some(prefill(reference.clone(), window, &options)?.logits)
         };
-        for t in 0..ctx - 1 {
+        for t in scoring.first_scored(ctx)..ctx - 1 {
             let next = window[t + 1] as usize;
             let lp = log_softmax(&logits[t * vocab..(t + 1) * vocab]);
             nll -= lp[next];
@@ -154,6 +229,7 @@ pub fn evaluate_with_progress(
         precision: model.precision.as_str(),
         ctx,
         windows: windows.len(),
+        scoring: scoring.as_str(),
         tokens: count,
         perplexity: (nll / n).exp(),
         perplexity_f32: (nll_f32 / n).exp(),
@@ -165,4 +241,33 @@ pub fn evaluate_with_progress(
             s
         }),
     })
+}
+
+/// One window's tokens as scored: with its first token replaced by BOS where `scoring`
+/// asks for it (llama.cpp's `tokens[batch_start] = bos`).
+fn window_tokens(window: &[u32], scoring: Scoring) -> Vec<u32> {
+    let mut w = window.to_vec();
+    if let (Scoring::LlamaCpp { bos: Some(bos) }, Some(first)) = (scoring, w.first_mut()) {
+        *first = bos;
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_cpp_scores_the_second_half_after_bos() {
+        let scoring = Scoring::LlamaCpp { bos: Some(1) };
+        assert_eq!(scoring.first_scored(512), 256);
+        assert_eq!(scoring.first_scored(7), 3);
+        assert_eq!(Scoring::All.first_scored(512), 0);
+        assert_eq!(window_tokens(&[5, 6, 7], scoring), [1, 6, 7]);
+        assert_eq!(
+            window_tokens(&[5, 6, 7], Scoring::LlamaCpp { bos: None }),
+            [5, 6, 7]
+        );
+        assert_eq!(window_tokens(&[5, 6, 7], Scoring::All), [5, 6, 7]);
+    }
 }

@@ -58,7 +58,9 @@ pub use calibration::{
     OutlierStats, SiteCalibration, default_calibration_path,
 };
 pub use error::{ExecError, KernelError};
-pub use eval::{EvalReport, evaluate, evaluate_with_progress};
+pub use eval::{
+    EvalReport, EvalWindows, Scoring, evaluate, evaluate_windows, evaluate_with_progress,
+};
 #[cfg(feature = "gpu")]
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};

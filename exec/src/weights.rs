@@ -173,10 +173,40 @@ pub struct ExecModel {
     pub calibration_file: Option<String>,
 }
 
+/// Refuses a family the interpreter does not compute (it runs the llama row: no biases,
+/// QK-norm, post-norms, GELU, embedding scale, sliding window or RoPE scaling), with an
+/// error naming what is missing instead of wrong logits.
+fn executable(config: &hetsched_import::LlamaConfig) -> Result<(), ImportError> {
+    let f = &config.family;
+    let missing = if !f.is_llama_like() {
+        Some(format!("the {} family (see import/src/family.rs)", f.arch))
+    } else if config.rope_freq_scale != 1.0 {
+        Some("linear RoPE scaling".to_owned())
+    } else {
+        None
+    };
+    match missing {
+        Some(feature) => Err(ImportError::NotExecutable {
+            arch: f.arch.to_owned(),
+            feature,
+        }),
+        None => Ok(()),
+    }
+}
+
 impl ExecModel {
     /// Loads every weight of a GGUF `file` for `precision` (dequantizing GGUF blocks to
     /// f32 and, for W8A8, requantizing per output row).
     pub fn load(file: &GgufFile, precision: LinearPrecision) -> Result<Self, ImportError> {
+        if file.tensor("rope_freqs.weight").is_some() {
+            return Err(ImportError::NotExecutable {
+                arch: file
+                    .metadata()
+                    .require_str("general.architecture")?
+                    .to_owned(),
+                feature: "RoPE frequency factors (rope_freqs.weight)".into(),
+            });
+        }
         Self::from_source(&GgufSource::new(file)?, precision)
     }
 
@@ -215,6 +245,7 @@ impl ExecModel {
     ) -> Result<Self, ImportError> {
         let config = source.config().clone();
         config.validate()?;
+        executable(&config)?;
         let (vocab, h) = (config.vocab_size, config.hidden);
         let token_embd = checked("token_embd", source.token_embd()?, &[vocab, h])?;
         let output = match source.output()? {

@@ -123,7 +123,7 @@ pub enum ImportError {
     },
     /// A known ggml tensor type that this importer cannot dequantize.
     #[error(
-        "tensor {name:?}: tensor type {ty:?} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)"
+        "tensor {name:?}: tensor type {ty:?} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"
     )]
     UnsupportedTensorType {
         /// Tensor name.
@@ -210,8 +210,19 @@ pub enum ImportError {
         found: Vec<usize>,
     },
     /// `general.architecture` is not one this importer handles.
-    #[error("unsupported model architecture {0:?} (supported: \"llama\")")]
+    #[error("unsupported model architecture {0:?} (supported: \"llama\", \"qwen2\", \"gemma3\")")]
     UnsupportedArchitecture(String),
+    /// A family (or a file feature) the importer reads but the real executor does not
+    /// run yet: only the f32 reference forward (`LlamaModel`) computes it.
+    #[error(
+        "{arch}: {feature} is not run by the real executor yet (it runs the llama row without RoPE scaling); the f32 reference forward computes this model"
+    )]
+    NotExecutable {
+        /// `general.architecture`.
+        arch: String,
+        /// What the executor lacks.
+        feature: String,
+    },
     /// Inconsistent hyper-parameters.
     #[error("invalid model configuration: {0}")]
     InvalidConfig(String),

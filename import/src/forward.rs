@@ -1,4 +1,5 @@
-//! Unchunked f32 reference prefill of a llama model.
+//! Unchunked f32 reference prefill of a llama-like model: any row of
+//! [`crate::family`] (llama, Qwen2, Gemma 3), each step gated by the family's fields.
 //!
 //! Built only from `hetsched-kernels`: the scalar references for RMSNorm,
 //! RoPE, causal GQA attention, SiLU·mul and residual adds, and the f32 GEMM
@@ -9,24 +10,33 @@
 //! Per block, for the whole prompt `x[n, hidden]` at positions `0..n`:
 //!
 //! ```text
+//! x = embed(tokens) · (√hidden if the family scales embeddings)
 //! h = rms_norm(x, attn_norm)
-//! q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ ; rope(q), rope(k)
-//! x += attention_causal_gqa(q, k, v) · Woᵀ
+//! q, k, v = h·Wqᵀ (+ bq), h·Wkᵀ (+ bk), h·Wvᵀ (+ bv)      biases: qkv_bias
+//! q, k = rms_norm per head (q_norm, k_norm)              qk_norm
+//! rope(q), rope(k)   base: local or global; × freq scale, ÷ rope_freqs
+//! a = attention(q, k, v) · Woᵀ      local layers: keys within the sliding window
+//! x += rms_norm(a, post_attention_norm) or a             post_norms
 //! h = rms_norm(x, ffn_norm)
-//! x += (silu(h·Wgateᵀ) ⊙ h·Wupᵀ) · Wdownᵀ
+//! f = (act(h·Wgateᵀ) ⊙ h·Wupᵀ) · Wdownᵀ                  act: SiLU or GELU(tanh)
+//! x += rms_norm(f, post_ffw_norm) or f                   post_norms
 //! ```
 //!
 //! then `logits = rms_norm(x, output_norm) · Woutᵀ` (`Wout` = `token_embd`
 //! when tied).
 
+#[cfg(test)]
+mod family_tests;
+mod ops;
+
 use hetsched_kernels::{
-    AttentionShape, PackedF32Weights, add_inplace, attention_causal_gqa, matmul_f32_packed,
-    rms_norm, rope, silu_mul,
+    AttentionShape, PackedF32Weights, add_inplace, matmul_f32_packed, rms_norm, silu_mul,
 };
 
 use super::error::{ImportError, Result};
+use super::family::{Activation, EmbeddingScale};
 use super::gguf::{GgufFile, TensorView};
-use super::llama::{LlamaConfig, LlamaWeights};
+use super::llama::{LlamaConfig, LlamaLayerWeights, LlamaWeights};
 
 struct Layer {
     attn_norm: Vec<f32>,
@@ -38,6 +48,40 @@ struct Layer {
     w_gate: PackedF32Weights,
     w_up: PackedF32Weights,
     w_down: PackedF32Weights,
+    /// Q, K, V biases (families with QKV biases).
+    qkv_bias: Option<[Vec<f32>; 3]>,
+    /// Per-head Q and K norm weights (families with QK-norm).
+    qk_norm: Option<[Vec<f32>; 2]>,
+    /// Post-attention and post-FFN norm weights (families with post-norms).
+    post_norms: Option<[Vec<f32>; 2]>,
+}
+
+fn f32s<const N: usize>(views: Option<[TensorView<'_>; N]>) -> Result<Option<[Vec<f32>; N]>> {
+    views
+        .map(|vs| {
+            let v: Vec<Vec<f32>> = vs.iter().map(TensorView::to_f32).collect::<Result<_>>()?;
+            Ok(v.try_into().expect("N views give N vectors"))
+        })
+        .transpose()
+}
+
+impl Layer {
+    fn load(l: &LlamaLayerWeights<'_>) -> Result<Self> {
+        Ok(Self {
+            attn_norm: l.attn_norm.to_f32()?,
+            wq: packed(l.attn_q)?,
+            wk: packed(l.attn_k)?,
+            wv: packed(l.attn_v)?,
+            wo: packed(l.attn_output)?,
+            ffn_norm: l.ffn_norm.to_f32()?,
+            w_gate: packed(l.ffn_gate)?,
+            w_up: packed(l.ffn_up)?,
+            w_down: packed(l.ffn_down)?,
+            qkv_bias: f32s(l.qkv_bias)?,
+            qk_norm: f32s(l.qk_norm)?,
+            post_norms: f32s(l.post_norms)?,
+        })
+    }
 }
 
 /// A llama model with every weight dequantized to f32, ready for the
@@ -48,6 +92,7 @@ pub struct LlamaModel {
     layers: Vec<Layer>,
     output_norm: Vec<f32>,
     output: PackedF32Weights,
+    rope_freqs: Option<Vec<f32>>,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -88,21 +133,9 @@ impl LlamaModel {
             Some(o) => packed(o)?,
             None => PackedF32Weights::pack(&token_embd, config.vocab_size, config.hidden),
         };
-        let mut layers = Vec::with_capacity(w.layers.len());
-        for l in &w.layers {
-            layers.push(Layer {
-                attn_norm: l.attn_norm.to_f32()?,
-                wq: packed(l.attn_q)?,
-                wk: packed(l.attn_k)?,
-                wv: packed(l.attn_v)?,
-                wo: packed(l.attn_output)?,
-                ffn_norm: l.ffn_norm.to_f32()?,
-                w_gate: packed(l.ffn_gate)?,
-                w_up: packed(l.ffn_up)?,
-                w_down: packed(l.ffn_down)?,
-            });
-        }
+        let layers = w.layers.iter().map(Layer::load).collect::<Result<_>>()?;
         Ok(Self {
+            rope_freqs: w.rope_freqs.map(|t| t.to_f32()).transpose()?,
             output_norm: w.output_norm.to_f32()?,
             config,
             token_embd,
@@ -148,50 +181,78 @@ impl LlamaModel {
         for &id in tokens {
             x.extend_from_slice(self.embedding(id)?);
         }
-        let positions: Vec<usize> = (0..n).collect();
+        if c.family.embedding_scale == EmbeddingScale::SqrtHidden {
+            let scale = (h as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
+        let mut normed = vec![0f32; n * h];
+        for (i, l) in self.layers.iter().enumerate() {
+            rms_norm(&x, &l.attn_norm, c.norm_eps, &mut normed, n, h);
+            let attn = self.attention(i, l, &normed, n);
+            self.residual(&mut x, attn, l.post_norms.as_ref().map(|p| &p[0]));
+
+            rms_norm(&x, &l.ffn_norm, c.norm_eps, &mut normed, n, h);
+            let gate = linear(&normed, n, &l.w_gate);
+            let up = linear(&normed, n, &l.w_up);
+            let mut act = vec![0f32; n * c.ffn];
+            match c.family.activation {
+                Activation::SiluGlu => silu_mul(&gate, &up, &mut act),
+                Activation::GeluTanhGlu => ops::gelu_tanh_mul(&gate, &up, &mut act),
+            }
+            let down = linear(&act, n, &l.w_down);
+            self.residual(&mut x, down, l.post_norms.as_ref().map(|p| &p[1]));
+        }
+        rms_norm(&x, &self.output_norm, c.norm_eps, &mut normed, n, h);
+        Ok(normed)
+    }
+
+    /// `x += y`, after RMS-normalizing `y` with `post_norm` when the family has one.
+    fn residual(&self, x: &mut [f32], mut y: Vec<f32>, post_norm: Option<&Vec<f32>>) {
+        if let Some(w) = post_norm {
+            let input = y.clone();
+            rms_norm(
+                &input,
+                w,
+                self.config.norm_eps,
+                &mut y,
+                x.len() / w.len(),
+                w.len(),
+            );
+        }
+        add_inplace(x, &y);
+    }
+
+    /// Layer `i`'s attention block on the normed input `h` (`[n, hidden]`), through the
+    /// output projection.
+    fn attention(&self, i: usize, l: &Layer, h: &[f32], n: usize) -> Vec<f32> {
+        let c = &self.config;
+        let mut q = linear(h, n, &l.wq);
+        let mut k = linear(h, n, &l.wk);
+        let mut v = linear(h, n, &l.wv);
+        if let Some([bq, bk, bv]) = &l.qkv_bias {
+            ops::add_bias(&mut q, bq);
+            ops::add_bias(&mut k, bk);
+            ops::add_bias(&mut v, bv);
+        }
+        if let Some([nq, nk]) = &l.qk_norm {
+            ops::rms_norm_heads(&mut q, nq, c.norm_eps);
+            ops::rms_norm_heads(&mut k, nk, c.norm_eps);
+        }
+        let base = c.rope_base_of(i);
+        let freqs = self.rope_freqs.as_deref();
+        let (d, style, scale) = (c.head_dim, c.rope_style, c.rope_freq_scale);
+        ops::rope_scaled(&mut q, c.n_heads, d, base, style, scale, freqs);
+        ops::rope_scaled(&mut k, c.n_kv_heads, d, base, style, scale, freqs);
         let shape = AttentionShape {
             n_tokens: n,
             pos0: 0,
             kv_len: n,
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
+            head_dim: d,
         };
-        let mut normed = vec![0f32; n * h];
-        for l in &self.layers {
-            rms_norm(&x, &l.attn_norm, c.norm_eps, &mut normed, n, h);
-            let mut q = linear(&normed, n, &l.wq);
-            let mut k = linear(&normed, n, &l.wk);
-            let v = linear(&normed, n, &l.wv);
-            rope(
-                &mut q,
-                &positions,
-                c.n_heads,
-                c.head_dim,
-                c.rope_base,
-                c.rope_style,
-            );
-            rope(
-                &mut k,
-                &positions,
-                c.n_kv_heads,
-                c.head_dim,
-                c.rope_base,
-                c.rope_style,
-            );
-            let mut attn = vec![0f32; n * c.q_dim()];
-            attention_causal_gqa(&q, &k, &v, &mut attn, &shape);
-            add_inplace(&mut x, &linear(&attn, n, &l.wo));
-
-            rms_norm(&x, &l.ffn_norm, c.norm_eps, &mut normed, n, h);
-            let gate = linear(&normed, n, &l.w_gate);
-            let up = linear(&normed, n, &l.w_up);
-            let mut act = vec![0f32; n * c.ffn];
-            silu_mul(&gate, &up, &mut act);
-            add_inplace(&mut x, &linear(&act, n, &l.w_down));
-        }
-        rms_norm(&x, &self.output_norm, c.norm_eps, &mut normed, n, h);
-        Ok(normed)
+        let attn = ops::attention_windowed(&q, &k, &v, &shape, c.window_of(i));
+        linear(&attn, n, &l.wo)
     }
 
     /// Logits of every position, row-major `[tokens.len(), vocab]`.
@@ -207,6 +268,23 @@ impl LlamaModel {
         let h = self.config.hidden;
         Ok(linear(&hidden[hidden.len() - h..], 1, &self.output))
     }
+}
+
+/// `ln Σ exp(logits)`, in f64, shifted by the maximum so that no term overflows.
+pub fn log_sum_exp(logits: &[f32]) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    logits
+        .iter()
+        .map(|&v| (v as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max
+}
+
+/// `−ln softmax(logits)[next]`, in f64: one position's negative log-likelihood (the term
+/// of a perplexity).
+pub fn token_nll(logits: &[f32], next: u32) -> f64 {
+    log_sum_exp(logits) - logits[next as usize] as f64
 }
 
 /// The `k` most likely tokens of `logits` with their softmax probabilities,
@@ -244,10 +322,9 @@ pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::MetadataValue as V;
-    use crate::gguf::writer::GgufWriter;
+    use crate::gguf::writer::{GgufWriter, TinyModel};
 
-    fn rand(len: usize, seed: u64) -> Vec<f32> {
+    pub(super) fn rand(len: usize, seed: u64) -> Vec<f32> {
         hetsched_kernels::seeded::SeededRng::new(seed)
             .f32s(len)
             .into_iter()
@@ -257,43 +334,22 @@ mod tests {
 
     /// A 2-layer llama with hidden 8, 2 heads, 1 KV head, ffn 12, vocab 10.
     fn tiny_model(tied: bool) -> GgufFile {
-        let (h, ffn, vocab, kv) = (8, 12, 10, 4);
-        let mut w = GgufWriter::new();
-        w.kv("general.architecture", V::String("llama".into()))
-            .kv("llama.block_count", V::U32(2))
-            .kv("llama.embedding_length", V::U32(h as u32))
-            .kv("llama.attention.head_count", V::U32(2))
-            .kv("llama.attention.head_count_kv", V::U32(1))
-            .kv("llama.feed_forward_length", V::U32(ffn as u32))
-            .kv("llama.context_length", V::U32(16))
-            .kv("llama.vocab_size", V::U32(vocab as u32))
-            .kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5));
-        let mut seed = 0;
-        let mut t = |w: &mut GgufWriter, name: &str, shape: &[usize]| {
-            seed += 1;
-            let n = shape.iter().product();
-            w.tensor_f32(name, shape, &rand(n, seed));
+        let m = TinyModel {
+            arch: "llama",
+            layers: 2,
+            hidden: 8,
+            heads: 2,
+            kv_heads: 1,
+            ffn: 12,
+            vocab: 10,
+            context: 16,
+            tied,
         };
-        t(&mut w, "token_embd.weight", &[vocab, h]);
-        t(&mut w, "output_norm.weight", &[h]);
-        if !tied {
-            t(&mut w, "output.weight", &[vocab, h]);
-        }
-        for i in 0..2 {
-            for (name, shape) in [
-                ("attn_norm", vec![h]),
-                ("attn_q", vec![h, h]),
-                ("attn_k", vec![kv, h]),
-                ("attn_v", vec![kv, h]),
-                ("attn_output", vec![h, h]),
-                ("ffn_norm", vec![h]),
-                ("ffn_gate", vec![ffn, h]),
-                ("ffn_up", vec![ffn, h]),
-                ("ffn_down", vec![h, ffn]),
-            ] {
-                t(&mut w, &format!("blk.{i}.{name}.weight"), &shape);
-            }
-        }
+        let mut seed = 0;
+        let w = GgufWriter::tiny_model(&m, |_, n| {
+            seed += 1;
+            rand(n, seed)
+        });
         GgufFile::from_bytes(w.to_bytes()).unwrap()
     }
 

@@ -25,6 +25,7 @@
 //! so that no input makes it, or [`TensorView::to_f32`], panic.
 
 pub mod dtype;
+pub mod kquant;
 pub mod metadata;
 mod reader;
 mod view;

@@ -93,6 +93,7 @@ impl HfModel {
             .head_dim
             .unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
         let config = LlamaConfig {
+            family: crate::family::LLAMA,
             n_layers: hf.num_hidden_layers,
             hidden: hf.hidden_size,
             n_heads: hf.num_attention_heads,
@@ -102,6 +103,8 @@ impl HfModel {
             rope_base: hf.rope_theta.unwrap_or(10_000.0),
             rope_dims: head_dim,
             rope_style: RopeStyle::HalfSplit,
+            rope_freq_scale: 1.0,
+            sliding_window: 0,
             norm_eps: hf.rms_norm_eps,
             context_length: hf.max_position_embeddings,
             vocab_size: hf.vocab_size,

@@ -29,20 +29,24 @@
 //! ```
 
 pub mod error;
+pub mod family;
 pub mod forward;
 pub mod gguf;
 pub mod hf;
 pub mod limits;
 pub mod llama;
 pub mod source;
+pub mod spm;
 pub mod tokenizer;
 
 pub use error::ImportError;
-pub use forward::{LlamaModel, top_k};
+pub use family::{Activation, EmbeddingScale, Family, NormStyle};
+pub use forward::{LlamaModel, log_sum_exp, token_nll, top_k};
 pub use gguf::{GgmlType, GgufFile, GgufHeader, Metadata, MetadataValue, TensorInfo, TensorView};
 pub use hf::HfModel;
 pub use llama::{LlamaConfig, LlamaLayerWeights, LlamaWeights};
 pub use source::{ColumnSource, GgufSource, LayerTensor, LlamaSource};
+pub use spm::SpmTokenizer;
 pub use tokenizer::GgufTokenizer;
 
 /// Where `scripts/fetch-model.sh` puts the test model, relative to the

@@ -1,4 +1,5 @@
-//! The llama architecture in GGUF: hyper-parameters and tensors.
+//! The llama-like architectures in GGUF (the rows of [`crate::family`]: llama, qwen2,
+//! gemma3): hyper-parameters and tensors.
 //!
 //! Tensor names and shapes (outermost first, i.e. GGUF dims reversed; a
 //! linear weight is `[out_features, in_features]`, one row per output):
@@ -13,6 +14,13 @@
 //! | `blk.N.ffn_gate.weight`, `blk.N.ffn_up.weight` | `[ffn, hidden]` |
 //! | `blk.N.ffn_down.weight` | `[hidden, ffn]` |
 //! | `output.weight` (absent when tied to `token_embd.weight`) | `[vocab, hidden]` |
+//! | `blk.N.attn_{q,k,v}.bias` (families with QKV biases) | `[q_dim]`, `[kv_dim]` |
+//! | `blk.N.attn_{q,k}_norm.weight` (families with QK-norm) | `[head_dim]` |
+//! | `blk.N.post_attention_norm.weight`, `blk.N.post_ffw_norm.weight` (post-norms) | `[hidden]` |
+//! | `rope_freqs.weight` (optional: Llama-3's RoPE frequency factors) | `[head_dim / 2]` |
+//!
+//! The head dimension is `ARCH.attention.key_length` when present (Gemma 3: 256 with
+//! hidden 640 and 4 heads), else `hidden / n_heads`.
 //!
 //! llama.cpp's converter permutes the rows of `attn_q` / `attn_k` so that
 //! RoPE rotates **adjacent** pairs `(x[2i], x[2i+1])` (rope type NORM):
@@ -23,11 +31,15 @@
 use hetsched_kernels::RopeStyle;
 
 use super::error::{ImportError, Result};
+use super::family::{self, Family};
 use super::gguf::{GgufFile, Metadata, TensorView};
 
-/// Hyper-parameters of a llama-architecture model.
+/// Hyper-parameters of a llama-like model (any row of [`crate::family`]). Keys are
+/// read under the architecture's prefix (`llama.block_count`, `gemma3.block_count`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaConfig {
+    /// How the block computes: the family row of `general.architecture`.
+    pub family: Family,
     /// Transformer blocks (`llama.block_count`).
     pub n_layers: usize,
     /// Model width (`llama.embedding_length`).
@@ -36,7 +48,7 @@ pub struct LlamaConfig {
     pub n_heads: usize,
     /// Key/value heads (`llama.attention.head_count_kv`, default `n_heads`).
     pub n_kv_heads: usize,
-    /// Dimension of a head: `hidden / n_heads`.
+    /// Dimension of a head: `attention.key_length`, else `hidden / n_heads`.
     pub head_dim: usize,
     /// FFN inner width (`llama.feed_forward_length`).
     pub ffn: usize,
@@ -45,8 +57,15 @@ pub struct LlamaConfig {
     /// Rotated dimensions per head (`llama.rope.dimension_count`, default
     /// `head_dim`; only `head_dim` is supported).
     pub rope_dims: usize,
-    /// Which elements RoPE pairs: [`RopeStyle::Adjacent`] for GGUF llama.
+    /// Which elements RoPE pairs: the family's (for GGUF llama,
+    /// [`RopeStyle::Adjacent`]); Hugging Face llama checkpoints use
+    /// [`RopeStyle::HalfSplit`].
     pub rope_style: RopeStyle,
+    /// RoPE position scale: `1 / rope.scaling.factor` for linear scaling, else 1.
+    pub rope_freq_scale: f32,
+    /// Keys a local layer attends to, the query's own included
+    /// (`attention.sliding_window`); 0 when the family has no local layers.
+    pub sliding_window: usize,
     /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
     pub norm_eps: f32,
     /// Trained context (`llama.context_length`).
@@ -88,6 +107,33 @@ fn positive_f32(md: &Metadata, key: &str, default: Option<f64>) -> Result<f32> {
     Ok(f)
 }
 
+/// The vocabulary size: length of `tokenizer.ggml.tokens`, else `vocab_key`.
+fn vocab_size(md: &Metadata, vocab_key: &str) -> Result<usize> {
+    match md.get("tokenizer.ggml.tokens") {
+        Some(v) => match v.as_array() {
+            Some(a) => Ok(a.values.len()),
+            None => Err(ImportError::WrongKeyType {
+                key: "tokenizer.ggml.tokens".into(),
+                expected: "an array of strings",
+                found: format!("{:?}", v.value_type()),
+            }),
+        },
+        None => req(md, vocab_key),
+    }
+}
+
+/// `1 / factor` for `rope.scaling.type = linear`, 1 without scaling; other scaling types
+/// (YaRN, LongRoPE) are refused.
+fn rope_freq_scale(md: &Metadata, type_key: &str, factor_key: &str) -> Result<f32> {
+    match md.get(type_key).map(|v| v.as_str()) {
+        None | Some(Some("none")) => Ok(1.0),
+        Some(Some("linear")) => Ok(1.0 / positive_f32(md, factor_key, Some(1.0))?),
+        Some(other) => Err(ImportError::InvalidConfig(format!(
+            "{type_key} = {other:?}: only linear RoPE scaling (and Llama-3's rope_freqs.weight) is supported"
+        ))),
+    }
+}
+
 impl LlamaConfig {
     /// Reads the configuration of the model in `file` (`tied_output` from
     /// the absence of `output.weight`).
@@ -98,50 +144,48 @@ impl LlamaConfig {
     /// Reads the configuration from metadata alone.
     ///
     /// Errors: [`ImportError::UnsupportedArchitecture`] unless
-    /// `general.architecture` is `"llama"`; [`ImportError::MissingKey`] /
+    /// `general.architecture` names a row of [`crate::family`]; [`ImportError::MissingKey`] /
     /// [`ImportError::WrongKeyType`] for absent or mistyped keys;
     /// [`ImportError::InvalidConfig`] for inconsistent values (zero sizes,
     /// heads not dividing the width or each other, odd head dim, partial
     /// rotary, non-positive eps or base).
     pub fn from_metadata(md: &Metadata, tied_output: bool) -> Result<Self> {
-        let arch = md.require_str("general.architecture")?;
-        if arch != "llama" {
-            return Err(ImportError::UnsupportedArchitecture(arch.to_owned()));
-        }
-        let n_layers = req(md, "llama.block_count")?;
-        let hidden = req(md, "llama.embedding_length")?;
-        let n_heads = req(md, "llama.attention.head_count")?;
-        let n_kv_heads = opt(md, "llama.attention.head_count_kv")?.unwrap_or(n_heads);
-        let ffn = req(md, "llama.feed_forward_length")?;
-        let context_length = req(md, "llama.context_length")?;
-        let norm_eps = positive_f32(md, "llama.attention.layer_norm_rms_epsilon", None)?;
-        let rope_base = positive_f32(md, "llama.rope.freq_base", Some(10_000.0))?;
-        let vocab_size = match md.get("tokenizer.ggml.tokens") {
-            Some(v) => match v.as_array() {
-                Some(a) => a.values.len(),
-                None => {
-                    return Err(ImportError::WrongKeyType {
-                        key: "tokenizer.ggml.tokens".into(),
-                        expected: "an array of strings",
-                        found: format!("{:?}", v.value_type()),
-                    });
-                }
-            },
-            None => req(md, "llama.vocab_size")?,
-        };
-
-        let head_dim = hidden.checked_div(n_heads).unwrap_or(0);
-        for key in ["llama.attention.key_length", "llama.attention.value_length"] {
-            if let Some(v) = opt(md, key)?
-                && v != head_dim
-            {
+        let family = family::family(md.require_str("general.architecture")?)?;
+        let k = |suffix: &str| family.key(suffix);
+        let n_layers = req(md, &k("block_count"))?;
+        let hidden = req(md, &k("embedding_length"))?;
+        let n_heads = req(md, &k("attention.head_count"))?;
+        let n_kv_heads = opt(md, &k("attention.head_count_kv"))?.unwrap_or(n_heads);
+        let ffn = req(md, &k("feed_forward_length"))?;
+        let context_length = req(md, &k("context_length"))?;
+        let norm_eps = positive_f32(md, &k("attention.layer_norm_rms_epsilon"), None)?;
+        let rope_base = positive_f32(md, &k("rope.freq_base"), Some(10_000.0))?;
+        let vocab_size = vocab_size(md, &k("vocab_size"))?;
+        let head_dim = match opt(md, &k("attention.key_length"))? {
+            Some(d) => d,
+            None if n_heads > 0 && !hidden.is_multiple_of(n_heads) => {
                 return Err(ImportError::InvalidConfig(format!(
-                    "{key} = {v} differs from hidden / heads = {head_dim} (unsupported)"
+                    "hidden {hidden} is not {n_heads} heads of equal width, and no {} gives the head dim",
+                    k("attention.key_length")
                 )));
             }
+            None => hidden.checked_div(n_heads).unwrap_or(0),
+        };
+        let value_key = k("attention.value_length");
+        if let Some(v) = opt(md, &value_key)?
+            && v != head_dim
+        {
+            return Err(ImportError::InvalidConfig(format!(
+                "{value_key} = {v} differs from the key length {head_dim} (unsupported)"
+            )));
         }
-        let rope_dims = opt(md, "llama.rope.dimension_count")?.unwrap_or(head_dim);
+        let rope_dims = opt(md, &k("rope.dimension_count"))?.unwrap_or(head_dim);
+        let sliding_window = match family.sliding_window_period {
+            0 => 0,
+            _ => req(md, &k("attention.sliding_window"))?,
+        };
         let config = Self {
+            family,
             n_layers,
             hidden,
             n_heads,
@@ -150,7 +194,13 @@ impl LlamaConfig {
             ffn,
             rope_base,
             rope_dims,
-            rope_style: RopeStyle::Adjacent,
+            rope_style: family.rope_style,
+            rope_freq_scale: rope_freq_scale(
+                md,
+                &k("rope.scaling.type"),
+                &k("rope.scaling.factor"),
+            )?,
+            sliding_window,
             norm_eps,
             context_length,
             vocab_size,
@@ -206,12 +256,10 @@ impl LlamaConfig {
                 return invalid(format!("{name} is 0"));
             }
         }
-        let (hidden, n_heads, n_kv_heads) = (self.hidden, self.n_heads, self.n_kv_heads);
-        if !hidden.is_multiple_of(n_heads) || self.head_dim != hidden / n_heads {
-            return invalid(format!(
-                "hidden {hidden} is not {n_heads} heads of dimension {}",
-                self.head_dim
-            ));
+        let (n_heads, n_kv_heads) = (self.n_heads, self.n_kv_heads);
+        check("head dim", self.head_dim as u64, limits::MAX_HIDDEN)?;
+        if self.head_dim == 0 {
+            return invalid("the head dim is 0".into());
         }
         if !n_heads.is_multiple_of(n_kv_heads) {
             return invalid(format!(
@@ -227,12 +275,40 @@ impl LlamaConfig {
                 self.rope_dims, self.head_dim
             ));
         }
-        for (name, v) in [("norm eps", self.norm_eps), ("rope base", self.rope_base)] {
+        if self.family.sliding_window_period > 0 && self.sliding_window == 0 {
+            return invalid(format!(
+                "{} needs a sliding window above 0",
+                self.family.arch
+            ));
+        }
+        for (name, v) in [
+            ("norm eps", self.norm_eps),
+            ("rope base", self.rope_base),
+            ("rope frequency scale", self.rope_freq_scale),
+        ] {
             if !(v.is_finite() && v > 0.0) {
                 return invalid(format!("{name} {v} must be positive and finite"));
             }
         }
         Ok(())
+    }
+
+    /// The RoPE base of layer `layer`: the family's local base for a local layer.
+    pub fn rope_base_of(&self, layer: usize) -> f32 {
+        if self.family.is_local(layer) {
+            self.family.local_rope_base
+        } else {
+            self.rope_base
+        }
+    }
+
+    /// The keys layer `layer` attends to at most (`usize::MAX` for a global layer).
+    pub fn window_of(&self, layer: usize) -> usize {
+        if self.family.is_local(layer) {
+            self.sliding_window
+        } else {
+            usize::MAX
+        }
     }
 
     /// Width of the concatenated query heads: `n_heads · head_dim`.
@@ -267,6 +343,15 @@ pub struct LlamaLayerWeights<'a> {
     pub ffn_up: TensorView<'a>,
     /// `blk.N.ffn_down.weight`, `[hidden, ffn]`.
     pub ffn_down: TensorView<'a>,
+    /// `blk.N.attn_{q,k,v}.bias` (`[q_dim]`, `[kv_dim]`, `[kv_dim]`) for families with
+    /// QKV biases.
+    pub qkv_bias: Option<[TensorView<'a>; 3]>,
+    /// `blk.N.attn_q_norm.weight`, `blk.N.attn_k_norm.weight` (`[head_dim]` each) for
+    /// families with QK-norm.
+    pub qk_norm: Option<[TensorView<'a>; 2]>,
+    /// `blk.N.post_attention_norm.weight`, `blk.N.post_ffw_norm.weight` (`[hidden]`
+    /// each) for families with post-norms.
+    pub post_norms: Option<[TensorView<'a>; 2]>,
 }
 
 /// Every tensor of a llama model, borrowed from the file and shape-checked
@@ -282,6 +367,9 @@ pub struct LlamaWeights<'a> {
     pub output_norm: TensorView<'a>,
     /// `output.weight`, `[vocab, hidden]`; `None` when tied.
     pub output: Option<TensorView<'a>>,
+    /// `rope_freqs.weight`, `[head_dim / 2]`: Llama-3's RoPE frequency factors (pair `i`
+    /// turns `factor[i]` times slower), when the file has them.
+    pub rope_freqs: Option<TensorView<'a>>,
 }
 
 fn shaped<'a>(file: &'a GgufFile, name: &str, shape: &[usize]) -> Result<TensorView<'a>> {
@@ -311,12 +399,47 @@ impl<'a> LlamaWeights<'a> {
             None => return Err(ImportError::MissingTensor("output.weight".into())),
             Some(_) => Some(shaped(file, "output.weight", &[c.vocab_size, h])?),
         };
+        let rope_freqs = match file.tensor("rope_freqs.weight") {
+            None => None,
+            Some(_) => Some(shaped(file, "rope_freqs.weight", &[c.head_dim / 2])?),
+        };
         let mut layers = Vec::new();
         for i in 0..c.n_layers {
             let t = |name: &str, shape: &[usize]| {
                 shaped(file, &format!("blk.{i}.{name}.weight"), shape)
             };
+            let bias =
+                |name: &str, len: usize| shaped(file, &format!("blk.{i}.{name}.bias"), &[len]);
+            let f = &c.family;
             layers.push(LlamaLayerWeights {
+                qkv_bias: f
+                    .qkv_bias
+                    .then(|| {
+                        Ok::<_, ImportError>([
+                            bias("attn_q", q)?,
+                            bias("attn_k", kv)?,
+                            bias("attn_v", kv)?,
+                        ])
+                    })
+                    .transpose()?,
+                qk_norm: f
+                    .qk_norm
+                    .then(|| {
+                        Ok::<_, ImportError>([
+                            t("attn_q_norm", &[c.head_dim])?,
+                            t("attn_k_norm", &[c.head_dim])?,
+                        ])
+                    })
+                    .transpose()?,
+                post_norms: f
+                    .post_norms
+                    .then(|| {
+                        Ok::<_, ImportError>([
+                            t("post_attention_norm", &[h])?,
+                            t("post_ffw_norm", &[h])?,
+                        ])
+                    })
+                    .transpose()?,
                 attn_norm: t("attn_norm", &[h])?,
                 attn_q: t("attn_q", &[q, h])?,
                 attn_k: t("attn_k", &[kv, h])?,
@@ -333,6 +456,7 @@ impl<'a> LlamaWeights<'a> {
             layers,
             output_norm,
             output,
+            rope_freqs,
         })
     }
 

@@ -11,13 +11,19 @@
 //! | Q8_0 | 32 | 34 | f16 `d`, 32 × i8 `q` | `x[i] = d·q[i]` |
 //! | Q4_0 | 32 | 18 | f16 `d`, 16 bytes `qs` | `x = d·(q − 8)` |
 //! | Q4_1 | 32 | 20 | f16 `d`, f16 `m`, 16 bytes `qs` | `x = d·q + m` |
+//! | Q5_0 | 32 | 22 | f16 `d`, u32 `qh`, 16 bytes `qs` | `x = d·(q − 16)` |
+//! | Q5_1 | 32 | 24 | f16 `d`, f16 `m`, u32 `qh`, 16 bytes `qs` | `x = d·q + m` |
+//! | Q4_K, Q5_K, Q6_K | 256 | 144, 176, 210 | see [`super::kquant`] | |
 //!
 //! The 4-bit types use ggml's **split-nibble** layout: byte `j` of `qs`
 //! holds element `j` in its low nibble and element `j + 16` in its high
 //! nibble, i.e. the low nibbles are elements `0..16` and the high nibbles
-//! elements `16..32` (not interleaved pairs).
+//! elements `16..32` (not interleaved pairs). Q5_0 and Q5_1 add a fifth bit: bit `i`
+//! of the little-endian `qh` for element `i`.
 
 use half::{bf16, f16};
+
+use super::kquant;
 
 /// A ggml tensor type, with the ids of `enum ggml_type`.
 ///
@@ -130,7 +136,17 @@ impl GgmlType {
     pub fn is_supported(self) -> bool {
         matches!(
             self,
-            Self::F32 | Self::F16 | Self::BF16 | Self::Q8_0 | Self::Q4_0 | Self::Q4_1
+            Self::F32
+                | Self::F16
+                | Self::BF16
+                | Self::Q8_0
+                | Self::Q4_0
+                | Self::Q4_1
+                | Self::Q5_0
+                | Self::Q5_1
+                | Self::Q4_K
+                | Self::Q5_K
+                | Self::Q6_K
         )
     }
 
@@ -197,9 +213,46 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> bool {
                 }
             }
         }
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let size = ty.type_size() as usize;
+            for (o, blk) in out.chunks_exact_mut(32).zip(bytes.chunks_exact(size)) {
+                for (i, o) in o.iter_mut().enumerate() {
+                    *o = q5_element(ty, blk, i);
+                }
+            }
+        }
+        GgmlType::Q4_K => per_block(bytes, out, 144, kquant::dequantize_q4_k),
+        GgmlType::Q5_K => per_block(bytes, out, 176, kquant::dequantize_q5_k),
+        GgmlType::Q6_K => per_block(bytes, out, 210, kquant::dequantize_q6_k),
         _ => return false,
     }
     true
+}
+
+/// Element `i` of a Q5_0 or Q5_1 block: ggml's `dequantize_row_q5_{0,1}` (`q·d`, then
+/// `+ m` for Q5_1).
+fn q5_element(ty: GgmlType, blk: &[u8], i: usize) -> f32 {
+    let d = half_at(blk, 0);
+    let at = if ty == GgmlType::Q5_1 { 4 } else { 2 };
+    let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+    let byte = blk[at + 4 + i % 16];
+    let low = if i < 16 { byte & 0x0F } else { byte >> 4 };
+    let q = low | (((qh >> i) & 1) as u8) << 4;
+    if ty == GgmlType::Q5_1 {
+        f32::from(q) * d + half_at(blk, 2)
+    } else {
+        f32::from(q as i8 - 16) * d
+    }
+}
+
+/// Runs `block` over every 256-element super-block of `bytes` (`size` bytes each).
+fn per_block(bytes: &[u8], out: &mut [f32], size: usize, block: fn(&[u8], &mut [f32])) {
+    for (o, blk) in out
+        .chunks_exact_mut(kquant::QK_K)
+        .zip(bytes.chunks_exact(size))
+    {
+        block(blk, o);
+    }
 }
 
 /// Element `i` of one block `block` of type `ty` (exactly [`GgmlType::type_size`] bytes),
@@ -230,6 +283,10 @@ pub(crate) fn decode_element(ty: GgmlType, block: &[u8], i: usize) -> Option<f32
         GgmlType::Q8_0 => half_at(block, 0) * f32::from(block[2 + i] as i8),
         GgmlType::Q4_0 => half_at(block, 0) * (nibble(2) - 8.0),
         GgmlType::Q4_1 => half_at(block, 0) * nibble(4) + half_at(block, 2),
+        GgmlType::Q5_0 | GgmlType::Q5_1 => q5_element(ty, block, i),
+        GgmlType::Q4_K => kquant::element_q4_q5_k(block, i, false),
+        GgmlType::Q5_K => kquant::element_q4_q5_k(block, i, true),
+        GgmlType::Q6_K => kquant::element_q6_k(block, i),
         _ => return None,
     })
 }
@@ -284,6 +341,34 @@ mod tests {
     }
 
     #[test]
+    fn q5_0_and_q5_1_fifth_bits() {
+        // q(i) = (i * 3) % 32: the fifth bit from bit i of qh, the rest split nibbles.
+        let q = |i: usize| ((i * 3) % 32) as u8;
+        let mut qh = 0u32;
+        let mut qs = [0u8; 16];
+        for i in 0..32 {
+            qh |= u32::from(q(i) >> 4) << i;
+            qs[i % 16] |= (q(i) & 15) << (4 * (i / 16));
+        }
+        let mut q5_0 = h(0.5).to_vec();
+        q5_0.extend(qh.to_le_bytes());
+        q5_0.extend(qs);
+        let mut out = [0f32; 32];
+        assert!(dequantize(GgmlType::Q5_0, &q5_0, &mut out));
+        for (i, &o) in out.iter().enumerate() {
+            assert_eq!(o, 0.5 * (f32::from(q(i)) - 16.0), "Q5_0 element {i}");
+            assert_eq!(dequantize_element(GgmlType::Q5_0, &q5_0, i), Some(o));
+        }
+        let mut q5_1 = [h(0.25), h(-3.0)].concat();
+        q5_1.extend(qh.to_le_bytes());
+        q5_1.extend(qs);
+        assert!(dequantize(GgmlType::Q5_1, &q5_1, &mut out));
+        for (i, &o) in out.iter().enumerate() {
+            assert_eq!(o, 0.25 * f32::from(q(i)) - 3.0, "Q5_1 element {i}");
+        }
+    }
+
+    #[test]
     fn q8_0_and_plain_types() {
         let mut blk = h(2.0).to_vec();
         blk.extend((0..32).map(|i| (i as i8 - 16) as u8));
@@ -317,7 +402,8 @@ mod tests {
     fn rejects_wrong_lengths_and_unsupported_types() {
         let mut out = [0f32; 32];
         assert!(!dequantize(GgmlType::Q4_0, &[0; 17], &mut out));
-        assert!(!dequantize(GgmlType::Q4_K, &[0; 144], &mut [0f32; 256]));
+        assert!(!dequantize(GgmlType::Q3_K, &[0; 110], &mut [0f32; 256]));
+        assert!(!dequantize(GgmlType::Q4_K, &[0; 143], &mut [0f32; 256]));
         assert!(!dequantize(GgmlType::F32, &[0; 4], &mut out[..3]));
         assert_eq!(GgmlType::Q4_0.bytes_for(33), None);
         assert_eq!(GgmlType::Q4_0.bytes_for(64), Some(36));

@@ -2,6 +2,62 @@
 
 use super::{DEFAULT_ALIGNMENT, GgmlType, MAGIC, MetadataValue};
 
+/// The sizes of a small synthetic llama-like model, for [`GgufWriter::tiny_model`]
+/// (tests, fuzz seeds and tools build their one- or two-layer files from it).
+#[derive(Clone, Copy, Debug)]
+pub struct TinyModel<'a> {
+    /// `general.architecture`, also the metadata keys' prefix (e.g. `llama`).
+    pub arch: &'a str,
+    /// Blocks.
+    pub layers: usize,
+    /// Model width.
+    pub hidden: usize,
+    /// Query heads (the head dim is `hidden / heads`).
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// FFN inner width.
+    pub ffn: usize,
+    /// Vocabulary size (`ARCH.vocab_size`; no tokenizer is written).
+    pub vocab: usize,
+    /// `ARCH.context_length`.
+    pub context: u64,
+    /// Whether `output.weight` is left out (tied to `token_embd.weight`).
+    pub tied: bool,
+}
+
+impl TinyModel<'_> {
+    /// Every tensor of the model in file order, with its shape (outermost first):
+    /// `token_embd`, `output_norm`, `output` unless tied, then each block's nine.
+    pub fn tensors(&self) -> Vec<(String, Vec<usize>)> {
+        let (h, ffn) = (self.hidden, self.ffn);
+        let kv = self.kv_heads * (h / self.heads.max(1));
+        let mut out = vec![
+            ("token_embd.weight".to_owned(), vec![self.vocab, h]),
+            ("output_norm.weight".to_owned(), vec![h]),
+        ];
+        if !self.tied {
+            out.push(("output.weight".to_owned(), vec![self.vocab, h]));
+        }
+        for i in 0..self.layers {
+            for (name, shape) in [
+                ("attn_norm", vec![h]),
+                ("attn_q", vec![h, h]),
+                ("attn_k", vec![kv, h]),
+                ("attn_v", vec![kv, h]),
+                ("attn_output", vec![h, h]),
+                ("ffn_norm", vec![h]),
+                ("ffn_gate", vec![ffn, h]),
+                ("ffn_up", vec![ffn, h]),
+                ("ffn_down", vec![h, ffn]),
+            ] {
+                out.push((format!("blk.{i}.{name}.weight"), shape));
+            }
+        }
+        out
+    }
+}
+
 /// Builds a GGUF file in memory: metadata in insertion order, tensors laid
 /// out in insertion order at aligned offsets.
 ///
@@ -29,6 +85,31 @@ impl GgufWriter {
             kv: Vec::new(),
             tensors: Vec::new(),
         }
+    }
+
+    /// A model of `m`'s sizes: its metadata (RMS eps 1e-5) and every tensor of
+    /// [`TinyModel::tensors`] in F32, filled by `values(name, len)` in file order.
+    pub fn tiny_model(m: &TinyModel<'_>, mut values: impl FnMut(&str, usize) -> Vec<f32>) -> Self {
+        let mut w = Self::new();
+        let key = |suffix: &str| format!("{}.{suffix}", m.arch);
+        let u32_of = |v: usize| MetadataValue::U32(v as u32);
+        w.kv("general.architecture", MetadataValue::String(m.arch.into()))
+            .kv(&key("block_count"), u32_of(m.layers))
+            .kv(&key("embedding_length"), u32_of(m.hidden))
+            .kv(&key("attention.head_count"), u32_of(m.heads))
+            .kv(&key("attention.head_count_kv"), u32_of(m.kv_heads))
+            .kv(&key("feed_forward_length"), u32_of(m.ffn))
+            .kv(&key("context_length"), MetadataValue::U64(m.context))
+            .kv(&key("vocab_size"), u32_of(m.vocab))
+            .kv(
+                &key("attention.layer_norm_rms_epsilon"),
+                MetadataValue::F32(1e-5),
+            );
+        for (name, shape) in m.tensors() {
+            let data = values(&name, shape.iter().product());
+            w.tensor_f32(&name, &shape, &data);
+        }
+        w
     }
 
     /// Sets the version field written (2 and 3 share one layout).
