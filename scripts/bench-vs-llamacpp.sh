@@ -7,7 +7,7 @@
 #       defaults: -p 512 -t 2 -r 5 -c 128
 #
 # llama.cpp is built once from the llama-cpp-python 0.3.36 source package on PyPI by
-# ../shared/tools/build-llamacpp.sh (or $LLAMACPP_BUILD, cached in ~/.cache; several
+# scripts/build-llamacpp.sh (or $LLAMACPP_BUILD; cached in ~/.cache; several
 # minutes the first time). Its Q8_0 and F32 files are made from the test model with
 # llama-quantize (cached in target/bench-vs-llamacpp/). The hetsched prompt is the head of
 # /usr/share/common-licenses/GPL-3 cut to exactly TOKENS tokens (llama-bench uses random
@@ -32,7 +32,7 @@ WORK=target/bench-vs-llamacpp
 mkdir -p "$WORK"
 [ -s "$MODEL" ] || scripts/fetch-model.sh
 [ -x "$BIN" ] || cargo build --release
-BUILD_SCRIPT="${LLAMACPP_BUILD:-$ROOT/../shared/tools/build-llamacpp.sh}"
+BUILD_SCRIPT="${LLAMACPP_BUILD:-$ROOT/scripts/build-llamacpp.sh}"
 LLAMA="$("$BUILD_SCRIPT" | tail -1)/build/bin"
 
 for q in Q8_0 F32; do
