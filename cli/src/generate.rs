@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::CliError;
 use crate::choices::Precision;
-use crate::model::{ShadowArgs, find_calibration, load};
+use crate::model::{PromptArgs, ShadowArgs, find_calibration, load};
 use crate::output::print_json_or;
 
 /// `hetsched generate`.
@@ -26,16 +26,8 @@ pub struct GenerateArgs {
     /// GGUF model file (llama architecture), or a Hugging Face directory.
     #[arg(long)]
     model: PathBuf,
-    /// Prompt text.
-    #[arg(
-        long,
-        conflicts_with = "prompt_file",
-        required_unless_present = "prompt_file"
-    )]
-    prompt: Option<String>,
-    /// File holding the prompt text (UTF-8).
-    #[arg(long, value_name = "FILE")]
-    prompt_file: Option<PathBuf>,
+    #[command(flatten)]
+    prompt: PromptArgs,
     /// New tokens at most.
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
@@ -125,11 +117,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     if args.max_tokens == 0 {
         return Err(GenerateError::NoTokens.into());
     }
-    let mut text = match (&args.prompt, &args.prompt_file) {
-        (Some(text), _) => text.clone(),
-        (None, Some(path)) => read_utf8(path)?,
-        (None, None) => String::new(),
-    };
+    let mut text = args.prompt.text(read_utf8)?;
     if args.chat {
         text = chat_template(&args.model)?.render_user(&text);
     }

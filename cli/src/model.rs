@@ -105,6 +105,36 @@ pub fn load(
 }
 
 /// Reads a text input file; `what` names it in the error.
+/// The prompt of `run` and `generate`: text on the command line, or a file.
+#[derive(clap::Args)]
+pub struct PromptArgs {
+    /// Prompt text.
+    #[arg(
+        long,
+        conflicts_with = "prompt_file",
+        required_unless_present = "prompt_file"
+    )]
+    prompt: Option<String>,
+    /// File holding the prompt text (UTF-8).
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
+}
+
+impl PromptArgs {
+    /// The prompt: the text given, or the file's, read by `read`.
+    pub fn text(
+        &self,
+        read: impl FnOnce(&Path) -> Result<String, CliError>,
+    ) -> Result<String, CliError> {
+        match (&self.prompt, &self.prompt_file) {
+            (Some(text), _) => Ok(text.clone()),
+            (None, Some(path)) => read(path),
+            // clap requires one of the two.
+            (None, None) => Ok(String::new()),
+        }
+    }
+}
+
 pub fn read_text(what: &'static str, path: &Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|error| CliError::Read {
         what,

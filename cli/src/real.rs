@@ -16,7 +16,7 @@ use hetsched::systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProfileOrigi
 
 use crate::CliError;
 use crate::choices::{Precision, ScoringChoice};
-use crate::model::{ShadowArgs, find_calibration, load, read_text};
+use crate::model::{PromptArgs, ShadowArgs, find_calibration, load, read_text};
 use crate::output::{Timelines, print_json_or, write_file};
 use crate::progress::Bar;
 use hetsched::engine::RunOutcome;
@@ -31,16 +31,8 @@ pub struct RunArgs {
     /// Hugging Face directory (config.json, tokenizer.json, *.safetensors).
     #[arg(long)]
     model: PathBuf,
-    /// Prompt text.
-    #[arg(
-        long,
-        conflicts_with = "prompt_file",
-        required_unless_present = "prompt_file"
-    )]
-    prompt: Option<String>,
-    /// File holding the prompt text.
-    #[arg(long, value_name = "FILE")]
-    prompt_file: Option<PathBuf>,
+    #[command(flatten)]
+    prompt: PromptArgs,
     /// Cut or repeat the prompt's tokens to exactly this many.
     #[arg(long, value_name = "TOKENS")]
     prompt_len: Option<usize>,
@@ -129,12 +121,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     };
     timelines.check()?;
     let gpu = gpu_use(&args.backends)?;
-    let text = match (&args.prompt, &args.prompt_file) {
-        (Some(text), _) => text.clone(),
-        (None, Some(path)) => read_text("prompt file", path)?,
-        // clap requires one of the two.
-        (None, None) => String::new(),
-    };
+    let text = args.prompt.text(|path| read_text("prompt file", path))?;
     let precision = LinearPrecision::from(args.precision);
     let loading = Instant::now();
     let calibration = find_calibration(&args.model, precision, &args.shadow)?;
