@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::CliError;
 use crate::choices::Precision;
-use crate::model::{PromptArgs, ShadowArgs, find_calibration, load};
+use crate::model::{PromptArgs, ShadowArgs, load_one};
 use crate::output::print_json_or;
 
 /// `hetsched generate`.
@@ -122,13 +122,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         text = chat_template(&args.model)?.render_user(&text);
     }
     let precision = LinearPrecision::from(args.precision);
-    let calibration = find_calibration(&args.model, precision, &args.shadow)?;
-    let loaded = load(
-        &args.model,
-        &[precision],
-        calibration.as_ref(),
-        args.shadow.cold_cache_bytes(),
-    )?;
+    let loaded = load_one(&args.model, precision, &args.shadow)?;
     let model = Arc::new(loaded.models.into_iter().next().expect("one precision"));
     let tokens = loaded.tokenizer.encode(&text)?;
     let defaults = PrefillOptions::default();

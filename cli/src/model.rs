@@ -86,6 +86,22 @@ pub fn find_calibration(
     Ok(Some((path, calibration)))
 }
 
+/// Loads the tokenizer and `path` at one `precision`, with the calibration a w8a8-shadow
+/// run follows (`find_calibration`).
+pub fn load_one(
+    path: &Path,
+    precision: LinearPrecision,
+    shadow: &ShadowArgs,
+) -> Result<LoadedModels, CliError> {
+    let calibration = find_calibration(path, precision, shadow)?;
+    load(
+        path,
+        &[precision],
+        calibration.as_ref(),
+        shadow.cold_cache_bytes(),
+    )
+}
+
 /// Loads the tokenizer and the model at each of `precisions`, a spinner on stderr while
 /// it reads.
 pub fn load(
@@ -104,7 +120,6 @@ pub fn load(
     )?)
 }
 
-/// Reads a text input file; `what` names it in the error.
 /// The prompt of `run` and `generate`: text on the command line, or a file.
 #[derive(clap::Args)]
 pub struct PromptArgs {
@@ -135,6 +150,7 @@ impl PromptArgs {
     }
 }
 
+/// Reads a text input file; `what` names it in the error.
 pub fn read_text(what: &'static str, path: &Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|error| CliError::Read {
         what,

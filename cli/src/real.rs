@@ -16,7 +16,7 @@ use hetsched::systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProfileOrigi
 
 use crate::CliError;
 use crate::choices::{Precision, ScoringChoice};
-use crate::model::{PromptArgs, ShadowArgs, find_calibration, load, read_text};
+use crate::model::{PromptArgs, ShadowArgs, find_calibration, load, load_one, read_text};
 use crate::output::{Timelines, print_json_or, write_file};
 use crate::progress::Bar;
 use hetsched::engine::RunOutcome;
@@ -124,13 +124,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let text = args.prompt.text(|path| read_text("prompt file", path))?;
     let precision = LinearPrecision::from(args.precision);
     let loading = Instant::now();
-    let calibration = find_calibration(&args.model, precision, &args.shadow)?;
-    let loaded = load(
-        &args.model,
-        &[precision],
-        calibration.as_ref(),
-        args.shadow.cold_cache_bytes(),
-    )?;
+    let loaded = load_one(&args.model, precision, &args.shadow)?;
     let tokens = match args.prompt_len {
         Some(n) => prompt_tokens(&loaded.tokenizer, &text, n)?,
         None => loaded.tokenizer.encode(&text)?,
