@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use hetsched::backends::shared_pool::SharedPoolBackend;
 use hetsched::engine;
-use hetsched::exec::{self, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
+use hetsched::exec::{self, ExecError, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
 use hetsched::history::{append_history, records_of};
 use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
@@ -125,8 +125,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let precision = LinearPrecision::from(args.precision);
     let loading = Instant::now();
     let loaded = load_one(&args.model, precision, &args.shadow)?;
+    let context = loaded.models[0].config.context_length;
     let tokens = match args.prompt_len {
-        Some(n) => prompt_tokens(&loaded.tokenizer, &text, n)?,
+        Some(n) => prompt_tokens(&loaded.tokenizer, &text, n, context)?,
         None => loaded.tokenizer.encode(&text)?,
     };
     let model = Arc::new(
@@ -251,9 +252,15 @@ pub(crate) fn prompt_tokens(
     tokenizer: &GgufTokenizer,
     text: &str,
     n: usize,
+    context: usize,
 ) -> Result<Vec<u32>, CliError> {
     if n == 0 {
         return Err(CliError::EmptyPromptLen);
+    }
+    // Checked before the text is repeated to that length: `--prompt-len 10^12` would
+    // otherwise allocate terabytes before the prefill refuses it.
+    if n > context {
+        return Err(ExecError::PromptTooLong { tokens: n, context }.into());
     }
     let once = tokenizer.encode(text)?.len().max(1);
     let mut tokens = tokenizer.encode(&text.repeat(n.div_ceil(once) + 1))?;

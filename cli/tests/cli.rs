@@ -435,6 +435,19 @@ fn run_refuses_bad_models_and_prompts() {
             ],
             "chunk length",
         ),
+        // Refused before the prompt is repeated to that length.
+        (
+            vec![
+                "run",
+                "--model",
+                &model,
+                "--prompt",
+                "hi",
+                "--prompt-len",
+                "1000000000000",
+            ],
+            "longer than the model's context",
+        ),
     ] {
         let out = hetsched(&args);
         assert_clear_failure(&out, expected);

@@ -224,12 +224,18 @@ impl Grid<'_> {
         let (mut samples, mut device, mut gaps) = (Vec::new(), None, Vec::new());
         for model in models {
             bar.set_message(model.precision.as_str());
-            let warm = prompt_tokens(tokenizer, text, self.prompt_lens[0].min(256) as usize)?;
+            let context = model.config.context_length;
+            let warm = prompt_tokens(
+                tokenizer,
+                text,
+                self.prompt_lens[0].min(256) as usize,
+                context,
+            )?;
             exec::prefill(model.clone(), &warm, options)?;
             bar.inc(1);
             for _ in 0..self.reps {
                 for &prompt in self.prompt_lens {
-                    let tokens = prompt_tokens(tokenizer, text, prompt as usize)?;
+                    let tokens = prompt_tokens(tokenizer, text, prompt as usize, context)?;
                     for &chunk_len in self.chunk_lens {
                         let options = PrefillOptions {
                             chunk_len,
