@@ -9,9 +9,9 @@
 # llama.cpp is built once from the llama-cpp-python 0.3.36 source package on PyPI by
 # scripts/build-llamacpp.sh (or $LLAMACPP_BUILD; cached in ~/.cache; several
 # minutes the first time). Its Q8_0 and F32 files are made from the test model with
-# llama-quantize (cached in target/bench-vs-llamacpp/). The hetsched prompt is the head of
-# /usr/share/common-licenses/GPL-3 cut to exactly TOKENS tokens (llama-bench uses random
-# tokens: prefill time does not depend on their values). hetsched runs are the release
+# llama-quantize (cached in target/bench-vs-llamacpp/). The hetsched prompt is
+# /usr/share/common-licenses/GPL-3's tokens cut to exactly TOKENS (`run --prompt-len`;
+# llama-bench uses random tokens: prefill time does not depend on their values). hetsched runs are the release
 # binary (`cargo build --release` first); its w8a8-shadow row uses the calibration file
 # beside the model when there is one (say which in the figures you quote).
 set -euo pipefail
@@ -40,28 +40,12 @@ for q in Q8_0 F32; do
     "$LLAMA/llama-quantize" --allow-requantize "$MODEL" "$WORK/model.$q.gguf" "$q" >"$WORK/quantize.$q.log" 2>&1
 done
 
-# The prompt: the shortest head of GPL-3 that tokenizes to at least TOKENS tokens, found
-# by bisection on its length in bytes, then trimmed by bytes until exactly TOKENS.
-PROMPT="$WORK/prompt.$TOKENS.txt"
-tokens_of() {
-  "$BIN" run --model "$MODEL" --prompt-file "$1" --precision f32 --threads "$THREADS" --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["prompt_tokens"])'
-}
-if [ ! -s "$PROMPT" ]; then
-  lo=1 hi=$(wc -c </usr/share/common-licenses/GPL-3)
-  while [ $((hi - lo)) -gt 1 ]; do
-    mid=$(((lo + hi) / 2))
-    head -c "$mid" /usr/share/common-licenses/GPL-3 >"$PROMPT"
-    if [ "$(tokens_of "$PROMPT")" -ge "$TOKENS" ]; then hi=$mid; else lo=$mid; fi
-  done
-  head -c "$hi" /usr/share/common-licenses/GPL-3 >"$PROMPT"
-  got=$(tokens_of "$PROMPT")
-  [ "$got" -eq "$TOKENS" ] || echo "note: the prompt has $got tokens (a token boundary falls there)" >&2
-fi
+# The prompt: GPL-3's tokens cut to exactly TOKENS (`run --prompt-len`).
+PROMPT=/usr/share/common-licenses/GPL-3
 
 hetsched_tps() { # precision
-  "$BIN" run --model "$MODEL" --prompt-file "$PROMPT" --precision "$1" --threads "$THREADS" \
-    --chunk-len "$CHUNK" --json |
+  "$BIN" run --model "$MODEL" --prompt-file "$PROMPT" --prompt-len "$TOKENS" --precision "$1" \
+    --threads "$THREADS" --chunk-len "$CHUNK" --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["prefill_tokens_per_s"])'
 }
 llama_tps() { # quant
