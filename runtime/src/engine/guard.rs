@@ -216,7 +216,7 @@ pub enum BackendFault {
     /// A processor was given up (a job there ran past its deadline and was retried
     /// elsewhere), and work that only it may run is left.
     #[error(
-        "processor {processor} was given up after chunk {chunk} stage {stage} ran past its deadline there, and {waiting} subgraphs that only it may run are left"
+        "processor {processor} was given up after chunk {chunk} stage {stage} ran past its deadline there; {waiting} subgraphs are left, waiting on work only it may run"
     )]
     LaneLost {
         /// Chunk of the overdue job.
