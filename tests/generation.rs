@@ -212,6 +212,11 @@ fn bad_settings_are_typed_errors() {
         try_with(greedy(context)),
         GenerateError::BeyondContext { context: c, .. } if c == context
     ));
+    // A count so large that the sum with the prompt would overflow.
+    assert!(matches!(
+        try_with(greedy(usize::MAX)),
+        GenerateError::BeyondContext { .. }
+    ));
     assert!(matches!(try_with(greedy(0)), GenerateError::NoTokens));
     for (sampling, option) in [
         (

@@ -96,7 +96,11 @@ impl Session {
         }
         let turn = self.pending_turn(prompt);
         let (history, context) = (self.tokens().len(), self.model().config.context_length);
-        if history + turn.len() + options.max_tokens > context {
+        // Saturating: `max_tokens` comes from the caller and may be anything.
+        let needed = history
+            .saturating_add(turn.len())
+            .saturating_add(options.max_tokens);
+        if needed > context {
             return Err(GenerateError::BeyondContext {
                 history,
                 prompt: turn.len(),
@@ -107,7 +111,7 @@ impl Session {
         if turn.is_empty() {
             return Err(GenerateError::EmptyTurn);
         }
-        self.reserve(history + turn.len() + options.max_tokens)?;
+        self.reserve(needed)?;
         let started = Instant::now();
         let (_, plan_ns) = self.prefill(&turn)?;
         self.pending = None;
