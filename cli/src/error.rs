@@ -33,6 +33,9 @@ pub enum CliError {
     /// A real prefill, evaluation or calibration failed.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// Profiling or a prediction failed.
+    #[error(transparent)]
+    Profiling(#[from] hetsched::profiling::ProfilingError),
     /// Generation failed or was asked for with bad settings.
     #[error(transparent)]
     Generate(#[from] hetsched::exec::generate::GenerateError),

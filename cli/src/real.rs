@@ -5,14 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hetsched::backends::shared_pool::SharedPoolBackend;
-use hetsched::engine;
 use hetsched::exec::{self, ExecError, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
 use hetsched::history::{append_history, records_of};
 use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
+use hetsched::profiling;
 use hetsched::scene::Scene;
-use hetsched::systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProfileOrigin, Workload};
+use hetsched::systems::{DeviceProfile, ProfileOrigin};
 
 use crate::CliError;
 use crate::choices::{Precision, ScoringChoice};
@@ -189,16 +188,7 @@ fn predict(
     outcome: &RunOutcome,
     options: &PrefillOptions,
 ) -> Result<RunOutcome, CliError> {
-    let policy = PolicyRegistry::builtin()
-        .create(&options.policy)
-        .map_err(exec::ExecError::from)?;
-    let gap_us = options
-        .device
-        .measured
-        .as_ref()
-        .map_or(0.0, |m| m.job_gap_us);
-    let mut pool = SharedPoolBackend::new((gap_us * 1e3) as u64);
-    let simulated = engine::run(predicted_plan(&outcome.plan)?, policy, &mut pool)?;
+    let simulated = profiling::predict(outcome.plan.clone(), &options.policy)?;
     report.set_prediction(Prediction::compare(outcome, &simulated));
     Ok(simulated)
 }
@@ -223,28 +213,6 @@ fn write_timelines(
         write_file(path, &to_svg(&measured.with_prediction(&predicted)))?;
     }
     Ok(())
-}
-
-/// The plan to simulate for a real run of `plan`: the same, except that a prompt shorter
-/// than a chunk is one chunk of the prompt's length, as the executor runs it (the plan
-/// prices every chunk at its fixed length, as pre-built graphs would run).
-fn predicted_plan(plan: &Arc<PrefillPlan>) -> Result<Arc<PrefillPlan>, CliError> {
-    let w = &plan.workload;
-    if w.prompt_len >= w.chunk_len {
-        return Ok(plan.clone());
-    }
-    let workload = Workload {
-        chunk_len: w.prompt_len,
-        ..w.clone()
-    };
-    let shorter = PrefillPlan::placed(
-        plan.model.clone(),
-        plan.device.clone(),
-        workload,
-        plan.placement.clone(),
-    )
-    .map_err(exec::ExecError::from)?;
-    Ok(Arc::new(shorter))
 }
 
 /// `text`'s tokens cut or repeated to exactly `n` (a prompt of a chosen length).

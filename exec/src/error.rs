@@ -80,6 +80,14 @@ pub enum ExecError {
         /// Context length.
         context: usize,
     },
+    /// A plan built for another prompt length than the tokens given.
+    #[error("the plan is for {plan_tokens} prompt tokens but {tokens} were given")]
+    PlanMismatch {
+        /// The plan's prompt length.
+        plan_tokens: usize,
+        /// Tokens given.
+        tokens: usize,
+    },
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {vocab} tokens")]
     TokenOutOfRange {

@@ -419,6 +419,34 @@ fn take_logits(slot: &parking_lot::Mutex<Option<Vec<f32>>>) -> Result<Vec<f32>, 
     }
 }
 
+/// The [`JobRunner`] of a CPU prefill of `tokens` under `plan`: every stage compiled to
+/// kernels, the lanes' float kernels, an empty state cut into the plan's chunks. Handed
+/// to a queue of one's own ([`ThreadQueues`], or any `Backend` that calls it), the engine
+/// runs the real prefill; the logits are in `runner.state.logits` afterwards
+/// (`examples/phone_workflow.rs` profiles a device this way).
+pub fn stage_runner(
+    model: Arc<ExecModel>,
+    plan: &PrefillPlan,
+    tokens: &[u32],
+) -> Result<StageRunner, ExecError> {
+    check_prompt(&model, tokens)?;
+    if plan.workload.prompt_len as usize != tokens.len() {
+        return Err(ExecError::PlanMismatch {
+            plan_tokens: plan.workload.prompt_len as usize,
+            tokens: tokens.len(),
+        });
+    }
+    let lanes = lane_kernels(&model, &plan.device)?;
+    let (steps, layers) = compile(plan)?;
+    let state = PrefillState::new(
+        tokens.to_vec(),
+        plan.workload.chunk_len as usize,
+        model.layers.len(),
+        model.config.kv_dim(),
+    );
+    Ok(StageRunner::new(model, steps, layers, lanes, state))
+}
+
 /// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
 /// `threads` compute threads shared by the queues, scheduled by the built-in `policy`;
 /// with each job's queue wait.
@@ -503,18 +531,11 @@ pub fn prefill(
         workload(tokens, options, float_processor),
         options.placement.clone(),
     )?);
-    let lanes = lane_kernels(&model, &plan.device)?;
-    let (steps, layers) = compile(&plan)?;
-    let mut state = PrefillState::new(
-        tokens.to_vec(),
-        options.chunk_len as usize,
-        model.layers.len(),
-        model.config.kv_dim(),
-    );
-    state.all_logits = options.all_logits;
-    state.recorder = options.recorder.clone();
+    let mut runner = stage_runner(model.clone(), &plan, tokens)?;
+    runner.state.all_logits = options.all_logits;
+    runner.state.recorder = options.recorder.clone();
+    let runner = Arc::new(runner);
     let shadow_before = model.shadow_counters.snapshot();
-    let runner = Arc::new(StageRunner::new(model.clone(), steps, layers, lanes, state));
     let (outcome, queue_waits) =
         run_on_queues(plan, &options.policy, runner.clone(), options.threads)?;
     let logits = take_logits(&runner.state.logits)?;

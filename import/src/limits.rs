@@ -42,6 +42,10 @@ pub const MAX_INSTANCES: u64 = 1 << 20;
 pub const MAX_TEXT_FILE_BYTES: u64 = 4 << 20;
 /// A calibration JSON file (a 7B model's is a few MiB).
 pub const MAX_CALIBRATION_BYTES: u64 = 256 << 20;
+/// A run-history file (`run --history`, JSON Lines): about 250 bytes per measured
+/// instance, a few thousand instances per run, so some thousand runs; it is read line by
+/// line, never whole.
+pub const MAX_HISTORY_BYTES: u64 = 256 << 20;
 /// Total modeled time of a plan on one processor, in ns (about 36 years): every sum the
 /// plan and its bounds form stays below u64::MAX with room to spare.
 pub const MAX_MODELED_NS: f64 = (1u64 << 60) as f64;

@@ -9,7 +9,7 @@
 //! and nothing before it is lost).
 
 use std::fs::OpenOptions;
-use std::io::Write as _;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::Path;
 
 use hetsched_systems::{has_attention, precision_label, stage_kind};
@@ -114,28 +114,50 @@ pub fn append_history(path: &Path, records: &[HistoryRecord]) -> Result<(), Hist
     Ok(())
 }
 
-/// Reads every record of `path`; a line that is not a record (or has a zero duration) is
-/// an error naming its line.
+/// Reads every record of `path`, line by line (at most [`limits::MAX_HISTORY_BYTES`]);
+/// a line that is not a record (or has a zero duration) is an error naming its line.
 pub fn read_history(path: &Path) -> Result<Vec<HistoryRecord>, HistoryError> {
-    let text =
-        limits::read_text(path, limits::MAX_TEXT_FILE_BYTES).map_err(|e| HistoryError::Io {
-            path: path.display().to_string(),
-            error: std::io::Error::other(e.to_string()),
-        })?;
+    let io = |error| HistoryError::Io {
+        path: path.display().to_string(),
+        error,
+    };
     let corrupt = |line: usize, message: String| HistoryError::Corrupt {
         path: path.display().to_string(),
         line,
         message,
     };
-    let mut records = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut reader = BufReader::new(file.take(limits::MAX_HISTORY_BYTES + 1));
+    let (mut records, mut line, mut read) = (Vec::new(), String::new(), 0u64);
+    for number in 1.. {
+        line.clear();
+        let n = match reader.read_line(&mut line) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(corrupt(number, "not UTF-8 text".into()));
+            }
+            Err(e) => return Err(io(e)),
+        };
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+        if read > limits::MAX_HISTORY_BYTES {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!(
+                    "larger than the limit of {} bytes for a history file (limits.rs)",
+                    limits::MAX_HISTORY_BYTES
+                ),
+            )));
+        }
         if line.trim().is_empty() {
             continue;
         }
         let record: HistoryRecord =
-            serde_json::from_str(line).map_err(|e| corrupt(i + 1, e.to_string()))?;
+            serde_json::from_str(&line).map_err(|e| corrupt(number, e.to_string()))?;
         if record.ns == 0 || record.tokens == 0 {
-            return Err(corrupt(i + 1, "a zero duration or token count".into()));
+            return Err(corrupt(number, "a zero duration or token count".into()));
         }
         records.push(record);
     }

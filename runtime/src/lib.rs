@@ -11,6 +11,7 @@ pub mod engine;
 pub mod fsutil;
 pub mod history;
 pub mod prediction;
+pub mod profiling;
 pub mod progress;
 pub mod report;
 pub mod scene;

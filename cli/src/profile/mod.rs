@@ -24,7 +24,8 @@ use crate::output::{check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
 use hetsched::history::{HistoryRecord, read_history, records_of};
-use samples::{Fit, fit_into, to_csv};
+use hetsched::profiling::{StageFit, fit_profile, job_gap_ns};
+use samples::to_csv;
 
 /// The host's SIMD features, as a measured profile records them.
 pub fn host_features() -> Vec<String> {
@@ -108,7 +109,7 @@ struct ProfileSummary {
     samples: usize,
     seconds: f64,
     worst_fit_error: f64,
-    fits: Vec<Fit>,
+    fits: Vec<StageFit>,
 }
 
 /// Measures, fits, writes; prints the summary.
@@ -168,7 +169,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
     };
     let prefills = gaps.len();
     let mut device = device;
-    let fits = fit_into(&mut device, &samples);
+    let fits = fit_profile(&mut device, &samples);
     let first = &models[0];
     device.name = format!("{} (measured by hetsched profile)", host::cpu_name());
     device.measured = Some(ProfileOrigin {
@@ -257,18 +258,6 @@ impl Grid<'_> {
         });
         Ok((samples, device, gaps))
     }
-}
-
-/// A run's time not spent in any job, per job, ns (the real queues run one job at a
-/// time: `hetsched::backends::shared_pool`).
-fn job_gap_ns(run: &hetsched::engine::RunOutcome) -> f64 {
-    let busy: u64 = run
-        .timeline
-        .slices
-        .iter()
-        .map(|s| s.end_ns.saturating_sub(s.start_ns))
-        .sum();
-    run.makespan_ns.saturating_sub(busy) as f64 / run.timeline.slices.len().max(1) as f64
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -1,0 +1,242 @@
+//! Measured profiles through any queue: what `hetsched profile` does, as a library, so
+//! that a runtime embedding the scheduler on a phone can profile *its own* processors
+//! through *its own* [`Backend`] and carry the profile to a desktop that simulates it
+//! (docs/calibration.md, "The phone workflow"; `examples/phone_workflow.rs`).
+//!
+//! The three steps:
+//! 1. [`measure`]: run a plan on the device's backend and keep each instance's measured
+//!    duration as a [`HistoryRecord`] (the same records `run --history` appends);
+//! 2. [`fit_profile`]: fit one [`StageCost`] per (processor, precision, stage kind) and
+//!    put them into the device profile, which [`crate::scene::toml_text`] writes as a
+//!    device TOML that `simulate` loads;
+//! 3. [`predict`]: on the desktop, simulate a plan under that profile the way real
+//!    queues sharing one worker pool run it ([`SharedPoolBackend`]).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use hetsched_runtime::backends::sim::SimBackend;
+//! use hetsched_runtime::profiling::{fit_profile, measure, predict};
+//! use hetsched_systems::testing::tiny_plan;
+//!
+//! // The "device": here a simulated queue; on a phone, the runtime's own `Backend`.
+//! let plan = Arc::new(tiny_plan(2, 512, 128));
+//! let measured = measure(plan.clone(), "balance", &mut SimBackend::default())?;
+//! let mut device = plan.device.clone();
+//! let fits = fit_profile(&mut device, &measured.records);
+//! assert!(!fits.is_empty());
+//! // The "desktop": the measured profile priced into a plan, simulated.
+//! let measured = hetsched_systems::PrefillPlan::new(
+//!     plan.model.clone(),
+//!     device,
+//!     plan.workload.clone(),
+//! )?;
+//! let predicted = predict(Arc::new(measured), "balance")?;
+//! assert!(predicted.makespan_ns > 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hetsched_systems::policy::UnknownPolicy;
+use hetsched_systems::{
+    DeviceProfile, PlanError, PolicyRegistry, PrefillPlan, StageCost, StageSample, Workload,
+    fit_stage_cost,
+};
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::backends::Backend;
+use crate::backends::shared_pool::SharedPoolBackend;
+use crate::engine::{self, EngineError, EngineOptions, RunOutcome};
+use crate::history::{HistoryRecord, records_of};
+
+/// Why a profiling step failed.
+#[derive(Debug, Error)]
+pub enum ProfilingError {
+    /// The policy name is not registered.
+    #[error(transparent)]
+    Policy(#[from] UnknownPolicy),
+    /// The plan to simulate could not be built.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The run failed (the backend, or the engine's checks of it).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// One fitted stage cost and the processor it belongs to (`profile --json` lists them).
+#[derive(Clone, Debug, Serialize)]
+pub struct StageFit {
+    /// Processor name.
+    pub processor: String,
+    /// The fitted cost (coefficients, samples, relative RMS error, noise).
+    #[serde(flatten)]
+    pub cost: StageCost,
+}
+
+/// What one measured run gives a profile.
+#[derive(Clone, Debug)]
+pub struct Measurement {
+    /// Every instance's measured duration.
+    pub records: Vec<HistoryRecord>,
+    /// The run's makespan, ns.
+    pub makespan_ns: u64,
+    /// The run's time outside every job, per job, ns ([`job_gap_ns`]).
+    pub job_gap_ns: f64,
+}
+
+/// Runs `plan` under `policy` on `backend` (the device's own queue) and returns every
+/// instance's measured duration. The engine checks the backend as for any run
+/// ([`EngineOptions::real_queues`]: waits are bounded, completions validated).
+pub fn measure(
+    plan: Arc<PrefillPlan>,
+    policy: &str,
+    backend: &mut dyn Backend,
+) -> Result<Measurement, ProfilingError> {
+    let policy = PolicyRegistry::builtin().create(policy)?;
+    let outcome = engine::run_with(plan, policy, backend, &EngineOptions::real_queues())?;
+    Ok(Measurement {
+        records: records_of(&outcome),
+        makespan_ns: outcome.makespan_ns,
+        job_gap_ns: job_gap_ns(&outcome),
+    })
+}
+
+/// A run's time not spent in any job, per job, ns: on queues that share one worker pool
+/// (jobs one at a time), the hand-off between one job and the next; [`predict`] adds
+/// the profile's median of it (`[measured] job_gap_us`) before each simulated job.
+pub fn job_gap_ns(run: &RunOutcome) -> f64 {
+    let busy: u64 = run
+        .timeline
+        .slices
+        .iter()
+        .map(|s| s.end_ns.saturating_sub(s.start_ns))
+        .sum();
+    run.makespan_ns.saturating_sub(busy) as f64 / run.timeline.slices.len().max(1) as f64
+}
+
+/// Fits every (processor, precision, stage kind) of `samples` and puts the costs into
+/// `device`'s processors, replacing the fitted costs they had. A group whose durations
+/// are not all positive, or whose processor `device` does not have, is left out: those
+/// stages keep the roofline model (a run's report names which model priced each stage).
+pub fn fit_profile(device: &mut DeviceProfile, samples: &[HistoryRecord]) -> Vec<StageFit> {
+    type Group = (bool, Vec<StageSample>);
+    let mut groups: BTreeMap<(String, String, String), Group> = BTreeMap::new();
+    for s in samples {
+        let key = (s.processor.clone(), s.precision.clone(), s.stage.clone());
+        let group = groups.entry(key).or_insert((s.attention, Vec::new()));
+        group.1.push(StageSample {
+            tokens: s.tokens,
+            past: s.past,
+            ns: s.ns as f64,
+        });
+    }
+    for p in &mut device.processors {
+        p.cost.stages.clear();
+    }
+    let mut fits = Vec::new();
+    for ((processor, precision, stage), (attention, group)) in groups {
+        let Some(target) = device.processors.iter_mut().find(|p| p.name == processor) else {
+            continue;
+        };
+        let Some(cost) = fit_stage_cost(&stage, &precision, attention, &group) else {
+            continue;
+        };
+        target.cost.stages.push(cost.clone());
+        fits.push(StageFit { processor, cost });
+    }
+    fits
+}
+
+/// Simulates `plan` the way real queues sharing one worker pool run it: jobs one at a
+/// time, each after the profile's measured hand-off gap (`[measured] job_gap_us`, 0
+/// without one). A prompt shorter than a chunk is simulated as one chunk of the prompt's
+/// length, as the executors run it.
+pub fn predict(plan: Arc<PrefillPlan>, policy: &str) -> Result<RunOutcome, ProfilingError> {
+    let policy = PolicyRegistry::builtin().create(policy)?;
+    let gap_us = plan.device.measured.as_ref().map_or(0.0, |m| m.job_gap_us);
+    let mut pool = SharedPoolBackend::new((gap_us.max(0.0) * 1e3) as u64);
+    Ok(engine::run(as_executed(&plan)?, policy, &mut pool)?)
+}
+
+/// `plan`, except that a prompt shorter than a chunk is one chunk of the prompt's length
+/// (the plan prices every chunk at its fixed length, as pre-built graphs would run).
+fn as_executed(plan: &Arc<PrefillPlan>) -> Result<Arc<PrefillPlan>, PlanError> {
+    let w = &plan.workload;
+    if w.prompt_len >= w.chunk_len {
+        return Ok(plan.clone());
+    }
+    let workload = Workload {
+        chunk_len: w.prompt_len,
+        ..w.clone()
+    };
+    let shorter = PrefillPlan::placed(
+        plan.model.clone(),
+        plan.device.clone(),
+        workload,
+        plan.placement.clone(),
+    )?;
+    Ok(Arc::new(shorter))
+}
+
+#[cfg(test)]
+mod tests {
+    use hetsched_systems::testing::tiny_plan;
+
+    use super::*;
+    use crate::backends::sim::SimBackend;
+
+    /// A profile measured on simulated queues predicts those queues: the fitted costs
+    /// reproduce the modeled ones, so the prediction of a held-out workload (another
+    /// prompt length) matches a measurement of it.
+    #[test]
+    fn a_profile_measured_on_a_queue_predicts_a_held_out_workload() {
+        let mut samples = Vec::new();
+        for prompt in [256, 512, 1024] {
+            let plan = Arc::new(tiny_plan(2, prompt, 128));
+            let measured = measure(plan, "inorder", &mut SimBackend::default()).unwrap();
+            samples.extend(measured.records);
+        }
+        let reference = tiny_plan(2, 768, 128);
+        let mut device = reference.device.clone();
+        let fits = fit_profile(&mut device, &samples);
+        assert!(fits.iter().all(|f| f.cost.fit_error < 0.05), "{fits:?}");
+        let measured = Arc::new(reference);
+        let real = engine::simulate(
+            measured.clone(),
+            PolicyRegistry::builtin().create("inorder").unwrap(),
+        )
+        .unwrap();
+        let profiled =
+            PrefillPlan::new(measured.model.clone(), device, measured.workload.clone()).unwrap();
+        let predicted = predict(Arc::new(profiled), "inorder").unwrap();
+        // One at a time against independent lanes: the prediction is the serial sum.
+        let busy: u64 = real
+            .timeline
+            .slices
+            .iter()
+            .map(|s| s.end_ns - s.start_ns)
+            .sum();
+        let error = predicted.makespan_ns.abs_diff(busy) as f64 / busy as f64;
+        assert!(
+            error < 0.05,
+            "predicted {} vs serial work {busy}",
+            predicted.makespan_ns
+        );
+    }
+
+    #[test]
+    fn samples_of_an_unknown_processor_are_left_out() {
+        let plan = Arc::new(tiny_plan(2, 256, 64));
+        let mut samples = measure(plan.clone(), "stall", &mut SimBackend::default())
+            .unwrap()
+            .records;
+        for s in &mut samples {
+            s.processor = "nowhere".into();
+        }
+        let mut device = plan.device.clone();
+        assert!(fit_profile(&mut device, &samples).is_empty());
+        assert!(device.processors.iter().all(|p| p.cost.stages.is_empty()));
+    }
+}
