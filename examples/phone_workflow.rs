@@ -115,6 +115,14 @@ impl Device {
         })
     }
 
+    /// How two jobs share the device's pool: one plan run alone (`inorder`) and
+    /// overlapped (`balance`).
+    fn sharing(&self) -> Result<Option<f64>, Error> {
+        let alone = self.run(512, 128, "inorder")?.outcome;
+        let shared = self.run(512, 128, "balance")?.outcome;
+        Ok(profiling::two_job_rate(&alone, &shared))
+    }
+
     /// One real prefill through the device's own queue, measured.
     fn run(&self, prompt_len: u32, chunk_len: u32, policy: &str) -> Result<Measurement, Error> {
         let tokens = self.prompt(prompt_len as usize)?;
@@ -136,10 +144,11 @@ impl Device {
     /// Profiles the grid (after one warm-up run) and writes the device profile, the
     /// model and a scene naming both; returns the scene's path.
     fn profile(&self, out: &Path) -> Result<PathBuf, Error> {
-        self.run(256, 128, "balance")?;
+        self.run(256, 128, "inorder")?;
         let (mut samples, mut gaps) = (Vec::new(), Vec::new());
+        // `inorder` on these queues never overlaps two jobs: each sample is a job alone.
         for (prompt_len, chunk_len) in PROFILE_GRID {
-            let measured = self.run(prompt_len, chunk_len, "balance")?;
+            let measured = self.run(prompt_len, chunk_len, "inorder")?;
             samples.extend(measured.records);
             gaps.push(measured.job_gap_ns);
         }
@@ -158,6 +167,7 @@ impl Device {
             backends: "cpu,npu".into(),
             samples: String::new(),
             job_gap_us: gaps[gaps.len() / 2] / 1e3,
+            two_job_rate: self.sharing()?.unwrap_or(0.0),
         });
         println!(
             "device: {} samples from {} prefills, {} fits, worst fit error {:.1}%",

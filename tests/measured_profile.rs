@@ -58,6 +58,7 @@ fn measured_scene(skip: Option<usize>) -> (Scene, String) {
         backends: "cpu,npu".into(),
         samples: "d.samples.csv".into(),
         job_gap_us: 30.0,
+        two_job_rate: 0.0,
     });
     let device = toml_text(&scene.device).unwrap();
     (scene, device)

@@ -47,7 +47,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::backends::Backend;
-use crate::backends::shared_pool::SharedPoolBackend;
+use crate::backends::shared_pool::{PoolSharing, SharedPoolBackend};
 use crate::engine::{self, EngineError, EngineOptions, RunOutcome};
 use crate::history::{HistoryRecord, records_of};
 
@@ -84,6 +84,8 @@ pub struct Measurement {
     pub makespan_ns: u64,
     /// The run's time outside every job, per job, ns ([`job_gap_ns`]).
     pub job_gap_ns: f64,
+    /// The run itself (schedule, timeline), e.g. for [`two_job_rate`].
+    pub outcome: RunOutcome,
 }
 
 /// Runs `plan` under `policy` on `backend` (the device's own queue) and returns every
@@ -100,20 +102,86 @@ pub fn measure(
         records: records_of(&outcome),
         makespan_ns: outcome.makespan_ns,
         job_gap_ns: job_gap_ns(&outcome),
+        outcome,
     })
 }
 
-/// A run's time not spent in any job, per job, ns: on queues that share one worker pool
-/// (jobs one at a time), the hand-off between one job and the next; [`predict`] adds
-/// the profile's median of it (`[measured] job_gap_us`) before each simulated job.
+/// A run's time with no job running, per job, ns: the hand-off from one job's end to the
+/// next one's start (completion, the engine's tick, dispatch, the queue thread) where
+/// nothing else covers it. [`predict`] adds the profile's median of it (`[measured]
+/// job_gap_us`) before each simulated job. Measure it on a run whose jobs do not overlap
+/// (`inorder` on the host's queues) for the per-job latency itself.
 pub fn job_gap_ns(run: &RunOutcome) -> f64 {
-    let busy: u64 = run
+    let mut spans: Vec<(u64, u64)> = run
         .timeline
         .slices
         .iter()
-        .map(|s| s.end_ns.saturating_sub(s.start_ns))
-        .sum();
-    run.makespan_ns.saturating_sub(busy) as f64 / run.timeline.slices.len().max(1) as f64
+        .map(|s| (s.start_ns, s.end_ns))
+        .collect();
+    spans.sort_unstable();
+    let (mut covered, mut reach) = (0u64, 0u64);
+    for (start, end) in spans {
+        let from = start.max(reach);
+        covered += end.saturating_sub(from);
+        reach = reach.max(end);
+    }
+    run.makespan_ns.saturating_sub(covered) as f64 / run.timeline.slices.len().max(1) as f64
+}
+
+/// The rate at which each of two jobs runs when they share the pool, relative to one
+/// alone ([`PoolSharing::two_job_rate`]), from two runs of the same plan: `alone`, whose
+/// jobs never overlap (`inorder` on the host's queues), gives each instance's alone
+/// duration `w`; in `shared` (a policy that overlaps jobs) an instance's span splits into
+/// `a` (running alone) and `c` (overlapped), and `w = a + rate * c`. Least squares over
+/// every instance; `None` when nothing overlapped or the runs are of different plans.
+pub fn two_job_rate(alone: &RunOutcome, shared: &RunOutcome) -> Option<f64> {
+    let n = alone.plan.id_space();
+    if shared.plan.id_space() != n {
+        return None;
+    }
+    let mut work = vec![None; n];
+    for s in &alone.timeline.slices {
+        work[s.id as usize] = Some((s.end_ns - s.start_ns) as f64);
+    }
+    let overlapped = overlap_per_slice(&shared.timeline.slices);
+    let (mut num, mut den) = (0.0, 0.0);
+    for (s, &c) in shared.timeline.slices.iter().zip(&overlapped) {
+        let w = work.get(s.id as usize).copied().flatten()?;
+        let a = (s.end_ns - s.start_ns) as f64 - c;
+        num += c * (w - a);
+        den += c * c;
+    }
+    (den > 0.0).then(|| (num / den).clamp(0.5, 1.0))
+}
+
+/// For each slice, ns of its span during which a slice of another lane also ran (at most
+/// its span).
+fn overlap_per_slice(slices: &[hetsched_systems::resources::SliceRecord]) -> Vec<f64> {
+    let lanes = slices.iter().map(|s| s.processor + 1).max().unwrap_or(0);
+    let mut by_lane: Vec<Vec<(u64, u64)>> = vec![Vec::new(); lanes];
+    for s in slices {
+        by_lane[s.processor].push((s.start_ns, s.end_ns));
+    }
+    for lane in &mut by_lane {
+        lane.sort_unstable();
+    }
+    slices
+        .iter()
+        .map(|s| {
+            let mut c = 0u64;
+            for (lane, spans) in by_lane.iter().enumerate() {
+                if lane == s.processor {
+                    continue;
+                }
+                // A lane runs one job at a time: its spans are disjoint and sorted.
+                let first = spans.partition_point(|&(_, end)| end <= s.start_ns);
+                for &(start, end) in spans[first..].iter().take_while(|&&(st, _)| st < s.end_ns) {
+                    c += end.min(s.end_ns).saturating_sub(start.max(s.start_ns));
+                }
+            }
+            (c.min(s.end_ns - s.start_ns)) as f64
+        })
+        .collect()
 }
 
 /// Fits every (processor, precision, stage kind) of `samples` and puts the costs into
@@ -149,14 +217,23 @@ pub fn fit_profile(device: &mut DeviceProfile, samples: &[HistoryRecord]) -> Vec
     fits
 }
 
-/// Simulates `plan` the way real queues sharing one worker pool run it: jobs one at a
-/// time, each after the profile's measured hand-off gap (`[measured] job_gap_us`, 0
-/// without one). A prompt shorter than a chunk is simulated as one chunk of the prompt's
+/// Simulates `plan` the way real queues sharing one worker pool run it: jobs running at
+/// once share the pool's threads at the profile's measured `two_job_rate` (jobs one at a
+/// time without one), each after the profile's measured hand-off gap (`[measured]
+/// job_gap_us`, 0 without one). A prompt shorter than a chunk is simulated as one chunk of the prompt's
 /// length, as the executors run it.
 pub fn predict(plan: Arc<PrefillPlan>, policy: &str) -> Result<RunOutcome, ProfilingError> {
     let policy = PolicyRegistry::builtin().create(policy)?;
-    let gap_us = plan.device.measured.as_ref().map_or(0.0, |m| m.job_gap_us);
-    let mut pool = SharedPoolBackend::new((gap_us.max(0.0) * 1e3) as u64);
+    let measured = plan.device.measured.as_ref();
+    let gap_us = measured.map_or(0.0, |m| m.job_gap_us);
+    let sharing = match measured {
+        Some(m) if m.two_job_rate > 0.0 => PoolSharing {
+            threads: m.threads.max(1),
+            two_job_rate: m.two_job_rate,
+        },
+        _ => PoolSharing::default(),
+    };
+    let mut pool = SharedPoolBackend::new((gap_us.max(0.0) * 1e3) as u64, sharing);
     Ok(engine::run(as_executed(&plan)?, policy, &mut pool)?)
 }
 
@@ -224,6 +301,45 @@ mod tests {
             "predicted {} vs serial work {busy}",
             predicted.makespan_ns
         );
+    }
+
+    /// A run on a pool where two jobs each run at 0.7 of their alone rate gives that
+    /// rate back against a run of the same plan whose jobs never overlap.
+    #[test]
+    fn the_two_job_rate_is_recovered_from_a_pair_of_runs() {
+        let plan = Arc::new(tiny_plan(2, 512, 64));
+        let alone = engine::simulate(
+            plan.clone(),
+            PolicyRegistry::builtin().create("inorder").unwrap(),
+        )
+        .unwrap();
+        let sharing = PoolSharing {
+            threads: 2,
+            two_job_rate: 0.7,
+        };
+        let serial = PoolSharing {
+            threads: 2,
+            two_job_rate: 0.5,
+        };
+        let run_on = |sharing, policy: &str| {
+            let mut pool = SharedPoolBackend::new(0, sharing);
+            let policy = PolicyRegistry::builtin().create(policy).unwrap();
+            engine::run(plan.clone(), policy, &mut pool).unwrap()
+        };
+        let shared = run_on(sharing, "balance");
+        let rate = two_job_rate(&alone, &shared).expect("jobs overlapped");
+        assert!((rate - 0.7).abs() < 0.01, "{rate}");
+        let rate = two_job_rate(&alone, &run_on(serial, "balance")).expect("jobs overlapped");
+        assert!((rate - 0.5).abs() < 0.01, "{rate}");
+        // Runs of another plan are no pair.
+        let other = engine::simulate(
+            Arc::new(tiny_plan(2, 256, 64)),
+            PolicyRegistry::builtin().create("balance").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(two_job_rate(&alone, &other), None);
+        // Idle time per job: none on a pool without gaps that always has work.
+        assert!(job_gap_ns(&shared) >= 0.0);
     }
 
     #[test]

@@ -130,6 +130,11 @@ pub struct ProfileOrigin {
     /// --predict` adds it before each simulated job.
     #[serde(default)]
     pub job_gap_us: f64,
+    /// Rate of each of two jobs sharing the worker pool at once, relative to one job
+    /// alone (1/2: no gain, as one after the other; measured by `hetsched profile` from
+    /// an `inorder` and a `balance` run of one plan; 0: not measured).
+    #[serde(default)]
+    pub two_job_rate: f64,
 }
 
 impl ProfileOrigin {
@@ -170,6 +175,16 @@ impl DeviceProfile {
                 return bad(format!(
                     "processor `{}` needs a positive memory_gib",
                     p.name
+                ));
+            }
+        }
+        if let Some(m) = &self.measured {
+            let rate_ok = m.two_job_rate == 0.0 || (0.5..=1.0).contains(&m.two_job_rate);
+            let gap_ok = (0.0..=MAX_LATENCY_US).contains(&m.job_gap_us);
+            if !(rate_ok && gap_ok) {
+                return bad(format!(
+                    "[measured] two_job_rate {} must be 0 (not measured) or within 0.5..=1, and job_gap_us {} within 0..={MAX_LATENCY_US}; fix the device file",
+                    m.two_job_rate, m.job_gap_us
                 ));
             }
         }

@@ -24,7 +24,7 @@ use crate::output::{check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
 use hetsched::history::{HistoryRecord, read_history, records_of};
-use hetsched::profiling::{StageFit, fit_profile, job_gap_ns};
+use hetsched::profiling::{StageFit, fit_profile, job_gap_ns, two_job_rate};
 use samples::to_csv;
 
 /// The host's SIMD features, as a measured profile records them.
@@ -60,8 +60,10 @@ pub struct ProfileArgs {
     /// measuring: its records of this model.
     #[arg(long, value_name = "FILE")]
     from_history: Option<PathBuf>,
-    /// The policy scheduling the profiled prefills.
-    #[arg(long, default_value = "balance", value_parser = crate::choices::policy_name)]
+    /// The policy scheduling the profiled prefills (`inorder`: on the host's queues its
+    /// jobs never overlap, so each sample is a job's time alone on the pool; how jobs
+    /// share the pool is measured apart, by one `balance` run).
+    #[arg(long, default_value = "inorder", value_parser = crate::choices::policy_name)]
     policy: String,
     #[command(flatten)]
     shadow: ShadowArgs,
@@ -109,6 +111,9 @@ struct ProfileSummary {
     samples: usize,
     seconds: f64,
     worst_fit_error: f64,
+    /// Rate of each of two jobs sharing the pool, relative to one alone (null: none
+    /// overlapped, or refitted from a history).
+    two_job_rate: Option<f64>,
     fits: Vec<StageFit>,
 }
 
@@ -167,6 +172,10 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         }
         None => grid.measure(&models, &loaded.tokenizer, text, &options)?,
     };
+    let two_job_rate = match &args.from_history {
+        Some(_) => None,
+        None => grid.sharing(&models[0], &loaded.tokenizer, text, &options)?,
+    };
     let prefills = gaps.len();
     let mut device = device;
     let fits = fit_profile(&mut device, &samples);
@@ -185,6 +194,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         backends: args.backends.join(","),
         samples: file_name(&files.samples),
         job_gap_us: median(gaps) / 1e3,
+        two_job_rate: two_job_rate.unwrap_or(0.0),
     });
     let summary = ProfileSummary {
         model: first.name.clone(),
@@ -195,6 +205,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         samples: samples.len(),
         seconds: started.elapsed().as_secs_f64(),
         worst_fit_error: fits.iter().map(|f| f.cost.fit_error).fold(0.0, f64::max),
+        two_job_rate,
         fits,
     };
     print_json_or(args.json, &summary, || summary_text(&summary));
@@ -229,7 +240,7 @@ impl Grid<'_> {
             let warm = prompt_tokens(
                 tokenizer,
                 text,
-                self.prompt_lens[0].min(256) as usize,
+                self.prompt_lens.first().map_or(256, |&p| p.min(256)) as usize,
                 context,
             )?;
             exec::prefill(model.clone(), &warm, options)?;
@@ -271,6 +282,41 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+impl Grid<'_> {
+    /// How two jobs share the pool: at the first prompt length, each chunk length `reps`
+    /// times run once with `inorder` (jobs alone) and once with `balance` (jobs
+    /// overlapping); the median of `profiling::two_job_rate` over the pairs (one pair is
+    /// noisy: a few hundred overlaps of a few milliseconds).
+    fn sharing(
+        &self,
+        model: &Arc<ExecModel>,
+        tokenizer: &hetsched::import::GgufTokenizer,
+        text: &str,
+        options: &PrefillOptions,
+    ) -> Result<Option<f64>, CliError> {
+        let context = model.config.context_length;
+        let prompt = self.prompt_lens.first().copied().unwrap_or(512);
+        let tokens = prompt_tokens(tokenizer, text, prompt as usize, context)?;
+        let mut rates = Vec::new();
+        for _ in 0..self.reps {
+            for &chunk_len in self.chunk_lens {
+                let run = |policy: &str| {
+                    let options = PrefillOptions {
+                        chunk_len,
+                        policy: policy.into(),
+                        ..options.clone()
+                    };
+                    exec::prefill(model.clone(), &tokens, &options)
+                };
+                let alone = run("inorder")?;
+                let shared = run("balance")?;
+                rates.extend(two_job_rate(&alone.outcome, &shared.outcome));
+            }
+        }
+        Ok((!rates.is_empty()).then(|| median(rates)))
+    }
+}
+
 /// Writes the device profile, the samples, the model file and a scene naming both.
 fn write_profile(
     files: &ProfileFiles,
@@ -308,12 +354,14 @@ fn toml<T: Serialize>(value: &T) -> Result<String, CliError> {
 
 fn summary_text(s: &ProfileSummary) -> String {
     let mut text = format!(
-        "{}: {} prefills, {} samples in {:.1} s; worst fit error {:.1}%\n",
+        "{}: {} prefills, {} samples in {:.1} s; worst fit error {:.1}%; two jobs sharing the pool run at {} of their alone rate\n",
         s.model,
         s.prefills,
         s.samples,
         s.seconds,
-        100.0 * s.worst_fit_error
+        100.0 * s.worst_fit_error,
+        s.two_job_rate
+            .map_or("(not measured)".to_string(), |r| format!("{r:.2}"))
     );
     for f in &s.fits {
         let c = &f.cost;
