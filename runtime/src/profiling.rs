@@ -238,7 +238,8 @@ pub fn predict(plan: Arc<PrefillPlan>, policy: &str) -> Result<RunOutcome, Profi
 }
 
 /// `plan`, except that a prompt shorter than a chunk is one chunk of the prompt's length
-/// (the plan prices every chunk at its fixed length, as pre-built graphs would run).
+/// (an NPU priced by the roofline pays the full chunk length otherwise, as pre-built
+/// graphs would run; the executors run the prompt's tokens).
 fn as_executed(plan: &Arc<PrefillPlan>) -> Result<Arc<PrefillPlan>, PlanError> {
     let w = &plan.workload;
     if w.prompt_len >= w.chunk_len {

@@ -230,14 +230,25 @@ impl PrefillPlan {
     fn model_costs(&self) -> Result<Vec<Option<NonZeroU64>>, PlanError> {
         let lanes = self.lanes();
         let mut costs = vec![None; self.id_space() * lanes];
+        let (prompt, chunk_len) = (self.workload.prompt_len, self.workload.chunk_len);
         for key in self.instances() {
             let stage = &self.stages[key.stage as usize];
-            let shape = ChunkShape {
-                tokens: u64::from(self.workload.chunk_len),
-                past: u64::from(key.chunk) * u64::from(self.workload.chunk_len),
-            };
+            let past = key.chunk * chunk_len;
             for &lane in self.eligible(key) {
                 let processor = &self.device.processors[lane];
+                // An NPU priced by the roofline runs pre-built graphs of the chunk's fixed
+                // length (seed 000 pads the last chunk); measured costs and other
+                // processors price the tokens the chunk holds, as the executors run them.
+                let padded = processor.kind == ProcessorKind::Npu
+                    && processor.cost.stage_cost(&self.model, &stage.ops).is_none();
+                let tokens = match padded {
+                    true => chunk_len,
+                    false => chunk_len.min(prompt.saturating_sub(past)).max(1),
+                };
+                let shape = ChunkShape {
+                    tokens: u64::from(tokens),
+                    past: u64::from(past),
+                };
                 let ns = processor
                     .cost
                     .subgraph_ns(&self.model, &stage.ops, shape)
