@@ -205,6 +205,23 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A history of many runs reads whole: past the 4 MiB of a scene file, line by line.
+    #[test]
+    fn a_history_larger_than_a_text_file_reads_whole() {
+        let dir = std::env::temp_dir().join(format!("hetsched-history-l-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let records = records_of(&run());
+        let mut runs = 0;
+        while std::fs::metadata(&path).map_or(0, |m| m.len()) <= limits::MAX_TEXT_FILE_BYTES {
+            append_history(&path, &records).unwrap();
+            runs += 1;
+        }
+        assert_eq!(read_history(&path).unwrap().len(), runs * records.len());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_truncated_or_corrupt_line_is_an_error_with_its_number() {
         let dir = std::env::temp_dir().join(format!("hetsched-history-c-{}", std::process::id()));
