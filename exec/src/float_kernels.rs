@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use hetsched_kernels::{AttentionKv, AttentionShape, attention_causal_gqa_gemm, rms_norm};
+use hetsched_kernels::{AttentionKv, AttentionShape, attention_causal_gqa_gemm, rms_norm_fast};
 use rayon::prelude::*;
 
 use super::error::KernelError;
@@ -60,7 +60,7 @@ impl FloatKernels for CpuFloat {
         cols: usize,
     ) -> Result<Vec<f32>, KernelError> {
         let mut out = vec![0f32; rows * cols];
-        rms_norm(x, weight, eps, &mut out, rows, cols);
+        rms_norm_fast(x, weight, eps, &mut out, rows, cols);
         Ok(out)
     }
 

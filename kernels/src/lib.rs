@@ -90,6 +90,7 @@ pub mod rope_table;
 pub mod seeded;
 mod tiling;
 pub mod vector;
+pub mod widest;
 
 pub use attention::{AttentionKv, attention_causal_gqa_gemm};
 pub use cpu::{CpuFeatures, F32Kernel, I8Kernel};
@@ -101,6 +102,7 @@ pub use reference::{
     AttentionShape, RopeStyle, add_inplace, attention_causal_gqa, rms_norm, rope, silu_mul,
 };
 pub use rope_table::RopeTable;
+pub use vector::{dequantize_i32_acc_fast, rms_norm_fast};
 pub use vector::{
     exp_approx, max_abs, max_f32, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,
     sum_f32,
