@@ -3,7 +3,10 @@
 
 use std::ops::Range;
 
-use hetsched_kernels::{AttentionKv, AttentionShape, attention_causal_gqa_gemm, rms_norm_fast};
+use hetsched_kernels::{
+    AttentionKv, AttentionShape, FlashKeys, attention_causal_gqa_flash, attention_causal_gqa_gemm,
+    flash_supported, rms_norm_fast,
+};
 use rayon::prelude::*;
 
 use super::error::KernelError;
@@ -81,6 +84,9 @@ impl FloatKernels for CpuFloat {
         v_cache: &[f32],
         shape: &AttentionShape,
     ) -> Result<Vec<f32>, KernelError> {
+        if flash_supported(shape.head_dim) {
+            return Ok(attention_flash_blocks(q, k_cache, v_cache, shape));
+        }
         let gathered = AttentionKv::gather(
             k_cache,
             v_cache,
@@ -103,6 +109,31 @@ impl FloatKernels for CpuFloat {
             });
         Ok(out)
     }
+}
+
+/// The flash-style kernel (AVX-512, one pass over the keys, values read in place) over
+/// token blocks split across the pool; the keys are transposed once per call.
+fn attention_flash_blocks(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    shape: &AttentionShape,
+) -> Vec<f32> {
+    let keys = FlashKeys::gather(k_cache, shape.kv_len, shape.n_kv_heads, shape.head_dim);
+    let row = shape.n_heads * shape.head_dim;
+    let mut out = vec![0f32; q.len()];
+    out.par_chunks_mut(ATTENTION_BLOCK * row)
+        .zip(q.par_chunks(ATTENTION_BLOCK * row))
+        .enumerate()
+        .for_each(|(b, (out, q))| {
+            let block = AttentionShape {
+                n_tokens: q.len() / row,
+                pos0: shape.pos0 + b * ATTENTION_BLOCK,
+                ..*shape
+            };
+            attention_causal_gqa_flash(q, &keys, v_cache, out, &block);
+        });
+    out
 }
 
 /// A Vulkan device through `hetsched-gpu` (host slices in and out per call).

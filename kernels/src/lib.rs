@@ -81,6 +81,7 @@
 //! ```
 
 pub mod attention;
+pub mod attention_flash;
 pub mod convert;
 pub mod cpu;
 pub mod gemm_f32;
@@ -93,6 +94,7 @@ pub mod vector;
 pub mod widest;
 
 pub use attention::{AttentionKv, attention_causal_gqa_gemm};
+pub use attention_flash::{FlashKeys, attention_causal_gqa_flash, flash_supported};
 pub use cpu::{CpuFeatures, F32Kernel, I8Kernel};
 pub use gemm_f32::{
     PackedF32Weights, matmul_f32, matmul_f32_packed, matmul_f32_packed_cols, matmul_f32_with,
