@@ -85,7 +85,10 @@ impl FloatKernels for CpuFloat {
         shape: &AttentionShape,
     ) -> Result<Vec<f32>, KernelError> {
         if flash_supported(shape.head_dim) {
-            return Ok(attention_flash_blocks(q, k_cache, v_cache, shape));
+            let keys = FlashKeys::gather(k_cache, shape.kv_len, shape.n_kv_heads, shape.head_dim);
+            return Ok(by_token_blocks(q, shape, |q, out, block| {
+                attention_causal_gqa_flash(q, &keys, v_cache, out, block);
+            }));
         }
         let gathered = AttentionKv::gather(
             k_cache,
@@ -94,32 +97,21 @@ impl FloatKernels for CpuFloat {
             shape.n_kv_heads,
             shape.head_dim,
         );
-        let row = shape.n_heads * shape.head_dim;
-        let mut out = vec![0f32; q.len()];
-        out.par_chunks_mut(ATTENTION_BLOCK * row)
-            .zip(q.par_chunks(ATTENTION_BLOCK * row))
-            .enumerate()
-            .for_each(|(b, (out, q))| {
-                let block = AttentionShape {
-                    n_tokens: q.len() / row,
-                    pos0: shape.pos0 + b * ATTENTION_BLOCK,
-                    ..*shape
-                };
-                attention_causal_gqa_gemm(q, &gathered, out, &block);
-            });
-        Ok(out)
+        Ok(by_token_blocks(q, shape, |q, out, block| {
+            attention_causal_gqa_gemm(q, &gathered, out, block);
+        }))
     }
 }
 
-/// The flash-style kernel (AVX-512, one pass over the keys, values read in place) over
-/// token blocks split across the pool; the keys are transposed once per call.
-fn attention_flash_blocks(
+/// Attention of the queries `q` split into blocks of [`ATTENTION_BLOCK`] tokens across the
+/// pool: `kernel(q_block, out_block, block_shape)` per block. The flash kernel (AVX-512,
+/// one pass over the keys, values read in place) or the GEMM one, each with its keys
+/// prepared once per call.
+fn by_token_blocks(
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
     shape: &AttentionShape,
+    kernel: impl Fn(&[f32], &mut [f32], &AttentionShape) + Sync,
 ) -> Vec<f32> {
-    let keys = FlashKeys::gather(k_cache, shape.kv_len, shape.n_kv_heads, shape.head_dim);
     let row = shape.n_heads * shape.head_dim;
     let mut out = vec![0f32; q.len()];
     out.par_chunks_mut(ATTENTION_BLOCK * row)
@@ -131,7 +123,7 @@ fn attention_flash_blocks(
                 pos0: shape.pos0 + b * ATTENTION_BLOCK,
                 ..*shape
             };
-            attention_causal_gqa_flash(q, &keys, v_cache, out, &block);
+            kernel(q, out, &block);
         });
     out
 }
