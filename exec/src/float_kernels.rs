@@ -3,7 +3,10 @@
 
 use std::ops::Range;
 
-use hetsched_kernels::{AttentionKv, AttentionShape, attention_causal_gqa_gemm, rms_norm};
+use hetsched_kernels::{
+    AttentionKv, AttentionShape, FlashKeys, attention_causal_gqa_flash, attention_causal_gqa_gemm,
+    flash_supported, rms_norm_fast,
+};
 use rayon::prelude::*;
 
 use super::error::KernelError;
@@ -60,7 +63,7 @@ impl FloatKernels for CpuFloat {
         cols: usize,
     ) -> Result<Vec<f32>, KernelError> {
         let mut out = vec![0f32; rows * cols];
-        rms_norm(x, weight, eps, &mut out, rows, cols);
+        rms_norm_fast(x, weight, eps, &mut out, rows, cols);
         Ok(out)
     }
 
@@ -81,6 +84,12 @@ impl FloatKernels for CpuFloat {
         v_cache: &[f32],
         shape: &AttentionShape,
     ) -> Result<Vec<f32>, KernelError> {
+        if flash_supported(shape.head_dim) {
+            let keys = FlashKeys::gather(k_cache, shape.kv_len, shape.n_kv_heads, shape.head_dim);
+            return Ok(by_token_blocks(q, shape, |q, out, block| {
+                attention_causal_gqa_flash(q, &keys, v_cache, out, block);
+            }));
+        }
         let gathered = AttentionKv::gather(
             k_cache,
             v_cache,
@@ -88,21 +97,35 @@ impl FloatKernels for CpuFloat {
             shape.n_kv_heads,
             shape.head_dim,
         );
-        let row = shape.n_heads * shape.head_dim;
-        let mut out = vec![0f32; q.len()];
-        out.par_chunks_mut(ATTENTION_BLOCK * row)
-            .zip(q.par_chunks(ATTENTION_BLOCK * row))
-            .enumerate()
-            .for_each(|(b, (out, q))| {
-                let block = AttentionShape {
-                    n_tokens: q.len() / row,
-                    pos0: shape.pos0 + b * ATTENTION_BLOCK,
-                    ..*shape
-                };
-                attention_causal_gqa_gemm(q, &gathered, out, &block);
-            });
-        Ok(out)
+        Ok(by_token_blocks(q, shape, |q, out, block| {
+            attention_causal_gqa_gemm(q, &gathered, out, block);
+        }))
     }
+}
+
+/// Attention of the queries `q` split into blocks of [`ATTENTION_BLOCK`] tokens across the
+/// pool: `kernel(q_block, out_block, block_shape)` per block. The flash kernel (AVX-512,
+/// one pass over the keys, values read in place) or the GEMM one, each with its keys
+/// prepared once per call.
+fn by_token_blocks(
+    q: &[f32],
+    shape: &AttentionShape,
+    kernel: impl Fn(&[f32], &mut [f32], &AttentionShape) + Sync,
+) -> Vec<f32> {
+    let row = shape.n_heads * shape.head_dim;
+    let mut out = vec![0f32; q.len()];
+    out.par_chunks_mut(ATTENTION_BLOCK * row)
+        .zip(q.par_chunks(ATTENTION_BLOCK * row))
+        .enumerate()
+        .for_each(|(b, (out, q))| {
+            let block = AttentionShape {
+                n_tokens: q.len() / row,
+                pos0: shape.pos0 + b * ATTENTION_BLOCK,
+                ..*shape
+            };
+            kernel(q, out, &block);
+        });
+    out
 }
 
 /// A Vulkan device through `hetsched-gpu` (host slices in and out per call).

@@ -5,10 +5,10 @@
 //! per-row weight scales applied only when the accumulators are dequantized. No
 //! per-group scales: the NPU cannot do them.
 
-use hetsched_kernels::reference::dequantize_i32_acc;
 use hetsched_kernels::{
-    PackedF32Weights, PackedI8Weights, gemm_i8, gemm_i8_cols, matmul_f32_packed,
-    matmul_f32_packed_cols, max_abs, quantize_per_tensor_fast, scale_for_max_abs_fast,
+    PackedF32Weights, PackedI8Weights, dequantize_i32_acc_fast, gemm_i8, gemm_i8_cols,
+    matmul_f32_packed, matmul_f32_packed_cols, max_abs, quantize_per_tensor_fast,
+    scale_for_max_abs_fast,
 };
 use rayon::prelude::*;
 
@@ -289,7 +289,7 @@ pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, KernelE
             let n = scales.len();
             check_len(acc.len() % n.max(1), 0)?;
             let mut y = vec![0f32; acc.len()];
-            dequantize_i32_acc(&acc, acc.len() / n.max(1), n, a_scale, scales, &mut y);
+            dequantize_i32_acc_fast(&acc, acc.len() / n.max(1), n, a_scale, scales, &mut y);
             if let Some(shadow) = shadow {
                 for (y, s) in y.iter_mut().zip(&shadow) {
                     *y += s;

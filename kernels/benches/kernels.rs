@@ -11,6 +11,7 @@ use hetsched_kernels::{
     AttentionKv, AttentionShape, PackedF32Weights, PackedI8Weights, attention_causal_gqa_gemm,
     gemm_i8, matmul_f32_packed,
 };
+use hetsched_kernels::{FlashKeys, attention_causal_gqa_flash, flash_supported};
 
 /// (name, m, k, n): SmolLM2's FFN up/gate and down projections at chunk lengths.
 const SHAPES: [(&str, usize, usize, usize); 4] = [
@@ -75,6 +76,48 @@ fn attention(c: &mut Criterion) {
             attention_causal_gqa_gemm(black_box(&q), &kv, &mut out, &shape)
         })
     });
+    group.finish();
+    flash_attention(c, &mut rng);
+}
+
+/// The flash kernel against the GEMM one on the last 128-token chunk of a 512- and a
+/// 4096-token prompt (keys prepared inside the timed loop, as each call does).
+fn flash_attention(c: &mut Criterion, rng: &mut SeededRng) {
+    let (heads, kv_heads, d, n) = (9, 3, 64, 128);
+    if !flash_supported(d) {
+        return;
+    }
+    let mut group = c.benchmark_group("attention_long");
+    group.sample_size(10);
+    for kv_len in [512, 4096] {
+        let pos0 = kv_len - n;
+        let q = rng.f32s(n * heads * d);
+        let k = rng.f32s(kv_len * kv_heads * d);
+        let v = rng.f32s(kv_len * kv_heads * d);
+        let shape = AttentionShape {
+            n_tokens: n,
+            pos0,
+            kv_len,
+            n_heads: heads,
+            n_kv_heads: kv_heads,
+            head_dim: d,
+        };
+        let mut out = vec![0f32; q.len()];
+        let keys = n * pos0 + n * (n + 1) / 2;
+        group.throughput(Throughput::Elements((4 * keys * heads * d) as u64));
+        group.bench_function(BenchmarkId::new("flash", kv_len), |b| {
+            b.iter(|| {
+                let kt = FlashKeys::gather(&k, kv_len, kv_heads, d);
+                attention_causal_gqa_flash(black_box(&q), &kt, &v, &mut out, &shape)
+            })
+        });
+        group.bench_function(BenchmarkId::new("gemm", kv_len), |b| {
+            b.iter(|| {
+                let kv = AttentionKv::gather(&k, &v, kv_len, kv_heads, d);
+                attention_causal_gqa_gemm(black_box(&q), &kv, &mut out, &shape)
+            })
+        });
+    }
     group.finish();
 }
 

@@ -9,7 +9,8 @@
 
 use crate::gemm_f32::{PackedF32Weights, matmul_f32_packed, matmul_f32_packed_cols};
 use crate::reference::AttentionShape;
-use crate::vector::{exp_approx, max_f32, sum_f32};
+use crate::vector::{exp_approx, max_f32, sum_f32_lanes};
+use crate::widest::widest;
 
 /// Keys and values of every KV head, packed for the GEMM.
 #[derive(Clone, Debug)]
@@ -134,11 +135,17 @@ pub fn attention_causal_gqa_gemm(
 /// compiler from vectorizing it.
 fn softmax_scaled(s: &[f32], scale: f32, out: &mut [f32]) {
     let max = max_f32(s) * scale;
-    for (o, &v) in out.iter_mut().zip(s) {
-        *o = exp_approx(v * scale - max);
-    }
-    let inv = 1.0 / sum_f32(out);
-    for o in out.iter_mut() {
-        *o *= inv;
+    softmax_loop(s, scale, max, out);
+}
+
+widest! {
+    fn softmax_loop(s: &[f32], scale: f32, max: f32, out: &mut [f32]) {
+        for (o, &v) in out.iter_mut().zip(s) {
+            *o = exp_approx(v * scale - max);
+        }
+        let inv = 1.0 / sum_f32_lanes(out);
+        for o in out.iter_mut() {
+            *o *= inv;
+        }
     }
 }

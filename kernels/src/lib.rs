@@ -81,6 +81,7 @@
 //! ```
 
 pub mod attention;
+pub mod attention_flash;
 pub mod convert;
 pub mod cpu;
 pub mod gemm_f32;
@@ -90,8 +91,10 @@ pub mod rope_table;
 pub mod seeded;
 mod tiling;
 pub mod vector;
+pub mod widest;
 
 pub use attention::{AttentionKv, attention_causal_gqa_gemm};
+pub use attention_flash::{FlashKeys, attention_causal_gqa_flash, flash_supported};
 pub use cpu::{CpuFeatures, F32Kernel, I8Kernel};
 pub use gemm_f32::{
     PackedF32Weights, matmul_f32, matmul_f32_packed, matmul_f32_packed_cols, matmul_f32_with,
@@ -101,6 +104,7 @@ pub use reference::{
     AttentionShape, RopeStyle, add_inplace, attention_causal_gqa, rms_norm, rope, silu_mul,
 };
 pub use rope_table::RopeTable;
+pub use vector::{dequantize_i32_acc_fast, rms_norm_fast};
 pub use vector::{
     exp_approx, max_abs, max_f32, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,
     sum_f32,

@@ -4,6 +4,7 @@
 //! scalar twin in [`crate::reference`] and a test comparing them.
 
 use crate::reference::quant::Q_MAX;
+use crate::widest::widest;
 
 /// 1.5 · 2²³: adding and subtracting it rounds an f32 of magnitude below 2²² to the
 /// nearest integer, ties to even (the default rounding mode), without a libm call.
@@ -45,11 +46,18 @@ pub fn silu_mul_fast(gate: &[f32], up: &[f32], out: &mut [f32]) {
         "gate and up must have the same length"
     );
     assert_eq!(gate.len(), out.len(), "out must have the length of gate");
-    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-        *o = g / (1.0 + exp_approx(-g)) * u;
+    silu_mul_loop(gate, up, out);
+}
+
+widest! {
+    fn silu_mul_loop(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+            *o = g / (1.0 + exp_approx(-g)) * u;
+        }
     }
 }
 
+widest! {
 /// Largest `|x|`, NaNs ignored (0 for an empty slice): exact, any order.
 pub fn max_abs(x: &[f32]) -> f32 {
     // Independent lanes let the loop vectorize; a NaN compares false and is skipped.
@@ -71,7 +79,9 @@ pub fn max_abs(x: &[f32]) -> f32 {
     }
     m
 }
+}
 
+widest! {
 /// Largest element, NaNs ignored (`-inf` for an empty slice): exact, any order.
 pub fn max_f32(x: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 16];
@@ -87,10 +97,17 @@ pub fn max_f32(x: &[f32]) -> f32 {
         .chain(tail)
         .fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m })
 }
+}
 
 /// Sum in 16 interleaved partial sums (so the loop vectorizes): the result differs from
 /// a left-to-right sum by rounding only.
 pub fn sum_f32(x: &[f32]) -> f32 {
+    sum_f32_lanes(x)
+}
+
+/// [`sum_f32`] inlined into its caller (an `#[inline(always)]` body of [`widest!`]).
+#[inline(always)]
+pub(crate) fn sum_f32_lanes(x: &[f32]) -> f32 {
     let mut lanes = [0f32; 16];
     let mut chunks = x.chunks_exact(16);
     for chunk in &mut chunks {
@@ -116,11 +133,97 @@ pub fn scale_for_max_abs_fast(x: &[f32]) -> f32 {
 pub fn quantize_per_tensor_fast(x: &[f32], scale: f32, out: &mut [i8]) {
     assert_eq!(x.len(), out.len(), "out must have the length of x");
     assert!(scale > 0.0, "scale must be positive");
-    let limit = f32::from(Q_MAX);
-    for (o, &v) in out.iter_mut().zip(x) {
-        // Clamping first is equivalent (the bounds are integers) and keeps the value
-        // inside the magic constant's exact range.
-        let c = (v / scale).clamp(-limit, limit);
-        *o = ((c + ROUND_MAGIC) - ROUND_MAGIC) as i8;
+    quantize_loop(x, scale, out);
+}
+
+widest! {
+    fn quantize_loop(x: &[f32], scale: f32, out: &mut [i8]) {
+        let limit = f32::from(Q_MAX);
+        for (o, &v) in out.iter_mut().zip(x) {
+            // Clamping first is equivalent (the bounds are integers) and keeps the value
+            // inside the magic constant's exact range.
+            let c = (v / scale).clamp(-limit, limit);
+            // NaN to 0, then the rounded integer read from the low mantissa bits of
+            // `c + ROUND_MAGIC` (as in `exp_approx`): integer operations that vectorize,
+            // where the saturating float-to-int cast `as` needs is split into scalars.
+            let c = if c.is_nan() { 0.0 } else { c };
+            let bits = (c + ROUND_MAGIC).to_bits().wrapping_sub(ROUND_MAGIC.to_bits());
+            *o = bits as i32 as i8;
+        }
+    }
+}
+
+/// The twin of [`crate::reference::dequantize_i32_acc`], bit-exact:
+/// `out[i, j] = acc[i, j] as f32 * (a_scale * w_scales[j])`.
+///
+/// # Panics
+/// If a slice length does not match its shape.
+pub fn dequantize_i32_acc_fast(
+    acc: &[i32],
+    m: usize,
+    n: usize,
+    a_scale: f32,
+    w_scales: &[f32],
+    out: &mut [f32],
+) {
+    assert_eq!(acc.len(), m * n, "acc must be [m, n]");
+    assert_eq!(out.len(), m * n, "out must be [m, n]");
+    assert_eq!(w_scales.len(), n, "w_scales must be [n]");
+    if n > 0 {
+        dequantize_loop(acc, a_scale, w_scales, out);
+    }
+}
+
+widest! {
+    fn dequantize_loop(acc: &[i32], a_scale: f32, w_scales: &[f32], out: &mut [f32]) {
+        let n = w_scales.len();
+        for (acc_row, out_row) in acc.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            for ((o, &v), &ws) in out_row.iter_mut().zip(acc_row).zip(w_scales) {
+                *o = v as f32 * (a_scale * ws);
+            }
+        }
+    }
+}
+
+/// The twin of [`crate::reference::rms_norm`]: the same formula, the mean of squares
+/// summed in f64 over 8 interleaved partial sums (so the loop vectorizes) instead of left
+/// to right; the result differs from the reference by the rounding of that sum only.
+///
+/// # Panics
+/// If a slice length does not match its shape.
+pub fn rms_norm_fast(
+    x: &[f32],
+    weight: &[f32],
+    eps: f32,
+    out: &mut [f32],
+    rows: usize,
+    cols: usize,
+) {
+    assert_eq!(x.len(), rows * cols, "x must be [rows, cols]");
+    assert_eq!(out.len(), rows * cols, "out must be [rows, cols]");
+    assert_eq!(weight.len(), cols, "weight must be [cols]");
+    if cols > 0 {
+        rms_norm_loop(x, weight, eps, out);
+    }
+}
+
+widest! {
+    fn rms_norm_loop(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        let cols = weight.len();
+        for (x_row, out_row) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+            let mut lanes = [0f64; 8];
+            let mut chunks = x_row.chunks_exact(8);
+            for chunk in &mut chunks {
+                for (s, &v) in lanes.iter_mut().zip(chunk) {
+                    *s += f64::from(v) * f64::from(v);
+                }
+            }
+            let tail = chunks.remainder().iter().map(|&v| f64::from(v) * f64::from(v));
+            let mean = (lanes.iter().sum::<f64>() + tail.sum::<f64>()) / cols as f64;
+            let inv = (1.0 / (mean + f64::from(eps)).sqrt()) as f32;
+            for ((o, &v), &w) in out_row.iter_mut().zip(x_row).zip(weight) {
+                *o = v * inv * w;
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The vectorizable element-wise kernels against their scalar twins.
 
 use hetsched_kernels::seeded::SeededRng;
+use hetsched_kernels::{dequantize_i32_acc_fast, rms_norm_fast};
 use hetsched_kernels::{
     exp_approx, max_abs, max_f32, quantize_per_tensor_fast, reference, scale_for_max_abs_fast,
     silu_mul_fast, sum_f32,
@@ -102,6 +103,34 @@ proptest! {
         silu_mul_fast(&gate, &up, &mut got);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             prop_assert!((g - w).abs() <= SILU_TOL * w.abs().max(1e-30), "{i}: {g} vs {w} (gate {})", gate[i]);
+        }
+    }
+
+    #[test]
+    fn dequantize_equals_reference_bit_for_bit(seed in any::<u64>(), m in 0usize..5, n in 0usize..70) {
+        let mut rng = SeededRng::new(seed);
+        let acc: Vec<i32> = rng.f32s(m * n).iter().map(|v| (v * 1e6) as i32).collect();
+        let scales: Vec<f32> = rng.f32s(n).iter().map(|v| v.abs() * 1e-3).collect();
+        let mut want = vec![0f32; m * n];
+        let mut got = vec![1f32; m * n];
+        reference::dequantize_i32_acc(&acc, m, n, 0.037, &scales, &mut want);
+        dequantize_i32_acc_fast(&acc, m, n, 0.037, &scales, &mut got);
+        prop_assert_eq!(got, want);
+    }
+
+    #[test]
+    fn rms_norm_matches_reference(seed in any::<u64>(), rows in 0usize..4, cols in 1usize..600, spread in 0.01f32..100.0) {
+        let mut rng = SeededRng::new(seed);
+        let x: Vec<f32> = rng.f32s(rows * cols).iter().map(|v| v * spread).collect();
+        let weight = rng.f32s(cols);
+        let mut want = vec![0f32; rows * cols];
+        let mut got = vec![0f32; rows * cols];
+        reference::rms_norm(&x, &weight, 1e-5, &mut want, rows, cols);
+        rms_norm_fast(&x, &weight, 1e-5, &mut got, rows, cols);
+        // Only the f64 sum of squares is reordered: its rounding (~1e-16 relative)
+        // moves the f32 result by at most one rounding step.
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            prop_assert!((g - w).abs() <= 2.0 * f32::EPSILON * w.abs(), "{i}: {g} vs {w}");
         }
     }
 }
