@@ -205,10 +205,7 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
             f32_shape("q out", out, m, qcols)?;
             f32_shape("angles", angles, m, d)?;
             if kc.ld() != vc.ld() {
-                return Err(shape(
-                    OP,
-                    "the k and v caches' rows differ in stride",
-                ));
+                return Err(shape(OP, "the k and v caches' rows differ in stride"));
             }
             for (what, cache) in [("k cache", kc), ("v cache", vc)] {
                 f32_shape(what, cache, cache.rows(), kvcols)?;
