@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use hetsched::exec::{
-    ExecError, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillResult, prefill,
+    ExecError, ExecModel, GpuModel, GpuUse, LinearPrecision, PrefillOptions, PrefillResult,
+    prefill, prefill_on_gpu,
 };
 use hetsched::import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
 use hetsched::systems::ProcessorKind;
@@ -115,6 +116,42 @@ fn resident_gpu_prefill_matches_the_cpu_path() {
     }
 }
 
+/// The fused resident path records 5 dispatches per layer per chunk (the q/k/v GEMM with
+/// the norm, RoPE and the cache write folded in, attention, the output projection with the
+/// residual add, gate/up with the norm and SiLU, down with the residual add) and one for
+/// the head; the unfused kernels took 22 and 2 copies at 512 rows.
+#[test]
+fn resident_gpu_prefill_runs_five_dispatches_per_layer_per_chunk() {
+    let file = test_model();
+    let tokens = prompt(&file);
+    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
+    let ctx = match hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()) {
+        Ok(ctx) => ctx,
+        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
+            println!("skipped: no Vulkan device ({e})");
+            return;
+        }
+        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    };
+    let gpu = Arc::new(GpuModel::upload(ctx, model.clone()).unwrap());
+    let options = PrefillOptions {
+        chunk_len: 5,
+        gpu: GpuUse::Resident,
+        ..PrefillOptions::default()
+    };
+    let before = gpu.context.dispatch_count();
+    prefill_on_gpu(&gpu, &tokens, &options).unwrap();
+    let dispatches = gpu.context.dispatch_count() - before;
+    let per_layer_chunk = 5;
+    let chunks = tokens.len().div_ceil(5);
+    let want = chunks * model.config.n_layers * per_layer_chunk + 1;
+    println!(
+        "{dispatches} dispatches for {chunks} chunks x {} layers",
+        model.config.n_layers
+    );
+    assert_eq!(dispatches, want as u64);
+}
+
 #[test]
 fn resident_gpu_prefill_refuses_int8_weights_clearly() {
     let file = test_model();
@@ -172,4 +209,37 @@ fn gpu_lane_prefill_matches_the_cpu_path() {
         on_lane > 0 && on_lane * 2 >= plan.instance_count(),
         "{on_lane} jobs on the GPU lane"
     );
+}
+
+/// W8A8 with the float stages on the GPU lane against the same precision on the CPU lanes
+/// (the issue-20 report: a different second token on an H100). On lavapipe the logits
+/// differ by 1.7e-1 of the largest (the CPU lanes twice: 0), while the same lanes in f32
+/// agree within 1e-3 (`gpu_lane_prefill_matches_the_cpu_path`): something W8A8-specific on
+/// the float lane, not yet found. Run with `--ignored`.
+#[test]
+#[ignore = "issue 20: the W8A8 float lane differs from the CPU lanes (1.7e-1); cause not found"]
+fn gpu_lane_w8a8_matches_the_cpu_lanes() {
+    let file = test_model();
+    let tokens = prompt(&file);
+    let model = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
+    let cpu_options = PrefillOptions {
+        chunk_len: 8,
+        threads: 2,
+        ..PrefillOptions::default()
+    };
+    let gpu_options = PrefillOptions {
+        gpu: GpuUse::FloatLane,
+        ..cpu_options.clone()
+    };
+    let Some(on_gpu) = on_gpu(&model, &tokens, &gpu_options) else {
+        return;
+    };
+    let on_cpu = prefill(model.clone(), &tokens, &cpu_options).unwrap();
+    let again = prefill(model, &tokens, &cpu_options).unwrap();
+    let diff = relative_diff(&on_gpu.logits, &on_cpu.logits);
+    let cpu_again = relative_diff(&again.logits, &on_cpu.logits);
+    println!(
+        "W8A8 GPU lane vs CPU lanes: max |diff| / max |logit| {diff:.2e} (CPU twice: {cpu_again:.2e})"
+    );
+    assert!(diff <= LOGIT_TOL, "relative diff {diff}");
 }

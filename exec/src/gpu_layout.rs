@@ -57,46 +57,37 @@ impl Field {
         self as usize
     }
 
-    fn of_projection(p: Projection) -> Field {
-        match p {
-            Projection::Q => Field::Q,
-            Projection::K => Field::K,
-            Projection::V => Field::V,
-            Projection::O => Field::O,
-            Projection::Gate => Field::Gate,
-            Projection::Up => Field::Up,
-            Projection::Down => Field::Down,
-        }
+    /// Whether the fused runner keeps this field (see [`access`]).
+    pub(super) fn used(self) -> bool {
+        matches!(self, Field::X | Field::Q | Field::Attn | Field::Hidden)
     }
 }
 
-/// What `step` reads and writes among the fields, as `GpuStageRunner::record` runs it
-/// (`delta`: the field the last dequantize handed to the residual add).
-fn access(step: Step, delta: Option<Field>) -> (Vec<Field>, Vec<Field>) {
+/// What `step` reads and writes among the fields, as `GpuStageRunner::record` runs it with
+/// the fused GEMMs: the norms are folded into the projections that read the residual
+/// stream, q/k/v (one dispatch at the last of them) write q and the KV cache, gate/up (one
+/// dispatch) the SiLU output, and the output and down projections add into the stream.
+/// The fields the fusion leaves unused (the norm's output, k, v, o, gate, up, down) are
+/// never accessed. A fused dispatch's write is counted from the first of its steps.
+fn access(step: Step) -> (Vec<Field>, Vec<Field>) {
     use Field::*;
     match step {
         Step::Embed => (vec![], vec![X]),
-        // The final norm of the last token only writes other buffers; counting it as a
-        // write of `Normed` is on the safe side.
-        Step::Norm(_) => (vec![X], vec![Normed]),
-        Step::QuantizeNormed(_) | Step::LmHead => (vec![Normed], vec![]),
+        Step::Norm(_) | Step::LmHead => (vec![X], vec![]),
+        Step::QuantizeNormed(_) => (vec![], vec![]),
         Step::QuantizeAttention => (vec![Attn], vec![]),
-        Step::Linear(p) => {
-            let input = match p {
-                Projection::O => Attn,
-                Projection::Down => Hidden,
-                _ => Normed,
-            };
-            (vec![input], vec![Field::of_projection(p)])
-        }
+        Step::Linear(p) => match p {
+            Projection::Q | Projection::K | Projection::V => (vec![X], vec![Q]),
+            Projection::Gate | Projection::Up => (vec![X], vec![Hidden]),
+            Projection::O => (vec![Attn, X], vec![X]),
+            Projection::Down => (vec![Hidden, X], vec![X]),
+        },
         Step::DequantizeQkv => (vec![Q], vec![]),
-        // RoPE rotates q in place and writes this chunk's keys and values to the cache.
-        Step::Rope => (vec![Q, K, V], vec![Q]),
-        Step::Attention => (vec![Q, K, V], vec![Attn]),
-        Step::DequantizeO => (vec![O], vec![]),
-        Step::DequantizeDown => (vec![Down], vec![]),
-        Step::Residual => (vec![X].into_iter().chain(delta).collect(), vec![X]),
-        Step::SiluMul => (vec![Gate, Up], vec![Hidden]),
+        Step::Rope => (vec![Q], vec![Q]),
+        Step::Attention => (vec![Q], vec![Attn]),
+        Step::DequantizeO | Step::DequantizeDown => (vec![], vec![]),
+        Step::Residual => (vec![X], vec![X]),
+        Step::SiluMul => (vec![Hidden], vec![Hidden]),
         // Not run by the resident runner (f32 only); it refuses the stage.
         Step::Shadow(_) => (vec![], vec![]),
     }
@@ -117,15 +108,8 @@ fn window(steps: &[Step]) -> Window {
         carried: [false; Field::ALL.len()],
         steps: steps.len() as u64,
     };
-    let mut delta = None;
     for (i, &step) in steps.iter().enumerate() {
-        let (reads, writes) = access(step, delta);
-        match step {
-            Step::DequantizeO => delta = Some(Field::O),
-            Step::DequantizeDown => delta = Some(Field::Down),
-            Step::Residual => delta = None,
-            _ => {}
-        }
+        let (reads, writes) = access(step);
         for (f, read) in reads
             .iter()
             .map(|f| (f, true))

@@ -316,6 +316,18 @@ fn ops_table(ctx: &GpuContext, json: &mut Option<std::fs::File>) -> bool {
         n_kv_heads: kv_heads,
         head_dim: d,
     };
+    // The last 512-token chunk of a 4096-token prefill: 4 · 64 · 9 · Σ(3585..=4096) keys =
+    // 4.53 GFLOP of attention (causal, q·kᵀ and p·v).
+    let long_kv = 4096;
+    let (kc_long, vc_long) = (
+        rng.f32s(long_kv * kv_heads * d),
+        rng.f32s(long_kv * kv_heads * d),
+    );
+    let long = AttentionShape {
+        pos0: long_kv - t,
+        kv_len: long_kv,
+        ..shape
+    };
     let ops: Vec<Op<'_>> = vec![
         (
             "rms_norm 512x576",
@@ -337,6 +349,13 @@ fn ops_table(ctx: &GpuContext, json: &mut Option<std::fs::File>) -> bool {
         (
             "attention 512 @512, 9/3x64",
             Box::new(|| ctx.attention_causal_gqa(&q, &kc, &vc, &shape).map(drop)),
+        ),
+        (
+            "attention 512 @3584, 9/3x64",
+            Box::new(|| {
+                ctx.attention_causal_gqa(&q, &kc_long, &vc_long, &long)
+                    .map(drop)
+            }),
         ),
         (
             "silu_mul 512x1536",

@@ -18,6 +18,13 @@ const TILED_MAX_HEAD_DIM: usize = 128;
 /// Query tokens per workgroup of the tiled kernel.
 const TILED_QUERIES: usize = 8;
 
+/// Largest head dimension of the flash kernel (`attention_flash.comp`: its shared tiles
+/// and per-thread dims are sized for it); larger heads use the tiled kernel.
+const FLASH_MAX_HEAD_DIM: usize = 64;
+
+/// Query tokens per workgroup of the flash kernel.
+const FLASH_QUERIES: usize = 32;
+
 /// The kernel for `s`, its push constants and its grid.
 pub(crate) fn attention_dispatch(s: &AttentionShape) -> (Shader, [u32; PUSH_WORDS], [u32; 3]) {
     let mut push = [0u32; PUSH_WORDS];
@@ -28,7 +35,9 @@ pub(crate) fn attention_dispatch(s: &AttentionShape) -> (Shader, [u32; PUSH_WORD
     push[4] = s.n_kv_heads as u32;
     push[5] = s.head_dim as u32;
     push[6] = s.scale().to_bits();
-    let (shader, query_groups) = if s.head_dim <= TILED_MAX_HEAD_DIM {
+    let (shader, query_groups) = if s.head_dim <= FLASH_MAX_HEAD_DIM {
+        (Shader::AttentionFlash, s.n_tokens.div_ceil(FLASH_QUERIES))
+    } else if s.head_dim <= TILED_MAX_HEAD_DIM {
         (Shader::AttentionTiled, s.n_tokens.div_ceil(TILED_QUERIES))
     } else {
         (Shader::Attention, s.n_tokens)

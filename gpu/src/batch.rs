@@ -71,7 +71,13 @@ pub struct BatchOutput {
 }
 
 /// Checks that `m` is a dense f32 matrix of `rows x cols`.
-fn dense(op: &'static str, what: &str, m: &GpuMatrix, rows: usize, cols: usize) -> Result<()> {
+pub(crate) fn dense(
+    op: &'static str,
+    what: &str,
+    m: &GpuMatrix,
+    rows: usize,
+    cols: usize,
+) -> Result<()> {
     if m.elem() != Elem::F32 || m.ld() != m.cols() {
         return Err(shape(
             op,

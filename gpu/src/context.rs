@@ -134,6 +134,11 @@ pub struct GpuContext {
     /// Partial products of split-K GEMMs, grown on demand. Shared by every GEMM: within a
     /// command buffer vulkano orders its uses, across command buffers the stream does.
     split_k_scratch: Mutex<Option<Subbuffer<[u32]>>>,
+    /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
+    /// that no buffer is bound twice in one dispatch).
+    unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 4]>,
+    /// Dispatches recorded on this context (see [`GpuContext::dispatch_count`]).
+    pub(crate) dispatches: std::sync::atomic::AtomicU64,
 }
 
 /// A submission that was flushed and may still run.
@@ -231,6 +236,8 @@ impl GpuContext {
             last_gpu_time_ns: Mutex::new(None),
             stream: Mutex::new(None),
             split_k_scratch: Mutex::new(None),
+            unused_bindings: std::sync::OnceLock::new(),
+            dispatches: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -309,6 +316,22 @@ impl GpuContext {
                 Ok(buf)
             }
         }
+    }
+
+    /// Four distinct one-word buffers for bindings a kernel's mode does not touch.
+    pub(crate) fn unused_bindings(&self) -> Result<[Subbuffer<[u32]>; 4]> {
+        if let Some(bufs) = self.unused_bindings.get() {
+            return Ok(bufs.clone());
+        }
+        let one = || self.alloc_words(4, "an unused binding");
+        let bufs = [one()?, one()?, one()?, one()?];
+        Ok(self.unused_bindings.get_or_init(|| bufs).clone())
+    }
+
+    /// Compute dispatches recorded on this context so far (every kernel of every call and
+    /// batch): how many launches a piece of work costs, read before and after it.
+    pub fn dispatch_count(&self) -> u64 {
+        self.dispatches.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Waits for every submission so far (a no-op when none is pending).

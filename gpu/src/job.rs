@@ -325,6 +325,9 @@ impl<C: AsRef<GpuContext>> Job<C> {
         // SAFETY: every shader bounds-checks its indices against the sizes pushed with it, and
         // the wrappers size the buffers from the same shape values (see each kernel module).
         unsafe { self.builder.dispatch(groups) }.map_err(vk("recording a dispatch"))?;
+        self.ctx()
+            .dispatches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

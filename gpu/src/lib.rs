@@ -26,6 +26,7 @@ mod context;
 mod coopmat;
 mod elementwise;
 mod error;
+mod fused;
 mod gemm;
 mod job;
 mod norm;
@@ -40,6 +41,9 @@ pub use batch::{BatchOutput, GpuBatch};
 pub use buffers::{Elem, GpuArena, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use error::{GpuError, Result};
+pub use fused::{
+    FusedGemm, GemmEpilogue, fold_norm, interleave_rows, reorder_rope_rows, rope_pair_rows,
+};
 pub use gemm::{CoopKernel, GemmTile};
 pub use hetsched_kernels::reference::{AttentionShape, RopeStyle};
 pub use timer::GpuTimer;

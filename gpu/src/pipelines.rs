@@ -60,6 +60,7 @@ shaders! {
     GemmF32 => "gemm_f32",
     GemmF32Small => "gemm_f32_small",
     GemmReduce => "gemm_reduce",
+    GemmF32Fused => "gemm_f32_fused",
     GemmF16 => "gemm_f16",
     GemmF16CoopNv => "gemm_f16_coopmat_nv",
     GemmF16CoopKhr128x128 => "gemm_f16_coopmat_khr_128x128",
@@ -77,6 +78,7 @@ shaders! {
     Dequantize => "dequantize",
     Attention => "attention",
     AttentionTiled => "attention_tiled",
+    AttentionFlash => "attention_flash",
     Add => "add",
     AddChecked => "add_checked",
 }

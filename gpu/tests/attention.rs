@@ -46,6 +46,11 @@ fn matches_reference_with_past_offset_and_gqa() {
         shape(20, 0, 20, 4, 4, 128),
         shape(3, 2, 5, 6, 1, 130),
         shape(2, 250, 252, 2, 2, 256),
+        // The flash kernel (head_dim <= 64): several 32-query blocks over many 32-key
+        // blocks, a ragged last block of each, head dims off its vec4s.
+        shape(100, 300, 400, 9, 3, 64),
+        shape(70, 0, 70, 2, 1, 48),
+        shape(65, 31, 96, 3, 3, 6),
     ]
     .into_iter()
     .enumerate()

@@ -2,25 +2,26 @@
 
 use std::sync::Arc;
 
-use hetsched_gpu::{GpuContext, GpuMatrix};
+use hetsched_gpu::{GpuContext, GpuMatrix, fold_norm, interleave_rows, reorder_rope_rows};
+use hetsched_import::LlamaConfig;
 use hetsched_systems::op::Projection;
 
 use super::gpu_err;
 use crate::error::ExecError;
-use crate::weights::{ExecModel, LinearWeights};
+use crate::weights::{ExecModel, LayerWeights, LinearWeights};
 
-/// One decoder layer's weights on the device (linears `[n, k]` f32, norms `[1, hidden]`).
+/// One decoder layer's weights on the device, in the layouts of the fused GEMMs
+/// ([`hetsched_gpu::GemmEpilogue`]): the norms folded into the projections that follow
+/// them, q/k/v stacked (q and k rows in RoPE-pair order), gate and up interleaved.
 pub(super) struct GpuLayer {
-    pub(super) attn_norm: GpuMatrix,
-    pub(super) ffn_norm: GpuMatrix,
-    /// By [`Projection::index`].
-    pub(super) linears: [GpuMatrix; Projection::COUNT],
-}
-
-impl GpuLayer {
-    pub(super) fn linear(&self, p: Projection) -> &GpuMatrix {
-        &self.linears[p.index()]
-    }
+    /// `[Wq; Wk; Wv] · diag(attn_norm)`, `[q + 2 kv, hidden]`.
+    pub(super) qkv: GpuMatrix,
+    /// Output projection `[hidden, q]`.
+    pub(super) o: GpuMatrix,
+    /// Gate and up rows interleaved, `· diag(ffn_norm)`, `[2 ffn, hidden]`.
+    pub(super) gate_up: GpuMatrix,
+    /// Down projection `[hidden, ffn]`.
+    pub(super) down: GpuMatrix,
 }
 
 /// A model's weights resident on a Vulkan device, f32.
@@ -30,7 +31,7 @@ pub struct GpuModel {
     /// The host model (configuration, token embeddings; its weights are not used).
     pub host: Arc<ExecModel>,
     pub(super) layers: Vec<GpuLayer>,
-    pub(super) output_norm: GpuMatrix,
+    /// The head `· diag(output_norm)`.
     pub(super) output: GpuMatrix,
     /// Bytes of weights uploaded.
     pub resident_bytes: u64,
@@ -57,17 +58,38 @@ fn upload(
     ctx.upload_f32(data, rows, cols).map_err(gpu_err)
 }
 
-fn upload_linear(
-    ctx: &GpuContext,
-    bytes: &mut u64,
-    w: &LinearWeights,
-) -> Result<GpuMatrix, ExecError> {
+/// The f32 rows `[n, k]` of a linear, or the error for INT8 weights.
+fn rows(w: &LinearWeights) -> Result<Vec<f32>, ExecError> {
     match w {
-        LinearWeights::F32(packed) => upload(ctx, bytes, &packed.to_rows(), packed.n(), packed.k()),
+        LinearWeights::F32(packed) => Ok(packed.to_rows()),
         LinearWeights::Int8 { .. } => Err(ExecError::Gpu(
             "the resident GPU path runs f32 linears: load the model with --precision f32".into(),
         )),
     }
+}
+
+/// One layer's weights in the fused GEMMs' layouts (see [`GpuLayer`]).
+fn fused_layer(
+    ctx: &GpuContext,
+    bytes: &mut u64,
+    c: &LlamaConfig,
+    w: &LayerWeights,
+) -> Result<GpuLayer, ExecError> {
+    let (h, d) = (c.hidden, c.head_dim);
+    let proj = |p: Projection| rows(w.projection(p));
+    let mut qkv = reorder_rope_rows(&proj(Projection::Q)?, h, d, c.rope_style);
+    qkv.extend(reorder_rope_rows(&proj(Projection::K)?, h, d, c.rope_style));
+    qkv.extend(proj(Projection::V)?);
+    let qkv = fold_norm(&qkv, h, &w.attn_norm);
+    let gate_up = interleave_rows(&proj(Projection::Gate)?, &proj(Projection::Up)?, h);
+    let gate_up = fold_norm(&gate_up, h, &w.ffn_norm);
+    let (o, down) = (w.projection(Projection::O), w.projection(Projection::Down));
+    Ok(GpuLayer {
+        qkv: upload(ctx, bytes, &qkv, qkv.len() / h.max(1), h)?,
+        o: upload(ctx, bytes, &rows(o)?, o.n(), o.k())?,
+        gate_up: upload(ctx, bytes, &gate_up, gate_up.len() / h.max(1), h)?,
+        down: upload(ctx, bytes, &rows(down)?, down.n(), down.k())?,
+    })
 }
 
 impl GpuModel {
@@ -76,29 +98,19 @@ impl GpuModel {
     pub fn upload(context: GpuContext, model: Arc<ExecModel>) -> Result<Self, ExecError> {
         let ctx = &context;
         let mut bytes = 0u64;
-        let hidden = model.config.hidden;
-        let mut layers = Vec::with_capacity(model.layers.len());
-        for w in &model.layers {
-            let b = &mut bytes;
-            layers.push(GpuLayer {
-                attn_norm: upload(ctx, b, &w.attn_norm, 1, hidden)?,
-                ffn_norm: upload(ctx, b, &w.ffn_norm, 1, hidden)?,
-                linears: Projection::ALL
-                    .into_iter()
-                    .map(|p| upload_linear(ctx, b, w.projection(p)))
-                    .collect::<Result<Vec<_>, _>>()?
-                    .try_into()
-                    .expect("one linear per projection"),
-            });
-        }
-        let output_norm = upload(ctx, &mut bytes, &model.output_norm, 1, hidden)?;
+        let c = &model.config;
+        let layers = model
+            .layers
+            .iter()
+            .map(|w| fused_layer(ctx, &mut bytes, c, w))
+            .collect::<Result<Vec<_>, _>>()?;
         let head = &model.output;
-        let output = upload(ctx, &mut bytes, &head.to_rows(), head.n(), head.k())?;
+        let output = fold_norm(&head.to_rows(), head.k(), &model.output_norm);
+        let output = upload(ctx, &mut bytes, &output, head.n(), head.k())?;
         Ok(Self {
             context: Arc::new(context),
             host: model,
             layers,
-            output_norm,
             output,
             resident_bytes: bytes,
         })

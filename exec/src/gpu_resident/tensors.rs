@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hetsched_gpu::{Elem, GpuContext, GpuMatrix};
 use hetsched_import::LlamaConfig;
-use hetsched_systems::op::Projection;
+use hetsched_systems::op::{NormSite, Projection};
 
 use super::gpu_err;
 use crate::ActivationBytes;
@@ -41,67 +41,39 @@ impl Value {
         }
     }
 
-    /// The chunk value projection `p` writes; keys and values go to the KV cache instead.
-    pub(super) fn output_of(p: Projection) -> Option<Value> {
-        match p {
-            Projection::Q => Some(Value::Q),
-            Projection::K | Projection::V => None,
-            Projection::O => Some(Value::O),
-            Projection::Gate => Some(Value::Gate),
-            Projection::Up => Some(Value::Up),
-            Projection::Down => Some(Value::Down),
-        }
-    }
-
     pub(super) fn bit(self) -> u16 {
         1 << self as u16
     }
 }
 
 /// One chunk's resident activations (allocated once per prefill, reused by every layer).
+/// With the fused GEMMs only the residual stream, q, the attention output and the SiLU
+/// output live in chunk buffers; keys and values go straight into the cache.
 pub(super) struct ChunkTensors {
     pub(super) pos0: usize,
     pub(super) rows: usize,
     pub(super) x: GpuMatrix,
-    pub(super) normed: GpuMatrix,
     pub(super) q: GpuMatrix,
-    pub(super) k: GpuMatrix,
-    pub(super) v: GpuMatrix,
     pub(super) attn: GpuMatrix,
-    pub(super) o: GpuMatrix,
-    pub(super) gate: GpuMatrix,
-    pub(super) up: GpuMatrix,
     pub(super) hidden: GpuMatrix,
-    pub(super) down: GpuMatrix,
-    /// The last token's residual and its norm (the head of a prefill reads one token).
+    /// The last token's residual (the head of a prefill reads one token).
     pub(super) last: GpuMatrix,
-    pub(super) last_normed: GpuMatrix,
     /// RoPE rotations of the chunk's positions, `[rows, head_dim]`.
     pub(super) angles: GpuMatrix,
     /// Values written and not yet consumed.
     pub(super) ready: u16,
     /// Input of the next projections.
     pub(super) act: Option<Value>,
-    /// What the next residual add adds.
+    /// The projection whose output the next residual step accounts for (its GEMM already
+    /// added it into the stream).
     pub(super) delta: Option<Value>,
-    /// The final norm ran on the last token only.
-    pub(super) head_on_last: bool,
+    /// The norm the next projections fold in (their weights carry its scale).
+    pub(super) norm: Option<NormSite>,
+    /// Projections of the current fused group seen so far (bits by [`Projection::index`]).
+    pub(super) pending: u8,
 }
 
 impl ChunkTensors {
-    pub(super) fn matrix(&self, v: Value) -> &GpuMatrix {
-        match v {
-            Value::Normed => &self.normed,
-            Value::Q => &self.q,
-            Value::O => &self.o,
-            Value::Gate => &self.gate,
-            Value::Up => &self.up,
-            Value::Down => &self.down,
-            Value::Attn => &self.attn,
-            Value::Hidden => &self.hidden,
-        }
-    }
-
     /// `v` was written and not yet consumed, or the error naming `step`'s broken dependency.
     pub(super) fn require(&self, v: Value, step: Step, chunk: usize) -> Result<(), ExecError> {
         if self.ready & v.bit() == 0 {
@@ -116,14 +88,6 @@ impl ChunkTensors {
         self.ready &= !v.bit();
         Ok(())
     }
-
-    pub(super) fn projection_out(&self, p: Projection) -> &GpuMatrix {
-        match (p, Value::output_of(p)) {
-            (_, Some(v)) => self.matrix(v),
-            (Projection::K, None) => &self.k,
-            (_, None) => &self.v,
-        }
-    }
 }
 
 /// A chunk's rows of one layer's KV cache.
@@ -131,11 +95,7 @@ impl ChunkTensors {
 pub(super) enum KvRows {
     #[default]
     Missing,
-    /// Projected into the chunk's `k` / `v` matrices, not yet rotated and copied.
-    Pending {
-        k: bool,
-        v: bool,
-    },
+    /// Rotated and written by the chunk's fused q/k/v GEMM.
     Written,
 }
 
@@ -177,11 +137,12 @@ fn chunk_fields(
     bytes: &mut ActivationBytes,
 ) -> Result<Vec<Option<GpuMatrix>>, ExecError> {
     let mut sizes = [0u64; Field::ALL.len()];
-    for f in Field::ALL {
+    for f in Field::ALL.into_iter().filter(|f| f.used()) {
         sizes[f.index()] = (rows * Elem::F32.ld(field_cols(c, f)) * 4) as u64;
     }
     let unpadded = Field::ALL
         .iter()
+        .filter(|f| f.used())
         .all(|&f| Elem::F32.ld(field_cols(c, f)) == field_cols(c, f));
     let alignment = ctx.info().storage_offset_alignment.max(4);
     let layout = unpadded
@@ -200,9 +161,9 @@ fn chunk_fields(
                 .iter()
                 .map(|&f| {
                     let at = layout.offsets[f.index()];
-                    arena
-                        .matrix(at, rows, field_cols(c, f), Elem::F32)
-                        .map(Some)
+                    f.used()
+                        .then(|| arena.matrix(at, rows, field_cols(c, f), Elem::F32))
+                        .transpose()
                 })
                 .collect::<Result<_, _>>()
         }
@@ -211,8 +172,9 @@ fn chunk_fields(
             Field::ALL
                 .iter()
                 .map(|&f| {
-                    ctx.alloc_matrix(rows, field_cols(c, f), Elem::F32)
-                        .map(Some)
+                    f.used()
+                        .then(|| ctx.alloc_matrix(rows, field_cols(c, f), Elem::F32))
+                        .transpose()
                 })
                 .collect::<Result<_, _>>()
         }
@@ -246,25 +208,18 @@ impl ChunkTensors {
             pos0,
             rows,
             x: take(Field::X)?,
-            normed: take(Field::Normed)?,
             q: take(Field::Q)?,
-            k: take(Field::K)?,
-            v: take(Field::V)?,
             attn: take(Field::Attn)?,
-            o: take(Field::O)?,
-            gate: take(Field::Gate)?,
-            up: take(Field::Up)?,
             hidden: take(Field::Hidden)?,
-            down: take(Field::Down)?,
             last: alloc(ctx, 1, c.hidden)?,
-            last_normed: alloc(ctx, 1, c.hidden)?,
             angles: ctx
                 .rope_angles(&positions, c.head_dim, c.rope_base)
                 .map_err(gpu_err)?,
             ready: 0,
             act: None,
             delta: None,
-            head_on_last: false,
+            norm: None,
+            pending: 0,
         })
     }
 }

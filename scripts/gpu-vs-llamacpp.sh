@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Side-by-side prefill on the device tool's GPU machine (an H100): hetsched's resident Vulkan
+# path (`run --backends gpu --precision f32 --chunk-len 512`) against llama.cpp built with
+# CUDA there (llama-bench, F16 and F32 files made from the same Q4_1 test model with
+# llama-quantize, so both sides run the same dequantized weights), at 557, 2048 and 4096
+# prompt tokens, interleaved round by round; medians and ratios as a markdown table.
+# That machine has no cargo, no Vulkan loader and no internet, and a call carries at most
+# 64 MiB, so the work is split:
+#
+#   scripts/gpu-vs-llamacpp.sh prepare DEST [OLD_BIN]
+#       here: release build with --features gpu, the binary (and OLD_BIN, an older build to
+#       compare with, if given) stripped and xz'd into DEST/gpu-vs-llamacpp-b/ with the
+#       attention benchmark (gpu_bench), the second part of the model and this script; the
+#       first part of the model and llama.cpp's source (from the llama-cpp-python 0.3.36
+#       sdist that build-llamacpp.sh caches in ~/.cache/llamacpp-0.3.36, CUDA-irrelevant
+#       parts left out) into DEST/gpu-vs-llamacpp-a/; the Vulkan loader debs into
+#       DEST/gl/. DEST must be an ignored folder of the repository the device tool sends
+#       (e.g. its target/).
+#   device call 1 (DEST = target/x, say; part A is 52 MiB of model and 5 MiB of source):
+#       run(command="bash target/x/gpu-vs-llamacpp-a/gpu-vs-llamacpp.sh start",
+#           carry=["target/x/gpu-vs-llamacpp-a"])
+#       there: starts the llama.cpp CUDA build (sm_90, llama-bench and llama-quantize only)
+#       in its own session, so it outlives the call.
+#   device call 2, at once (the machine stays warm 30 s):
+#       run(command="bash target/x/gpu-vs-llamacpp-b/gpu-vs-llamacpp.sh remote [ROUNDS] [hetsched-only|llama-only]",
+#           carry=["target/x/gpu-vs-llamacpp-b", "target/x/gl"])
+#       there: joins the model, waits for the build, makes the F16/F32 files, the attention
+#       benchmark, then ROUNDS (default 5) rounds of every row; results in $OUT.
+set -euo pipefail
+model_name=SmolLM2-135M-Instruct.Q4_1.gguf
+lengths="557 2048 4096"
+
+case "${1:-}" in
+prepare)
+  dest=${2:?usage: prepare DEST [OLD_BIN]}
+  old=${3:-}
+  cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
+  cargo build -q --release -p hetsched-cli --features gpu
+  cargo build -q -p hetsched-gpu --example gpu_bench --profile test
+  a="$dest/gpu-vs-llamacpp-a" b="$dest/gpu-vs-llamacpp-b"
+  rm -rf "$a" "$b" && mkdir -p "$a" "$b"
+  strip -o "$b/hetsched" target/release/hetsched && xz -T2 "$b/hetsched"
+  [ -n "$old" ] && strip -o "$b/hetsched-old" "$old" && xz -T2 "$b/hetsched-old"
+  strip -o "$b/gpu_bench" target/debug/examples/gpu_bench && xz -T2 "$b/gpu_bench"
+  cp "$0" "$a/" && cp "$0" "$b/"
+  head -c 52M "models/$model_name" >"$a/model-part-a"
+  tail -c +$((52 * 1024 * 1024 + 1)) "models/$model_name" >"$b/model-part-b"
+  cp /usr/share/common-licenses/GPL-3 "$b/prompt.txt"
+  # The sdist build-llamacpp.sh unpacked (run it once first: it downloads the package).
+  src="${LLAMACPP_DIR:-$HOME/.cache/llamacpp-0.3.36}/llama_cpp_python-0.3.36/vendor"
+  [ -d "$src/llama.cpp" ] || { echo "no llama.cpp source in $src: run build-llamacpp.sh" >&2; exit 1; }
+  tar -C "$src" -cJf "$a/llamacpp-src.tar.xz" --exclude=llama.cpp/models \
+    --exclude=llama.cpp/docs --exclude=llama.cpp/media --exclude=llama.cpp/tools/ui \
+    --exclude=llama.cpp/tests --exclude=llama.cpp/ggml/src/ggml-vulkan \
+    --exclude=llama.cpp/ggml/src/ggml-sycl --exclude=llama.cpp/ggml/src/ggml-opencl \
+    --exclude=llama.cpp/ggml/src/ggml-hexagon --exclude=llama.cpp/ggml/src/ggml-metal \
+    --exclude=llama.cpp/ggml/src/ggml-et llama.cpp
+  if [ ! -d "$dest/gl" ]; then
+    mkdir -p "$dest/gl" /tmp/amd64/partial
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+    # shellcheck disable=SC2086
+    apt-get $o update -q >/dev/null
+    # shellcheck disable=SC2086
+    (cd "$dest/gl" && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+  fi
+  du -sh "$a" "$b" "$dest/gl"
+  ;;
+start)
+  here=$(cd "$(dirname "$0")" && pwd)
+  mkdir -p /tmp/llamacpp && tar -C /tmp/llamacpp -xJf "$here/llamacpp-src.tar.xz"
+  cp "$here/model-part-a" /tmp/model-part-a
+  setsid bash -c 'cd /tmp/llamacpp && cmake -S llama.cpp -B build -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >cmake.log 2>&1 &&
+    cmake --build build -j"$(nproc)" --target llama-bench llama-quantize >build.log 2>&1;
+    echo $? >done' </dev/null >/dev/null 2>&1 &
+  echo "llama.cpp CUDA build started in /tmp/llamacpp"
+  ;;
+remote)
+  rounds=${2:-5}
+  here=$(cd "$(dirname "$0")" && pwd)
+  out=${OUT:-/tmp}
+  for f in "$here"/../gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  [ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+  cat /tmp/model-part-a "$here/model-part-b" >/tmp/model.gguf
+  for bin in hetsched hetsched-old gpu_bench; do
+    [ -f "$here/$bin.xz" ] && xz -dc "$here/$bin.xz" >"/tmp/$bin" && chmod +x "/tmp/$bin"
+  done
+  [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
+  hetsched_tps() { # binary tokens
+    "$1" run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len "$2" \
+      --backends gpu --precision f32 --chunk-len 512 --json |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["prefill_tokens_per_s"])'
+  }
+  llama_tps() { # quant tokens
+    "$bin/llama-bench" -m "/tmp/model.$1.gguf" -p "$2" -n 0 -ngl 99 -r 1 -o json 2>/dev/null |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
+  }
+  results="$out/results.txt"
+  touch "$results"
+  bin=/tmp/llamacpp/build/bin
+  # hetsched's rounds run while llama.cpp still builds (the build started in call 1);
+  # llama.cpp's rounds follow once it is built. Each side's rows are interleaved.
+  rows() { # row names...
+    for round in $(seq "$rounds"); do
+      for n in $lengths; do
+        for row in "$@"; do
+          case $row in
+            llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
+            *) [ -x "/tmp/$row" ] || continue; tps=$(hetsched_tps "/tmp/$row" "$n" || echo nan) ;;
+          esac
+          echo "$round $n $row $tps" | tee -a "$results"
+        done
+      done
+    done
+  }
+  if [ "${3:-}" != llama-only ]; then
+    # One traced run: device timestamps per stage and the next-token distribution.
+    /tmp/hetsched run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len 557 \
+      --backends gpu --precision f32 --chunk-len 512 --json --trace "$out/trace557.json" >"$out/run557.json"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print([(t["text"], round(t["prob"], 4)) for t in r["top_tokens"][:5]], r.get("gpu_activations"))' "$out/run557.json" || true
+    rows hetsched hetsched-old
+  fi
+  if [ "${3:-}" != hetsched-only ]; then
+    while [ ! -f /tmp/llamacpp/done ]; do sleep 5; done
+    echo "llama.cpp build exit $(cat /tmp/llamacpp/done)"
+    tail -3 /tmp/llamacpp/build.log
+    for q in F16 F32; do
+      [ -s "/tmp/model.$q.gguf" ] ||
+        "$bin/llama-quantize" --allow-requantize /tmp/model.gguf "/tmp/model.$q.gguf" "$q" >/dev/null 2>&1
+    done
+    rows llama.cpp:F16 llama.cpp:F32
+  fi
+  python3 - "$results" <<'EOF'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    _, n, row, tps = line.split()
+    rows.setdefault((int(n), row), []).append(float(tps))
+names = sorted({r for _, r in rows}, key=lambda r: (r.startswith("llama"), r))
+print("| prompt | " + " | ".join(names) + " | hetsched / llama.cpp F16 | hetsched / F32 |")
+print("|---" * (len(names) + 3) + "|")
+for n in sorted({n for n, _ in rows}):
+    med = {r: statistics.median(rows[(n, r)]) for r in names if (n, r) in rows}
+    cells = [f"{med[r]:,.0f}" if r in med else "-" for r in names]
+    ratio = lambda q: f"{med['hetsched'] / med[q]:.2f}x" if "hetsched" in med and q in med else "-"
+    print(f"| {n} | " + " | ".join(cells) + f" | {ratio('llama.cpp:F16')} | {ratio('llama.cpp:F32')} |")
+EOF
+  ;;
+*)
+  sed -n 2,27p "$0"
+  exit 2
+  ;;
+esac
