@@ -98,6 +98,7 @@ pub struct Session {
     decode_plan: Option<Compiled>,
     /// The INT8 head of direct steps of an INT8 model.
     head: Option<LinearWeights>,
+    buffers: direct::DecodeBuffers,
     decode_time: DecodeTime,
 }
 
@@ -166,6 +167,7 @@ impl Session {
             logits: None,
             pending: None,
             decode_plan: None,
+            buffers: direct::DecodeBuffers::default(),
             decode_time: DecodeTime::default(),
         })
     }
@@ -273,10 +275,10 @@ impl Session {
             DecodePath::Direct | DecodePath::DirectF32Head => {
                 let position = self.tokens.len();
                 let caches = self.caches.as_mut().ok_or_else(broken)?;
-                let (model, head) = (&self.model, self.head.as_ref());
-                let logits = self
-                    .pool
-                    .install(|| direct::decode_step(model, head, caches, token, position))?;
+                let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
+                let logits = self.pool.install(|| {
+                    direct::decode_step(model, head, caches, token, position, buffers)
+                })?;
                 self.tokens.push(token);
                 self.logits = Some(logits);
                 started.elapsed().as_nanos() as u64
