@@ -13,6 +13,7 @@ pub mod history;
 pub mod prediction;
 pub mod progress;
 pub mod report;
+pub mod request_world;
 pub mod scene;
 
 pub use hetsched_import::limits;

@@ -51,6 +51,7 @@ mod placement;
 pub mod plan;
 pub mod policy;
 mod progress;
+pub mod request;
 mod resolve;
 pub mod resources;
 pub mod retry;
@@ -72,6 +73,7 @@ pub use placement::{PlacementConfig, StageKind};
 pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};
 pub use policy::{DEFAULT_POLICY, Policy, PolicyRegistry};
 pub use progress::StageProgress;
+pub use request::{Request, RequestPhase, RunOf, rearm_world, spawn_request};
 pub use stage_cost::{
     StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, precision_label,
     stage_kind,

@@ -38,6 +38,7 @@
 mod chat;
 mod direct;
 mod error;
+mod inline;
 mod linears;
 mod sampling;
 mod session;
