@@ -37,6 +37,7 @@ mod bound;
 mod collect;
 pub mod components;
 mod cost;
+mod decode_cost;
 mod device;
 mod dispatch;
 mod error;
@@ -65,6 +66,7 @@ use bevy_ecs::schedule::SingleThreadedExecutor;
 
 pub use bound::measured_lower_bound;
 pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
+pub use decode_cost::{DecodeEstimate, estimate_decode};
 pub use device::ProfileOrigin;
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
 pub use error::PlanError;
