@@ -18,7 +18,11 @@ use serde::Serialize;
 use crate::CliError;
 use crate::choices::Precision;
 use crate::model::{PromptArgs, ShadowArgs, load_one};
-use crate::output::print_json_or;
+use crate::output::{check_outputs, print_json_or, write_file};
+use hetsched::timeline::Trace;
+use hetsched::timeline::chrome::to_chrome_json;
+use hetsched::timeline::decode::with_decode_steps;
+use hetsched::timeline::svg::to_svg;
 
 /// `hetsched generate`.
 #[derive(clap::Args)]
@@ -74,6 +78,13 @@ pub struct GenerateArgs {
     /// Print one JSON object at the end instead of streaming the text.
     #[arg(long)]
     json: bool,
+    /// Write a Chrome trace JSON timeline: the prefill's subgraphs, then one slice per
+    /// decode step.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Write an SVG timeline picture (decode steps as one slice each).
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
 }
 
 /// `--decode`.
@@ -117,6 +128,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     if args.max_tokens == 0 {
         return Err(GenerateError::NoTokens.into());
     }
+    check_outputs([args.trace.as_deref(), args.svg.as_deref()])?;
     let mut text = args.prompt.text(read_utf8)?;
     if args.chat {
         text = chat_template(&args.model)?.render_user(&text);
@@ -166,11 +178,44 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     )?;
     drop(stdout);
     let report = report(&model, threads, path, &generated, session.decode_time());
+    write_timelines(&args.trace, &args.svg, &report, &generated)?;
     if args.json {
         print_json_or(true, &report, String::new);
     } else {
         println!();
         eprintln!("{}", summary(&report, &generated));
+    }
+    Ok(())
+}
+
+/// Writes the timelines asked for: the prefill's trace with the decode steps after it on
+/// the CPU lane.
+fn write_timelines(
+    trace: &Option<PathBuf>,
+    svg: &Option<PathBuf>,
+    report: &GenerateReport,
+    generated: &Generated,
+) -> Result<(), CliError> {
+    if trace.is_none() && svg.is_none() {
+        return Ok(());
+    }
+    let run = &generated.prefill_run;
+    let title = format!(
+        "{} ({}) — prefill of {} tokens, then {} decode steps ({})",
+        report.model, report.precision, report.prompt_tokens, generated.decode_steps, report.decode
+    );
+    let prefill = Trace::new(&title, run);
+    let lane = prefill
+        .lanes
+        .iter()
+        .position(|l| l.kind == "cpu")
+        .unwrap_or(0);
+    let timeline = with_decode_steps(prefill, lane, run.makespan_ns, &generated.decode_spans_ns);
+    if let Some(path) = trace {
+        write_file(path, &to_chrome_json(&timeline))?;
+    }
+    if let Some(path) = svg {
+        write_file(path, &to_svg(&timeline))?;
     }
     Ok(())
 }

@@ -8,7 +8,8 @@ use hetsched::budget::{BudgetSpec, apply_budget};
 use hetsched::engine;
 use hetsched::progress::Progress;
 use hetsched::report::RunReport;
-use hetsched::scene::{DEFAULT_SCENE, Scene, shipped_scenes};
+use hetsched::scene::{DEFAULT_SCENE, Scene, SceneError, shipped_scenes};
+use hetsched::systems::{DecodeEstimate, estimate_decode};
 
 use crate::CliError;
 use crate::choices::{policies_or_all, policy_name};
@@ -46,6 +47,62 @@ pub struct SimulateArgs {
     /// measure what the shadow costs.
     #[arg(long)]
     no_shadow: bool,
+    /// Also model N decode steps after the prefill (memory-bandwidth bound, on the CPU):
+    /// the report gains prefill, decode and end-to-end latency.
+    #[arg(long, value_name = "N")]
+    decode_tokens: Option<u32>,
+}
+
+/// `simulate --decode-tokens`: the prefill's report, the modelled decode, end to end.
+#[derive(serde::Serialize)]
+struct EndToEnd<'a> {
+    #[serde(flatten)]
+    prefill: &'a RunReport,
+    decode: &'a DecodeEstimate,
+    prefill_ms: f64,
+    decode_ms: f64,
+    decode_tokens_per_s: f64,
+    end_to_end_ms: f64,
+}
+
+impl<'a> EndToEnd<'a> {
+    fn new(prefill: &'a RunReport, decode: &'a DecodeEstimate) -> Self {
+        let decode_ms = decode.decode_ns as f64 / 1e6;
+        Self {
+            prefill,
+            decode,
+            prefill_ms: prefill.makespan_ms,
+            decode_ms,
+            decode_tokens_per_s: if decode_ms > 0.0 {
+                f64::from(decode.tokens) / decode_ms * 1e3
+            } else {
+                0.0
+            },
+            end_to_end_ms: prefill.makespan_ms + decode_ms,
+        }
+    }
+
+    fn summary(&self) -> String {
+        let d = self.decode;
+        let source = if d.bandwidth_given {
+            "decode_bandwidth_gbps"
+        } else {
+            "bandwidth_gbps"
+        };
+        format!(
+            "decode: {} steps on {} at {:.1} GB/s ({source}), {:.1} MB of weights a step: \
+             {:.1} ms ({:.1} tokens/s)\nend to end: prefill {:.1} ms + decode {:.1} ms = {:.1} ms\n",
+            d.tokens,
+            d.processor,
+            d.bandwidth_gbps,
+            d.weight_bytes_per_step as f64 / 1e6,
+            self.decode_ms,
+            self.decode_tokens_per_s,
+            self.prefill_ms,
+            self.decode_ms,
+            self.end_to_end_ms
+        )
+    }
 }
 
 /// `hetsched compare`.
@@ -122,9 +179,20 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         apply_budget(&mut scene, budget)?;
     }
     let plan = Arc::new(scene.plan()?);
+    let decode = args
+        .decode_tokens
+        .map(|n| estimate_decode(&plan.model, &plan.device, plan.workload.prompt_len, n))
+        .transpose()
+        .map_err(SceneError::from)?;
     let run = engine::simulate(plan, scene.new_policy()?)?;
     let report = RunReport::new(&scene.name, &run);
-    print_json_or(args.json, &report, || report.summary());
+    match &decode {
+        None => print_json_or(args.json, &report, || report.summary()),
+        Some(decode) => {
+            let e2e = EndToEnd::new(&report, decode);
+            print_json_or(args.json, &e2e, || report.summary() + &e2e.summary());
+        }
+    }
     let title = format!(
         "{} — {}, {} tokens, chunk {}",
         scene.name, report.policy, report.prompt_len, report.chunk_len

@@ -59,3 +59,52 @@ fn a_prompt_file_that_is_not_utf8_is_refused() {
         "{stderr}"
     );
 }
+
+#[test]
+fn simulate_models_decode_after_the_prefill() {
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = hetsched(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    };
+    let scene = "qwen1.5-1.8b-xiaomi14";
+    let base = json(&["simulate", scene, "--prompt-len", "600", "--json"]);
+    assert!(base.get("decode").is_none(), "no decode without the flag");
+    let run = |n: &str| {
+        json(&[
+            "simulate",
+            scene,
+            "--prompt-len",
+            "600",
+            "--decode-tokens",
+            n,
+            "--json",
+        ])
+    };
+    let (short, long) = (run("16"), run("64"));
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    assert_eq!(f(&short, "prefill_ms"), f(&base, "makespan_ms"));
+    let sum = f(&short, "prefill_ms") + f(&short, "decode_ms");
+    assert!((f(&short, "end_to_end_ms") - sum).abs() < 1e-6);
+    // Later steps read a longer KV cache: 64 steps cost more than 4x 16 steps.
+    assert!(f(&long, "decode_ms") > 4.0 * f(&short, "decode_ms"));
+    assert_eq!(short["decode"]["tokens"], 16);
+    // Beyond the context: a typed error, not a plan.
+    let out = hetsched(&[
+        "simulate",
+        scene,
+        "--prompt-len",
+        "600",
+        "--decode-tokens",
+        "4000000",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("exceed the context"),
+        "{stderr}"
+    );
+}

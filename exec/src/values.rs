@@ -6,9 +6,9 @@
 //! per-group scales: the NPU cannot do them.
 
 use hetsched_kernels::{
-    PackedF32Weights, PackedI8Weights, dequantize_i32_acc_fast, gemm_i8, gemm_i8_cols,
-    matmul_f32_packed, matmul_f32_packed_cols, max_abs, quantize_per_tensor_fast,
-    scale_for_max_abs_fast,
+    I8Vector, PackedF32Weights, PackedI8Weights, dequantize_i32_acc_fast, gemm_i8, gemm_i8_cols,
+    gemv_f32, gemv_i8, matmul_f32_packed, matmul_f32_packed_cols, max_abs,
+    quantize_per_tensor_fast, scale_for_max_abs_fast,
 };
 use rayon::prelude::*;
 
@@ -206,6 +206,10 @@ fn by_columns<T: Copy + Default + Send + Sync>(
 /// `a[rows, k] · wᵀ` in INT8 with INT32 accumulators, split like [`matmul_rows`].
 fn gemm_i8_rows(q: &[i8], rows: usize, w: &PackedI8Weights) -> Vec<i32> {
     let (k, n) = (w.k(), w.n());
+    if rows == 1 {
+        let x = I8Vector::new(q);
+        return by_columns(rows, n, |cols, out| gemv_i8(&x, w, cols, out));
+    }
     if rows < ROWS_PER_TASK {
         return by_columns(rows, n, |cols, out| gemm_i8_cols(q, rows, w, cols, out));
     }
@@ -221,6 +225,9 @@ fn gemm_i8_rows(q: &[i8], rows: usize, w: &PackedI8Weights) -> Vec<i32> {
 pub fn matmul_rows(a: &[f32], w: &PackedF32Weights) -> Vec<f32> {
     let (k, n) = (w.k(), w.n());
     let rows = a.len() / k.max(1);
+    if rows == 1 {
+        return by_columns(rows, n, |cols, out| gemv_f32(a, w, cols, out));
+    }
     if rows < ROWS_PER_TASK {
         return by_columns(rows, n, |cols, out| {
             matmul_f32_packed_cols(a, rows, w, cols, out);

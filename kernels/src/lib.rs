@@ -86,6 +86,8 @@ pub mod convert;
 pub mod cpu;
 pub mod gemm_f32;
 pub mod gemm_i8;
+pub mod gemv_f32;
+pub mod gemv_i8;
 pub mod reference;
 pub mod rope_table;
 pub mod seeded;
@@ -100,6 +102,8 @@ pub use gemm_f32::{
     PackedF32Weights, matmul_f32, matmul_f32_packed, matmul_f32_packed_cols, matmul_f32_with,
 };
 pub use gemm_i8::{PackedI8Weights, gemm_i8, gemm_i8_cols, gemm_i8_with, matmul_w8a8};
+pub use gemv_f32::{gemv_f32, gemv_f32_with};
+pub use gemv_i8::{I8Vector, gemv_i8, gemv_i8_with};
 pub use reference::{
     AttentionShape, RopeStyle, add_inplace, attention_causal_gqa, rms_norm, rope, silu_mul,
 };

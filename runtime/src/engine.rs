@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bevy_ecs::prelude::World;
+use bevy_ecs::schedule::Schedule;
 use hetsched_systems::resources::{Clock, Inbox, Outbox, RunStats, TimelineLog};
 use hetsched_systems::retry::{requeue_elsewhere, retry_lanes};
 use hetsched_systems::{Policy, PrefillPlan, StageProgress, scheduler_schedule, spawn_world};
@@ -76,15 +77,30 @@ pub fn run_with(
     backend: &mut dyn Backend,
     options: &EngineOptions,
 ) -> Result<RunOutcome, EngineError> {
-    let mut guard = guard::Guard::new(&plan, options);
-    let total = plan.instance_count();
     let policy_name = policy.name().to_string();
     let mut world = spawn_world(plan.clone(), policy);
     let mut schedule = scheduler_schedule();
+    let tick_wall_ns = run_world(&mut world, &mut schedule, &plan, backend, options)?;
+    Ok(finish(plan, policy_name, &mut world, tick_wall_ns))
+}
+
+/// Runs the plan armed in `world` (by [`spawn_world`] or
+/// [`hetsched_systems::rearm_world`]) to completion with `schedule` (kept across runs,
+/// so that a long-lived world pays for its schedule once); returns every tick's wall
+/// time, ns. The world keeps what the run recorded ([`TimelineLog`], [`RunStats`]).
+pub fn run_world(
+    world: &mut World,
+    schedule: &mut Schedule,
+    plan: &PrefillPlan,
+    backend: &mut dyn Backend,
+    options: &EngineOptions,
+) -> Result<Vec<u64>, EngineError> {
+    let mut guard = guard::Guard::new(plan, options);
+    let total = plan.instance_count();
     let mut tick_wall_ns = Vec::new();
     loop {
         let started = Instant::now();
-        schedule.run(&mut world);
+        schedule.run(world);
         tick_wall_ns.push(started.elapsed().as_nanos() as u64);
         for job in std::mem::take(&mut world.resource_mut::<Outbox>().0) {
             guard.submit(backend, job)?;
@@ -99,12 +115,12 @@ pub fn run_with(
         let waited = guard.wait(backend)?;
         for overdue in waited.overdue {
             let retry = options.deadline.is_some_and(|d| d.retry)
-                && !retry_lanes(&world, overdue.id).is_empty()
+                && !retry_lanes(world, overdue.id).is_empty()
                 && guard.ask_abandon(backend, overdue.id, overdue.lane)?;
             if !retry {
                 return Err(overdue.fault.into());
             }
-            requeue_elsewhere(&mut world, overdue.id);
+            requeue_elsewhere(world, overdue.id);
             guard.abandon(overdue.id, overdue.lane);
         }
         // An empty wait may report no time (0): the clock never runs backwards.
@@ -112,7 +128,7 @@ pub fn run_with(
         clock.now_ns = clock.now_ns.max(waited.now_ns);
         world.resource_mut::<Inbox>().0.extend(waited.completions);
     }
-    Ok(finish(plan, policy_name, world, tick_wall_ns))
+    Ok(tick_wall_ns)
 }
 
 /// Why nothing runs with work left: a processor given up that the rest of the work needs,
@@ -138,10 +154,12 @@ pub fn simulate(
     run(plan, policy, &mut SimBackend::default())
 }
 
-fn finish(
+/// The outcome of the run of `plan` that finished in `world`: its timeline is taken out
+/// of the world (a long-lived world starts its next run with an empty one).
+pub fn finish(
     plan: Arc<PrefillPlan>,
     policy: String,
-    mut world: World,
+    world: &mut World,
     tick_wall_ns: Vec<u64>,
 ) -> RunOutcome {
     let timeline = std::mem::take(&mut *world.resource_mut::<TimelineLog>());

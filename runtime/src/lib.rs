@@ -14,6 +14,7 @@ pub mod prediction;
 pub mod profiling;
 pub mod progress;
 pub mod report;
+pub mod request_world;
 pub mod scene;
 
 pub use hetsched_import::limits;

@@ -6,6 +6,7 @@
 //! bytes.
 
 pub mod chrome;
+pub mod decode;
 pub mod svg;
 
 use hetsched_systems::resources::CounterSample;

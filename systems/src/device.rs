@@ -88,6 +88,11 @@ pub struct ProcessorSpec {
     pub memory_gib: f64,
     /// Cost model.
     pub cost: CostModel,
+    /// Memory bandwidth a decode step streams its weights and KV cache at, GB/s
+    /// (`simulate --decode-tokens`, [`crate::estimate_decode`]); the cost model's
+    /// `bandwidth_gbps` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_bandwidth_gbps: Option<f64>,
 }
 
 /// A device profile: a named set of processors.
@@ -168,6 +173,14 @@ impl DeviceProfile {
             if let Some(field) = out_of_range_cost_field(c) {
                 return bad(format!(
                     "processor `{}`: `{field}` is out of range (rates 0 or {MIN_RATE}..={MAX_RATE}, not all zero; bandwidth_gbps {MIN_RATE}..={MAX_RATE}; latencies 0..={MAX_LATENCY_US} us); fix the device file",
+                    p.name
+                ));
+            }
+            if p.decode_bandwidth_gbps
+                .is_some_and(|b| !(MIN_RATE..=MAX_RATE).contains(&b))
+            {
+                return bad(format!(
+                    "processor `{}`: `decode_bandwidth_gbps` is out of range ({MIN_RATE}..={MAX_RATE})",
                     p.name
                 ));
             }

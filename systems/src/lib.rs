@@ -37,6 +37,7 @@ mod bound;
 mod collect;
 pub mod components;
 mod cost;
+mod decode_cost;
 mod device;
 mod dispatch;
 mod error;
@@ -51,6 +52,7 @@ mod placement;
 pub mod plan;
 pub mod policy;
 mod progress;
+pub mod request;
 mod resolve;
 pub mod resources;
 pub mod retry;
@@ -64,6 +66,7 @@ use bevy_ecs::schedule::SingleThreadedExecutor;
 
 pub use bound::measured_lower_bound;
 pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
+pub use decode_cost::{DecodeEstimate, estimate_decode};
 pub use device::ProfileOrigin;
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
 pub use error::PlanError;
@@ -72,6 +75,7 @@ pub use placement::{PlacementConfig, StageKind};
 pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};
 pub use policy::{DEFAULT_POLICY, Policy, PolicyRegistry};
 pub use progress::StageProgress;
+pub use request::{Request, RequestPhase, RunOf, rearm_world, spawn_request};
 pub use stage_cost::{
     StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, precision_label,
     stage_kind,

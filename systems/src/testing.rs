@@ -51,6 +51,7 @@ pub fn processor(
             measured: Vec::new(),
             stages: Vec::new(),
         },
+        decode_bandwidth_gbps: None,
     }
 }
 

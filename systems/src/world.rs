@@ -17,9 +17,17 @@ use crate::resources::{
 };
 
 /// A world ready for the first tick of `plan`, scheduled by `policy` (started here).
-pub fn spawn_world(plan: Arc<PrefillPlan>, mut policy: Box<dyn Policy>) -> World {
-    policy.start(&plan);
+pub fn spawn_world(plan: Arc<PrefillPlan>, policy: Box<dyn Policy>) -> World {
     let mut world = World::new();
+    world.init_resource::<Messages<SubgraphFinished>>();
+    arm_world(&mut world, plan, policy);
+    world
+}
+
+/// Spawns `plan`'s processors and instances into `world` and (re)places every resource a
+/// run reads, except the finished-message queue (its readers keep their cursors).
+pub(crate) fn arm_world(world: &mut World, plan: Arc<PrefillPlan>, mut policy: Box<dyn Policy>) {
+    policy.start(&plan);
     let processors: Vec<Entity> = plan
         .device
         .processors
@@ -75,7 +83,5 @@ pub fn spawn_world(plan: Arc<PrefillPlan>, mut policy: Box<dyn Policy>) -> World
     world.insert_resource(Outbox::default());
     world.insert_resource(TimelineLog::default());
     world.insert_resource(RunStats::default());
-    world.init_resource::<Messages<SubgraphFinished>>();
     world.insert_resource(Plan(plan));
-    world
 }

@@ -14,10 +14,9 @@ use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
 
+use super::linears::{self, Input, Matrix};
 use crate::state::KvCache;
-use crate::values::{
-    Act, LinearOut, Outliers, dequantize, linear, matmul_rows, quantize, shadow_product,
-};
+use crate::values::quantize;
 use crate::{ExecError, ExecModel, LayerWeights, LinearWeights, QuantRule};
 
 /// The LM head as a W8A8 linear (INT8 weights with a scale per vocabulary row, the
@@ -32,15 +31,31 @@ pub fn int8_head(model: &ExecModel) -> LinearWeights {
     }
 }
 
+/// The buffers of decode steps, kept across steps so that a step allocates little: the
+/// prepared activations and the projections' outputs.
+#[derive(Debug, Default)]
+pub struct DecodeBuffers {
+    input: Input,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    hidden: Vec<f32>,
+    out: Vec<f32>,
+}
+
 /// Feeds `token` at `position` (the caches hold positions `0..position` and have room
 /// for one more) and returns the logits of the next token, from `head` if given (an
-/// [`int8_head`]) or the model's f32 head. Runs on the current pool.
+/// [`int8_head`]) or the model's f32 head. Runs on the current pool; `buffers` are
+/// reused across steps.
 pub fn decode_step(
     model: &ExecModel,
     head: Option<&LinearWeights>,
     caches: &mut [KvCache],
     token: u32,
     position: usize,
+    buffers: &mut DecodeBuffers,
 ) -> Result<Vec<f32>, ExecError> {
     let c = &model.config;
     let h = c.hidden;
@@ -54,17 +69,22 @@ pub fn decode_step(
         })?
         .to_vec();
     for (layer, (w, cache)) in model.layers.iter().zip(caches.iter_mut()).enumerate() {
-        attention_block(model, layer, w, cache, &mut x, position)?;
-        ffn_block(model, layer, w, &mut x, position)?;
+        attention_block(model, layer, w, cache, &mut x, position, buffers)?;
+        ffn_block(model, layer, w, &mut x, position, buffers)?;
     }
     let normed = norm(model, &x, &model.output_norm);
-    let logits = match head {
-        Some(head) => {
-            let act = quantize(normed, QuantRule::MaxAbs);
-            dequantize(linear(&act, 1, head)?, head)?
-        }
-        None => matmul_rows(&normed, &model.output),
+    let (head, rule) = match head {
+        Some(head) => (Matrix::Linear(head), QuantRule::MaxAbs),
+        None => (Matrix::F32(&model.output), QuantRule::PassThrough),
     };
+    buffers.input.set(quantize(normed, rule));
+    let mut logits = vec![0f32; head.n()];
+    linears::project(
+        &buffers.input,
+        &[head],
+        &mut [&mut logits],
+        &model.shadow_counters,
+    )?;
     crate::take_logits(&parking_lot::Mutex::new(Some(logits)))
 }
 
@@ -75,37 +95,15 @@ fn norm(model: &ExecModel, x: &[f32], weight: &[f32]) -> Vec<f32> {
     out
 }
 
-/// An activation quantized under `layer`'s rule for `site`, and its outliers (shadowed
-/// sites only).
-fn quantized(model: &ExecModel, layer: usize, site: ShadowSite, x: Vec<f32>) -> (Act, Outliers) {
-    let mut act = quantize(x, model.quant_rule(layer, site));
-    let outliers = match &mut act {
-        Act::Int8 { outliers, .. } => std::mem::take(outliers),
-        Act::F32(_) => Vec::new(),
-    };
-    (act, outliers)
+/// Quantizes `x` under `layer`'s rule for `site` into `buffers.input`.
+fn prepare(model: &ExecModel, layer: usize, site: ShadowSite, x: Vec<f32>, b: &mut DecodeBuffers) {
+    b.input.set(quantize(x, model.quant_rule(layer, site)));
 }
 
-/// Projection `p` of one row: the linear, its outlier shadow merged, dequantized.
-fn project(
-    model: &ExecModel,
-    w: &LayerWeights,
-    p: Projection,
-    (act, outliers): &(Act, Outliers),
-) -> Result<Vec<f32>, ExecError> {
-    let weights = w.projection(p);
-    let mut out = linear(act, 1, weights)?;
-    if !outliers.is_empty()
-        && let LinearOut::Int32 { shadow, .. } = &mut out
-    {
-        *shadow = Some(shadow_product(
-            outliers,
-            1,
-            weights,
-            &model.shadow_counters,
-        )?);
-    }
-    Ok(dequantize(out, weights)?)
+/// Sizes `v` to `n` values (its capacity is kept across steps).
+fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    v.resize(n, 0.0);
+    v
 }
 
 /// `x += Wo · attention(q, cache)` for layer `layer`, after writing the token's key and
@@ -117,30 +115,44 @@ fn attention_block(
     cache: &mut KvCache,
     x: &mut [f32],
     position: usize,
+    b: &mut DecodeBuffers,
 ) -> Result<(), ExecError> {
     let c = &model.config;
-    let act = quantized(model, layer, ShadowSite::Qkv, norm(model, x, &w.attn_norm));
-    let mut q = project(model, w, Projection::Q, &act)?;
-    let mut k = project(model, w, Projection::K, &act)?;
-    let v = project(model, w, Projection::V, &act)?;
-    let here = position..position + 1;
-    model.rope.apply(&mut q, here.clone(), c.n_heads);
-    model.rope.apply(&mut k, here, c.n_kv_heads);
     let kv_dim = c.kv_dim();
+    prepare(
+        model,
+        layer,
+        ShadowSite::Qkv,
+        norm(model, x, &w.attn_norm),
+        b,
+    );
+    let counters = &model.shadow_counters;
+    let [q, k, v, o] = [Projection::Q, Projection::K, Projection::V, Projection::O]
+        .map(|p| Matrix::Linear(w.projection(p)));
+    let mut outs = [
+        sized(&mut b.q, q.n()),
+        sized(&mut b.k, k.n()),
+        sized(&mut b.v, v.n()),
+    ];
+    linears::project(&b.input, &[q, k, v], &mut outs, counters)?;
+    let here = position..position + 1;
+    model.rope.apply(&mut b.q, here.clone(), c.n_heads);
+    model.rope.apply(&mut b.k, here, c.n_kv_heads);
     let span = position * kv_dim..(position + 1) * kv_dim;
     let room = cache.k.len().min(cache.v.len());
-    if span.end > room {
+    if span.end > room || b.k.len() != kv_dim || b.v.len() != kv_dim {
         return Err(ExecError::Kernel(format!(
             "the KV cache of layer {layer} holds {} positions; position {position} needs more",
             room / kv_dim.max(1)
         )));
     }
-    cache.k[span.clone()].copy_from_slice(&k);
-    cache.v[span].copy_from_slice(&v);
-    let attn = attend(model, &q, cache, position + 1);
-    let act = quantized(model, layer, ShadowSite::O, attn);
-    let o = project(model, w, Projection::O, &act)?;
-    add_finite(x, &o, layer, "attention", position)
+    cache.k[span.clone()].copy_from_slice(&b.k);
+    cache.v[span].copy_from_slice(&b.v);
+    let attn = attend(model, &b.q, cache, position + 1);
+    prepare(model, layer, ShadowSite::O, attn, b);
+    let out = sized(&mut b.out, o.n());
+    linears::project(&b.input, &[o], &mut [out], counters)?;
+    add_finite(x, &b.out, layer, "attention", position)
 }
 
 /// `x += Wdown · (SiLU(Wgate · h) ⊙ Wup · h)` with `h` the FFN-normed `x`.
@@ -150,20 +162,27 @@ fn ffn_block(
     w: &LayerWeights,
     x: &mut [f32],
     position: usize,
+    b: &mut DecodeBuffers,
 ) -> Result<(), ExecError> {
-    let act = quantized(
+    prepare(
         model,
         layer,
         ShadowSite::GateUp,
         norm(model, x, &w.ffn_norm),
+        b,
     );
-    let gate = project(model, w, Projection::Gate, &act)?;
-    let up = project(model, w, Projection::Up, &act)?;
-    let mut hidden = vec![0f32; gate.len()];
-    silu_mul_fast(&gate, &up, &mut hidden);
-    let act = quantized(model, layer, ShadowSite::Down, hidden);
-    let down = project(model, w, Projection::Down, &act)?;
-    add_finite(x, &down, layer, "feed-forward", position)
+    let counters = &model.shadow_counters;
+    let [gate, up, down] = [Projection::Gate, Projection::Up, Projection::Down]
+        .map(|p| Matrix::Linear(w.projection(p)));
+    let mut outs = [sized(&mut b.gate, gate.n()), sized(&mut b.up, up.n())];
+    linears::project(&b.input, &[gate, up], &mut outs, counters)?;
+    let hidden = sized(&mut b.hidden, b.gate.len());
+    silu_mul_fast(&b.gate, &b.up, hidden);
+    let hidden = std::mem::take(&mut b.hidden);
+    prepare(model, layer, ShadowSite::Down, hidden, b);
+    let out = sized(&mut b.out, down.n());
+    linears::project(&b.input, &[down], &mut [out], counters)?;
+    add_finite(x, &b.out, layer, "feed-forward", position)
 }
 
 /// The residual add, refusing a non-finite block output as the prefill does.

@@ -38,13 +38,15 @@
 mod chat;
 mod direct;
 mod error;
+mod inline;
+mod linears;
 mod sampling;
 mod session;
 mod text;
 mod turn;
 
 pub use chat::ChatTemplate;
-pub use direct::{decode_step, int8_head};
+pub use direct::{DecodeBuffers, decode_step, int8_head};
 pub use error::GenerateError;
 pub use sampling::{Sampler, Sampling, argmax};
 pub use session::{DecodePath, DecodeTime, Session};

@@ -6,21 +6,26 @@
 //! [`StageRunner`]); the difference is that the runner's state continues the session's
 //! KV cache ([`PrefillState::continuing`]): the cache is moved into the run and back out,
 //! never copied, and it has room for the tokens still to come. A decode step
-//! ([`DecodePath::Scheduled`]) is the same: a one-token plan, built once, whose subgraph
-//! instances (per layer QKV, attention, O and FFN stages; then the head) the engine
-//! resolves and dispatches in a fresh world each step. [`DecodePath::Direct`] runs the
-//! same kernels as one chain on the calling thread's pool, without the scheduler.
+//! ([`DecodePath::Scheduled`]) is the same: a one-token plan on the CPU lanes, built once,
+//! whose subgraph instances (per layer; then the head) the engine resolves and dispatches
+//! through the same systems. Every run of the session, prefill or decode step, is armed
+//! in the session's one long-lived world ([`RequestWorld`]), where the request is an
+//! entity ([`hetsched_systems::Request`]) and the schedule is built once; a decode step's jobs run inline
+//! on the session's pool ([`InlineQueue`]). [`DecodePath::Direct`] runs the same
+//! operators as one chain of matrix-vector kernels, without the scheduler.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use hetsched_runtime::engine::{self, EngineOptions, RunOutcome};
+use hetsched_runtime::engine::{EngineOptions, RunOutcome};
+use hetsched_runtime::request_world::RequestWorld;
 use hetsched_systems::resources::Job;
-use hetsched_systems::{PolicyRegistry, PrefillPlan, Workload};
+use hetsched_systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProcessorKind, Workload};
 use parking_lot::RwLock;
 
 use super::direct;
 use super::error::GenerateError;
+use super::inline::InlineQueue;
 use crate::float_kernels::FloatKernels;
 use crate::state::{KvCache, PrefillState};
 use crate::{
@@ -59,6 +64,8 @@ struct Compiled {
     plan: Arc<PrefillPlan>,
     steps: Vec<Vec<Step>>,
     layers: Vec<Option<u32>>,
+    /// Float kernels per processor of the plan's device.
+    lanes: Vec<Arc<dyn FloatKernels>>,
 }
 
 /// The job runner the session's queues call: whichever run is in progress.
@@ -82,7 +89,7 @@ pub struct Session {
     options: PrefillOptions,
     path: DecodePath,
     pool: Arc<rayon::ThreadPool>,
-    lanes: Vec<Arc<dyn FloatKernels>>,
+    policies: PolicyRegistry,
     current: Arc<CurrentRun>,
     queues: ThreadQueues,
     /// Tokens whose keys and values are in the cache, from position 0.
@@ -96,8 +103,11 @@ pub struct Session {
     /// prefill starts with it.
     pub(super) pending: Option<u32>,
     decode_plan: Option<Compiled>,
+    /// The request's long-lived scheduler world.
+    world: RequestWorld,
     /// The INT8 head of direct steps of an INT8 model.
     head: Option<LinearWeights>,
+    buffers: direct::DecodeBuffers,
     decode_time: DecodeTime,
 }
 
@@ -141,7 +151,6 @@ impl Session {
             })?;
         let pool = Arc::new(pool);
         let device = crate::prefill_device(&options);
-        let lanes = lane_kernels(&model, &device)?;
         let current = Arc::new(CurrentRun::default());
         let queues = ThreadQueues::start(device.processors.len(), current.clone(), pool.clone())
             .map_err(|e| ExecError::Threads {
@@ -157,7 +166,7 @@ impl Session {
             options,
             path,
             pool,
-            lanes,
+            policies: PolicyRegistry::builtin(),
             current,
             queues,
             tokens: Vec::new(),
@@ -166,6 +175,8 @@ impl Session {
             logits: None,
             pending: None,
             decode_plan: None,
+            world: RequestWorld::new(0),
+            buffers: direct::DecodeBuffers::default(),
             decode_time: DecodeTime::default(),
         })
     }
@@ -242,9 +253,10 @@ impl Session {
         self.check_tokens(new)?;
         self.reserve(self.tokens.len() + new.len())?;
         let planning = Instant::now();
-        let compiled = self.compile(new.len() as u32, self.options.chunk_len)?;
+        let device = crate::prefill_device(&self.options);
+        let compiled = self.compile(new.len() as u32, self.options.chunk_len, device)?;
         let plan_ns = planning.elapsed().as_nanos() as u64;
-        Ok((self.run_scheduled(new, &compiled)?, plan_ns))
+        Ok((self.run_scheduled(new, &compiled, false)?, plan_ns))
     }
 
     /// Feeds `token` (the one just generated) and leaves the logits of the next.
@@ -260,9 +272,9 @@ impl Session {
             DecodePath::Scheduled => {
                 let compiled = match self.decode_plan.take() {
                     Some(c) => c,
-                    None => self.compile(1, 1)?,
+                    None => self.compile(1, 1, decode_device(&self.options))?,
                 };
-                let outcome = self.run_scheduled(&[token], &compiled);
+                let outcome = self.run_scheduled(&[token], &compiled, true);
                 self.decode_plan = Some(compiled);
                 let slices = &outcome?.timeline.slices;
                 slices
@@ -273,10 +285,10 @@ impl Session {
             DecodePath::Direct | DecodePath::DirectF32Head => {
                 let position = self.tokens.len();
                 let caches = self.caches.as_mut().ok_or_else(broken)?;
-                let (model, head) = (&self.model, self.head.as_ref());
-                let logits = self
-                    .pool
-                    .install(|| direct::decode_step(model, head, caches, token, position))?;
+                let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
+                let logits = self.pool.install(|| {
+                    direct::decode_step(model, head, caches, token, position, buffers)
+                })?;
                 self.tokens.push(token);
                 self.logits = Some(logits);
                 started.elapsed().as_nanos() as u64
@@ -288,13 +300,23 @@ impl Session {
         Ok(())
     }
 
-    /// The plan of `tokens` new tokens in chunks of `chunk_len`, compiled.
-    fn compile(&self, tokens: u32, chunk_len: u32) -> Result<Compiled, GenerateError> {
+    /// The plan of `tokens` new tokens in chunks of `chunk_len` on `device`, compiled.
+    fn compile(
+        &self,
+        tokens: u32,
+        chunk_len: u32,
+        device: DeviceProfile,
+    ) -> Result<Compiled, GenerateError> {
         let o = &self.options;
-        let float_processor = (o.gpu == GpuUse::FloatLane).then(|| "gpu".to_string());
+        let gpu = device
+            .processors
+            .iter()
+            .any(|p| p.kind == ProcessorKind::Gpu);
+        let float_processor = (o.gpu == GpuUse::FloatLane && gpu).then(|| "gpu".to_string());
+        let lanes = lane_kernels(&self.model, &device)?;
         let plan = PrefillPlan::placed(
             self.model.model_config(),
-            crate::prefill_device(o),
+            device,
             Workload {
                 prompt_len: tokens,
                 chunk_len,
@@ -309,14 +331,18 @@ impl Session {
             plan: Arc::new(plan),
             steps,
             layers,
+            lanes,
         })
     }
 
-    /// Runs `compiled` (the plan of `new`) on the session's queues over its KV cache.
+    /// Runs `compiled` (the plan of `new`) over the session's KV cache in the session's
+    /// world: a decode step's plan inline on this thread's pool ([`InlineQueue`]), a
+    /// prefill on the session's thread queues.
     fn run_scheduled(
         &mut self,
         new: &[u32],
         compiled: &Compiled,
+        decode: bool,
     ) -> Result<RunOutcome, GenerateError> {
         let caches = self.caches.take().ok_or_else(broken)?;
         let pos0 = self.tokens.len();
@@ -328,23 +354,10 @@ impl Session {
             self.model.clone(),
             compiled.steps.clone(),
             compiled.layers.clone(),
-            self.lanes.clone(),
+            compiled.lanes.clone(),
             state,
         ));
-        *self.current.0.write() = Some(runner.clone());
-        let policy = PolicyRegistry::builtin()
-            .create(&self.options.policy)
-            .map_err(ExecError::from);
-        let outcome = policy.and_then(|policy| {
-            engine::run_with(
-                compiled.plan.clone(),
-                policy,
-                &mut self.queues,
-                &EngineOptions::real_queues(),
-            )
-            .map_err(ExecError::from)
-        });
-        *self.current.0.write() = None;
+        let outcome = self.run_in_world(compiled, &runner, decode);
         // Every job has finished (or the run failed): the runner is ours again. A failed
         // run whose job still holds it leaves the session without a cache (broken).
         let runner = Arc::try_unwrap(runner).map_err(|_| broken())?;
@@ -356,8 +369,50 @@ impl Session {
         let (outcome, logits) = finished?;
         self.tokens = tokens;
         self.logits = Some(logits);
+        self.world.set_cached_tokens(self.tokens.len());
         Ok(outcome)
     }
+
+    /// Runs `compiled`'s plan for this request with `runner` in the session's world.
+    fn run_in_world(
+        &mut self,
+        compiled: &Compiled,
+        runner: &Arc<StageRunner>,
+        decode: bool,
+    ) -> Result<RunOutcome, ExecError> {
+        let policy = self.policies.create(&self.options.policy)?;
+        let plan = compiled.plan.clone();
+        let world = &mut self.world;
+        let outcome = if decode {
+            let mut queue = InlineQueue::new(runner);
+            let options = EngineOptions::default();
+            self.pool
+                .install(|| world.run(plan, policy, true, &mut queue, &options))
+        } else {
+            *self.current.0.write() = Some(runner.clone());
+            let options = EngineOptions::real_queues();
+            let outcome = world.run(plan, policy, false, &mut self.queues, &options);
+            *self.current.0.write() = None;
+            outcome
+        };
+        Ok(outcome?)
+    }
+}
+
+/// The device decode steps run on: the CPU lanes (seed 000 decodes on the CPU), or the
+/// whole device if it has none. With one processor, each layer's stages merge.
+fn decode_device(options: &PrefillOptions) -> DeviceProfile {
+    let mut device = options.device.clone();
+    let cpu: Vec<_> = device
+        .processors
+        .iter()
+        .filter(|p| p.kind == ProcessorKind::Cpu)
+        .cloned()
+        .collect();
+    if !cpu.is_empty() {
+        device.processors = cpu;
+    }
+    device
 }
 
 fn broken() -> GenerateError {

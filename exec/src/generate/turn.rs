@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use hetsched_import::GgufTokenizer;
+use hetsched_runtime::engine::RunOutcome;
 use serde::Serialize;
 
 use super::error::GenerateError;
@@ -71,6 +72,10 @@ pub struct Generated {
     pub decode_ns: u64,
     /// Decode steps run.
     pub decode_steps: u64,
+    /// The scheduled prefill that ran (its schedule and timeline).
+    pub prefill_run: RunOutcome,
+    /// Each decode step's start and end, ns from the end of the prefill.
+    pub decode_spans_ns: Vec<(u64, u64)>,
 }
 
 impl Session {
@@ -113,9 +118,11 @@ impl Session {
         }
         self.reserve(needed)?;
         let started = Instant::now();
-        let (_, plan_ns) = self.prefill(&turn)?;
+        let (prefill_run, plan_ns) = self.prefill(&turn)?;
         self.pending = None;
         let prefill_ns = started.elapsed().as_nanos() as u64;
+        let prefilled = Instant::now();
+        let mut decode_spans_ns = Vec::new();
         let decoded_before = self.decode_time();
         let mut stream = TextStream::new(&options.stop);
         let mut tokens = Vec::new();
@@ -145,7 +152,9 @@ impl Session {
                 break FinishReason::Cancelled;
             }
             self.pending = None;
+            let start = prefilled.elapsed().as_nanos() as u64;
             self.step(token)?;
+            decode_spans_ns.push((start, prefilled.elapsed().as_nanos() as u64));
         };
         let rest = stream.finish();
         on_text(&rest);
@@ -161,6 +170,8 @@ impl Session {
             prefill_plan_ns: plan_ns,
             decode_ns: decoded.wall_ns - decoded_before.wall_ns,
             decode_steps: decoded.steps - decoded_before.steps,
+            prefill_run,
+            decode_spans_ns,
         })
     }
 

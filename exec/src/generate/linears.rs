@@ -1,0 +1,149 @@
+//! The linears of one decode step as matrix-vector products: every projection that
+//! reads the same activation (a layer's Q, K and V; gate and up) in one parallel region,
+//! output columns split over the pool's threads, dequantized in place.
+//!
+//! A one-token product is bound by streaming the weights, so the work is split by
+//! output columns (contiguous runs of weight blocks) rather than rows, a few tasks per
+//! thread for work stealing on a shared machine; one region per activation instead of
+//! one per projection saves the pool's fork-join per projection. The arithmetic is the
+//! prefill's: exact INT32 accumulators, dequantized by `acc × (a_scale × w_scale)`
+//! ([`dequantize_i32_acc`]), the outlier shadow added after, so that a direct step
+//! continues a scheduled prefill bit for bit on an INT8 model.
+
+use hetsched_kernels::reference::dequantize_i32_acc;
+use hetsched_kernels::{I8Vector, PackedF32Weights, gemv_f32, gemv_i8};
+use rayon::prelude::*;
+
+use crate::shadow::ShadowCounters;
+use crate::values::{Act, Outliers, shadow_product};
+use crate::{ExecError, KernelError, LinearWeights};
+
+/// Tasks per pool thread of one region (work stealing evens out a descheduled thread).
+const TASKS_PER_THREAD: usize = 4;
+/// Columns of INT8 accumulators a task keeps on its stack before dequantizing them.
+const I32_TILE: usize = 256;
+
+/// One activation row prepared for the matrix-vector kernels.
+#[derive(Debug, Default)]
+pub(super) struct Input {
+    f32s: Vec<f32>,
+    int8: I8Vector,
+    /// `Some(scale)` when the row is INT8.
+    scale: Option<f32>,
+    /// Shadowed values beyond the INT8 range.
+    outliers: Outliers,
+}
+
+impl Input {
+    /// Takes a quantized activation (keeps this input's buffers).
+    pub(super) fn set(&mut self, act: Act) {
+        match act {
+            Act::F32(x) => {
+                self.f32s = x;
+                self.scale = None;
+                self.outliers.clear();
+            }
+            Act::Int8 { q, scale, outliers } => {
+                self.int8.set(&q);
+                self.scale = Some(scale);
+                self.outliers = outliers;
+            }
+        }
+    }
+}
+
+/// A weight matrix of a decode step: a layer's linear, or the model's f32 head.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Matrix<'a> {
+    /// A linear in the model's precision.
+    Linear(&'a LinearWeights),
+    /// Packed f32 weights (the f32 head).
+    F32(&'a PackedF32Weights),
+}
+
+impl Matrix<'_> {
+    pub(super) fn n(self) -> usize {
+        match self {
+            Matrix::Linear(w) => w.n(),
+            Matrix::F32(w) => w.n(),
+        }
+    }
+}
+
+/// One task: a matrix, its output columns `cols`, and where they go.
+struct Task<'a> {
+    weights: Matrix<'a>,
+    cols: std::ops::Range<usize>,
+    out: &'a mut [f32],
+}
+
+/// `outs[i] = weights[i] · input` (dequantized, shadow merged) for every `i`, in one
+/// parallel region on the current pool.
+pub(super) fn project(
+    input: &Input,
+    weights: &[Matrix<'_>],
+    outs: &mut [&mut [f32]],
+    counters: &ShadowCounters,
+) -> Result<(), ExecError> {
+    let total: usize = weights.iter().map(|w| w.n()).sum();
+    let tasks = rayon::current_num_threads().max(1) * TASKS_PER_THREAD;
+    let per_task = total.div_ceil(tasks).div_ceil(16).max(1) * 16;
+    let mut work = Vec::with_capacity(tasks + weights.len());
+    for (&w, out) in weights.iter().zip(outs.iter_mut()) {
+        check(out.len(), w.n())?;
+        let mut rest: &mut [f32] = out;
+        let mut start = 0;
+        while !rest.is_empty() {
+            let width = per_task.min(rest.len());
+            let (head, tail) = rest.split_at_mut(width);
+            work.push(Task {
+                weights: w,
+                cols: start..start + width,
+                out: head,
+            });
+            start += width;
+            rest = tail;
+        }
+    }
+    work.into_par_iter().try_for_each(|t| run(input, t))?;
+    if !input.outliers.is_empty() {
+        for (&w, out) in weights.iter().zip(outs.iter_mut()) {
+            let Matrix::Linear(w) = w else { continue };
+            let shadow = shadow_product(&input.outliers, 1, w, counters)?;
+            for (y, s) in out.iter_mut().zip(&shadow) {
+                *y += s;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One task's columns.
+fn run(input: &Input, t: Task<'_>) -> Result<(), KernelError> {
+    match (t.weights, input.scale) {
+        (Matrix::Linear(LinearWeights::F32(w)) | Matrix::F32(w), None) => {
+            check(input.f32s.len(), w.k())?;
+            gemv_f32(&input.f32s, w, t.cols, t.out);
+        }
+        (Matrix::Linear(LinearWeights::Int8 { packed, scales, .. }), Some(a_scale)) => {
+            check(input.int8.values().len(), packed.k())?;
+            let mut acc = [0i32; I32_TILE];
+            for (i, out) in t.out.chunks_mut(I32_TILE).enumerate() {
+                let start = t.cols.start + i * I32_TILE;
+                let (cols, acc) = (start..start + out.len(), &mut acc[..out.len()]);
+                gemv_i8(&input.int8, packed, cols.clone(), acc);
+                dequantize_i32_acc(acc, 1, out.len(), a_scale, &scales[cols], out);
+            }
+        }
+        _ => return Err(KernelError::Precisions("activation and weight")),
+    }
+    Ok(())
+}
+
+fn check(found: usize, expected: usize) -> Result<(), KernelError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(KernelError::Length { found, expected })
+    }
+}

@@ -1,0 +1,225 @@
+//! INT8 matrix-vector product for one-token decode: `out[cols] = w[cols, :] · x` with
+//! i32 accumulators, exact.
+//!
+//! The activation is prepared once ([`I8Vector`]: padded to whole groups of 4, and
+//! biased by +128 for `vpdpbusd`, which multiplies unsigned by signed bytes) and then
+//! shared by every product that reads it (a layer's Q, K and V). The AVX-512 VNNI kernel
+//! walks one [`PackedI8Weights`] block (16 columns, `k_groups` groups of 64 contiguous
+//! bytes) at a time with four independent accumulator chains (groups `g ≡ 0..3 mod 4`)
+//! and removes the bias with the block's column sums, as the GEMM does:
+//! `Σ (a + 128) · w = Σ a · w + 128 · Σ w`.
+//!
+//! Variants: AVX-512 VNNI here; on a CPU without it, the INT8 GEMM's best kernel with one
+//! row ([`crate::gemm_i8_cols`]); the scalar twin walks the same packed layout. All are
+//! tested for exact equality with [`crate::reference::gemm_i8_reference`].
+
+// reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
+// `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
+#![allow(unsafe_code)]
+
+use std::ops::Range;
+
+use crate::cpu::I8Kernel;
+use crate::gemm_i8::{PackedI8Weights, gemm_i8_with};
+use crate::gemv_f32::for_each_block;
+use crate::tiling::BLOCK;
+
+/// Bytes of one k-group of one packed block (16 columns × 4 k).
+const GROUP_BYTES: usize = BLOCK * 4;
+
+/// One INT8 activation row prepared for [`gemv_i8`]: the values, and the same values
+/// as `v + 128` (u8) padded to whole groups of 4 with an encoded zero. Reusable: refill
+/// with [`I8Vector::set`] to avoid allocating per step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct I8Vector {
+    values: Vec<i8>,
+    biased: Vec<u8>,
+}
+
+impl I8Vector {
+    /// Prepares `x`.
+    pub fn new(x: &[i8]) -> Self {
+        let mut v = Self::default();
+        v.set(x);
+        v
+    }
+
+    /// Refills with `x` (keeps the buffers' capacity).
+    pub fn set(&mut self, x: &[i8]) {
+        self.values.clear();
+        self.values.extend_from_slice(x);
+        self.biased.clear();
+        self.biased.extend(x.iter().map(|&v| (v as u8) ^ 0x80));
+        self.biased.resize(x.len().div_ceil(4) * 4, 0x80);
+    }
+
+    /// The values, `[k]`.
+    pub fn values(&self) -> &[i8] {
+        &self.values
+    }
+}
+
+/// `out = w[cols, :] · x` in i32 (`out[j - cols.start]` is output column `j`) with the
+/// fastest kernel of this CPU.
+///
+/// # Panics
+/// If `x` has not `w.k()` values, `cols` exceeds `0..w.n()` or `out.len() != cols.len()`.
+pub fn gemv_i8(x: &I8Vector, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
+    gemv_i8_with(I8Kernel::best(), x, w, cols, out);
+}
+
+/// [`gemv_i8`] with a chosen kernel variant (for tests and benchmarks).
+///
+/// # Panics
+/// As [`gemv_i8`], and if the running CPU does not support `kernel`.
+pub fn gemv_i8_with(
+    kernel: I8Kernel,
+    x: &I8Vector,
+    w: &PackedI8Weights,
+    cols: Range<usize>,
+    out: &mut [i32],
+) {
+    assert_eq!(x.values.len(), w.k(), "x must be [k]");
+    assert!(
+        cols.start <= cols.end && cols.end <= w.n(),
+        "cols must be within 0..n"
+    );
+    assert_eq!(out.len(), cols.len(), "out must be [cols.len()]");
+    assert!(
+        kernel.is_available(),
+        "kernel {} unsupported by this CPU",
+        kernel.name()
+    );
+    match kernel {
+        I8Kernel::Scalar => for_each_block(cols, out, |b, lanes| scalar_block(x, w, b, lanes)),
+        #[cfg(target_arch = "x86_64")]
+        I8Kernel::Avx512Vnni => for_each_block(cols, out, |b, lanes| {
+            // SAFETY: `kernel.is_available()` was asserted above.
+            unsafe { x86::vnni_block(&x.biased, w, b, lanes) }
+        }),
+        // No dedicated kernel: the GEMM with one row.
+        other => gemm_i8_with(other, &x.values, 1, w, cols, out),
+    }
+}
+
+/// The scalar twin over the packed layout: block `b` times `x`.
+fn scalar_block(x: &I8Vector, w: &PackedI8Weights, b: usize, lanes: &mut [i32; BLOCK]) {
+    *lanes = [0; BLOCK];
+    let groups = w.block(b).as_chunks::<GROUP_BYTES>().0;
+    for (a4, group) in x.biased.as_chunks::<4>().0.iter().zip(groups) {
+        let a4 = a4.map(|v| i32::from((v ^ 0x80) as i8));
+        for (acc, w4) in lanes.iter_mut().zip(group.as_chunks::<4>().0) {
+            let dot = (0..4).fold(0i32, |s, t| s.wrapping_add(a4[t] * i32::from(w4[t])));
+            *acc = acc.wrapping_add(dot);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{BLOCK, GROUP_BYTES, PackedI8Weights};
+
+    /// Block `b` times the biased activation, four `vpdpbusd` chains, bias removed.
+    ///
+    /// # Safety
+    /// The CPU must support avx512f, avx512bw and avx512vnni.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) fn vnni_block(
+        biased: &[u8],
+        w: &PackedI8Weights,
+        b: usize,
+        lanes: &mut [i32; BLOCK],
+    ) {
+        let groups = w.block(b).as_chunks::<GROUP_BYTES>().0;
+        let a = biased.as_chunks::<4>().0;
+        debug_assert_eq!(groups.len(), a.len());
+        let mut acc = [_mm512_setzero_si512(); 4];
+        let (g4, g_tail) = groups.as_chunks::<4>();
+        let (a4, a_tail) = a.as_chunks::<4>();
+        for (gs, xs) in g4.iter().zip(a4) {
+            for t in 0..4 {
+                // SAFETY: `gs[t]` is exactly 64 readable bytes; loadu needs no alignment.
+                let wv = unsafe { _mm512_loadu_si512(gs[t].as_ptr().cast()) };
+                let av = _mm512_set1_epi32(i32::from_le_bytes(xs[t]));
+                acc[t] = _mm512_dpbusd_epi32(acc[t], av, wv);
+            }
+        }
+        for (g, x) in g_tail.iter().zip(a_tail) {
+            // SAFETY: as above.
+            let wv = unsafe { _mm512_loadu_si512(g.as_ptr().cast()) };
+            acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_set1_epi32(i32::from_le_bytes(*x)), wv);
+        }
+        let sum = _mm512_add_epi32(
+            _mm512_add_epi32(acc[0], acc[1]),
+            _mm512_add_epi32(acc[2], acc[3]),
+        );
+        // SAFETY: `col_sums(b)` is exactly 16 readable i32.
+        let sums = unsafe { _mm512_loadu_si512(w.col_sums(b).as_ptr().cast()) };
+        let v = _mm512_sub_epi32(sum, _mm512_slli_epi32::<7>(sums));
+        // SAFETY: `lanes` is exactly 16 writable i32.
+        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference;
+    use crate::seeded::SeededRng;
+
+    fn check(kernel: I8Kernel, n: usize, k: usize, cols: Range<usize>) {
+        let mut rng = SeededRng::new((n * 31 + k) as u64);
+        let (x, mut w) = (rng.i8s(k), rng.i8s(n * k));
+        // The extremes, where a bias or sign error would show.
+        w[0] = -128;
+        let x = if k > 1 {
+            [&[-128i8, 127][..], &x[2..]].concat()
+        } else {
+            x
+        };
+        let mut want = vec![0i32; n];
+        reference::gemm_i8_reference(&x, &w, &mut want, 1, k, n);
+        let packed = PackedI8Weights::pack(&w, n, k);
+        let mut got = vec![i32::MIN; cols.len()];
+        gemv_i8_with(kernel, &I8Vector::new(&x), &packed, cols.clone(), &mut got);
+        assert_eq!(got, want[cols], "{kernel:?} n={n} k={k}");
+    }
+
+    #[test]
+    fn every_variant_equals_the_reference_exactly() {
+        for kernel in I8Kernel::ALL.into_iter().filter(|k| k.is_available()) {
+            for (n, k) in [
+                (1, 1),
+                (16, 4),
+                (17, 5),
+                (40, 7),
+                (200, 96),
+                (576, 576),
+                (64, 1536),
+            ] {
+                check(kernel, n, k, 0..n);
+            }
+            check(kernel, 200, 33, 5..37);
+            check(kernel, 200, 33, 16..48);
+            check(kernel, 200, 33, 190..200);
+            check(kernel, 200, 33, 7..7);
+        }
+    }
+
+    #[test]
+    fn a_refilled_vector_equals_a_new_one() {
+        let mut v = I8Vector::new(&[1, 2, 3, 4, 5]);
+        v.set(&[-7, 9]);
+        assert_eq!(v, I8Vector::new(&[-7, 9]));
+        assert_eq!(v.values(), &[-7, 9]);
+    }
+
+    #[test]
+    #[should_panic(expected = "x must be [k]")]
+    fn refuses_a_wrong_length() {
+        let packed = PackedI8Weights::pack(&[0; 8], 2, 4);
+        gemv_i8(&I8Vector::new(&[0; 3]), &packed, 0..2, &mut [0; 2]);
+    }
+}

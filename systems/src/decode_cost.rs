@@ -1,0 +1,176 @@
+//! The modelled cost of decoding after a prefill (`simulate --decode-tokens N`).
+//!
+//! A decode step feeds one token, so it is bound by memory bandwidth, not arithmetic:
+//! every linear weight (and the LM head) is read once per step, and attention reads the
+//! KV cache of the whole context. A step on processor `p` is modelled as
+//!
+//! ```text
+//! t(step i) = launch_us + (weight_bytes + (prompt_len + i + 1) · kv_bytes_per_token) / bandwidth
+//! ```
+//!
+//! with `weight_bytes` from the model's shape at its weight precision (Q, K, V, O, gate,
+//! up, down per layer, and the head), `kv_bytes_per_token = layers · 2 · kv_heads ·
+//! head_dim` at the float precision, and `bandwidth` the processor's
+//! `decode_bandwidth_gbps` if the device profile gives one, else its roofline
+//! `bandwidth_gbps`. Decode runs on the first CPU processor, as in seed 000 (which decodes
+//! on the CPU backend), or the first processor of a device without a CPU.
+
+use serde::Serialize;
+
+use crate::device::{DeviceProfile, ProcessorKind};
+use crate::error::PlanError;
+use crate::model::ModelConfig;
+
+/// What a decode of `tokens` steps costs on one processor.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DecodeEstimate {
+    /// Decode steps (tokens generated after the prefill's first one).
+    pub tokens: u32,
+    /// Processor the steps run on.
+    pub processor: String,
+    /// Bandwidth used, GB/s.
+    pub bandwidth_gbps: f64,
+    /// Whether the device profile gave `decode_bandwidth_gbps` (else the roofline's
+    /// `bandwidth_gbps` was used).
+    pub bandwidth_given: bool,
+    /// Weight bytes read per step.
+    pub weight_bytes_per_step: u64,
+    /// KV-cache bytes read per context token per step.
+    pub kv_bytes_per_token: u64,
+    /// Time of the first step, ns.
+    pub first_step_ns: u64,
+    /// Time of every step together, ns.
+    pub decode_ns: u64,
+}
+
+/// Models a decode of `tokens` steps after a prompt of `prompt_len` tokens.
+///
+/// # Errors
+/// [`PlanError::NoProcessor`] for a device without processors or with a bandwidth that is
+/// not positive; [`PlanError::Workload`] when the prompt plus the steps exceed the
+/// model's context.
+pub fn estimate_decode(
+    model: &ModelConfig,
+    device: &DeviceProfile,
+    prompt_len: u32,
+    tokens: u32,
+) -> Result<DecodeEstimate, PlanError> {
+    let processor = device
+        .processors
+        .iter()
+        .find(|p| p.kind == ProcessorKind::Cpu)
+        .or_else(|| device.processors.first())
+        .ok_or_else(|| PlanError::NoProcessor("the device has no processor to decode on".into()))?;
+    let given = processor.decode_bandwidth_gbps;
+    let bandwidth_gbps = given.unwrap_or(processor.cost.bandwidth_gbps);
+    if !(bandwidth_gbps.is_finite() && bandwidth_gbps > 0.0) {
+        return Err(PlanError::NoProcessor(format!(
+            "processor {} has no positive bandwidth to decode with ({bandwidth_gbps} GB/s)",
+            processor.name
+        )));
+    }
+    if u64::from(prompt_len) + u64::from(tokens) > u64::from(model.context) {
+        return Err(PlanError::InvalidWorkload(format!(
+            "a prompt of {prompt_len} tokens and {tokens} decode steps exceed the context of \
+             {} tokens",
+            model.context
+        )));
+    }
+    let weight_bytes_per_step = weight_bytes(model);
+    let kv_bytes_per_token = u64::from(model.layers)
+        * 2
+        * u64::from(model.kv_heads)
+        * u64::from(model.head_dim())
+        * model.float_precision.bytes();
+    let bytes_per_ns = bandwidth_gbps; // 1 GB/s = 1 byte/ns
+    let launch_ns = (processor.cost.launch_us * 1e3).max(0.0);
+    let step_ns = |i: u32| {
+        let context = u64::from(prompt_len) + u64::from(i) + 1;
+        let bytes = weight_bytes_per_step + context * kv_bytes_per_token;
+        (launch_ns + bytes as f64 / bytes_per_ns).round() as u64
+    };
+    Ok(DecodeEstimate {
+        tokens,
+        processor: processor.name.clone(),
+        bandwidth_gbps,
+        bandwidth_given: given.is_some(),
+        weight_bytes_per_step,
+        kv_bytes_per_token,
+        first_step_ns: if tokens > 0 { step_ns(0) } else { 0 },
+        decode_ns: (0..tokens).map(step_ns).sum(),
+    })
+}
+
+/// Bytes of every linear weight and the head at the model's weight precision.
+fn weight_bytes(m: &ModelConfig) -> u64 {
+    let (h, q) = (u64::from(m.hidden), u64::from(m.heads * m.head_dim()));
+    let kv = u64::from(m.kv_heads * m.head_dim());
+    let per_layer = h * q * 2 + h * kv * 2 + 3 * h * u64::from(m.ffn);
+    let head = h * u64::from(m.vocab);
+    (u64::from(m.layers) * per_layer + head) * m.weight_precision.bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{tiny_device, tiny_model};
+
+    #[test]
+    fn steps_cost_their_bytes_over_the_bandwidth() {
+        let model = tiny_model(2);
+        let mut device = tiny_device();
+        let est = estimate_decode(&model, &device, 8, 4).unwrap();
+        let cpu = device
+            .processors
+            .iter()
+            .find(|p| p.kind == ProcessorKind::Cpu)
+            .unwrap()
+            .clone();
+        assert_eq!(est.processor, cpu.name);
+        assert!(!est.bandwidth_given);
+        let launch = cpu.cost.launch_us * 1e3;
+        let bytes = |ctx: u64| (est.weight_bytes_per_step + ctx * est.kv_bytes_per_token) as f64;
+        let want: f64 = (9..13)
+            .map(|c| launch + bytes(c) / cpu.cost.bandwidth_gbps)
+            .sum();
+        assert!(
+            (est.decode_ns as f64 - want).abs() <= 4.0,
+            "{} vs {want}",
+            est.decode_ns
+        );
+        // Twice the bandwidth, given for decode: the bytes take half the time.
+        let index = device
+            .processors
+            .iter()
+            .position(|p| p.kind == ProcessorKind::Cpu);
+        device.processors[index.unwrap()].decode_bandwidth_gbps =
+            Some(2.0 * cpu.cost.bandwidth_gbps);
+        let fast = estimate_decode(&model, &device, 8, 4).unwrap();
+        assert!(fast.bandwidth_given);
+        let want_fast: f64 = (9..13)
+            .map(|c| launch + bytes(c) / 2.0 / cpu.cost.bandwidth_gbps)
+            .sum();
+        assert!((fast.decode_ns as f64 - want_fast).abs() <= 4.0);
+        // A longer context costs more per step.
+        let long = estimate_decode(&model, &device, 64, 1).unwrap();
+        assert!(long.first_step_ns > fast.first_step_ns);
+    }
+
+    #[test]
+    fn refuses_beyond_the_context_and_a_bandwidth_of_zero() {
+        let model = tiny_model(2);
+        let mut device = tiny_device();
+        let context = model.context;
+        assert!(matches!(
+            estimate_decode(&model, &device, context, 1),
+            Err(PlanError::InvalidWorkload(_))
+        ));
+        for p in &mut device.processors {
+            p.decode_bandwidth_gbps = Some(0.0);
+        }
+        assert!(matches!(
+            estimate_decode(&model, &device, 8, 1),
+            Err(PlanError::NoProcessor(_))
+        ));
+    }
+}
