@@ -99,6 +99,8 @@ fn access(step: Step, delta: Option<Field>) -> (Vec<Field>, Vec<Field>) {
         Step::SiluMul => (vec![Gate, Up], vec![Hidden]),
         // Not run by the resident runner (f32 only); it refuses the stage.
         Step::Shadow(_) => (vec![], vec![]),
+        // Not run by the resident runner (the llama family only); it refuses the stage.
+        Step::Family(_) => (vec![], vec![]),
     }
 }
 

@@ -9,11 +9,12 @@
 //! (as many bytes as every INT8 layer together).
 
 use hetsched_kernels::reference::quantize_weights_per_row;
-use hetsched_kernels::{PackedI8Weights, rms_norm, silu_mul_fast};
-use hetsched_systems::op::Projection;
+use hetsched_kernels::{PackedI8Weights, rms_norm};
+use hetsched_systems::op::{Block, Projection};
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
 
+use crate::family::{self, gated, norm_rows};
 use crate::state::KvCache;
 use crate::values::{
     Act, LinearOut, Outliers, dequantize, linear, matmul_rows, quantize, shadow_product,
@@ -53,6 +54,7 @@ pub fn decode_step(
             vocab: c.vocab_size,
         })?
         .to_vec();
+    family::scale_embeddings(c, &mut x);
     for (layer, (w, cache)) in model.layers.iter().zip(caches.iter_mut()).enumerate() {
         attention_block(model, layer, w, cache, &mut x, position)?;
         ffn_block(model, layer, w, &mut x, position)?;
@@ -122,10 +124,11 @@ fn attention_block(
     let act = quantized(model, layer, ShadowSite::Qkv, norm(model, x, &w.attn_norm));
     let mut q = project(model, w, Projection::Q, &act)?;
     let mut k = project(model, w, Projection::K, &act)?;
-    let v = project(model, w, Projection::V, &act)?;
+    let mut v = project(model, w, Projection::V, &act)?;
     let here = position..position + 1;
-    model.rope.apply(&mut q, here.clone(), c.n_heads);
-    model.rope.apply(&mut k, here, c.n_kv_heads);
+    family::finish_queries(model, layer, &mut q);
+    model.rope_of(layer).apply(&mut q, here.clone(), c.n_heads);
+    family::finish_keys(model, layer, &mut k, &mut v, here);
     let kv_dim = c.kv_dim();
     let span = position * kv_dim..(position + 1) * kv_dim;
     let room = cache.k.len().min(cache.v.len());
@@ -137,9 +140,10 @@ fn attention_block(
     }
     cache.k[span.clone()].copy_from_slice(&k);
     cache.v[span].copy_from_slice(&v);
-    let attn = attend(model, &q, cache, position + 1);
+    let attn = attend(model, &q, cache, position + 1, c.window_of(layer));
     let act = quantized(model, layer, ShadowSite::O, attn);
     let o = project(model, w, Projection::O, &act)?;
+    let o = post_normed(model, w, Block::Attention, o);
     add_finite(x, &o, layer, "attention", position)
 }
 
@@ -159,11 +163,20 @@ fn ffn_block(
     );
     let gate = project(model, w, Projection::Gate, &act)?;
     let up = project(model, w, Projection::Up, &act)?;
-    let mut hidden = vec![0f32; gate.len()];
-    silu_mul_fast(&gate, &up, &mut hidden);
+    let hidden = gated(model.config.family.activation, &gate, &up);
     let act = quantized(model, layer, ShadowSite::Down, hidden);
     let down = project(model, w, Projection::Down, &act)?;
+    let down = post_normed(model, w, Block::FeedForward, down);
     add_finite(x, &down, layer, "feed-forward", position)
+}
+
+/// A block's output RMS-normalized with its post-norm weight, for a family that has
+/// post-norms (Gemma); as it is otherwise.
+fn post_normed(model: &ExecModel, w: &LayerWeights, block: Block, delta: Vec<f32>) -> Vec<f32> {
+    match w.family.post_norm(block) {
+        Some(weight) => norm_rows(&delta, weight, model.config.norm_eps),
+        None => delta,
+    }
 }
 
 /// The residual add, refusing a non-finite block output as the prefill does.
@@ -190,8 +203,16 @@ fn add_finite(
 }
 
 /// Causal GQA attention of one query (`[n_heads, head_dim]`, RoPE applied) over the
-/// first `kv_len` positions of `cache`, heads split over the pool.
-pub fn attend(model: &ExecModel, q: &[f32], cache: &KvCache, kv_len: usize) -> Vec<f32> {
+/// first `kv_len` positions of `cache`, or only the last `window` of them (a
+/// sliding-window layer; `usize::MAX`: all), heads split over the pool.
+pub fn attend(
+    model: &ExecModel,
+    q: &[f32],
+    cache: &KvCache,
+    kv_len: usize,
+    window: usize,
+) -> Vec<f32> {
+    let first = kv_len.saturating_sub(window);
     let c = &model.config;
     let (d, kv_dim) = (c.head_dim, c.kv_dim());
     let group = c.n_heads / c.n_kv_heads.max(1);
@@ -203,7 +224,7 @@ pub fn attend(model: &ExecModel, q: &[f32], cache: &KvCache, kv_len: usize) -> V
         .for_each(|(head, (out, q))| {
             let offset = (head / group.max(1)) * d;
             let key = |j: usize| &cache.k[j * kv_dim + offset..j * kv_dim + offset + d];
-            let mut scores: Vec<f32> = (0..kv_len)
+            let mut scores: Vec<f32> = (first..kv_len)
                 .map(|j| scale * key(j).iter().zip(q).map(|(k, q)| k * q).sum::<f32>())
                 .collect();
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
@@ -212,7 +233,7 @@ pub fn attend(model: &ExecModel, q: &[f32], cache: &KvCache, kv_len: usize) -> V
                 *s = (*s - max).exp();
                 total += *s;
             }
-            for (j, p) in scores.iter().enumerate() {
+            for (j, p) in (first..).zip(&scores) {
                 let value = &cache.v[j * kv_dim + offset..j * kv_dim + offset + d];
                 for (o, v) in out.iter_mut().zip(value) {
                     *o += p / total * v;

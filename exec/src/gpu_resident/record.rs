@@ -85,6 +85,13 @@ impl GpuStageRunner {
                 b.silu_mul(&t.gate, &t.up, &t.hidden).map_err(gpu_err)?;
                 t.act = Some(Value::Hidden);
             }
+            // The resident runner computes the llama family only (`prefill` refuses others).
+            Step::Family(family) => {
+                return Err(ExecError::UnsupportedOp {
+                    op: format!("{family:?}"),
+                    stage: "the resident GPU path (llama family only)".into(),
+                });
+            }
             Step::LmHead => {
                 self.lm_head(b, state, chunk)?;
                 return Ok(true);
