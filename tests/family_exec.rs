@@ -124,10 +124,15 @@ fn gemma3_and_qwen2_prefill_like_the_reference() {
             let diff = max_relative_diff(&got, tail);
             assert!(diff <= F32_TOL, "{arch} in chunks of {chunk}: {diff}");
         }
-        for p in [LinearPrecision::W8a8, LinearPrecision::W8a8Shadow] {
-            let int8 = Arc::new(ExecModel::load(&file, p).unwrap());
+        // W8A8 on the rows without post-norms. Gemma's post-norms rescale each block's
+        // output to unit RMS, and on these random weights the outputs are small sums of
+        // cancelling terms, so INT8 rounding grows to 27% of the largest logit: Gemma's
+        // INT8 path is checked against its own prefill below and on the real file
+        // (docs/model-import.md).
+        if arch != "gemma3" {
+            let int8 = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
             let diff = max_relative_diff(&executed(&int8, &PROMPT, 4), &want[8 * VOCAB..]);
-            eprintln!("{arch}: {p:?} relative logit diff {diff:.2e}");
+            assert!(diff <= W8A8_TOL, "{arch} w8a8: {diff}");
         }
     }
 }
@@ -183,6 +188,30 @@ fn each_rows_graph_has_its_operators() {
     let llama = roles("llama", 2);
     let extra = [OpRole::QkvBias, OpRole::QkNorm, OpRole::EmbedScale, OpRole::GeluMul];
     assert!(extra.iter().all(|&r| count(&llama, r) == 0));
+}
+
+#[test]
+fn int8_decoding_continues_like_a_prefill_of_one_token_chunks() {
+    // Per-tensor INT8 activations of one row: a decode step quantizes as a prefill in
+    // chunks of one token does, operator for operator.
+    for (arch, layers) in [("gemma3", 6), ("qwen2", 2)] {
+        let file = tiny(arch, layers);
+        let model = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
+        for path in [DecodePath::DirectF32Head, DecodePath::Scheduled] {
+            let one = PrefillOptions {
+                all_logits: false,
+                ..options(1)
+            };
+            let mut session = Session::new(model.clone(), one.clone(), path).unwrap();
+            session.prefill(&PROMPT[..1]).unwrap();
+            for n in 2..=PROMPT.len() {
+                session.step(PROMPT[n - 1]).unwrap();
+                let want = prefill(model.clone(), &PROMPT[..n], &one).unwrap().logits;
+                let diff = max_relative_diff(session.logits().unwrap(), &want);
+                assert!(diff <= F32_TOL, "{arch} {path:?} at {n}: {diff}");
+            }
+        }
+    }
 }
 
 #[test]
