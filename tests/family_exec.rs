@@ -61,13 +61,20 @@ fn tiny(arch: &str, layers: usize) -> GgufFile {
     for i in 0..layers {
         let mut extra: Vec<(&str, usize)> = Vec::new();
         if row.qkv_bias {
-            extra.extend([("attn_q.bias", H), ("attn_k.bias", HEAD), ("attn_v.bias", HEAD)]);
+            extra.extend([
+                ("attn_q.bias", H),
+                ("attn_k.bias", HEAD),
+                ("attn_v.bias", HEAD),
+            ]);
         }
         if row.qk_norm {
             extra.extend([("attn_q_norm.weight", HEAD), ("attn_k_norm.weight", HEAD)]);
         }
         if row.post_norms {
-            extra.extend([("post_attention_norm.weight", H), ("post_ffw_norm.weight", H)]);
+            extra.extend([
+                ("post_attention_norm.weight", H),
+                ("post_ffw_norm.weight", H),
+            ]);
         }
         for (name, len) in extra {
             let name = format!("blk.{i}.{name}");
@@ -184,9 +191,17 @@ fn each_rows_graph_has_its_operators() {
     let qwen = roles("qwen2", 2);
     assert_eq!(count(&qwen, OpRole::QkvBias), 2);
     assert_eq!(count(&qwen, OpRole::SiluMul), 2);
-    assert_eq!(count(&qwen, OpRole::QkNorm) + count(&qwen, OpRole::EmbedScale), 0);
+    assert_eq!(
+        count(&qwen, OpRole::QkNorm) + count(&qwen, OpRole::EmbedScale),
+        0
+    );
     let llama = roles("llama", 2);
-    let extra = [OpRole::QkvBias, OpRole::QkNorm, OpRole::EmbedScale, OpRole::GeluMul];
+    let extra = [
+        OpRole::QkvBias,
+        OpRole::QkNorm,
+        OpRole::EmbedScale,
+        OpRole::GeluMul,
+    ];
     assert!(extra.iter().all(|&r| count(&llama, r) == 0));
 }
 
@@ -234,7 +249,11 @@ fn decoding_continues_like_the_reference() {
                     let want = reference.forward_last(&tokens).unwrap();
                     let got = session.logits().unwrap();
                     let diff = max_relative_diff(got, &want);
-                    assert!(diff <= F32_TOL, "{arch} {path:?} at {}: {diff}", tokens.len());
+                    assert!(
+                        diff <= F32_TOL,
+                        "{arch} {path:?} at {}: {diff}",
+                        tokens.len()
+                    );
                     session.step(next).unwrap();
                     tokens.push(next);
                 }

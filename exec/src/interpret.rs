@@ -259,12 +259,22 @@ impl StageRunner {
             FamilyStep::EmbedScale => family::scale_embeddings(c, &mut v.x),
             FamilyStep::QkvBias => {
                 let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
-                let [bq, _, _] = self.layer(layer)?.family.qkv_bias.as_ref().ok_or_else(|| absent("QKV bias"))?;
+                let [bq, _, _] = self
+                    .layer(layer)?
+                    .family
+                    .qkv_bias
+                    .as_ref()
+                    .ok_or_else(|| absent("QKV bias"))?;
                 add_bias(q, bq);
             }
             FamilyStep::QkNorm => {
                 let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
-                let [nq, _] = self.layer(layer)?.family.qk_norm.as_ref().ok_or_else(|| absent("QK-norm"))?;
+                let [nq, _] = self
+                    .layer(layer)?
+                    .family
+                    .qk_norm
+                    .as_ref()
+                    .ok_or_else(|| absent("QK-norm"))?;
                 norm_heads(q, nq, c.norm_eps);
             }
             FamilyStep::PostNorm(block) => {
@@ -274,11 +284,17 @@ impl StageRunner {
                     Block::FeedForward => layer.checked_sub(1),
                 };
                 let owner = owner.ok_or_else(|| missing("a previous layer"))?;
-                let weight = self.layer(owner)?.family.post_norm(block).ok_or_else(|| absent("post-norm"))?;
+                let weight = self
+                    .layer(owner)?
+                    .family
+                    .post_norm(block)
+                    .ok_or_else(|| absent("post-norm"))?;
                 let delta = v.delta.take().ok_or_else(|| missing("delta"))?;
                 v.delta = Some(norm_rows(&delta, weight, c.norm_eps));
             }
-            FamilyStep::GeluMul => return Err(failed("GELU-mul is not a plain family step".into())),
+            FamilyStep::GeluMul => {
+                return Err(failed("GELU-mul is not a plain family step".into()));
+            }
         }
         Ok(())
     }

@@ -294,11 +294,14 @@ fn gpu_computes(model: &ExecModel) -> Result<(), ExecError> {
     if family.is_llama_like() {
         return Ok(());
     }
-    Err(ExecError::Import(hetsched_import::ImportError::NotExecutable {
-        arch: family.arch.to_owned(),
-        feature: "a GPU lane (the GPU kernels compute the llama family only; use --backends cpu,npu)"
-            .into(),
-    }))
+    Err(ExecError::Import(
+        hetsched_import::ImportError::NotExecutable {
+            arch: family.arch.to_owned(),
+            feature:
+                "a GPU lane (the GPU kernels compute the llama family only; use --backends cpu,npu)"
+                    .into(),
+        },
+    ))
 }
 
 /// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]).

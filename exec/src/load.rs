@@ -10,8 +10,8 @@ use super::calibration::Calibration;
 use super::error::ExecError;
 use super::weights::{ExecModel, LinearPrecision};
 use hetsched_import::{
-    ColumnSource, FamilyTensor, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor,
-    LlamaConfig, LlamaSource,
+    ColumnSource, FamilyTensor, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError,
+    LayerTensor, LlamaConfig, LlamaSource,
 };
 use hetsched_runtime::progress::Progress;
 

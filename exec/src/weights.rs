@@ -532,7 +532,11 @@ fn shadow_rows(
 }
 
 /// `data` if it holds exactly `shape`'s elements.
-pub(crate) fn checked(name: &str, data: Vec<f32>, shape: &[usize]) -> Result<Vec<f32>, ImportError> {
+pub(crate) fn checked(
+    name: &str,
+    data: Vec<f32>,
+    shape: &[usize],
+) -> Result<Vec<f32>, ImportError> {
     if data.len() == shape.iter().product::<usize>() {
         Ok(data)
     } else {

@@ -284,7 +284,9 @@ impl SpmTokenizer {
         let t = self.tokens.get(id as usize)?;
         Some(
             match t.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')) {
-                Some(hex) if hex.len() == 2 => u8::from_str_radix(hex, 16).ok().into_iter().collect(),
+                Some(hex) if hex.len() == 2 => {
+                    u8::from_str_radix(hex, 16).ok().into_iter().collect()
+                }
                 _ => t.replace('\u{2581}', " ").into_bytes(),
             },
         )

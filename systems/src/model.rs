@@ -315,8 +315,12 @@ pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
     chain.then("rope", OpRole::Rope, None);
     chain.then("attention", OpRole::Attention, None);
     chain.then("o_quant", OpRole::Quantize(ShadowSite::O), Some(q));
-    chain.ops.push(OpDecl::linear(Projection::O, "o_quant", q, h));
-    chain.ops.push(op("o_dequant", OpRole::Dequantize(ShadowSite::O), &o));
+    chain
+        .ops
+        .push(OpDecl::linear(Projection::O, "o_quant", q, h));
+    chain
+        .ops
+        .push(op("o_dequant", OpRole::Dequantize(ShadowSite::O), &o));
     chain.last = "o_dequant";
     if variant.post_norms {
         chain.then("post_attn_norm", OpRole::PostNorm(Block::Attention), None);
@@ -517,7 +521,11 @@ fn attention_work(model: &ModelConfig, shape: ChunkShape) -> OpWork {
 pub fn prologue_ops(model: &ModelConfig) -> Vec<OpDecl> {
     let mut ops = vec![OpDecl::of_role("embed", OpRole::Embed, &[])];
     if model.block.as_ref().is_some_and(|b| b.embedding_scale) {
-        ops.push(OpDecl::of_role("embed_scale", OpRole::EmbedScale, &["embed"]));
+        ops.push(OpDecl::of_role(
+            "embed_scale",
+            OpRole::EmbedScale,
+            &["embed"],
+        ));
     }
     ops
 }

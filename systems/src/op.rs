@@ -200,7 +200,11 @@ mod tests {
     fn the_llama_layer_writes_and_merges_every_site_once() {
         let model = tiny_model(2);
         let layer = llama_layer(&model);
-        let with_carry: Vec<_> = layer.iter().cloned().chain(layer_carry_ops(&model)).collect();
+        let with_carry: Vec<_> = layer
+            .iter()
+            .cloned()
+            .chain(layer_carry_ops(&model))
+            .collect();
         for site in ShadowSite::ALL {
             let count = |ops: &[OpDecl], probe: fn(OpRole) -> Option<ShadowSite>| {
                 ops.iter()
