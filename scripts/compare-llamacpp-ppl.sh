@@ -9,7 +9,7 @@
 #   CTX    tokens per window, default 512
 # Environment: THREADS (default 2), PRECISIONS (hetsched precisions, default "f32 w8a8"),
 #   REFERENCE=1 (score with the f32 reference forward, examples/reference_ppl, instead of
-#   `hetsched eval`: for the families the executor does not run yet, e.g. Gemma 3),
+#   `hetsched eval`: the importer's own figure, without the executor),
 #   HETSCHED (default target/release/hetsched; build with `cargo build --release`),
 #   LLAMACPP_DIR (default: what scripts/build-llamacpp.sh prints; it builds llama.cpp
 #   from the llama-cpp-python 0.3.36 source package once).
@@ -44,7 +44,7 @@ echo "llama.cpp $(basename "$MODEL") $llama ($chunks windows of $CTX)"
 
 ratio() { python3 -c 'import sys; print("%+.3f%%" % (100 * (float(sys.argv[1]) / float(sys.argv[2]) - 1)))' "$1" "$llama"; }
 if [[ "${REFERENCE:-0}" == 1 ]]; then
-    # Families the executor does not run yet: the f32 reference forward, same scoring.
+    # The importer alone: the f32 reference forward, same scoring.
     REF="${REF_BIN:-$ROOT/target/release/examples/reference_ppl}"
     [[ -x "$REF" ]] || die "no $REF (cargo build --release --example reference_ppl)"
     out="$("$REF" "$MODEL" "$TEXT" "$CTX" 2>/dev/null)"

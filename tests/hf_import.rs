@@ -119,6 +119,7 @@ fn write_checkpoint(dir: &Path, file: &GgufFile) {
     let tokenizer = GgufTokenizer::from_gguf(file).unwrap();
     tokenizer
         .inner()
+        .expect("SmolLM2's vocabulary is byte-level BPE")
         .save(dir.join("tokenizer.json"), false)
         .unwrap();
 }

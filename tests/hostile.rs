@@ -551,6 +551,7 @@ fn calibration() -> Calibration {
         ffn: FFN,
         vocab: VOCAB,
         fingerprint: "0123456789abcdef".into(),
+        q_dim: None,
     };
     let sites = (0..2)
         .flat_map(|l| {

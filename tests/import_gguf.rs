@@ -608,10 +608,20 @@ fn bad_llama_metadata_and_tensors() {
     );
     let err = GgufTokenizer::from_gguf(&edit(
         "tokenizer.ggml.model",
-        Some(V::String("llama".into())),
+        Some(V::String("bert".into())),
     ))
     .unwrap_err();
     assert!(matches!(err, ImportError::UnsupportedTokenizer(_)), "{err}");
+    // A SentencePiece vocabulary goes to the SPM tokenizer, which needs the scores.
+    let err = GgufTokenizer::from_gguf(&edit(
+        "tokenizer.ggml.model",
+        Some(V::String("llama".into())),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(err, ImportError::MissingKey(ref k) if k == "tokenizer.ggml.scores"),
+        "{err}"
+    );
     let err = GgufTokenizer::from_gguf(&edit("tokenizer.ggml.merges", Some(str_array(&["a x"]))))
         .unwrap_err();
     assert!(matches!(err, ImportError::Tokenizer(_)), "{err}");

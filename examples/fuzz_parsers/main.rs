@@ -266,6 +266,7 @@ fn calibration_seed() -> Vec<u8> {
             ffn,
             vocab: 10,
             fingerprint: "0123456789abcdef".into(),
+            q_dim: None,
         },
         corpus: vec!["corpus.txt".into()],
         ctx: 64,

@@ -107,6 +107,10 @@ pub struct ModelIdentity {
     pub vocab: usize,
     /// Hex FNV-1a 64 of every norm weight's f32 bits.
     pub fingerprint: String,
+    /// Width of the query heads together (the O site's channels), written only where it
+    /// is not the hidden size (Gemma 3: 4 heads of 256 on a hidden of 640).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q_dim: Option<usize>,
 }
 
 impl std::fmt::Display for ModelIdentity {
@@ -128,6 +132,7 @@ impl ModelIdentity {
             }
         }
         Self {
+            q_dim: (c.q_dim() != c.hidden).then_some(c.q_dim()),
             name,
             layers: c.n_layers,
             hidden: c.hidden,
@@ -485,6 +490,7 @@ impl Calibration {
             ("model.hidden", m.hidden, limits::MAX_HIDDEN),
             ("model.ffn", m.ffn, limits::MAX_FFN),
             ("model.vocab", m.vocab, limits::MAX_VOCAB),
+            ("model.q_dim", m.q_dim.unwrap_or(0), limits::MAX_HIDDEN),
         ];
         for (what, value, max) in dims {
             limits::check(what, value as u64, max).map_err(|e| e.to_string())?;
@@ -498,10 +504,10 @@ impl Calibration {
             if !seen.insert((s.layer, s.site)) {
                 return Err(format!("{at} appears twice"));
             }
-            let width = if s.site == ShadowSite::Down {
-                m.ffn
-            } else {
-                m.hidden
+            let width = match s.site {
+                ShadowSite::Down => m.ffn,
+                ShadowSite::O => m.q_dim.unwrap_or(m.hidden),
+                ShadowSite::Qkv | ShadowSite::GateUp => m.hidden,
             };
             if s.channels > width {
                 return Err(format!(

@@ -29,16 +29,24 @@ pub trait FloatKernels: Send + Sync {
         rows: usize,
         cols: usize,
     ) -> Result<Vec<f32>, KernelError>;
-    /// RoPE on `x` (`[positions, heads, head_dim]`) at absolute `positions`.
-    fn rope(&self, x: &mut [f32], positions: Range<usize>, heads: usize)
-    -> Result<(), KernelError>;
-    /// Causal GQA attention of `q` over the first `shape.kv_len` cache rows.
+    /// RoPE on `x` (`[positions, heads, head_dim]`) at absolute `positions`, with layer
+    /// `layer`'s rotations (a sliding-window layer may use another base).
+    fn rope(
+        &self,
+        x: &mut [f32],
+        positions: Range<usize>,
+        heads: usize,
+        layer: usize,
+    ) -> Result<(), KernelError>;
+    /// Causal GQA attention of `q` over the first `shape.kv_len` cache rows, each query
+    /// seeing at most its last `window` keys (itself included; `usize::MAX`: all).
     fn attention(
         &self,
         q: &[f32],
         k_cache: &[f32],
         v_cache: &[f32],
         shape: &AttentionShape,
+        window: usize,
     ) -> Result<Vec<f32>, KernelError>;
 }
 
@@ -72,8 +80,9 @@ impl FloatKernels for CpuFloat {
         x: &mut [f32],
         positions: Range<usize>,
         heads: usize,
+        layer: usize,
     ) -> Result<(), KernelError> {
-        self.model.rope.apply(x, positions, heads);
+        self.model.rope_of(layer).apply(x, positions, heads);
         Ok(())
     }
 
@@ -83,7 +92,13 @@ impl FloatKernels for CpuFloat {
         k_cache: &[f32],
         v_cache: &[f32],
         shape: &AttentionShape,
+        window: usize,
     ) -> Result<Vec<f32>, KernelError> {
+        // The last query sees `kv_len` keys: a wider window cuts none. A window that cuts
+        // keys goes before the flash kernel, which knows only the causal mask.
+        if window < shape.kv_len {
+            return Ok(windowed_attention(q, k_cache, v_cache, shape, window));
+        }
         if flash_supported(shape.head_dim) {
             let keys = FlashKeys::gather(k_cache, shape.kv_len, shape.n_kv_heads, shape.head_dim);
             return Ok(by_token_blocks(q, shape, |q, out, block| {
@@ -128,6 +143,45 @@ fn by_token_blocks(
     out
 }
 
+/// Causal GQA attention in which the query at position `p` sees keys
+/// `max(0, p + 1 − window) ..= p` (llama.cpp's sliding window), one query per task: each
+/// gathers its own window of the cache (the GEMM kernel masks causally, not from below).
+fn windowed_attention(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    shape: &AttentionShape,
+    window: usize,
+) -> Vec<f32> {
+    let row = shape.n_heads * shape.head_dim;
+    let kv_row = shape.n_kv_heads * shape.head_dim;
+    let mut out = vec![0f32; q.len()];
+    out.par_chunks_mut(row)
+        .zip(q.par_chunks(row))
+        .enumerate()
+        .for_each(|(t, (out, q))| {
+            let pos = shape.pos0 + t;
+            let first = (pos + 1).saturating_sub(window);
+            let keys = pos + 1 - first;
+            let span = first * kv_row..(pos + 1) * kv_row;
+            let gathered = AttentionKv::gather(
+                &k_cache[span.clone()],
+                &v_cache[span],
+                keys,
+                shape.n_kv_heads,
+                shape.head_dim,
+            );
+            let one = AttentionShape {
+                n_tokens: 1,
+                pos0: keys - 1,
+                kv_len: keys,
+                ..*shape
+            };
+            attention_causal_gqa_gemm(q, &gathered, out, &one);
+        });
+    out
+}
+
 /// A Vulkan device through `hetsched-gpu` (host slices in and out per call).
 #[cfg(feature = "gpu")]
 pub struct GpuFloat {
@@ -165,6 +219,8 @@ impl FloatKernels for GpuFloat {
         x: &mut [f32],
         positions: Range<usize>,
         heads: usize,
+        // One table for every layer: GPU lanes run the llama family only.
+        _layer: usize,
     ) -> Result<(), KernelError> {
         let positions: Vec<usize> = positions.collect();
         let gpu = self.context.lock();
@@ -185,6 +241,8 @@ impl FloatKernels for GpuFloat {
         k_cache: &[f32],
         v_cache: &[f32],
         shape: &AttentionShape,
+        // No sliding window: GPU lanes run the llama family only.
+        _window: usize,
     ) -> Result<Vec<f32>, KernelError> {
         let rows = shape.kv_len * shape.n_kv_heads * shape.head_dim;
         let gpu = self.context.lock();

@@ -90,6 +90,8 @@ fn access(step: Step) -> (Vec<Field>, Vec<Field>) {
         Step::SiluMul => (vec![Hidden], vec![Hidden]),
         // Not run by the resident runner (f32 only); it refuses the stage.
         Step::Shadow(_) => (vec![], vec![]),
+        // Not run by the resident runner (the llama family only); it refuses the stage.
+        Step::Family(_) => (vec![], vec![]),
     }
 }
 

@@ -2,18 +2,20 @@
 
 use std::sync::Arc;
 
-use hetsched_kernels::{AttentionShape, matmul_f32_packed_cols, silu_mul_fast};
+use hetsched_import::Activation;
+use hetsched_kernels::{AttentionShape, matmul_f32_packed_cols};
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
 
 use super::error::ExecError;
+use super::family::{self, add_bias, gated, norm_heads, norm_rows};
 use super::float_kernels::FloatKernels;
 use super::state::{ChunkValues, KvRows, PrefillState};
-use super::steps::Step;
+use super::steps::{FamilyStep, Step};
 use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
 use super::weights::{ExecModel, LayerWeights, LinearWeights};
-use hetsched_systems::op::{NormSite, Projection};
+use hetsched_systems::op::{Block, NormSite, Projection};
 
 /// Executes stages of one prefill: the model, its compiled stages and the shared state.
 #[derive(Debug)]
@@ -132,7 +134,8 @@ impl StageRunner {
             }
             Step::Rope => {
                 let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
-                kernels.rope(q, self.state.positions(chunk), self.model.config.n_heads)?;
+                let positions = self.state.positions(chunk);
+                kernels.rope(q, positions, self.model.config.n_heads, layer)?;
                 self.write_kv(layer, chunk)?;
             }
             Step::Attention => {
@@ -167,7 +170,11 @@ impl StageRunner {
                     *x += d;
                 }
             }
-            Step::SiluMul => self.silu_mul(step, layer, chunk, v, missing)?,
+            Step::SiluMul => self.glu(Activation::SiluGlu, step, layer, chunk, v)?,
+            Step::Family(FamilyStep::GeluMul) => {
+                self.glu(Activation::GeluTanhGlu, step, layer, chunk, v)?;
+            }
+            Step::Family(f) => self.family_step(f, layer, chunk, v)?,
             Step::Shadow(site) => self.shadow(site, layer, chunk)?,
             Step::LmHead => {
                 let x = v.normed.take().ok_or_else(|| missing("normed"))?;
@@ -234,16 +241,75 @@ impl StageRunner {
         Ok(())
     }
 
-    /// SiLU(gate) * up of `layer`, each merged with its shadow and dequantized, then
-    /// quantized for the down projection.
-    fn silu_mul(
+    /// A family's optional step on the chunk's values (the gated activation aside):
+    /// each reads the value it changes and refuses its absence, and the weights of
+    /// `layer` (the post-FFN norm, in the next layer's carry, those of the layer before).
+    fn family_step(
         &self,
+        f: FamilyStep,
+        layer: usize,
+        chunk: usize,
+        v: &mut ChunkValues,
+    ) -> Result<(), ExecError> {
+        let step = Step::Family(f);
+        let missing = |value: &'static str| ExecError::missing(step, chunk, value);
+        let absent = |what: &str| failed(format!("layer {layer} has no {what} weights"));
+        let c = &self.model.config;
+        match f {
+            FamilyStep::EmbedScale => family::scale_embeddings(c, &mut v.x),
+            FamilyStep::QkvBias => {
+                let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
+                let [bq, _, _] = self
+                    .layer(layer)?
+                    .family
+                    .qkv_bias
+                    .as_ref()
+                    .ok_or_else(|| absent("QKV bias"))?;
+                add_bias(q, bq);
+            }
+            FamilyStep::QkNorm => {
+                let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
+                let [nq, _] = self
+                    .layer(layer)?
+                    .family
+                    .qk_norm
+                    .as_ref()
+                    .ok_or_else(|| absent("QK-norm"))?;
+                norm_heads(q, nq, c.norm_eps);
+            }
+            FamilyStep::PostNorm(block) => {
+                // The FFN's post-norm runs in the carry, which hands on the layer before.
+                let owner = match block {
+                    Block::Attention => Some(layer),
+                    Block::FeedForward => layer.checked_sub(1),
+                };
+                let owner = owner.ok_or_else(|| missing("a previous layer"))?;
+                let weight = self
+                    .layer(owner)?
+                    .family
+                    .post_norm(block)
+                    .ok_or_else(|| absent("post-norm"))?;
+                let delta = v.delta.take().ok_or_else(|| missing("delta"))?;
+                v.delta = Some(norm_rows(&delta, weight, c.norm_eps));
+            }
+            FamilyStep::GeluMul => {
+                return Err(failed("GELU-mul is not a plain family step".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// `act(gate) * up` of `layer`, each merged with its shadow and dequantized, then
+    /// quantized for the down projection.
+    fn glu(
+        &self,
+        activation: Activation,
         step: Step,
         layer: usize,
         chunk: usize,
         v: &mut ChunkValues,
-        missing: impl Fn(&'static str) -> ExecError,
     ) -> Result<(), ExecError> {
+        let missing = |value: &'static str| ExecError::missing(step, chunk, value);
         let w = self.layer(layer)?;
         let gate = v
             .gate_raw
@@ -257,8 +323,7 @@ impl StageRunner {
         let up = self.merged(chunk, Projection::Up, step, up)?;
         let gate = dequantize(gate, w.projection(Projection::Gate))?;
         let up = dequantize(up, w.projection(Projection::Up))?;
-        let mut h = vec![0f32; gate.len()];
-        silu_mul_fast(&gate, &up, &mut h);
+        let h = gated(activation, &gate, &up);
         v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
         Ok(())
     }
@@ -398,9 +463,9 @@ impl StageRunner {
         let v = self.merged(chunk, Projection::V, Step::Attention, v)?;
         let w = self.layer(layer)?;
         let mut k = dequantize(k, w.projection(Projection::K))?;
-        let v = dequantize(v, w.projection(Projection::V))?;
+        let mut v = dequantize(v, w.projection(Projection::V))?;
         let positions = self.state.positions(chunk);
-        m.rope.apply(&mut k, positions.clone(), c.n_kv_heads);
+        family::finish_keys(m, layer, &mut k, &mut v, positions.clone());
         let kv_dim = c.kv_dim();
         let span = positions.start * kv_dim..positions.end * kv_dim;
         let mut cache = kv.cache.write();
@@ -431,7 +496,7 @@ impl StageRunner {
         };
         let cache = self.state.kv[layer].cache.read();
         kernels
-            .attention(q, &cache.k, &cache.v, &shape)
+            .attention(q, &cache.k, &cache.v, &shape, c.window_of(layer))
             .map_err(ExecError::from)
     }
 }

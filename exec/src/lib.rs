@@ -23,6 +23,7 @@ mod calibrate;
 mod calibration;
 mod error;
 mod eval;
+mod family;
 mod float_kernels;
 pub mod generate;
 #[cfg(feature = "gpu")]
@@ -75,7 +76,7 @@ pub use shadow::{
     ShadowUsage,
 };
 pub use state::{KvCache, PrefillState};
-pub use steps::Step;
+pub use steps::{FamilyStep, Step};
 pub use values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS};
 pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights, ShadowSetup};
 
@@ -241,6 +242,7 @@ fn lane_kernels(
         .iter()
         .map(|p| match p.kind {
             ProcessorKind::Gpu => {
+                gpu_computes(model)?;
                 if gpu.is_none() {
                     gpu = Some(open_gpu(model)?);
                 }
@@ -283,6 +285,23 @@ fn no_gpu_support() -> ExecError {
 #[cfg(not(feature = "gpu"))]
 fn open_gpu(_model: &ExecModel) -> Result<Arc<dyn FloatKernels>, ExecError> {
     Err(no_gpu_support())
+}
+
+/// Refuses a model whose family the GPU kernels do not compute (they run the llama
+/// row: one RoPE table, no sliding window, no family steps).
+fn gpu_computes(model: &ExecModel) -> Result<(), ExecError> {
+    let family = &model.config.family;
+    if family.is_llama_like() {
+        return Ok(());
+    }
+    Err(ExecError::Import(
+        hetsched_import::ImportError::NotExecutable {
+            arch: family.arch.to_owned(),
+            feature:
+                "a GPU lane (the GPU kernels compute the llama family only; use --backends cpu,npu)"
+                    .into(),
+        },
+    ))
 }
 
 /// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]).
@@ -521,6 +540,7 @@ pub fn prefill(
     options.validate()?;
     check_prompt(&model, tokens)?;
     if options.gpu == GpuUse::Resident {
+        gpu_computes(&model)?;
         return prefill_resident(model, tokens, options);
     }
     let device = prefill_device(options);

@@ -10,8 +10,8 @@ use super::calibration::Calibration;
 use super::error::ExecError;
 use super::weights::{ExecModel, LinearPrecision};
 use hetsched_import::{
-    ColumnSource, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError, LayerTensor,
-    LlamaConfig, LlamaSource,
+    ColumnSource, FamilyTensor, GgufFile, GgufSource, GgufTokenizer, HfModel, ImportError,
+    LayerTensor, LlamaConfig, LlamaSource,
 };
 use hetsched_runtime::progress::Progress;
 
@@ -122,5 +122,8 @@ impl LlamaSource for SharedSource {
     }
     fn layer(&self, layer: usize, which: LayerTensor) -> Result<Vec<f32>, ImportError> {
         self.0.layer(layer, which)
+    }
+    fn family_tensor(&self, layer: usize, which: FamilyTensor) -> Result<Vec<f32>, ImportError> {
+        self.0.family_tensor(layer, which)
     }
 }

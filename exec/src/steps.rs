@@ -4,7 +4,7 @@
 
 use hetsched_systems::graph::StageTemplate;
 use hetsched_systems::model::OpDecl;
-use hetsched_systems::op::{NormSite, OpRole, Projection};
+use hetsched_systems::op::{Block, NormSite, OpRole, Projection};
 use hetsched_systems::shadow::ShadowSite;
 
 use super::error::ExecError;
@@ -57,6 +57,24 @@ pub enum Step {
     Shadow(ShadowSite),
     /// Final projection of the last token.
     LmHead,
+    /// One of a model family's optional steps (Gemma, Qwen2); the llama graph has none.
+    Family(FamilyStep),
+}
+
+/// A model family's optional step (`import/src/family.rs`), bound from its role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyStep {
+    /// The embedded rows times √hidden.
+    EmbedScale,
+    /// The query bias (the key and value biases are added where the cache is written).
+    QkvBias,
+    /// The queries' per-head RMSNorm (the keys' where the cache is written).
+    QkNorm,
+    /// RMSNorm of a block's output (the residual delta) with its post-norm weight.
+    PostNorm(Block),
+    /// GELU(tanh)(gate) · up, quantized for the down projection: [`Step::SiluMul`] with
+    /// Gemma's activation.
+    GeluMul,
 }
 
 impl Step {
@@ -84,6 +102,11 @@ impl Step {
             OpRole::SiluMul => Step::SiluMul,
             OpRole::Shadow(site) => Step::Shadow(site),
             OpRole::LmHead => Step::LmHead,
+            OpRole::EmbedScale => Step::Family(FamilyStep::EmbedScale),
+            OpRole::QkvBias => Step::Family(FamilyStep::QkvBias),
+            OpRole::QkNorm => Step::Family(FamilyStep::QkNorm),
+            OpRole::PostNorm(block) => Step::Family(FamilyStep::PostNorm(block)),
+            OpRole::GeluMul => Step::Family(FamilyStep::GeluMul),
             // SiLU-mul quantizes the down site and dequantizes gate/up.
             OpRole::Quantize(ShadowSite::Down) | OpRole::Dequantize(ShadowSite::GateUp) => {
                 return Err(unsupported());

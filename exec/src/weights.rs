@@ -3,6 +3,7 @@
 
 use hetsched_kernels::reference::quantize_weights_per_row;
 use hetsched_kernels::{PackedF32Weights, PackedI8Weights, RopeTable};
+use hetsched_systems::block::{BlockVariant, GluActivation};
 use hetsched_systems::model::{ModelConfig, Precision};
 use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::{KeptSite, ShadowConfig, ShadowSite};
@@ -12,13 +13,15 @@ use serde::{Deserialize, Serialize};
 
 use super::calibration::{Calibration, ModelIdentity};
 use super::error::ExecError;
+use super::family::FamilyWeights;
 use super::shadow::{
     ColdRowCache, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
 };
 use super::steps::projection_tensor;
 use super::values::SHADOW_CLIP_RMS;
 use hetsched_import::{
-    ColumnSource, GgufFile, GgufSource, ImportError, LayerTensor, LlamaConfig, LlamaSource,
+    Activation, ColumnSource, EmbeddingScale, Family, GgufFile, GgufSource, ImportError,
+    LayerTensor, LlamaConfig, LlamaSource,
 };
 
 /// Arithmetic of the linear layers.
@@ -122,6 +125,8 @@ pub struct LayerWeights {
     pub linears: [LinearWeights; Projection::COUNT],
     /// How each activation site ([`ShadowSite::index`]) is quantized.
     pub quant: [QuantRule; 4],
+    /// The weights of the family's optional steps (none for llama).
+    pub family: FamilyWeights,
 }
 
 impl LayerWeights {
@@ -165,33 +170,45 @@ pub struct ExecModel {
     pub output_norm: Vec<f32>,
     /// The LM head, f32 (it runs on the float processor for the last token only).
     pub output: PackedF32Weights,
-    /// RoPE rotations for every position of the context.
+    /// RoPE rotations for every position of the context (global layers).
     pub rope: RopeTable,
+    /// The local (sliding-window) layers' rotations, where their base differs (Gemma 3).
+    pub rope_local: Option<RopeTable>,
     /// What the outlier shadow did so far.
     pub shadow_counters: ShadowCounters,
     /// The calibration file the shadow follows, if any (for reports).
     pub calibration_file: Option<String>,
 }
 
-/// Refuses a family the interpreter does not compute (it runs the llama row: no biases,
-/// QK-norm, post-norms, GELU, embedding scale, sliding window or RoPE scaling), with an
-/// error naming what is missing instead of wrong logits.
+/// Refuses what the interpreter does not compute (it runs every family row, but not
+/// RoPE scaling), with an error naming what is missing instead of wrong logits.
 fn executable(config: &hetsched_import::LlamaConfig) -> Result<(), ImportError> {
-    let f = &config.family;
-    let missing = if !f.is_llama_like() {
-        Some(format!("the {} family (see import/src/family.rs)", f.arch))
-    } else if config.rope_freq_scale != 1.0 {
-        Some("linear RoPE scaling".to_owned())
-    } else {
-        None
-    };
-    match missing {
-        Some(feature) => Err(ImportError::NotExecutable {
-            arch: f.arch.to_owned(),
-            feature,
-        }),
-        None => Ok(()),
+    if config.rope_freq_scale != 1.0 {
+        return Err(ImportError::NotExecutable {
+            arch: config.family.arch.to_owned(),
+            feature: "linear RoPE scaling".to_owned(),
+        });
     }
+    Ok(())
+}
+
+/// The graph builder's view of `family`: the optional operators its layer has (`None`
+/// for llama, whose graph stays the built-in one).
+pub fn block_variant(family: &Family) -> Option<BlockVariant> {
+    if family.is_llama_like() {
+        return None;
+    }
+    Some(BlockVariant {
+        family: family.arch.to_owned(),
+        activation: match family.activation {
+            Activation::SiluGlu => GluActivation::Silu,
+            Activation::GeluTanhGlu => GluActivation::GeluTanh,
+        },
+        qkv_bias: family.qkv_bias,
+        qk_norm: family.qk_norm,
+        post_norms: family.post_norms,
+        embedding_scale: family.embedding_scale == EmbeddingScale::SqrtHidden,
+    })
 }
 
 impl ExecModel {
@@ -255,12 +272,18 @@ impl ExecModel {
         let layers = (0..config.n_layers)
             .map(|l| Self::build_layer(source, &config, precision, setup, l))
             .collect::<Result<_, _>>()?;
-        let rope = RopeTable::new(
-            config.head_dim,
-            config.rope_base,
-            config.rope_style,
-            config.context_length,
-        );
+        let table = |base| {
+            RopeTable::new(
+                config.head_dim,
+                base,
+                config.rope_style,
+                config.context_length,
+            )
+        };
+        let rope = table(config.rope_base);
+        let local = config.family.local_rope_base;
+        let rope_local = (config.family.sliding_window_period > 0 && local != config.rope_base)
+            .then(|| table(local));
         Ok(Self {
             output_norm: checked("output_norm", source.output_norm()?, &[h])?,
             name: source.name(),
@@ -269,6 +292,7 @@ impl ExecModel {
             layers,
             output,
             rope,
+            rope_local,
             config,
             shadow_counters: ShadowCounters::default(),
             calibration_file: None,
@@ -303,6 +327,7 @@ impl ExecModel {
             Ok(LinearWeights::new(&w, n, k, precision, shadow))
         };
         Ok(LayerWeights {
+            family: FamilyWeights::load(source, config, l)?,
             quant: quant.clone(),
             attn_norm: tensor(LayerTensor::AttnNorm)?,
             ffn_norm: tensor(LayerTensor::FfnNorm)?,
@@ -313,6 +338,15 @@ impl ExecModel {
                 .try_into()
                 .expect("one linear per projection"),
         })
+    }
+
+    /// The RoPE table of layer `layer`: the local one for a sliding-window layer of a
+    /// family whose local base differs.
+    pub fn rope_of(&self, layer: usize) -> &RopeTable {
+        match &self.rope_local {
+            Some(local) if self.config.family.is_local(layer) => local,
+            _ => &self.rope,
+        }
     }
 
     /// How layer `layer` quantizes activation `site`.
@@ -385,6 +419,7 @@ impl ExecModel {
             float_precision: Precision::Fp32,
             layer_ops: None,
             shadow: self.shadow_config(),
+            block: block_variant(&c.family),
         }
     }
 
@@ -497,7 +532,11 @@ fn shadow_rows(
 }
 
 /// `data` if it holds exactly `shape`'s elements.
-fn checked(name: &str, data: Vec<f32>, shape: &[usize]) -> Result<Vec<f32>, ImportError> {
+pub(crate) fn checked(
+    name: &str,
+    data: Vec<f32>,
+    shape: &[usize],
+) -> Result<Vec<f32>, ImportError> {
     if data.len() == shape.iter().product::<usize>() {
         Ok(data)
     } else {

@@ -212,10 +212,11 @@ pub enum ImportError {
     /// `general.architecture` is not one this importer handles.
     #[error("unsupported model architecture {0:?} (supported: \"llama\", \"qwen2\", \"gemma3\")")]
     UnsupportedArchitecture(String),
-    /// A family (or a file feature) the importer reads but the real executor does not
-    /// run yet: only the f32 reference forward (`LlamaModel`) computes it.
+    /// A file feature (RoPE scaling), or a family on a GPU lane, that the importer reads
+    /// but the real executor does not run yet: only the f32 reference forward
+    /// (`LlamaModel`) computes it.
     #[error(
-        "{arch}: {feature} is not run by the real executor yet (it runs the llama row without RoPE scaling); the f32 reference forward computes this model"
+        "{arch}: {feature} is not run by the real executor yet (it runs every family row on the CPU lanes, without RoPE scaling; GPU lanes run llama only); the f32 reference forward computes this model"
     )]
     NotExecutable {
         /// `general.architecture`.

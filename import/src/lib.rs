@@ -45,7 +45,7 @@ pub use forward::{LlamaModel, log_sum_exp, token_nll, top_k};
 pub use gguf::{GgmlType, GgufFile, GgufHeader, Metadata, MetadataValue, TensorInfo, TensorView};
 pub use hf::HfModel;
 pub use llama::{LlamaConfig, LlamaLayerWeights, LlamaWeights};
-pub use source::{ColumnSource, GgufSource, LayerTensor, LlamaSource};
+pub use source::{ColumnSource, FamilyTensor, GgufSource, LayerTensor, LlamaSource};
 pub use spm::SpmTokenizer;
 pub use tokenizer::GgufTokenizer;
 

@@ -56,6 +56,52 @@ impl LayerTensor {
     }
 }
 
+/// A tensor of one decoder layer that only some families have (the optional steps of
+/// [`crate::family::Family`]), `[len]` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyTensor {
+    /// Query bias, `[q_dim]` (families with QKV biases).
+    QBias,
+    /// Key bias, `[kv_dim]`.
+    KBias,
+    /// Value bias, `[kv_dim]`.
+    VBias,
+    /// Per-head query RMSNorm weight, `[head_dim]` (families with QK-norm).
+    QNorm,
+    /// Per-head key RMSNorm weight, `[head_dim]`.
+    KNorm,
+    /// RMSNorm of the attention block's output, `[hidden]` (families with post-norms).
+    PostAttentionNorm,
+    /// RMSNorm of the feed-forward block's output, `[hidden]`.
+    PostFfnNorm,
+}
+
+impl FamilyTensor {
+    /// Length under `c`.
+    pub fn len(self, c: &LlamaConfig) -> usize {
+        match self {
+            FamilyTensor::QBias => c.q_dim(),
+            FamilyTensor::KBias | FamilyTensor::VBias => c.kv_dim(),
+            FamilyTensor::QNorm | FamilyTensor::KNorm => c.head_dim,
+            FamilyTensor::PostAttentionNorm | FamilyTensor::PostFfnNorm => c.hidden,
+        }
+    }
+
+    /// The llama.cpp name of this tensor of layer `layer` in a GGUF file.
+    pub fn gguf_name(self, layer: usize) -> String {
+        let name = match self {
+            FamilyTensor::QBias => "attn_q.bias",
+            FamilyTensor::KBias => "attn_k.bias",
+            FamilyTensor::VBias => "attn_v.bias",
+            FamilyTensor::QNorm => "attn_q_norm.weight",
+            FamilyTensor::KNorm => "attn_k_norm.weight",
+            FamilyTensor::PostAttentionNorm => "post_attention_norm.weight",
+            FamilyTensor::PostFfnNorm => "post_ffw_norm.weight",
+        };
+        format!("blk.{layer}.{name}")
+    }
+}
+
 /// A loaded model file (or directory) the executor can take weights from.
 pub trait LlamaSource {
     /// Hyper-parameters.
@@ -70,6 +116,11 @@ pub trait LlamaSource {
     fn output(&self) -> Result<Option<Vec<f32>>>;
     /// Tensor `which` of layer `layer`, row-major, shaped as [`LayerTensor::shape`].
     fn layer(&self, layer: usize, which: LayerTensor) -> Result<Vec<f32>>;
+    /// Tensor `which` of layer `layer`, for a family that has it; a source without such
+    /// tensors (Hugging Face checkpoints are read as llama only) names it missing.
+    fn family_tensor(&self, layer: usize, which: FamilyTensor) -> Result<Vec<f32>> {
+        Err(ImportError::MissingTensor(which.gguf_name(layer)))
+    }
 }
 
 /// Reads one input channel of a layer's linear weights on demand, straight from the
@@ -172,5 +223,24 @@ impl LlamaSource for GgufSource<'_> {
             LayerTensor::Down => l.ffn_down,
         };
         t.to_f32()
+    }
+
+    fn family_tensor(&self, layer: usize, which: FamilyTensor) -> Result<Vec<f32>> {
+        let l = self
+            .weights
+            .layers
+            .get(layer)
+            .ok_or_else(|| ImportError::MissingTensor(format!("blk.{layer}")))?;
+        let missing = || ImportError::MissingTensor(which.gguf_name(layer));
+        let t = match which {
+            FamilyTensor::QBias => l.qkv_bias.map(|b| b[0]),
+            FamilyTensor::KBias => l.qkv_bias.map(|b| b[1]),
+            FamilyTensor::VBias => l.qkv_bias.map(|b| b[2]),
+            FamilyTensor::QNorm => l.qk_norm.map(|n| n[0]),
+            FamilyTensor::KNorm => l.qk_norm.map(|n| n[1]),
+            FamilyTensor::PostAttentionNorm => l.post_norms.map(|n| n[0]),
+            FamilyTensor::PostFfnNorm => l.post_norms.map(|n| n[1]),
+        };
+        t.ok_or_else(missing)?.to_f32()
     }
 }

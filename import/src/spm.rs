@@ -29,6 +29,7 @@ pub struct SpmTokenizer {
     /// User-defined tokens, longest first.
     user_defined: Vec<u32>,
     bos: Option<u32>,
+    eos: Option<u32>,
     add_bos: bool,
     add_space_prefix: bool,
 }
@@ -122,10 +123,16 @@ impl SpmTokenizer {
         // in practice.
         user_defined.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
         let vocab = tokens.len();
-        let bos = md
-            .get_u64("tokenizer.ggml.bos_token_id")?
-            .filter(|&b| b < vocab as u64)
-            .map(|b| b as u32);
+        let id_of = |key: &str| -> Result<Option<u32>> {
+            Ok(md
+                .get_u64(key)?
+                .filter(|&b| b < vocab as u64)
+                .map(|b| b as u32))
+        };
+        let (bos, eos) = (
+            id_of("tokenizer.ggml.bos_token_id")?,
+            id_of("tokenizer.ggml.eos_token_id")?,
+        );
         let flag =
             |key: &str, default: bool| md.get(key).and_then(|v| v.as_bool()).unwrap_or(default);
         Ok(Self {
@@ -136,6 +143,7 @@ impl SpmTokenizer {
             ids,
             user_defined,
             bos,
+            eos,
         })
     }
 
@@ -258,19 +266,60 @@ impl SpmTokenizer {
         }
     }
 
-    /// The text of `ids` (`▁` back to spaces, `<0xXX>` tokens to their bytes).
+    /// The text of `ids` (`▁` back to spaces, `<0xXX>` tokens to their bytes); ids
+    /// outside the vocabulary are skipped.
     pub fn decode(&self, ids: &[u32]) -> String {
-        let mut bytes = Vec::new();
-        for &id in ids {
-            let Some(t) = self.tokens.get(id as usize) else {
-                continue;
-            };
-            match t.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')) {
-                Some(hex) if hex.len() == 2 => bytes.extend(u8::from_str_radix(hex, 16).ok()),
-                _ => bytes.extend(t.replace('\u{2581}', " ").bytes()),
-            }
-        }
+        let bytes: Vec<u8> = ids
+            .iter()
+            .filter_map(|&id| self.token_bytes(id))
+            .flatten()
+            .collect();
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The raw bytes token `id` stands for (a `<0xXX>` byte token's byte, any other
+    /// token's text with `▁` as a space), or `None` outside the vocabulary. A UTF-8
+    /// character may be split across byte tokens: decode incrementally from these.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        let t = self.tokens.get(id as usize)?;
+        Some(
+            match t.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')) {
+                Some(hex) if hex.len() == 2 => {
+                    u8::from_str_radix(hex, 16).ok().into_iter().collect()
+                }
+                _ => t.replace('\u{2581}', " ").into_bytes(),
+            },
+        )
+    }
+
+    /// Tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// `tokenizer.ggml.bos_token_id`, whether or not encoding adds it.
+    pub fn bos_token(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// `tokenizer.ggml.eos_token_id`.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Whether [`Self::encode`] prepends BOS.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// The id of the vocabulary entry `token` (as stored, e.g. `"▁Paris"`).
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.ids.get(token).copied()
+    }
+
+    /// The vocabulary entry of `id`, as stored.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.tokens.get(id as usize).cloned()
     }
 }
 

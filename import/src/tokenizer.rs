@@ -31,6 +31,9 @@
 //!   be split across byte tokens).
 //! * **BOS**: [`GgufTokenizer::encode`] prepends `tokenizer.ggml.bos_token_id`
 //!   when `tokenizer.ggml.add_bos_token` is true (SmolLM2: false).
+//!
+//! `tokenizer.ggml.model = "llama"` (SentencePiece: Gemma, Llama-2) is tokenized by
+//! [`SpmTokenizer`] behind the same interface, so every command takes either vocabulary.
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{BPE, Vocab};
@@ -42,6 +45,7 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 use super::error::{ImportError, Result};
 use super::gguf::{GgufFile, Metadata};
+use super::spm::SpmTokenizer;
 
 /// `tokenizer.ggml.token_type` of control tokens (llama.cpp `LLAMA_TOKEN_TYPE_CONTROL`).
 pub const TOKEN_TYPE_CONTROL: i64 = 3;
@@ -58,14 +62,24 @@ const DIGITS_FIRST: &[&str] = &[
 ];
 const GPT2_ONLY: &[&str] = &["gpt2", "mpt", "olmo", "jais"];
 
-/// A byte-level BPE tokenizer reconstructed from a GGUF file.
+/// A model's tokenizer reconstructed from a GGUF file (or a `tokenizer.json`):
+/// byte-level BPE, or SentencePiece for `tokenizer.ggml.model = "llama"`.
 #[derive(Clone, Debug)]
 pub struct GgufTokenizer {
-    tokenizer: Tokenizer,
+    backend: Backend,
     vocab_size: usize,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
+}
+
+/// Which algorithm tokenizes.
+#[derive(Clone, Debug)]
+enum Backend {
+    /// Byte-level BPE through `tokenizers`.
+    Bpe(Box<Tokenizer>),
+    /// llama.cpp's SentencePiece algorithm.
+    Spm(Box<SpmTokenizer>),
 }
 
 fn tok_err(e: impl std::fmt::Display) -> ImportError {
@@ -99,7 +113,7 @@ impl GgufTokenizer {
             .iter()
             .find_map(|t| tokenizer.token_to_id(t));
         Ok(Self {
-            tokenizer,
+            backend: Backend::Bpe(Box::new(tokenizer)),
             vocab_size,
             bos,
             eos,
@@ -115,6 +129,16 @@ impl GgufTokenizer {
     /// Builds the tokenizer from `tokenizer.ggml.*` metadata (see the module
     /// docs for what is read and supported).
     pub fn from_metadata(md: &Metadata) -> Result<Self> {
+        if md.get_str("tokenizer.ggml.model")? == Some("llama") {
+            let spm = SpmTokenizer::from_metadata(md)?;
+            return Ok(Self {
+                vocab_size: spm.vocab_size(),
+                bos: spm.bos_token(),
+                eos: spm.eos_id(),
+                add_bos: spm.add_bos(),
+                backend: Backend::Spm(Box::new(spm)),
+            });
+        }
         let digits_first = splits_digits(md)?;
         let tokens = md
             .get_str_array("tokenizer.ggml.tokens")?
@@ -156,7 +180,7 @@ impl GgufTokenizer {
         }
 
         Ok(Self {
-            tokenizer,
+            backend: Backend::Bpe(Box::new(tokenizer)),
             vocab_size,
             bos: token_id(md, "tokenizer.ggml.bos_token_id", vocab_size)?,
             eos: token_id(md, "tokenizer.ggml.eos_token_id", vocab_size)?,
@@ -169,7 +193,11 @@ impl GgufTokenizer {
     /// Token ids of `text`, with BOS first when `add_bos_token` is set.
     /// Special tokens written in the text (e.g. `<|im_start|>`) are matched.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.tokenizer.encode(text, false).map_err(tok_err)?;
+        let tokenizer = match &self.backend {
+            Backend::Bpe(t) => t,
+            Backend::Spm(spm) => return Ok(spm.encode(text)),
+        };
+        let enc = tokenizer.encode(text, false).map_err(tok_err)?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if self.add_bos
             && let Some(bos) = self.bos
@@ -189,7 +217,10 @@ impl GgufTokenizer {
                 vocab: self.vocab_size,
             });
         }
-        self.tokenizer.decode(ids, false).map_err(tok_err)
+        match &self.backend {
+            Backend::Bpe(t) => t.decode(ids, false).map_err(tok_err),
+            Backend::Spm(spm) => Ok(spm.decode(ids)),
+        }
     }
 
     /// The raw bytes token `id` stands for: an added (special or user-defined) token's
@@ -197,16 +228,18 @@ impl GgufTokenizer {
     /// byte-to-unicode table inverted). A character outside that table (a tokenizer
     /// that is not byte-level) stands for its own UTF-8 bytes.
     pub fn token_bytes(&self, id: u32) -> Result<Vec<u8>> {
-        if let Some(text) = self.tokenizer.get_added_vocabulary().simple_id_to_token(id) {
+        let out_of_range = ImportError::TokenOutOfRange {
+            id,
+            vocab: self.vocab_size,
+        };
+        let tokenizer = match &self.backend {
+            Backend::Bpe(t) => t,
+            Backend::Spm(spm) => return spm.token_bytes(id).ok_or(out_of_range),
+        };
+        if let Some(text) = tokenizer.get_added_vocabulary().simple_id_to_token(id) {
             return Ok(text.into_bytes());
         }
-        let spelling = self
-            .tokenizer
-            .id_to_token(id)
-            .ok_or(ImportError::TokenOutOfRange {
-                id,
-                vocab: self.vocab_size,
-            })?;
+        let spelling = tokenizer.id_to_token(id).ok_or(out_of_range)?;
         let mut bytes = Vec::with_capacity(spelling.len());
         for c in spelling.chars() {
             match unicode_to_byte(c) {
@@ -237,20 +270,30 @@ impl GgufTokenizer {
         self.add_bos
     }
 
-    /// The id of the vocabulary entry `token` (in its byte-level spelling,
-    /// e.g. `"Ġworld"`).
+    /// The id of the vocabulary entry `token` (as the vocabulary spells it: byte-level
+    /// BPE `"Ġworld"`, SentencePiece `"▁world"`).
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.tokenizer.token_to_id(token)
+        match &self.backend {
+            Backend::Bpe(t) => t.token_to_id(token),
+            Backend::Spm(spm) => spm.token_to_id(token),
+        }
     }
 
-    /// The vocabulary entry of `id`, in its byte-level spelling.
+    /// The vocabulary entry of `id`, as the vocabulary spells it.
     pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.tokenizer.id_to_token(id)
+        match &self.backend {
+            Backend::Bpe(t) => t.id_to_token(id),
+            Backend::Spm(spm) => spm.id_to_token(id),
+        }
     }
 
-    /// The underlying `tokenizers` tokenizer.
-    pub fn inner(&self) -> &Tokenizer {
-        &self.tokenizer
+    /// The underlying `tokenizers` tokenizer of a byte-level BPE vocabulary (`None` for
+    /// SentencePiece).
+    pub fn inner(&self) -> Option<&Tokenizer> {
+        match &self.backend {
+            Backend::Bpe(t) => Some(t),
+            Backend::Spm(_) => None,
+        }
     }
 }
 

@@ -84,6 +84,7 @@ pub mod attention;
 pub mod attention_flash;
 pub mod convert;
 pub mod cpu;
+pub mod gelu;
 pub mod gemm_f32;
 pub mod gemm_i8;
 pub mod gemv_f32;
@@ -98,6 +99,7 @@ pub mod widest;
 pub use attention::{AttentionKv, attention_causal_gqa_gemm};
 pub use attention_flash::{FlashKeys, attention_causal_gqa_flash, flash_supported};
 pub use cpu::{CpuFeatures, F32Kernel, I8Kernel};
+pub use gelu::{gelu_tanh_mul, gelu_tanh_mul_fast};
 pub use gemm_f32::{
     PackedF32Weights, matmul_f32, matmul_f32_packed, matmul_f32_packed_cols, matmul_f32_with,
 };

@@ -145,7 +145,7 @@ pub struct ProfileOrigin {
 impl ProfileOrigin {
     /// The shape line of `model` that a profile records and a run compares.
     pub fn shape_of(model: &crate::model::ModelConfig) -> String {
-        format!(
+        let shape = format!(
             "layers {}, hidden {}, heads {}, kv_heads {}, head_dim {}, ffn {}, vocab {}",
             model.layers,
             model.hidden,
@@ -154,7 +154,12 @@ impl ProfileOrigin {
             model.head_dim(),
             model.ffn,
             model.vocab
-        )
+        );
+        // A family other than llama is part of the shape (its layer has other operators).
+        match &model.block {
+            Some(block) => format!("{shape}, family {}", block.family),
+            None => shape,
+        }
     }
 }
 

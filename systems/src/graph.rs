@@ -73,7 +73,7 @@ pub fn build_stages(model: &ModelConfig) -> Result<Vec<StageTemplate>, PlanError
     model.validate()?;
     let (layer, carry) = match &model.layer_ops {
         Some(ops) => (ops.clone(), Vec::new()),
-        None => (llama_layer(model), layer_carry_ops()),
+        None => (llama_layer(model), layer_carry_ops(model)),
     };
     let layer = ordered_layer(&layer)?;
     let kept = model
@@ -85,7 +85,7 @@ pub fn build_stages(model: &ModelConfig) -> Result<Vec<StageTemplate>, PlanError
     let mut stages: Vec<StageTemplate> = Vec::new();
     for l in 0..model.layers {
         let lead = if l == 0 {
-            prologue_ops()
+            prologue_ops(model)
         } else {
             carry.clone()
         };

@@ -33,6 +33,7 @@
 //! # Ok::<(), hetsched_systems::policy::UnknownPolicy>(())
 //! ```
 
+pub mod block;
 mod bound;
 mod collect;
 pub mod components;

@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::block::{BlockVariant, GluActivation};
 use crate::error::PlanError;
-use crate::op::{NormSite, OpRole, Projection};
+use crate::op::{Block, NormSite, OpRole, Projection};
 use crate::shadow::{ShadowConfig, ShadowSite};
 
 /// Numeric precision of weights, activations or a computation.
@@ -68,6 +69,11 @@ pub struct ModelConfig {
     /// Outlier shadow of the INT8 linears (llama layers only); none when absent.
     #[serde(default)]
     pub shadow: Option<ShadowConfig>,
+    /// The model family's variant of the built-in layer (a `[block]` table: Gemma's
+    /// QK-norm, post-norms, GELU and embedding scale, Qwen2's QKV biases); absent: the
+    /// llama layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<BlockVariant>,
 }
 
 fn default_float_precision() -> Precision {
@@ -122,6 +128,11 @@ impl ModelConfig {
                 op.name, op.kind, op.role
             ));
         }
+        if self.block.is_some() && self.layer_ops.is_some() {
+            return bad(
+                "[block] varies the built-in layer; drop `layer_ops` or the [block] table".into(),
+            );
+        }
         if let Some(shadow) = &self.shadow {
             if self.layer_ops.is_some() {
                 return bad(
@@ -165,10 +176,14 @@ pub enum OpKind {
     Rope,
     /// Causal grouped-query attention over the KV cache (depends on chunk position).
     Attention,
-    /// SiLU(gate) * up of the feed-forward block.
+    /// SiLU(gate) * up of the feed-forward block (or GELU(gate) * up: the gated
+    /// activation product, whichever the family's activation).
     SiluMul,
     /// Final projection to the vocabulary (last token only during prefill).
     LmHead,
+    /// An element-wise float operation over `out_features` (default hidden) columns: a
+    /// bias add or a scale.
+    Elementwise,
     /// The float shadow of a site's linears: the activation's outliers times the float
     /// weight rows of their channels (`in_features` -> `out_features`, every linear of
     /// the site together; seed 000, Eq. 1).
@@ -256,8 +271,13 @@ impl OpDecl {
 /// The llama decoder layer as mllm-NPU cuts it: float work (norms, quantize/dequantize,
 /// RoPE, attention) between INT8 linears. Operators without inputs read the layer input
 /// (the residual stream), which [`layer_carry_ops`] produced.
+///
+/// The model's [`BlockVariant`] adds its family's operators where that family computes
+/// them (QKV biases and QK-norm between the dequantize and RoPE, the post-attention norm
+/// before the residual add, GELU instead of SiLU); without one, the llama layer.
 pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
     use ShadowSite::{GateUp, Qkv};
+    let variant = model.block.clone().unwrap_or_default();
     let h = model.hidden;
     let q = model.heads * model.head_dim();
     let kv = model.kv_heads * model.head_dim();
@@ -271,7 +291,7 @@ pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
     };
     let (qkv, o, gate_up) = (linears(Qkv), linears(ShadowSite::O), linears(GateUp));
     let op = OpDecl::of_role;
-    vec![
+    let ops = vec![
         op("attn_norm", OpRole::Norm(NormSite::Attention), &[]),
         op("attn_quant", OpRole::Quantize(Qkv), &["attn_norm"]),
         OpDecl::linear(Projection::Q, "attn_quant", h, q),
@@ -281,32 +301,81 @@ pub fn llama_layer(model: &ModelConfig) -> Vec<OpDecl> {
             out_features: Some(q + 2 * kv),
             ..op("qkv_dequant", OpRole::Dequantize(Qkv), &qkv)
         },
-        op("rope", OpRole::Rope, &["qkv_dequant"]),
-        op("attention", OpRole::Attention, &["rope"]),
-        OpDecl {
-            out_features: Some(q),
-            ..op("o_quant", OpRole::Quantize(ShadowSite::O), &["attention"])
-        },
-        OpDecl::linear(Projection::O, "o_quant", q, h),
-        op("o_dequant", OpRole::Dequantize(ShadowSite::O), &o),
-        op("attn_residual", OpRole::Residual, &["o_dequant"]),
-        op("ffn_norm", OpRole::Norm(NormSite::Ffn), &["attn_residual"]),
-        op("ffn_quant", OpRole::Quantize(GateUp), &["ffn_norm"]),
-        OpDecl::linear(Projection::Gate, "ffn_quant", h, f),
-        OpDecl::linear(Projection::Up, "ffn_quant", h, f),
-        op("silu_mul", OpRole::SiluMul, &gate_up),
-        OpDecl::linear(Projection::Down, "silu_mul", f, h),
-    ]
+    ];
+    let mut chain = Chain {
+        ops,
+        last: "qkv_dequant",
+    };
+    if variant.qkv_bias {
+        chain.then("qkv_bias", OpRole::QkvBias, Some(q + 2 * kv));
+    }
+    if variant.qk_norm {
+        chain.then("qk_norm", OpRole::QkNorm, Some(q + kv));
+    }
+    chain.then("rope", OpRole::Rope, None);
+    chain.then("attention", OpRole::Attention, None);
+    chain.then("o_quant", OpRole::Quantize(ShadowSite::O), Some(q));
+    chain
+        .ops
+        .push(OpDecl::linear(Projection::O, "o_quant", q, h));
+    chain
+        .ops
+        .push(op("o_dequant", OpRole::Dequantize(ShadowSite::O), &o));
+    chain.last = "o_dequant";
+    if variant.post_norms {
+        chain.then("post_attn_norm", OpRole::PostNorm(Block::Attention), None);
+    }
+    chain.then("attn_residual", OpRole::Residual, None);
+    chain.then("ffn_norm", OpRole::Norm(NormSite::Ffn), None);
+    chain.then("ffn_quant", OpRole::Quantize(GateUp), None);
+    let mut ops = chain.ops;
+    ops.push(OpDecl::linear(Projection::Gate, "ffn_quant", h, f));
+    ops.push(OpDecl::linear(Projection::Up, "ffn_quant", h, f));
+    let (glu, glu_role) = match variant.activation {
+        GluActivation::Silu => ("silu_mul", OpRole::SiluMul),
+        GluActivation::GeluTanh => ("gelu_mul", OpRole::GeluMul),
+    };
+    ops.push(op(glu, glu_role, &gate_up));
+    ops.push(OpDecl::linear(Projection::Down, glu, f, h));
+    ops
 }
 
-/// Operators that hand one llama layer's output to the next: dequantise the FFN output
-/// and add the residual. They run at the start of every layer but the first, and before
-/// the model head.
-pub fn layer_carry_ops() -> Vec<OpDecl> {
-    vec![
-        OpDecl::of_role("ffn_dequant", OpRole::Dequantize(ShadowSite::Down), &[]),
-        OpDecl::of_role("ffn_residual", OpRole::Residual, &["ffn_dequant"]),
-    ]
+/// Operators appended one after another, each reading the one before.
+struct Chain {
+    ops: Vec<OpDecl>,
+    /// The name of the last operator, what the next one reads.
+    last: &'static str,
+}
+
+impl Chain {
+    /// Appends `name` in `role` (of `width` output features, if not hidden).
+    fn then(&mut self, name: &'static str, role: OpRole, width: Option<u32>) {
+        let input = std::mem::replace(&mut self.last, name);
+        self.ops.push(OpDecl {
+            out_features: width,
+            ..OpDecl::of_role(name, role, &[input])
+        });
+    }
+}
+
+/// Operators that hand one layer's output to the next: dequantise the FFN output (and
+/// RMS-normalize it, for a family with post-norms) and add the residual. They run at the
+/// start of every layer but the first, and before the model head.
+pub fn layer_carry_ops(model: &ModelConfig) -> Vec<OpDecl> {
+    let post_norms = model.block.as_ref().is_some_and(|b| b.post_norms);
+    let mut ops = vec![OpDecl::of_role(
+        "ffn_dequant",
+        OpRole::Dequantize(ShadowSite::Down),
+        &[],
+    )];
+    let mut last = "ffn_dequant";
+    if post_norms {
+        let role = OpRole::PostNorm(Block::FeedForward);
+        ops.push(OpDecl::of_role("post_ffn_norm", role, &[last]));
+        last = "post_ffn_norm";
+    }
+    ops.push(OpDecl::of_role("ffn_residual", OpRole::Residual, &[last]));
+    ops
 }
 
 /// Work of one operator for one chunk: operations, bytes moved, and the precision of the
@@ -350,7 +419,10 @@ impl OpDecl {
         match self.kind {
             OpKind::Embed => elementwise(0.0, h, model.weight_precision.bytes() as f64 + fb),
             OpKind::ResidualAdd => elementwise(1.0, h, 3.0 * fb),
-            OpKind::RmsNorm => elementwise(4.0, h, 2.0 * fb),
+            OpKind::RmsNorm => elementwise(4.0, self.out_features.map_or(h, f64::from), 2.0 * fb),
+            OpKind::Elementwise => {
+                elementwise(1.0, self.out_features.map_or(h, f64::from), 2.0 * fb)
+            }
             OpKind::Quantize | OpKind::Dequantize => {
                 let width = self.out_features.map_or(h, f64::from);
                 elementwise(2.0, width, fb + act.bytes() as f64)
@@ -444,9 +516,18 @@ fn attention_work(model: &ModelConfig, shape: ChunkShape) -> OpWork {
     }
 }
 
-/// Operators before the first layer (embedding lookup).
-pub fn prologue_ops() -> Vec<OpDecl> {
-    vec![OpDecl::of_role("embed", OpRole::Embed, &[])]
+/// Operators before the first layer: the embedding lookup (and its scale, for a family
+/// that scales embeddings).
+pub fn prologue_ops(model: &ModelConfig) -> Vec<OpDecl> {
+    let mut ops = vec![OpDecl::of_role("embed", OpRole::Embed, &[])];
+    if model.block.as_ref().is_some_and(|b| b.embedding_scale) {
+        ops.push(OpDecl::of_role(
+            "embed_scale",
+            OpRole::EmbedScale,
+            &["embed"],
+        ));
+    }
+    ops
 }
 
 /// Operators after the last layer's carry: the final norm and the LM head.

@@ -94,6 +94,16 @@ pub enum NormSite {
     Final,
 }
 
+/// Which block's output a post-norm normalizes (families with post-norms, e.g. Gemma 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Block {
+    /// The attention block (after its output projection).
+    Attention,
+    /// The feed-forward block (after its down projection).
+    FeedForward,
+}
+
 /// What an operator of the built-in llama layer does, for the executors to bind.
 ///
 /// In a model file: `role = "rope"`, or with its data, `role = { linear = "q" }`.
@@ -122,6 +132,19 @@ pub enum OpRole {
     Residual,
     /// SiLU(gate) * up, quantized for the down projection.
     SiluMul,
+    /// GELU(gate) * up with GELU's tanh approximation (Gemma), quantized for the down
+    /// projection: [`OpRole::SiluMul`] with the other activation.
+    GeluMul,
+    /// Multiplies the embedded tokens by √hidden (Gemma).
+    EmbedScale,
+    /// Adds the Q, K and V biases (Qwen2): to the queries here, to keys and values where
+    /// the KV cache is written.
+    QkvBias,
+    /// RMSNorm of every query and key head with its `[head_dim]` weight (Gemma 3): the
+    /// queries here, the keys where the KV cache is written.
+    QkNorm,
+    /// RMSNorm of a block's output before its residual add (Gemma).
+    PostNorm(Block),
     /// The float shadow of a site's outliers (seed 000, Eq. 1).
     Shadow(ShadowSite),
     /// Final projection of the last token.
@@ -140,7 +163,9 @@ impl OpRole {
             OpRole::Rope => OpKind::Rope,
             OpRole::Attention => OpKind::Attention,
             OpRole::Residual => OpKind::ResidualAdd,
-            OpRole::SiluMul => OpKind::SiluMul,
+            OpRole::SiluMul | OpRole::GeluMul => OpKind::SiluMul,
+            OpRole::EmbedScale | OpRole::QkvBias => OpKind::Elementwise,
+            OpRole::QkNorm | OpRole::PostNorm(_) => OpKind::RmsNorm,
             OpRole::Shadow(_) => OpKind::Shadow,
             OpRole::LmHead => OpKind::LmHead,
         }
@@ -150,7 +175,7 @@ impl OpRole {
     pub fn writes_site(self) -> Option<ShadowSite> {
         match self {
             OpRole::Quantize(site) => Some(site),
-            OpRole::SiluMul => Some(ShadowSite::Down),
+            OpRole::SiluMul | OpRole::GeluMul => Some(ShadowSite::Down),
             _ => None,
         }
     }
@@ -159,7 +184,7 @@ impl OpRole {
     pub fn merges_site(self) -> Option<ShadowSite> {
         match self {
             OpRole::Dequantize(site) => Some(site),
-            OpRole::SiluMul => Some(ShadowSite::GateUp),
+            OpRole::SiluMul | OpRole::GeluMul => Some(ShadowSite::GateUp),
             _ => None,
         }
     }
@@ -175,7 +200,11 @@ mod tests {
     fn the_llama_layer_writes_and_merges_every_site_once() {
         let model = tiny_model(2);
         let layer = llama_layer(&model);
-        let with_carry: Vec<_> = layer.iter().cloned().chain(layer_carry_ops()).collect();
+        let with_carry: Vec<_> = layer
+            .iter()
+            .cloned()
+            .chain(layer_carry_ops(&model))
+            .collect();
         for site in ShadowSite::ALL {
             let count = |ops: &[OpDecl], probe: fn(OpRole) -> Option<ShadowSite>| {
                 ops.iter()

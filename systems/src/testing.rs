@@ -23,6 +23,7 @@ pub fn tiny_model(layers: u32) -> ModelConfig {
         float_precision: Precision::Fp32,
         layer_ops: None,
         shadow: None,
+        block: None,
     }
 }
 

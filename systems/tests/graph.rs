@@ -22,6 +22,7 @@ fn qwen() -> ModelConfig {
         float_precision: Precision::Fp32,
         layer_ops: None,
         shadow: None,
+        block: None,
     }
 }
 

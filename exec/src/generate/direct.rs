@@ -9,12 +9,13 @@
 //! (as many bytes as every INT8 layer together).
 
 use hetsched_kernels::reference::quantize_weights_per_row;
-use hetsched_kernels::{PackedI8Weights, rms_norm, silu_mul_fast};
-use hetsched_systems::op::Projection;
+use hetsched_kernels::{PackedI8Weights, rms_norm};
+use hetsched_systems::op::{Block, Projection};
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
 
 use super::linears::{self, Input, Matrix};
+use crate::family::{self, gated, norm_rows};
 use crate::state::KvCache;
 use crate::values::quantize;
 use crate::{ExecError, ExecModel, LayerWeights, LinearWeights, QuantRule};
@@ -41,7 +42,6 @@ pub struct DecodeBuffers {
     v: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
-    hidden: Vec<f32>,
     out: Vec<f32>,
 }
 
@@ -68,6 +68,7 @@ pub fn decode_step(
             vocab: c.vocab_size,
         })?
         .to_vec();
+    family::scale_embeddings(c, &mut x);
     for (layer, (w, cache)) in model.layers.iter().zip(caches.iter_mut()).enumerate() {
         attention_block(model, layer, w, cache, &mut x, position, buffers)?;
         ffn_block(model, layer, w, &mut x, position, buffers)?;
@@ -136,8 +137,11 @@ fn attention_block(
     ];
     linears::project(&b.input, &[q, k, v], &mut outs, counters)?;
     let here = position..position + 1;
-    model.rope.apply(&mut b.q, here.clone(), c.n_heads);
-    model.rope.apply(&mut b.k, here, c.n_kv_heads);
+    family::finish_queries(model, layer, &mut b.q);
+    model
+        .rope_of(layer)
+        .apply(&mut b.q, here.clone(), c.n_heads);
+    family::finish_keys(model, layer, &mut b.k, &mut b.v, here);
     let span = position * kv_dim..(position + 1) * kv_dim;
     let room = cache.k.len().min(cache.v.len());
     if span.end > room || b.k.len() != kv_dim || b.v.len() != kv_dim {
@@ -148,11 +152,14 @@ fn attention_block(
     }
     cache.k[span.clone()].copy_from_slice(&b.k);
     cache.v[span].copy_from_slice(&b.v);
-    let attn = attend(model, &b.q, cache, position + 1);
+    let attn = attend(model, &b.q, cache, position + 1, c.window_of(layer));
     prepare(model, layer, ShadowSite::O, attn, b);
     let out = sized(&mut b.out, o.n());
     linears::project(&b.input, &[o], &mut [out], counters)?;
-    add_finite(x, &b.out, layer, "attention", position)
+    let delta = post_normed(model, w, Block::Attention, std::mem::take(&mut b.out));
+    let added = add_finite(x, &delta, layer, "attention", position);
+    b.out = delta;
+    added
 }
 
 /// `x += Wdown · (SiLU(Wgate · h) ⊙ Wup · h)` with `h` the FFN-normed `x`.
@@ -176,13 +183,23 @@ fn ffn_block(
         .map(|p| Matrix::Linear(w.projection(p)));
     let mut outs = [sized(&mut b.gate, gate.n()), sized(&mut b.up, up.n())];
     linears::project(&b.input, &[gate, up], &mut outs, counters)?;
-    let hidden = sized(&mut b.hidden, b.gate.len());
-    silu_mul_fast(&b.gate, &b.up, hidden);
-    let hidden = std::mem::take(&mut b.hidden);
+    let hidden = gated(model.config.family.activation, &b.gate, &b.up);
     prepare(model, layer, ShadowSite::Down, hidden, b);
     let out = sized(&mut b.out, down.n());
     linears::project(&b.input, &[down], &mut [out], counters)?;
-    add_finite(x, &b.out, layer, "feed-forward", position)
+    let delta = post_normed(model, w, Block::FeedForward, std::mem::take(&mut b.out));
+    let added = add_finite(x, &delta, layer, "feed-forward", position);
+    b.out = delta;
+    added
+}
+
+/// A block's output RMS-normalized with its post-norm weight, for a family that has
+/// post-norms (Gemma); as it is otherwise.
+fn post_normed(model: &ExecModel, w: &LayerWeights, block: Block, delta: Vec<f32>) -> Vec<f32> {
+    match w.family.post_norm(block) {
+        Some(weight) => norm_rows(&delta, weight, model.config.norm_eps),
+        None => delta,
+    }
 }
 
 /// The residual add, refusing a non-finite block output as the prefill does.
@@ -209,8 +226,16 @@ fn add_finite(
 }
 
 /// Causal GQA attention of one query (`[n_heads, head_dim]`, RoPE applied) over the
-/// first `kv_len` positions of `cache`, heads split over the pool.
-pub fn attend(model: &ExecModel, q: &[f32], cache: &KvCache, kv_len: usize) -> Vec<f32> {
+/// first `kv_len` positions of `cache`, or only the last `window` of them (a
+/// sliding-window layer; `usize::MAX`: all), heads split over the pool.
+pub fn attend(
+    model: &ExecModel,
+    q: &[f32],
+    cache: &KvCache,
+    kv_len: usize,
+    window: usize,
+) -> Vec<f32> {
+    let first = kv_len.saturating_sub(window);
     let c = &model.config;
     let (d, kv_dim) = (c.head_dim, c.kv_dim());
     let group = c.n_heads / c.n_kv_heads.max(1);
@@ -222,7 +247,7 @@ pub fn attend(model: &ExecModel, q: &[f32], cache: &KvCache, kv_len: usize) -> V
         .for_each(|(head, (out, q))| {
             let offset = (head / group.max(1)) * d;
             let key = |j: usize| &cache.k[j * kv_dim + offset..j * kv_dim + offset + d];
-            let mut scores: Vec<f32> = (0..kv_len)
+            let mut scores: Vec<f32> = (first..kv_len)
                 .map(|j| scale * key(j).iter().zip(q).map(|(k, q)| k * q).sum::<f32>())
                 .collect();
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
@@ -231,7 +256,7 @@ pub fn attend(model: &ExecModel, q: &[f32], cache: &KvCache, kv_len: usize) -> V
                 *s = (*s - max).exp();
                 total += *s;
             }
-            for (j, p) in scores.iter().enumerate() {
+            for (j, p) in (first..).zip(&scores) {
                 let value = &cache.v[j * kv_dim + offset..j * kv_dim + offset + d];
                 for (o, v) in out.iter_mut().zip(value) {
                     *o += p / total * v;

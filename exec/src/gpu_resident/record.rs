@@ -92,6 +92,13 @@ impl GpuStageRunner {
                 t.take(Value::Up, step, chunk)?;
                 t.act = Some(Value::Hidden);
             }
+            // The resident runner computes the llama family only (`prefill` refuses others).
+            Step::Family(family) => {
+                return Err(ExecError::UnsupportedOp {
+                    op: format!("{family:?}"),
+                    stage: "the resident GPU path (llama family only)".into(),
+                });
+            }
             Step::LmHead => {
                 self.lm_head(b, state, chunk)?;
                 return Ok(true);

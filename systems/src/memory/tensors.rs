@@ -72,7 +72,10 @@ pub(super) fn output_row(op: &OpDecl, model: &ModelConfig) -> (u64, bool) {
     let hd = u64::from(model.head_dim());
     let width = |default: u64| op.out_features.map_or(default, u64::from);
     let (count, bytes, single) = match op.kind {
-        OpKind::Embed | OpKind::ResidualAdd | OpKind::RmsNorm => (hidden, float, false),
+        OpKind::Embed | OpKind::ResidualAdd => (hidden, float, false),
+        // A norm of the residual stream or a block's output is hidden wide, one of the
+        // query and key heads (QK-norm) says its width.
+        OpKind::RmsNorm | OpKind::Elementwise => (width(hidden), float, false),
         OpKind::Quantize => (width(hidden), act, false),
         OpKind::Dequantize => (width(hidden), float, false),
         // INT32 accumulators (or FP32), as the cost model counts them.

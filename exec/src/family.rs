@@ -1,0 +1,165 @@
+//! The optional steps of a model family's decoder layer (`import/src/family.rs`) as the
+//! executor runs them, shared by the scheduled prefill ([`crate::StageRunner`]) and the
+//! one-token decode step: the per-layer weights they read, the embedding scale, QKV
+//! biases, per-head QK-norm, post-norms and the gated activation. Each reduces to
+//! nothing for the llama row, whose layers carry none of these weights.
+
+use hetsched_import::{
+    Activation, EmbeddingScale, FamilyTensor, ImportError, LlamaConfig, LlamaSource,
+};
+use hetsched_kernels::{gelu_tanh_mul_fast, rms_norm, silu_mul_fast};
+use hetsched_systems::op::Block;
+
+use super::weights::{ExecModel, checked};
+
+/// The weights of one layer's optional steps; `None` where the family has no such step.
+#[derive(Debug, Default)]
+pub struct FamilyWeights {
+    /// Q, K and V biases (`[q_dim]`, `[kv_dim]`, `[kv_dim]`).
+    pub qkv_bias: Option<[Vec<f32>; 3]>,
+    /// Query and key per-head norm weights (`[head_dim]` each).
+    pub qk_norm: Option<[Vec<f32>; 2]>,
+    /// Post-attention and post-FFN norm weights (`[hidden]` each).
+    pub post_norms: Option<[Vec<f32>; 2]>,
+}
+
+impl FamilyWeights {
+    /// Layer `layer`'s optional weights from `source`, the ones `config`'s family has,
+    /// each checked for its length.
+    pub fn load(
+        source: &dyn LlamaSource,
+        config: &LlamaConfig,
+        layer: usize,
+    ) -> Result<Self, ImportError> {
+        use FamilyTensor::{KBias, KNorm, PostAttentionNorm, PostFfnNorm, QBias, QNorm, VBias};
+        let read = |which: FamilyTensor| {
+            let data = source.family_tensor(layer, which)?;
+            checked(&which.gguf_name(layer), data, &[which.len(config)])
+        };
+        let f = &config.family;
+        Ok(Self {
+            qkv_bias: f
+                .qkv_bias
+                .then(|| Ok::<_, ImportError>([read(QBias)?, read(KBias)?, read(VBias)?]))
+                .transpose()?,
+            qk_norm: f
+                .qk_norm
+                .then(|| Ok::<_, ImportError>([read(QNorm)?, read(KNorm)?]))
+                .transpose()?,
+            post_norms: f
+                .post_norms
+                .then(|| Ok::<_, ImportError>([read(PostAttentionNorm)?, read(PostFfnNorm)?]))
+                .transpose()?,
+        })
+    }
+
+    /// The post-norm weight of `block`, if the family has post-norms.
+    pub fn post_norm(&self, block: Block) -> Option<&[f32]> {
+        let [attention, ffn] = self.post_norms.as_ref()?;
+        Some(match block {
+            Block::Attention => attention,
+            Block::FeedForward => ffn,
+        })
+    }
+}
+
+/// Multiplies embedded rows by the family's embedding scale (√hidden for Gemma).
+pub fn scale_embeddings(config: &LlamaConfig, x: &mut [f32]) {
+    if config.family.embedding_scale == EmbeddingScale::SqrtHidden {
+        let scale = (config.hidden as f32).sqrt();
+        x.iter_mut().for_each(|v| *v *= scale);
+    }
+}
+
+/// Adds `bias` (`[width]`) to every row of `x` (`[rows, width]`).
+pub fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len().max(1)) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
+    }
+}
+
+/// RMSNorm of every head of `x` (`[rows, heads, head_dim]`) with `weight`
+/// (`[head_dim]`), in place.
+pub fn norm_heads(x: &mut [f32], weight: &[f32], eps: f32) {
+    let d = weight.len().max(1);
+    let input = x.to_vec();
+    rms_norm(&input, weight, eps, x, input.len() / d, d);
+}
+
+/// RMSNorm of rows of `x` (`[rows, weight.len()]`) with `weight`.
+pub fn norm_rows(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    let cols = weight.len().max(1);
+    rms_norm(x, weight, eps, &mut out, x.len() / cols, cols);
+    out
+}
+
+/// `act(gate) ⊙ up` with the family's activation.
+pub fn gated(activation: Activation, gate: &[f32], up: &[f32]) -> Vec<f32> {
+    let mut out = vec![0f32; gate.len()];
+    match activation {
+        Activation::SiluGlu => silu_mul_fast(gate, up, &mut out),
+        Activation::GeluTanhGlu => gelu_tanh_mul_fast(gate, up, &mut out),
+    }
+    out
+}
+
+/// Queries after their projection is dequantized, up to RoPE: the bias, then the
+/// per-head norm, where the layer has them (the decode step; the prefill runs them as
+/// the separate [`crate::Step::Family`] steps the graph gives it).
+pub fn finish_queries(model: &ExecModel, layer: usize, q: &mut [f32]) {
+    let w = &model.layers[layer].family;
+    if let Some([bq, _, _]) = &w.qkv_bias {
+        add_bias(q, bq);
+    }
+    if let Some([nq, _]) = &w.qk_norm {
+        norm_heads(q, nq, model.config.norm_eps);
+    }
+}
+
+/// Keys and values of `positions` after their projections are dequantized, ready for
+/// the cache: the biases, the keys' per-head norm, and RoPE with the layer's table.
+pub fn finish_keys(
+    model: &ExecModel,
+    layer: usize,
+    k: &mut [f32],
+    v: &mut [f32],
+    positions: std::ops::Range<usize>,
+) {
+    let w = &model.layers[layer].family;
+    if let Some([_, bk, bv]) = &w.qkv_bias {
+        add_bias(k, bk);
+        add_bias(v, bv);
+    }
+    if let Some([_, nk]) = &w.qk_norm {
+        norm_heads(k, nk, model.config.norm_eps);
+    }
+    model
+        .rope_of(layer)
+        .apply(k, positions, model.config.n_kv_heads);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_ops_on_known_values() {
+        let mut x = [1.0, 2.0, 3.0, 4.0];
+        add_bias(&mut x, &[10.0, 20.0]);
+        assert_eq!(x, [11.0, 22.0, 13.0, 24.0]);
+        // Two heads of two: each normalized on its own.
+        let mut heads = [3.0, 4.0, 30.0, 40.0];
+        norm_heads(&mut heads, &[1.0, 2.0], 0.0);
+        let r = (12.5f32).sqrt();
+        for (got, want) in heads.iter().zip([3.0 / r, 8.0 / r, 3.0 / r, 8.0 / r]) {
+            assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        }
+        let silu = gated(Activation::SiluGlu, &[0.0, 1.0], &[1.0, 2.0]);
+        assert!((silu[1] - 2.0 * 0.731_058_6).abs() < 1e-5);
+        let gelu = gated(Activation::GeluTanhGlu, &[0.0, 1.0], &[1.0, 2.0]);
+        assert!((gelu[1] - 2.0 * 0.841_192).abs() < 1e-5);
+    }
+}
