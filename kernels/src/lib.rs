@@ -85,6 +85,7 @@ pub mod convert;
 pub mod cpu;
 pub mod gemm_f32;
 pub mod gemm_i8;
+pub mod gemm_w4;
 pub mod reference;
 pub mod rope_table;
 pub mod seeded;
@@ -97,6 +98,7 @@ pub use gemm_f32::{
     PackedF32Weights, matmul_f32, matmul_f32_packed, matmul_f32_packed_cols, matmul_f32_with,
 };
 pub use gemm_i8::{PackedI8Weights, gemm_i8, gemm_i8_cols, gemm_i8_with, matmul_w8a8};
+pub use gemm_w4::{PackedW4Weights, W4Rows, gemm_w4, gemm_w4_cols, gemm_w4_with, matmul_w4a8};
 pub use reference::{
     AttentionShape, RopeStyle, add_inplace, attention_causal_gqa, rms_norm, rope, silu_mul,
 };
