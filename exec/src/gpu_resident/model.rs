@@ -64,7 +64,7 @@ fn upload_linear(
 ) -> Result<GpuMatrix, ExecError> {
     match w {
         LinearWeights::F32(packed) => upload(ctx, bytes, &packed.to_rows(), packed.n(), packed.k()),
-        LinearWeights::Int8 { .. } => Err(ExecError::Gpu(
+        LinearWeights::Int8 { .. } | LinearWeights::Int4 { .. } => Err(ExecError::Gpu(
             "the resident GPU path runs f32 linears: load the model with --precision f32".into(),
         )),
     }
