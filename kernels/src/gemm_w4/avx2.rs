@@ -145,8 +145,8 @@ fn micro<const R: usize>(
             }
         }
     }
-    for r in 0..R {
-        let v = fold_pairs(acc[r][0], acc[r][1]);
+    for (r, acc) in acc.iter().enumerate() {
+        let v = fold_pairs(acc[0], acc[1]);
         let at = r * TILE_COLS + half * HALF;
         let dst = &mut tile[at..at + HALF];
         // SAFETY: `dst` is exactly 8 writable i32; storeu has no alignment requirement.

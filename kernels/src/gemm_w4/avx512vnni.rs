@@ -1,8 +1,9 @@
 //! AVX-512 VNNI W4A8 GEMM (`vpdpbusd`), nibbles unpacked in registers.
 //!
 //! Per group of 32 `k` and block of 16 columns, four 64-byte loads hold the group's
-//! 512 nibbles; `x & 0x0f` and `(x >> 4) & 0x0f`, minus 8, are the signed
-//! `vpdpbusd` operands of two quads of `k` (the layout of [`PackedW4Weights`]).
+//! 512 nibbles; `x & 0x0f` and `(x >> 4) & 0x0f` are the `vpdpbusd` weight operands
+//! (`q + 8`, 0..=15) of two quads of `k` (the layout of [`PackedW4Weights`]).
+//! Three instructions unpack a load into two operands.
 //! The weight matrix is never expanded in memory: each unpacked vector lives in a
 //! register and feeds the products of every row of the microtile.
 //!
@@ -12,11 +13,14 @@
 //! instructions per 16 outputs and 32 `k`, and the result stays an exact i32 (like
 //! llama.cpp's Q4_0 × Q8_0, but without its per-group float conversion).
 //!
-//! As in the W8A8 kernel, activations are fed as `a + 128` (u8) and the bias is
-//! removed at the end: `Σ_g s · Σ (a + 128) q = Σ_g s · Σ a q + 128 · Σ_g s · Σ q`,
-//! the last term a per-column constant of the packed weights. `vpdpbusd`, `vpmulld`
-//! and `vpaddd` wrap modulo 2³² like the scalar reference, so the result equals it
-//! exactly.
+//! As in the W8A8 kernel, activations are fed as `a + 128` (u8), and the weights as
+//! stored (`q + 8`, so no subtraction per unpacked vector): a group's product is
+//! `Σ (a + 128)(q + 8) = Σ a q + 8 Σ a + (128 Σ q + 32 · 1024)`. The row term `8 Σ a`
+//! (per row and group, computed once per call) is subtracted from the group's sum
+//! before its scaling; the column term, scaled and summed over the groups, is a
+//! per-column constant of the packed weights removed at the end. `vpdpbusd`,
+//! `vpsubd`, `vpmulld` and `vpaddd` wrap modulo 2³² like the scalar reference, so the
+//! result equals it exactly.
 
 // reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
 // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
@@ -30,10 +34,13 @@ use super::quant::GROUP_K;
 use crate::cpu::I8Kernel;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
 
-/// Rows per microtile.
-const MR: usize = 8;
+/// Rows per microtile. 4 rows × 2 blocks keep 8 group partials, 8 accumulators, 4
+/// unpacked weight vectors and 2 broadcasts in the 32 zmm registers, and halve the
+/// activation broadcasts per `vpdpbusd` against one block; of 8 × 1, 6 × 2 and 4 × 2
+/// it ran fastest (`cargo bench -p hetsched-kernels --bench w4a8`, docs/real-execution.md).
+const MR: usize = 4;
 /// Blocks of 16 columns per microtile.
-const NB: usize = 1;
+const NB: usize = 2;
 
 /// `out[m, cols]` (compact tile) with AVX-512 VNNI. Shapes are checked by the caller.
 ///
@@ -53,23 +60,59 @@ fn gemm_impl(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &
     let kp = GROUP_K * w.groups();
     // a + 128 as u8, rows padded to whole groups.
     let biased = pad_activations(a, m, w.k(), w.groups(), 0x80);
-    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, _nb, tile| {
+    let sums = group_sums(a, m, w.k(), w.groups());
+    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
         let a_rows = &biased[r0 * kp..(r0 + rows) * kp];
-        match rows {
-            1 => micro::<1, NB>(a_rows, w, b0, tile),
-            2 => micro::<2, NB>(a_rows, w, b0, tile),
-            3 => micro::<3, NB>(a_rows, w, b0, tile),
-            4 => micro::<4, NB>(a_rows, w, b0, tile),
-            5 => micro::<5, NB>(a_rows, w, b0, tile),
-            6 => micro::<6, NB>(a_rows, w, b0, tile),
-            7 => micro::<7, NB>(a_rows, w, b0, tile),
-            8 => micro::<8, NB>(a_rows, w, b0, tile),
-            _ => unreachable!("rows must be in 1..=MR"),
+        let sums = &sums[r0 * w.groups()..(r0 + rows) * w.groups()];
+        if nb == 2 {
+            by_rows::<2>(rows, (a_rows, sums), w, b0, tile);
+        } else {
+            by_rows::<1>(rows, (a_rows, sums), w, b0, tile);
         }
     });
 }
 
-/// The signed weights of quads `v` (low nibbles) and `v + 4` (high) of one 64-byte
+/// `8 · Σ_{p ∈ g} a[r, p]` for every row `r` and group `g`, `[m, groups]`: the row
+/// term of a group's biased product.
+fn group_sums(a: &[i8], m: usize, k: usize, groups: usize) -> Vec<i32> {
+    let mut sums = vec![0i32; m * groups];
+    if k == 0 {
+        return sums;
+    }
+    for (row, out) in a.chunks_exact(k).zip(sums.chunks_exact_mut(groups)) {
+        for (o, g) in out.iter_mut().zip(row.chunks(GROUP_K)) {
+            *o = 8 * g.iter().map(|&v| i32::from(v)).sum::<i32>();
+        }
+    }
+    sums
+}
+
+/// A microtile's activations: `R` biased rows and their [`group_sums`].
+type Rows<'a> = (&'a [u8], &'a [i32]);
+
+/// Picks the microkernel instantiation for `rows` rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn by_rows<const N: usize>(
+    rows: usize,
+    a_rows: Rows<'_>,
+    w: &PackedW4Weights,
+    b0: usize,
+    tile: &mut Tile<i32>,
+) {
+    match rows {
+        1 => micro::<1, N>(a_rows, w, b0, tile),
+        2 => micro::<2, N>(a_rows, w, b0, tile),
+        3 => micro::<3, N>(a_rows, w, b0, tile),
+        4 => micro::<4, N>(a_rows, w, b0, tile),
+        5 => micro::<5, N>(a_rows, w, b0, tile),
+        6 => micro::<6, N>(a_rows, w, b0, tile),
+        7 => micro::<7, N>(a_rows, w, b0, tile),
+        8 => micro::<8, N>(a_rows, w, b0, tile),
+        _ => unreachable!("rows must be in 1..=MR"),
+    }
+}
+
+/// The weights `q + 8` of quads `v` (low nibbles) and `v + 4` (high) of one 64-byte
 /// vector.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -78,23 +121,24 @@ fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
     // SAFETY: `bytes` is exactly 64 readable bytes; loadu has no alignment
     // requirement.
     let x = unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) };
-    let (mask, eight) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(8));
-    let lo = _mm512_sub_epi8(_mm512_and_si512(x, mask), eight);
-    let hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(x), mask), eight);
+    let mask = _mm512_set1_epi8(0x0f);
+    let lo = _mm512_and_si512(x, mask);
+    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
     (lo, hi)
 }
 
 /// Computes `R` rows × `N` blocks into `tile`. `a_rows` holds `R` biased, padded
-/// activation rows of `32 * groups` bytes.
+/// activation rows of `32 * groups` bytes and their group sums.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn micro<const R: usize, const N: usize>(
-    a_rows: &[u8],
+    (a_rows, sums): Rows<'_>,
     w: &PackedW4Weights,
     b0: usize,
     tile: &mut Tile<i32>,
 ) {
     let groups = w.groups();
+    debug_assert_eq!(sums.len(), R * groups);
     let kp = GROUP_K * groups;
     debug_assert_eq!(a_rows.len(), R * kp);
     debug_assert!(N * BLOCK <= TILE_COLS);
@@ -120,6 +164,12 @@ fn micro<const R: usize, const N: usize>(
                 }
             }
         }
+        for (r, part) in part.iter_mut().enumerate() {
+            let row_term = _mm512_set1_epi32(sums[r * groups + g]);
+            for p in part.iter_mut() {
+                *p = _mm512_sub_epi32(*p, row_term);
+            }
+        }
         for j in 0..N {
             let s = &subs[j][g * BLOCK..(g + 1) * BLOCK];
             // SAFETY: `s` is exactly 16 readable bytes.
@@ -130,10 +180,9 @@ fn micro<const R: usize, const N: usize>(
         }
     }
     for j in 0..N {
-        let corr = w.col_corrections(b0 + j);
+        let corr = w.vnni_corrections(b0 + j);
         // SAFETY: `corr` is exactly 16 readable i32.
-        let corr = unsafe { _mm512_loadu_si512(corr.as_ptr().cast()) };
-        let correction = _mm512_slli_epi32::<7>(corr);
+        let correction = unsafe { _mm512_loadu_si512(corr.as_ptr().cast()) };
         for r in 0..R {
             let v = _mm512_sub_epi32(acc[r][j], correction);
             let dst = &mut tile[r * TILE_COLS + j * BLOCK..r * TILE_COLS + (j + 1) * BLOCK];
