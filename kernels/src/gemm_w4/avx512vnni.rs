@@ -1,9 +1,8 @@
 //! AVX-512 VNNI W4A8 GEMM (`vpdpbusd`), nibbles unpacked in registers.
 //!
 //! Per group of 32 `k` and block of 16 columns, four 64-byte loads hold the group's
-//! 512 nibbles; `x & 0x0f` and `(x >> 4) & 0x0f` are the `vpdpbusd` weight operands
-//! (`q + 8`, 0..=15) of two quads of `k` (the layout of [`PackedW4Weights`]).
-//! Three instructions unpack a load into two operands.
+//! 512 nibbles; `x & 0x0f` and `(x >> 4) & 0x0f`, minus 8, are the signed
+//! `vpdpbusd` operands of two quads of `k` (the layout of [`PackedW4Weights`]).
 //! The weight matrix is never expanded in memory: each unpacked vector lives in a
 //! register and feeds the products of every row of the microtile.
 //!
@@ -13,14 +12,16 @@
 //! instructions per 16 outputs and 32 `k`, and the result stays an exact i32 (like
 //! llama.cpp's Q4_0 × Q8_0, but without its per-group float conversion).
 //!
-//! As in the W8A8 kernel, activations are fed as `a + 128` (u8), and the weights as
-//! stored (`q + 8`, so no subtraction per unpacked vector): a group's product is
-//! `Σ (a + 128)(q + 8) = Σ a q + 8 Σ a + (128 Σ q + 32 · 1024)`. The row term `8 Σ a`
-//! (per row and group, computed once per call) is subtracted from the group's sum
-//! before its scaling; the column term, scaled and summed over the groups, is a
-//! per-column constant of the packed weights removed at the end. `vpdpbusd`,
-//! `vpsubd`, `vpmulld` and `vpaddd` wrap modulo 2³² like the scalar reference, so the
-//! result equals it exactly.
+//! As in the W8A8 kernel, activations are fed as `a + 128` (u8) and the bias is
+//! removed at the end: `Σ_g s · Σ (a + 128) q = Σ_g s · Σ a q + 128 · Σ_g s · Σ q`,
+//! the last term a per-column constant of the packed weights. `vpdpbusd`, `vpmulld`
+//! and `vpaddd` wrap modulo 2³² like the scalar reference, so the result equals it
+//! exactly.
+//!
+//! Tried and dropped: feeding the stored `q + 8` without the per-vector subtraction and
+//! removing `8 Σ a` per row and group instead (a `vpsubd` per accumulator and group in
+//! place of two `vpsubb` per load) was no faster on Zen 5 and slower on a Xeon in a
+//! side-by-side run (docs/real-execution.md, "W4A8").
 
 // reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
 // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
@@ -60,41 +61,21 @@ fn gemm_impl(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &
     let kp = GROUP_K * w.groups();
     // a + 128 as u8, rows padded to whole groups.
     let biased = pad_activations(a, m, w.k(), w.groups(), 0x80);
-    let sums = group_sums(a, m, w.k(), w.groups());
     for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
         let a_rows = &biased[r0 * kp..(r0 + rows) * kp];
-        let sums = &sums[r0 * w.groups()..(r0 + rows) * w.groups()];
         if nb == 2 {
-            by_rows::<2>(rows, (a_rows, sums), w, b0, tile);
+            by_rows::<2>(rows, a_rows, w, b0, tile);
         } else {
-            by_rows::<1>(rows, (a_rows, sums), w, b0, tile);
+            by_rows::<1>(rows, a_rows, w, b0, tile);
         }
     });
 }
-
-/// `8 · Σ_{p ∈ g} a[r, p]` for every row `r` and group `g`, `[m, groups]`: the row
-/// term of a group's biased product.
-fn group_sums(a: &[i8], m: usize, k: usize, groups: usize) -> Vec<i32> {
-    let mut sums = vec![0i32; m * groups];
-    if k == 0 {
-        return sums;
-    }
-    for (row, out) in a.chunks_exact(k).zip(sums.chunks_exact_mut(groups)) {
-        for (o, g) in out.iter_mut().zip(row.chunks(GROUP_K)) {
-            *o = 8 * g.iter().map(|&v| i32::from(v)).sum::<i32>();
-        }
-    }
-    sums
-}
-
-/// A microtile's activations: `R` biased rows and their [`group_sums`].
-type Rows<'a> = (&'a [u8], &'a [i32]);
 
 /// Picks the microkernel instantiation for `rows` rows.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn by_rows<const N: usize>(
     rows: usize,
-    a_rows: Rows<'_>,
+    a_rows: &[u8],
     w: &PackedW4Weights,
     b0: usize,
     tile: &mut Tile<i32>,
@@ -112,7 +93,7 @@ fn by_rows<const N: usize>(
     }
 }
 
-/// The weights `q + 8` of quads `v` (low nibbles) and `v + 4` (high) of one 64-byte
+/// The signed weights of quads `v` (low nibbles) and `v + 4` (high) of one 64-byte
 /// vector.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -121,24 +102,23 @@ fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
     // SAFETY: `bytes` is exactly 64 readable bytes; loadu has no alignment
     // requirement.
     let x = unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) };
-    let mask = _mm512_set1_epi8(0x0f);
-    let lo = _mm512_and_si512(x, mask);
-    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
+    let (mask, eight) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(8));
+    let lo = _mm512_sub_epi8(_mm512_and_si512(x, mask), eight);
+    let hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(x), mask), eight);
     (lo, hi)
 }
 
 /// Computes `R` rows × `N` blocks into `tile`. `a_rows` holds `R` biased, padded
-/// activation rows of `32 * groups` bytes and their group sums.
+/// activation rows of `32 * groups` bytes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn micro<const R: usize, const N: usize>(
-    (a_rows, sums): Rows<'_>,
+    a_rows: &[u8],
     w: &PackedW4Weights,
     b0: usize,
     tile: &mut Tile<i32>,
 ) {
     let groups = w.groups();
-    debug_assert_eq!(sums.len(), R * groups);
     let kp = GROUP_K * groups;
     debug_assert_eq!(a_rows.len(), R * kp);
     debug_assert!(N * BLOCK <= TILE_COLS);
@@ -164,12 +144,6 @@ fn micro<const R: usize, const N: usize>(
                 }
             }
         }
-        for (r, part) in part.iter_mut().enumerate() {
-            let row_term = _mm512_set1_epi32(sums[r * groups + g]);
-            for p in part.iter_mut() {
-                *p = _mm512_sub_epi32(*p, row_term);
-            }
-        }
         for j in 0..N {
             let s = &subs[j][g * BLOCK..(g + 1) * BLOCK];
             // SAFETY: `s` is exactly 16 readable bytes.
@@ -180,9 +154,10 @@ fn micro<const R: usize, const N: usize>(
         }
     }
     for j in 0..N {
-        let corr = w.vnni_corrections(b0 + j);
+        let corr = w.col_corrections(b0 + j);
         // SAFETY: `corr` is exactly 16 readable i32.
-        let correction = unsafe { _mm512_loadu_si512(corr.as_ptr().cast()) };
+        let corr = unsafe { _mm512_loadu_si512(corr.as_ptr().cast()) };
+        let correction = _mm512_slli_epi32::<7>(corr);
         for r in 0..R {
             let v = _mm512_sub_epi32(acc[r][j], correction);
             let dst = &mut tile[r * TILE_COLS + j * BLOCK..r * TILE_COLS + (j + 1) * BLOCK];

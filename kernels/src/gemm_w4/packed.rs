@@ -25,8 +25,9 @@ pub(crate) const VECS: usize = GROUP_BYTES / VEC_BYTES;
 /// so `x & 0x0f` and `(x >> 4) & 0x0f` of one 64-byte load are the `vpdpbusd`
 /// operands (16 lanes × 4 k) of quads `v` and `v + 4`, already in the W8A8 kernel's
 /// column-major-over-the-block order. The block's 16 sub-scales of group `g` are 16
-/// contiguous bytes. The struct also keeps each column's row scale and the constant
-/// the VNNI kernel's biased operands add (`vnni_corrections`). Memory: half a byte per weight, one byte per 32, 8 bytes per row.
+/// contiguous bytes. The struct also keeps each column's row scale and its
+/// correction `Σ_g s[j, g] · Σ_{p ∈ g} q[j, p]` for the VNNI kernel's +128 activation
+/// bias. Memory: half a byte per weight, one byte per 32, 8 bytes per row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PackedW4Weights {
     n: usize,
@@ -87,8 +88,7 @@ impl PackedW4Weights {
                     .iter()
                     .map(|&v| i32::from(v))
                     .sum();
-                let bias = 128 * sum + (GROUP_K * 128 * 8) as i32;
-                *correction = correction.wrapping_add(bias * i32::from(s));
+                *correction = correction.wrapping_add(sum * i32::from(s));
             }
         }
         Self {
@@ -178,11 +178,8 @@ impl PackedW4Weights {
         &self.sub_scales[b * len..(b + 1) * len]
     }
 
-    /// The constants `Σ_g s · (128 · Σ_{p ∈ g} q + 32 · 128 · 8)` of the 16 columns of
-    /// block `b` (0 for padding): what the VNNI kernel's operands `a + 128` and `q + 8`
-    /// add to a group's product besides `Σ a q` and `8 Σ a` (padding slots included: a
-    /// padded activation is 128, a padded weight 8).
-    pub(crate) fn vnni_corrections(&self, b: usize) -> &[i32] {
+    /// Corrections `Σ_g s · Σ q` of the 16 columns of block `b` (0 for padding).
+    pub(crate) fn col_corrections(&self, b: usize) -> &[i32] {
         &self.col_corrections[b * BLOCK..(b + 1) * BLOCK]
     }
 }
@@ -251,11 +248,11 @@ mod tests {
                     .iter()
                     .map(|&v| i32::from(v))
                     .sum();
-                (128 * q + 32 * 1024) * i32::from(rows.sub_scales[16 * 3 + g])
+                q * i32::from(rows.sub_scales[16 * 3 + g])
             })
             .sum();
-        assert_eq!(p.vnni_corrections(1)[0], want);
-        assert!(p.vnni_corrections(1)[1..].iter().all(|&s| s == 0));
+        assert_eq!(p.col_corrections(1)[0], want);
+        assert!(p.col_corrections(1)[1..].iter().all(|&s| s == 0));
     }
 
     #[test]
