@@ -185,46 +185,16 @@ impl PackedW4Weights {
 }
 
 /// Copies activations `a[m, k]` into rows of `32 * groups` bytes, XOR-ing every byte
-/// with `xor` and filling the padding with `xor` (an encoded zero): `0x80` maps an i8
-/// `v` to the u8 `v + 128` (the VNNI bias), `0` keeps the i8 bit pattern.
+/// with `xor` and padding with `xor` (an encoded zero): the W8A8 kernels' padding, with
+/// 8 of its groups of 4 per group of 32.
 pub(crate) fn pad_activations(a: &[i8], m: usize, k: usize, groups: usize, xor: u8) -> Vec<u8> {
-    assert_eq!(a.len(), m * k, "a must be [m, k]");
-    let kp = GROUP_K * groups;
-    let mut out = vec![xor; m * kp];
-    if k == 0 {
-        return out;
-    }
-    for (src, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(kp)) {
-        for (d, &v) in dst.iter_mut().zip(src) {
-            *d = (v as u8) ^ xor;
-        }
-    }
-    out
+    crate::gemm_i8::packed::pad_activations(a, m, k, GROUP_K / 4 * groups, xor)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seeded::SeededRng;
-
-    fn random_rows(n: usize, k: usize, seed: u64) -> W4Rows {
-        let groups = k.div_ceil(GROUP_K);
-        W4Rows {
-            n,
-            k,
-            q: SeededRng::new(seed)
-                .bytes(n * k)
-                .iter()
-                .map(|&b| (b % 16) as i8 - 8)
-                .collect(),
-            sub_scales: SeededRng::new(seed + 1)
-                .i8s(n * groups)
-                .iter()
-                .map(|&s| s.max(-127))
-                .collect(),
-            row_scales: SeededRng::new(seed + 2).f32s(n),
-        }
-    }
+    use crate::gemm_w4::tests::random_rows;
 
     #[test]
     fn roundtrips_and_places_nibbles() {

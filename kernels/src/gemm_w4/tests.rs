@@ -3,7 +3,7 @@ use crate::reference::matmul_f32;
 use crate::seeded::SeededRng;
 
 /// Random W4 rows: values over all of `-8..=7`, sub-scales over `-127..=127`.
-fn random_rows(n: usize, k: usize, seed: u64) -> W4Rows {
+pub(super) fn random_rows(n: usize, k: usize, seed: u64) -> W4Rows {
     let groups = k.div_ceil(GROUP_K);
     W4Rows {
         n,
