@@ -41,6 +41,7 @@ fn bench(c: &mut Criterion) {
         LinearPrecision::W8a8,
         LinearPrecision::W8a8Shadow,
         LinearPrecision::F32,
+        LinearPrecision::W4a8,
     ] {
         let model = Arc::new(ExecModel::load(&file, precision).expect("the model loads"));
         let runs: &[(u32, usize, &str)] = match precision {
@@ -50,7 +51,7 @@ fn bench(c: &mut Criterion) {
                 (128, 2, "inorder"),
                 (128, 1, "stall"),
             ],
-            LinearPrecision::W8a8Shadow | LinearPrecision::F32 => &[(128, 2, "stall")],
+            _ => &[(128, 2, "stall")],
         };
         for &(chunk_len, threads, policy) in runs {
             let options = PrefillOptions {

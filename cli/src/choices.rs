@@ -18,6 +18,12 @@ pub enum Precision {
     /// outliers, which are multiplied in float and added to the INT8 result.
     #[value(name = "w8a8-shadow")]
     W8a8Shadow,
+    /// 4-bit weights (a sub-scale per group of 32 inputs, a scale per output row) and
+    /// INT8 activations (a scale per tensor): half the weight memory of w8a8.
+    W4a8,
+    /// W4A8 with the outlier shadow of w8a8-shadow (every site, no calibration).
+    #[value(name = "w4a8-shadow")]
+    W4a8Shadow,
 }
 
 impl From<Precision> for LinearPrecision {
@@ -26,6 +32,8 @@ impl From<Precision> for LinearPrecision {
             Precision::F32 => LinearPrecision::F32,
             Precision::W8a8 => LinearPrecision::W8a8,
             Precision::W8a8Shadow => LinearPrecision::W8a8Shadow,
+            Precision::W4a8 => LinearPrecision::W4a8,
+            Precision::W4a8Shadow => LinearPrecision::W4a8Shadow,
         }
     }
 }

@@ -6,9 +6,9 @@
 //! per-group scales: the NPU cannot do them.
 
 use hetsched_kernels::{
-    I8Vector, PackedF32Weights, PackedI8Weights, dequantize_i32_acc_fast, gemm_i8, gemm_i8_cols,
-    gemv_f32, gemv_i8, matmul_f32_packed, matmul_f32_packed_cols, max_abs,
-    quantize_per_tensor_fast, scale_for_max_abs_fast,
+    I8Vector, PackedF32Weights, PackedI8Weights, PackedW4Weights, dequantize_i32_acc_fast,
+    gemm_i8_cols, gemm_w4_cols, gemv_f32, gemv_i8, matmul_f32_packed, matmul_f32_packed_cols,
+    max_abs, quantize_per_tensor_fast, scale_for_max_abs_fast,
 };
 use rayon::prelude::*;
 
@@ -205,18 +205,38 @@ fn by_columns<T: Copy + Default + Send + Sync>(
 
 /// `a[rows, k] · wᵀ` in INT8 with INT32 accumulators, split like [`matmul_rows`].
 fn gemm_i8_rows(q: &[i8], rows: usize, w: &PackedI8Weights) -> Vec<i32> {
-    let (k, n) = (w.k(), w.n());
     if rows == 1 {
         let x = I8Vector::new(q);
-        return by_columns(rows, n, |cols, out| gemv_i8(&x, w, cols, out));
+        return by_columns(rows, w.n(), |cols, out| gemv_i8(&x, w, cols, out));
     }
+    int_rows(q, rows, (w.k(), w.n()), |a, m, cols, out| {
+        gemm_i8_cols(a, m, w, cols, out);
+    })
+}
+
+/// `a[rows, k] · wᵀ` in W4A8 with INT32 accumulators, split like [`matmul_rows`].
+fn gemm_w4_rows(q: &[i8], rows: usize, w: &PackedW4Weights) -> Vec<i32> {
+    int_rows(q, rows, (w.k(), w.n()), |a, m, cols, out| {
+        gemm_w4_cols(a, m, w, cols, out);
+    })
+}
+
+/// An integer product `q[rows, k] · wᵀ` (`[rows, n]` i32) through `gemm(a, m, cols,
+/// out)`, split like [`matmul_rows`]: blocks of rows over the pool, or columns for few
+/// rows.
+fn int_rows(
+    q: &[i8],
+    rows: usize,
+    (k, n): (usize, usize),
+    gemm: impl Fn(&[i8], usize, std::ops::Range<usize>, &mut [i32]) + Sync,
+) -> Vec<i32> {
     if rows < ROWS_PER_TASK {
-        return by_columns(rows, n, |cols, out| gemm_i8_cols(q, rows, w, cols, out));
+        return by_columns(rows, n, |cols, out| gemm(q, rows, cols, out));
     }
     let mut acc = vec![0i32; rows * n];
     acc.par_chunks_mut(ROWS_PER_TASK * n)
         .zip(q.par_chunks(ROWS_PER_TASK * k))
-        .for_each(|(o, a)| gemm_i8(a, a.len() / k, w, o));
+        .for_each(|(o, a)| gemm(a, a.len() / k, 0..n, o));
     acc
 }
 
@@ -249,9 +269,15 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Kern
             check_len(a.len(), rows * k)?;
             Ok(LinearOut::F32(matmul_rows(a, packed)))
         }
-        (Act::Int8 { q, scale, outliers }, LinearWeights::Int8 { packed, .. }) => {
+        (Act::Int8 { q, scale, outliers }, _) => {
             check_len(q.len(), rows * k)?;
-            let acc = gemm_i8_rows(q, rows, packed);
+            let acc = match w {
+                LinearWeights::Int8 { packed, .. } => gemm_i8_rows(q, rows, packed),
+                LinearWeights::Int4 { packed, .. } => gemm_w4_rows(q, rows, packed),
+                LinearWeights::F32(_) => {
+                    return Err(KernelError::Precisions("activation and weight"));
+                }
+            };
             // Outliers belong to the shadow stage; the quantize step hands them over.
             if !outliers.is_empty() {
                 return Err(KernelError::OutliersLeft);
@@ -292,20 +318,37 @@ pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, KernelE
                 shadow,
             },
             LinearWeights::Int8 { scales, .. },
-        ) => {
-            let n = scales.len();
-            check_len(acc.len() % n.max(1), 0)?;
-            let mut y = vec![0f32; acc.len()];
-            dequantize_i32_acc_fast(&acc, acc.len() / n.max(1), n, a_scale, scales, &mut y);
-            if let Some(shadow) = shadow {
-                for (y, s) in y.iter_mut().zip(&shadow) {
-                    *y += s;
-                }
-            }
-            Ok(y)
-        }
+        ) => dequantize_int(&acc, a_scale, scales, shadow),
+        (
+            LinearOut::Int32 {
+                acc,
+                a_scale,
+                shadow,
+            },
+            LinearWeights::Int4 { packed, .. },
+        ) => dequantize_int(&acc, a_scale, packed.row_scales(), shadow),
         _ => Err(KernelError::Precisions("accumulator and weight")),
     }
+}
+
+/// INT32 accumulators `[rows, n]` × activation scale × the `n` row scales, plus the
+/// float shadow, if any.
+fn dequantize_int(
+    acc: &[i32],
+    a_scale: f32,
+    scales: &[f32],
+    shadow: Option<Vec<f32>>,
+) -> Result<Vec<f32>, KernelError> {
+    let n = scales.len();
+    check_len(acc.len() % n.max(1), 0)?;
+    let mut y = vec![0f32; acc.len()];
+    dequantize_i32_acc_fast(acc, acc.len() / n.max(1), n, a_scale, scales, &mut y);
+    if let Some(shadow) = shadow {
+        for (y, s) in y.iter_mut().zip(&shadow) {
+            *y += s;
+        }
+    }
+    Ok(y)
 }
 
 fn check_len(found: usize, expected: usize) -> Result<(), KernelError> {
@@ -318,6 +361,7 @@ fn check_len(found: usize, expected: usize) -> Result<(), KernelError> {
 
 #[cfg(test)]
 mod tests {
+    use hetsched_kernels::gemm_i8;
     use hetsched_kernels::seeded::SeededRng;
 
     use super::*;
@@ -330,12 +374,16 @@ mod tests {
         let (wq, _) = quantize_weights_per_row(&w, n, k);
         let packed_i8 = PackedI8Weights::pack(&wq, n, k);
         let packed_f32 = PackedF32Weights::pack(&w, n, k);
-        for rows in [1, 3] {
+        for rows in [1, 3, 40] {
             let a = SeededRng::new(rows as u64).f32s(rows * k);
             let q = SeededRng::new(rows as u64 + 7).i8s(rows * k);
             let mut want_i8 = vec![0i32; rows * n];
             gemm_i8(&q, rows, &packed_i8, &mut want_i8);
             assert_eq!(gemm_i8_rows(&q, rows, &packed_i8), want_i8, "{rows} rows");
+            let packed_w4 = PackedW4Weights::quantize(&w, n, k);
+            let mut want_w4 = vec![0i32; rows * n];
+            hetsched_kernels::gemm_w4(&q, rows, &packed_w4, &mut want_w4);
+            assert_eq!(gemm_w4_rows(&q, rows, &packed_w4), want_w4, "{rows} rows");
             let mut want = vec![0f32; rows * n];
             matmul_f32_packed(&a, rows, &packed_f32, &mut want);
             let got = matmul_rows(&a, &packed_f32);

@@ -2,7 +2,7 @@
 //! path, per-row INT8 with scales for the W8A8 (emulated NPU) path.
 
 use hetsched_kernels::reference::quantize_weights_per_row;
-use hetsched_kernels::{PackedF32Weights, PackedI8Weights, RopeTable};
+use hetsched_kernels::{PackedF32Weights, PackedI8Weights, PackedW4Weights, RopeTable};
 use hetsched_systems::block::{BlockVariant, GluActivation};
 use hetsched_systems::model::{ModelConfig, Precision};
 use hetsched_systems::op::Projection;
@@ -38,6 +38,14 @@ pub enum LinearPrecision {
     /// added to the INT8 result.
     #[serde(rename = "w8a8-shadow")]
     W8a8Shadow,
+    /// 4-bit weights (an integer sub-scale per group of 32 inputs, a scale per output
+    /// row) and INT8 activations (one scale per tensor), INT32 accumulation: half the
+    /// weight bytes of W8A8 (docs/real-execution.md, "W4A8").
+    W4a8,
+    /// W4A8 with the outlier shadow of [`LinearPrecision::W8a8Shadow`] (every site, every
+    /// float row resident: no calibration).
+    #[serde(rename = "w4a8-shadow")]
+    W4a8Shadow,
 }
 
 impl LinearPrecision {
@@ -47,7 +55,17 @@ impl LinearPrecision {
             LinearPrecision::F32 => "f32",
             LinearPrecision::W8a8 => "w8a8",
             LinearPrecision::W8a8Shadow => "w8a8-shadow",
+            LinearPrecision::W4a8 => "w4a8",
+            LinearPrecision::W4a8Shadow => "w4a8-shadow",
         }
+    }
+
+    /// Whether the linears keep an outlier shadow.
+    pub fn shadows(self) -> bool {
+        matches!(
+            self,
+            LinearPrecision::W8a8Shadow | LinearPrecision::W4a8Shadow
+        )
     }
 }
 
@@ -64,6 +82,14 @@ pub enum LinearWeights {
         scales: Vec<f32>,
         /// For outlier shadowing: float weight rows per input channel (all of them, or
         /// the hot ones with the rest read from the model file).
+        shadow: Option<ShadowRows>,
+    },
+    /// Packed 4-bit weights with per-group sub-scales and per-row scales (W4A8); the
+    /// same INT8 activations and INT32 accumulators as [`LinearWeights::Int8`].
+    Int4 {
+        /// Packed weights and their scales.
+        packed: PackedW4Weights,
+        /// For outlier shadowing, as [`LinearWeights::Int8`]'s.
         shadow: Option<ShadowRows>,
     },
 }
@@ -86,6 +112,10 @@ impl LinearWeights {
                     shadow,
                 }
             }
+            LinearPrecision::W4a8 | LinearPrecision::W4a8Shadow => LinearWeights::Int4 {
+                packed: PackedW4Weights::quantize(w, n, k),
+                shadow,
+            },
         }
     }
 
@@ -94,6 +124,7 @@ impl LinearWeights {
         match self {
             LinearWeights::F32(w) => w.n(),
             LinearWeights::Int8 { packed, .. } => packed.n(),
+            LinearWeights::Int4 { packed, .. } => packed.n(),
         }
     }
 
@@ -102,14 +133,30 @@ impl LinearWeights {
         match self {
             LinearWeights::F32(w) => w.k(),
             LinearWeights::Int8 { packed, .. } => packed.k(),
+            LinearWeights::Int4 { packed, .. } => packed.k(),
         }
     }
 
     /// The outlier shadow's float rows, if this linear has any.
     pub fn shadow(&self) -> Option<&ShadowRows> {
         match self {
-            LinearWeights::Int8 { shadow, .. } => shadow.as_ref(),
+            LinearWeights::Int8 { shadow, .. } | LinearWeights::Int4 { shadow, .. } => {
+                shadow.as_ref()
+            }
             LinearWeights::F32(_) => None,
+        }
+    }
+
+    /// Bytes of the weights the product reads (packed values and their scales; not the
+    /// outlier shadow's float rows, which [`ExecModel::shadow_report`] counts).
+    pub fn bytes(&self) -> u64 {
+        let (n, k) = (self.n() as u64, self.k() as u64);
+        match self {
+            // Packed f32 (padding aside).
+            LinearWeights::F32(_) => 4 * n * k,
+            // One byte per weight, an f32 scale and an i32 column sum per row.
+            LinearWeights::Int8 { .. } => n * k + 8 * n,
+            LinearWeights::Int4 { packed, .. } => packed.bytes() as u64,
         }
     }
 }
@@ -358,7 +405,7 @@ impl ExecModel {
 
     /// The outlier shadow's footprint and `usage`, or `None` without a shadow.
     pub fn shadow_report(&self, usage: ShadowUsage) -> Option<ShadowReport> {
-        if self.precision != LinearPrecision::W8a8Shadow {
+        if !self.precision.shadows() {
             return None;
         }
         let mut kept_sites = 0;
@@ -394,14 +441,27 @@ impl ExecModel {
         })
     }
 
+    /// Bytes of the decoder layers' linear weights as the products read them (the
+    /// quantized linears' packed values and scales; the f32 embedding and head aside).
+    pub fn linear_weight_bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .flat_map(|l| l.linears.iter())
+            .map(LinearWeights::bytes)
+            .sum()
+    }
+
     /// The model as the planner sees it: shapes for the cost model and the graph builder.
     pub fn model_config(&self) -> ModelConfig {
         let c = &self.config;
         let (weights, activations) = match self.precision {
             LinearPrecision::F32 => (Precision::Fp32, Precision::Fp32),
-            LinearPrecision::W8a8 | LinearPrecision::W8a8Shadow => {
-                (Precision::Int8, Precision::Int8)
-            }
+            // The planner has no 4-bit precision: W4A8 is planned as INT8 (its roofline
+            // over-counts the weight bytes; real runs use measured stage costs).
+            LinearPrecision::W8a8
+            | LinearPrecision::W8a8Shadow
+            | LinearPrecision::W4a8
+            | LinearPrecision::W4a8Shadow => (Precision::Int8, Precision::Int8),
         };
         let count = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
         ModelConfig {
@@ -476,15 +536,16 @@ fn site_rule(
     };
     match (precision, setup) {
         (LinearPrecision::F32, _) => QuantRule::PassThrough,
-        (LinearPrecision::W8a8, _) => QuantRule::MaxAbs,
-        (LinearPrecision::W8a8Shadow, ShadowSetup::Full) => clip,
-        (LinearPrecision::W8a8Shadow, ShadowSetup::Calibrated { calibration, .. }) => {
-            match calibration.site(layer, site) {
-                Some(s) if s.keep => clip,
-                Some(s) => calibration.pruned_rule(s),
-                None => QuantRule::MaxAbs,
-            }
-        }
+        (LinearPrecision::W8a8 | LinearPrecision::W4a8, _) => QuantRule::MaxAbs,
+        (LinearPrecision::W8a8Shadow | LinearPrecision::W4a8Shadow, ShadowSetup::Full) => clip,
+        (
+            LinearPrecision::W8a8Shadow | LinearPrecision::W4a8Shadow,
+            ShadowSetup::Calibrated { calibration, .. },
+        ) => match calibration.site(layer, site) {
+            Some(s) if s.keep => clip,
+            Some(s) => calibration.pruned_rule(s),
+            None => QuantRule::MaxAbs,
+        },
     }
 }
 

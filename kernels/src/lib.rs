@@ -87,6 +87,7 @@ pub mod cpu;
 pub mod gelu;
 pub mod gemm_f32;
 pub mod gemm_i8;
+pub mod gemm_w4;
 pub mod gemv_f32;
 pub mod gemv_i8;
 pub mod reference;
@@ -104,6 +105,7 @@ pub use gemm_f32::{
     PackedF32Weights, matmul_f32, matmul_f32_packed, matmul_f32_packed_cols, matmul_f32_with,
 };
 pub use gemm_i8::{PackedI8Weights, gemm_i8, gemm_i8_cols, gemm_i8_with, matmul_w8a8};
+pub use gemm_w4::{PackedW4Weights, W4Rows, gemm_w4, gemm_w4_cols, gemm_w4_with, matmul_w4a8};
 pub use gemv_f32::{gemv_f32, gemv_f32_with};
 pub use gemv_i8::{I8Vector, gemv_i8, gemv_i8_with};
 pub use reference::{

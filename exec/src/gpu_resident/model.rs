@@ -62,7 +62,7 @@ fn upload(
 fn rows(w: &LinearWeights) -> Result<Vec<f32>, ExecError> {
     match w {
         LinearWeights::F32(packed) => Ok(packed.to_rows()),
-        LinearWeights::Int8 { .. } => Err(ExecError::Gpu(
+        LinearWeights::Int8 { .. } | LinearWeights::Int4 { .. } => Err(ExecError::Gpu(
             "the resident GPU path runs f32 linears: load the model with --precision f32".into(),
         )),
     }

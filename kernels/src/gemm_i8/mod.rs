@@ -13,7 +13,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;
-mod packed;
+pub(crate) mod packed;
 mod scalar;
 
 use std::ops::Range;

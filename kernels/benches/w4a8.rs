@@ -1,0 +1,40 @@
+//! W4A8 against W8A8 GEMM throughput at SmolLM2-135M prefill shapes, single-threaded,
+//! side by side in one run (the same shapes, the same activations). Criterion's
+//! throughput is set in operations (2·m·k·n), so "elem/s" reads as ops/s (GOPS).
+
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use hetsched_kernels::seeded::SeededRng;
+use hetsched_kernels::{PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4};
+
+/// (name, m, k, n): SmolLM2's FFN up/gate and down projections at chunk lengths.
+const SHAPES: [(&str, usize, usize, usize); 4] = [
+    ("gate m=16", 16, 576, 1536),
+    ("gate m=128", 128, 576, 1536),
+    ("down m=128", 128, 1536, 576),
+    ("gate m=512", 512, 576, 1536),
+];
+
+fn w4a8_vs_w8a8(c: &mut Criterion) {
+    let mut rng = SeededRng::new(7);
+    let mut group = c.benchmark_group("w4a8_vs_w8a8");
+    for (name, m, k, n) in SHAPES {
+        let a = rng.i8s(m * k);
+        let w = rng.f32s(n * k);
+        let w8 = PackedI8Weights::pack(&rng.i8s(n * k), n, k);
+        let w4 = PackedW4Weights::quantize(&w, n, k);
+        let mut out = vec![0i32; m * n];
+        group.throughput(Throughput::Elements((2 * m * k * n) as u64));
+        group.bench_function(BenchmarkId::new("w8a8", name), |b| {
+            b.iter(|| gemm_i8(black_box(&a), m, &w8, &mut out))
+        });
+        group.bench_function(BenchmarkId::new("w4a8", name), |b| {
+            b.iter(|| gemm_w4(black_box(&a), m, &w4, &mut out))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, w4a8_vs_w8a8);
+criterion_main!(benches);

@@ -1,0 +1,41 @@
+//! Portable scalar W4A8 GEMM over [`PackedW4Weights`]: the fallback variant, and the
+//! packed layout's own check (it reads nibbles exactly as the SIMD kernels do).
+
+use std::ops::Range;
+
+use super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
+use super::quant::GROUP_K;
+use crate::tiling::{BLOCK, for_each_tile};
+
+/// `out[m, cols] = Σ_g s · (a[m, g] · q[cols, g]ᵀ)` (compact tile), scalar. Shapes are
+/// checked by the caller.
+pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
+    let groups = w.groups();
+    let kp = GROUP_K * groups;
+    // i8 bit patterns, rows zero-padded to whole groups.
+    let padded = pad_activations(a, m, w.k(), groups, 0);
+    for_each_tile(m, cols, out, 1, 1, |r0, _rows, b0, _nb, tile| {
+        let a_row = &padded[r0 * kp..(r0 + 1) * kp];
+        let (block, subs) = (w.block(b0), w.block_sub_scales(b0));
+        let mut acc = [0i32; BLOCK];
+        for g in 0..groups {
+            let bytes = &block[g * GROUP_BYTES..(g + 1) * GROUP_BYTES];
+            let a_g = &a_row[g * GROUP_K..(g + 1) * GROUP_K];
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let mut dot = 0i32;
+                for v in 0..VECS {
+                    for e in 0..4 {
+                        let byte = bytes[v * VEC_BYTES + c * 4 + e];
+                        let lo = i32::from(byte & 0x0f) - 8;
+                        let hi = i32::from(byte >> 4) - 8;
+                        dot += lo * i32::from(a_g[4 * v + e] as i8);
+                        dot += hi * i32::from(a_g[4 * (v + VECS) + e] as i8);
+                    }
+                }
+                let s = i32::from(subs[g * BLOCK + c]);
+                *acc = acc.wrapping_add(dot.wrapping_mul(s));
+            }
+        }
+        tile[..BLOCK].copy_from_slice(&acc);
+    });
+}
