@@ -19,8 +19,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use hetsched::engine::RunOutcome;
 use hetsched::exec::{self, ExecModel, LinearPrecision, ThreadQueues};
-use hetsched::profiling::{self, Measurement};
+use hetsched::history::records_of;
+use hetsched::profiling;
 use hetsched::progress::Silent;
 use hetsched::scene::{Scene, toml_text};
 use hetsched::systems::{PrefillPlan, ProfileOrigin, Workload, precision_label};
@@ -118,13 +120,13 @@ impl Device {
     /// How two jobs share the device's pool: one plan run alone (`inorder`) and
     /// overlapped (`balance`).
     fn sharing(&self) -> Result<Option<f64>, Error> {
-        let alone = self.run(512, 128, "inorder")?.outcome;
-        let shared = self.run(512, 128, "balance")?.outcome;
+        let alone = self.run(512, 128, "inorder")?;
+        let shared = self.run(512, 128, "balance")?;
         Ok(profiling::two_job_rate(&alone, &shared))
     }
 
     /// One real prefill through the device's own queue, measured.
-    fn run(&self, prompt_len: u32, chunk_len: u32, policy: &str) -> Result<Measurement, Error> {
+    fn run(&self, prompt_len: u32, chunk_len: u32, policy: &str) -> Result<RunOutcome, Error> {
         let tokens = self.prompt(prompt_len as usize)?;
         let plan = Arc::new(PrefillPlan::new(
             self.model.model_config(),
@@ -149,8 +151,8 @@ impl Device {
         // `inorder` on these queues never overlaps two jobs: each sample is a job alone.
         for (prompt_len, chunk_len) in PROFILE_GRID {
             let measured = self.run(prompt_len, chunk_len, "inorder")?;
-            samples.extend(measured.records);
-            gaps.push(measured.job_gap_ns);
+            samples.extend(records_of(&measured));
+            gaps.push(profiling::job_gap_ns(&measured));
         }
         gaps.sort_by(f64::total_cmp);
         let mut device = exec::host_device();

@@ -4,8 +4,9 @@
 //! (docs/calibration.md, "The phone workflow"; `examples/phone_workflow.rs`).
 //!
 //! The three steps:
-//! 1. [`measure`]: run a plan on the device's backend and keep each instance's measured
-//!    duration as a [`HistoryRecord`] (the same records `run --history` appends);
+//! 1. [`measure`]: run a plan on the device's backend; [`records_of`](crate::history::records_of) turns each
+//!    instance's measured duration into a [`HistoryRecord`] (the same records `run
+//!    --history` appends);
 //! 2. [`fit_profile`]: fit one [`StageCost`] per (processor, precision, stage kind) and
 //!    put them into the device profile, which [`crate::scene::toml_text`] writes as a
 //!    device TOML that `simulate` loads;
@@ -15,6 +16,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use hetsched_runtime::backends::sim::SimBackend;
+//! use hetsched_runtime::history::records_of;
 //! use hetsched_runtime::profiling::{fit_profile, measure, predict};
 //! use hetsched_systems::testing::tiny_plan;
 //!
@@ -22,7 +24,7 @@
 //! let plan = Arc::new(tiny_plan(2, 512, 128));
 //! let measured = measure(plan.clone(), "balance", &mut SimBackend::default())?;
 //! let mut device = plan.device.clone();
-//! let fits = fit_profile(&mut device, &measured.records);
+//! let fits = fit_profile(&mut device, &records_of(&measured));
 //! assert!(!fits.is_empty());
 //! // The "desktop": the measured profile priced into a plan, simulated.
 //! let measured = hetsched_systems::PrefillPlan::new(
@@ -49,7 +51,7 @@ use thiserror::Error;
 use crate::backends::Backend;
 use crate::backends::shared_pool::{PoolSharing, SharedPoolBackend};
 use crate::engine::{self, EngineError, EngineOptions, RunOutcome};
-use crate::history::{HistoryRecord, records_of};
+use crate::history::HistoryRecord;
 
 /// Why a profiling step failed.
 #[derive(Debug, Error)]
@@ -75,35 +77,22 @@ pub struct StageFit {
     pub cost: StageCost,
 }
 
-/// What one measured run gives a profile.
-#[derive(Clone, Debug)]
-pub struct Measurement {
-    /// Every instance's measured duration.
-    pub records: Vec<HistoryRecord>,
-    /// The run's makespan, ns.
-    pub makespan_ns: u64,
-    /// The run's time outside every job, per job, ns ([`job_gap_ns`]).
-    pub job_gap_ns: f64,
-    /// The run itself (schedule, timeline), e.g. for [`two_job_rate`].
-    pub outcome: RunOutcome,
-}
-
-/// Runs `plan` under `policy` on `backend` (the device's own queue) and returns every
-/// instance's measured duration. The engine checks the backend as for any run
+/// Runs `plan` under `policy` on `backend` (the device's own queue): the run's timeline
+/// holds every instance's measured duration ([`records_of`](crate::history::records_of) turns it into samples,
+/// [`job_gap_ns`] gives its hand-off gap). The engine checks the backend as for any run
 /// ([`EngineOptions::real_queues`]: waits are bounded, completions validated).
 pub fn measure(
     plan: Arc<PrefillPlan>,
     policy: &str,
     backend: &mut dyn Backend,
-) -> Result<Measurement, ProfilingError> {
+) -> Result<RunOutcome, ProfilingError> {
     let policy = PolicyRegistry::builtin().create(policy)?;
-    let outcome = engine::run_with(plan, policy, backend, &EngineOptions::real_queues())?;
-    Ok(Measurement {
-        records: records_of(&outcome),
-        makespan_ns: outcome.makespan_ns,
-        job_gap_ns: job_gap_ns(&outcome),
-        outcome,
-    })
+    Ok(engine::run_with(
+        plan,
+        policy,
+        backend,
+        &EngineOptions::real_queues(),
+    )?)
 }
 
 /// A run's time with no job running, per job, ns: the hand-off from one job's end to the
@@ -264,6 +253,7 @@ mod tests {
 
     use super::*;
     use crate::backends::sim::SimBackend;
+    use crate::history::records_of;
 
     /// A profile measured on simulated queues predicts those queues: the fitted costs
     /// reproduce the modeled ones, so the prediction of a held-out workload (another
@@ -274,7 +264,7 @@ mod tests {
         for prompt in [256, 512, 1024] {
             let plan = Arc::new(tiny_plan(2, prompt, 128));
             let measured = measure(plan, "inorder", &mut SimBackend::default()).unwrap();
-            samples.extend(measured.records);
+            samples.extend(records_of(&measured));
         }
         let reference = tiny_plan(2, 768, 128);
         let mut device = reference.device.clone();
@@ -346,9 +336,8 @@ mod tests {
     #[test]
     fn samples_of_an_unknown_processor_are_left_out() {
         let plan = Arc::new(tiny_plan(2, 256, 64));
-        let mut samples = measure(plan.clone(), "stall", &mut SimBackend::default())
-            .unwrap()
-            .records;
+        let mut samples =
+            records_of(&measure(plan.clone(), "stall", &mut SimBackend::default()).unwrap());
         for s in &mut samples {
             s.processor = "nowhere".into();
         }
