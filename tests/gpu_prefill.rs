@@ -174,20 +174,26 @@ fn resident_gpu_prefill_refuses_int8_weights_clearly() {
     }
 }
 
+/// Chunks of 8 on 2 threads: on the CPU lanes, and with the float stages on the GPU lane.
+fn lane_options() -> (PrefillOptions, PrefillOptions) {
+    let cpu = PrefillOptions {
+        chunk_len: 8,
+        threads: 2,
+        ..PrefillOptions::default()
+    };
+    let gpu = PrefillOptions {
+        gpu: GpuUse::FloatLane,
+        ..cpu.clone()
+    };
+    (cpu, gpu)
+}
+
 #[test]
 fn gpu_lane_prefill_matches_the_cpu_path() {
     let file = test_model();
     let tokens = prompt(&file);
     let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-    let cpu_options = PrefillOptions {
-        chunk_len: 8,
-        threads: 2,
-        ..PrefillOptions::default()
-    };
-    let gpu_options = PrefillOptions {
-        gpu: GpuUse::FloatLane,
-        ..cpu_options.clone()
-    };
+    let (cpu_options, gpu_options) = lane_options();
     let Some(on_gpu) = on_gpu(&model, &tokens, &gpu_options) else {
         return;
     };
@@ -222,15 +228,7 @@ fn gpu_lane_w8a8_matches_the_cpu_lanes() {
     let file = test_model();
     let tokens = prompt(&file);
     let model = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
-    let cpu_options = PrefillOptions {
-        chunk_len: 8,
-        threads: 2,
-        ..PrefillOptions::default()
-    };
-    let gpu_options = PrefillOptions {
-        gpu: GpuUse::FloatLane,
-        ..cpu_options.clone()
-    };
+    let (cpu_options, gpu_options) = lane_options();
     let Some(on_gpu) = on_gpu(&model, &tokens, &gpu_options) else {
         return;
     };
