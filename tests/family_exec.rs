@@ -14,6 +14,9 @@ use hetsched::import::{GgufFile, LlamaModel, MetadataValue as V, family};
 use hetsched::systems::graph::build_stages;
 use hetsched::systems::op::OpRole;
 
+mod compare;
+use compare::max_relative_diff;
+
 /// f32 executor logits against the reference: max |diff| <= this × max |logit| (the
 /// reference accumulates attention in f64, the executor's GEMMs in f32).
 const F32_TOL: f32 = 1e-4;
@@ -82,16 +85,6 @@ fn tiny(arch: &str, layers: usize) -> GgufFile {
         }
     }
     GgufFile::from_bytes(w.to_bytes()).unwrap()
-}
-
-fn max_relative_diff(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let diff = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-    diff / scale
 }
 
 fn options(chunk_len: u32) -> PrefillOptions {

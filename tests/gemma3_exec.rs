@@ -13,6 +13,9 @@ use hetsched::exec::generate::{DecodePath, GenerateOptions, Session};
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
 use hetsched::import::{GgufFile, GgufTokenizer, LlamaModel, top_k};
 
+mod compare;
+use compare::max_relative_diff;
+
 /// Executor logits against the reference: max |diff| <= this × max |logit|.
 const LOGIT_TOL: f32 = 1e-3;
 
@@ -32,15 +35,6 @@ fn options(chunk_len: u32) -> PrefillOptions {
         threads: 2,
         ..PrefillOptions::default()
     }
-}
-
-fn max_relative_diff(got: &[f32], want: &[f32]) -> f32 {
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let diff = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-    diff / scale
 }
 
 #[test]

@@ -16,6 +16,9 @@ use hetsched::exec::{
 use hetsched::import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
 use hetsched::systems::ProcessorKind;
 
+mod compare;
+use compare::max_relative_diff;
+
 /// GPU float kernels (f32, other summation orders) against the CPU path.
 const LOGIT_TOL: f32 = 1e-3;
 
@@ -55,15 +58,6 @@ fn on_gpu(
 }
 
 /// Largest |difference| relative to the largest |logit|.
-fn relative_diff(got: &[f32], want: &[f32]) -> f32 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let diff = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    diff / scale
-}
 
 #[test]
 fn resident_gpu_prefill_matches_the_cpu_path() {
@@ -87,7 +81,7 @@ fn resident_gpu_prefill_matches_the_cpu_path() {
             return;
         };
         let cpu = prefill(model.clone(), &tokens, &cpu_options).unwrap();
-        let diff = relative_diff(&gpu.logits, &cpu.logits);
+        let diff = max_relative_diff(&gpu.logits, &cpu.logits);
         println!(
             "resident GPU vs CPU (all_logits {all_logits}): max |diff| / max |logit| {diff:.2e}"
         );
@@ -198,7 +192,7 @@ fn gpu_lane_prefill_matches_the_cpu_path() {
         return;
     };
     let on_cpu = prefill(model, &tokens, &cpu_options).unwrap();
-    let diff = relative_diff(&on_gpu.logits, &on_cpu.logits);
+    let diff = max_relative_diff(&on_gpu.logits, &on_cpu.logits);
     println!("GPU lane vs CPU: max |diff| / max |logit| {diff:.2e}");
     assert!(diff <= LOGIT_TOL, "relative diff {diff}");
     // The float stages really ran on the GPU lane.
@@ -234,8 +228,8 @@ fn gpu_lane_w8a8_matches_the_cpu_lanes() {
     };
     let on_cpu = prefill(model.clone(), &tokens, &cpu_options).unwrap();
     let again = prefill(model, &tokens, &cpu_options).unwrap();
-    let diff = relative_diff(&on_gpu.logits, &on_cpu.logits);
-    let cpu_again = relative_diff(&again.logits, &on_cpu.logits);
+    let diff = max_relative_diff(&on_gpu.logits, &on_cpu.logits);
+    let cpu_again = max_relative_diff(&again.logits, &on_cpu.logits);
     println!(
         "W8A8 GPU lane vs CPU lanes: max |diff| / max |logit| {diff:.2e} (CPU twice: {cpu_again:.2e})"
     );

@@ -6,8 +6,10 @@
 //! without it).
 
 mod common;
+mod compare;
 
 use common::loaded;
+use compare::max_relative_diff;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -39,15 +41,6 @@ fn home_only(policy: &str) -> bool {
 const PASSAGE: &str = "The quick brown fox jumps over the lazy dog. Rust is a systems \
 programming language that runs blazingly fast, prevents segfaults, and guarantees thread \
 safety. A prompt is cut into fixed-size chunks, and each chunk runs through the graph.";
-
-fn max_relative_diff(got: &[f32], want: &[f32]) -> f32 {
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let diff = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
-    diff / scale
-}
 
 #[test]
 fn chunked_out_of_order_prefill_equals_the_reference() {
