@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hetsched::exec::{self, ExecError, GpuUse, LinearPrecision, PrefillOptions, PrefillReport};
+use hetsched::exec::{
+    self, ExecError, GpuUse, LinearPrecision, PrefillOptions, PrefillReport, PrefillResult,
+};
 use hetsched::history::{append_history, records_of};
 use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
@@ -159,7 +161,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let mut report =
         PrefillReport::new(&model, options.threads, load_ms, &result, &loaded.tokenizer);
     let predicted = match args.predict {
-        true => Some(predict(&mut report, &result.outcome, &options)?),
+        true => Some(predict(&mut report, &result, &options)?),
         false => None,
     };
     print_json_or(args.json, &report, || report.summary());
@@ -182,14 +184,17 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
 }
 
 /// Simulates the plan of a real run (`run --predict`) the way the real queues run it (one
-/// shared pool), and adds the comparison to `report`; returns the simulated run.
+/// shared pool), deciding with the cost table the run decided with, and adds the
+/// comparison to `report`; returns the simulated run.
 fn predict(
     report: &mut PrefillReport,
-    outcome: &RunOutcome,
+    result: &PrefillResult,
     options: &PrefillOptions,
 ) -> Result<RunOutcome, CliError> {
-    let simulated = profiling::predict(outcome.plan.clone(), &options.policy)?;
-    report.set_prediction(Prediction::compare(outcome, &simulated));
+    let plan = &result.outcome.plan;
+    let policy = exec::policy_of_run(plan, options, result.decision.as_ref())?;
+    let simulated = profiling::predict_with(plan.clone(), policy)?;
+    report.set_prediction(Prediction::compare(&result.outcome, &simulated));
     Ok(simulated)
 }
 

@@ -21,6 +21,7 @@
 
 mod calibrate;
 mod calibration;
+mod decide;
 mod error;
 mod eval;
 mod family;
@@ -43,12 +44,13 @@ mod weights;
 use std::path::Path;
 use std::sync::Arc;
 
+use hetsched_runtime::decision::DecisionChoice;
 #[cfg(feature = "gpu")]
 use hetsched_systems::InstanceKey;
+use hetsched_systems::policy::Policy;
 use hetsched_systems::resources::Job;
 use hetsched_systems::{
-    DEFAULT_POLICY, DeviceProfile, PlacementConfig, PolicyRegistry, PrefillPlan, ProcessorKind,
-    Workload,
+    DEFAULT_POLICY, DeviceProfile, PlacementConfig, PrefillPlan, ProcessorKind, Workload,
 };
 
 pub use calibrate::{
@@ -58,6 +60,7 @@ pub use calibration::{
     CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, Importance, ModelIdentity,
     OutlierStats, SiteCalibration, default_calibration_path,
 };
+pub use decide::policy_of_run;
 pub use error::{ExecError, KernelError};
 pub use eval::{
     EvalReport, EvalWindows, Scoring, evaluate, evaluate_windows, evaluate_with_progress,
@@ -92,7 +95,7 @@ pub const HOST_SCENE: &str = "smollm2-135m-desktop";
 pub struct PrefillOptions {
     /// Tokens per chunk.
     pub chunk_len: u32,
-    /// Scheduling policy, by built-in name (see [`PolicyRegistry::builtin`]).
+    /// Scheduling policy, by built-in name (see [`hetsched_systems::PolicyRegistry::builtin`]).
     pub policy: String,
     /// Compute threads shared by every queue.
     pub threads: usize,
@@ -183,6 +186,9 @@ pub struct PrefillResult {
     pub shadow: ShadowUsage,
     /// Device bytes of the chunks' activations (every stage resident on a GPU only).
     pub gpu_activations: Option<ActivationBytes>,
+    /// With a measured device profile: which cost table the policy decided with, and the
+    /// predictions the choice rests on ([`hetsched_runtime::decision`]).
+    pub decision: Option<DecisionChoice>,
 }
 
 /// Device bytes of a resident GPU prefill's chunk activations (`--backends gpu`).
@@ -387,7 +393,8 @@ pub fn prefill_on_gpu(
         options.all_logits,
         options.gpu_timestamps,
     )?);
-    let (mut outcome, queue_waits) = run_on_queues(plan, &options.policy, runner.clone(), 1)?;
+    let policy = hetsched_systems::PolicyRegistry::builtin().create(&options.policy)?;
+    let (mut outcome, queue_waits) = run_on_queues(plan, policy, runner.clone(), 1)?;
     if let Some(times) = runner.device_times()? {
         on_device_clock(&mut outcome, &times);
     }
@@ -399,6 +406,7 @@ pub fn prefill_on_gpu(
         queue_waits,
         shadow: ShadowUsage::default(),
         gpu_activations: Some(runner.activation_bytes()),
+        decision: None,
     })
 }
 
@@ -467,15 +475,14 @@ pub fn stage_runner(
 }
 
 /// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
-/// `threads` compute threads shared by the queues, scheduled by the built-in `policy`;
-/// with each job's queue wait.
+/// `threads` compute threads shared by the queues, scheduled by `policy`; with each job's
+/// queue wait.
 fn run_on_queues(
     plan: Arc<PrefillPlan>,
-    policy: &str,
+    policy: Box<dyn Policy>,
     runner: Arc<dyn JobRunner>,
     threads: usize,
 ) -> Result<(RunOutcome, Vec<QueueWait>), ExecError> {
-    let policy = PolicyRegistry::builtin().create(policy)?;
     let threads = threads.max(1);
     let failed = |e: &dyn std::fmt::Display| ExecError::Threads {
         threads,
@@ -555,9 +562,9 @@ pub fn prefill(
     runner.state.all_logits = options.all_logits;
     runner.state.recorder = options.recorder.clone();
     let runner = Arc::new(runner);
+    let (policy, decision) = decide::policy(&plan, options)?;
     let shadow_before = model.shadow_counters.snapshot();
-    let (outcome, queue_waits) =
-        run_on_queues(plan, &options.policy, runner.clone(), options.threads)?;
+    let (outcome, queue_waits) = run_on_queues(plan, policy, runner.clone(), options.threads)?;
     let logits = take_logits(&runner.state.logits)?;
     Ok(PrefillResult {
         logits,
@@ -565,5 +572,6 @@ pub fn prefill(
         queue_waits,
         shadow: model.shadow_counters.snapshot().since(shadow_before),
         gpu_activations: None,
+        decision,
     })
 }

@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::shadow::ShadowReport;
 use super::{ActivationBytes, ExecModel, PrefillResult, wait_per_lane};
 use hetsched_import::{GgufTokenizer, top_k};
+use hetsched_runtime::decision::DecisionChoice;
 use hetsched_runtime::prediction::{CostModelUse, Prediction};
 use hetsched_runtime::report::RunReport;
 
@@ -51,6 +52,10 @@ pub struct PrefillReport {
     pub schedule: RunReport,
     /// Which cost model the policy's plan used (measured stage costs or the roofline).
     pub cost_model: CostModelUse,
+    /// With a measured profile: whether the policy decided with the measured or the
+    /// roofline costs, and the two predicted makespans the choice rests on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision_costs: Option<DecisionChoice>,
     /// `run --predict`: the simulated makespan of the same plan, in ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predicted_makespan_ms: Option<f64>,
@@ -107,6 +112,7 @@ impl PrefillReport {
             prefill_tokens_per_s: schedule.prefill_tokens_per_s,
             top_tokens,
             cost_model: CostModelUse::of(&result.outcome.plan),
+            decision_costs: result.decision.clone(),
             schedule,
             predicted_makespan_ms: None,
             prediction_error: None,
@@ -197,6 +203,9 @@ impl PrefillReport {
             ));
         }
         s.push_str(")\n");
+        if let Some(d) = &self.decision_costs {
+            s.push_str(&format!("policy {}\n", d.summary()));
+        }
         s
     }
 

@@ -7,6 +7,7 @@
 //! same name (`hetsched_runtime::engine`, `hetsched_runtime::scene`, ...).
 
 pub mod backends;
+pub mod decision;
 pub mod engine;
 pub mod fsutil;
 pub mod history;

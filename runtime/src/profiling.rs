@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hetsched_systems::policy::UnknownPolicy;
+use hetsched_systems::policy::{Policy, UnknownPolicy};
 use hetsched_systems::{
     DeviceProfile, PlanError, PolicyRegistry, PrefillPlan, StageCost, StageSample, Workload,
     fit_stage_cost,
@@ -212,7 +212,17 @@ pub fn fit_profile(device: &mut DeviceProfile, samples: &[HistoryRecord]) -> Vec
 /// job_gap_us`, 0 without one). A prompt shorter than a chunk is simulated as one chunk of the prompt's
 /// length, as the executors run it.
 pub fn predict(plan: Arc<PrefillPlan>, policy: &str) -> Result<RunOutcome, ProfilingError> {
-    let policy = PolicyRegistry::builtin().create(policy)?;
+    predict_with(plan, PolicyRegistry::builtin().create(policy)?)
+}
+
+/// [`predict`] with a policy object of one's own (e.g. a [`CostsFrom`] deciding with
+/// another plan's costs).
+///
+/// [`CostsFrom`]: hetsched_systems::policy::CostsFrom
+pub fn predict_with(
+    plan: Arc<PrefillPlan>,
+    policy: Box<dyn Policy>,
+) -> Result<RunOutcome, ProfilingError> {
     let measured = plan.device.measured.as_ref();
     let gap_us = measured.map_or(0.0, |m| m.job_gap_us);
     let sharing = match measured {
@@ -229,7 +239,7 @@ pub fn predict(plan: Arc<PrefillPlan>, policy: &str) -> Result<RunOutcome, Profi
 /// `plan`, except that a prompt shorter than a chunk is one chunk of the prompt's length
 /// (an NPU priced by the roofline pays the full chunk length otherwise, as pre-built
 /// graphs would run; the executors run the prompt's tokens).
-fn as_executed(plan: &Arc<PrefillPlan>) -> Result<Arc<PrefillPlan>, PlanError> {
+pub(crate) fn as_executed(plan: &Arc<PrefillPlan>) -> Result<Arc<PrefillPlan>, PlanError> {
     let w = &plan.workload;
     if w.prompt_len >= w.chunk_len {
         return Ok(plan.clone());

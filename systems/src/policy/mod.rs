@@ -33,6 +33,7 @@
 
 mod balance;
 mod context;
+mod costs_from;
 mod cpf;
 mod eq6;
 mod heft;
@@ -48,6 +49,7 @@ use crate::plan::PrefillPlan;
 
 pub use balance::{Balance, FRONT_LOAD_RATIO, STEAL_COVER_PERCENT, float_threatens_tail};
 pub use context::{LaneTimes, PickContext};
+pub use costs_from::{CostsFrom, CostsMismatch};
 pub use cpf::CriticalPathFirst;
 pub use eq6::{newly_enabled, stall_contribution};
 pub use heft::Heft;
