@@ -184,7 +184,12 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         .map(|n| estimate_decode(&plan.model, &plan.device, plan.workload.prompt_len, n))
         .transpose()
         .map_err(SceneError::from)?;
-    let run = engine::simulate(plan, scene.new_policy()?)?;
+    // A measured profile describes queues sharing one worker pool (its `[measured]` gap
+    // and sharing rate): simulated the way `run --predict` simulates a real run.
+    let run = match plan.device.measured {
+        Some(_) => hetsched::profiling::predict_with(plan, scene.new_policy()?)?,
+        None => engine::simulate(plan, scene.new_policy()?)?,
+    };
     let report = RunReport::new(&scene.name, &run);
     match &decode {
         None => print_json_or(args.json, &report, || report.summary()),

@@ -788,3 +788,42 @@ fn help_text_is_plain() {
         }
     }
 }
+
+/// `simulate` of a scene with a measured profile predicts as `run --predict` does (queues
+/// sharing one worker pool, the profile's hand-off gap), not as separate processors.
+#[test]
+fn simulate_of_a_measured_profile_uses_the_shared_pool_model() {
+    let dir = scratch("measured-simulate");
+    let profile = root().join("runtime/testdata/zen5-smollm2-profile.toml");
+    std::fs::copy(profile, dir.join("device.toml")).unwrap();
+    std::fs::copy(
+        root().join("scenes/models/smollm2-135m.toml"),
+        dir.join("model.toml"),
+    )
+    .unwrap();
+    let scene = "name = \"measured\"\ndevice = \"device.toml\"\nmodel = \"model.toml\"\n\
+                 [workload]\nprompt_len = 512\nchunk_len = 128\npolicy = \"balance\"\n";
+    std::fs::write(dir.join("scene.toml"), scene).unwrap();
+    let path = dir.join("scene.toml");
+    let out = hetsched(&["simulate", path.to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let simulated = json["makespan_ms"].as_f64().unwrap();
+
+    let loaded = hetsched::scene::Scene::load(&path).unwrap();
+    let plan = std::sync::Arc::new(loaded.plan().unwrap());
+    let pooled = hetsched::profiling::predict(plan.clone(), "balance").unwrap();
+    let apart = hetsched::engine::simulate(
+        plan,
+        hetsched::systems::PolicyRegistry::builtin()
+            .create("balance")
+            .unwrap(),
+    )
+    .unwrap();
+    assert!((simulated - pooled.makespan_ns as f64 / 1e6).abs() < 1e-3);
+    assert_ne!(pooled.makespan_ns, apart.makespan_ns);
+}
