@@ -95,3 +95,54 @@ fn a_panicking_job_is_reported_not_propagated() {
     assert!(err.to_string().contains("panicked"), "{err}");
     assert!(err.to_string().contains("kernel invariant broken"), "{err}");
 }
+
+/// Job 0 holds a lock for 80 ms; job 1, on the other lane, works 10 ms and then waits for
+/// it. Taken through `lock_wait`, job 1's wait leaves its slice (which holds its 10 ms of
+/// work) for its queue wait.
+struct Contending(parking_lot::Mutex<()>);
+
+impl JobRunner for Contending {
+    fn run(&self, job: &Job) -> Result<(), JobError> {
+        let ms = std::time::Duration::from_millis;
+        if job.id == 0 {
+            let _held = hetsched::exec::lock_wait::lock(&self.0);
+            std::thread::sleep(ms(80));
+        } else {
+            std::thread::sleep(ms(10));
+            drop(hetsched::exec::lock_wait::lock(&self.0));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_wait_for_another_jobs_lock_is_queue_wait_not_compute() {
+    use hetsched::backends::Backend;
+    let runner = Arc::new(Contending(parking_lot::Mutex::new(())));
+    let mut queues = ThreadQueues::start(2, runner, pool()).unwrap();
+    for id in 0..2u32 {
+        let job = Job {
+            id,
+            key: hetsched::systems::InstanceKey {
+                chunk: 0,
+                stage: id,
+            },
+            processor: id as usize,
+            estimated_ns: 1,
+            dispatched_ns: 0,
+        };
+        queues.submit(job).unwrap();
+    }
+    let mut done = Vec::new();
+    while done.len() < 2 {
+        done.extend(queues.wait().unwrap().1);
+    }
+    let second = done.iter().find(|c| c.id == 1).unwrap();
+    let slice_ms = (second.end_ns - second.start_ns) as f64 / 1e6;
+    assert!(
+        slice_ms < 45.0,
+        "job 1's slice {slice_ms} ms holds its lock wait"
+    );
+    let wait = queues.queue_waits().iter().find(|w| w.id == 1).unwrap();
+    assert!(wait.wait_ns() >= 40_000_000, "{wait:?}");
+}

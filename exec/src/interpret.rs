@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use super::error::ExecError;
 use super::family::{self, add_bias, gated, norm_heads, norm_rows};
 use super::float_kernels::FloatKernels;
+use super::lock_wait;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{FamilyStep, Step};
 use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
@@ -87,7 +88,7 @@ impl StageRunner {
             }
             return Ok(());
         }
-        let mut values = slot.lock();
+        let mut values = lock_wait::lock(slot);
         for &step in steps {
             self.step(&**kernels, step, layer, chunk, &mut values)?;
         }
@@ -178,7 +179,7 @@ impl StageRunner {
             Step::Shadow(site) => self.shadow(site, layer, chunk)?,
             Step::LmHead => {
                 let x = v.normed.take().ok_or_else(|| missing("normed"))?;
-                *self.state.logits.lock() = Some(self.lm_head(&x));
+                *lock_wait::lock(&self.state.logits) = Some(self.lm_head(&x));
             }
         }
         Ok(())
@@ -360,7 +361,7 @@ impl StageRunner {
         let mut act = quantize(x, rule);
         if shadows && let Act::Int8 { outliers, .. } = &mut act {
             let outliers = Arc::new(std::mem::take(outliers));
-            self.state.shadow[chunk].lock().pending = Some((site, outliers));
+            lock_wait::lock(&self.state.shadow[chunk]).pending = Some((site, outliers));
         }
         act
     }
@@ -374,7 +375,7 @@ impl StageRunner {
     /// `chunk` times each of the site's linears' float rows, left for the merge.
     fn shadow(&self, site: ShadowSite, layer: usize, chunk: usize) -> Result<(), ExecError> {
         let slot = &self.state.shadow[chunk];
-        let outliers = match &slot.lock().pending {
+        let outliers = match &lock_wait::lock(slot).pending {
             Some((pending, outliers)) if *pending == site => outliers.clone(),
             _ => return Err(ExecError::missing(Step::Shadow(site), chunk, "outliers")),
         };
@@ -385,7 +386,7 @@ impl StageRunner {
             let y = shadow_product(&outliers, rows, w, &self.model.shadow_counters);
             results.push((p, y?));
         }
-        let mut slot = slot.lock();
+        let mut slot = lock_wait::lock(slot);
         for (p, y) in results {
             slot.results[p.index()] = Some(y);
         }
@@ -402,7 +403,7 @@ impl StageRunner {
         step: Step,
         out: LinearOut,
     ) -> Result<LinearOut, ExecError> {
-        let mut slot = self.state.shadow[chunk].lock();
+        let mut slot = lock_wait::lock(&self.state.shadow[chunk]);
         if let Some((site, _)) = &slot.pending
             && Projection::of_site(*site).contains(&p)
         {
@@ -421,7 +422,7 @@ impl StageRunner {
 
     /// Keeps a chunk's key or value projection until its rows are written.
     fn keep_kv(&self, layer: usize, chunk: usize, p: Projection, out: LinearOut) {
-        let mut rows = self.state.kv[layer].rows[chunk].lock();
+        let mut rows = lock_wait::lock(&self.state.kv[layer].rows[chunk]);
         let (mut k, mut v) = match std::mem::take(&mut *rows) {
             KvRows::Pending { k, v } => (k, v),
             _ => (None, None),
@@ -443,7 +444,7 @@ impl StageRunner {
         let m = &self.model;
         let c = &m.config;
         let kv = &self.state.kv[layer];
-        let mut rows = kv.rows[chunk].lock();
+        let mut rows = lock_wait::lock(&kv.rows[chunk]);
         let (k, v) = match std::mem::replace(&mut *rows, KvRows::Written) {
             KvRows::Written => return Ok(()),
             KvRows::Pending {
@@ -468,7 +469,7 @@ impl StageRunner {
         family::finish_keys(m, layer, &mut k, &mut v, positions.clone());
         let kv_dim = c.kv_dim();
         let span = positions.start * kv_dim..positions.end * kv_dim;
-        let mut cache = kv.cache.write();
+        let mut cache = lock_wait::write(&kv.cache);
         cache.k[span.clone()].copy_from_slice(&k);
         cache.v[span].copy_from_slice(&v);
         Ok(())
@@ -494,7 +495,7 @@ impl StageRunner {
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
         };
-        let cache = self.state.kv[layer].cache.read();
+        let cache = lock_wait::read(&self.state.kv[layer].cache);
         kernels
             .attention(q, &cache.k, &cache.v, &shape, c.window_of(layer))
             .map_err(ExecError::from)

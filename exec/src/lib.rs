@@ -33,6 +33,7 @@ mod gpu_layout;
 mod gpu_resident;
 mod interpret;
 mod load;
+pub mod lock_wait;
 mod queues;
 mod report;
 mod shadow;

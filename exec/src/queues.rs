@@ -9,7 +9,9 @@
 //! A job's reported start is when a pool worker began it, not when its lane handed it to
 //! the pool: the time between submission and that start is the job's queue wait (a lane
 //! waiting for a worker busy with another lane's job), recorded apart as a [`QueueWait`]
-//! so that the timeline's slices hold compute time only.
+//! so that the timeline's slices hold compute time only. A job that waited for a lock
+//! another job held (the executor's locks go through [`crate::lock_wait`]) has that wait
+//! moved out of its slice too: the slice starts that much later.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -22,6 +24,7 @@ use hetsched_systems::resources::{Completion, Job};
 use thiserror::Error;
 
 use super::error::ExecError;
+use super::lock_wait;
 use hetsched_runtime::backends::{Backend, BackendError};
 use hetsched_runtime::engine::panic_message;
 
@@ -78,7 +81,8 @@ enum Report {
 }
 
 /// How long one job waited between its submission and the start of its work (for a
-/// pool worker, or for its lane), kept apart from its compute time.
+/// pool worker, for its lane, or for a lock another job held: [`crate::lock_wait`]), kept
+/// apart from its compute time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueWait {
     /// Instance id.
@@ -190,9 +194,17 @@ fn serve(
         // A kernel that panics (a broken invariant) fails the job instead of the process.
         let run = || {
             let timed = || {
+                lock_wait::take();
                 let start = now_ns();
                 let result = runner.run(&job);
-                (start, now_ns(), result)
+                let end = now_ns();
+                // Time spent waiting for another job's lock is not this job's work: the
+                // slice starts that much later, as if the job had waited first.
+                (
+                    start.saturating_add(lock_wait::take()).min(end),
+                    end,
+                    result,
+                )
             };
             if runner.uses_pool() {
                 pool.install(timed)

@@ -286,7 +286,7 @@ impl ShadowRows {
     ) -> Result<(RowsByChannel, usize, usize), KernelError> {
         let mut cold_rows = RowsByChannel::new();
         {
-            let kept = self.kept.read();
+            let kept = crate::lock_wait::read(&self.kept);
             channels.retain(|c| match kept.get(c) {
                 Some(row) => {
                     cold_rows.insert(*c, row.clone());
@@ -304,7 +304,7 @@ impl ShadowRows {
             .collect::<Result<_, KernelError>>()?;
         let misses = read.len();
         if let Some(cold) = self.cold.as_ref().filter(|_| !read.is_empty()) {
-            let mut kept = self.kept.write();
+            let mut kept = crate::lock_wait::write(&self.kept);
             for (c, row) in &read {
                 // Another chunk may have kept it meanwhile: count its bytes once.
                 if !kept.contains_key(c) && cold.cache.reserve((4 * row.len()) as u64) {
