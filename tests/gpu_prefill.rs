@@ -211,27 +211,36 @@ fn gpu_lane_prefill_matches_the_cpu_path() {
     );
 }
 
-/// W8A8 with the float stages on the GPU lane against the same precision on the CPU lanes
-/// (the issue-20 report: a different second token on an H100). On lavapipe the logits
-/// differ by 1.7e-1 of the largest (the CPU lanes twice: 0), while the same lanes in f32
-/// agree within 1e-3 (`gpu_lane_prefill_matches_the_cpu_path`): something W8A8-specific on
-/// the float lane, not yet found. Run with `--ignored`.
+/// The quantized precisions with the float stages on the GPU lane against the same
+/// precision on the CPU lanes (the issue-20 report: a different second token on an H100).
+///
+/// They cannot agree to `LOGIT_TOL`, and that is not the lane's fault: quantizing a whole
+/// chunk with one scale per tensor turns float rounding into whole INT8 steps. Measured on
+/// lavapipe: multiplying the CPU lanes' RMSNorm outputs by (1 + 1e-6) moves their W8A8
+/// logits by 3.0e-1 of the largest (w8a8-shadow: 2.5e-2), more than the GPU lane's
+/// different rounding does (1.9e-1; w8a8-shadow 2.6e-2). So the test asks what matters:
+/// the GPU lane adds no error of its own, its logits being as close to the f32 model's as
+/// the CPU lanes' are (within 2x: measured 0.31 against 0.22 for W8A8, 0.038 against 0.025
+/// for w8a8-shadow), and the f32 lanes agree (`gpu_lane_prefill_matches_the_cpu_path`).
 #[test]
-#[ignore = "issue 20: the W8A8 float lane differs from the CPU lanes (1.7e-1); cause not found"]
-fn gpu_lane_w8a8_matches_the_cpu_lanes() {
+fn gpu_lane_quantized_is_as_close_to_f32_as_the_cpu_lanes() {
     let file = test_model();
     let tokens = prompt(&file);
-    let model = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
     let (cpu_options, gpu_options) = lane_options();
-    let Some(on_gpu) = on_gpu(&model, &tokens, &gpu_options) else {
-        return;
-    };
-    let on_cpu = prefill(model.clone(), &tokens, &cpu_options).unwrap();
-    let again = prefill(model, &tokens, &cpu_options).unwrap();
-    let diff = max_relative_diff(&on_gpu.logits, &on_cpu.logits);
-    let cpu_again = max_relative_diff(&again.logits, &on_cpu.logits);
-    println!(
-        "W8A8 GPU lane vs CPU lanes: max |diff| / max |logit| {diff:.2e} (CPU twice: {cpu_again:.2e})"
-    );
-    assert!(diff <= LOGIT_TOL, "relative diff {diff}");
+    let reference = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
+    let reference = prefill(reference, &tokens, &cpu_options).unwrap();
+    for precision in [LinearPrecision::W8a8, LinearPrecision::W8a8Shadow] {
+        let model = Arc::new(ExecModel::load(&file, precision).unwrap());
+        let Some(on_gpu) = on_gpu(&model, &tokens, &gpu_options) else {
+            return;
+        };
+        let on_cpu = prefill(model, &tokens, &cpu_options).unwrap();
+        let gpu_error = max_relative_diff(&on_gpu.logits, &reference.logits);
+        let cpu_error = max_relative_diff(&on_cpu.logits, &reference.logits);
+        println!("{precision:?} vs f32: GPU lane {gpu_error:.2e}, CPU lanes {cpu_error:.2e}");
+        assert!(
+            gpu_error <= 2.0 * cpu_error + LOGIT_TOL,
+            "{precision:?}: GPU lane {gpu_error} from f32, CPU lanes {cpu_error}"
+        );
+    }
 }
