@@ -18,7 +18,7 @@ use hetsched::systems::{scheduler_schedule, spawn_world};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched::engine::simulate;
 use hetsched::scene::Scene;
-use hetsched::systems::policy::{LaneTimes, PickContext};
+use hetsched::systems::policy::{HomeBacklog, LaneTimes, PickContext};
 use hetsched::systems::{
     InstanceKey, Policy, PolicyRegistry, PrefillPlan, ProcessorKind, StageProgress,
 };
@@ -70,10 +70,12 @@ fn policy_decision(c: &mut Criterion) {
             free_at_ns: vec![0; plan.lanes()],
         };
         let lanes = [BTreeSet::new(), ready.clone()];
+        let backlog = HomeBacklog::of(&plan, &lanes);
         let ctx = PickContext {
             plan: &plan,
             progress: &progress,
             ready: &lanes,
+            backlog: &backlog,
             times: &times,
             lane: 1,
             kind: ProcessorKind::Npu,

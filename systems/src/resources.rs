@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bevy_ecs::prelude::{Entity, Message, Resource};
 
 use crate::plan::{InstanceKey, PrefillPlan};
-use crate::policy::Policy;
+use crate::policy::{HomeBacklog, Policy};
 
 /// The plan this world schedules.
 #[derive(Resource, Clone)]
@@ -42,6 +42,10 @@ pub struct ReadyQueues {
     pub lanes: Vec<BTreeSet<u32>>,
     /// Whether an instance waits only in its home processor's queue.
     pub home_only: bool,
+    /// Per lane, the ready instances whose home it is, kept as they come and go (a
+    /// policy reads them at every decision; counting them there cost a pass over every
+    /// queue).
+    backlog: Vec<HomeBacklog>,
 }
 
 impl ReadyQueues {
@@ -50,7 +54,13 @@ impl ReadyQueues {
         ReadyQueues {
             lanes: vec![BTreeSet::new(); lanes],
             home_only,
+            backlog: vec![HomeBacklog::default(); lanes],
         }
+    }
+
+    /// Per lane, how many ready instances have it as their home and their modeled work.
+    pub fn backlog(&self) -> &[HomeBacklog] {
+        &self.backlog
     }
 
     /// The processors whose queues hold `key` while it is ready: every eligible one, or
@@ -62,15 +72,25 @@ impl ReadyQueues {
 
     /// `id` becomes ready.
     pub fn insert(&mut self, plan: &PrefillPlan, id: u32) {
-        for &lane in self.lanes_of(plan, plan.key(id as usize)) {
-            self.lanes[lane].insert(id);
+        let key = plan.key(id as usize);
+        let home = plan.processor(key);
+        for &lane in self.lanes_of(plan, key) {
+            if self.lanes[lane].insert(id) && lane == home {
+                self.backlog[home].count += 1;
+                self.backlog[home].work_ns += plan.cost_ns(key);
+            }
         }
     }
 
     /// `id` was taken by a processor: out of every queue.
     pub fn remove(&mut self, plan: &PrefillPlan, id: u32) {
-        for &lane in self.lanes_of(plan, plan.key(id as usize)) {
-            self.lanes[lane].remove(&id);
+        let key = plan.key(id as usize);
+        let home = plan.processor(key);
+        for &lane in self.lanes_of(plan, key) {
+            if self.lanes[lane].remove(&id) && lane == home {
+                self.backlog[home].count -= 1;
+                self.backlog[home].work_ns -= plan.cost_ns(key);
+            }
         }
     }
 }
@@ -168,4 +188,41 @@ pub struct RunStats {
     pub held_for_memory: u64,
     /// Jobs that ran past their deadline and were requeued on another processor.
     pub retried: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::ReadyQueues;
+    use crate::policy::HomeBacklog;
+    use crate::testing::tiny_plan;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// The backlog kept as instances come and go (twice, or never, included) is the
+        /// one counted afresh from the queues.
+        #[test]
+        fn kept_backlog_equals_a_fresh_count(
+            ops in prop::collection::vec((any::<bool>(), 0usize..1000), 0..200),
+            home_only in any::<bool>(),
+        ) {
+            let plan = tiny_plan(2, 64, 16);
+            let ids: Vec<u32> = (0..plan.id_space())
+                .filter(|&id| plan.exists(plan.key(id)))
+                .map(|id| id as u32)
+                .collect();
+            let mut ready = ReadyQueues::new(plan.lanes(), home_only);
+            for (insert, pick) in ops {
+                let id = ids[pick % ids.len()];
+                if insert {
+                    ready.insert(&plan, id);
+                } else {
+                    ready.remove(&plan, id);
+                }
+                prop_assert_eq!(ready.backlog(), &HomeBacklog::of(&plan, &ready.lanes)[..]);
+            }
+        }
+    }
 }

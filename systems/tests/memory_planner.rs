@@ -79,6 +79,29 @@ proptest! {
     }
 
     /// `check_plan` agrees with the O(n^2) reference on arbitrary (often bad) plans.
+    /// Whatever order `plan_offsets` runs the strategies in and however early it gives
+    /// them up, it keeps what running every strategy to the end keeps: the lowest
+    /// peak, the first such in `Strategy::ALL`. Few distinct sizes and times, so that
+    /// strategies often tie.
+    #[test]
+    fn plan_offsets_keeps_the_first_lowest_plan(
+        raw in prop::collection::vec((1u64..6, 0u64..12, 1u64..8), 0..80),
+        alignment in alignment(),
+    ) {
+        let buffers: Vec<Buffer> = raw
+            .into_iter()
+            .enumerate()
+            .map(|(i, (units, start, len))| buf(i as u32, 48 * units, start, start + len))
+            .collect();
+        let plans: Vec<MemoryPlan> = Strategy::ALL
+            .iter()
+            .map(|&s| plan_with(&buffers, alignment, s).unwrap())
+            .collect();
+        let lowest = plans.iter().map(|p| p.peak_bytes).min().unwrap();
+        let first_lowest = plans.iter().find(|p| p.peak_bytes == lowest).unwrap();
+        prop_assert_eq!(&plan_offsets(&buffers, alignment).unwrap(), first_lowest);
+    }
+
     #[test]
     fn check_plan_catches_exactly_the_overlaps(
         buffers in buffer_set(),

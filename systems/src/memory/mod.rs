@@ -49,6 +49,7 @@ mod region;
 mod schedule;
 mod sharing;
 mod strategy;
+mod sweep;
 mod tensors;
 
 pub use align::{align_up, validate_alignment};

@@ -142,6 +142,8 @@ mod tests {
 
     use super::{Placer, best_fit, merge};
     use crate::memory::Buffer;
+    use crate::memory::order::by_start;
+    use crate::memory::sweep::place_in_start_order;
 
     /// The definition, quadratic: each buffer in order against every placed buffer
     /// whose lifetime intersects its own.
@@ -247,6 +249,16 @@ mod tests {
             let mut placer = Placer::new(&buffers);
             let fast = placer.place(&sizes, &order, None).unwrap();
             prop_assert_eq!(fast, reference(&buffers, &sizes, &order));
+        }
+
+        /// The start-order sweep gives the definition's offsets, buffer for buffer.
+        #[test]
+        fn start_order_sweep_equals_the_definition(buffers in buffer_set()) {
+            let sizes: Vec<u64> = buffers.iter().map(|b| b.bytes).collect();
+            let spans: Vec<(u64, u64)> = buffers.iter().map(|b| (b.start, b.end)).collect();
+            let order = by_start(&buffers, &sizes);
+            let sweep = place_in_start_order(&spans, &sizes, &order, None).unwrap();
+            prop_assert_eq!(sweep, reference(&buffers, &sizes, &order));
         }
     }
 }

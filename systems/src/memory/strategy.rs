@@ -9,6 +9,7 @@ use super::buffer::{Buffer, MemoryPlan, Placement};
 use super::error::MemoryError;
 use super::order;
 use super::place::Placer;
+use super::sweep::place_in_start_order;
 
 /// An offset-assignment strategy: an order in which buffers are placed, each into
 /// the smallest address gap among already placed buffers whose lifetimes intersect
@@ -118,16 +119,30 @@ pub fn plan_with(
 /// ```
 pub fn plan_offsets(buffers: &[Buffer], alignment: u64) -> Result<MemoryPlan, MemoryError> {
     let sizes = aligned_sizes(buffers, alignment)?;
-    // No plan of aligned sizes is below this: once one reaches it, no later strategy
-    // can win (ties go to the earlier one), and a strategy is given up as soon as its
-    // arena reaches the best peak so far. Both only skip plans that would be dropped.
+    // No plan of aligned sizes is below this: once one reaches it, no strategy after
+    // it in `ALL` can win (ties go to the earlier one).
     let floor = aligned_lower_bound(buffers, alignment)?;
     let mut placer = Placer::new(buffers);
+    // Greedy by start goes first: its sweep is the cheapest, and its peak lets the
+    // others give up early. A strategy is given up as soon as its arena reaches a
+    // peak it could not win with: the best so far, or one more byte when it comes
+    // before the best in `ALL` (it would win the tie). Both only skip plans that
+    // would be dropped, so the plan kept is the first lowest in `ALL` order.
     let mut best: Option<MemoryPlan> = None;
-    for strategy in Strategy::ALL {
-        let give_up_at = best.as_ref().map(|b| b.peak_bytes);
-        if give_up_at.is_some_and(|peak| peak <= floor) {
-            break;
+    for strategy in run_order() {
+        // (No peak is above `u64::MAX`: an earlier strategy at that best runs on.)
+        let give_up_at = best.as_ref().and_then(|b| {
+            if strategy < b.strategy {
+                b.peak_bytes.checked_add(1)
+            } else {
+                Some(b.peak_bytes)
+            }
+        });
+        if let Some(b) = &best
+            && b.peak_bytes <= floor
+            && strategy > b.strategy
+        {
+            continue;
         }
         if let Some(plan) = run(
             &mut placer,
@@ -141,6 +156,18 @@ pub fn plan_offsets(buffers: &[Buffer], alignment: u64) -> Result<MemoryPlan, Me
         }
     }
     Ok(best.expect("the first strategy never gives up"))
+}
+
+/// The order [`plan_offsets`] runs the strategies in: greedy by start (the cheapest),
+/// then greedy by size then start (the lowest peak of the shipped scenes' CPU regions,
+/// so the rest give up sooner), then the others in [`Strategy::ALL`] order.
+fn run_order() -> impl Iterator<Item = Strategy> {
+    let first = [Strategy::GreedyByStart, Strategy::GreedyBySizeThenStart];
+    first.into_iter().chain(
+        Strategy::ALL
+            .into_iter()
+            .filter(move |s| !first.contains(s)),
+    )
 }
 
 /// One strategy's plan, or `None` once its arena reaches `give_up_at` bytes, if given.
@@ -159,7 +186,12 @@ fn run(
         Strategy::GreedyByStart => order::by_start(buffers, sizes),
         Strategy::GreedyBySizeThenStart => order::by_size_then_start(buffers, sizes),
     };
-    let offsets = placer.place(sizes, &order, give_up_at)?;
+    let offsets = if strategy == Strategy::GreedyByStart {
+        let spans: Vec<(u64, u64)> = buffers.iter().map(|b| (b.start, b.end)).collect();
+        place_in_start_order(&spans, sizes, &order, give_up_at)?
+    } else {
+        placer.place(sizes, &order, give_up_at)?
+    };
     let peak_bytes = offsets
         .iter()
         .zip(sizes)

@@ -48,6 +48,9 @@ pub struct PickContext<'a> {
     /// Every processor's ready queue (ids), by lane; the candidates are this lane's,
     /// filtered by memory admission.
     pub ready: &'a [BTreeSet<u32>],
+    /// Per lane, the ready instances whose home it is ([`HomeBacklog::of`] the queues
+    /// above; the scheduler keeps it as instances come and go).
+    pub backlog: &'a [HomeBacklog],
     /// When each processor frees.
     pub times: &'a LaneTimes,
     /// The idle processor picking.
@@ -59,30 +62,47 @@ pub struct PickContext<'a> {
 impl PickContext<'_> {
     /// Modeled work of the ready instances by home lane (ns): each lane's own backlog.
     pub fn ready_work(&self) -> Vec<u64> {
-        let plan = self.plan;
-        self.ready
-            .iter()
-            .enumerate()
-            .map(|(lane, q)| {
-                q.iter()
-                    .map(|&id| plan.key(id as usize))
-                    .filter(|&key| plan.processor(key) == lane)
-                    .map(|key| plan.cost_ns(key))
-                    .sum()
-            })
-            .collect()
+        self.backlog.iter().map(|b| b.work_ns).collect()
     }
 
     /// Whether no processor other than this one has ready work of its own (instances
     /// whose home it is; under flexible placement a queue also holds other processors'
     /// instances).
     pub fn others_idle(&self) -> bool {
-        let plan = self.plan;
-        self.ready.iter().enumerate().all(|(l, q)| {
-            l == self.lane
-                || !q
+        let lane = self.lane;
+        self.backlog
+            .iter()
+            .enumerate()
+            .all(|(l, b)| l == lane || b.count == 0)
+    }
+}
+
+/// The ready instances whose home a processor is: in its own queue, as opposed to the
+/// other processors' instances it may also run under flexible placement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HomeBacklog {
+    /// How many.
+    pub count: usize,
+    /// Their modeled work at home (ns).
+    pub work_ns: u64,
+}
+
+impl HomeBacklog {
+    /// Each lane's backlog, counted from the ready queues `ready` (by lane).
+    pub fn of(plan: &PrefillPlan, ready: &[BTreeSet<u32>]) -> Vec<HomeBacklog> {
+        ready
+            .iter()
+            .enumerate()
+            .map(|(lane, queue)| {
+                let own = queue
                     .iter()
-                    .any(|&id| plan.processor(plan.key(id as usize)) == l)
-        })
+                    .map(|&id| plan.key(id as usize))
+                    .filter(|&key| plan.processor(key) == lane);
+                own.fold(HomeBacklog::default(), |b, key| HomeBacklog {
+                    count: b.count + 1,
+                    work_ns: b.work_ns + plan.cost_ns(key),
+                })
+            })
+            .collect()
     }
 }

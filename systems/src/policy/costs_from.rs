@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use super::{PickContext, Policy};
+use super::{HomeBacklog, PickContext, Policy};
 use crate::plan::PrefillPlan;
 
 /// Why two plans cannot stand in for each other's decisions.
@@ -43,8 +43,9 @@ pub enum CostsMismatch {
 
 /// Runs `inner` as if the plan were `decisions`: every [`PickContext`] the scheduler
 /// hands it, and every plan it is told of, is swapped for `decisions`, whose instances
-/// and placement equal the run's (checked by [`CostsFrom::new`]). The lane times stay the
-/// run's own (when each processor frees is a fact of the run, not a decision).
+/// and placement equal the run's (checked by [`CostsFrom::new`]), with each lane's ready
+/// backlog recounted in its costs. The lane times stay the run's own (when each processor
+/// frees is a fact of the run, not a decision).
 pub struct CostsFrom {
     inner: Box<dyn Policy>,
     decisions: Arc<PrefillPlan>,
@@ -103,8 +104,12 @@ impl Policy for CostsFrom {
     }
 
     fn pick(&mut self, ctx: &PickContext<'_>, candidates: &BTreeSet<u32>) -> Option<u32> {
+        // The backlog the scheduler keeps is priced by the run's costs: recounted with the
+        // decision plan's (one pass over the ready queues, measured runs only).
+        let backlog = HomeBacklog::of(&self.decisions, ctx.ready);
         let swapped = PickContext {
             plan: &self.decisions,
+            backlog: &backlog,
             ..*ctx
         };
         self.inner.pick(&swapped, candidates)

@@ -48,7 +48,7 @@ use std::collections::BTreeSet;
 use crate::plan::PrefillPlan;
 
 pub use balance::{Balance, FRONT_LOAD_RATIO, STEAL_COVER_PERCENT, float_threatens_tail};
-pub use context::{LaneTimes, PickContext};
+pub use context::{HomeBacklog, LaneTimes, PickContext};
 pub use costs_from::{CostsFrom, CostsMismatch};
 pub use cpf::CriticalPathFirst;
 pub use eq6::{newly_enabled, stall_contribution};
