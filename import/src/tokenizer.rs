@@ -239,6 +239,18 @@ impl GgufTokenizer {
         Ok(ids)
     }
 
+    /// [`Self::encode`] for text with control tokens written in it, such as a rendered
+    /// chat template (`<start_of_turn>`, `<|im_start|>`): they become their ids. The BPE
+    /// tokenizer matches them in any text; the SentencePiece one only here, as
+    /// llama.cpp's `parse_special` (plain `encode` spells them out, as llama-perplexity
+    /// does).
+    pub fn encode_special(&self, text: &str) -> Result<Vec<u32>> {
+        match &self.backend {
+            Backend::Spm(spm) => Ok(spm.encode_special(text)),
+            Backend::Bpe(_) => self.encode(text),
+        }
+    }
+
     /// The text of `ids`, special tokens included (`decode(encode(s)) == s`
     /// without BOS).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
