@@ -112,24 +112,35 @@ fn executed(model: &Arc<ExecModel>, tokens: &[u32], chunk_len: u32) -> Vec<f32> 
         .logits
 }
 
+/// Checks an f32 prefill of `file`, whole and in chunks of each of `chunks` (the last
+/// chunk's rows are the last positions'), against the reference forward within
+/// [`F32_TOL`]; returns the reference's logits and the whole prefill's.
+fn prefills_like_the_reference(
+    file: &GgufFile,
+    chunks: &[usize],
+    label: &str,
+) -> (Vec<f32>, Vec<f32>) {
+    let reference = LlamaModel::from_gguf(file).unwrap();
+    let want = reference.forward_all(&PROMPT).unwrap();
+    let model = Arc::new(ExecModel::load(file, LinearPrecision::F32).unwrap());
+    let whole = executed(&model, &PROMPT, PROMPT.len() as u32);
+    let diff = max_relative_diff(&whole, &want);
+    assert!(diff <= F32_TOL, "{label}: relative diff {diff}");
+    for &chunk in chunks {
+        let rows = PROMPT.len() - (PROMPT.len() - 1) / chunk * chunk;
+        let got = executed(&model, &PROMPT, chunk as u32);
+        let diff = max_relative_diff(&got, &want[(PROMPT.len() - rows) * VOCAB..]);
+        assert!(diff <= F32_TOL, "{label} in chunks of {chunk}: {diff}");
+    }
+    (want, whole)
+}
+
 #[test]
 fn gemma3_and_qwen2_prefill_like_the_reference() {
     for (arch, layers) in [("gemma3", 6), ("qwen2", 2), ("llama", 2)] {
         let file = tiny(arch, layers);
-        let reference = LlamaModel::from_gguf(&file).unwrap();
-        let want = reference.forward_all(&PROMPT).unwrap();
-        let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-        let whole = executed(&model, &PROMPT, PROMPT.len() as u32);
-        let diff = max_relative_diff(&whole, &want);
-        assert!(diff <= F32_TOL, "{arch}: relative diff {diff}");
-        // In chunks (the last chunk's rows are the last positions'), past the window.
-        for chunk in [4, 5] {
-            let rows = PROMPT.len() - (PROMPT.len() - 1) / chunk * chunk;
-            let got = executed(&model, &PROMPT, chunk as u32);
-            let tail = &want[(PROMPT.len() - rows) * VOCAB..];
-            let diff = max_relative_diff(&got, tail);
-            assert!(diff <= F32_TOL, "{arch} in chunks of {chunk}: {diff}");
-        }
+        // In chunks of 4 and 5: past Gemma's window of 3.
+        let (want, _) = prefills_like_the_reference(&file, &[4, 5], arch);
         // W8A8 on the rows without post-norms. Gemma's post-norms rescale each block's
         // output to unit RMS, and on these random weights the outputs are small sums of
         // cancelling terms, so INT8 rounding grows to 27% of the largest logit: Gemma's
@@ -165,19 +176,9 @@ fn tiny_llama3() -> GgufFile {
 #[test]
 fn llama3_rope_scaling_prefills_like_the_reference() {
     let file = tiny_llama3();
-    let reference = LlamaModel::from_gguf(&file).unwrap();
-    let want = reference.forward_all(&PROMPT).unwrap();
+    let (_, whole) = prefills_like_the_reference(&file, &[3, 4], "llama-3");
     let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
     assert!(model.rope_scaled);
-    let whole = executed(&model, &PROMPT, PROMPT.len() as u32);
-    let diff = max_relative_diff(&whole, &want);
-    assert!(diff <= F32_TOL, "whole: {diff}");
-    for chunk in [3, 4] {
-        let rows = PROMPT.len() - (PROMPT.len() - 1) / chunk * chunk;
-        let got = executed(&model, &PROMPT, chunk as u32);
-        let diff = max_relative_diff(&got, &want[(PROMPT.len() - rows) * VOCAB..]);
-        assert!(diff <= F32_TOL, "chunks of {chunk}: {diff}");
-    }
     // The factors matter: the same weights unscaled give other logits.
     let unscaled = GgufFile::from_bytes(tiny_bytes("llama", 2, |w| {
         w.kv("llama.rope.freq_base", V::F32(100.0));
