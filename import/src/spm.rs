@@ -349,33 +349,13 @@ impl SpmTokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::GgufFile;
     use crate::gguf::writer::GgufWriter;
-    use crate::gguf::{GgufFile, MetadataArray, MetadataValue as V, ValueType};
 
     /// A vocabulary of pieces with scores and types; byte tokens for `\n` and `!`.
     fn tokenizer(pieces: &[(&str, f32, i32)]) -> SpmTokenizer {
         let mut w = GgufWriter::new();
-        let array = |elem_type, f: &dyn Fn(&(&str, f32, i32)) -> V| {
-            V::Array(MetadataArray {
-                elem_type,
-                values: pieces.iter().map(f).collect(),
-            })
-        };
-        w.kv("tokenizer.ggml.model", V::String("llama".into()))
-            .kv(
-                "tokenizer.ggml.tokens",
-                array(ValueType::String, &|p| V::String(p.0.into())),
-            )
-            .kv(
-                "tokenizer.ggml.scores",
-                array(ValueType::F32, &|p| V::F32(p.1)),
-            )
-            .kv(
-                "tokenizer.ggml.token_type",
-                array(ValueType::I32, &|p| V::I32(p.2)),
-            )
-            .kv("tokenizer.ggml.bos_token_id", V::U32(0))
-            .kv("tokenizer.ggml.add_space_prefix", V::Bool(false));
+        w.spm_vocabulary(pieces);
         let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
         SpmTokenizer::from_metadata(file.metadata()).unwrap()
     }

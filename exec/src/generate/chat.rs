@@ -218,36 +218,20 @@ mod tests {
     #[test]
     fn a_rendered_gemma_prompt_tokenizes_its_turn_markers_as_control_ids() {
         use hetsched_import::GgufTokenizer;
+        use hetsched_import::gguf::GgufFile;
         use hetsched_import::gguf::writer::GgufWriter;
-        use hetsched_import::gguf::{GgufFile, MetadataArray, MetadataValue as V, ValueType};
         // A SentencePiece vocabulary: BOS and the two turn markers (control), one token
         // per letter, a newline byte token.
-        let mut pieces = vec![("<bos>", 3), ("<start_of_turn>", 3), ("<end_of_turn>", 3)];
+        let mut pieces = vec![
+            ("<bos>", 0.0, 3),
+            ("<start_of_turn>", 0.0, 3),
+            ("<end_of_turn>", 0.0, 3),
+        ];
         let letters = ["u", "s", "e", "r", "m", "o", "d", "l", "H", "i"];
-        pieces.extend(letters.iter().map(|l| (*l, 1)));
-        pieces.push(("<0x0A>", 6));
-        let array = |elem_type, f: &dyn Fn(&(&str, i32)) -> V| {
-            V::Array(MetadataArray {
-                elem_type,
-                values: pieces.iter().map(f).collect(),
-            })
-        };
+        pieces.extend(letters.iter().map(|l| (*l, 0.0, 1)));
+        pieces.push(("<0x0A>", 0.0, 6));
         let mut w = GgufWriter::new();
-        w.kv("tokenizer.ggml.model", V::String("llama".into()))
-            .kv(
-                "tokenizer.ggml.tokens",
-                array(ValueType::String, &|p| V::String(p.0.into())),
-            )
-            .kv(
-                "tokenizer.ggml.scores",
-                array(ValueType::F32, &|_| V::F32(0.0)),
-            )
-            .kv(
-                "tokenizer.ggml.token_type",
-                array(ValueType::I32, &|p| V::I32(p.1)),
-            )
-            .kv("tokenizer.ggml.bos_token_id", V::U32(0))
-            .kv("tokenizer.ggml.add_space_prefix", V::Bool(false));
+        w.spm_vocabulary(&pieces);
         let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
         let tok = GgufTokenizer::from_gguf(&file).unwrap();
         let text = ChatTemplate::parse(GEMMA3).unwrap().render_user("Hi");

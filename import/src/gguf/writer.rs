@@ -1,6 +1,6 @@
 //! A minimal GGUF writer, for building small files in tests and tools.
 
-use super::{DEFAULT_ALIGNMENT, GgmlType, MAGIC, MetadataValue};
+use super::{DEFAULT_ALIGNMENT, GgmlType, MAGIC, MetadataArray, MetadataValue, ValueType};
 
 /// A Hugging Face `rope_scaling` of `rope_type = "llama3"` (Llama 3.1, 3.2).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -196,6 +196,39 @@ impl GgufWriter {
     ) -> &mut Self {
         let factors = llama3_rope_factors(head_dim, base, s);
         self.tensor_f32("rope_freqs.weight", &[head_dim / 2], &factors)
+    }
+
+    /// Writes a SentencePiece (`tokenizer.ggml.model = llama`) vocabulary of `pieces`
+    /// (`(text, score, token_type)`, id = index), BOS id 0, no space prefix: the small
+    /// vocabularies of tokenizer tests.
+    pub fn spm_vocabulary(&mut self, pieces: &[(&str, f32, i32)]) -> &mut Self {
+        let array = |elem_type, f: &dyn Fn(&(&str, f32, i32)) -> MetadataValue| {
+            MetadataValue::Array(MetadataArray {
+                elem_type,
+                values: pieces.iter().map(f).collect(),
+            })
+        };
+        self.kv(
+            "tokenizer.ggml.model",
+            MetadataValue::String("llama".into()),
+        )
+        .kv(
+            "tokenizer.ggml.tokens",
+            array(ValueType::String, &|p| MetadataValue::String(p.0.into())),
+        )
+        .kv(
+            "tokenizer.ggml.scores",
+            array(ValueType::F32, &|p| MetadataValue::F32(p.1)),
+        )
+        .kv(
+            "tokenizer.ggml.token_type",
+            array(ValueType::I32, &|p| MetadataValue::I32(p.2)),
+        )
+        .kv("tokenizer.ggml.bos_token_id", MetadataValue::U32(0))
+        .kv(
+            "tokenizer.ggml.add_space_prefix",
+            MetadataValue::Bool(false),
+        )
     }
 
     /// Appends an F32 tensor; `shape` outermost first, `values` row-major.
