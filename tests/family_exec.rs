@@ -1,5 +1,5 @@
-//! The family rows through the real executor: tiny synthetic Gemma 3 and Qwen2 files
-//! written by the project's GGUF writer, prefilled in chunks on the scheduler's queues
+//! The family rows through the real executor: tiny synthetic Gemma 3, Qwen2 and Llama-3
+//! (RoPE scaling) files written by the project's GGUF writer, prefilled in chunks on the scheduler's queues
 //! and decoded token by token (both decode paths), against the f32 reference forward
 //! (`LlamaModel`), which computes every row. The Gemma file has six layers, so that
 //! five local (sliding-window) layers and one global layer run, and prompts longer than
@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use hetsched::exec::generate::{DecodePath, Session};
-use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
-use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
+use hetsched::exec::{ExecError, ExecModel, GpuUse, LinearPrecision, PrefillOptions, prefill};
+use hetsched::import::gguf::writer::{GgufWriter, Llama3Scaling, TinyModel, llama3_rope_factors};
 use hetsched::import::{GgufFile, LlamaModel, MetadataValue as V, family};
 use hetsched::systems::graph::build_stages;
 use hetsched::systems::op::OpRole;
@@ -44,6 +44,11 @@ fn values(name: &str, len: usize) -> Vec<f32> {
 /// A model of row `arch`: `layers` blocks of hidden 8 (2 query heads of 4, 1 KV head),
 /// with every tensor its row needs.
 fn tiny(arch: &str, layers: usize) -> GgufFile {
+    GgufFile::from_bytes(tiny_bytes(arch, layers, |_| {})).unwrap()
+}
+
+/// [`tiny`]'s file, with `more` adding metadata or tensors before it is written.
+fn tiny_bytes(arch: &str, layers: usize, more: impl FnOnce(&mut GgufWriter)) -> Vec<u8> {
     let row = family::family(arch).unwrap();
     let m = TinyModel {
         arch,
@@ -84,7 +89,8 @@ fn tiny(arch: &str, layers: usize) -> GgufFile {
             w.tensor_f32(&name, &[len], &values(&name, len));
         }
     }
-    GgufFile::from_bytes(w.to_bytes()).unwrap()
+    more(&mut w);
+    w.to_bytes()
 }
 
 fn options(chunk_len: u32) -> PrefillOptions {
@@ -106,24 +112,35 @@ fn executed(model: &Arc<ExecModel>, tokens: &[u32], chunk_len: u32) -> Vec<f32> 
         .logits
 }
 
+/// Checks an f32 prefill of `file`, whole and in chunks of each of `chunks` (the last
+/// chunk's rows are the last positions'), against the reference forward within
+/// [`F32_TOL`]; returns the reference's logits and the whole prefill's.
+fn prefills_like_the_reference(
+    file: &GgufFile,
+    chunks: &[usize],
+    label: &str,
+) -> (Vec<f32>, Vec<f32>) {
+    let reference = LlamaModel::from_gguf(file).unwrap();
+    let want = reference.forward_all(&PROMPT).unwrap();
+    let model = Arc::new(ExecModel::load(file, LinearPrecision::F32).unwrap());
+    let whole = executed(&model, &PROMPT, PROMPT.len() as u32);
+    let diff = max_relative_diff(&whole, &want);
+    assert!(diff <= F32_TOL, "{label}: relative diff {diff}");
+    for &chunk in chunks {
+        let rows = PROMPT.len() - (PROMPT.len() - 1) / chunk * chunk;
+        let got = executed(&model, &PROMPT, chunk as u32);
+        let diff = max_relative_diff(&got, &want[(PROMPT.len() - rows) * VOCAB..]);
+        assert!(diff <= F32_TOL, "{label} in chunks of {chunk}: {diff}");
+    }
+    (want, whole)
+}
+
 #[test]
 fn gemma3_and_qwen2_prefill_like_the_reference() {
     for (arch, layers) in [("gemma3", 6), ("qwen2", 2), ("llama", 2)] {
         let file = tiny(arch, layers);
-        let reference = LlamaModel::from_gguf(&file).unwrap();
-        let want = reference.forward_all(&PROMPT).unwrap();
-        let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-        let whole = executed(&model, &PROMPT, PROMPT.len() as u32);
-        let diff = max_relative_diff(&whole, &want);
-        assert!(diff <= F32_TOL, "{arch}: relative diff {diff}");
-        // In chunks (the last chunk's rows are the last positions'), past the window.
-        for chunk in [4, 5] {
-            let rows = PROMPT.len() - (PROMPT.len() - 1) / chunk * chunk;
-            let got = executed(&model, &PROMPT, chunk as u32);
-            let tail = &want[(PROMPT.len() - rows) * VOCAB..];
-            let diff = max_relative_diff(&got, tail);
-            assert!(diff <= F32_TOL, "{arch} in chunks of {chunk}: {diff}");
-        }
+        // In chunks of 4 and 5: past Gemma's window of 3.
+        let (want, _) = prefills_like_the_reference(&file, &[4, 5], arch);
         // W8A8 on the rows without post-norms. Gemma's post-norms rescale each block's
         // output to unit RMS, and on these random weights the outputs are small sums of
         // cancelling terms, so INT8 rounding grows to 27% of the largest logit: Gemma's
@@ -134,6 +151,64 @@ fn gemma3_and_qwen2_prefill_like_the_reference() {
             let diff = max_relative_diff(&executed(&int8, &PROMPT, 4), &want[8 * VOCAB..]);
             assert!(diff <= W8A8_TOL, "{arch} w8a8: {diff}");
         }
+    }
+}
+
+/// A 2-layer llama with Llama-3's RoPE scaling as llama.cpp's converter writes it
+/// (`rope_freqs.weight`), on a base (100) and original context (32) small enough that
+/// the two frequencies of a head of 4 fall in the blended and the fully scaled bands.
+fn tiny_llama3() -> GgufFile {
+    let scaling = Llama3Scaling {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 8.0,
+        original_context: 32.0,
+    };
+    let factors = llama3_rope_factors(HEAD, 100.0, &scaling);
+    assert!(factors[0] > 1.0 && factors[0] < 8.0 && factors[1] == 8.0);
+    let bytes = tiny_bytes("llama", 2, |w| {
+        w.kv("llama.rope.freq_base", V::F32(100.0))
+            .llama3_rope_freqs(HEAD, 100.0, &scaling);
+    });
+    GgufFile::from_bytes(bytes).unwrap()
+}
+
+#[test]
+fn llama3_rope_scaling_prefills_like_the_reference() {
+    let file = tiny_llama3();
+    let (_, whole) = prefills_like_the_reference(&file, &[3, 4], "llama-3");
+    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
+    assert!(model.rope_scaled);
+    // The factors matter: the same weights unscaled give other logits.
+    let unscaled = GgufFile::from_bytes(tiny_bytes("llama", 2, |w| {
+        w.kv("llama.rope.freq_base", V::F32(100.0));
+    }))
+    .unwrap();
+    let plain = LlamaModel::from_gguf(&unscaled).unwrap();
+    let other = plain.forward_all(&PROMPT).unwrap();
+    assert!(max_relative_diff(&whole, &other) > 100.0 * F32_TOL);
+    // A GPU lane cannot rotate by them: a clear error before any device is opened.
+    let gpu = PrefillOptions {
+        gpu: GpuUse::FloatLane,
+        ..options(4)
+    };
+    let err = prefill(model.clone(), &PROMPT, &gpu).unwrap_err();
+    assert!(matches!(err, ExecError::NotOnGpu { .. }), "{err}");
+    assert!(err.to_string().contains("--backends cpu,npu"), "{err}");
+}
+
+#[test]
+fn gemma_on_a_gpu_lane_is_refused_by_name() {
+    let model = Arc::new(ExecModel::load(&tiny("gemma3", 6), LinearPrecision::F32).unwrap());
+    for gpu in [GpuUse::FloatLane, GpuUse::Resident] {
+        let options = PrefillOptions { gpu, ..options(4) };
+        let err = prefill(model.clone(), &PROMPT, &options).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ExecError::NotOnGpu { .. }), "{text}");
+        assert!(
+            text.starts_with("gemma3 model:") && text.contains("cpu,npu"),
+            "{text}"
+        );
     }
 }
 

@@ -130,13 +130,20 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     }
     check_outputs([args.trace.as_deref(), args.svg.as_deref()])?;
     let mut text = args.prompt.text(read_utf8)?;
+    let mut stop = args.stop;
     if args.chat {
-        text = chat_template(&args.model)?.render_user(&text);
+        let template = chat_template(&args.model)?;
+        text = template.render_user(&text);
+        stop.extend(template.end_of_turn().map(str::to_owned));
     }
     let precision = LinearPrecision::from(args.precision);
     let loaded = load_one(&args.model, precision, &args.shadow)?;
     let model = Arc::new(loaded.models.into_iter().next().expect("one precision"));
-    let tokens = loaded.tokenizer.encode(&text)?;
+    // A rendered template's control tokens (`<start_of_turn>`) are its ids.
+    let tokens = match args.chat {
+        true => loaded.tokenizer.encode_special(&text)?,
+        false => loaded.tokenizer.encode(&text)?,
+    };
     let defaults = PrefillOptions::default();
     let options = PrefillOptions {
         chunk_len: args.chunk_len,
@@ -158,7 +165,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     let generate_options = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling,
-        stop: args.stop,
+        stop,
         ignore_eos: args.ignore_eos,
     };
     let stream = !args.json;
@@ -314,6 +321,11 @@ fn chat_template(path: &Path) -> Result<ChatTemplate, CliError> {
     let template = file
         .metadata()
         .get_str("tokenizer.chat_template")?
-        .ok_or_else(|| no_template("the model file has no tokenizer.chat_template"))?;
+        .ok_or_else(|| {
+            no_template(
+                "the model file has no tokenizer.chat_template (a base model rather than an \
+                 instruction-tuned one?); generate without --chat",
+            )
+        })?;
     Ok(ChatTemplate::parse(template)?)
 }

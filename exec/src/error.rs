@@ -55,6 +55,18 @@ pub enum ExecError {
         /// Chunk.
         chunk: usize,
     },
+    /// A model the GPU kernels do not compute, asked to run on a GPU lane: they run the
+    /// llama row with unscaled RoPE only (one RoPE table, no sliding window, no family
+    /// steps); the CPU lanes run every family row and RoPE scaling.
+    #[error(
+        "{arch} model: the GPU lanes do not run {feature} (their kernels compute the llama family with unscaled RoPE only); run it on the CPU lanes instead (`--backends cpu,npu`)"
+    )]
+    NotOnGpu {
+        /// `general.architecture` (`gemma3`, `qwen2`, `llama`).
+        arch: String,
+        /// What the GPU kernels lack (`the gemma3 family's steps`, `scaled RoPE`).
+        feature: String,
+    },
     /// The run produced NaN or infinite logits.
     #[error(
         "the prefill produced {count} non-finite logits (first: {value} at index {index}): an activation overflowed; try `--precision f32`, or check the model's weights"

@@ -294,21 +294,20 @@ fn open_gpu(_model: &ExecModel) -> Result<Arc<dyn FloatKernels>, ExecError> {
     Err(no_gpu_support())
 }
 
-/// Refuses a model whose family the GPU kernels do not compute (they run the llama
-/// row: one RoPE table, no sliding window, no family steps).
+/// Refuses a model the GPU kernels do not compute ([`ExecError::NotOnGpu`]): they run the
+/// llama row with unscaled RoPE (one RoPE table from the base, no sliding window, no
+/// family steps).
 fn gpu_computes(model: &ExecModel) -> Result<(), ExecError> {
-    let family = &model.config.family;
-    if family.is_llama_like() {
-        return Ok(());
+    let arch = model.config.family.arch.to_owned();
+    if !model.config.family.is_llama_like() {
+        let feature = format!("the {arch} family's steps");
+        return Err(ExecError::NotOnGpu { arch, feature });
     }
-    Err(ExecError::Import(
-        hetsched_import::ImportError::NotExecutable {
-            arch: family.arch.to_owned(),
-            feature:
-                "a GPU lane (the GPU kernels compute the llama family only; use --backends cpu,npu)"
-                    .into(),
-        },
-    ))
+    if model.rope_scaled {
+        let feature = "scaled RoPE (linear, or Llama-3's rope_freqs.weight)".to_owned();
+        return Err(ExecError::NotOnGpu { arch, feature });
+    }
+    Ok(())
 }
 
 /// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]).

@@ -221,22 +221,13 @@ pub struct ExecModel {
     pub rope: RopeTable,
     /// The local (sliding-window) layers' rotations, where their base differs (Gemma 3).
     pub rope_local: Option<RopeTable>,
+    /// Whether the rotations are scaled (linear scaling or Llama-3's `rope_freqs.weight`),
+    /// which only the CPU lanes' tables compute.
+    pub rope_scaled: bool,
     /// What the outlier shadow did so far.
     pub shadow_counters: ShadowCounters,
     /// The calibration file the shadow follows, if any (for reports).
     pub calibration_file: Option<String>,
-}
-
-/// Refuses what the interpreter does not compute (it runs every family row, but not
-/// RoPE scaling), with an error naming what is missing instead of wrong logits.
-fn executable(config: &hetsched_import::LlamaConfig) -> Result<(), ImportError> {
-    if config.rope_freq_scale != 1.0 {
-        return Err(ImportError::NotExecutable {
-            arch: config.family.arch.to_owned(),
-            feature: "linear RoPE scaling".to_owned(),
-        });
-    }
-    Ok(())
 }
 
 /// The graph builder's view of `family`: the optional operators its layer has (`None`
@@ -262,15 +253,6 @@ impl ExecModel {
     /// Loads every weight of a GGUF `file` for `precision` (dequantizing GGUF blocks to
     /// f32 and, for W8A8, requantizing per output row).
     pub fn load(file: &GgufFile, precision: LinearPrecision) -> Result<Self, ImportError> {
-        if file.tensor("rope_freqs.weight").is_some() {
-            return Err(ImportError::NotExecutable {
-                arch: file
-                    .metadata()
-                    .require_str("general.architecture")?
-                    .to_owned(),
-                feature: "RoPE frequency factors (rope_freqs.weight)".into(),
-            });
-        }
         Self::from_source(&GgufSource::new(file)?, precision)
     }
 
@@ -309,7 +291,6 @@ impl ExecModel {
     ) -> Result<Self, ImportError> {
         let config = source.config().clone();
         config.validate()?;
-        executable(&config)?;
         let (vocab, h) = (config.vocab_size, config.hidden);
         let token_embd = checked("token_embd", source.token_embd()?, &[vocab, h])?;
         let output = match source.output()? {
@@ -319,10 +300,12 @@ impl ExecModel {
         let layers = (0..config.n_layers)
             .map(|l| Self::build_layer(source, &config, precision, setup, l))
             .collect::<Result<_, _>>()?;
+        let factors = source.rope_factors()?;
+        let rope_scaled = factors.is_some() || config.rope_freq_scale != 1.0;
         let table = |base| {
-            RopeTable::new(
+            RopeTable::from_frequencies(
                 config.head_dim,
-                base,
+                config.rope_frequencies(base, factors.as_deref()),
                 config.rope_style,
                 config.context_length,
             )
@@ -340,6 +323,7 @@ impl ExecModel {
             output,
             rope,
             rope_local,
+            rope_scaled,
             config,
             shadow_counters: ShadowCounters::default(),
             calibration_file: None,

@@ -212,17 +212,16 @@ pub enum ImportError {
     /// `general.architecture` is not one this importer handles.
     #[error("unsupported model architecture {0:?} (supported: \"llama\", \"qwen2\", \"gemma3\")")]
     UnsupportedArchitecture(String),
-    /// A file feature (RoPE scaling), or a family on a GPU lane, that the importer reads
-    /// but the real executor does not run yet: only the f32 reference forward
-    /// (`LlamaModel`) computes it.
+    /// A RoPE scaling type the importer does not compute (YaRN, LongRoPE, ...): only
+    /// `none`, `linear` and Llama-3's `rope_freqs.weight` factors are.
     #[error(
-        "{arch}: {feature} is not run by the real executor yet (it runs every family row on the CPU lanes, without RoPE scaling; GPU lanes run llama only); the f32 reference forward computes this model"
+        "{key} = {kind:?}: this RoPE scaling is not supported (supported: none, linear, and Llama-3's per-frequency factors in rope_freqs.weight)"
     )]
-    NotExecutable {
-        /// `general.architecture`.
-        arch: String,
-        /// What the executor lacks.
-        feature: String,
+    UnsupportedRopeScaling {
+        /// The metadata key (`llama.rope.scaling.type`).
+        key: String,
+        /// Its value (`yarn`, `longrope`, ...).
+        kind: String,
     },
     /// Inconsistent hyper-parameters.
     #[error("invalid model configuration: {0}")]

@@ -135,7 +135,7 @@ impl LlamaModel {
         };
         let layers = w.layers.iter().map(Layer::load).collect::<Result<_>>()?;
         Ok(Self {
-            rope_freqs: w.rope_freqs.map(|t| t.to_f32()).transpose()?,
+            rope_freqs: w.rope_factors()?,
             output_norm: w.output_norm.to_f32()?,
             config,
             token_embd,
@@ -238,11 +238,10 @@ impl LlamaModel {
             ops::rms_norm_heads(&mut q, nq, c.norm_eps);
             ops::rms_norm_heads(&mut k, nk, c.norm_eps);
         }
-        let base = c.rope_base_of(i);
-        let freqs = self.rope_freqs.as_deref();
-        let (d, style, scale) = (c.head_dim, c.rope_style, c.rope_freq_scale);
-        ops::rope_scaled(&mut q, c.n_heads, d, base, style, scale, freqs);
-        ops::rope_scaled(&mut k, c.n_kv_heads, d, base, style, scale, freqs);
+        let freqs = c.rope_frequencies(c.rope_base_of(i), self.rope_freqs.as_deref());
+        ops::rope_at_frequencies(&mut q, c.n_heads, c.rope_style, &freqs);
+        ops::rope_at_frequencies(&mut k, c.n_kv_heads, c.rope_style, &freqs);
+        let d = c.head_dim;
         let shape = AttentionShape {
             n_tokens: n,
             pos0: 0,

@@ -122,15 +122,26 @@ fn vocab_size(md: &Metadata, vocab_key: &str) -> Result<usize> {
     }
 }
 
-/// `1 / factor` for `rope.scaling.type = linear`, 1 without scaling; other scaling types
-/// (YaRN, LongRoPE) are refused.
+/// `1 / factor` for `rope.scaling.type = linear`, 1 without scaling. Llama-3's scaling
+/// has no type here: llama.cpp's converter writes its per-frequency factors as the
+/// `rope_freqs.weight` tensor instead ([`LlamaWeights::rope_factors`]). Every other type
+/// (`yarn`, `longrope`, ...) is [`ImportError::UnsupportedRopeScaling`], naming it.
 fn rope_freq_scale(md: &Metadata, type_key: &str, factor_key: &str) -> Result<f32> {
-    match md.get(type_key).map(|v| v.as_str()) {
-        None | Some(Some("none")) => Ok(1.0),
-        Some(Some("linear")) => Ok(1.0 / positive_f32(md, factor_key, Some(1.0))?),
-        Some(other) => Err(ImportError::InvalidConfig(format!(
-            "{type_key} = {other:?}: only linear RoPE scaling (and Llama-3's rope_freqs.weight) is supported"
-        ))),
+    let Some(value) = md.get(type_key) else {
+        return Ok(1.0);
+    };
+    match value.as_str() {
+        Some("none") => Ok(1.0),
+        Some("linear") => Ok(1.0 / positive_f32(md, factor_key, Some(1.0))?),
+        Some(other) => Err(ImportError::UnsupportedRopeScaling {
+            key: type_key.to_owned(),
+            kind: other.to_owned(),
+        }),
+        None => Err(ImportError::WrongKeyType {
+            key: type_key.to_owned(),
+            expected: "a string",
+            found: format!("{:?}", value.value_type()),
+        }),
     }
 }
 
@@ -311,6 +322,23 @@ impl LlamaConfig {
         }
     }
 
+    /// The RoPE frequency of every pair of a head, in f64, for RoPE base `base` (a
+    /// layer's: [`LlamaConfig::rope_base_of`]): `scale · base^(−2i/d) / factors[i]`,
+    /// llama.cpp's `freq_scale` (linear scaling) and `freq_factors` (Llama-3's
+    /// `rope_freqs.weight`, see [`LlamaWeights::rope_factors`]). The reference forward
+    /// and the executors' RoPE tables both rotate by these.
+    pub fn rope_frequencies(&self, base: f32, factors: Option<&[f32]>) -> Vec<f64> {
+        let d = self.head_dim;
+        let base = f64::from(base);
+        let scale = f64::from(self.rope_freq_scale);
+        (0..d / 2)
+            .map(|i| {
+                let factor = factors.map_or(1.0, |fs| f64::from(fs[i]));
+                base.powf(-2.0 * i as f64 / d as f64) * scale / factor
+            })
+            .collect()
+    }
+
     /// Width of the concatenated query heads: `n_heads · head_dim`.
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
@@ -458,6 +486,29 @@ impl<'a> LlamaWeights<'a> {
             output,
             rope_freqs,
         })
+    }
+
+    /// Llama-3's RoPE frequency factors (`rope_freqs.weight`, `[head_dim / 2]`) as f32,
+    /// when the file has them: llama.cpp's converter writes them for a checkpoint whose
+    /// `rope_scaling.rope_type` is `llama3` (1 for high frequencies, `factor` for low
+    /// ones, a smooth blend between), and keeps no scaling type in the metadata. A factor
+    /// that is not positive and finite is [`ImportError::InvalidConfig`] (it would turn
+    /// every rotation into NaN).
+    pub fn rope_factors(&self) -> Result<Option<Vec<f32>>> {
+        let Some(t) = self.rope_freqs else {
+            return Ok(None);
+        };
+        let factors = t.to_f32()?;
+        if let Some((i, f)) = factors
+            .iter()
+            .enumerate()
+            .find(|(_, f)| !(f.is_finite() && **f > 0.0))
+        {
+            return Err(ImportError::InvalidConfig(format!(
+                "rope_freqs.weight[{i}] = {f}: RoPE frequency factors must be positive and finite"
+            )));
+        }
+        Ok(Some(factors))
     }
 
     /// The output projection: `output.weight`, or `token_embd.weight` when tied.

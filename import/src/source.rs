@@ -121,6 +121,11 @@ pub trait LlamaSource {
     fn family_tensor(&self, layer: usize, which: FamilyTensor) -> Result<Vec<f32>> {
         Err(ImportError::MissingTensor(which.gguf_name(layer)))
     }
+    /// Llama-3's RoPE frequency factors (`[head_dim / 2]`), when the model has them
+    /// ([`crate::LlamaWeights::rope_factors`]); `None` by default.
+    fn rope_factors(&self) -> Result<Option<Vec<f32>>> {
+        Ok(None)
+    }
 }
 
 /// Reads one input channel of a layer's linear weights on demand, straight from the
@@ -223,6 +228,10 @@ impl LlamaSource for GgufSource<'_> {
             LayerTensor::Down => l.ffn_down,
         };
         t.to_f32()
+    }
+
+    fn rope_factors(&self) -> Result<Option<Vec<f32>>> {
+        self.weights.rope_factors()
     }
 
     fn family_tensor(&self, layer: usize, which: FamilyTensor) -> Result<Vec<f32>> {

@@ -4,7 +4,9 @@
 //! llama.cpp's algorithm (`llm_tokenizer_spm_session`), which this follows step for step:
 //! 1. **User-defined tokens** (`token_type` 4; Gemma's runs of newlines and of spaces)
 //!    are cut out of the raw text first, longest token first, each occurrence left to
-//!    right; control tokens are not (llama-perplexity does not parse special tokens).
+//!    right; control tokens are not (llama-perplexity does not parse special tokens),
+//!    except by [`SpmTokenizer::encode_special`], which cuts them out too (llama.cpp's
+//!    `parse_special`, for a rendered chat template's `<start_of_turn>`).
 //! 2. Each remaining piece has its spaces replaced by `▁` (U+2581) (a leading space only
 //!    with `add_space_prefix`, false for Gemma) and is split into UTF-8 characters.
 //! 3. Adjacent symbols whose concatenation is a token are merged, highest vocabulary
@@ -28,6 +30,9 @@ pub struct SpmTokenizer {
     ids: HashMap<String, u32>,
     /// User-defined tokens, longest first.
     user_defined: Vec<u32>,
+    /// User-defined and control tokens, longest first (parsed by
+    /// [`SpmTokenizer::encode_special`]).
+    specials: Vec<u32>,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
@@ -115,13 +120,18 @@ impl SpmTokenizer {
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
-        let mut user_defined: Vec<u32> = (0..types.len())
-            .filter(|&i| types[i] == 4 && !tokens[i].is_empty())
-            .map(|i| i as u32)
-            .collect();
         // Longest first; stable, so equal lengths keep id order as llama.cpp's sort does
         // in practice.
-        user_defined.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
+        let of_types = |wanted: &[i64]| {
+            let mut ids: Vec<u32> = (0..types.len())
+                .filter(|&i| wanted.contains(&types[i]) && !tokens[i].is_empty())
+                .map(|i| i as u32)
+                .collect();
+            ids.sort_by_key(|&i| std::cmp::Reverse(tokens[i as usize].len()));
+            ids
+        };
+        let user_defined = of_types(&[4]);
+        let specials = of_types(&[3, 4]);
         let vocab = tokens.len();
         let id_of = |key: &str| -> Result<Option<u32>> {
             Ok(md
@@ -142,6 +152,7 @@ impl SpmTokenizer {
             scores,
             ids,
             user_defined,
+            specials,
             bos,
             eos,
         })
@@ -154,9 +165,21 @@ impl SpmTokenizer {
 
     /// Token ids of `text`, BOS first when the vocabulary adds it.
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.encode_cutting(text, &self.user_defined)
+    }
+
+    /// [`Self::encode`], with control tokens written in `text` (Gemma's
+    /// `<start_of_turn>`, `<end_of_turn>`) cut out as their ids too: a rendered chat
+    /// template's text (llama.cpp's `parse_special`).
+    pub fn encode_special(&self, text: &str) -> Vec<u32> {
+        self.encode_cutting(text, &self.specials)
+    }
+
+    /// Token ids of `text` with the tokens `cut` (longest first) cut out first.
+    fn encode_cutting(&self, text: &str, cut: &[u32]) -> Vec<u32> {
         let mut out: Vec<u32> = self.bos_id().into_iter().collect();
         let mut prev_special = true;
-        for (piece, token) in self.partition(text) {
+        for (piece, token) in self.partition(text, cut) {
             match token {
                 Some(id) => {
                     out.push(id);
@@ -177,11 +200,11 @@ impl SpmTokenizer {
         out
     }
 
-    /// `text` cut at every user-defined token: `(raw piece, None)` and `(token text,
+    /// `text` cut at every token of `cut`: `(raw piece, None)` and `(token text,
     /// Some(id))` in order (step 1 of the module docs).
-    fn partition<'t>(&self, text: &'t str) -> Vec<(&'t str, Option<u32>)> {
+    fn partition<'t>(&self, text: &'t str, cut: &[u32]) -> Vec<(&'t str, Option<u32>)> {
         let mut parts = vec![(text, None)];
-        for &id in &self.user_defined {
+        for &id in cut {
             let needle = self.tokens[id as usize].as_str();
             let mut next = Vec::with_capacity(parts.len());
             for (piece, token) in parts {
@@ -326,33 +349,13 @@ impl SpmTokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::GgufFile;
     use crate::gguf::writer::GgufWriter;
-    use crate::gguf::{GgufFile, MetadataArray, MetadataValue as V, ValueType};
 
     /// A vocabulary of pieces with scores and types; byte tokens for `\n` and `!`.
     fn tokenizer(pieces: &[(&str, f32, i32)]) -> SpmTokenizer {
         let mut w = GgufWriter::new();
-        let array = |elem_type, f: &dyn Fn(&(&str, f32, i32)) -> V| {
-            V::Array(MetadataArray {
-                elem_type,
-                values: pieces.iter().map(f).collect(),
-            })
-        };
-        w.kv("tokenizer.ggml.model", V::String("llama".into()))
-            .kv(
-                "tokenizer.ggml.tokens",
-                array(ValueType::String, &|p| V::String(p.0.into())),
-            )
-            .kv(
-                "tokenizer.ggml.scores",
-                array(ValueType::F32, &|p| V::F32(p.1)),
-            )
-            .kv(
-                "tokenizer.ggml.token_type",
-                array(ValueType::I32, &|p| V::I32(p.2)),
-            )
-            .kv("tokenizer.ggml.bos_token_id", V::U32(0))
-            .kv("tokenizer.ggml.add_space_prefix", V::Bool(false));
+        w.spm_vocabulary(pieces);
         let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
         SpmTokenizer::from_metadata(file.metadata()).unwrap()
     }
@@ -378,5 +381,9 @@ mod tests {
         // Two spaces are a user-defined token, cut before the merge.
         assert_eq!(t.encode("a  b"), [0, 1, 8, 2]);
         assert_eq!(t.decode(&t.encode("ab a!")[1..]), "ab a!");
+        // A control token in the text: spelled out by `encode`, its id by
+        // `encode_special` (and user-defined tokens are still cut).
+        assert_ne!(t.encode("<bos>a")[..2], [0, 0]);
+        assert_eq!(t.encode_special("<bos>a  b"), [0, 0, 1, 8, 2]);
     }
 }

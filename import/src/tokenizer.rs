@@ -18,6 +18,11 @@
 //!   - `smollm`, `starcoder`, `refact`, `command-r`, `codeshell`, `exaone`:
 //!     first every digit `\p{N}` is isolated, then the GPT-2 regex (so
 //!     `"2024"` is four tokens);
+//!   - `qwen2` (and llama.cpp's other names for it: `deepseek-r1-qwen`, `megrez`):
+//!     Qwen2's regex, `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|`
+//!     ` ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`, then the byte mapping;
+//!   - `llama-bpe`, `llama3`, `llama-v3`: Llama-3's regex (Qwen2's with `\p{N}{1,3}`),
+//!     and a piece that is a whole token is that token (`ignore_merges`);
 //!   - absent or `default`: the GPT-2 regex, a documented fallback
 //!     (llama.cpp's own default splits punctuation and digit runs
 //!     differently; files written by current converters always carry a
@@ -61,6 +66,31 @@ const DIGITS_FIRST: &[&str] = &[
     "exaone",
 ];
 const GPT2_ONLY: &[&str] = &["gpt2", "mpt", "olmo", "jais"];
+/// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2` names.
+const QWEN2: &[&str] = &["qwen2", "deepseek-r1-qwen", "megrez"];
+/// llama.cpp's `LLAMA_VOCAB_PRE_TYPE_LLAMA3` names (the ones that are Llama-3's own).
+const LLAMA3: &[&str] = &["llama3", "llama-v3", "llama-bpe"];
+
+/// Qwen2's split regex (its `tokenizer.json`; llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN2`):
+/// contractions of either case, a letter run with one optional non-letter, non-digit in
+/// front, single digits, punctuation runs with the line breaks after them, line-break
+/// runs, then spaces.
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Llama-3's: Qwen2's with digit runs of up to three.
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// How text is split before BPE, from `tokenizer.ggml.pre`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PreSplit {
+    /// The GPT-2 regex (`ByteLevel` with `use_regex`).
+    Gpt2,
+    /// Every digit isolated, then the GPT-2 regex.
+    DigitsFirst,
+    /// A split regex of its own, then the byte mapping alone; `llama3`: as Llama-3's
+    /// vocabulary, a piece that is a whole token is that token (llama.cpp's
+    /// `ignore_merges`) and BOS is added unless the file says otherwise.
+    Regex { pattern: &'static str, llama3: bool },
+}
 
 /// A model's tokenizer reconstructed from a GGUF file (or a `tokenizer.json`):
 /// byte-level BPE, or SentencePiece for `tokenizer.ggml.model = "llama"`.
@@ -139,7 +169,7 @@ impl GgufTokenizer {
                 backend: Backend::Spm(Box::new(spm)),
             });
         }
-        let digits_first = splits_digits(md)?;
+        let split = pre_split(md)?;
         let tokens = md
             .get_str_array("tokenizer.ggml.tokens")?
             .ok_or_else(|| ImportError::MissingKey("tokenizer.ggml.tokens".into()))?;
@@ -161,8 +191,9 @@ impl GgufTokenizer {
             return Err(ImportError::InvalidConfig("more than 2^32 tokens".into()));
         }
 
-        let bpe = bpe(&tokens, &merges)?;
-        let pre_tokenizer = pre_tokenizer(md, digits_first)?;
+        let llama3 = matches!(split, PreSplit::Regex { llama3: true, .. });
+        let bpe = bpe(&tokens, &merges, llama3)?;
+        let pre_tokenizer = pre_tokenizer(md, split)?;
         let mut tokenizer = Tokenizer::new(bpe);
         tokenizer.with_pre_tokenizer(Some(pre_tokenizer));
         tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
@@ -186,7 +217,7 @@ impl GgufTokenizer {
             eos: token_id(md, "tokenizer.ggml.eos_token_id", vocab_size)?,
             add_bos: md
                 .get_bool("tokenizer.ggml.add_bos_token")?
-                .unwrap_or(false),
+                .unwrap_or(llama3),
         })
     }
 
@@ -206,6 +237,18 @@ impl GgufTokenizer {
         }
         ids.extend_from_slice(enc.get_ids());
         Ok(ids)
+    }
+
+    /// [`Self::encode`] for text with control tokens written in it, such as a rendered
+    /// chat template (`<start_of_turn>`, `<|im_start|>`): they become their ids. The BPE
+    /// tokenizer matches them in any text; the SentencePiece one only here, as
+    /// llama.cpp's `parse_special` (plain `encode` spells them out, as llama-perplexity
+    /// does).
+    pub fn encode_special(&self, text: &str) -> Result<Vec<u32>> {
+        match &self.backend {
+            Backend::Spm(spm) => Ok(spm.encode_special(text)),
+            Backend::Bpe(_) => self.encode(text),
+        }
     }
 
     /// The text of `ids`, special tokens included (`decode(encode(s)) == s`
@@ -314,8 +357,9 @@ fn unicode_to_byte(c: char) -> Option<u8> {
 }
 
 /// Refuses a tokenizer model other than byte-level BPE, and tells from
-/// `tokenizer.ggml.pre` whether digits are split off one by one before BPE.
-fn splits_digits(md: &Metadata) -> Result<bool> {
+/// `tokenizer.ggml.pre` how text is split before BPE; a pre-tokenizer it does not know is
+/// [`ImportError::UnsupportedTokenizer`] naming it (never a silent GPT-2 split).
+fn pre_split(md: &Metadata) -> Result<PreSplit> {
     let model = md.require_str("tokenizer.ggml.model")?;
     if model != "gpt2" {
         return Err(ImportError::UnsupportedTokenizer(format!(
@@ -324,20 +368,28 @@ fn splits_digits(md: &Metadata) -> Result<bool> {
     }
     let pre = md.get_str("tokenizer.ggml.pre")?;
     Ok(match pre {
-        None | Some("default") => false,
-        Some(p) if GPT2_ONLY.contains(&p) => false,
-        Some(p) if DIGITS_FIRST.contains(&p) => true,
+        None | Some("default") => PreSplit::Gpt2,
+        Some(p) if GPT2_ONLY.contains(&p) => PreSplit::Gpt2,
+        Some(p) if DIGITS_FIRST.contains(&p) => PreSplit::DigitsFirst,
+        Some(p) if QWEN2.contains(&p) => PreSplit::Regex {
+            pattern: QWEN2_REGEX,
+            llama3: false,
+        },
+        Some(p) if LLAMA3.contains(&p) => PreSplit::Regex {
+            pattern: LLAMA3_REGEX,
+            llama3: true,
+        },
         Some(p) => {
             return Err(ImportError::UnsupportedTokenizer(format!(
                 "tokenizer.ggml.pre = {p:?} (supported: {}, default)",
-                [GPT2_ONLY, DIGITS_FIRST].concat().join(", ")
+                [GPT2_ONLY, DIGITS_FIRST, QWEN2, LLAMA3].concat().join(", ")
             )));
         }
     })
 }
 
 /// The BPE model from the token list and the `left right` merge strings.
-fn bpe(tokens: &[&str], merges: &[&str]) -> Result<BPE> {
+fn bpe(tokens: &[&str], merges: &[&str], ignore_merges: bool) -> Result<BPE> {
     let vocab: Vocab = tokens
         .iter()
         .enumerate()
@@ -357,26 +409,36 @@ fn bpe(tokens: &[&str], merges: &[&str]) -> Result<BPE> {
     }
     BPE::builder()
         .vocab_and_merges(vocab, merge_pairs)
+        .ignore_merges(ignore_merges)
         .build()
         .map_err(tok_err)
 }
 
-/// Byte-level pre-tokenization, behind a one-digit split where `digits_first`.
-fn pre_tokenizer(md: &Metadata, digits_first: bool) -> Result<PreTokenizerWrapper> {
+/// Byte-level pre-tokenization: the GPT-2 regex (behind a one-digit split for
+/// [`PreSplit::DigitsFirst`]), or a family's own regex followed by the byte mapping alone
+/// (as Qwen2's and Llama-3's `tokenizer.json` do).
+fn pre_tokenizer(md: &Metadata, split: PreSplit) -> Result<PreTokenizerWrapper> {
     let add_prefix_space = md
         .get_bool("tokenizer.ggml.add_space_prefix")?
         .unwrap_or(false);
-    let byte_level = ByteLevel::new(add_prefix_space, false, true);
-    Ok(if digits_first {
-        let digits = Split::new(
-            SplitPattern::Regex(r"\p{N}".into()),
+    let isolate = |pattern: &str| {
+        Split::new(
+            SplitPattern::Regex(pattern.into()),
             SplitDelimiterBehavior::Isolated,
             false,
         )
-        .map_err(tok_err)?;
-        Sequence::new(vec![digits.into(), byte_level.into()]).into()
-    } else {
-        byte_level.into()
+        .map_err(tok_err)
+    };
+    Ok(match split {
+        PreSplit::Gpt2 => ByteLevel::new(add_prefix_space, false, true).into(),
+        PreSplit::DigitsFirst => {
+            let byte_level = ByteLevel::new(add_prefix_space, false, true);
+            Sequence::new(vec![isolate(r"\p{N}")?.into(), byte_level.into()]).into()
+        }
+        PreSplit::Regex { pattern, .. } => {
+            let byte_level = ByteLevel::new(add_prefix_space, false, false);
+            Sequence::new(vec![isolate(pattern)?.into(), byte_level.into()]).into()
+        }
     })
 }
 
@@ -404,6 +466,98 @@ mod tests {
             table[b as usize] = char::from_u32(c).unwrap();
         }
         table
+    }
+
+    /// A byte-level vocabulary (the 256 byte characters) plus `words` (byte-level text),
+    /// each built by merges left to right, and `whole` tokens no merge reaches, as
+    /// metadata with pre-tokenizer `pre`.
+    fn vocabulary(pre: &str, words: &[&str], whole: &[&str]) -> (GgufFile, Vec<String>) {
+        use crate::gguf::writer::GgufWriter;
+        use crate::gguf::{MetadataArray, MetadataValue as V, ValueType};
+        let mut tokens: Vec<String> = byte_to_unicode().iter().map(char::to_string).collect();
+        let mut merges = Vec::new();
+        for word in words {
+            let chars: Vec<char> = word.chars().collect();
+            let mut left = chars[0].to_string();
+            for c in &chars[1..] {
+                let merged = format!("{left}{c}");
+                if !tokens.contains(&merged) {
+                    merges.push(format!("{left} {c}"));
+                    tokens.push(merged.clone());
+                }
+                left = merged;
+            }
+        }
+        tokens.extend(whole.iter().map(|w| (*w).to_owned()));
+        let strings = |items: &[String]| {
+            V::Array(MetadataArray {
+                elem_type: ValueType::String,
+                values: items.iter().map(|s| V::String(s.clone())).collect(),
+            })
+        };
+        let mut w = GgufWriter::new();
+        w.kv("tokenizer.ggml.model", V::String("gpt2".into()))
+            .kv("tokenizer.ggml.pre", V::String(pre.into()))
+            .kv("tokenizer.ggml.tokens", strings(&tokens))
+            .kv("tokenizer.ggml.merges", strings(&merges));
+        (GgufFile::from_bytes(w.to_bytes()).unwrap(), tokens)
+    }
+
+    /// The text of the split tests and its pieces under each regex, worked out by hand
+    /// from the patterns (byte-level: `Ġ` is a space, `Ċ` a line feed).
+    const TEXT: &str = "Hello world's 2024!!\n\n.Hi it'S";
+    const QWEN2_PIECES: [&str; 12] = [
+        "Hello", "Ġworld", "'s", "Ġ", "2", "0", "2", "4", "!!ĊĊ", ".Hi", "Ġit", "'S",
+    ];
+    const LLAMA3_PIECES: [&str; 10] = [
+        "Hello", "Ġworld", "'s", "Ġ", "202", "4", "!!ĊĊ", ".Hi", "Ġit", "'S",
+    ];
+    /// Tokens that only a wrong split could produce: GPT-2's pieces (` 2024`, `!!`,
+    /// `\n\n`) and merges across Qwen2's boundaries (` 2`, `20`).
+    const TRAPS: [&str; 5] = ["Ġ2024", "!!", "ĊĊ", "Ġ2", "20"];
+
+    fn ids(tokens: &[String], pieces: &[&str]) -> Vec<u32> {
+        pieces
+            .iter()
+            .map(|p| tokens.iter().position(|t| t == p).unwrap() as u32)
+            .collect()
+    }
+
+    #[test]
+    fn qwen2_and_llama3_split_as_their_regexes() {
+        let words: Vec<&str> = QWEN2_PIECES
+            .iter()
+            .chain(&LLAMA3_PIECES)
+            .chain(&TRAPS)
+            .copied()
+            .collect();
+        for (pre, pieces) in [("qwen2", &QWEN2_PIECES[..]), ("llama-bpe", &LLAMA3_PIECES)] {
+            let (file, tokens) = vocabulary(pre, &words, &[]);
+            let tok = GgufTokenizer::from_gguf(&file).unwrap();
+            let want = ids(&tokens, pieces);
+            // Llama-3 adds BOS unless the file says otherwise (this file has no BOS id).
+            assert_eq!(tok.add_bos(), pre == "llama-bpe");
+            assert_eq!(tok.encode(TEXT).unwrap(), want, "{pre}");
+            assert_eq!(tok.decode(&want).unwrap(), TEXT);
+            // The GPT-2 split of the same vocabulary reaches the trap tokens.
+            let (gpt2, _) = vocabulary("gpt2", &words, &[]);
+            let gpt2 = GgufTokenizer::from_gguf(&gpt2)
+                .unwrap()
+                .encode(TEXT)
+                .unwrap();
+            assert_ne!(gpt2, want);
+        }
+    }
+
+    #[test]
+    fn llama3_takes_whole_tokens_before_merges() {
+        // `ignore_merges`: "abc" is a token no merge reaches ("a b" leaves "ab" + "c"):
+        // Llama-3's BPE takes the whole piece, Qwen2's merges.
+        for (pre, want) in [("llama-bpe", &["abc"][..]), ("qwen2", &["ab", "c"])] {
+            let (file, tokens) = vocabulary(pre, &["ab"], &["abc"]);
+            let tok = GgufTokenizer::from_gguf(&file).unwrap();
+            assert_eq!(tok.encode("abc").unwrap(), ids(&tokens, want), "{pre}");
+        }
     }
 
     #[test]

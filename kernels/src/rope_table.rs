@@ -39,11 +39,28 @@ impl RopeTable {
     /// If `head_dim` is odd.
     pub fn new(head_dim: usize, theta_base: f32, style: RopeStyle, max_positions: usize) -> Self {
         assert_eq!(head_dim % 2, 0, "head_dim must be even");
-        let half = head_dim / 2;
         let base = f64::from(theta_base);
-        let freqs: Vec<f64> = (0..half)
+        let freqs: Vec<f64> = (0..head_dim / 2)
             .map(|i| base.powf(-2.0 * i as f64 / head_dim as f64))
             .collect();
+        Self::from_frequencies(head_dim, freqs, style, max_positions)
+    }
+
+    /// Rotations of pair `i` by `position · freqs[i]`: any frequencies, such as a scaled
+    /// RoPE's (linear scaling, Llama-3's per-frequency factors), which [`RopeTable::new`]
+    /// computes from a base alone.
+    ///
+    /// # Panics
+    /// If `head_dim` is odd or `freqs` does not hold `head_dim / 2` frequencies.
+    pub fn from_frequencies(
+        head_dim: usize,
+        freqs: Vec<f64>,
+        style: RopeStyle,
+        max_positions: usize,
+    ) -> Self {
+        assert_eq!(head_dim % 2, 0, "head_dim must be even");
+        let half = head_dim / 2;
+        assert_eq!(freqs.len(), half, "one frequency per pair");
         let precomputed = max_positions.min(PRECOMPUTED_POSITIONS);
         let mut cos = Vec::with_capacity(precomputed * half);
         let mut sin = Vec::with_capacity(precomputed * half);

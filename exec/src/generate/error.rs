@@ -46,7 +46,8 @@ pub enum GenerateError {
     /// The model's chat template is not one this tool can render.
     #[error(
         "cannot render the model's chat template (tokenizer.chat_template): {reason}; \
-         supported: the ChatML form (<|im_start|>role\\ncontent<|im_end|>)"
+         supported: the ChatML form (<|im_start|>role\\ncontent<|im_end|>) and Gemma's turns \
+         (<start_of_turn>role\\ncontent<end_of_turn>)"
     )]
     ChatTemplate {
         /// Why.

@@ -7,7 +7,8 @@
 //! one token per decode step until the model's EOS, a stop string, `max_tokens` or a
 //! cancel flag. Text streams through [`TextStream`] (UTF-8 split across byte tokens,
 //! stop strings held back). A later turn continues the same cache: the history is never
-//! recomputed. [`ChatTemplate`] renders a user message in the model's ChatML template.
+//! recomputed. [`ChatTemplate`] renders a user message in the model's chat template
+//! (ChatML or Gemma's turns).
 //!
 //! A decode step runs on [`DecodePath::Direct`] (one chain of the prefill's kernels) or
 //! [`DecodePath::Scheduled`] (a one-token plan of subgraph instances through the engine);
@@ -45,7 +46,7 @@ mod session;
 mod text;
 mod turn;
 
-pub use chat::ChatTemplate;
+pub use chat::{ChatForm, ChatTemplate};
 pub use direct::{DecodeBuffers, decode_step, int8_head};
 pub use error::GenerateError;
 pub use sampling::{Sampler, Sampling, argmax};

@@ -6,10 +6,11 @@
 
 use super::LlamaModel;
 use super::tests::rand;
+use crate::ImportError;
 use crate::family::{GEMMA3, LLAMA, QWEN2};
 use crate::gguf::GgufFile;
 use crate::gguf::MetadataValue as V;
-use crate::gguf::writer::{GgufWriter, TinyModel};
+use crate::gguf::writer::{GgufWriter, Llama3Scaling, TinyModel};
 
 const H: usize = 8;
 const HEAD: usize = 4;
@@ -135,8 +136,98 @@ fn llama3_rope_factors_equal_linear_scaling() {
     );
     assert!(close(&twos, &logits(&scaled)));
     assert!(!close(&plain, &twos));
-    let yarn = [("llama.rope.scaling.type", V::String("yarn".into()))];
-    assert!(LlamaModel::from_gguf(&tiny("llama", &yarn, 0.0, None)).is_err());
+    for kind in ["yarn", "longrope", "llama3"] {
+        let other = [("llama.rope.scaling.type", V::String(kind.into()))];
+        let err = LlamaModel::from_gguf(&tiny("llama", &other, 0.0, None)).unwrap_err();
+        assert!(
+            matches!(&err, ImportError::UnsupportedRopeScaling { kind: k, .. } if k == kind),
+            "{err}"
+        );
+        assert!(err.to_string().contains(kind), "{err}");
+    }
+    let bad = LlamaModel::from_gguf(&tiny("llama", &[], 0.0, Some(0.0))).unwrap_err();
+    assert!(bad.to_string().contains("rope_freqs.weight[0]"), "{bad}");
+}
+
+/// Hugging Face's `_compute_llama3_parameters`, in f64, written apart from the
+/// converter's rule: the scaled inverse frequencies themselves (`inv_freq / factor` for
+/// long wavelengths, a blend of `inv_freq / factor` and `inv_freq` between).
+fn hf_llama3_frequencies(d: usize, base: f64, s: &Llama3Scaling) -> Vec<f64> {
+    let (factor, low, high, old) = (
+        f64::from(s.factor),
+        f64::from(s.low_freq_factor),
+        f64::from(s.high_freq_factor),
+        f64::from(s.original_context),
+    );
+    (0..d)
+        .step_by(2)
+        .map(|j| {
+            let inv_freq = 1.0 / base.powf(j as f64 / d as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / inv_freq;
+            if wavelen > old / low {
+                inv_freq / factor
+            } else if wavelen < old / high {
+                inv_freq
+            } else {
+                let smooth = (old / wavelen - low) / (high - low);
+                (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn llama3_frequencies_match_hugging_face_rule() {
+    // Llama 3.1's scaling on a head of 128 with base 500000 hits all three bands.
+    let scaling = Llama3Scaling {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_context: 8192.0,
+    };
+    let (d, base) = (128, 500_000.0);
+    let file = |factors: bool| {
+        let mut w = GgufWriter::tiny_model(
+            &TinyModel {
+                arch: "llama",
+                layers: 1,
+                hidden: d,
+                heads: 1,
+                kv_heads: 1,
+                ffn: 4,
+                vocab: 4,
+                context: 16,
+                tied: true,
+            },
+            |name, n| values(name, n, 0.3),
+        );
+        w.kv("llama.rope.freq_base", V::F32(base));
+        if factors {
+            w.llama3_rope_freqs(d, base, &scaling);
+        }
+        GgufFile::from_bytes(w.to_bytes()).unwrap()
+    };
+    let scaled = file(true);
+    let config = crate::LlamaConfig::from_gguf(&scaled).unwrap();
+    let weights = crate::LlamaWeights::from_gguf(&scaled, &config).unwrap();
+    let factors = weights.rope_factors().unwrap().unwrap();
+    let got = config.rope_frequencies(base, Some(&factors));
+    let want = hf_llama3_frequencies(d, f64::from(base), &scaling);
+    assert!(factors.contains(&1.0) && factors.contains(&8.0));
+    assert!(factors.iter().any(|&f| f > 1.0 && f < 8.0));
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        // The factors are stored as f32: a relative error of a few 2^-24.
+        assert!((g - w).abs() <= 1e-6 * w, "pair {i}: {g} vs {w}");
+    }
+    // The reference forward rotates by them: the logits differ from the unscaled file's.
+    let tokens = [1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0];
+    let run = |f: &GgufFile| {
+        LlamaModel::from_gguf(f)
+            .unwrap()
+            .forward_all(&tokens)
+            .unwrap()
+    };
+    assert!(!close(&run(&scaled), &run(&file(false))));
 }
 
 #[test]

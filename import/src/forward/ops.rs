@@ -5,26 +5,13 @@
 
 use hetsched_kernels::{AttentionShape, RopeStyle, attention_causal_gqa, rms_norm};
 
-/// RoPE as [`hetsched_kernels::rope`] computes it (angles in f64), with pair `i`'s angle
-/// `p · scale · base^(−2i/d) / factors[i]`: llama.cpp's `freq_scale` (linear scaling) and
-/// `freq_factors` (Llama-3's `rope_freqs.weight`). `x` is `[tokens, heads, head_dim]`
-/// at positions `0..tokens`.
-pub fn rope_scaled(
-    x: &mut [f32],
-    heads: usize,
-    head_dim: usize,
-    base: f32,
-    style: RopeStyle,
-    scale: f32,
-    factors: Option<&[f32]>,
-) {
-    let half = head_dim / 2;
-    let freqs: Vec<f64> = (0..half)
-        .map(|i| {
-            let f = f64::from(base).powf(-2.0 * i as f64 / head_dim as f64) * f64::from(scale);
-            f / factors.map_or(1.0, |fs| f64::from(fs[i]))
-        })
-        .collect();
+/// RoPE as [`hetsched_kernels::rope`] computes it (angles in f64), pair `i` turning by
+/// `position · freqs[i]` ([`crate::LlamaConfig::rope_frequencies`]: the base's powers,
+/// scaled linearly and divided by Llama-3's factors). `x` is `[tokens, heads, head_dim]`
+/// at positions `0..tokens`, with `head_dim = 2 · freqs.len()`.
+pub fn rope_at_frequencies(x: &mut [f32], heads: usize, style: RopeStyle, freqs: &[f64]) {
+    let half = freqs.len();
+    let head_dim = 2 * half;
     for (pos, token) in x.chunks_exact_mut(heads * head_dim).enumerate() {
         for head in token.chunks_exact_mut(head_dim) {
             for (i, &freq) in freqs.iter().enumerate() {
@@ -120,22 +107,25 @@ mod tests {
     use super::*;
     use hetsched_kernels::{rope, seeded::SeededRng};
 
+    /// `base^(−2i/d) · scale / factor`, as the config computes them.
+    fn freqs(d: usize, scale: f64, factor: f64) -> Vec<f64> {
+        (0..d / 2)
+            .map(|i| 1e4f64.powf(-2.0 * i as f64 / d as f64) * scale / factor)
+            .collect()
+    }
+
     #[test]
     fn unscaled_rope_is_the_kernel() {
         let mut rng = SeededRng::new(3);
         for style in [RopeStyle::Adjacent, RopeStyle::HalfSplit] {
             let x = rng.f32s(5 * 2 * 8);
             let (mut a, mut b) = (x.clone(), x.clone());
-            rope_scaled(&mut a, 2, 8, 1e4, style, 1.0, None);
+            rope_at_frequencies(&mut a, 2, style, &freqs(8, 1.0, 1.0));
             rope(&mut b, &[0, 1, 2, 3, 4], 2, 8, 1e4, style);
             assert_eq!(a, b);
-            // Linear scale 1/2 at position 2p equals no scale at position p; factors of
-            // 2 do the same.
+            // Half the frequencies at position 2p equal the base's at position p.
             let mut half = x.clone();
-            rope_scaled(&mut half, 2, 8, 1e4, style, 0.5, None);
-            let mut factors = x.clone();
-            rope_scaled(&mut factors, 2, 8, 1e4, style, 1.0, Some(&[2.0; 4]));
-            assert_eq!(half, factors);
+            rope_at_frequencies(&mut half, 2, style, &freqs(8, 1.0, 2.0));
             let mut p1 = x[2 * 16..3 * 16].to_vec();
             rope(&mut p1, &[1], 2, 8, 1e4, style);
             for (h, p) in half[2 * 16..3 * 16].iter().zip(&p1) {

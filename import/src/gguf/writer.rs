@@ -1,6 +1,46 @@
 //! A minimal GGUF writer, for building small files in tests and tools.
 
-use super::{DEFAULT_ALIGNMENT, GgmlType, MAGIC, MetadataValue};
+use super::{DEFAULT_ALIGNMENT, GgmlType, MAGIC, MetadataArray, MetadataValue, ValueType};
+
+/// A Hugging Face `rope_scaling` of `rope_type = "llama3"` (Llama 3.1, 3.2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Scaling {
+    /// `factor` (8 for Llama 3.1).
+    pub factor: f32,
+    /// `low_freq_factor` (1).
+    pub low_freq_factor: f32,
+    /// `high_freq_factor` (4).
+    pub high_freq_factor: f32,
+    /// `original_max_position_embeddings` (8192).
+    pub original_context: f32,
+}
+
+/// The per-frequency factors llama.cpp's converter derives from a `llama3` scaling
+/// (`conversion/llama.py`, `generate_extra_tensors`): pair `i` of frequency
+/// `base^(−2i/d)` and wavelength `2π / freq` gets 1 below `original / high_freq_factor`,
+/// `factor` above `original / low_freq_factor`, and `1 / ((1 − s) / factor + s)` between,
+/// `s = (original / wavelength − low) / (high − low)`. RoPE divides each frequency by it.
+pub fn llama3_rope_factors(head_dim: usize, base: f32, s: &Llama3Scaling) -> Vec<f32> {
+    let (low_wavelen, high_wavelen) = (
+        s.original_context / s.low_freq_factor,
+        s.original_context / s.high_freq_factor,
+    );
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf(2.0 * i as f32 / head_dim as f32);
+            let wavelen = 2.0 * std::f32::consts::PI / freq;
+            if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                s.factor
+            } else {
+                let smooth = (s.original_context / wavelen - s.low_freq_factor)
+                    / (s.high_freq_factor - s.low_freq_factor);
+                1.0 / ((1.0 - smooth) / s.factor + smooth)
+            }
+        })
+        .collect()
+}
 
 /// The sizes of a small synthetic llama-like model, for [`GgufWriter::tiny_model`]
 /// (tests, fuzz seeds and tools build their one- or two-layer files from it).
@@ -143,6 +183,52 @@ impl GgufWriter {
     ) -> &mut Self {
         let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
         self.tensor_raw(name, &dims, ty.id(), data)
+    }
+
+    /// Appends Llama-3's RoPE frequency factors as llama.cpp's converter writes them
+    /// (`rope_freqs.weight`, `[head_dim / 2]`, for a checkpoint whose `rope_scaling` is
+    /// `llama3`): see [`llama3_rope_factors`].
+    pub fn llama3_rope_freqs(
+        &mut self,
+        head_dim: usize,
+        base: f32,
+        s: &Llama3Scaling,
+    ) -> &mut Self {
+        let factors = llama3_rope_factors(head_dim, base, s);
+        self.tensor_f32("rope_freqs.weight", &[head_dim / 2], &factors)
+    }
+
+    /// Writes a SentencePiece (`tokenizer.ggml.model = llama`) vocabulary of `pieces`
+    /// (`(text, score, token_type)`, id = index), BOS id 0, no space prefix: the small
+    /// vocabularies of tokenizer tests.
+    pub fn spm_vocabulary(&mut self, pieces: &[(&str, f32, i32)]) -> &mut Self {
+        let array = |elem_type, f: &dyn Fn(&(&str, f32, i32)) -> MetadataValue| {
+            MetadataValue::Array(MetadataArray {
+                elem_type,
+                values: pieces.iter().map(f).collect(),
+            })
+        };
+        self.kv(
+            "tokenizer.ggml.model",
+            MetadataValue::String("llama".into()),
+        )
+        .kv(
+            "tokenizer.ggml.tokens",
+            array(ValueType::String, &|p| MetadataValue::String(p.0.into())),
+        )
+        .kv(
+            "tokenizer.ggml.scores",
+            array(ValueType::F32, &|p| MetadataValue::F32(p.1)),
+        )
+        .kv(
+            "tokenizer.ggml.token_type",
+            array(ValueType::I32, &|p| MetadataValue::I32(p.2)),
+        )
+        .kv("tokenizer.ggml.bos_token_id", MetadataValue::U32(0))
+        .kv(
+            "tokenizer.ggml.add_space_prefix",
+            MetadataValue::Bool(false),
+        )
     }
 
     /// Appends an F32 tensor; `shape` outermost first, `values` row-major.
