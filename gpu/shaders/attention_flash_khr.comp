@@ -34,7 +34,9 @@ layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
 layout(std430, binding = 1) readonly buffer K { vec4 k[]; };
 layout(std430, binding = 2) readonly buffer V { vec4 v[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };
-// [counters: n_heads * q_blocks][(m, l): splits * n_heads * rows_pad * 2][o: ... * 64]
+// [counters: n_heads * q_blocks][(m, l): 2 x 128 per range][o: 32 x 128 per range], a range
+// being (split, head, query block); word j of thread t at j * 128 + t, so that the 128
+// threads of a workgroup write (and the merging one reads) whole contiguous lines.
 layout(std430, binding = 4) coherent buffer S { uint sw[]; };
 
 layout(push_constant) uniform Push {
@@ -251,15 +253,13 @@ void main() {
         }
         return;
     }
-    // Partials of this split: rows indexed over the padded chunk (q_blocks * BQ).
-    uint rows_pad = q_blocks * BQ;
-    uint slot = (split * p.n_heads + h) * rows_pad + t;
-    if (hf == 0) {
-        sw[p.ml_base + 2 * slot] = floatBitsToUint(m_run);
-        sw[p.ml_base + 2 * slot + 1] = floatBitsToUint(l_run);
-    }
-    [[unroll]] for (uint j = 0; j < 32; j++) // the partials keep the registers' order
-        sw[p.o_base + slot * D + dim0 + j] = floatBitsToUint(acc[j]);
+    // Partials of this range, in the registers' order (every range maps threads to rows
+    // and dims alike).
+    uint range = (split * p.n_heads + h) * q_blocks + yb;
+    sw[p.ml_base + range * 256 + tid] = floatBitsToUint(m_run);
+    sw[p.ml_base + range * 256 + 128 + tid] = floatBitsToUint(l_run);
+    [[unroll]] for (uint j = 0; j < 32; j++)
+        sw[p.o_base + (range * 32 + j) * 128 + tid] = floatBitsToUint(acc[j]);
     memoryBarrierBuffer();
     barrier();
     uint counter = h * q_blocks + yb;
@@ -271,19 +271,19 @@ void main() {
     if (row >= rows) return;
     float m_all = NEG_INF;
     for (uint sp = 0; sp < p.splits; sp++) {
-        uint sl = (sp * p.n_heads + h) * rows_pad + t;
-        m_all = max(m_all, uintBitsToFloat(sw[p.ml_base + 2 * sl]));
+        uint rg = (sp * p.n_heads + h) * q_blocks + yb;
+        m_all = max(m_all, uintBitsToFloat(sw[p.ml_base + rg * 256 + tid]));
     }
     float l_all = 0.0;
     float out_acc[32];
     [[unroll]] for (uint j = 0; j < 32; j++) out_acc[j] = 0.0;
     for (uint sp = 0; sp < p.splits; sp++) {
-        uint sl = (sp * p.n_heads + h) * rows_pad + t;
-        float m_s = uintBitsToFloat(sw[p.ml_base + 2 * sl]);
+        uint rg = (sp * p.n_heads + h) * q_blocks + yb;
+        float m_s = uintBitsToFloat(sw[p.ml_base + rg * 256 + tid]);
         float w = m_s == NEG_INF ? 0.0 : exp2(m_s - m_all);
-        l_all += w * uintBitsToFloat(sw[p.ml_base + 2 * sl + 1]);
+        l_all += w * uintBitsToFloat(sw[p.ml_base + rg * 256 + 128 + tid]);
         [[unroll]] for (uint j = 0; j < 32; j++)
-            out_acc[j] += w * uintBitsToFloat(sw[p.o_base + sl * D + dim0 + j]);
+            out_acc[j] += w * uintBitsToFloat(sw[p.o_base + (rg * 32 + j) * 128 + tid]);
     }
     float inv = 1.0 / l_all;
     [[unroll]] for (uint j = 0; j < 32; j++) {

@@ -37,6 +37,12 @@ const KHR_KEYS: usize = 64;
 /// 512-token chunk of 9 heads (72 query blocks) still fills the device.
 const KHR_TARGET_WORKGROUPS: usize = 512;
 
+/// Fewest key blocks per range: a range's fixed cost (Q's fragments, its partials, its
+/// share of the merge) is worth about a dozen blocks on an H100 (measured: 512 queries at
+/// 512, 16 blocks, take 48 us unsplit and 89 us in 8 ranges; at 3584, 64 blocks, 4 ranges
+/// are best).
+const KHR_MIN_BLOCKS_PER_RANGE: usize = 16;
+
 /// Most key ranges one query block is split into.
 const KHR_MAX_SPLITS: usize = 32;
 
@@ -70,7 +76,8 @@ fn base_push(s: &AttentionShape) -> [u32; PUSH_WORDS] {
 }
 
 /// How the tensor-core kernel splits `s`: key ranges per query block, and the scratch
-/// layout (counters, then (max, sum) pairs, then 64-wide partial rows) in words.
+/// layout in words (counters, then 256 words of (max, sum) and 4096 of partial output per
+/// range of one head and query block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct KhrSplit {
     splits: usize,
@@ -82,21 +89,19 @@ struct KhrSplit {
 fn khr_split(s: &AttentionShape, max_words: usize) -> KhrSplit {
     let q_blocks = s.n_tokens.div_ceil(KHR_QUERIES);
     let base = s.n_heads * q_blocks;
-    // At least two key blocks per range: a range's fixed cost (Q's fragments, the partials'
-    // writes and the merge) stays small against its multiply-adds.
     let key_blocks = (s.pos0 + s.n_tokens).div_ceil(KHR_KEYS);
     let mut splits = KHR_TARGET_WORKGROUPS
         .div_ceil(base)
-        .min(key_blocks / 2)
+        .min(key_blocks / KHR_MIN_BLOCKS_PER_RANGE)
         .clamp(1, KHR_MAX_SPLITS);
     let layout = |splits: usize| {
         let counters = base.next_multiple_of(4);
-        let rows = splits * s.n_heads * q_blocks * KHR_QUERIES;
+        let ranges = splits * base;
         KhrSplit {
             splits,
             ml_base: counters,
-            o_base: counters + 2 * rows,
-            words: counters + 2 * rows + rows * 64,
+            o_base: counters + 256 * ranges,
+            words: counters + (256 + 4096) * ranges,
         }
     };
     while splits > 1 && layout(splits).words > max_words {
@@ -279,19 +284,22 @@ mod tests {
 
     #[test]
     fn key_split_fills_the_device_and_fits_the_buffer() {
-        // The last 512-token chunk of 4096: 72 query blocks, 64 key blocks -> 8 ranges.
+        // The last 512-token chunk of 4096: 72 query blocks, 64 key blocks -> 4 ranges.
         let s = khr_split(&shape(512, 3584), usize::MAX);
-        assert_eq!(s.splits, 8);
-        let rows = 8 * 9 * 512;
-        assert_eq!((s.ml_base, s.o_base), (72, 72 + 2 * rows));
-        assert_eq!(s.words, 72 + 66 * rows);
-        // A 45-token chunk after 512: 9 query blocks, 9 key blocks -> 4 ranges of >= 2.
-        assert_eq!(khr_split(&shape(45, 512), usize::MAX).splits, 4);
-        // One key block: nothing to split.
-        assert_eq!(khr_split(&shape(5, 0), usize::MAX).splits, 1);
+        assert_eq!(s.splits, 4);
+        let ranges = 4 * 72;
+        assert_eq!((s.ml_base, s.o_base), (72, 72 + 256 * ranges));
+        assert_eq!(s.words, 72 + 4352 * ranges);
+        // 2048 queries at 6144: 288 query blocks, 128 key blocks -> 2 ranges.
+        assert_eq!(khr_split(&shape(2048, 6144), usize::MAX).splits, 2);
+        // A first 512-token chunk (16 key blocks) or a 45-token one after 512: no split.
+        assert_eq!(khr_split(&shape(512, 0), usize::MAX).splits, 1);
+        assert_eq!(khr_split(&shape(45, 512), usize::MAX).splits, 1);
+        // Few query blocks over a long past: up to 32 ranges of 16 blocks.
+        assert_eq!(khr_split(&shape(45, 40_000), usize::MAX).splits, 32);
         // A scratch limit halves the ranges until the layout fits.
-        let small = khr_split(&shape(512, 3584), s.words / 3);
-        assert_eq!(small.splits, 2);
-        assert!(small.words <= s.words / 3);
+        let small = khr_split(&shape(512, 3584), s.words / 2);
+        assert_eq!(small.splits, 1);
+        assert!(small.words <= s.words / 2);
     }
 }

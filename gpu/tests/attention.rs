@@ -77,9 +77,11 @@ fn matches_reference_with_past_offset_and_gqa() {
         shape(100, 300, 400, 9, 3, 64),
         shape(70, 0, 70, 2, 1, 48),
         shape(65, 31, 96, 3, 3, 6),
-        // The tensor-core kernel's key split (8 ranges of 64-key blocks, merged by the last
-        // workgroup of each query block) and a ragged 64-query block.
+        // The tensor-core kernel: ragged 64-query blocks over 16 key blocks (one range), and
+        // its key split (3 ranges of 64-key blocks, the last ragged, merged by the last
+        // workgroup of each query block).
         shape(130, 900, 1030, 9, 3, 64),
+        shape(20, 4000, 4020, 3, 1, 64),
     ]
     .into_iter()
     .enumerate()
