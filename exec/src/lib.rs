@@ -261,12 +261,17 @@ fn lane_kernels(
 }
 
 /// The Vulkan device, prepared (pipelines built, first allocations and submission done) so
-/// that none of that lands in the prefill.
+/// that none of that lands in the prefill. Attention runs on tensor cores where the device
+/// has them (f16 inputs, f32 accumulation) unless `HETSCHED_GPU_F32_ATTENTION=1` asks for
+/// the f32 kernel, the reference (and what an A/B measurement of the two compares).
 #[cfg(feature = "gpu")]
 fn gpu_context() -> Result<hetsched_gpu::GpuContext, ExecError> {
     let failed = |e: hetsched_gpu::GpuError| ExecError::Gpu(e.to_string());
-    let context =
-        hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()).map_err(failed)?;
+    let options = hetsched_gpu::GpuOptions {
+        f32_attention: std::env::var("HETSCHED_GPU_F32_ATTENTION").is_ok_and(|v| v == "1"),
+        ..Default::default()
+    };
+    let context = hetsched_gpu::GpuContext::new(options).map_err(failed)?;
     context.prepare().map_err(failed)?;
     Ok(context)
 }

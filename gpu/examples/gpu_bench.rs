@@ -328,13 +328,38 @@ fn ops_table(ctx: &GpuContext, json: &mut Option<std::fs::File>) -> bool {
         kv_len: long_kv,
         ..shape
     };
+    // The f32 kernel beside the tensor-core one, where the device has both.
+    let f32_ctx = GpuContext::new(GpuOptions {
+        f32_attention: true,
+        ..Default::default()
+    });
+    let Ok(f32_ctx) = f32_ctx else {
+        println!("no second context for the f32 attention row");
+        return false;
+    };
+    // The last 2048 of an 8192-token prefill with 2048-token chunks: 4 · 64 · 9 ·
+    // Σ(6145..=8192) keys = 33.0 GFLOP.
+    let long_8k = AttentionShape {
+        n_tokens: 2048,
+        pos0: 6144,
+        kv_len: 8192,
+        ..shape
+    };
+    let q_8k = rng.f32s(2048 * heads * d);
+    let (kc_8k, vc_8k) = (rng.f32s(8192 * kv_heads * d), rng.f32s(8192 * kv_heads * d));
+    println!(
+        "attention on tensor cores: {}",
+        ctx.attention_on_tensor_cores(&long)
+    );
     let ops: Vec<Op<'_>> = vec![
         (
             "rms_norm 512x576",
+            ctx,
             Box::new(|| ctx.rms_norm(&x, &w, 1e-5, t, hidden).map(drop)),
         ),
         (
             "rope q 512x9x64",
+            ctx,
             Box::new(|| {
                 ctx.rope(
                     &mut q.clone(),
@@ -348,43 +373,69 @@ fn ops_table(ctx: &GpuContext, json: &mut Option<std::fs::File>) -> bool {
         ),
         (
             "attention 512 @512, 9/3x64",
+            ctx,
             Box::new(|| ctx.attention_causal_gqa(&q, &kc, &vc, &shape).map(drop)),
         ),
         (
             "attention 512 @3584, 9/3x64",
+            ctx,
             Box::new(|| {
                 ctx.attention_causal_gqa(&q, &kc_long, &vc_long, &long)
                     .map(drop)
             }),
         ),
         (
+            "attention 512 @3584 f32",
+            &f32_ctx,
+            Box::new(|| {
+                f32_ctx
+                    .attention_causal_gqa(&q, &kc_long, &vc_long, &long)
+                    .map(drop)
+            }),
+        ),
+        (
+            "attention 2048 @6144, 9/3x64",
+            ctx,
+            Box::new(|| {
+                ctx.attention_causal_gqa(&q_8k, &kc_8k, &vc_8k, &long_8k)
+                    .map(drop)
+            }),
+        ),
+        (
             "silu_mul 512x1536",
+            ctx,
             Box::new(|| ctx.silu_mul(&gate, &gate).map(drop)),
         ),
         (
             "quantize_dynamic 512x1536",
+            ctx,
             Box::new(|| ctx.quantize_dynamic(&gate).map(drop)),
         ),
         (
             "dequantize 512x1536",
+            ctx,
             Box::new(|| {
                 ctx.dequantize_i32_acc(&acc, t, ffn, 0.01, &scales)
                     .map(drop)
             }),
         ),
     ];
-    time_ops(ctx, &ops, json)
+    time_ops(&ops, json)
 }
 
-/// A named kernel call of the ops table.
-type Op<'a> = (&'static str, Box<dyn Fn() -> hetsched_gpu::Result<()> + 'a>);
+/// A named kernel call of the ops table and the context it runs on (whose timer it reads).
+type Op<'a> = (
+    &'static str,
+    &'a GpuContext,
+    Box<dyn Fn() -> hetsched_gpu::Result<()> + 'a>,
+);
 
 /// Prints (and writes to `json`) the best GPU time of five calls of each of `ops`; false
 /// where one failed.
-fn time_ops(ctx: &GpuContext, ops: &[Op<'_>], json: &mut Option<std::fs::File>) -> bool {
+fn time_ops(ops: &[Op<'_>], json: &mut Option<std::fs::File>) -> bool {
     println!("{:<28} {:>12}", "kernel (SmolLM2 shapes)", "GPU us");
     let mut ok = true;
-    for (name, op) in ops {
+    for (name, ctx, op) in ops {
         let mut best = u64::MAX;
         for _ in 0..5 {
             if let Err(e) = op() {

@@ -3,9 +3,11 @@
 
 use hetsched_kernels::reference::AttentionShape;
 
+use vulkano::buffer::Subbuffer;
+
 use crate::context::GpuContext;
 use crate::error::{Result, shape};
-use crate::job::Bind;
+use crate::job::Job;
 use crate::pipelines::{PUSH_WORDS, Shader};
 
 /// Largest head dimension of the kernels (their per-thread accumulators are sized for it).
@@ -25,16 +27,28 @@ const FLASH_MAX_HEAD_DIM: usize = 64;
 /// Query tokens per workgroup of the flash kernel.
 const FLASH_QUERIES: usize = 32;
 
-/// The kernel for `s`, its push constants and its grid.
-pub(crate) fn attention_dispatch(s: &AttentionShape) -> (Shader, [u32; PUSH_WORDS], [u32; 3]) {
-    let mut push = [0u32; PUSH_WORDS];
-    push[0] = s.n_tokens as u32;
-    push[1] = s.pos0 as u32;
-    push[2] = s.kv_len as u32;
-    push[3] = s.n_heads as u32;
-    push[4] = s.n_kv_heads as u32;
-    push[5] = s.head_dim as u32;
-    push[6] = s.scale().to_bits();
+/// Query rows per workgroup of the tensor-core kernel (`attention_flash_khr.comp`).
+const KHR_QUERIES: usize = 64;
+
+/// Keys per block of the tensor-core kernel.
+const KHR_KEYS: usize = 64;
+
+/// Workgroups the key split aims for: about four per SM of a 132-SM H100, so that a
+/// 512-token chunk of 9 heads (72 query blocks) still fills the device.
+const KHR_TARGET_WORKGROUPS: usize = 512;
+
+/// Fewest key blocks per range: a range's fixed cost (Q's fragments, its partials, its
+/// share of the merge) is worth about a dozen blocks on an H100 (measured: 512 queries at
+/// 512, 16 blocks, take 48 us unsplit and 89 us in 8 ranges; at 3584, 64 blocks, 4 ranges
+/// are best).
+const KHR_MIN_BLOCKS_PER_RANGE: usize = 16;
+
+/// Most key ranges one query block is split into.
+const KHR_MAX_SPLITS: usize = 32;
+
+/// The plain kernel for `s`, its push constants and its grid.
+fn plain_dispatch(s: &AttentionShape) -> (Shader, [u32; PUSH_WORDS], [u32; 3]) {
+    let push = base_push(s);
     let (shader, query_groups) = if s.head_dim <= FLASH_MAX_HEAD_DIM {
         (Shader::AttentionFlash, s.n_tokens.div_ceil(FLASH_QUERIES))
     } else if s.head_dim <= TILED_MAX_HEAD_DIM {
@@ -46,6 +60,134 @@ pub(crate) fn attention_dispatch(s: &AttentionShape) -> (Shader, [u32; PUSH_WORD
         shader,
         push,
         [s.n_heads as u32, query_groups.clamp(1, 65_535) as u32, 1],
+    )
+}
+
+fn base_push(s: &AttentionShape) -> [u32; PUSH_WORDS] {
+    let mut push = [0u32; PUSH_WORDS];
+    push[0] = s.n_tokens as u32;
+    push[1] = s.pos0 as u32;
+    push[2] = s.kv_len as u32;
+    push[3] = s.n_heads as u32;
+    push[4] = s.n_kv_heads as u32;
+    push[5] = s.head_dim as u32;
+    push[6] = s.scale().to_bits();
+    push
+}
+
+/// How the tensor-core kernel splits `s`: key ranges per query block, and the scratch
+/// layout in words (counters, then 256 words of (max, sum) and 4096 of partial output per
+/// range of one head and query block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct KhrSplit {
+    splits: usize,
+    ml_base: usize,
+    o_base: usize,
+    words: usize,
+}
+
+fn khr_split(s: &AttentionShape, max_words: usize) -> KhrSplit {
+    let q_blocks = s.n_tokens.div_ceil(KHR_QUERIES);
+    let base = s.n_heads * q_blocks;
+    let key_blocks = (s.pos0 + s.n_tokens).div_ceil(KHR_KEYS);
+    let mut splits = KHR_TARGET_WORKGROUPS
+        .div_ceil(base)
+        .min(key_blocks / KHR_MIN_BLOCKS_PER_RANGE)
+        .clamp(1, KHR_MAX_SPLITS);
+    let layout = |splits: usize| {
+        let counters = base.next_multiple_of(4);
+        let ranges = splits * base;
+        KhrSplit {
+            splits,
+            ml_base: counters,
+            o_base: counters + 256 * ranges,
+            words: counters + (256 + 4096) * ranges,
+        }
+    };
+    while splits > 1 && layout(splits).words > max_words {
+        splits /= 2;
+    }
+    layout(splits)
+}
+
+impl GpuContext {
+    /// Whether this device and build can run the tensor-core attention kernel
+    /// (`VK_KHR_cooperative_matrix` with 16x16x16 f16 matrices, 32-wide subgroups, subgroup
+    /// shuffles, the kernel compiled by glslang 13).
+    pub(crate) fn tensor_core_attention_available(&self) -> bool {
+        Shader::AttentionFlashKhr.compiled()
+            && self.check_coop(crate::CoopKernel::Khr).is_ok()
+            && self.info.subgroup_shuffle
+    }
+
+    /// Whether attention of shape `s` runs on tensor cores here (f16 Q, K, V and
+    /// probabilities, f32 accumulation and softmax): head_dim <= 64 and a multiple of 4, a
+    /// device with the KHR cooperative matrices, and [`crate::GpuOptions::f32_attention`]
+    /// off. Otherwise the f32 kernels run.
+    pub fn attention_on_tensor_cores(&self, s: &AttentionShape) -> bool {
+        !self.f32_attention
+            && s.head_dim <= FLASH_MAX_HEAD_DIM
+            && s.head_dim.is_multiple_of(4)
+            && self.tensor_core_attention_available()
+    }
+
+    /// The attention scratch buffer, at least `words` long, its counters zero.
+    fn attention_scratch(&self, words: usize) -> Result<Subbuffer<[u32]>> {
+        let mut scratch = self
+            .attention_scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(buf) = &*scratch
+            && buf.len() >= words as u64
+        {
+            return Ok(buf.clone());
+        }
+        // Grown in powers of two and zeroed once: every dispatch leaves its counters at zero.
+        // A replaced buffer lives on in the command buffers that still use it.
+        let limit = self.info.max_storage_buffer_range / 4;
+        let len = (words as u64)
+            .next_power_of_two()
+            .min(limit)
+            .max(words as u64);
+        let buf = self.alloc_words(len, "attention scratch")?;
+        let mut job = Job::new(self)?;
+        job.fill_zero(&buf)?;
+        job.finish()?;
+        *scratch = Some(buf.clone());
+        Ok(buf)
+    }
+}
+
+/// Records attention of shape `s` (already validated) over `[q, k_cache, v_cache, out]`:
+/// the tensor-core kernel where [`GpuContext::attention_on_tensor_cores`], else the plain one.
+pub(crate) fn record_attention<C: AsRef<GpuContext>>(
+    job: &mut Job<C>,
+    bufs: [&Subbuffer<[u32]>; 4],
+    s: &AttentionShape,
+) -> Result<()> {
+    let ctx = job.ctx();
+    if !ctx.attention_on_tensor_cores(s) {
+        let (shader, push, groups) = plain_dispatch(s);
+        return job.dispatch(shader, &bufs, push, groups);
+    }
+    let max_words = (ctx.info.max_storage_buffer_range / 4) as usize;
+    let split = khr_split(s, max_words);
+    let scratch = if split.splits > 1 {
+        ctx.attention_scratch(split.words)?
+    } else {
+        ctx.unused_bindings()?[0].clone()
+    };
+    let mut push = base_push(s);
+    push[7] = split.splits as u32;
+    push[8] = split.ml_base as u32;
+    push[9] = split.o_base as u32;
+    let q_blocks = s.n_tokens.div_ceil(KHR_QUERIES).clamp(1, 65_535) as u32;
+    let [q, k, v, out] = bufs;
+    job.dispatch(
+        Shader::AttentionFlashKhr,
+        &[q, k, v, out, &scratch],
+        push,
+        [s.n_heads as u32, q_blocks, split.splits as u32],
     )
 }
 
@@ -113,19 +255,51 @@ impl GpuContext {
         if q.is_empty() {
             return Ok(Vec::new());
         }
-        let (shader, push, groups) = attention_dispatch(s);
-        let got = self.run_simple(
-            shader,
-            &[
-                Bind::Upload(&words(q)),
-                Bind::Upload(&words(k_cache)),
-                Bind::Upload(&words(v_cache)),
-                Bind::Output(q.len() as u64),
-            ],
-            &[3],
-            push,
-            groups,
-        )?;
+        let mut job = Job::new(self)?;
+        let q_buf = job.upload(&words(q), "attention q")?;
+        let k_buf = job.upload(&words(k_cache), "attention k cache")?;
+        let v_buf = job.upload(&words(v_cache), "attention v cache")?;
+        let out = self.alloc_words(q.len() as u64, "attention output")?;
+        record_attention(&mut job, [&q_buf, &k_buf, &v_buf, &out], s)?;
+        job.download(&out);
+        let got = job.finish()?.downloads;
         Ok(got[0].iter().map(|&b| f32::from_bits(b)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(n_tokens: usize, pos0: usize) -> AttentionShape {
+        AttentionShape {
+            n_tokens,
+            pos0,
+            kv_len: pos0 + n_tokens,
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+        }
+    }
+
+    #[test]
+    fn key_split_fills_the_device_and_fits_the_buffer() {
+        // The last 512-token chunk of 4096: 72 query blocks, 64 key blocks -> 4 ranges.
+        let s = khr_split(&shape(512, 3584), usize::MAX);
+        assert_eq!(s.splits, 4);
+        let ranges = 4 * 72;
+        assert_eq!((s.ml_base, s.o_base), (72, 72 + 256 * ranges));
+        assert_eq!(s.words, 72 + 4352 * ranges);
+        // 2048 queries at 6144: 288 query blocks, 128 key blocks -> 2 ranges.
+        assert_eq!(khr_split(&shape(2048, 6144), usize::MAX).splits, 2);
+        // A first 512-token chunk (16 key blocks) or a 45-token one after 512: no split.
+        assert_eq!(khr_split(&shape(512, 0), usize::MAX).splits, 1);
+        assert_eq!(khr_split(&shape(45, 512), usize::MAX).splits, 1);
+        // Few query blocks over a long past: up to 32 ranges of 16 blocks.
+        assert_eq!(khr_split(&shape(45, 40_000), usize::MAX).splits, 32);
+        // A scratch limit halves the ranges until the layout fits.
+        let small = khr_split(&shape(512, 3584), s.words / 2);
+        assert_eq!(small.splits, 1);
+        assert!(small.words <= s.words / 2);
     }
 }

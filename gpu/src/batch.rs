@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use hetsched_kernels::reference::{AttentionShape, RopeStyle};
 
-use crate::attention::{attention_dispatch, validate_shape};
+use crate::attention::{record_attention, validate_shape};
 use crate::buffers::{Elem, GpuMatrix};
 use crate::context::GpuContext;
 use crate::error::{Result, shape};
@@ -308,12 +308,10 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         }
         let kv = s.kv_len * kv_cols;
         validate_shape(s, q.rows() * q_cols, kv, kv)?;
-        let (shader, push, groups) = attention_dispatch(s);
-        self.job.dispatch(
-            shader,
-            &[&q.buf, &k_cache.buf, &v_cache.buf, &out.buf],
-            push,
-            groups,
+        record_attention(
+            &mut self.job,
+            [&q.buf, &k_cache.buf, &v_cache.buf, &out.buf],
+            s,
         )
     }
 

@@ -58,6 +58,10 @@ pub struct GpuOptions {
     /// Pretend `maxStorageBufferRange` is at most this many bytes. Tests use it to exercise
     /// the splitting of large operations without allocating 128 MiB buffers.
     pub max_buffer_bytes: Option<u64>,
+    /// Keep attention in f32 (`attention_flash.comp`) even where the tensor-core kernel
+    /// (`attention_flash_khr.comp`, f16 inputs, f32 accumulation) could run: the reference
+    /// path, exact to 1e-5.
+    pub f32_attention: bool,
 }
 
 /// What the chosen device offers that the kernels rely on.
@@ -84,6 +88,9 @@ pub struct DeviceInfo {
     pub max_workgroup_count: [u32; 3],
     /// Subgroup (warp) size, when reported.
     pub subgroup_size: Option<u32>,
+    /// Compute shaders may shuffle between a subgroup's lanes (`subgroupShuffleXor`, used by
+    /// the tensor-core attention's softmax).
+    pub subgroup_shuffle: bool,
     /// Nanoseconds per timestamp tick, when the compute queue supports timestamps.
     pub timestamp_period_ns: Option<f32>,
     /// `shaderInt8` (8-bit arithmetic in shaders).
@@ -134,6 +141,11 @@ pub struct GpuContext {
     /// Partial products of split-K GEMMs, grown on demand. Shared by every GEMM: within a
     /// command buffer vulkano orders its uses, across command buffers the stream does.
     split_k_scratch: Mutex<Option<Subbuffer<[u32]>>>,
+    /// Counters and partial outputs of the key-split tensor-core attention (its counters
+    /// start at zero and every dispatch leaves them at zero), grown on demand.
+    pub(crate) attention_scratch: Mutex<Option<Subbuffer<[u32]>>>,
+    /// [`GpuOptions::f32_attention`].
+    pub(crate) f32_attention: bool,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
     /// that no buffer is bound twice in one dispatch).
     unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 4]>,
@@ -236,6 +248,8 @@ impl GpuContext {
             last_gpu_time_ns: Mutex::new(None),
             stream: Mutex::new(None),
             split_k_scratch: Mutex::new(None),
+            attention_scratch: Mutex::new(None),
+            f32_attention: options.f32_attention,
             unused_bindings: std::sync::OnceLock::new(),
             dispatches: std::sync::atomic::AtomicU64::new(0),
         })
@@ -416,6 +430,12 @@ fn device_info(
         max_shared_memory: props.max_compute_shared_memory_size,
         max_workgroup_count: props.max_compute_work_group_count,
         subgroup_size: props.subgroup_size,
+        subgroup_shuffle: props
+            .subgroup_supported_operations
+            .is_some_and(|ops| ops.contains(vulkano::device::physical::SubgroupFeatures::SHUFFLE))
+            && props
+                .subgroup_supported_stages
+                .is_some_and(|st| st.contains(vulkano::shader::ShaderStages::COMPUTE)),
         timestamp_period_ns: timestamps.then_some(props.timestamp_period),
         shader_int8: features.shader_int8,
         storage_8bit: features.storage_buffer8_bit_access,

@@ -79,6 +79,7 @@ shaders! {
     Attention => "attention",
     AttentionTiled => "attention_tiled",
     AttentionFlash => "attention_flash",
+    AttentionFlashKhr => "attention_flash_khr",
     Add => "add",
     AddChecked => "add_checked",
 }

@@ -150,6 +150,9 @@ impl GpuContext {
     /// Whether `shader` is a cooperative-matrix kernel that cannot run here (for
     /// [`GpuContext::prepare`], which builds every other pipeline).
     pub(crate) fn coop_shader_unusable(&self, shader: Shader) -> bool {
+        if shader == Shader::AttentionFlashKhr {
+            return !self.tensor_core_attention_available();
+        }
         CoopKernel::ALL
             .iter()
             .any(|k| k.shader() == shader && self.check_coop(*k).is_err())
