@@ -2,9 +2,9 @@
 //!
 //! The integer products are those of [`super::super::gemm_w4`]'s AVX2 kernel (both
 //! operands widened to i16, `vpmaddwd`, two partial sums per column). Per group the two
-//! partial sums are folded (`vphaddd`), multiplied by the sub-scales, converted to f32
-//! and fused-multiply-added with the group's activation scale; the row scales multiply
-//! the accumulators at the end. Same operations and order as [`super::scalar`], so the
+//! partial sums are folded (`vphaddd`), converted to f32 and fused-multiply-added with
+//! the sub-scales times the group's activation scale; the row scales multiply the
+//! accumulators at the end. Same operations and order as [`super::scalar`], so the
 //! results are bit-identical. Needs FMA besides AVX2 (every AVX2 CPU of note has it); a
 //! CPU without it runs the scalar variant.
 
@@ -135,10 +135,11 @@ fn micro<const R: usize>(
         let at = g * BLOCK + half * HALF;
         let s8: [u8; HALF] = std::array::from_fn(|i| subs[at + i] as u8);
         let s = _mm256_cvtepi8_epi32(_mm_set_epi64x(0, i64::from_le_bytes(s8)));
+        let s = _mm256_cvtepi32_ps(s);
         for r in 0..R {
-            let t = _mm256_mullo_epi32(fold_pairs(part[r][0], part[r][1]), s);
-            let scale = _mm256_set1_ps(scales[r * groups + g]);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, acc[r]);
+            let dot = _mm256_cvtepi32_ps(fold_pairs(part[r][0], part[r][1]));
+            let scale = _mm256_mul_ps(s, _mm256_set1_ps(scales[r * groups + g]));
+            acc[r] = _mm256_fmadd_ps(dot, scale, acc[r]);
         }
     }
     let mut d = [0f32; HALF];

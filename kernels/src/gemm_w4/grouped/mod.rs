@@ -6,16 +6,18 @@
 //! out[m, n] = d[n] · Σ_g a_scale[m, g] · (s[n, g] · Σ_{p ∈ g} a[m, p] · q[n, p])
 //! ```
 //!
-//! The bracket is an exact i32 per group (as in [`super::gemm_w4`]); it is converted to
-//! f32 and multiplied into a float accumulator with the group's activation scale (one
-//! fused multiply-add per 16 outputs and 32 inputs). The result is the dequantized f32
+//! A group's `Σ a · q` is an exact i32 (at most 32 · 128 · 8 in magnitude, so exact in
+//! f32 too); it is converted and fused-multiply-added into a float accumulator with
+//! `s[n, g] · a_scale[m, g]` (one conversion and one FMA per 16 outputs and 32 inputs;
+//! the scale product is off the accumulation chain). The result is the dequantized f32
 //! output. This is the CPU lane's W4A8 (`--precision w4a8-g32`): the NPU needs one
 //! activation scale per tensor, the CPU does not, and SmolLM2's massive activations
 //! cost a per-tensor scale most of the INT8 resolution (docs/real-execution.md,
 //! "W4A8").
 //!
 //! Every variant performs the same operations in the same order (the i32 group product,
-//! its exact conversion, one `mul_add` per group in group order, the row scale last), so
+//! its exact conversion, `s · a_scale` rounded once, one `mul_add` per group in group
+//! order, the row scale last), so
 //! all of them return bit-identical results; [`gemm_w4_grouped_reference`] computes the
 //! definition in f64 and the kernels agree with it within f32 rounding.
 
@@ -28,7 +30,7 @@ mod scalar;
 
 use std::ops::Range;
 
-pub use quantize::{quantize_groups, quantize_groups_into};
+pub use quantize::{quantize_groups, quantize_groups_into, quantize_groups_reference};
 
 use super::PackedW4Weights;
 use super::quant::{GROUP_K, W4Rows};

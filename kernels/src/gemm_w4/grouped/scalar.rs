@@ -39,8 +39,9 @@ pub(crate) fn gemm(
                         dot += hi * i32::from(a_g[4 * (v + VECS) + e] as i8);
                     }
                 }
-                let t = dot.wrapping_mul(i32::from(subs[g * BLOCK + c]));
-                acc = (t as f32).mul_add(a_s[g], acc);
+                // |dot| <= 32 · 128 · 8: exact in f32.
+                let scale = f32::from(subs[g * BLOCK + c]) * a_s[g];
+                acc = (dot as f32).mul_add(scale, acc);
             }
             let j = b0 * BLOCK + c;
             *out = acc * w.row_scales().get(j).copied().unwrap_or(0.0);

@@ -128,7 +128,7 @@ fn group_quantization_keeps_each_value_within_half_a_step() {
     assert_eq!(scales.len(), m * 3);
     assert_eq!(scales[4], 0.0);
     assert!(q[k + 32..k + 64].iter().all(|&v| v == 0));
-    assert!((scales[0] - 300.0 / 127.0).abs() < 1e-6);
+    assert_eq!(scales[0], 300.0 / 127.0);
     assert!(
         scales[1] < scales[0] / 50.0,
         "the next group keeps its resolution"
@@ -143,11 +143,45 @@ fn group_quantization_keeps_each_value_within_half_a_step() {
 }
 
 #[test]
-fn non_finite_inputs_count_as_zero() {
-    let x = [1.0, f32::NAN, -2.0, f32::INFINITY];
-    let (q, scales) = quantize_groups(&x, 1, 4);
-    assert_eq!(q, [64, 0, -127, 0]);
-    assert!((scales[0] - 2.0 / 127.0).abs() < 1e-7);
+fn non_finite_inputs_do_not_set_the_scale() {
+    let x = [1.0, f32::NAN, -2.0, f32::INFINITY, f32::NEG_INFINITY];
+    let (q, scales) = quantize_groups(&x, 1, 5);
+    assert_eq!(q, [64, 0, -127, 127, -127]);
+    assert_eq!(scales[0], 2.0 / 127.0);
+    // A group of denormals only: the scale underflows to 0 and the group to zeros.
+    let (q, scales) = quantize_groups(&[1e-44, -1e-44], 1, 2);
+    assert_eq!((q, scales), (vec![0, 0], vec![0.0]));
+}
+
+#[test]
+fn the_fast_quantizer_equals_the_reference_bit_for_bit() {
+    for (m, k, seed) in [
+        (1, 1, 1),
+        (3, 31, 2),
+        (2, 33, 3),
+        (5, 100, 4),
+        (4, 576, 5),
+        (2, 1536, 6),
+    ] {
+        let mut x: Vec<f32> = SeededRng::new(seed)
+            .f32s(m * k)
+            .iter()
+            .map(|v| v * 10f32.powi((seed % 5) as i32 - 2))
+            .collect();
+        // Ties, zeros, a massive value and non-finite ones.
+        x[0] = 0.0;
+        if m * k > 40 {
+            x[7] = 500.0;
+            x[11] = f32::NAN;
+            x[12] = f32::INFINITY;
+            x[33] = x[34] * 0.5;
+        }
+        let groups = m * k.div_ceil(GROUP_K);
+        let (mut q, mut s) = (vec![0i8; m * k], vec![0f32; groups]);
+        quantize_groups_reference(&x, m, k, &mut q, &mut s);
+        let (fast_q, fast_s) = quantize_groups(&x, m, k);
+        assert_eq!((fast_q, fast_s), (q, s), "m={m} k={k}");
+    }
 }
 
 #[test]
