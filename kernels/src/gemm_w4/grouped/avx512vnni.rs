@@ -69,7 +69,7 @@ fn gemm_impl(
     let groups = w.groups();
     let kp = GROUP_K * groups;
     let padded = pad_activations(a, m, w.k(), groups, 0);
-    let bias = group_bias(&padded);
+    let bias = bias_of(&padded);
     for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
         let at = r0 * groups..(r0 + rows) * groups;
         let rows_in = Rows {
@@ -83,6 +83,29 @@ fn gemm_impl(
             by_rows::<1>(rows, &rows_in, w, b0, tile);
         }
     });
+}
+
+/// [`group_bias`] with `vpsadbw`: per 64 bytes (two groups), the sums of `a + 128` of
+/// each 8 bytes, four of them per group, less `128 · 32`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn bias_of(padded: &[u8]) -> Vec<i32> {
+    let mut out = Vec::with_capacity(padded.len() / GROUP_K);
+    let (pairs, rest) = padded.as_chunks::<{ 2 * GROUP_K }>();
+    let flip = _mm512_set1_epi8(i8::MIN);
+    for pair in pairs {
+        // SAFETY: `pair` is exactly 64 readable bytes; loadu has no alignment requirement.
+        let x = unsafe { _mm512_loadu_si512(pair.as_ptr().cast()) };
+        let sums = _mm512_sad_epu8(_mm512_xor_si512(x, flip), _mm512_setzero_si512());
+        let mut lanes = [0u64; 8];
+        // SAFETY: `lanes` is exactly 64 writable bytes.
+        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), sums) };
+        for group in lanes.chunks_exact(4) {
+            let biased = group.iter().sum::<u64>() as i32;
+            out.push(8 * (biased - 128 * GROUP_K as i32));
+        }
+    }
+    out.extend(group_bias(rest));
+    out
 }
 
 /// A microtile's activation rows: padded values, scales and `8 Σ a` per group.
