@@ -24,6 +24,10 @@ pub enum Precision {
     /// W4A8 with the outlier shadow of w8a8-shadow (every site, no calibration).
     #[value(name = "w4a8-shadow")]
     W4a8Shadow,
+    /// W4A8 with INT8 activations scaled per row and group of 32 inputs (as llama.cpp's
+    /// Q8_0 blocks): the CPU lane's W4A8 (the NPU needs one scale per tensor).
+    #[value(name = "w4a8-g32")]
+    W4a8G32,
 }
 
 impl From<Precision> for LinearPrecision {
@@ -34,6 +38,7 @@ impl From<Precision> for LinearPrecision {
             Precision::W8a8Shadow => LinearPrecision::W8a8Shadow,
             Precision::W4a8 => LinearPrecision::W4a8,
             Precision::W4a8Shadow => LinearPrecision::W4a8Shadow,
+            Precision::W4a8G32 => LinearPrecision::W4a8G32,
         }
     }
 }

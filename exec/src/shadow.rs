@@ -33,6 +33,9 @@ pub enum QuantRule {
     PassThrough,
     /// Per-tensor INT8, scale max |x| / 127 (plain W8A8, and pruned shadow sites).
     MaxAbs,
+    /// INT8 with one scale per row and group of 32 inputs (max |x| / 127 of the group;
+    /// the CPU lane's W4A8, `w4a8-g32`): no outliers, no shadow.
+    Groups,
     /// Per-tensor INT8 with a scale fixed by calibration; values beyond saturate (a
     /// pruned site quantized with its calibrated percentile scale).
     Static {

@@ -3,12 +3,15 @@
 //! The W8A8 path follows the NPU's semantics: one scale per activation tensor (the
 //! tensor's max |x| / 127), activations saturated to ±127, INT32 accumulation, the
 //! per-row weight scales applied only when the accumulators are dequantized. No
-//! per-group scales: the NPU cannot do them.
+//! per-group scales: the NPU cannot do them. The CPU lane's W4A8 (`w4a8-g32`) is the
+//! exception: its activations carry a scale per row and group of 32
+//! ([`Act::Int8Groups`]) and its product returns dequantized f32.
 
 use hetsched_kernels::{
     I8Vector, PackedF32Weights, PackedI8Weights, PackedW4Weights, dequantize_i32_acc_fast,
-    gemm_i8_cols, gemm_w4_cols, gemv_f32, gemv_i8, matmul_f32_packed, matmul_f32_packed_cols,
-    max_abs, quantize_per_tensor_fast, scale_for_max_abs_fast,
+    gemm_i8_cols, gemm_w4_cols, gemm_w4_grouped_cols, gemv_f32, gemv_i8, matmul_f32_packed,
+    matmul_f32_packed_cols, max_abs, quantize_groups, quantize_per_tensor_fast,
+    scale_for_max_abs_fast,
 };
 use rayon::prelude::*;
 
@@ -34,6 +37,13 @@ pub enum Act {
         /// Outliers beyond the scale's range (shadowing only): flat index and the part
         /// the saturated INT8 value misses.
         outliers: Outliers,
+    },
+    /// INT8 rows with one scale per row and group of 32 inputs ([`QuantRule::Groups`]).
+    Int8Groups {
+        /// Quantized values, `[rows, k]`.
+        q: Vec<i8>,
+        /// `[rows, k / 32]` scales: real value = q × its group's scale.
+        scales: Vec<f32>,
     },
 }
 
@@ -85,6 +95,12 @@ pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
                 scale,
                 outliers: Vec::new(),
             }
+        }
+        QuantRule::Groups => {
+            // Groups of 32 over the flat buffer are groups of each row: the loader
+            // refuses w4a8-g32 for inputs whose width is not a multiple of 32.
+            let (q, scales) = quantize_groups(&x, 1, x.len());
+            Act::Int8Groups { q, scales }
         }
         QuantRule::Static { scale } => {
             let mut q = vec![0i8; x.len()];
@@ -221,6 +237,25 @@ fn gemm_w4_rows(q: &[i8], rows: usize, w: &PackedW4Weights) -> Vec<i32> {
     })
 }
 
+/// `a[rows, k] · wᵀ` in W4A8 with per-group activation scales, dequantized (f32), split
+/// like [`matmul_rows`].
+fn gemm_w4_grouped_rows(q: &[i8], scales: &[f32], rows: usize, w: &PackedW4Weights) -> Vec<f32> {
+    let (k, n, groups) = (w.k(), w.n(), w.groups());
+    if rows < ROWS_PER_TASK {
+        return by_columns(rows, n, |cols, out| {
+            gemm_w4_grouped_cols(q, scales, rows, w, cols, out);
+        });
+    }
+    let mut out = vec![0f32; rows * n];
+    let inputs = q
+        .par_chunks(ROWS_PER_TASK * k)
+        .zip(scales.par_chunks(ROWS_PER_TASK * groups));
+    out.par_chunks_mut(ROWS_PER_TASK * n)
+        .zip(inputs)
+        .for_each(|(o, (a, s))| gemm_w4_grouped_cols(a, s, a.len() / k, w, 0..n, o));
+    out
+}
+
 /// An integer product `q[rows, k] · wᵀ` (`[rows, n]` i32) through `gemm(a, m, cols,
 /// out)`, split like [`matmul_rows`]: blocks of rows over the pool, or columns for few
 /// rows.
@@ -288,6 +323,13 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Kern
                 shadow: None,
             })
         }
+        (Act::Int8Groups { q, scales }, LinearWeights::Int4 { packed, .. }) => {
+            check_len(q.len(), rows * k)?;
+            check_len(scales.len(), rows * packed.groups())?;
+            Ok(LinearOut::F32(gemm_w4_grouped_rows(
+                q, scales, rows, packed,
+            )))
+        }
         _ => Err(KernelError::Precisions("activation and weight")),
     }
 }
@@ -310,7 +352,8 @@ pub fn shadow_product(
 /// float shadow the merge attached, if any.
 pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, KernelError> {
     match (out, w) {
-        (LinearOut::F32(y), LinearWeights::F32(_)) => Ok(y),
+        // The grouped W4A8 product is dequantized by the kernel itself.
+        (LinearOut::F32(y), LinearWeights::F32(_) | LinearWeights::Int4 { .. }) => Ok(y),
         (
             LinearOut::Int32 {
                 acc,
@@ -485,5 +528,59 @@ mod tests {
         // Without it the cold spike sets the range and only the hot channel is shadowed.
         let (limit, indices) = quantized(f32::INFINITY);
         assert_eq!((limit, indices), (100.0, vec![hot_massive]));
+    }
+
+    #[test]
+    fn grouped_w4a8_linear_is_the_kernel_product_split_over_rows() {
+        let (n, k) = (40, 96);
+        let w = SeededRng::new(21).f32s(n * k);
+        let int4 = LinearWeights::Int4 {
+            packed: PackedW4Weights::quantize(&w, n, k),
+            shadow: None,
+        };
+        for rows in [1, 5, 40] {
+            let mut x = SeededRng::new(rows as u64).f32s(rows * k);
+            x[1] = 400.0; // a massive activation only coarsens its own group
+            let act = quantize(x.clone(), QuantRule::Groups);
+            let Act::Int8Groups { q, scales } = &act else {
+                panic!("groups quantize to group-scaled INT8");
+            };
+            assert_eq!((q.len(), scales.len()), (rows * k, rows * 3));
+            let LinearWeights::Int4 { packed, .. } = &int4 else {
+                unreachable!()
+            };
+            let mut want = vec![0f32; rows * n];
+            hetsched_kernels::matmul_w4a8_grouped(&x, rows, packed, &mut want);
+            let out = linear(&act, rows, &int4).unwrap();
+            assert_eq!(dequantize(out, &int4).unwrap(), want, "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn grouped_activations_need_four_bit_weights() {
+        let (n, k) = (16, 64);
+        let (q, scales) = quantize_weights_per_row_pair(n, k);
+        let int8 = LinearWeights::Int8 {
+            packed: PackedI8Weights::pack(&q, n, k),
+            scales,
+            shadow: None,
+        };
+        let act = quantize(SeededRng::new(3).f32s(2 * k), QuantRule::Groups);
+        assert!(matches!(
+            linear(&act, 2, &int8),
+            Err(KernelError::Precisions(_))
+        ));
+        let int4 = LinearWeights::Int4 {
+            packed: PackedW4Weights::quantize(&SeededRng::new(4).f32s(n * k), n, k),
+            shadow: None,
+        };
+        assert!(matches!(
+            linear(&act, 3, &int4),
+            Err(KernelError::Length { .. })
+        ));
+    }
+
+    fn quantize_weights_per_row_pair(n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+        hetsched_kernels::reference::quantize_weights_per_row(&SeededRng::new(5).f32s(n * k), n, k)
     }
 }

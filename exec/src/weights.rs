@@ -1,6 +1,7 @@
 //! A llama model's weights in the form the real kernels take: packed f32 for the float
 //! path, per-row INT8 with scales for the W8A8 (emulated NPU) path.
 
+use hetsched_kernels::gemm_w4::GROUP_K;
 use hetsched_kernels::reference::quantize_weights_per_row;
 use hetsched_kernels::{PackedF32Weights, PackedI8Weights, PackedW4Weights, RopeTable};
 use hetsched_systems::block::{BlockVariant, GluActivation};
@@ -46,6 +47,12 @@ pub enum LinearPrecision {
     /// float row resident: no calibration).
     #[serde(rename = "w4a8-shadow")]
     W4a8Shadow,
+    /// W4A8 with INT8 activations scaled per row and group of 32 inputs (llama.cpp's
+    /// Q8_0 blocks; [`QuantRule::Groups`]): the CPU lane's W4A8, which SmolLM2's
+    /// massive activations do not ruin (the NPU lane needs one scale per tensor).
+    /// Every linear's input width must be a multiple of 32.
+    #[serde(rename = "w4a8-g32")]
+    W4a8G32,
 }
 
 impl LinearPrecision {
@@ -57,6 +64,7 @@ impl LinearPrecision {
             LinearPrecision::W8a8Shadow => "w8a8-shadow",
             LinearPrecision::W4a8 => "w4a8",
             LinearPrecision::W4a8Shadow => "w4a8-shadow",
+            LinearPrecision::W4a8G32 => "w4a8-g32",
         }
     }
 
@@ -112,10 +120,12 @@ impl LinearWeights {
                     shadow,
                 }
             }
-            LinearPrecision::W4a8 | LinearPrecision::W4a8Shadow => LinearWeights::Int4 {
-                packed: PackedW4Weights::quantize(w, n, k),
-                shadow,
-            },
+            LinearPrecision::W4a8 | LinearPrecision::W4a8Shadow | LinearPrecision::W4a8G32 => {
+                LinearWeights::Int4 {
+                    packed: PackedW4Weights::quantize(w, n, k),
+                    shadow,
+                }
+            }
         }
     }
 
@@ -353,6 +363,11 @@ impl ExecModel {
             let shape = which.shape(config);
             let (n, k) = (shape[0], shape[1]);
             let w = tensor(which)?;
+            if precision == LinearPrecision::W4a8G32 && k % GROUP_K != 0 {
+                return Err(ImportError::InvalidConfig(format!(
+                    "--precision w4a8-g32 needs input widths that are multiples of {GROUP_K} (activation groups); layer {l} {which:?} has {k}"
+                )));
+            }
             let rule = &quant[p.site().index()];
             let shadow = shadow_rows((&w, n, k), rule, setup, (l, p.site(), which));
             Ok(LinearWeights::new(&w, n, k, precision, shadow))
@@ -445,7 +460,8 @@ impl ExecModel {
             LinearPrecision::W8a8
             | LinearPrecision::W8a8Shadow
             | LinearPrecision::W4a8
-            | LinearPrecision::W4a8Shadow => (Precision::Int8, Precision::Int8),
+            | LinearPrecision::W4a8Shadow
+            | LinearPrecision::W4a8G32 => (Precision::Int8, Precision::Int8),
         };
         let count = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
         ModelConfig {
@@ -521,6 +537,7 @@ fn site_rule(
     match (precision, setup) {
         (LinearPrecision::F32, _) => QuantRule::PassThrough,
         (LinearPrecision::W8a8 | LinearPrecision::W4a8, _) => QuantRule::MaxAbs,
+        (LinearPrecision::W4a8G32, _) => QuantRule::Groups,
         (LinearPrecision::W8a8Shadow | LinearPrecision::W4a8Shadow, ShadowSetup::Full) => clip,
         (
             LinearPrecision::W8a8Shadow | LinearPrecision::W4a8Shadow,

@@ -1,12 +1,14 @@
 //! W4A8 against W8A8 GEMM throughput at SmolLM2-135M prefill shapes, single-threaded,
-//! side by side in one run (the same shapes, the same activations). Criterion's
+//! side by side in one run (the same shapes, the same activations), and W4A8 with
+//! per-group activation scales (`w4a8-g32`, its f32 output dequantized by the kernel;
+//! the per-tensor rows leave the dequantization out). Criterion's
 //! throughput is set in operations (2·m·k·n), so "elem/s" reads as ops/s (GOPS).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched_kernels::seeded::SeededRng;
-use hetsched_kernels::{PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4};
+use hetsched_kernels::{PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4, gemm_w4_grouped};
 
 /// (name, m, k, n): SmolLM2's FFN up/gate and down projections at chunk lengths.
 const SHAPES: [(&str, usize, usize, usize); 4] = [
@@ -24,13 +26,18 @@ fn w4a8_vs_w8a8(c: &mut Criterion) {
         let w = rng.f32s(n * k);
         let w8 = PackedI8Weights::pack(&rng.i8s(n * k), n, k);
         let w4 = PackedW4Weights::quantize(&w, n, k);
+        let scales: Vec<f32> = rng.f32s(m * k / 32).iter().map(|v| v.abs()).collect();
         let mut out = vec![0i32; m * n];
+        let mut out_f32 = vec![0f32; m * n];
         group.throughput(Throughput::Elements((2 * m * k * n) as u64));
         group.bench_function(BenchmarkId::new("w8a8", name), |b| {
             b.iter(|| gemm_i8(black_box(&a), m, &w8, &mut out))
         });
         group.bench_function(BenchmarkId::new("w4a8", name), |b| {
             b.iter(|| gemm_w4(black_box(&a), m, &w4, &mut out))
+        });
+        group.bench_function(BenchmarkId::new("w4a8-g32", name), |b| {
+            b.iter(|| gemm_w4_grouped(black_box(&a), &scales, m, &w4, &mut out_f32))
         });
     }
     group.finish();

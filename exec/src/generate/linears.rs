@@ -48,6 +48,13 @@ impl Input {
                 self.scale = Some(scale);
                 self.outliers = outliers;
             }
+            // No matrix-vector kernel takes group-scaled rows: a direct step with them
+            // fails with a precision error (as any W4A8 linear does here).
+            Act::Int8Groups { .. } => {
+                self.f32s.clear();
+                self.scale = None;
+                self.outliers.clear();
+            }
         }
     }
 }

@@ -15,12 +15,17 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;
+mod grouped;
 mod packed;
 mod quant;
 mod scalar;
 
 use std::ops::Range;
 
+pub use grouped::{
+    gemm_w4_grouped, gemm_w4_grouped_cols, gemm_w4_grouped_reference, gemm_w4_grouped_with,
+    matmul_w4a8_grouped, quantize_groups, quantize_groups_into, quantize_groups_reference,
+};
 pub use packed::PackedW4Weights;
 pub use quant::{GROUP_K, W4Rows, gemm_w4_reference};
 

@@ -156,7 +156,7 @@ impl PackedW4Weights {
     }
 
     /// Number of groups of 32 along `k`.
-    pub(crate) fn groups(&self) -> usize {
+    pub fn groups(&self) -> usize {
         self.groups
     }
 

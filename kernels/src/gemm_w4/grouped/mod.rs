@@ -1,0 +1,156 @@
+//! W4A8 with per-group activation scales: INT8 activations with one scale per row and
+//! group of 32 inputs (llama.cpp's Q8_0 blocks), the same packed 4-bit weights as
+//! [`super::gemm_w4`]:
+//!
+//! ```text
+//! out[m, n] = d[n] · Σ_g a_scale[m, g] · (s[n, g] · Σ_{p ∈ g} a[m, p] · q[n, p])
+//! ```
+//!
+//! A group's `Σ a · q` is an exact i32 (at most 32 · 128 · 8 in magnitude, so exact in
+//! f32 too); it is converted and fused-multiply-added into a float accumulator with
+//! `s[n, g] · a_scale[m, g]` (one conversion and one FMA per 16 outputs and 32 inputs;
+//! the scale product is off the accumulation chain). The result is the dequantized f32
+//! output. This is the CPU lane's W4A8 (`--precision w4a8-g32`): the NPU needs one
+//! activation scale per tensor, the CPU does not, and SmolLM2's massive activations
+//! cost a per-tensor scale most of the INT8 resolution (docs/real-execution.md,
+//! "W4A8").
+//!
+//! Every variant performs the same operations in the same order (the i32 group product,
+//! its exact conversion, `s · a_scale` rounded once, one `mul_add` per group in group
+//! order, the row scale last), so
+//! all of them return bit-identical results; [`gemm_w4_grouped_reference`] computes the
+//! definition in f64 and the kernels agree with it within f32 rounding.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512vnni;
+mod quantize;
+mod scalar;
+
+use std::ops::Range;
+
+pub use quantize::{quantize_groups, quantize_groups_into, quantize_groups_reference};
+
+use super::PackedW4Weights;
+use super::quant::{GROUP_K, W4Rows};
+use crate::cpu::I8Kernel;
+
+/// `out[m, n]` (f32, dequantized) of group-scaled INT8 activations `a[m, k]` with
+/// scales `a_scales[m, groups]` through `w`, with the fastest kernel of this CPU.
+///
+/// # Panics
+/// If a slice length does not match its shape.
+pub fn gemm_w4_grouped(a: &[i8], a_scales: &[f32], m: usize, w: &PackedW4Weights, out: &mut [f32]) {
+    gemm_w4_grouped_with(I8Kernel::best(), a, a_scales, m, w, 0..w.n(), out);
+}
+
+/// Output columns `cols` (within `0..n`) of [`gemm_w4_grouped`], written to a compact
+/// row-major tile `out[m, cols.len()]`.
+///
+/// # Panics
+/// If a slice length does not match its shape or `cols` exceeds `0..n`.
+pub fn gemm_w4_grouped_cols(
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &PackedW4Weights,
+    cols: Range<usize>,
+    out: &mut [f32],
+) {
+    gemm_w4_grouped_with(I8Kernel::best(), a, a_scales, m, w, cols, out);
+}
+
+/// [`gemm_w4_grouped_cols`] with a chosen kernel variant (for tests and benchmarks).
+///
+/// # Panics
+/// If the running CPU does not support `kernel`, or on a shape mismatch.
+pub fn gemm_w4_grouped_with(
+    kernel: I8Kernel,
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &PackedW4Weights,
+    cols: Range<usize>,
+    out: &mut [f32],
+) {
+    assert_eq!(a.len(), m * w.k(), "a must be [m, k]");
+    assert_eq!(
+        a_scales.len(),
+        m * w.groups(),
+        "a_scales must be [m, groups]"
+    );
+    assert!(
+        cols.start <= cols.end && cols.end <= w.n(),
+        "cols must be within 0..n"
+    );
+    assert_eq!(out.len(), m * cols.len(), "out must be [m, cols.len()]");
+    assert!(
+        kernel.is_available(),
+        "kernel {} unsupported by this CPU",
+        kernel.name()
+    );
+    match kernel {
+        I8Kernel::Scalar => scalar::gemm(a, a_scales, m, w, cols, out),
+        #[cfg(target_arch = "x86_64")]
+        I8Kernel::Avx2 => avx2::gemm(a, a_scales, m, w, cols, out),
+        #[cfg(target_arch = "x86_64")]
+        I8Kernel::Avx512Vnni => avx512vnni::gemm(a, a_scales, m, w, cols, out),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("x86 kernels are never available here"),
+    }
+}
+
+/// The definition, in f64 over unpacked rows: `out[m, n] = d[n] · Σ_g a_scale[m, g] ·
+/// s[n, g] · Σ_{p ∈ g} a[m, p] · q[n, p]`.
+///
+/// # Panics
+/// If a slice length does not match its shape.
+pub fn gemm_w4_grouped_reference(
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &W4Rows,
+    out: &mut [f32],
+) {
+    let (n, k, groups) = (w.n, w.k, w.groups());
+    assert_eq!(a.len(), m * k, "a must be [m, k]");
+    assert_eq!(a_scales.len(), m * groups, "a_scales must be [m, groups]");
+    assert_eq!(out.len(), m * n, "out must be [m, n]");
+    for i in 0..m {
+        for j in 0..n {
+            let mut sum = 0f64;
+            for g in 0..groups {
+                let span = g * GROUP_K..((g + 1) * GROUP_K).min(k);
+                let dot: i64 = span
+                    .map(|p| i64::from(a[i * k + p]) * i64::from(w.q[j * k + p]))
+                    .sum();
+                let s = f64::from(w.sub_scales[j * groups + g]);
+                sum += f64::from(a_scales[i * groups + g]) * s * dot as f64;
+            }
+            out[i * n + j] = (sum * f64::from(w.row_scales[j])) as f32;
+        }
+    }
+}
+
+/// Linear layer in W4A8 with per-group activation scales: quantizes `x[m, k]` per row
+/// and group of 32 ([`quantize_groups`]) and runs [`gemm_w4_grouped`] into `out[m, n]`.
+///
+/// # Panics
+/// If a slice length does not match its shape.
+pub fn matmul_w4a8_grouped(x: &[f32], m: usize, w: &PackedW4Weights, out: &mut [f32]) {
+    let (a, scales) = quantize_groups(x, m, w.k());
+    gemm_w4_grouped(&a, &scales, m, w, out);
+}
+
+/// `8 · Σ a` of every row and group of the zero-padded activation rows `padded`
+/// (`[m, 32 · groups]`): what the unsigned `q + 8` weights add to a group's product.
+pub(crate) fn group_bias(padded: &[u8]) -> Vec<i32> {
+    padded
+        .chunks_exact(GROUP_K)
+        .map(|g| 8 * g.iter().map(|&b| i32::from(b as i8)).sum::<i32>())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
