@@ -11,7 +11,9 @@
 //! continues a scheduled prefill bit for bit on an INT8 model.
 
 use hetsched_kernels::reference::dequantize_i32_acc;
-use hetsched_kernels::{I8Vector, PackedF32Weights, gemv_f32, gemv_i8};
+use hetsched_kernels::{
+    I8Vector, PackedF32Weights, gemm_w4_cols, gemm_w4_grouped_cols, gemv_f32, gemv_i8,
+};
 use rayon::prelude::*;
 
 use crate::shadow::ShadowCounters;
@@ -32,6 +34,8 @@ pub(super) struct Input {
     scale: Option<f32>,
     /// Shadowed values beyond the INT8 range.
     outliers: Outliers,
+    /// With an INT8 row scaled per group of 32 (`w4a8-g32`): one scale per group.
+    group_scales: Option<Vec<f32>>,
 }
 
 impl Input {
@@ -42,18 +46,19 @@ impl Input {
                 self.f32s = x;
                 self.scale = None;
                 self.outliers.clear();
+                self.group_scales = None;
             }
             Act::Int8 { q, scale, outliers } => {
                 self.int8.set(&q);
                 self.scale = Some(scale);
                 self.outliers = outliers;
+                self.group_scales = None;
             }
-            // No matrix-vector kernel takes group-scaled rows: a direct step with them
-            // fails with a precision error (as any W4A8 linear does here).
-            Act::Int8Groups { .. } => {
-                self.f32s.clear();
+            Act::Int8Groups { q, scales } => {
+                self.int8.set(&q);
                 self.scale = None;
                 self.outliers.clear();
+                self.group_scales = Some(scales);
             }
         }
     }
@@ -141,6 +146,24 @@ fn run(input: &Input, t: Task<'_>) -> Result<(), KernelError> {
                 gemv_i8(&input.int8, packed, cols.clone(), acc);
                 dequantize_i32_acc(acc, 1, out.len(), a_scale, &scales[cols], out);
             }
+        }
+        (Matrix::Linear(LinearWeights::Int4 { packed, .. }), Some(a_scale)) => {
+            check(input.int8.values().len(), packed.k())?;
+            let mut acc = [0i32; I32_TILE];
+            for (i, out) in t.out.chunks_mut(I32_TILE).enumerate() {
+                let start = t.cols.start + i * I32_TILE;
+                let (cols, acc) = (start..start + out.len(), &mut acc[..out.len()]);
+                gemm_w4_cols(input.int8.values(), 1, packed, cols.clone(), acc);
+                dequantize_i32_acc(acc, 1, out.len(), a_scale, &packed.row_scales()[cols], out);
+            }
+        }
+        (Matrix::Linear(LinearWeights::Int4 { packed, .. }), None)
+            if input.group_scales.is_some() =>
+        {
+            let scales = input.group_scales.as_deref().unwrap_or_default();
+            check(input.int8.values().len(), packed.k())?;
+            check(scales.len(), packed.groups())?;
+            gemm_w4_grouped_cols(input.int8.values(), scales, 1, packed, t.cols, t.out);
         }
         _ => return Err(KernelError::Precisions("activation and weight")),
     }
