@@ -11,7 +11,7 @@ use hetsched::exec::generate::{
     ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, Sampling,
     Session,
 };
-use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
+use hetsched::exec::{ExecModel, GpuUse, LinearPrecision, PrefillOptions};
 use hetsched::import::GgufFile;
 use serde::Serialize;
 
@@ -70,9 +70,16 @@ pub struct GenerateArgs {
     policy: String,
     /// How decode steps run: direct (one chain of kernels per token; an INT8 model's head
     /// in INT8 too), direct-f32-head (the same with the f32 head the prefill uses) or
-    /// scheduled (each token a one-token plan through the engine and queues).
-    #[arg(long, value_enum, default_value = "direct")]
-    decode: DecodeChoice,
+    /// scheduled (each token a one-token plan through the engine and queues) [default:
+    /// direct; scheduled with --backends gpu].
+    #[arg(long, value_enum)]
+    decode: Option<DecodeChoice>,
+    /// Processor queues, as for `run`: cpu,npu; cpu,gpu,npu (float stages of the prefill
+    /// on a Vulkan GPU lane; decode on the CPU); gpu alone (prefill and decode steps on the
+    /// GPU, weights and KV cache resident there; needs --precision f32). GPU needs a build
+    /// with `--features gpu`.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
+    backends: Vec<String>,
     #[command(flatten)]
     shadow: ShadowArgs,
     /// Print one JSON object at the end instead of streaming the text.
@@ -101,6 +108,8 @@ struct GenerateReport {
     model: String,
     precision: &'static str,
     threads: usize,
+    /// The lanes: cpu,npu, cpu,gpu,npu or gpu (`--backends`).
+    backends: String,
     decode: &'static str,
     prompt_tokens: usize,
     generated_tokens: usize,
@@ -129,6 +138,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         return Err(GenerateError::NoTokens.into());
     }
     check_outputs([args.trace.as_deref(), args.svg.as_deref()])?;
+    let gpu = crate::real::gpu_use(&args.backends)?;
     let mut text = args.prompt.text(read_utf8)?;
     if args.chat {
         text = chat_template(&args.model)?.render_user(&text);
@@ -142,13 +152,15 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         chunk_len: args.chunk_len,
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
+        gpu,
         ..defaults
     };
     let threads = options.threads;
     let path = match args.decode {
-        DecodeChoice::Direct => DecodePath::Direct,
-        DecodeChoice::DirectF32Head => DecodePath::DirectF32Head,
-        DecodeChoice::Scheduled => DecodePath::Scheduled,
+        None if gpu == GpuUse::Resident => DecodePath::Scheduled,
+        None | Some(DecodeChoice::Direct) => DecodePath::Direct,
+        Some(DecodeChoice::DirectF32Head) => DecodePath::DirectF32Head,
+        Some(DecodeChoice::Scheduled) => DecodePath::Scheduled,
     };
     let mut session = Session::new(model.clone(), options, path)?;
     let cancel = Arc::new(AtomicBool::new(false));
@@ -177,7 +189,8 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         },
     )?;
     drop(stdout);
-    let report = report(&model, threads, path, &generated, session.decode_time());
+    let mut report = report(&model, threads, path, &generated, session.decode_time());
+    report.backends = args.backends.join(",");
     write_timelines(&args.trace, &args.svg, &report, &generated)?;
     if args.json {
         print_json_or(true, &report, String::new);
@@ -232,6 +245,7 @@ fn report(
         model: model.name.clone(),
         precision: model.precision.as_str(),
         threads,
+        backends: String::new(),
         decode: match path {
             DecodePath::Direct => "direct",
             DecodePath::DirectF32Head => "direct-f32-head",

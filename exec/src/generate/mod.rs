@@ -38,6 +38,7 @@
 mod chat;
 mod direct;
 mod error;
+mod gpu;
 mod inline;
 mod linears;
 mod sampling;
