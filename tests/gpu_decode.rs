@@ -50,7 +50,11 @@ fn options(gpu: GpuUse) -> PrefillOptions {
 /// A session with every stage on the GPU, or `None` (after saying why) when there is no
 /// device and none was demanded.
 fn gpu_session(model: &Arc<ExecModel>) -> Option<Session> {
-    match Session::new(model.clone(), options(GpuUse::Resident), DecodePath::Scheduled) {
+    match Session::new(
+        model.clone(),
+        options(GpuUse::Resident),
+        DecodePath::Scheduled,
+    ) {
         Err(GenerateError::Exec(ExecError::Gpu(reason)))
             if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
         {

@@ -120,6 +120,9 @@ struct GenerateReport {
     decode_tokens_per_s: f64,
     /// Share of scheduled decode steps' wall time outside their stages.
     decode_overhead: Option<f64>,
+    /// The same share, step by step: the median over the steps (a step the operating
+    /// system preempted between two stages does not move it, as it moves the total).
+    decode_overhead_median: Option<f64>,
     text: String,
     finish_reason: hetsched::exec::generate::FinishReason,
 }
@@ -258,7 +261,13 @@ fn report(
         prefill_tokens_per_s: per_second(generated.prompt_tokens as u64, generated.prefill_ns),
         decode_tokens_per_s: per_second(generated.decode_steps, generated.decode_ns),
         decode_overhead: (path == DecodePath::Scheduled && time.wall_ns > 0)
-            .then(|| 1.0 - time.busy_ns as f64 / time.wall_ns as f64),
+            .then(|| time.overhead()),
+        decode_overhead_median: (path == DecodePath::Scheduled
+            && !generated.decode_step_times.is_empty())
+        .then(|| {
+            let shares = generated.decode_step_times.iter().map(|t| t.overhead());
+            crate::profile::median(shares.collect())
+        }),
         finish_reason: generated.finish_reason,
         text: generated.text.clone(),
     }

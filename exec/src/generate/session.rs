@@ -60,6 +60,25 @@ pub struct DecodeTime {
     pub busy_ns: u64,
 }
 
+impl DecodeTime {
+    /// What was spent after `earlier` (a reading of the same session's time).
+    pub fn since(self, earlier: DecodeTime) -> DecodeTime {
+        DecodeTime {
+            steps: self.steps.saturating_sub(earlier.steps),
+            wall_ns: self.wall_ns.saturating_sub(earlier.wall_ns),
+            busy_ns: self.busy_ns.saturating_sub(earlier.busy_ns),
+        }
+    }
+
+    /// The share of the wall time outside the stages (0 without time).
+    pub fn overhead(self) -> f64 {
+        match self.wall_ns {
+            0 => 0.0,
+            wall => 1.0 - self.busy_ns as f64 / wall as f64,
+        }
+    }
+}
+
 /// The stages of one plan compiled for the runner.
 struct Compiled {
     plan: Arc<PrefillPlan>,
