@@ -6,17 +6,18 @@
 //! they skipped, unless `HETSCHED_REQUIRE_GPU=1` (set by CI after installing lavapipe).
 #![cfg(feature = "gpu")]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::{
     DecodePath, GenerateError, GenerateOptions, Generated, Session, argmax,
 };
-use hetsched::exec::{ExecError, ExecModel, GpuUse, LinearPrecision, PrefillOptions};
-use hetsched::import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
+use hetsched::exec::{ExecError, ExecModel, GpuUse, PrefillOptions};
+use hetsched::import::GgufTokenizer;
 
+mod common;
 mod compare;
+use common::loaded;
 use compare::max_relative_diff;
 
 /// GPU float kernels (f32, other summation orders) against the CPU path, relative to the
@@ -24,18 +25,6 @@ use compare::max_relative_diff;
 const LOGIT_TOL: f32 = 1e-3;
 /// Decode steps compared one by one.
 const STEPS: usize = 10;
-
-fn test_file() -> (GgufFile, GgufTokenizer) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TEST_MODEL_PATH);
-    assert!(
-        path.is_file(),
-        "test model {} is missing: run scripts/setup.sh",
-        path.display()
-    );
-    let file = GgufFile::open(&path).unwrap();
-    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
-    (file, tokenizer)
-}
 
 /// Chunks of 5 tokens, so that the prefill has several chunks before the decode steps.
 fn options(gpu: GpuUse) -> PrefillOptions {
@@ -47,10 +36,10 @@ fn options(gpu: GpuUse) -> PrefillOptions {
     }
 }
 
-/// A session with every stage on the GPU, or `None` (after saying why) when there is no
-/// device and none was demanded.
-fn gpu_session(model: &Arc<ExecModel>) -> Option<Session> {
-    match Session::new(
+/// A session with every stage on the GPU and one on the CPU f32 path (direct steps), or
+/// `None` (after saying why) when there is no device and none was demanded.
+fn sessions(model: &Arc<ExecModel>) -> Option<(Session, Session)> {
+    let gpu = match Session::new(
         model.clone(),
         options(GpuUse::Resident),
         DecodePath::Scheduled,
@@ -59,27 +48,30 @@ fn gpu_session(model: &Arc<ExecModel>) -> Option<Session> {
             if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
         {
             println!("skipped: no Vulkan device ({reason})");
-            None
+            return None;
         }
-        other => Some(other.unwrap()),
-    }
+        other => other.unwrap(),
+    };
+    let cpu = Session::new(model.clone(), options(GpuUse::Off), DecodePath::Direct).unwrap();
+    Some((gpu, cpu))
 }
 
 /// Each decode step's logits on the GPU match the CPU f32 path's, fed the same tokens
 /// (the CPU's greedy choice), and pick the same token.
 #[test]
 fn gpu_decode_steps_match_the_cpu_f32_path() {
-    let (file, tokenizer) = test_file();
-    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-    let Some(mut gpu) = gpu_session(&model) else {
+    let l = loaded();
+    let Some((mut gpu, mut cpu)) = sessions(&l.f32) else {
         return;
     };
-    let mut cpu = Session::new(model.clone(), options(GpuUse::Off), DecodePath::Direct).unwrap();
-    let prompt = tokenizer.encode("The capital of France is").unwrap();
+    let prompt = l.tokenizer.encode("The capital of France is").unwrap();
     for s in [&mut gpu, &mut cpu] {
         s.reserve(prompt.len() + STEPS).unwrap();
         s.prefill(&prompt).unwrap();
     }
+    // Both start from the f32 reference forward's next token.
+    let reference = l.reference.forward_last(&prompt).unwrap();
+    assert_eq!(argmax(gpu.logits().unwrap()), argmax(&reference));
     let mut worst = 0f32;
     for step in 0..=STEPS {
         let (want, got) = (cpu.logits().unwrap(), gpu.logits().unwrap());
@@ -113,15 +105,13 @@ fn generate(s: &mut Session, tokenizer: &GgufTokenizer, prompt: &str) -> Generat
 /// continues it) give the CPU f32 path's tokens.
 #[test]
 fn gpu_greedy_turns_equal_the_cpu_f32_path() {
-    let (file, tokenizer) = test_file();
-    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-    let Some(mut gpu) = gpu_session(&model) else {
+    let l = loaded();
+    let Some((mut gpu, mut cpu)) = sessions(&l.f32) else {
         return;
     };
-    let mut cpu = Session::new(model.clone(), options(GpuUse::Off), DecodePath::Direct).unwrap();
     for prompt in ["The capital of France is", " And the capital of Italy"] {
-        let want = generate(&mut cpu, &tokenizer, prompt);
-        let got = generate(&mut gpu, &tokenizer, prompt);
+        let want = generate(&mut cpu, &l.tokenizer, prompt);
+        let got = generate(&mut gpu, &l.tokenizer, prompt);
         assert_eq!(got.tokens, want.tokens, "{:?} vs {:?}", got.text, want.text);
         assert!(got.tokens.len() >= 8);
     }
@@ -133,17 +123,19 @@ fn gpu_greedy_turns_equal_the_cpu_f32_path() {
 /// INT8 weights are refused by the resident path, each with a clear error.
 #[test]
 fn gpu_sessions_refuse_direct_steps_and_int8_weights() {
-    let (file, _) = test_file();
-    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-    let direct = Session::new(model, options(GpuUse::Resident), DecodePath::Direct);
+    let l = loaded();
+    let direct = Session::new(l.f32.clone(), options(GpuUse::Resident), DecodePath::Direct);
     match direct {
         Err(GenerateError::Exec(ExecError::InvalidOption { option, .. })) => {
             assert_eq!(option, "decode")
         }
         other => panic!("expected the decode path refused, got {other:?}"),
     }
-    let int8 = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
-    match Session::new(int8, options(GpuUse::Resident), DecodePath::Scheduled) {
+    match Session::new(
+        l.w8a8.clone(),
+        options(GpuUse::Resident),
+        DecodePath::Scheduled,
+    ) {
         Err(GenerateError::Exec(ExecError::Gpu(reason))) if reason.contains("f32") => {}
         Err(GenerateError::Exec(ExecError::Gpu(reason)))
             if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
