@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::{
-    DecodePath, FinishReason, GenerateError, GenerateOptions, Generated, Sampling, Session,
+    DecodePath, FinishReason, GenerateError, GenerateOptions, Generated, Sampling, Session, argmax,
 };
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
 use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
@@ -24,6 +24,10 @@ use hetsched::import::{GgufFile, GgufTokenizer, MetadataValue as V, top_k};
 /// Greedy tokens compared with the reference.
 const GREEDY_TOKENS: usize = 20;
 const PROMPT: &str = "The capital of France is";
+/// Scheduled against direct decode steps' logits, relative to the largest logit: the
+/// same operators and arithmetic, but attention over the cache by another kernel (the
+/// flash kernel against the direct path's one-query loop) sums in another order.
+const LOGIT_GAP: f32 = 1e-4;
 
 fn session(model: &Arc<ExecModel>, path: DecodePath) -> Session {
     let options = PrefillOptions {
@@ -104,6 +108,48 @@ fn direct_and_scheduled_w8a8_steps_agree() {
     // The INT8 head moves the logits a little: the greedy texts part after a few tokens
     // (" Paris.\n\nThe French" then "language" instead of "capital"), not at once.
     assert_eq!(run(DecodePath::Direct)[..4], scheduled[..4]);
+}
+
+/// Largest |difference| between two steps' logits, relative to the largest |logit|.
+fn logit_gap(a: &Session, b: &Session) -> f32 {
+    let (a, b) = (a.logits().unwrap(), b.logits().unwrap());
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / scale
+}
+
+/// Scheduled and direct steps fed the same tokens give the same logits within
+/// [`LOGIT_GAP`] and the same greedy token (f32; an INT8 model with the f32 head): the
+/// same operators with the same arithmetic, the head on the same matrix-vector kernel.
+#[test]
+fn scheduled_and_direct_steps_give_the_same_logits() {
+    let l = loaded();
+    let prompt = l.tokenizer.encode(PROMPT).unwrap();
+    let pairs = [
+        (&l.f32, DecodePath::Direct),
+        (&l.w8a8, DecodePath::DirectF32Head),
+    ];
+    for (model, direct) in pairs {
+        let mut scheduled = session(model, DecodePath::Scheduled);
+        let mut reference = session(model, direct);
+        for s in [&mut scheduled, &mut reference] {
+            s.reserve(prompt.len() + 8).unwrap();
+            s.prefill(&prompt).unwrap();
+        }
+        let mut worst = 0f32;
+        for step in 0..=8 {
+            let gap = logit_gap(&scheduled, &reference);
+            worst = worst.max(gap);
+            assert!(gap <= LOGIT_GAP, "{direct:?}, step {step}: {gap}");
+            let token = argmax(reference.logits().unwrap());
+            assert_eq!(argmax(scheduled.logits().unwrap()), token, "step {step}");
+            if step < 8 {
+                scheduled.step(token).unwrap();
+                reference.step(token).unwrap();
+            }
+        }
+        println!("{direct:?}: largest relative logit gap {worst:e}");
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use hetsched::exec::generate::{
     ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, Sampling,
     Session,
 };
-use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
+use hetsched::exec::{ExecModel, GpuUse, LinearPrecision, PrefillOptions};
 use hetsched::import::GgufFile;
 use serde::Serialize;
 
@@ -70,9 +70,16 @@ pub struct GenerateArgs {
     policy: String,
     /// How decode steps run: direct (one chain of kernels per token; an INT8 model's head
     /// in INT8 too), direct-f32-head (the same with the f32 head the prefill uses) or
-    /// scheduled (each token a one-token plan through the engine and queues).
-    #[arg(long, value_enum, default_value = "direct")]
-    decode: DecodeChoice,
+    /// scheduled (each token a one-token plan through the engine and queues) [default:
+    /// direct; scheduled with --backends gpu].
+    #[arg(long, value_enum)]
+    decode: Option<DecodeChoice>,
+    /// Processor queues, as for `run`: cpu,npu; cpu,gpu,npu (float stages of the prefill
+    /// on a Vulkan GPU lane; decode on the CPU); gpu alone (prefill and decode steps on the
+    /// GPU, weights and KV cache resident there; needs --precision f32). GPU needs a build
+    /// with `--features gpu`.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
+    backends: Vec<String>,
     #[command(flatten)]
     shadow: ShadowArgs,
     /// Print one JSON object at the end instead of streaming the text.
@@ -101,6 +108,8 @@ struct GenerateReport {
     model: String,
     precision: &'static str,
     threads: usize,
+    /// The lanes: cpu,npu, cpu,gpu,npu or gpu (`--backends`).
+    backends: String,
     decode: &'static str,
     prompt_tokens: usize,
     generated_tokens: usize,
@@ -111,6 +120,9 @@ struct GenerateReport {
     decode_tokens_per_s: f64,
     /// Share of scheduled decode steps' wall time outside their stages.
     decode_overhead: Option<f64>,
+    /// The same share, step by step: the median over the steps (a step the operating
+    /// system preempted between two stages does not move it, as it moves the total).
+    decode_overhead_median: Option<f64>,
     text: String,
     finish_reason: hetsched::exec::generate::FinishReason,
 }
@@ -129,6 +141,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         return Err(GenerateError::NoTokens.into());
     }
     check_outputs([args.trace.as_deref(), args.svg.as_deref()])?;
+    let gpu = crate::real::gpu_use(&args.backends)?;
     let mut text = args.prompt.text(read_utf8)?;
     let mut stop = args.stop;
     if args.chat {
@@ -149,13 +162,15 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         chunk_len: args.chunk_len,
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
+        gpu,
         ..defaults
     };
     let threads = options.threads;
     let path = match args.decode {
-        DecodeChoice::Direct => DecodePath::Direct,
-        DecodeChoice::DirectF32Head => DecodePath::DirectF32Head,
-        DecodeChoice::Scheduled => DecodePath::Scheduled,
+        None if gpu == GpuUse::Resident => DecodePath::Scheduled,
+        None | Some(DecodeChoice::Direct) => DecodePath::Direct,
+        Some(DecodeChoice::DirectF32Head) => DecodePath::DirectF32Head,
+        Some(DecodeChoice::Scheduled) => DecodePath::Scheduled,
     };
     let mut session = Session::new(model.clone(), options, path)?;
     let cancel = Arc::new(AtomicBool::new(false));
@@ -184,7 +199,8 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         },
     )?;
     drop(stdout);
-    let report = report(&model, threads, path, &generated, session.decode_time());
+    let mut report = report(&model, threads, path, &generated, session.decode_time());
+    report.backends = args.backends.join(",");
     write_timelines(&args.trace, &args.svg, &report, &generated)?;
     if args.json {
         print_json_or(true, &report, String::new);
@@ -239,6 +255,7 @@ fn report(
         model: model.name.clone(),
         precision: model.precision.as_str(),
         threads,
+        backends: String::new(),
         decode: match path {
             DecodePath::Direct => "direct",
             DecodePath::DirectF32Head => "direct-f32-head",
@@ -251,7 +268,13 @@ fn report(
         prefill_tokens_per_s: per_second(generated.prompt_tokens as u64, generated.prefill_ns),
         decode_tokens_per_s: per_second(generated.decode_steps, generated.decode_ns),
         decode_overhead: (path == DecodePath::Scheduled && time.wall_ns > 0)
-            .then(|| 1.0 - time.busy_ns as f64 / time.wall_ns as f64),
+            .then(|| time.overhead()),
+        decode_overhead_median: (path == DecodePath::Scheduled
+            && !generated.decode_step_times.is_empty())
+        .then(|| {
+            let shares = generated.decode_step_times.iter().map(|t| t.overhead());
+            crate::profile::median(shares.collect())
+        }),
         finish_reason: generated.finish_reason,
         text: generated.text.clone(),
     }

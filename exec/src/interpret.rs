@@ -3,10 +3,9 @@
 use std::sync::Arc;
 
 use hetsched_import::Activation;
-use hetsched_kernels::{AttentionShape, matmul_f32_packed_cols};
+use hetsched_kernels::AttentionShape;
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::shadow::ShadowSite;
-use rayon::prelude::*;
 
 use super::error::ExecError;
 use super::family::{self, add_bias, gated, norm_heads, norm_rows};
@@ -329,24 +328,11 @@ impl StageRunner {
         Ok(())
     }
 
-    /// The head's logits for the normed rows `x` (one row: a matrix-vector product split
-    /// over the vocabulary; several: a matrix product).
+    /// The head's logits for the normed rows `x`: one row (a prefill's last token, a
+    /// decode step) is a matrix-vector product split over the vocabulary, the kernel the
+    /// direct decode path's f32 head runs; several, a matrix product.
     fn lm_head(&self, x: &[f32]) -> Vec<f32> {
-        let m = &self.model;
-        if x.len() != m.config.hidden {
-            return matmul_rows(x, &m.output);
-        }
-        let n = m.config.vocab_size;
-        let mut logits = vec![0f32; n];
-        let cols = n.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
-        logits
-            .par_chunks_mut(cols)
-            .enumerate()
-            .for_each(|(i, out)| {
-                let start = i * cols;
-                matmul_f32_packed_cols(x, 1, &m.output, start..start + out.len(), out);
-            });
-        logits
+        matmul_rows(x, &self.model.output)
     }
 
     /// The quantize operator of `site` in layer `layer`, after the calibration recorder

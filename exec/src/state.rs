@@ -166,6 +166,50 @@ impl PrefillState {
         }
     }
 
+    /// Re-arms this state for another continuation (the next decode step): `tokens[pos0..]`
+    /// computed over `caches`, as [`Self::continuing`] would build it, but reusing the
+    /// per-chunk and per-layer slots when the chunk count is unchanged (a decode step's
+    /// state is one chunk each time), so a step allocates nothing here.
+    pub fn restart(&mut self, tokens: Vec<u32>, pos0: usize, caches: Vec<KvCache>) {
+        let chunk_count = tokens
+            .len()
+            .saturating_sub(pos0)
+            .div_ceil(self.chunk_len.max(1));
+        if chunk_count != self.chunks.len() || caches.len() != self.kv.len() {
+            let fresh = Self::continuing(tokens, pos0, self.chunk_len, caches);
+            let (all_logits, recorder) = (self.all_logits, self.recorder.take());
+            *self = Self {
+                all_logits,
+                recorder,
+                ..fresh
+            };
+            return;
+        }
+        for chunk in &mut self.chunks {
+            *chunk.get_mut() = ChunkValues::default();
+        }
+        for slot in &mut self.shadow {
+            *slot.get_mut() = ShadowSlot::default();
+        }
+        for (layer, cache) in self.kv.iter_mut().zip(caches) {
+            *layer.cache.get_mut() = cache;
+            for rows in &mut layer.rows {
+                *rows.get_mut() = KvRows::Missing;
+            }
+        }
+        *self.logits.get_mut() = None;
+        self.tokens = tokens;
+        self.pos0 = pos0;
+    }
+
+    /// The KV cache of every layer moved out, leaving empty caches (for [`Self::restart`]).
+    pub fn take_caches(&mut self) -> Vec<KvCache> {
+        self.kv
+            .iter_mut()
+            .map(|layer| std::mem::take(layer.cache.get_mut()))
+            .collect()
+    }
+
     /// Absolute positions of chunk `chunk`'s tokens.
     pub fn positions(&self, chunk: usize) -> Range<usize> {
         let start = (self.pos0 + chunk * self.chunk_len).min(self.tokens.len());

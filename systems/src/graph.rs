@@ -208,13 +208,24 @@ fn shadow_op(model: &ModelConfig, site: ShadowSite, input: Option<String>) -> Op
 /// llama layer becomes 2 subgraphs instead of 6). A merged stage keeps its first
 /// operator's class.
 pub fn merge_for_one_processor(stages: Vec<StageTemplate>) -> Vec<StageTemplate> {
+    merge_stages(stages, false)
+}
+
+/// [`merge_for_one_processor`] for a plan of a single chunk (a decode step, a short
+/// prompt): there are no earlier chunks to wait for, so a cross-chunk stage joins the one
+/// before it too and each decoder layer is one subgraph.
+pub fn merge_for_one_chunk_one_processor(stages: Vec<StageTemplate>) -> Vec<StageTemplate> {
+    merge_stages(stages, true)
+}
+
+fn merge_stages(stages: Vec<StageTemplate>, across_chunks: bool) -> Vec<StageTemplate> {
     let mut merged: Vec<StageTemplate> = Vec::with_capacity(stages.len());
     for stage in stages {
         match merged.last_mut() {
             Some(prev)
                 if prev.layer == stage.layer
                     && prev.last_chunk_only == stage.last_chunk_only
-                    && stage.dependency != StageDependency::CrossChunk =>
+                    && (across_chunks || stage.dependency != StageDependency::CrossChunk) =>
             {
                 if stage.sharing == Sharing::Dynamic {
                     prev.sharing = Sharing::Dynamic;

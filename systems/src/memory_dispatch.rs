@@ -98,6 +98,24 @@ impl MemoryLedger {
         }
     }
 
+    /// Back to the state [`Self::new`] gives for the same plan (nothing running, only the
+    /// resident bytes live), keeping the profile: a long-lived world re-running one plan
+    /// (a decode step) does not clone the profile again.
+    pub fn restart(&mut self) {
+        for (c, live) in self.live.iter_mut().enumerate() {
+            *live = self.profile.resident_bytes(c);
+        }
+        self.high_water.clone_from(&self.live);
+        self.chunks.fill(ChunkState::default());
+        self.started = 0;
+        self.first_unfinished = 0;
+    }
+
+    /// Whether the safety witness may settle chunks out of order (see [`Self::new`]).
+    pub fn settles(&self) -> bool {
+        self.settle
+    }
+
     /// The profile the ledger follows.
     pub fn profile(&self) -> &MemoryProfile {
         &self.profile

@@ -9,7 +9,8 @@ use crate::bound::load_bound_ns;
 use crate::device::{DeviceProfile, ProcessorKind};
 use crate::error::PlanError;
 use crate::graph::{
-    Sharing, StageDependency, StageTemplate, build_stages, merge_for_one_processor,
+    Sharing, StageDependency, StageTemplate, build_stages, merge_for_one_chunk_one_processor,
+    merge_for_one_processor,
 };
 use crate::memory::{MemoryConfig, MemoryProfile};
 use crate::model::{ChunkShape, ExecClass, ModelConfig};
@@ -126,10 +127,13 @@ impl PrefillPlan {
     ) -> Result<Self, PlanError> {
         device.validate()?;
         let mut stages = build_stages(&model)?;
-        if device.processors.len() == 1 {
-            stages = merge_for_one_processor(stages);
-        }
         check_workload(&model, &workload)?;
+        if device.processors.len() == 1 {
+            stages = match workload.prompt_len <= workload.chunk_len {
+                true => merge_for_one_chunk_one_processor(stages),
+                false => merge_for_one_processor(stages),
+            };
+        }
         let stage_lanes = stage_lanes(&device, &workload, &stages, &placement)?;
         let stage_processor = stage_lanes.iter().map(|lanes| lanes[0]).collect();
         let chunks = workload.prompt_len.div_ceil(workload.chunk_len);

@@ -14,7 +14,8 @@ use bevy_ecs::prelude::{Component, Entity, Resource, With, World};
 use crate::components::{Processor, SubgraphInstance};
 use crate::plan::PrefillPlan;
 use crate::policy::Policy;
-use crate::world::arm_world;
+use crate::resources::Plan;
+use crate::world::{arm_world, rearm_in_place};
 
 /// Where a request stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +60,8 @@ pub fn spawn_request(world: &mut World, id: u64) -> Entity {
 /// Arms `world` (made by [`crate::spawn_world`] or an earlier rearm) for a run of `plan`
 /// by `policy` for `request`: the last run's processors and instances are despawned, the
 /// plan's spawned, every run resource replaced; request entities stay, `request`'s phase
-/// becomes `phase`.
+/// becomes `phase`. When the last run was of this very plan (the same `Arc`: a session's
+/// decode steps), its entities are reset in place instead, to the same state.
 pub fn rearm_world(
     world: &mut World,
     plan: Arc<PrefillPlan>,
@@ -67,6 +69,22 @@ pub fn rearm_world(
     request: Entity,
     phase: RequestPhase,
 ) {
+    let same_plan = world
+        .get_resource::<Plan>()
+        .is_some_and(|armed| Arc::ptr_eq(&armed.0, &plan));
+    if same_plan {
+        rearm_in_place(world, plan, policy);
+    } else {
+        respawn(world, plan, policy);
+    }
+    if let Some(mut r) = world.get_mut::<Request>(request) {
+        r.phase = phase;
+    }
+    world.insert_resource(RunOf(request));
+}
+
+/// Despawns the last run's processors and instances and arms `plan`'s.
+fn respawn(world: &mut World, plan: Arc<PrefillPlan>, policy: Box<dyn Policy>) {
     let mut old = world.query_filtered::<Entity, With<SubgraphInstance>>();
     let mut stale: Vec<Entity> = old.iter(world).collect();
     let mut processors = world.query_filtered::<Entity, With<Processor>>();
@@ -75,15 +93,11 @@ pub fn rearm_world(
         world.despawn(entity);
     }
     arm_world(world, plan, policy);
-    if let Some(mut r) = world.get_mut::<Request>(request) {
-        r.phase = phase;
-    }
-    world.insert_resource(RunOf(request));
 }
 
 #[cfg(test)]
 mod tests {
-    use bevy_ecs::prelude::World;
+    use bevy_ecs::prelude::{Has, World};
 
     use super::*;
     use crate::testing::tiny_plan;
@@ -110,5 +124,50 @@ mod tests {
             assert_eq!(world.get::<Request>(request).unwrap().phase, phase);
             assert_eq!(world.resource::<RunOf>().0, request);
         }
+    }
+
+    fn instance_entities(world: &mut World) -> Vec<Entity> {
+        let mut q = world.query_filtered::<Entity, With<SubgraphInstance>>();
+        let mut all: Vec<Entity> = q.iter(world).collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn the_same_plan_is_rearmed_in_place_and_another_respawned() {
+        use crate::components::{Ready, RemainingDeps};
+        let plan = Arc::new(tiny_plan(2, 8, 4));
+        let policy = || PolicyRegistry::builtin().create(DEFAULT_POLICY).unwrap();
+        let mut world = spawn_world(plan.clone(), policy());
+        let request = spawn_request(&mut world, 1);
+        let first = instance_entities(&mut world);
+        // Leave the run half-done: some instances marked ready elsewhere, deps spent.
+        for &e in &first {
+            world.entity_mut(e).insert(Ready);
+            world.get_mut::<RemainingDeps>(e).unwrap().0 = 0;
+        }
+        let phase = RequestPhase::Decode { step: 0 };
+        rearm_world(&mut world, plan.clone(), policy(), request, phase);
+        assert_eq!(
+            instance_entities(&mut world),
+            first,
+            "same plan: same entities"
+        );
+        let mut fresh = spawn_world(plan.clone(), policy());
+        let state = |w: &mut World| {
+            let mut q = w.query::<(&SubgraphInstance, &RemainingDeps, Has<Ready>)>();
+            let mut s: Vec<_> = q.iter(w).map(|(i, d, r)| (i.id, d.0, r)).collect();
+            s.sort();
+            s
+        };
+        assert_eq!(state(&mut world), state(&mut fresh));
+        let other = Arc::new(tiny_plan(2, 8, 4));
+        rearm_world(&mut world, other, policy(), request, phase);
+        assert_ne!(
+            instance_entities(&mut world),
+            first,
+            "another plan: respawned"
+        );
+        assert_eq!(state(&mut world), state(&mut fresh));
     }
 }

@@ -1,6 +1,9 @@
 //! Graph builder: stage cuts, sharing, dependencies and bad layer graphs.
 
-use hetsched_systems::graph::{Sharing, StageDependency, build_stages, merge_for_one_processor};
+use hetsched_systems::graph::{
+    Sharing, StageDependency, build_stages, merge_for_one_chunk_one_processor,
+    merge_for_one_processor,
+};
 use hetsched_systems::model::{ExecClass, OpDecl, OpKind};
 use hetsched_systems::shadow::{KeptSite, ShadowConfig, ShadowSite};
 use hetsched_systems::testing::tiny_model;
@@ -161,6 +164,29 @@ fn heads_must_divide_hidden() {
             .contains("heads (7) do not divide hidden (256)"),
         "{err}"
     );
+}
+
+#[test]
+fn one_chunk_on_one_processor_makes_each_layer_one_stage() {
+    let stages = build_stages(&qwen()).unwrap();
+    let merged = merge_for_one_chunk_one_processor(stages.clone());
+    assert_eq!(merged.iter().filter(|s| !s.last_chunk_only).count(), 24);
+    assert!(merged.last().unwrap().last_chunk_only);
+    assert!(
+        merged
+            .iter()
+            .all(|s| s.dependency != StageDependency::CrossChunk)
+    );
+    for (j, stage) in merged.iter().enumerate() {
+        let want: Vec<u32> = j.checked_sub(1).map(|p| p as u32).into_iter().collect();
+        assert_eq!(stage.after, want, "stage {j} waits for the one before it");
+    }
+    let ops = |s: &[hetsched_systems::graph::StageTemplate]| -> Vec<String> {
+        s.iter()
+            .flat_map(|s| s.op_names().into_iter().map(String::from))
+            .collect()
+    };
+    assert_eq!(ops(&merged), ops(&stages));
 }
 
 #[test]

@@ -271,7 +271,8 @@ impl Grid<'_> {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+/// The median of `values` (the upper middle of an even count; 0 if empty).
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }

@@ -15,18 +15,18 @@ use hetsched_runtime::backends::{Backend, BackendError};
 use hetsched_runtime::engine::panic_message;
 use hetsched_systems::resources::{Completion, Job};
 
-use crate::StageRunner;
+use crate::JobRunner;
 
 /// Runs jobs inline on `runner`; times from `started`.
 pub(super) struct InlineQueue<'a> {
-    runner: &'a StageRunner,
+    runner: &'a dyn JobRunner,
     started: Instant,
     done: Vec<Completion>,
 }
 
 impl<'a> InlineQueue<'a> {
     /// A queue for one run of `runner`, its clock starting now.
-    pub(super) fn new(runner: &'a StageRunner) -> Self {
+    pub(super) fn new(runner: &'a dyn JobRunner) -> Self {
         Self {
             runner,
             started: Instant::now(),
@@ -43,7 +43,7 @@ impl Backend for InlineQueue<'_> {
     fn submit(&mut self, job: Job) -> Result<(), BackendError> {
         let start_ns = self.now_ns();
         // A kernel that panics (a broken invariant) fails the job instead of the process.
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.runner.run(job.key, job.processor)));
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.runner.run(&job)));
         let reason = match outcome {
             Ok(Ok(())) => None,
             Ok(Err(error)) => Some(error.to_string()),

@@ -39,6 +39,7 @@
 mod chat;
 mod direct;
 mod error;
+mod gpu;
 mod inline;
 mod linears;
 mod sampling;

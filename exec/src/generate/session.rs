@@ -25,6 +25,7 @@ use parking_lot::RwLock;
 
 use super::direct;
 use super::error::GenerateError;
+use super::gpu::GpuLane;
 use super::inline::InlineQueue;
 use crate::float_kernels::FloatKernels;
 use crate::state::{KvCache, PrefillState};
@@ -59,6 +60,25 @@ pub struct DecodeTime {
     pub busy_ns: u64,
 }
 
+impl DecodeTime {
+    /// What was spent after `earlier` (a reading of the same session's time).
+    pub fn since(self, earlier: DecodeTime) -> DecodeTime {
+        DecodeTime {
+            steps: self.steps.saturating_sub(earlier.steps),
+            wall_ns: self.wall_ns.saturating_sub(earlier.wall_ns),
+            busy_ns: self.busy_ns.saturating_sub(earlier.busy_ns),
+        }
+    }
+
+    /// The share of the wall time outside the stages (0 without time).
+    pub fn overhead(self) -> f64 {
+        match self.wall_ns {
+            0 => 0.0,
+            wall => 1.0 - self.busy_ns as f64 / wall as f64,
+        }
+    }
+}
+
 /// The stages of one plan compiled for the runner.
 struct Compiled {
     plan: Arc<PrefillPlan>,
@@ -66,6 +86,12 @@ struct Compiled {
     layers: Vec<Option<u32>>,
     /// Float kernels per processor of the plan's device.
     lanes: Vec<Arc<dyn FloatKernels>>,
+}
+
+/// A scheduled decode step's one-token plan and the runner that runs its instances.
+struct DecodeRun {
+    plan: Arc<PrefillPlan>,
+    runner: StageRunner,
 }
 
 /// The job runner the session's queues call: whichever run is in progress.
@@ -102,9 +128,14 @@ pub struct Session {
     /// The last token sampled and not fed yet (a turn ends on one): the next turn's
     /// prefill starts with it.
     pub(super) pending: Option<u32>,
-    decode_plan: Option<Compiled>,
+    /// The scheduled decode steps' plan and runner, built at the first step and kept:
+    /// each step restarts the runner's state in place ([`PrefillState::restart`]).
+    decode: Option<DecodeRun>,
     /// The request's long-lived scheduler world.
     world: RequestWorld,
+    /// With [`GpuUse::Resident`]: the weights and KV cache on the GPU, where every run
+    /// of the session goes (the host `caches` stay empty).
+    gpu: Option<GpuLane>,
     /// The INT8 head of direct steps of an INT8 model.
     head: Option<LinearWeights>,
     buffers: direct::DecodeBuffers,
@@ -131,15 +162,20 @@ impl Session {
         path: DecodePath,
     ) -> Result<Self, GenerateError> {
         options.validate()?;
-        if options.gpu == GpuUse::Resident {
-            return Err(ExecError::InvalidOption {
-                option: "backends",
-                message: "generation does not run with every stage resident on the GPU yet; \
-                          use the CPU and NPU lanes (or a GPU float lane)"
-                    .into(),
+        let gpu = match options.gpu {
+            GpuUse::Resident if path != DecodePath::Scheduled => {
+                return Err(ExecError::InvalidOption {
+                    option: "decode",
+                    message: "with every stage resident on the GPU, decode steps are scheduled \
+                              on the GPU lane (the KV cache lives there): use the scheduled \
+                              decode path"
+                        .into(),
+                }
+                .into());
             }
-            .into());
-        }
+            GpuUse::Resident => Some(GpuLane::open(&model)?),
+            _ => None,
+        };
         let threads = options.threads;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -174,8 +210,9 @@ impl Session {
             capacity: 0,
             logits: None,
             pending: None,
-            decode_plan: None,
+            decode: None,
             world: RequestWorld::new(0),
+            gpu,
             buffers: direct::DecodeBuffers::default(),
             decode_time: DecodeTime::default(),
         })
@@ -207,6 +244,11 @@ impl Session {
         let context = self.model.config.context_length;
         let positions = positions.min(context);
         if positions <= self.capacity {
+            return Ok(());
+        }
+        if let Some(gpu) = &mut self.gpu {
+            gpu.reserve(positions, self.tokens.len())?;
+            self.capacity = positions;
             return Ok(());
         }
         let kv_dim = self.model.config.kv_dim();
@@ -252,11 +294,14 @@ impl Session {
     pub fn prefill(&mut self, new: &[u32]) -> Result<(RunOutcome, u64), GenerateError> {
         self.check_tokens(new)?;
         self.reserve(self.tokens.len() + new.len())?;
+        if self.gpu.is_some() {
+            return self.prefill_on_gpu(new);
+        }
         let planning = Instant::now();
         let device = crate::prefill_device(&self.options);
         let compiled = self.compile(new.len() as u32, self.options.chunk_len, device)?;
         let plan_ns = planning.elapsed().as_nanos() as u64;
-        Ok((self.run_scheduled(new, &compiled, false)?, plan_ns))
+        Ok((self.run_scheduled(new, &compiled)?, plan_ns))
     }
 
     /// Feeds `token` (the one just generated) and leaves the logits of the next.
@@ -270,13 +315,11 @@ impl Session {
         let started = Instant::now();
         let busy_ns = match self.path {
             DecodePath::Scheduled => {
-                let compiled = match self.decode_plan.take() {
-                    Some(c) => c,
-                    None => self.compile(1, 1, decode_device(&self.options))?,
+                let outcome = match self.gpu.is_some() {
+                    true => self.step_on_gpu(token)?,
+                    false => self.decode_scheduled(token)?,
                 };
-                let outcome = self.run_scheduled(&[token], &compiled, true);
-                self.decode_plan = Some(compiled);
-                let slices = &outcome?.timeline.slices;
+                let slices = outcome.timeline.slices;
                 slices
                     .iter()
                     .map(|s| s.end_ns.saturating_sub(s.start_ns))
@@ -335,14 +378,104 @@ impl Session {
         })
     }
 
+    /// Prefills `new` after the history on the GPU lane; the plan is built inside the run
+    /// (its time is reported as 0).
+    fn prefill_on_gpu(&mut self, new: &[u32]) -> Result<(RunOutcome, u64), GenerateError> {
+        let policy = self
+            .policies
+            .create(&self.options.policy)
+            .map_err(ExecError::from)?;
+        let pos0 = self.tokens.len();
+        let mut tokens = self.tokens.clone();
+        tokens.extend_from_slice(new);
+        let gpu = self.gpu.as_mut().ok_or_else(broken)?;
+        let at = (pos0, self.options.chunk_len);
+        let (outcome, logits) = gpu.prefill(&mut self.world, policy, &tokens, at)?;
+        self.finish_gpu_run(tokens, logits);
+        Ok((outcome, 0))
+    }
+
+    /// One decode step of `token` on the GPU lane.
+    fn step_on_gpu(&mut self, token: u32) -> Result<RunOutcome, GenerateError> {
+        let policy = self
+            .policies
+            .create(&self.options.policy)
+            .map_err(ExecError::from)?;
+        let mut tokens = self.tokens.clone();
+        tokens.push(token);
+        let gpu = self.gpu.as_mut().ok_or_else(broken)?;
+        let (outcome, logits) = gpu.step(&mut self.world, policy, &tokens)?;
+        self.finish_gpu_run(tokens, logits);
+        Ok(outcome)
+    }
+
+    fn finish_gpu_run(&mut self, tokens: Vec<u32>, logits: Vec<f32>) {
+        self.tokens = tokens;
+        self.logits = Some(logits);
+        self.world.set_cached_tokens(self.tokens.len());
+    }
+
+    /// One scheduled decode step of `token`: the step's plan (compiled at the first step)
+    /// run in the session's world, its jobs inline on the session's pool
+    /// ([`InlineQueue`]), by a runner kept across steps whose state moves the session's
+    /// tokens and KV cache in and out.
+    fn decode_scheduled(&mut self, token: u32) -> Result<RunOutcome, GenerateError> {
+        let mut decode = match self.decode.take() {
+            Some(d) => d,
+            None => {
+                let c = self.compile(1, 1, decode_device(&self.options))?;
+                let state = PrefillState::continuing(Vec::new(), 0, 1, Vec::new());
+                let runner =
+                    StageRunner::new(self.model.clone(), c.steps, c.layers, c.lanes, state);
+                DecodeRun {
+                    plan: c.plan,
+                    runner,
+                }
+            }
+        };
+        let caches = self.caches.take().ok_or_else(broken)?;
+        let mut tokens = std::mem::take(&mut self.tokens);
+        let pos0 = tokens.len();
+        tokens.push(token);
+        decode.runner.state.restart(tokens, pos0, caches);
+        let policy = self
+            .policies
+            .create(&self.options.policy)
+            .map_err(ExecError::from);
+        let outcome = policy.and_then(|policy| {
+            let (world, runner) = (&mut self.world, &decode.runner);
+            let mut queue = InlineQueue::new(runner);
+            let options = EngineOptions::default();
+            let plan = decode.plan.clone();
+            let run = self
+                .pool
+                .install(|| world.run(plan, policy, true, &mut queue, &options));
+            Ok(run?)
+        });
+        let state = &mut decode.runner.state;
+        let finished = outcome.and_then(|o| Ok((o, take_logits(&state.logits)?)));
+        // After a failure the rows past the history are stale; the next run rewrites them.
+        self.caches = Some(state.take_caches());
+        self.tokens = std::mem::take(&mut state.tokens);
+        self.decode = Some(decode);
+        let (outcome, logits) = match finished {
+            Ok(done) => done,
+            Err(e) => {
+                self.tokens.truncate(pos0);
+                return Err(e.into());
+            }
+        };
+        self.logits = Some(logits);
+        self.world.set_cached_tokens(self.tokens.len());
+        Ok(outcome)
+    }
+
     /// Runs `compiled` (the plan of `new`) over the session's KV cache in the session's
-    /// world: a decode step's plan inline on this thread's pool ([`InlineQueue`]), a
-    /// prefill on the session's thread queues.
+    /// world, on the session's thread queues.
     fn run_scheduled(
         &mut self,
         new: &[u32],
         compiled: &Compiled,
-        decode: bool,
     ) -> Result<RunOutcome, GenerateError> {
         let caches = self.caches.take().ok_or_else(broken)?;
         let pos0 = self.tokens.len();
@@ -357,7 +490,7 @@ impl Session {
             compiled.lanes.clone(),
             state,
         ));
-        let outcome = self.run_in_world(compiled, &runner, decode);
+        let outcome = self.run_in_world(compiled, &runner);
         // Every job has finished (or the run failed): the runner is ours again. A failed
         // run whose job still holds it leaves the session without a cache (broken).
         let runner = Arc::try_unwrap(runner).map_err(|_| broken())?;
@@ -373,28 +506,21 @@ impl Session {
         Ok(outcome)
     }
 
-    /// Runs `compiled`'s plan for this request with `runner` in the session's world.
+    /// Runs `compiled`'s plan (a prefill) for this request with `runner` in the session's
+    /// world, on the session's thread queues.
     fn run_in_world(
         &mut self,
         compiled: &Compiled,
         runner: &Arc<StageRunner>,
-        decode: bool,
     ) -> Result<RunOutcome, ExecError> {
         let policy = self.policies.create(&self.options.policy)?;
         let plan = compiled.plan.clone();
-        let world = &mut self.world;
-        let outcome = if decode {
-            let mut queue = InlineQueue::new(runner);
-            let options = EngineOptions::default();
-            self.pool
-                .install(|| world.run(plan, policy, true, &mut queue, &options))
-        } else {
-            *self.current.0.write() = Some(runner.clone());
-            let options = EngineOptions::real_queues();
-            let outcome = world.run(plan, policy, false, &mut self.queues, &options);
-            *self.current.0.write() = None;
-            outcome
-        };
+        *self.current.0.write() = Some(runner.clone());
+        let options = EngineOptions::real_queues();
+        let outcome = self
+            .world
+            .run(plan, policy, false, &mut self.queues, &options);
+        *self.current.0.write() = None;
         Ok(outcome?)
     }
 }

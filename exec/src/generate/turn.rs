@@ -76,6 +76,9 @@ pub struct Generated {
     pub prefill_run: RunOutcome,
     /// Each decode step's start and end, ns from the end of the prefill.
     pub decode_spans_ns: Vec<(u64, u64)>,
+    /// Each decode step's wall time and, of it, the time its stages ran (see
+    /// [`super::DecodeTime`]), ns.
+    pub decode_step_times: Vec<super::DecodeTime>,
 }
 
 impl Session {
@@ -123,6 +126,7 @@ impl Session {
         let prefill_ns = started.elapsed().as_nanos() as u64;
         let prefilled = Instant::now();
         let mut decode_spans_ns = Vec::new();
+        let mut decode_step_times = Vec::new();
         let decoded_before = self.decode_time();
         let mut stream = TextStream::new(&options.stop);
         let mut tokens = Vec::new();
@@ -153,8 +157,10 @@ impl Session {
             }
             self.pending = None;
             let start = prefilled.elapsed().as_nanos() as u64;
+            let before = self.decode_time();
             self.step(token)?;
             decode_spans_ns.push((start, prefilled.elapsed().as_nanos() as u64));
+            decode_step_times.push(self.decode_time().since(before));
         };
         let rest = stream.finish();
         on_text(&rest);
@@ -172,6 +178,7 @@ impl Session {
             decode_steps: decoded.steps - decoded_before.steps,
             prefill_run,
             decode_spans_ns,
+            decode_step_times,
         })
     }
 

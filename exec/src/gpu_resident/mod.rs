@@ -26,7 +26,7 @@ mod tensors;
 
 use std::sync::Arc;
 
-use hetsched_gpu::{GpuBatch, GpuContext, GpuTimer};
+use hetsched_gpu::{GpuBatch, GpuContext, GpuMatrix, GpuTimer};
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::resources::Job;
 use parking_lot::Mutex;
@@ -37,7 +37,7 @@ use super::queues::{JobError, JobRunner};
 use super::steps::Step;
 use model::GpuLayer;
 pub use model::GpuModel;
-use tensors::{ChunkTensors, NonFiniteFlags, RunState};
+use tensors::{ChunkTensors, NonFiniteFlags, RunState, alloc_caches};
 
 fn gpu_err(e: hetsched_gpu::GpuError) -> ExecError {
     ExecError::Gpu(e.to_string())
@@ -119,10 +119,38 @@ impl GpuStageRunner {
         all_logits: bool,
         timestamps: bool,
     ) -> Result<Self, ExecError> {
+        let c = &model.host.config;
+        let caches = alloc_caches(&model.context, c, model.layers.len(), tokens.len())?;
+        let plan = (steps, layers);
+        let run = (0, chunk_len, all_logits, timestamps);
+        Self::continuing(model, plan, tokens, caches, run)
+    }
+
+    /// Like [`Self::new`], but computing only `tokens[pos0..]` over `caches` (one key and
+    /// value cache per layer, from [`GpuModel::alloc_caches`]), which already hold
+    /// positions `0..pos0` and have rows for every token: a later turn, or one decode step
+    /// (a chunk of one token), continues the cache in place on the device.
+    /// [`Self::take_caches`] hands the caches back afterwards. `run` is `(pos0, chunk_len,
+    /// all_logits, timestamps)`.
+    pub fn continuing(
+        model: Arc<GpuModel>,
+        (steps, layers): (Vec<Vec<Step>>, Vec<Option<u32>>),
+        tokens: Vec<u32>,
+        caches: Vec<(GpuMatrix, GpuMatrix)>,
+        (pos0, chunk_len, all_logits, timestamps): (usize, usize, bool, bool),
+    ) -> Result<Self, ExecError> {
         let ctx = &model.context;
         let c = &model.host.config;
+        let short = caches.iter().find(|(k, _)| k.rows() < tokens.len());
+        if caches.len() != model.layers.len() || short.is_some() || pos0 >= tokens.len() {
+            return Err(ExecError::Kernel(format!(
+                "a resident GPU run of positions {pos0}..{} needs {} layer caches of that many rows",
+                tokens.len(),
+                model.layers.len()
+            )));
+        }
         let mut activation_bytes = ActivationBytes::default();
-        let chunks = (0..tokens.len())
+        let chunks = (pos0..tokens.len())
             .step_by(chunk_len.max(1))
             .map(|pos0| {
                 let rows = chunk_len.min(tokens.len() - pos0);
@@ -135,7 +163,8 @@ impl GpuStageRunner {
             false => None,
         };
         let n_layers = model.layers.len();
-        let state = RunState::alloc(ctx, c, n_layers, chunks, (tokens.len(), all_logits))?;
+        let head = (c.vocab_size, all_logits);
+        let state = RunState::alloc(ctx, n_layers, chunks, caches, head)?;
         Ok(Self {
             model,
             steps,
@@ -149,6 +178,12 @@ impl GpuStageRunner {
             nonfinite: Mutex::new(None),
             activation_bytes,
         })
+    }
+
+    /// The layers' KV caches, moved out (after the run: positions up to the last token
+    /// written); the runner is spent.
+    pub fn take_caches(&self) -> Vec<(GpuMatrix, GpuMatrix)> {
+        std::mem::take(&mut self.state.lock().caches)
     }
 
     /// The chunks' activation buffers: as planned (arenas) against one buffer per value.

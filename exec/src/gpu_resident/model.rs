@@ -116,6 +116,13 @@ impl GpuModel {
         })
     }
 
+    /// Per layer, a zero-filled key and value cache of `positions` rows on the device,
+    /// for [`super::GpuStageRunner::continuing`].
+    pub fn alloc_caches(&self, positions: usize) -> Result<Vec<(GpuMatrix, GpuMatrix)>, ExecError> {
+        let c = &self.host.config;
+        super::tensors::alloc_caches(&self.context, c, self.layers.len(), positions)
+    }
+
     /// Runs a one-token prefill, so that what a first prefill pays for beyond
     /// [`GpuContext::prepare`] (descriptor pools, memory blocks of activation-sized buffers,
     /// the first open command buffer) stays out of a measured run.

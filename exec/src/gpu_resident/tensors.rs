@@ -224,32 +224,41 @@ impl ChunkTensors {
     }
 }
 
+/// Per layer: a `[positions, kv_dim]` key cache (rotated) and value cache, zero-filled.
+pub(super) fn alloc_caches(
+    ctx: &GpuContext,
+    c: &LlamaConfig,
+    n_layers: usize,
+    positions: usize,
+) -> Result<Vec<(GpuMatrix, GpuMatrix)>, ExecError> {
+    (0..n_layers)
+        .map(|_| {
+            Ok((
+                alloc(ctx, positions, c.kv_dim())?,
+                alloc(ctx, positions, c.kv_dim())?,
+            ))
+        })
+        .collect()
+}
+
 impl RunState {
-    /// Around `chunks`: a `[prompt, kv_dim]` key and value cache for each of `n_layers`
-    /// layers, and the logits (every row of the last chunk with `all_logits`, else the last
-    /// token's).
+    /// Around `chunks` and `caches` (one key and value cache per layer, with a row for
+    /// every position the run writes): the logits (every row of the last chunk with
+    /// `all_logits`, else the last token's) and the non-finite flags.
     pub(super) fn alloc(
         ctx: &GpuContext,
-        c: &LlamaConfig,
         n_layers: usize,
         chunks: Vec<ChunkTensors>,
-        (prompt, all_logits): (usize, bool),
+        caches: Vec<(GpuMatrix, GpuMatrix)>,
+        (vocab, all_logits): (usize, bool),
     ) -> Result<Self, ExecError> {
         let head_rows = match (all_logits, chunks.last()) {
             (true, Some(last)) => last.rows,
             _ => 1,
         };
-        let caches = (0..n_layers)
-            .map(|_| {
-                Ok((
-                    alloc(ctx, prompt, c.kv_dim())?,
-                    alloc(ctx, prompt, c.kv_dim())?,
-                ))
-            })
-            .collect::<Result<_, ExecError>>()?;
         Ok(RunState {
             kv: vec![vec![KvRows::Missing; chunks.len()]; n_layers],
-            logits: alloc(ctx, head_rows, c.vocab_size)?,
+            logits: alloc(ctx, head_rows, vocab)?,
             nonfinite: alloc(
                 ctx,
                 NonFiniteFlags::rows(chunks.len(), n_layers),

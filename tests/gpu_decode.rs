@@ -1,0 +1,147 @@
+//! With the `gpu` feature: generation with every stage resident on the GPU
+//! (`GpuUse::Resident`): the prefill and each decode step run on the GPU lane, continuing
+//! the KV cache on the device, and give the CPU f32 path's logits and greedy tokens.
+//!
+//! `cargo test --features gpu --test gpu_decode`. Without a Vulkan device the tests say
+//! they skipped, unless `HETSCHED_REQUIRE_GPU=1` (set by CI after installing lavapipe).
+#![cfg(feature = "gpu")]
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use hetsched::exec::generate::{
+    DecodePath, GenerateError, GenerateOptions, Generated, Session, argmax,
+};
+use hetsched::exec::{ExecError, ExecModel, GpuUse, PrefillOptions};
+use hetsched::import::GgufTokenizer;
+
+mod common;
+mod compare;
+use common::loaded;
+use compare::max_relative_diff;
+
+/// GPU float kernels (f32, other summation orders) against the CPU path, relative to the
+/// largest logit: the prefill test's tolerance (tests/gpu_prefill.rs).
+const LOGIT_TOL: f32 = 1e-3;
+/// Decode steps compared one by one.
+const STEPS: usize = 10;
+
+/// Chunks of 5 tokens, so that the prefill has several chunks before the decode steps.
+fn options(gpu: GpuUse) -> PrefillOptions {
+    PrefillOptions {
+        chunk_len: 5,
+        threads: 2,
+        gpu,
+        ..PrefillOptions::default()
+    }
+}
+
+/// A session with every stage on the GPU and one on the CPU f32 path (direct steps), or
+/// `None` (after saying why) when there is no device and none was demanded.
+fn sessions(model: &Arc<ExecModel>) -> Option<(Session, Session)> {
+    let gpu = match Session::new(
+        model.clone(),
+        options(GpuUse::Resident),
+        DecodePath::Scheduled,
+    ) {
+        Err(GenerateError::Exec(ExecError::Gpu(reason)))
+            if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
+        {
+            println!("skipped: no Vulkan device ({reason})");
+            return None;
+        }
+        other => other.unwrap(),
+    };
+    let cpu = Session::new(model.clone(), options(GpuUse::Off), DecodePath::Direct).unwrap();
+    Some((gpu, cpu))
+}
+
+/// Each decode step's logits on the GPU match the CPU f32 path's, fed the same tokens
+/// (the CPU's greedy choice), and pick the same token.
+#[test]
+fn gpu_decode_steps_match_the_cpu_f32_path() {
+    let l = loaded();
+    let Some((mut gpu, mut cpu)) = sessions(&l.f32) else {
+        return;
+    };
+    let prompt = l.tokenizer.encode("The capital of France is").unwrap();
+    for s in [&mut gpu, &mut cpu] {
+        s.reserve(prompt.len() + STEPS).unwrap();
+        s.prefill(&prompt).unwrap();
+    }
+    // Both start from the f32 reference forward's next token.
+    let reference = l.reference.forward_last(&prompt).unwrap();
+    assert_eq!(argmax(gpu.logits().unwrap()), argmax(&reference));
+    let mut worst = 0f32;
+    for step in 0..=STEPS {
+        let (want, got) = (cpu.logits().unwrap(), gpu.logits().unwrap());
+        let diff = max_relative_diff(got, want);
+        worst = worst.max(diff);
+        assert!(diff <= LOGIT_TOL, "step {step}: logits differ by {diff}");
+        let token = argmax(want);
+        assert_eq!(argmax(got), token, "step {step}");
+        if step < STEPS {
+            cpu.step(token).unwrap();
+            gpu.step(token).unwrap();
+        }
+    }
+    assert_eq!(gpu.tokens(), cpu.tokens());
+    println!("largest relative logit difference over {STEPS} steps: {worst:e}");
+}
+
+fn generate(s: &mut Session, tokenizer: &GgufTokenizer, prompt: &str) -> Generated {
+    let options = GenerateOptions {
+        max_tokens: 12,
+        ignore_eos: true,
+        ..GenerateOptions::default()
+    };
+    let prompt = tokenizer.encode(prompt).unwrap();
+    let never = AtomicBool::new(false);
+    s.generate(&prompt, tokenizer, &options, &never, |_| {})
+        .unwrap()
+}
+
+/// Two greedy turns through the streaming API (the second grows the device cache and
+/// continues it) give the CPU f32 path's tokens.
+#[test]
+fn gpu_greedy_turns_equal_the_cpu_f32_path() {
+    let l = loaded();
+    let Some((mut gpu, mut cpu)) = sessions(&l.f32) else {
+        return;
+    };
+    for prompt in ["The capital of France is", " And the capital of Italy"] {
+        let want = generate(&mut cpu, &l.tokenizer, prompt);
+        let got = generate(&mut gpu, &l.tokenizer, prompt);
+        assert_eq!(got.tokens, want.tokens, "{:?} vs {:?}", got.text, want.text);
+        assert!(got.tokens.len() >= 8);
+    }
+    assert_eq!(gpu.tokens(), cpu.tokens());
+    assert!(gpu.decode_time().steps >= 22);
+}
+
+/// Direct decode steps run on the CPU: with the KV cache on the GPU they are refused, and
+/// INT8 weights are refused by the resident path, each with a clear error.
+#[test]
+fn gpu_sessions_refuse_direct_steps_and_int8_weights() {
+    let l = loaded();
+    let direct = Session::new(l.f32.clone(), options(GpuUse::Resident), DecodePath::Direct);
+    match direct {
+        Err(GenerateError::Exec(ExecError::InvalidOption { option, .. })) => {
+            assert_eq!(option, "decode")
+        }
+        other => panic!("expected the decode path refused, got {other:?}"),
+    }
+    match Session::new(
+        l.w8a8.clone(),
+        options(GpuUse::Resident),
+        DecodePath::Scheduled,
+    ) {
+        Err(GenerateError::Exec(ExecError::Gpu(reason))) if reason.contains("f32") => {}
+        Err(GenerateError::Exec(ExecError::Gpu(reason)))
+            if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
+        {
+            println!("skipped: no Vulkan device ({reason})");
+        }
+        other => panic!("expected a clear GPU error, got {other:?}"),
+    }
+}
