@@ -177,3 +177,55 @@ fn check(found: usize, expected: usize) -> Result<(), KernelError> {
         Err(KernelError::Length { found, expected })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use hetsched_kernels::PackedW4Weights;
+
+    use super::*;
+    use crate::shadow::QuantRule;
+    use crate::values::{dequantize, linear, quantize};
+
+    /// A deterministic pseudo-random row in [-1, 1) with a few large entries (outliers).
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| {
+                let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
+                let v = (h % 2000) as f32 / 1000.0 - 1.0;
+                if i % 97 == 5 { 12.0 * v } else { v }
+            })
+            .collect()
+    }
+
+    /// The one-row W4 products (per-tensor and per-group scaled) equal the prefill's
+    /// linear and dequantize on the same activation.
+    #[test]
+    fn one_row_four_bit_products_equal_the_prefills() {
+        let (k, n) = (256, 600);
+        let w = LinearWeights::Int4 {
+            packed: PackedW4Weights::quantize(&values(k * n, 7), n, k),
+            shadow: None,
+        };
+        for (name, rule) in [
+            ("per tensor", QuantRule::MaxAbs),
+            ("groups", QuantRule::Groups),
+        ] {
+            let act = quantize(values(k, 11), rule);
+            let reference = dequantize(linear(&act, 1, &w).unwrap(), &w).unwrap();
+            let mut input = Input::default();
+            input.set(act);
+            let mut out = vec![0f32; n];
+            project(
+                &input,
+                &[Matrix::Linear(&w)],
+                &mut [&mut out],
+                &ShadowCounters::default(),
+            )
+            .unwrap();
+            let largest = reference.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (a, b) in out.iter().zip(&reference) {
+                assert!((a - b).abs() <= 1e-5 * largest, "{name}: {a} vs {b}");
+            }
+        }
+    }
+}
