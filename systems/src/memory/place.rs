@@ -6,8 +6,8 @@
 //!
 //! The gaps are those of the union of the conflicting buffers' address ranges, which
 //! the [`Occupancy`] index gives as `O(log n)` merged address sets: no conflicting
-//! buffer is visited one by one and nothing is re-sorted but the few short sets beside
-//! the largest. The placement is that of the definition above, buffer for buffer
+//! buffer is visited one by one and nothing is sorted: the sets beside the largest are
+//! folded into one merged union by linear merges. The placement is that of the definition above, buffer for buffer
 //! (`reference` in the tests is the definition, checked against this on random sets).
 
 use super::buffer::Buffer;
