@@ -93,6 +93,7 @@ pub mod gemv_i8;
 pub mod reference;
 pub mod rope_table;
 pub mod seeded;
+mod tile_args;
 mod tiling;
 pub mod vector;
 pub mod widest;

@@ -63,17 +63,7 @@ pub fn gemm_w4_with(
     cols: Range<usize>,
     out: &mut [i32],
 ) {
-    assert_eq!(a.len(), m * w.k(), "a must be [m, k]");
-    assert!(
-        cols.start <= cols.end && cols.end <= w.n(),
-        "cols must be within 0..n"
-    );
-    assert_eq!(out.len(), m * cols.len(), "out must be [m, cols.len()]");
-    assert!(
-        kernel.is_available(),
-        "kernel {} unsupported by this CPU",
-        kernel.name()
-    );
+    crate::tile_args::check_tile(a.len(), m, (w.k(), w.n()), &cols, out.len(), kernel);
     match kernel {
         I8Kernel::Scalar => scalar::gemm(a, m, w, cols, out),
         #[cfg(target_arch = "x86_64")]

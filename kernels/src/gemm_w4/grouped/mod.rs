@@ -74,21 +74,11 @@ pub fn gemm_w4_grouped_with(
     cols: Range<usize>,
     out: &mut [f32],
 ) {
-    assert_eq!(a.len(), m * w.k(), "a must be [m, k]");
+    crate::tile_args::check_tile(a.len(), m, (w.k(), w.n()), &cols, out.len(), kernel);
     assert_eq!(
         a_scales.len(),
         m * w.groups(),
         "a_scales must be [m, groups]"
-    );
-    assert!(
-        cols.start <= cols.end && cols.end <= w.n(),
-        "cols must be within 0..n"
-    );
-    assert_eq!(out.len(), m * cols.len(), "out must be [m, cols.len()]");
-    assert!(
-        kernel.is_available(),
-        "kernel {} unsupported by this CPU",
-        kernel.name()
     );
     match kernel {
         I8Kernel::Scalar => scalar::gemm(a, a_scales, m, w, cols, out),
