@@ -132,42 +132,50 @@ pub(super) fn project(
 
 /// One task's columns.
 fn run(input: &Input, t: Task<'_>) -> Result<(), KernelError> {
-    match (t.weights, input.scale) {
-        (Matrix::Linear(LinearWeights::F32(w)) | Matrix::F32(w), None) => {
+    let int8 = input.int8.values();
+    match (t.weights, input.scale, input.group_scales.as_deref()) {
+        (Matrix::Linear(LinearWeights::F32(w)) | Matrix::F32(w), None, None) => {
             check(input.f32s.len(), w.k())?;
             gemv_f32(&input.f32s, w, t.cols, t.out);
         }
-        (Matrix::Linear(LinearWeights::Int8 { packed, scales, .. }), Some(a_scale)) => {
-            check(input.int8.values().len(), packed.k())?;
-            let mut acc = [0i32; I32_TILE];
-            for (i, out) in t.out.chunks_mut(I32_TILE).enumerate() {
-                let start = t.cols.start + i * I32_TILE;
-                let (cols, acc) = (start..start + out.len(), &mut acc[..out.len()]);
-                gemv_i8(&input.int8, packed, cols.clone(), acc);
-                dequantize_i32_acc(acc, 1, out.len(), a_scale, &scales[cols], out);
-            }
+        (Matrix::Linear(LinearWeights::Int8 { packed, scales, .. }), Some(a_scale), None) => {
+            check(int8.len(), packed.k())?;
+            dequantized_tiles(t, a_scale, scales, |cols, acc| {
+                gemv_i8(&input.int8, packed, cols, acc);
+            });
         }
-        (Matrix::Linear(LinearWeights::Int4 { packed, .. }), Some(a_scale)) => {
-            check(input.int8.values().len(), packed.k())?;
-            let mut acc = [0i32; I32_TILE];
-            for (i, out) in t.out.chunks_mut(I32_TILE).enumerate() {
-                let start = t.cols.start + i * I32_TILE;
-                let (cols, acc) = (start..start + out.len(), &mut acc[..out.len()]);
-                gemm_w4_cols(input.int8.values(), 1, packed, cols.clone(), acc);
-                dequantize_i32_acc(acc, 1, out.len(), a_scale, &packed.row_scales()[cols], out);
-            }
+        (Matrix::Linear(LinearWeights::Int4 { packed, .. }), Some(a_scale), None) => {
+            check(int8.len(), packed.k())?;
+            dequantized_tiles(t, a_scale, packed.row_scales(), |cols, acc| {
+                gemm_w4_cols(int8, 1, packed, cols, acc);
+            });
         }
-        (Matrix::Linear(LinearWeights::Int4 { packed, .. }), None)
-            if input.group_scales.is_some() =>
-        {
-            let scales = input.group_scales.as_deref().unwrap_or_default();
-            check(input.int8.values().len(), packed.k())?;
+        (Matrix::Linear(LinearWeights::Int4 { packed, .. }), None, Some(scales)) => {
+            check(int8.len(), packed.k())?;
             check(scales.len(), packed.groups())?;
-            gemm_w4_grouped_cols(input.int8.values(), scales, 1, packed, t.cols, t.out);
+            gemm_w4_grouped_cols(int8, scales, 1, packed, t.cols, t.out);
         }
         _ => return Err(KernelError::Precisions("activation and weight")),
     }
     Ok(())
+}
+
+/// A task's columns as INT32 accumulators, `I32_TILE` at a time on the stack (`product`
+/// fills them for a column range), dequantized by the activation scale and each column's
+/// row scale (`row_scales` over all `n` columns).
+fn dequantized_tiles(
+    t: Task<'_>,
+    a_scale: f32,
+    row_scales: &[f32],
+    mut product: impl FnMut(std::ops::Range<usize>, &mut [i32]),
+) {
+    let mut acc = [0i32; I32_TILE];
+    for (i, out) in t.out.chunks_mut(I32_TILE).enumerate() {
+        let start = t.cols.start + i * I32_TILE;
+        let (cols, acc) = (start..start + out.len(), &mut acc[..out.len()]);
+        product(cols.clone(), acc);
+        dequantize_i32_acc(acc, 1, out.len(), a_scale, &row_scales[cols], out);
+    }
 }
 
 fn check(found: usize, expected: usize) -> Result<(), KernelError> {
