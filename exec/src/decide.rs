@@ -65,5 +65,6 @@ fn from_profiling(e: ProfilingError) -> ExecError {
         ProfilingError::Policy(e) => e.into(),
         ProfilingError::Plan(e) => e.into(),
         ProfilingError::Engine(e) => e.into(),
+        ProfilingError::Costs(e) => e.into(),
     }
 }

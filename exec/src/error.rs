@@ -150,6 +150,9 @@ pub enum ExecError {
     /// The run stopped early.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The roofline plan a measured run decides with does not match the run's plan.
+    #[error(transparent)]
+    Costs(#[from] hetsched_systems::policy::CostsMismatch),
     /// The GPU lane was asked for and cannot run.
     #[error("GPU unavailable: {0}")]
     Gpu(String),

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use hetsched_systems::policy::{CostsFrom, CostsMismatch, Policy};
+use hetsched_systems::policy::{CostsFrom, Policy};
 use hetsched_systems::{PolicyRegistry, PrefillPlan};
 use serde::Serialize;
 
@@ -100,14 +100,13 @@ fn deciding_with(
 ) -> Result<Option<Box<dyn Policy>>, ProfilingError> {
     let run = crate::profiling::as_executed(run)?;
     let decisions = crate::profiling::as_executed(decisions)?;
-    match CostsFrom::new(policy, &run, decisions) {
-        Ok(p) => Ok(Some(Box::new(p))),
-        Err(CostsMismatch::Shape { .. } | CostsMismatch::Placement { .. }) => Ok(None),
-    }
+    let deciding = CostsFrom::new(policy, &run, decisions).ok();
+    Ok(deciding.map(|p| Box::new(p) as Box<dyn Policy>))
 }
 
 /// The policy a real run of `run` uses under `choice`: `policy` itself, or `policy`
-/// deciding with `roofline`'s costs.
+/// deciding with `roofline`'s costs (an error if `roofline` cannot decide for `run`,
+/// rather than a run that silently decides otherwise than its report says).
 pub fn policy_for(
     choice: &DecisionChoice,
     policy: &str,
@@ -117,10 +116,7 @@ pub fn policy_for(
     let inner = PolicyRegistry::builtin().create(policy)?;
     Ok(match choice.costs {
         DecisionCosts::Measured => inner,
-        DecisionCosts::Roofline => match CostsFrom::new(inner, run, roofline.clone()) {
-            Ok(p) => Box::new(p),
-            Err(_) => PolicyRegistry::builtin().create(policy)?,
-        },
+        DecisionCosts::Roofline => Box::new(CostsFrom::new(inner, run, roofline.clone())?),
     })
 }
 
@@ -132,7 +128,7 @@ fn ms(ns: u64) -> f64 {
 mod tests {
     use std::collections::BTreeSet;
 
-    use hetsched_systems::policy::PickContext;
+    use hetsched_systems::policy::{CostsMismatch, PickContext};
     use hetsched_systems::{DeviceProfile, Workload};
 
     use super::*;

@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hetsched_systems::policy::{Policy, UnknownPolicy};
+use hetsched_systems::policy::{CostsMismatch, Policy, UnknownPolicy};
 use hetsched_systems::{
     DeviceProfile, PlanError, PolicyRegistry, PrefillPlan, StageCost, StageSample, Workload,
     fit_stage_cost,
@@ -65,6 +65,9 @@ pub enum ProfilingError {
     /// The run failed (the backend, or the engine's checks of it).
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// A plan cannot decide for another (other instances or placement).
+    #[error(transparent)]
+    Costs(#[from] CostsMismatch),
 }
 
 /// One fitted stage cost and the processor it belongs to (`profile --json` lists them).
