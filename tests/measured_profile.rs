@@ -9,8 +9,8 @@ use hetsched::prediction::{CostModelUse, Prediction};
 use hetsched::scene::{Scene, toml_text};
 use hetsched::systems::model::ChunkShape;
 use hetsched::systems::{
-    DeviceProfile, PolicyRegistry, ProfileOrigin, StageCost, StageSample, fit_stage_cost,
-    has_attention, precision_label, stage_kind,
+    DeviceProfile, OneThreadCost, PolicyRegistry, ProfileOrigin, StageCost, StageSample,
+    fit_stage_cost, has_attention, precision_label, stage_kind,
 };
 
 const SCENE: &str = "name = \"measured\"\ndevice = \"d.toml\"\nmodel = \"m.toml\"\n\
@@ -48,6 +48,23 @@ fn measured_scene(skip: Option<usize>) -> (Scene, String) {
         let cost = fit_stage_cost(kind, &precision, *attention, &samples).unwrap();
         scene.device.processors[*lane].cost.stages.push(cost);
     }
+    // A one-thread pass: each stage 1.6x slower on one thread than on the profile's two.
+    let one_thread = scene
+        .device
+        .processors
+        .iter()
+        .flat_map(|p| {
+            p.cost.stages.iter().map(|c| OneThreadCost {
+                processor: p.name.clone(),
+                cost: StageCost {
+                    launch_us: 1.6 * c.launch_us,
+                    per_token_us: 1.6 * c.per_token_us,
+                    per_pair_us: 1.6 * c.per_pair_us,
+                    ..c.clone()
+                },
+            })
+        })
+        .collect();
     scene.device.measured = Some(ProfileOrigin {
         model: scene.model.name.clone(),
         model_shape: ProfileOrigin::shape_of(&scene.model),
@@ -59,6 +76,7 @@ fn measured_scene(skip: Option<usize>) -> (Scene, String) {
         samples: "d.samples.csv".into(),
         job_gap_us: 30.0,
         two_job_rate: 0.0,
+        one_thread,
     });
     let device = toml_text(&scene.device).unwrap();
     (scene, device)
@@ -126,4 +144,13 @@ fn negative_or_non_finite_stage_costs_are_refused() {
             .is_err()
     );
     let _: &DeviceProfile = &scene.device;
+}
+
+#[test]
+fn a_negative_one_thread_cost_is_refused_by_name() {
+    let (mut scene, _) = measured_scene(None);
+    let measured = scene.device.measured.as_mut().unwrap();
+    measured.one_thread[0].cost.per_token_us = -0.5;
+    let err = scene.device.validate().unwrap_err().to_string();
+    assert!(err.contains("measured.one_thread"), "{err}");
 }

@@ -11,7 +11,9 @@
 //!    put them into the device profile, which [`crate::scene::toml_text`] writes as a
 //!    device TOML that `simulate` loads;
 //! 3. [`predict`]: on the desktop, simulate a plan under that profile the way real
-//!    queues sharing one worker pool run it ([`SharedPoolBackend`]).
+//!    queues sharing one worker pool run it ([`WorkerPoolBackend`] when the profile has
+//!    one-thread costs, each job with its own parallel fraction; [`SharedPoolBackend`]'s
+//!    symmetric rate otherwise).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -40,16 +42,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use hetsched_systems::model::ChunkShape;
 use hetsched_systems::policy::{CostsMismatch, Policy, UnknownPolicy};
 use hetsched_systems::{
     DeviceProfile, PlanError, PolicyRegistry, PrefillPlan, StageCost, StageSample, Workload,
-    fit_stage_cost,
+    fit_stage_cost, precision_label, stage_kind,
 };
 use serde::Serialize;
 use thiserror::Error;
 
 use crate::backends::Backend;
 use crate::backends::shared_pool::{PoolSharing, SharedPoolBackend};
+use crate::backends::worker_pool::{ParallelFractions, WorkerPoolBackend};
 use crate::engine::{self, EngineError, EngineOptions, RunOutcome};
 use crate::history::HistoryRecord;
 
@@ -209,9 +213,11 @@ pub fn fit_profile(device: &mut DeviceProfile, samples: &[HistoryRecord]) -> Vec
     fits
 }
 
-/// Simulates `plan` the way real queues sharing one worker pool run it: jobs running at
-/// once share the pool's threads at the profile's measured `two_job_rate` (jobs one at a
-/// time without one), each after the profile's measured hand-off gap (`[measured]
+/// Simulates `plan` the way real queues sharing one worker pool run it: with the
+/// profile's one-thread costs, each job holds a worker at its own parallel fraction
+/// ([`WorkerPoolBackend`], [`parallel_fractions`]); without them, jobs running at once
+/// share the pool's threads at the profile's measured `two_job_rate` (jobs one at a time
+/// without one). Each job starts after the profile's measured hand-off gap (`[measured]
 /// job_gap_us`, 0 without one). A prompt shorter than a chunk is simulated as one chunk of the prompt's
 /// length, as the executors run it.
 pub fn predict(plan: Arc<PrefillPlan>, policy: &str) -> Result<RunOutcome, ProfilingError> {
@@ -235,8 +241,58 @@ pub fn predict_with(
         },
         _ => PoolSharing::default(),
     };
-    let mut pool = SharedPoolBackend::new((gap_us.max(0.0) * 1e3) as u64, sharing);
-    Ok(engine::run(as_executed(&plan)?, policy, &mut pool)?)
+    let gap_ns = (gap_us.max(0.0) * 1e3) as u64;
+    let plan = as_executed(&plan)?;
+    if let Some(fractions) = parallel_fractions(&plan, &sharing) {
+        let mut pool = WorkerPoolBackend::new(sharing.threads, gap_ns, fractions);
+        return Ok(engine::run(plan, policy, &mut pool)?);
+    }
+    let mut pool = SharedPoolBackend::new(gap_ns, sharing);
+    Ok(engine::run(plan, policy, &mut pool)?)
+}
+
+/// Each instance's parallel fraction on each lane, from its measured speed-up on the
+/// profile's threads over one thread ([`ProfileOrigin::one_thread`]); a stage without a
+/// one-thread cost takes the fraction that gives `sharing`'s two-job rate. `None` for a
+/// profile without a one-thread pass (older files), which keeps the symmetric sharing of
+/// [`SharedPoolBackend`].
+///
+/// [`ProfileOrigin::one_thread`]: hetsched_systems::ProfileOrigin::one_thread
+pub fn parallel_fractions(plan: &PrefillPlan, sharing: &PoolSharing) -> Option<ParallelFractions> {
+    let measured = plan.device.measured.as_ref()?;
+    if measured.one_thread.is_empty() {
+        return None;
+    }
+    let threads = sharing.threads.max(1);
+    let lanes = plan.lanes();
+    let default = sharing.parallel_fraction();
+    let mut fraction = vec![default; plan.id_space() * lanes];
+    let precision = precision_label(&plan.model);
+    let (prompt, chunk_len) = (plan.workload.prompt_len, plan.workload.chunk_len);
+    for key in plan.instances() {
+        let ops = &plan.stages[key.stage as usize].ops;
+        let kind = stage_kind(ops);
+        let past = key.chunk * chunk_len;
+        let shape = ChunkShape {
+            tokens: u64::from(chunk_len.min(prompt.saturating_sub(past)).max(1)),
+            past: u64::from(past),
+        };
+        for &lane in plan.eligible(key) {
+            let processor = &plan.device.processors[lane];
+            let on_threads = processor.cost.stage_cost(&plan.model, ops);
+            let on_one = measured.one_thread_cost(&processor.name, &precision, &kind);
+            if let (Some(all), Some(one)) = (on_threads, on_one) {
+                let speedup = one.ns(shape) / all.ns(shape).max(1.0);
+                fraction[plan.id(key) * lanes + lane] =
+                    ParallelFractions::from_speedup(speedup, threads);
+            }
+        }
+    }
+    Some(ParallelFractions {
+        lanes,
+        fraction,
+        default,
+    })
 }
 
 /// `plan`, except that a prompt shorter than a chunk is one chunk of the prompt's length
@@ -271,6 +327,77 @@ mod tests {
     /// A profile measured on simulated queues predicts those queues: the fitted costs
     /// reproduce the modeled ones, so the prediction of a held-out workload (another
     /// prompt length) matches a measurement of it.
+    #[test]
+    fn one_thread_costs_set_each_jobs_parallel_fraction() {
+        let plan = tiny_plan(2, 512, 128);
+        let measured = measure(
+            Arc::new(plan.clone()),
+            "inorder",
+            &mut SimBackend::default(),
+        );
+        let mut device = plan.device.clone();
+        let fits = fit_profile(&mut device, &records_of(&measured.unwrap()));
+        // One thread `speedup` times slower than the profile's two on every stage.
+        let with_speedup = |speedup: f64| {
+            let mut device = device.clone();
+            device.measured = Some(hetsched_systems::ProfileOrigin {
+                model: plan.model.name.clone(),
+                model_shape: String::new(),
+                precisions: Vec::new(),
+                cpu: String::new(),
+                cpu_features: Vec::new(),
+                threads: 2,
+                backends: String::new(),
+                samples: String::new(),
+                job_gap_us: 0.0,
+                two_job_rate: 0.6,
+                one_thread: fits
+                    .iter()
+                    .map(|f| hetsched_systems::OneThreadCost {
+                        processor: f.processor.clone(),
+                        cost: StageCost {
+                            launch_us: f.cost.launch_us * speedup,
+                            per_token_us: f.cost.per_token_us * speedup,
+                            per_pair_us: f.cost.per_pair_us * speedup,
+                            ..f.cost.clone()
+                        },
+                    })
+                    .collect(),
+            });
+            PrefillPlan::new(plan.model.clone(), device, plan.workload.clone()).unwrap()
+        };
+        let sharing = PoolSharing {
+            threads: 2,
+            two_job_rate: 0.6,
+        };
+        for (speedup, fraction) in [(2.0, 1.0), (1.0, 0.0), (1.5, 2.0 / 3.0)] {
+            let plan = with_speedup(speedup);
+            let fractions = parallel_fractions(&plan, &sharing).expect("a one-thread pass");
+            for key in plan.instances() {
+                for &lane in plan.eligible(key) {
+                    let f = fractions.fraction[plan.id(key) * fractions.lanes + lane];
+                    assert!((f - fraction).abs() < 1e-9, "speed-up {speedup}: {f}");
+                }
+            }
+        }
+        // Fully parallel jobs on the pool: one at a time, whatever the policy overlaps.
+        let serial = predict(Arc::new(with_speedup(2.0)), "balance").unwrap();
+        let mut spans: Vec<_> = serial
+            .timeline
+            .slices
+            .iter()
+            .map(|s| (s.start_ns, s.end_ns))
+            .collect();
+        spans.sort_unstable();
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "{spans:?}");
+        // Without a one-thread pass: the symmetric sharing of older profiles.
+        let mut older = with_speedup(2.0);
+        if let Some(m) = older.device.measured.as_mut() {
+            m.one_thread.clear();
+        }
+        assert!(parallel_fractions(&older, &sharing).is_none());
+    }
+
     #[test]
     fn a_profile_measured_on_a_queue_predicts_a_held_out_workload() {
         let mut samples = Vec::new();

@@ -140,6 +140,39 @@ pub struct ProfileOrigin {
     /// an `inorder` and a `balance` run of one plan; 0: not measured).
     #[serde(default)]
     pub two_job_rate: f64,
+    /// Stage costs measured on one compute thread (`hetsched profile`'s one-thread
+    /// pass): beside the costs on `threads`, each stage's speed-up, which says how jobs
+    /// share the worker pool (`run --predict`; empty in older profiles, which predict
+    /// with `two_job_rate` alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub one_thread: Vec<OneThreadCost>,
+}
+
+/// A stage's cost on one compute thread, on one processor's queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OneThreadCost {
+    /// The processor whose queue ran it.
+    pub processor: String,
+    /// The fitted cost.
+    pub cost: crate::stage_cost::StageCost,
+}
+
+impl ProfileOrigin {
+    /// The one-thread cost of `stage` at `precision` on `processor`, if measured.
+    pub fn one_thread_cost(
+        &self,
+        processor: &str,
+        precision: &str,
+        stage: &str,
+    ) -> Option<&crate::stage_cost::StageCost> {
+        self.one_thread
+            .iter()
+            .find(|c| {
+                c.processor == processor && c.cost.precision == precision && c.cost.stage == stage
+            })
+            .map(|c| &c.cost)
+    }
 }
 
 impl ProfileOrigin {
@@ -199,6 +232,17 @@ impl DeviceProfile {
         if let Some(m) = &self.measured {
             let rate_ok = m.two_job_rate == 0.0 || (0.5..=1.0).contains(&m.two_job_rate);
             let gap_ok = (0.0..=MAX_LATENCY_US).contains(&m.job_gap_us);
+            let one_thread_ok = m.one_thread.iter().all(|o| {
+                let c = &o.cost;
+                [c.launch_us, c.per_token_us, c.per_pair_us]
+                    .iter()
+                    .all(|v| (0.0..=MAX_LATENCY_US).contains(v))
+            });
+            if !one_thread_ok {
+                return bad(
+                    "[[measured.one_thread]]: a cost is negative, not finite or out of range; fix the device file or profile again".into(),
+                );
+            }
             if !(rate_ok && gap_ok) {
                 return bad(format!(
                     "[measured] two_job_rate {} must be 0 (not measured) or within 0.5..=1, and job_gap_us {} within 0..={MAX_LATENCY_US}; fix the device file",

@@ -25,6 +25,7 @@ use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
 use hetsched::history::{HistoryRecord, read_history, records_of};
 use hetsched::profiling::{StageFit, fit_profile, job_gap_ns, two_job_rate};
+use hetsched::systems::OneThreadCost;
 use samples::to_csv;
 
 /// The host's SIMD features, as a measured profile records them.
@@ -157,6 +158,10 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
     };
     let text = "The committee reviewed the proposal in detail, weighing its costs against \
                 the benefits it promised to the city and to the people who live there. ";
+    let two_job_rate = match &args.from_history {
+        Some(_) => None,
+        None => grid.sharing(&models[0], &loaded.tokenizer, text, &options)?,
+    };
     let (samples, device, gaps) = match &args.from_history {
         Some(path) => {
             let name = &models[0].name;
@@ -172,9 +177,9 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         }
         None => grid.measure(&models, &loaded.tokenizer, text, &options)?,
     };
-    let two_job_rate = match &args.from_history {
-        Some(_) => None,
-        None => grid.sharing(&models[0], &loaded.tokenizer, text, &options)?,
+    let one_thread = match &args.from_history {
+        Some(_) => Vec::new(),
+        None => grid.one_thread(&models, &loaded.tokenizer, text, &options, &device)?,
     };
     let prefills = gaps.len();
     let mut device = device;
@@ -195,6 +200,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         samples: file_name(&files.samples),
         job_gap_us: median(gaps) / 1e3,
         two_job_rate: two_job_rate.unwrap_or(0.0),
+        one_thread,
     });
     let summary = ProfileSummary {
         model: first.name.clone(),
@@ -315,6 +321,56 @@ impl Grid<'_> {
             }
         }
         Ok((!rates.is_empty()).then(|| median(rates)))
+    }
+}
+
+impl Grid<'_> {
+    /// Every stage's cost on one compute thread: each model's prefill of the first prompt
+    /// length at every chunk length, once, on a one-worker pool (where jobs never
+    /// overlap), fitted like the grid. With the costs on the profile's threads it gives
+    /// each stage's speed-up, which says how two jobs share the pool (`run --predict`).
+    fn one_thread(
+        &self,
+        models: &[Arc<ExecModel>],
+        tokenizer: &hetsched::import::GgufTokenizer,
+        text: &str,
+        options: &PrefillOptions,
+        device: &DeviceProfile,
+    ) -> Result<Vec<OneThreadCost>, CliError> {
+        if options.threads <= 1 {
+            return Ok(Vec::new());
+        }
+        let prompt = self.prompt_lens.first().copied().unwrap_or(512);
+        let mut bar = Bar::new("one thread");
+        bar.set_len((models.len() * self.chunk_lens.len()) as u64);
+        let mut samples = Vec::new();
+        for model in models {
+            let tokens = prompt_tokens(
+                tokenizer,
+                text,
+                prompt as usize,
+                model.config.context_length,
+            )?;
+            for &chunk_len in self.chunk_lens {
+                let options = PrefillOptions {
+                    chunk_len,
+                    threads: 1,
+                    ..options.clone()
+                };
+                let result = exec::prefill(model.clone(), &tokens, &options)?;
+                samples.extend(records_of(&result.outcome));
+                bar.inc(1);
+            }
+        }
+        bar.finish();
+        let fits = fit_profile(&mut device.clone(), &samples);
+        Ok(fits
+            .into_iter()
+            .map(|f| OneThreadCost {
+                processor: f.processor,
+                cost: f.cost,
+            })
+            .collect())
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod shared_pool;
 pub mod sim;
+pub mod worker_pool;
 
 use std::time::Duration;
 

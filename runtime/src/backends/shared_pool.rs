@@ -42,7 +42,7 @@ impl Default for PoolSharing {
 
 impl PoolSharing {
     /// The Amdahl parallel fraction that gives two jobs `two_job_rate` each.
-    fn parallel_fraction(&self) -> f64 {
+    pub fn parallel_fraction(&self) -> f64 {
         (2.0 * (1.0 - self.two_job_rate.clamp(0.5, 1.0))).clamp(0.0, 1.0)
     }
 
