@@ -184,7 +184,8 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         ignore_eos: args.ignore_eos,
     };
     let stream = !args.json;
-    let mut stdout = std::io::stdout().lock();
+    // Not locked for the whole turn: the callback runs on a pool thread.
+    let mut stdout = std::io::stdout();
     let generated = session.generate(
         &tokens,
         &loaded.tokenizer,
