@@ -199,7 +199,6 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
             }
         },
     )?;
-    drop(stdout);
     let mut report = report(&model, threads, path, &generated, session.decode_time());
     report.backends = args.backends.join(",");
     write_timelines(&args.trace, &args.svg, &report, &generated)?;
