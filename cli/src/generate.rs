@@ -184,7 +184,8 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         ignore_eos: args.ignore_eos,
     };
     let stream = !args.json;
-    let mut stdout = std::io::stdout().lock();
+    // Not locked for the whole turn: the callback runs on a pool thread.
+    let mut stdout = std::io::stdout();
     let generated = session.generate(
         &tokens,
         &loaded.tokenizer,
@@ -198,7 +199,6 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
             }
         },
     )?;
-    drop(stdout);
     let mut report = report(&model, threads, path, &generated, session.decode_time());
     report.backends = args.backends.join(",");
     write_timelines(&args.trace, &args.svg, &report, &generated)?;

@@ -441,6 +441,11 @@ fn take_logits(slot: &parking_lot::Mutex<Option<Vec<f32>>>) -> Result<Vec<f32>, 
         chunk: 0,
         value: "logits",
     })?;
+    // One pass without an early exit (it vectorises), then the search only on failure:
+    // a decode step checks a vocabulary of logits every token.
+    if !logits.iter().fold(false, |bad, v| bad | !v.is_finite()) {
+        return Ok(logits);
+    }
     match logits.iter().position(|v| !v.is_finite()) {
         None => Ok(logits),
         Some(index) => Err(ExecError::NonFiniteLogits {

@@ -114,7 +114,7 @@ pub struct Session {
     model: Arc<ExecModel>,
     options: PrefillOptions,
     path: DecodePath,
-    pool: Arc<rayon::ThreadPool>,
+    pub(super) pool: Arc<rayon::ThreadPool>,
     policies: PolicyRegistry,
     current: Arc<CurrentRun>,
     queues: ThreadQueues,

@@ -51,6 +51,26 @@ pub enum FinishReason {
     Cancelled,
 }
 
+/// What a turn's decode loop does not change: its inputs and its clock.
+struct TurnInputs<'a> {
+    tokenizer: &'a GgufTokenizer,
+    eos: u32,
+    options: &'a GenerateOptions,
+    cancel: &'a AtomicBool,
+    /// When the turn's prefill started.
+    started: Instant,
+}
+
+/// What a turn's decode loop produces, token by token.
+#[derive(Default)]
+struct TurnTokens {
+    tokens: Vec<u32>,
+    text: String,
+    ttft_ns: u64,
+    decode_spans_ns: Vec<(u64, u64)>,
+    decode_step_times: Vec<super::DecodeTime>,
+}
+
 /// A finished turn.
 #[derive(Clone, Debug)]
 pub struct Generated {
@@ -89,13 +109,17 @@ impl Session {
     ///
     /// The prompt plus `max_tokens` must fit in the context: otherwise
     /// [`GenerateError::BeyondContext`] before any work.
+    ///
+    /// After the prefill, sampling, `on_text` and the decode steps run on one of the
+    /// session's pool threads (so `on_text` is `Send`): the steps' kernels then start
+    /// there without handing each step to the pool and back.
     pub fn generate(
         &mut self,
         prompt: &[u32],
         tokenizer: &GgufTokenizer,
         options: &GenerateOptions,
         cancel: &AtomicBool,
-        mut on_text: impl FnMut(&str),
+        mut on_text: impl FnMut(&str) + Send,
     ) -> Result<Generated, GenerateError> {
         let eos = tokenizer.eos_id().ok_or(GenerateError::NoEos)?;
         let mut sampler = Sampler::new(options.sampling)?;
@@ -124,62 +148,85 @@ impl Session {
         let (prefill_run, plan_ns) = self.prefill(&turn)?;
         self.pending = None;
         let prefill_ns = started.elapsed().as_nanos() as u64;
-        let prefilled = Instant::now();
-        let mut decode_spans_ns = Vec::new();
-        let mut decode_step_times = Vec::new();
         let decoded_before = self.decode_time();
-        let mut stream = TextStream::new(&options.stop);
-        let mut tokens = Vec::new();
-        let mut text = String::new();
-        let mut ttft_ns = 0;
-        let finish_reason = loop {
-            let logits = self.logits().expect("a prefill or step left logits");
-            let token = sampler.sample(logits);
-            if tokens.is_empty() {
-                ttft_ns = started.elapsed().as_nanos() as u64;
-            }
-            tokens.push(token);
-            self.pending = Some(token);
-            if token == eos && !options.ignore_eos {
-                break FinishReason::Eos;
-            }
-            let pushed = stream.push(&tokenizer.token_bytes(token)?);
-            on_text(&pushed.text);
-            text += &pushed.text;
-            if pushed.stopped {
-                break FinishReason::Stop;
-            }
-            if tokens.len() >= options.max_tokens {
-                break FinishReason::Length;
-            }
-            if cancel.load(Ordering::Relaxed) {
-                break FinishReason::Cancelled;
-            }
-            self.pending = None;
-            let start = prefilled.elapsed().as_nanos() as u64;
-            let before = self.decode_time();
-            self.step(token)?;
-            decode_spans_ns.push((start, prefilled.elapsed().as_nanos() as u64));
-            decode_step_times.push(self.decode_time().since(before));
+        let inputs = TurnInputs {
+            tokenizer,
+            eos,
+            options,
+            cancel,
+            started,
         };
+        let mut stream = TextStream::new(&options.stop);
+        let mut out = TurnTokens::default();
+        // The loop runs on one of the session's pool threads: each step's `pool.install`
+        // is then a plain call, not a hand-off to a pool thread and a wake-up back (two
+        // thread wake-ups a token, outside any stage, which the step's wall time counted).
+        let pool = self.pool.clone();
+        let finish_reason = pool.install(|| {
+            self.decode_loop(&inputs, &mut sampler, &mut stream, &mut out, &mut on_text)
+        })?;
         let rest = stream.finish();
         on_text(&rest);
-        text += &rest;
+        out.text += &rest;
         let decoded = self.decode_time();
         Ok(Generated {
             prompt_tokens: prompt.len(),
-            tokens,
-            text,
+            tokens: out.tokens,
+            text: out.text,
             finish_reason,
-            ttft_ns,
+            ttft_ns: out.ttft_ns,
             prefill_ns,
             prefill_plan_ns: plan_ns,
             decode_ns: decoded.wall_ns - decoded_before.wall_ns,
             decode_steps: decoded.steps - decoded_before.steps,
             prefill_run,
-            decode_spans_ns,
-            decode_step_times,
+            decode_spans_ns: out.decode_spans_ns,
+            decode_step_times: out.decode_step_times,
         })
+    }
+
+    /// Samples, streams and feeds tokens after the prefill until a stop condition.
+    fn decode_loop(
+        &mut self,
+        inputs: &TurnInputs<'_>,
+        sampler: &mut Sampler,
+        stream: &mut TextStream,
+        out: &mut TurnTokens,
+        on_text: &mut (impl FnMut(&str) + Send),
+    ) -> Result<FinishReason, GenerateError> {
+        let options = inputs.options;
+        let prefilled = Instant::now();
+        loop {
+            let logits = self.logits().expect("a prefill or step left logits");
+            let token = sampler.sample(logits);
+            if out.tokens.is_empty() {
+                out.ttft_ns = inputs.started.elapsed().as_nanos() as u64;
+            }
+            out.tokens.push(token);
+            self.pending = Some(token);
+            if token == inputs.eos && !options.ignore_eos {
+                return Ok(FinishReason::Eos);
+            }
+            let pushed = stream.push(&inputs.tokenizer.token_bytes(token)?);
+            on_text(&pushed.text);
+            out.text += &pushed.text;
+            if pushed.stopped {
+                return Ok(FinishReason::Stop);
+            }
+            if out.tokens.len() >= options.max_tokens {
+                return Ok(FinishReason::Length);
+            }
+            if inputs.cancel.load(Ordering::Relaxed) {
+                return Ok(FinishReason::Cancelled);
+            }
+            self.pending = None;
+            let start = prefilled.elapsed().as_nanos() as u64;
+            let before = self.decode_time();
+            self.step(token)?;
+            let end = prefilled.elapsed().as_nanos() as u64;
+            out.decode_spans_ns.push((start, end));
+            out.decode_step_times.push(self.decode_time().since(before));
+        }
     }
 
     /// This turn's tokens to prefill: the token the last turn ended on (sampled, not yet

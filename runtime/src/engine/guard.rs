@@ -321,12 +321,16 @@ impl Guard {
             }
             None => guarded("wait", || backend.wait())??,
         };
-        let mut kept = Vec::with_capacity(completions.len());
-        for c in completions.drain(..) {
-            if self.complete(&c)? {
-                kept.push(c);
+        // Filtered in place: the backend's vector goes on to the inbox.
+        let mut kept = 0;
+        for i in 0..completions.len() {
+            if self.complete(&completions[i])? {
+                completions.swap(kept, i);
+                kept += 1;
             }
         }
+        completions.truncate(kept);
+        let kept = completions;
         let overdue = self.overdue();
         if kept.is_empty() && overdue.is_empty() {
             self.empty_waits += 1;
