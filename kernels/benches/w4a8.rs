@@ -2,13 +2,18 @@
 //! side by side in one run (the same shapes, the same activations), and W4A8 with
 //! per-group activation scales (`w4a8-g32`, its f32 output dequantized by the kernel;
 //! the per-tensor rows leave the dequantization out). Criterion's
-//! throughput is set in operations (2·m·k·n), so "elem/s" reads as ops/s (GOPS).
+//! throughput is set in operations (2·m·k·n), so "elem/s" reads as ops/s (GOPS). A second
+//! group times the activation quantizers in front of them (values/s).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use hetsched_kernels::gemm_w4::quantize_groups_into;
 use hetsched_kernels::seeded::SeededRng;
-use hetsched_kernels::{PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4, gemm_w4_grouped};
+use hetsched_kernels::{
+    PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4, gemm_w4_grouped, quantize_per_tensor_fast,
+    scale_for_max_abs_fast,
+};
 
 /// (name, m, k, n): SmolLM2's FFN up/gate and down projections at chunk lengths.
 const SHAPES: [(&str, usize, usize, usize); 4] = [
@@ -43,5 +48,29 @@ fn w4a8_vs_w8a8(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, w4a8_vs_w8a8);
+/// The activation quantizers in front of the two GEMMs: per group of 32 (`w4a8-g32`)
+/// against per tensor (max |x| and quantize, W8A8's), on an FFN input chunk of 128
+/// rows (576 wide: up/gate; 1536: down). Throughput in values.
+fn act_quantize(c: &mut Criterion) {
+    let mut group = c.benchmark_group("act_quantize");
+    for k in [576, 1536] {
+        let m = 128;
+        let x = SeededRng::new(11).f32s(m * k);
+        let mut q = vec![0i8; m * k];
+        let mut scales = vec![0f32; m * k / 32];
+        group.throughput(Throughput::Elements((m * k) as u64));
+        group.bench_function(BenchmarkId::new("groups32", format!("128x{k}")), |b| {
+            b.iter(|| quantize_groups_into(black_box(&x), m, k, &mut q, &mut scales))
+        });
+        group.bench_function(BenchmarkId::new("per-tensor", format!("128x{k}")), |b| {
+            b.iter(|| {
+                let scale = scale_for_max_abs_fast(black_box(&x));
+                quantize_per_tensor_fast(&x, scale, &mut q)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, w4a8_vs_w8a8, act_quantize);
 criterion_main!(benches);

@@ -39,9 +39,16 @@ pub fn quantize_groups(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
 /// If a slice length does not match its shape.
 pub fn quantize_groups_into(x: &[f32], m: usize, k: usize, q: &mut [i8], scales: &mut [f32]) {
     check_shapes(x, m, k, q, scales);
-    if k > 0 {
-        groups_loop(x, k, q, scales);
+    if k == 0 {
+        return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::widest::avx512_available() {
+        // SAFETY: avx512f was detected just above.
+        #[allow(unsafe_code)]
+        return unsafe { avx512::groups_loop(x, k, q, scales) };
+    }
+    groups_loop(x, k, q, scales);
 }
 
 /// The definition of [`quantize_groups_into`], one element at a time.
@@ -105,6 +112,14 @@ widest! {
 /// One group of at most [`GROUP_K`] values: writes them, returns the scale.
 #[inline(always)]
 fn quantize_group(x: &[f32], q: &mut [i8]) -> f32 {
+    let scale = group_max(x) / Q_MAX;
+    quantize_with_scale(x, scale, q);
+    scale
+}
+
+/// The largest finite |x| of a group of at most [`GROUP_K`] values (0 if none).
+#[inline(always)]
+fn group_max(x: &[f32]) -> f32 {
     // Independent lanes and a tree of element-wise maxima vectorize (a running
     // maximum would be a chain of scalar selects); NaN and ±∞ compare false.
     let mut lanes = [0f32; GROUP_K];
@@ -120,10 +135,15 @@ fn quantize_group(x: &[f32], q: &mut [i8]) -> f32 {
         }
         width /= 2;
     }
-    let scale = lanes[0] / Q_MAX;
+    lanes[0]
+}
+
+/// Writes the group's values quantized with `scale` (all 0 for scale 0).
+#[inline(always)]
+fn quantize_with_scale(x: &[f32], scale: f32, q: &mut [i8]) {
     if scale == 0.0 {
         q.fill(0);
-        return 0.0;
+        return;
     }
     for (o, &v) in q.iter_mut().zip(x) {
         let c = (v / scale).clamp(-Q_MAX, Q_MAX);
@@ -133,5 +153,114 @@ fn quantize_group(x: &[f32], q: &mut [i8]) -> f32 {
             .wrapping_sub(ROUND_MAGIC.to_bits());
         *o = bits as i32 as i8;
     }
-    scale
+}
+
+/// The group loop with the groups' maxima taken 16 groups at a time: the maxima of one
+/// group need a horizontal reduction (a chain of shuffles and maxima per group, which
+/// made the group quantizer 3x slower than the per-tensor one); 16 groups' partial
+/// maxima transposed into one vector share the shuffles, and their 16 scales are one
+/// division. Maxima are exact and taken in any order, so the result is bit-identical
+/// to [`super::quantize_groups_reference`].
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    // reason: x86 SIMD intrinsics (loads through raw pointers, calls into
+    // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
+    #![allow(unsafe_code)]
+
+    use std::arch::x86_64::*;
+
+    use super::{GROUP_K, Q_MAX, quantize_group, quantize_with_scale};
+
+    /// Groups whose maxima are taken together.
+    const BATCH: usize = 16;
+
+    /// [`super::groups_loop`], 16 whole groups at a time.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+    pub(super) fn groups_loop(x: &[f32], k: usize, q: &mut [i8], scales: &mut [f32]) {
+        let groups = k.div_ceil(GROUP_K);
+        let rows = x.chunks_exact(k).zip(q.chunks_exact_mut(k));
+        for ((x, q), scales) in rows.zip(scales.chunks_exact_mut(groups)) {
+            let (full, x_tail) = x.as_chunks::<GROUP_K>();
+            let (full_q, q_tail) = q.as_chunks_mut::<GROUP_K>();
+            let (batches, x_rest) = full.as_chunks::<BATCH>();
+            let (q_batches, q_rest) = full_q.as_chunks_mut::<BATCH>();
+            let (s_batched, s_rest) = scales.split_at_mut(batches.len() * BATCH);
+            let s_batches = s_batched.as_chunks_mut::<BATCH>().0;
+            for ((x, q), s) in batches.iter().zip(q_batches).zip(s_batches) {
+                let max = maxima(x);
+                let scale = _mm512_div_ps(max, _mm512_set1_ps(Q_MAX));
+                // SAFETY: `s` is exactly 16 writable f32.
+                unsafe { _mm512_storeu_ps(s.as_mut_ptr(), scale) };
+                for ((x, q), &scale) in x.iter().zip(q.iter_mut()).zip(s.iter()) {
+                    quantize_with_scale(x, scale, q);
+                }
+            }
+            // The whole groups after the last batch, then the short tail group, if any
+            // (its scale is the last of `s_rest`).
+            let rest = x_rest.iter().zip(q_rest.iter_mut());
+            for ((x, q), s) in rest.zip(s_rest.iter_mut()) {
+                *s = quantize_group(x, q);
+            }
+            if !x_tail.is_empty() {
+                s_rest[s_rest.len() - 1] = quantize_group(x_tail, q_tail);
+            }
+        }
+    }
+
+    /// Lane `i`: the largest finite |x| of group `i`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+    fn maxima(x: &[[f32; GROUP_K]; BATCH]) -> __m512 {
+        // Per group, the lane-wise maximum of its two halves (non-finite values as 0).
+        let v: [__m512; BATCH] = std::array::from_fn(|g| {
+            // SAFETY: each half is exactly 16 readable f32.
+            let (lo, hi) = unsafe {
+                (
+                    _mm512_loadu_ps(x[g].as_ptr()),
+                    _mm512_loadu_ps(x[g][16..].as_ptr()),
+                )
+            };
+            _mm512_max_ps(finite_abs(lo), finite_abs(hi))
+        });
+        // Four levels of pairwise merges: each halves the lanes per group and doubles
+        // the groups per vector (256-bit halves, 128-bit quarters, then pairs and
+        // single lanes within quarters).
+        let c: [__m512; 8] = std::array::from_fn(|i| {
+            let (a, b) = (v[2 * i], v[2 * i + 1]);
+            _mm512_max_ps(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xee>(a, b),
+            )
+        });
+        let d: [__m512; 4] = std::array::from_fn(|i| {
+            let (a, b) = (c[2 * i], c[2 * i + 1]);
+            _mm512_max_ps(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xdd>(a, b),
+            )
+        });
+        let e: [__m512; 2] = std::array::from_fn(|i| {
+            let (a, b) = (d[2 * i], d[2 * i + 1]);
+            _mm512_max_ps(
+                _mm512_shuffle_ps::<0x44>(a, b),
+                _mm512_shuffle_ps::<0xee>(a, b),
+            )
+        });
+        let f = _mm512_max_ps(
+            _mm512_shuffle_ps::<0x88>(e[0], e[1]),
+            _mm512_shuffle_ps::<0xdd>(e[0], e[1]),
+        );
+        // Lane `l` of `f` holds group ORDER[l]; put group `i` in lane `i`.
+        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_permutexvar_ps(order, f)
+    }
+
+    /// |x|, with NaN and ±∞ as 0 (they never set a scale).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+    fn finite_abs(x: __m512) -> __m512 {
+        let a = _mm512_abs_ps(x);
+        let finite = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, _mm512_set1_ps(f32::INFINITY));
+        _mm512_maskz_mov_ps(finite, a)
+    }
 }

@@ -162,6 +162,7 @@ fn the_fast_quantizer_equals_the_reference_bit_for_bit() {
         (5, 100, 4),
         (4, 576, 5),
         (2, 1536, 6),
+        (3, 1000, 7),
     ] {
         let mut x: Vec<f32> = SeededRng::new(seed)
             .f32s(m * k)
@@ -175,6 +176,16 @@ fn the_fast_quantizer_equals_the_reference_bit_for_bit() {
             x[11] = f32::NAN;
             x[12] = f32::INFINITY;
             x[33] = x[34] * 0.5;
+        }
+        // The 16-group batches of the AVX-512 quantizer: specials in a later batch, a
+        // group that is all zeros, one whose largest value sits in its last lane and
+        // one whose only finite values are negative.
+        if m * k > 1100 {
+            x[16 * 32 + 5] = f32::NEG_INFINITY;
+            x[17 * 32..18 * 32].fill(0.0);
+            x[19 * 32 + 31] = -900.0;
+            x[20 * 32..21 * 32].fill(f32::NAN);
+            x[20 * 32 + 9] = -3.0;
         }
         let groups = m * k.div_ceil(GROUP_K);
         let (mut q, mut s) = (vec![0i8; m * k], vec![0f32; groups]);
