@@ -13,6 +13,19 @@
 //! their address ranges is the union of the tiling nodes' `below` and the overhanging
 //! nodes' `own`: `O(log n)` sets, each already merged, in place of every conflicting
 //! buffer. Address sets stay short because neighbouring buffers merge.
+//!
+//! The overhanging nodes of a window are the upper parts of the paths from its first
+//! and last leaves to the root (a node that reaches outside the window has parents
+//! that do too). Their `own` sets hold most of what is live across the window, split
+//! over many levels, and each alone is fragmented (a subset of a packed arena), so the
+//! index caches, per node, `path`: the union of `own` over the node and its ancestors,
+//! one merged set that is about as short as the live set it covers. A cached `path` is
+//! rebuilt from its parent's only when an `own` on its path has changed since it was
+//! built (each node carries the time of its last `own` insertion; a `path` the latest
+//! such time on its path when built), so the window reads two `path` sets in place of
+//! the overhanging nodes' `own`.
+
+use super::place::union_into;
 
 /// Sorted, disjoint, non-touching address ranges `[low, high)`.
 #[derive(Clone, Debug, Default)]
@@ -32,6 +45,18 @@ impl AddressSet {
         v[a] = (v[a].0.min(low), v[b - 1].1.max(high));
         v.drain(a + 1..b);
     }
+
+    /// As [`AddressSet::insert`]; returns whether the set changed (false when it held
+    /// every address of `[low, high)` already).
+    fn insert_new(&mut self, low: u64, high: u64) -> bool {
+        let v = &self.0;
+        let a = v.partition_point(|r| r.1 < low);
+        if a < v.len() && v[a].0 <= low && high <= v[a].1 {
+            return false;
+        }
+        self.insert(low, high);
+        true
+    }
 }
 
 /// The segment tree over start times; see the module doc.
@@ -43,9 +68,20 @@ pub(super) struct Occupancy {
     own: Vec<AddressSet>,
     /// Per node: ranges stored at the node or under it.
     below: Vec<AddressSet>,
-    /// Scratch: the current window's tiling nodes and overhanging nodes.
+    /// Per node: the union of `own` over the node and its ancestors, as of `path_time`.
+    path: Vec<Vec<(u64, u64)>>,
+    /// Per node: the latest `own_time` on its path when its `path` was built.
+    path_time: Vec<u64>,
+    /// Per node: the insertion count at its last `own` insertion (0: none since reset).
+    own_time: Vec<u64>,
+    /// Insertions since the last reset.
+    clock: u64,
+    /// Scratch: the current window's tiling nodes, and the lowest overhanging node on
+    /// the paths from its first and last leaves (the same node, or none, at times).
     tiles: Vec<usize>,
     overhang: Vec<usize>,
+    /// Scratch: the nodes whose `path` sets cover the overhanging nodes' `own`.
+    above: Vec<usize>,
 }
 
 impl Occupancy {
@@ -56,8 +92,17 @@ impl Occupancy {
         for set in self.own.iter_mut().chain(self.below.iter_mut()) {
             set.0.clear();
         }
+        for set in &mut self.path {
+            set.clear();
+        }
         self.own.resize(2 * size, AddressSet::default());
         self.below.resize(2 * size, AddressSet::default());
+        self.path.resize(2 * size, Vec::new());
+        self.path_time.clear();
+        self.path_time.resize(2 * size, 0);
+        self.own_time.clear();
+        self.own_time.resize(2 * size, 0);
+        self.clock = 0;
     }
 
     /// Selects the window of leaves `lo..hi` (non-empty) for [`Occupancy::taken`] and
@@ -79,43 +124,95 @@ impl Occupancy {
             r >>= 1;
         }
         // Nodes above a tiling node lie on the paths from the window's first and last
-        // leaves to the root; of those, the ones whose leaves reach outside the window.
+        // leaves to the root; of those, the ones whose leaves reach outside the window:
+        // on each path, the lowest such node and every node above it.
         self.overhang.clear();
-        let (mut a, mut b) = ((lo + self.size) >> 1, (hi - 1 + self.size) >> 1);
-        let mut level = 1;
-        while a >= 1 {
-            let span = 1usize << level;
-            for node in [a, b] {
+        for leaf in [lo, hi - 1] {
+            let (mut node, mut level) = ((leaf + self.size) >> 1, 1);
+            while node >= 1 {
                 let first = (node << level) - self.size;
-                if (first < lo || first + span > hi) && self.overhang.last() != Some(&node) {
-                    self.overhang.push(node);
+                if first < lo || first + (1usize << level) > hi {
+                    if !self.overhang.contains(&node) {
+                        self.overhang.push(node);
+                    }
+                    break;
                 }
+                node >>= 1;
+                level += 1;
             }
-            a >>= 1;
-            b >>= 1;
-            level += 1;
         }
+        self.above.clear();
+        for k in 0..self.overhang.len() {
+            if let Some(v) = self.refresh_path(self.overhang[k])
+                && !self.above.contains(&v)
+            {
+                self.above.push(v);
+            }
+        }
+    }
+
+    /// Brings `path` up to date on the ancestors-or-self of `node` whose `own` is not
+    /// empty (a node with an empty `own` would copy its parent's), root first; returns
+    /// the lowest of them, whose `path` is then the union of `own` over `node` and its
+    /// ancestors (none if all are empty). A `path` is rebuilt, from the one above it
+    /// and its `own`, only if an `own` on its path changed after it was built.
+    fn refresh_path(&mut self, node: usize) -> Option<usize> {
+        let mut latest = 0;
+        let mut above: Option<usize> = None;
+        for depth in (0..=node.ilog2()).rev() {
+            let v = node >> depth;
+            if self.own_time[v] == 0 {
+                continue;
+            }
+            latest = latest.max(self.own_time[v]);
+            if self.path_time[v] != latest {
+                let mut rebuilt = std::mem::take(&mut self.path[v]);
+                match above {
+                    Some(u) => union_into(&self.path[u], &self.own[v].0, &mut rebuilt),
+                    None => {
+                        rebuilt.clear();
+                        rebuilt.extend_from_slice(&self.own[v].0);
+                    }
+                }
+                self.path[v] = rebuilt;
+                self.path_time[v] = latest;
+            }
+            above = Some(v);
+        }
+        above
     }
 
     /// The merged address sets whose union is every range taken during the selected
     /// window (each sorted by address; together they may overlap).
     pub(super) fn taken(&self) -> impl Iterator<Item = &[(u64, u64)]> + Clone {
         let below = self.tiles.iter().map(|&v| self.below[v].0.as_slice());
-        let own = self.overhang.iter().map(|&v| self.own[v].0.as_slice());
-        below.chain(own)
+        let above = self.above.iter().map(|&v| self.path[v].as_slice());
+        below.chain(above)
     }
 
     /// Records `[low, high)` as taken during the selected window.
     pub(super) fn insert(&mut self, low: u64, high: u64) {
+        self.clock += 1;
         for &v in &self.tiles {
             // A leaf's `own` is never read: no leaf overhangs a window.
             if v < self.size {
                 self.own[v].insert(low, high);
+                self.own_time[v] = self.clock;
             }
             self.below[v].insert(low, high);
         }
+        // Every ancestor of a tiling node: the overhanging nodes and all above them.
         for &v in &self.overhang {
-            self.below[v].insert(low, high);
+            let mut node = v;
+            while node >= 1 {
+                let set = &mut self.below[node];
+                // Two paths meet at a common ancestor: insert there once per path is
+                // harmless (an address set absorbs a range it holds), but stop early.
+                if !set.insert_new(low, high) {
+                    break;
+                }
+                node >>= 1;
+            }
         }
     }
 }
@@ -144,10 +241,17 @@ mod tests {
 
     /// Every range inserted for a window that shares a leaf with the query window is
     /// in the union of `taken`, and no other.
+    /// (Several leaf counts and many insertions, so that the cached `path` sets are
+    /// rebuilt and reused at every level.)
     #[test]
     fn taken_is_the_union_over_intersecting_windows() {
-        let leaves = 13;
-        let mut x = 7u64;
+        for leaves in [1, 2, 13, 64, 100] {
+            taken_matches_the_definition(leaves, 7 + leaves as u64);
+        }
+    }
+
+    fn taken_matches_the_definition(leaves: usize, seed: u64) {
+        let mut x = seed;
         let mut next = |m: u64| {
             x = x
                 .wrapping_mul(6364136223846793005)
@@ -157,7 +261,7 @@ mod tests {
         let mut index = Occupancy::default();
         index.reset(leaves);
         let mut stored: Vec<(usize, usize, u64)> = Vec::new();
-        for k in 0..200u64 {
+        for k in 0..600u64 {
             let lo = next(leaves as u64);
             let hi = lo + 1 + next((leaves - lo) as u64);
             // Disjoint addresses, so the union tells exactly which ranges are in it.

@@ -116,7 +116,7 @@ impl Placer {
 /// The union of two merged address sets (sorted, disjoint, touching ranges joined)
 /// into `out`, itself merged: one linear merge. (Copying the longer set's runs in
 /// bulk between binary searches was measured slower: 1.8x the chunk-1 run.)
-fn union_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
+pub(super) fn union_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
     out.clear();
     let (mut i, mut j) = (0, 0);
     loop {
