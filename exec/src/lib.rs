@@ -37,6 +37,7 @@ pub mod lock_wait;
 mod queues;
 mod report;
 mod shadow;
+mod shadow_quant;
 mod state;
 mod steps;
 mod values;

@@ -13,13 +13,12 @@
 //! resident; a cold channel's row is read from the memory-mapped model file when an
 //! outlier needs it.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use parking_lot::RwLock;
+use hetsched_kernels::shadow_scatter;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -101,8 +100,11 @@ pub struct ShadowRows {
     rows: Vec<f32>,
     /// Where a cold channel's row is read from; `None` when every channel is hot.
     cold: Option<ColdRows>,
-    /// Cold rows read earlier and kept, by channel, while [`ColdRows::cache`] has room.
-    kept: RwLock<BTreeMap<usize, Arc<[f32]>>>,
+    /// Cold rows read earlier and kept, by channel, while [`ColdRows::cache`] has room
+    /// (set once, read without a lock; empty without a cold source).
+    kept: Vec<OnceLock<Arc<[f32]>>>,
+    /// How many of `kept` are set.
+    kept_rows: AtomicUsize,
 }
 
 /// A channel whose row is not resident.
@@ -194,12 +196,17 @@ impl ShadowRows {
             slots[c] = (rows.len() / n.max(1)) as u32;
             rows.extend(w.chunks_exact(k).map(|row| row[c]));
         }
+        let kept = match cold {
+            Some(_) => (0..k).map(|_| OnceLock::new()).collect(),
+            None => Vec::new(),
+        };
         Self {
             n,
             slots,
             rows,
             cold,
-            kept: RwLock::new(BTreeMap::new()),
+            kept,
+            kept_rows: AtomicUsize::new(0),
         }
     }
 
@@ -211,7 +218,7 @@ impl ShadowRows {
 
     /// Bytes of cold rows kept once read.
     pub fn kept_bytes(&self) -> u64 {
-        (4 * self.n * self.kept.read().len()) as u64
+        (4 * self.n * self.kept_rows.load(Ordering::Relaxed)) as u64
     }
 
     /// Bytes of a full float copy of the linear's weights.
@@ -228,7 +235,9 @@ impl ShadowRows {
     /// activation, ascending, and the part the INT8 value misses): each adds residual ×
     /// its channel's row to its output row. Cold rows are read once, then blocks of output
     /// rows are spread over the current thread pool (the shadow runs beside an INT8 stage
-    /// whose lane may leave threads idle).
+    /// whose lane may leave threads idle), each through
+    /// [`hetsched_kernels::shadow_scatter`] with a per-channel table of rows (an index, not
+    /// a map lookup, per outlier).
     pub fn multiply(
         &self,
         outliers: &[(u32, f32)],
@@ -238,24 +247,30 @@ impl ShadowRows {
         let start = Instant::now();
         let (n, k) = (self.n, self.slots.len().max(1));
         check_outliers(outliers, rows, k)?;
-        let mut used_hot = vec![false; k];
-        let mut cold_channels = BTreeSet::new();
+        let mut needed = vec![false; k];
         for &(i, _) in outliers {
-            let c = i as usize % k;
-            match self.slots[c] {
-                COLD => {
-                    cold_channels.insert(c);
+            needed[i as usize % k] = true;
+        }
+        let mut table: Vec<&[f32]> = vec![&[]; k];
+        let mut cold = Vec::new();
+        let mut hits = 0;
+        for c in (0..k).filter(|&c| needed[c]) {
+            match (self.slots[c], self.kept.get(c).and_then(OnceLock::get)) {
+                (COLD, Some(row)) => {
+                    table[c] = row;
+                    hits += 1;
                 }
-                _ => used_hot[c] = true,
+                (COLD, None) => cold.push(c),
+                (slot, _) => {
+                    table[c] = &self.rows[slot as usize * n..(slot as usize + 1) * n];
+                    hits += 1;
+                }
             }
         }
-        let (cold_rows, kept_rows, misses) = self.cold_rows(cold_channels)?;
-        let row_of = |c: usize| -> &[f32] {
-            match self.slots[c] {
-                COLD => &cold_rows[&c],
-                slot => &self.rows[slot as usize * n..(slot as usize + 1) * n],
-            }
-        };
+        let read = self.read_and_keep(cold)?;
+        for (c, row) in &read {
+            table[*c] = row;
+        }
         let mut y = vec![0f32; rows * n];
         y.par_chunks_mut(SHADOW_ROWS_PER_TASK * n.max(1))
             .enumerate()
@@ -264,59 +279,38 @@ impl ShadowRows {
                 let last = first + (out.len() / n.max(1) * k) as u32;
                 let from = outliers.partition_point(|&(i, _)| i < first);
                 let to = outliers.partition_point(|&(i, _)| i < last);
-                for &(i, r) in &outliers[from..to] {
-                    let (row, c) = ((i - first) as usize / k, i as usize % k);
-                    for (o, &w) in out[row * n..(row + 1) * n].iter_mut().zip(row_of(c)) {
-                        *o += r * w;
-                    }
-                }
+                shadow_scatter(out, n, k, first, &outliers[from..to], &table);
             });
         counters.record(
-            (used_hot.iter().filter(|&&u| u).count() + kept_rows) as u64,
-            misses as u64,
+            hits as u64,
+            read.len() as u64,
             outliers.len() as u64,
             start.elapsed().as_nanos() as u64,
         );
         Ok(y)
     }
 
-    /// The rows of `channels` (all cold): those kept by an earlier chunk, then the rest read
-    /// from the cold source and kept while the cache's budget lasts. Returns the rows, how
-    /// many were kept and how many read (misses).
-    fn cold_rows(
-        &self,
-        mut channels: BTreeSet<usize>,
-    ) -> Result<(RowsByChannel, usize, usize), KernelError> {
-        let mut cold_rows = RowsByChannel::new();
-        {
-            let kept = crate::lock_wait::read(&self.kept);
-            channels.retain(|c| match kept.get(c) {
-                Some(row) => {
-                    cold_rows.insert(*c, row.clone());
-                    false
-                }
-                None => true,
-            });
-        }
-        let kept_rows = cold_rows.len();
+    /// The rows of `channels` (cold, not kept) read from the cold source, in parallel, and
+    /// kept while the cache's budget lasts.
+    fn read_and_keep(&self, channels: Vec<usize>) -> Result<RowsByChannel, KernelError> {
         // Each cold row gathers one element from every output row of the memory map:
         // latency-bound, so the reads are spread over the pool too.
-        let read: Vec<(usize, Arc<[f32]>)> = channels
+        let read: RowsByChannel = channels
             .into_par_iter()
             .map(|c| Ok((c, Arc::from(self.read_cold(c)?))))
             .collect::<Result<_, KernelError>>()?;
-        let misses = read.len();
-        if let Some(cold) = self.cold.as_ref().filter(|_| !read.is_empty()) {
-            let mut kept = crate::lock_wait::write(&self.kept);
+        if let Some(cold) = &self.cold {
             for (c, row) in &read {
                 // Another chunk may have kept it meanwhile: count its bytes once.
-                if !kept.contains_key(c) && cold.cache.reserve((4 * row.len()) as u64) {
-                    kept.insert(*c, row.clone());
+                if self.kept[*c].get().is_none()
+                    && cold.cache.reserve((4 * row.len()) as u64)
+                    && self.kept[*c].set(row.clone()).is_ok()
+                {
+                    self.kept_rows.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
-        cold_rows.extend(read);
-        Ok((cold_rows, kept_rows, misses))
+        Ok(read)
     }
 
     fn read_cold(&self, channel: usize) -> Result<Vec<f32>, KernelError> {
@@ -436,8 +430,8 @@ pub struct ShadowReport {
     pub prefill_share: f64,
 }
 
-/// Float weight rows by input channel.
-type RowsByChannel = BTreeMap<usize, Arc<[f32]>>;
+/// Float weight rows read from the cold source, with their input channels.
+type RowsByChannel = Vec<(usize, Arc<[f32]>)>;
 
 /// `outliers` index a `[rows, k]` activation and ascend (the shadow's blocks of output
 /// rows find their outliers by binary search).

@@ -8,15 +8,16 @@
 //! ([`Act::Int8Groups`]) and its product returns dequantized f32.
 
 use hetsched_kernels::{
-    I8Vector, PackedF32Weights, PackedI8Weights, PackedW4Weights, dequantize_i32_acc_fast,
-    gemm_i8_cols, gemm_w4_cols, gemm_w4_grouped_cols, gemv_f32, gemv_i8, matmul_f32_packed,
-    matmul_f32_packed_cols, max_abs, quantize_groups, quantize_per_tensor_fast,
-    scale_for_max_abs_fast,
+    I8Vector, PackedF32Weights, PackedI8Weights, PackedW4Weights, dequantize_add_shadow,
+    dequantize_i32_acc_fast, gemm_i8_cols, gemm_w4_cols, gemm_w4_grouped_cols, gemv_f32, gemv_i8,
+    matmul_f32_packed, matmul_f32_packed_cols, max_abs, quantize_groups, quantize_per_tensor_fast,
+    scale_for_max_abs_fast, sum_squares_within,
 };
 use rayon::prelude::*;
 
 use super::error::KernelError;
 use super::shadow::{QuantRule, ShadowCounters};
+use super::shadow_quant::{cold_mask, quantize_clipped};
 use super::weights::LinearWeights;
 
 /// The outliers of a shadowed activation: flat index into the `[rows, k]` activation, and
@@ -111,34 +112,9 @@ pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
                 outliers: Vec::new(),
             }
         }
-        QuantRule::Clip { rms: clip } => {
-            let limit = clip_limit(&x, clip);
-            quantize_beyond(x, limit)
-        }
-        QuantRule::HotMax { hot, clip } => {
-            let cold_max = x
-                .iter()
-                .zip(hot.iter().cycle())
-                .filter(|&(_, &h)| !h)
-                .fold(0f32, |m, (v, _)| m.max(v.abs()));
-            let limit = cold_max.min(clip_limit(&x, clip));
-            quantize_beyond(x, limit)
-        }
+        QuantRule::Clip { rms: clip } => quantize_clipped(x, clip, None),
+        QuantRule::HotMax { hot, clip } => quantize_clipped(x, clip, Some(&cold_mask(&hot))),
     }
-}
-
-/// Per-tensor INT8 with the scale `limit` / 127, each value beyond `limit` an outlier.
-fn quantize_beyond(x: Vec<f32>, limit: f32) -> Act {
-    let scale = if limit > 0.0 { limit / 127.0 } else { 1.0 };
-    let mut q = vec![0i8; x.len()];
-    quantize_per_tensor_fast(&x, scale, &mut q);
-    let outliers = x
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| v.abs() > limit)
-        .map(|(i, &v)| (i as u32, v - f32::from(q[i]) * scale))
-        .collect();
-    Act::Int8 { q, scale, outliers }
 }
 
 /// The clipped range of `x`: min(max |x|, `clip` × the RMS of its bulk), where the bulk is
@@ -150,30 +126,10 @@ fn quantize_beyond(x: Vec<f32>, limit: f32) -> Act {
 /// that matter and costs them resolution; one pass without the values beyond the first
 /// clip brings the RMS back to the bulk's.
 pub fn clip_limit(x: &[f32], clip: f32) -> f32 {
-    let rms = (sum_squares(x, f32::INFINITY).0 / x.len().max(1) as f32).sqrt();
-    let (bulk_squares, bulk) = sum_squares(x, clip * rms);
+    let rms = (sum_squares_within(x, f32::INFINITY).0 / x.len().max(1) as f32).sqrt();
+    let (bulk_squares, bulk) = sum_squares_within(x, clip * rms);
     let bulk_rms = (bulk_squares / bulk.max(1) as f32).sqrt();
     max_abs(x).min(clip * bulk_rms)
-}
-
-/// The sum of squares of the values of `x` within ±`limit`, and how many there are.
-fn sum_squares(x: &[f32], limit: f32) -> (f32, usize) {
-    let mut lanes = [0f32; 16];
-    let mut counts = [0u32; 16];
-    let mut chunks = x.chunks_exact(16);
-    for chunk in &mut chunks {
-        for ((s, n), &v) in lanes.iter_mut().zip(&mut counts).zip(chunk) {
-            let inside = v.abs() <= limit;
-            *s += if inside { v * v } else { 0.0 };
-            *n += u32::from(inside);
-        }
-    }
-    let tail = chunks.remainder().iter().filter(|v| v.abs() <= limit);
-    let (tail_squares, tail_count) = tail.fold((0f32, 0usize), |(s, n), v| (s + v * v, n + 1));
-    (
-        lanes.iter().sum::<f32>() + tail_squares,
-        counts.iter().map(|&n| n as usize).sum::<usize>() + tail_count,
-    )
 }
 
 /// Tasks per thread of a product with fewer rows than [`ROWS_PER_TASK`] (a decode step's
@@ -384,13 +340,14 @@ fn dequantize_int(
 ) -> Result<Vec<f32>, KernelError> {
     let n = scales.len();
     check_len(acc.len() % n.max(1), 0)?;
+    if let Some(mut y) = shadow {
+        // The shadow's buffer becomes the output: one pass instead of two.
+        check_len(y.len(), acc.len())?;
+        dequantize_add_shadow(acc, a_scale, scales, &mut y);
+        return Ok(y);
+    }
     let mut y = vec![0f32; acc.len()];
     dequantize_i32_acc_fast(acc, acc.len() / n.max(1), n, a_scale, scales, &mut y);
-    if let Some(shadow) = shadow {
-        for (y, s) in y.iter_mut().zip(&shadow) {
-            *y += s;
-        }
-    }
     Ok(y)
 }
 

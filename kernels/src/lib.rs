@@ -82,6 +82,7 @@
 
 pub mod attention;
 pub mod attention_flash;
+pub mod clip_stats;
 pub mod convert;
 pub mod cpu;
 pub mod gelu;
@@ -93,6 +94,7 @@ pub mod gemv_i8;
 pub mod reference;
 pub mod rope_table;
 pub mod seeded;
+pub mod shadow_merge;
 mod tile_args;
 mod tiling;
 pub mod vector;
@@ -100,6 +102,9 @@ pub mod widest;
 
 pub use attention::{AttentionKv, attention_causal_gqa_gemm};
 pub use attention_flash::{FlashKeys, attention_causal_gqa_flash, flash_supported};
+pub use clip_stats::{
+    ClipStats, SATURATION_BLOCK, clip_stats, saturated_blocks, sum_squares_within,
+};
 pub use cpu::{CpuFeatures, F32Kernel, I8Kernel};
 pub use gelu::{gelu_tanh_mul, gelu_tanh_mul_fast};
 pub use gemm_f32::{
@@ -114,6 +119,7 @@ pub use reference::{
     AttentionShape, RopeStyle, add_inplace, attention_causal_gqa, rms_norm, rope, silu_mul,
 };
 pub use rope_table::RopeTable;
+pub use shadow_merge::{dequantize_add_shadow, shadow_scatter};
 pub use vector::{dequantize_i32_acc_fast, rms_norm_fast};
 pub use vector::{
     exp_approx, max_abs, max_f32, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,
