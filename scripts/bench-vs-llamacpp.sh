@@ -43,9 +43,12 @@ done
 # The prompt: GPL-3's tokens cut to exactly TOKENS (`run --prompt-len`).
 PROMPT=/usr/share/common-licenses/GPL-3
 
+# Both sides warm: llama-bench runs one warm-up prompt in its process before it times
+# (unless --no-warmup), so hetsched times its prefill after one warm-up prefill too
+# (`--warmup 1`: page cache, the pool's threads, a calibrated shadow's cold rows read once).
 hetsched_tps() { # precision
   "$BIN" run --model "$MODEL" --prompt-file "$PROMPT" --prompt-len "$TOKENS" --precision "$1" \
-    --threads "$THREADS" --chunk-len "$CHUNK" --json |
+    --threads "$THREADS" --chunk-len "$CHUNK" --warmup 1 --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["prefill_tokens_per_s"])'
 }
 llama_tps() { # quant
