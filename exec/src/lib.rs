@@ -70,7 +70,7 @@ pub use eval::{
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
 #[cfg(feature = "gpu")]
-pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner};
+pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner, ResidentWeights};
 pub use interpret::StageRunner;
 pub use load::{LoadError, LoadedModels, load_models};
 pub use queues::{JobError, JobRunner, QueueWait, ThreadQueues, wait_per_lane};
@@ -315,14 +315,19 @@ fn gpu_computes(model: &ExecModel) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]).
+/// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]); the weights f32,
+/// or f16 with `HETSCHED_GPU_F16_WEIGHTS=1` ([`ResidentWeights`]).
 #[cfg(feature = "gpu")]
 fn prefill_resident(
     model: Arc<ExecModel>,
     tokens: &[u32],
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
-    let gpu = Arc::new(GpuModel::upload(gpu_context()?, model)?);
+    let weights = match std::env::var("HETSCHED_GPU_F16_WEIGHTS").as_deref() {
+        Ok("1") => ResidentWeights::F16,
+        _ => ResidentWeights::F32,
+    };
+    let gpu = Arc::new(GpuModel::upload_as(gpu_context()?, model, weights)?);
     gpu.warm_up()?;
     prefill_on_gpu(&gpu, tokens, options)
 }
