@@ -263,12 +263,16 @@ fn lane_kernels(
 /// The Vulkan device, prepared (pipelines built, first allocations and submission done) so
 /// that none of that lands in the prefill. Attention runs on tensor cores where the device
 /// has them (f16 inputs, f32 accumulation) unless `HETSCHED_GPU_F32_ATTENTION=1` asks for
-/// the f32 kernel, the reference (and what an A/B measurement of the two compares).
+/// the f32 kernel, the reference (and what an A/B measurement of the two compares);
+/// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N` sets its key split's fewest blocks per range.
 #[cfg(feature = "gpu")]
 fn gpu_context() -> Result<hetsched_gpu::GpuContext, ExecError> {
     let failed = |e: hetsched_gpu::GpuError| ExecError::Gpu(e.to_string());
     let options = hetsched_gpu::GpuOptions {
         f32_attention: std::env::var("HETSCHED_GPU_F32_ATTENTION").is_ok_and(|v| v == "1"),
+        attention_min_key_blocks: std::env::var("HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS")
+            .ok()
+            .and_then(|v| v.parse().ok()),
         ..Default::default()
     };
     let context = hetsched_gpu::GpuContext::new(options).map_err(failed)?;

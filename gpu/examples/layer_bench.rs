@@ -6,14 +6,19 @@
 //! ```sh
 //! cargo run --release -p hetsched-gpu --example layer_bench            # H100: a few seconds
 //! cargo run --release -p hetsched-gpu --example layer_bench -- --quick # lavapipe: 2 calls
+//! cargo run --release -p hetsched-gpu --example layer_bench -- --attn-min-blocks 16,8,4
 //! ```
+//!
+//! `--attn-min-blocks` times attention once per value of
+//! `GpuOptions::attention_min_key_blocks` (default: 16 only); the prefill sums use the first.
 //!
 //! Each row: one batch of R back-to-back dispatches of the same kind (so the gaps between
 //! dispatches count, as in a prefill), GPU time / R, the median of 5 batches after one
 //! warm-up batch. The sums leave out the host (recording, submissions) and the head.
 
 use hetsched_gpu::{
-    AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, RopeStyle,
+    AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, GpuOptions,
+    RopeStyle,
 };
 use hetsched_kernels::seeded::SeededRng;
 
@@ -221,18 +226,43 @@ fn main() {
         }
         layer_gemm.push(sums);
     }
+    let blocks: Vec<usize> = std::env::args()
+        .skip_while(|a| a != "--attn-min-blocks")
+        .nth(1)
+        .map(|v| v.split(',').filter_map(|b| b.parse().ok()).collect())
+        .unwrap_or_else(|| vec![16]);
     let mut attn = Vec::new();
-    for pos0 in (0..MAX_POS).step_by(CHUNK) {
-        let t = time_us(&ctx, &attention(&big, CHUNK, pos0), repeat, batches);
-        println!("{:<34} {t:>10.1}", format!("attention 512 @{pos0}"));
-        attn.push(t);
+    let mut t45 = 0.0;
+    for (i, &min_blocks) in blocks.iter().enumerate() {
+        let options = GpuOptions {
+            attention_min_key_blocks: Some(min_blocks),
+            ..Default::default()
+        };
+        let actx = GpuContext::new(options).expect("a Vulkan device");
+        let (abig, asmall) = (acts(&actx, &mut rng, CHUNK), acts(&actx, &mut rng, rows_45));
+        let mut total = 0.0;
+        for pos0 in (0..MAX_POS).step_by(CHUNK) {
+            let t = time_us(&actx, &attention(&abig, CHUNK, pos0), repeat, batches);
+            let name = format!("attention 512 @{pos0}, >= {min_blocks} blocks/range");
+            println!("{name:<44} {t:>10.1}");
+            total += t;
+            if i == 0 {
+                attn.push(t);
+            }
+        }
+        let t = time_us(&actx, &attention(&asmall, rows_45, CHUNK), repeat, batches);
+        let name = format!("attention {rows_45} @{CHUNK}, >= {min_blocks} blocks/range");
+        println!("{name:<44} {t:>10.1}");
+        println!("sum of the 8 chunks of 4096, >= {min_blocks} blocks/range: {total:.1} us");
+        if i == 0 {
+            t45 = t;
+        }
     }
-    let t45 = time_us(&ctx, &attention(&small, rows_45, CHUNK), repeat, batches);
     println!(
-        "{:<34} {t45:>10.1}",
-        format!("attention {rows_45} @{CHUNK}")
+        "\nprefill (chunks of 512, {LAYERS} layers, device time of the dispatches only, \
+         attention with >= {} blocks/range):",
+        blocks.first().copied().unwrap_or(16)
     );
-    println!("\nprefill (chunks of 512, {LAYERS} layers, device time of the dispatches only):");
     println!("tokens  attention ms  GEMM ms f32  GEMM ms f16  attention share (f32 / f16 GEMMs)");
     for tokens in [557, 2048, 4096] {
         let full = tokens / CHUNK;
