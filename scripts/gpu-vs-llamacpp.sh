@@ -35,7 +35,8 @@
 #       chunk position) while llama.cpp builds, waits for the build, makes the F16/F32
 #       files, then ROUNDS (default 5) rounds of every row, interleaved; results in $OUT.
 #       ROWS="hetsched-f16 hetsched ..." picks the rows (llama.cpp:F16 and llama.cpp:F32
-#       name llama.cpp's).
+#       name llama.cpp's; hetsched-f16-mbN: f16 weights with the attention's key split
+#       down to N blocks per range, HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -126,7 +127,7 @@ remote)
   fi
   if [ "${3:-}" != llama-only ]; then
     [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
-    [ -x /tmp/layer_bench ] && { /tmp/layer_bench 2>&1 | tee "$out/layers.txt" || true; }
+    [ -x /tmp/layer_bench ] && { /tmp/layer_bench --attn-min-blocks 16,8,4 2>&1 | tee "$out/layers.txt" || true; }
   fi
   hetsched_tps() { # binary tokens
     "$1" run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len "$2" \
@@ -149,6 +150,9 @@ remote)
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             hetsched-f16) tps=$(HETSCHED_GPU_F16_WEIGHTS=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
+            hetsched-f16-mb*) # f16 weights, attention split down to N key blocks per range
+              tps=$(HETSCHED_GPU_F16_WEIGHTS=1 HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=${row#hetsched-f16-mb} \
+                hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             *) [ -x "/tmp/$row" ] || continue; tps=$(hetsched_tps "/tmp/$row" "$n" || echo nan) ;;
           esac
           echo "$round $n $row $tps" | tee -a "$results"
@@ -205,7 +209,7 @@ for n in sorted({n for n, _ in rows}):
 EOF
   ;;
 *)
-  sed -n 2,38p "$0"
+  sed -n 2,39p "$0"
   exit 2
   ;;
 esac
