@@ -63,7 +63,7 @@ pub struct GpuOptions {
     /// path, exact to 1e-5.
     pub f32_attention: bool,
     /// Fewest 64-key blocks per key range of the tensor-core attention's split (`None`:
-    /// 16, the default measured on an H100); a tuning knob for long contexts, where fewer
+    /// 8, the best of 16, 8 and 4 on an H100); a tuning knob for long contexts, where fewer
     /// blocks per range give a chunk's 72 query blocks more workgroups.
     pub attention_min_key_blocks: Option<usize>,
 }
