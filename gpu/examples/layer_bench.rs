@@ -183,47 +183,35 @@ fn attention(a: &Acts, rows: usize, pos0: usize) -> Record<'_> {
     Box::new(move |b| b.attention(&a.q, (&a.caches.0, &a.caches.1), &shape, &a.attn))
 }
 
-fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let (repeat, batches) = if quick { (1, 1) } else { (20, 5) };
-    let ctx = GpuContext::new(Default::default()).expect("a Vulkan device");
-    ctx.prepare().expect("prepare");
-    let info = ctx.info();
-    let probe = AttentionShape {
-        n_tokens: CHUNK,
-        pos0: 0,
-        kv_len: CHUNK,
-        n_heads: HEADS,
-        n_kv_heads: KV_HEADS,
-        head_dim: D,
-    };
-    println!(
-        "device {} ({:?}); f16 fused GEMMs on tensor cores: {}; attention on tensor cores: {}",
-        info.name,
-        info.kind,
-        ctx.fused_gemm_on_tensor_cores(),
-        ctx.attention_on_tensor_cores(&probe)
-    );
-    let mut rng = SeededRng::new(3);
-    let w32 = weights(&ctx, &mut rng, Elem::F32);
-    let w16 = weights(&ctx, &mut rng, Elem::F16);
-    let rows_45 = 557 - CHUNK;
-    let (big, small) = (acts(&ctx, &mut rng, CHUNK), acts(&ctx, &mut rng, rows_45));
+/// Repetitions per batch and batches per row.
+#[derive(Clone, Copy)]
+struct Timing {
+    repeat: usize,
+    batches: usize,
+}
+
+const ROWS_45: usize = 557 - CHUNK;
+
+/// Per chunk size (512, then 45 rows): one layer's summed GEMM µs with f32 and f16 weights.
+fn time_gemms(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) -> Vec<(f64, f64)> {
+    let w32 = weights(ctx, rng, Elem::F32);
+    let w16 = weights(ctx, rng, Elem::F16);
+    let (big, small) = (acts(ctx, rng, CHUNK), acts(ctx, rng, ROWS_45));
+    // The GPU's clocks ramp up only under load.
     let start = std::time::Instant::now();
     let warm = &gemms(&w32, &big)[2].1;
-    while start.elapsed().as_secs_f64() < if quick { 0.0 } else { 0.5 } {
-        time_us(&ctx, warm, repeat, 1);
+    while start.elapsed().as_secs_f64() < if t.batches > 1 { 0.5 } else { 0.0 } {
+        time_us(ctx, warm, t.repeat, 1);
     }
     println!("{:<34} {:>10} {:>10}", "dispatch", "f32 us", "f16 us");
-    // Per chunk size: the summed GEMM time of one layer with f32 and f16 weights.
     let mut layer_gemm = Vec::new();
-    for (rows, a) in [(CHUNK, &big), (rows_45, &small)] {
+    for (rows, a) in [(CHUNK, &big), (ROWS_45, &small)] {
         let (g32, g16) = (gemms(&w32, a), gemms(&w16, a));
         let mut sums = (0.0, 0.0);
         for ((name, r32), (_, r16)) in g32.iter().zip(&g16) {
             let (t32, t16) = (
-                time_us(&ctx, r32, repeat, batches),
-                time_us(&ctx, r16, repeat, batches),
+                time_us(ctx, r32, t.repeat, t.batches),
+                time_us(ctx, r16, t.repeat, t.batches),
             );
             sums = (sums.0 + t32, sums.1 + t16);
             println!(
@@ -233,43 +221,40 @@ fn main() {
         }
         layer_gemm.push(sums);
     }
-    let blocks: Vec<usize> = std::env::args()
-        .skip_while(|a| a != "--attn-min-blocks")
-        .nth(1)
-        .map(|v| v.split(',').filter_map(|b| b.parse().ok()).collect())
-        .unwrap_or_else(|| vec![8]);
-    let mut attn = Vec::new();
-    let mut t45 = 0.0;
-    for (i, &min_blocks) in blocks.iter().enumerate() {
-        let options = GpuOptions {
-            attention_min_key_blocks: Some(min_blocks),
-            ..Default::default()
-        };
-        let actx = GpuContext::new(options).expect("a Vulkan device");
-        let (abig, asmall) = (acts(&actx, &mut rng, CHUNK), acts(&actx, &mut rng, rows_45));
-        let mut total = 0.0;
-        for pos0 in (0..MAX_POS).step_by(CHUNK) {
-            let t = time_us(&actx, &attention(&abig, CHUNK, pos0), repeat, batches);
-            let name = format!("attention 512 @{pos0}, >= {min_blocks} blocks/range");
-            println!("{name:<44} {t:>10.1}");
-            total += t;
-            if i == 0 {
-                attn.push(t);
-            }
-        }
-        let t = time_us(&actx, &attention(&asmall, rows_45, CHUNK), repeat, batches);
-        let name = format!("attention {rows_45} @{CHUNK}, >= {min_blocks} blocks/range");
-        println!("{name:<44} {t:>10.1}");
-        println!("sum of the 8 chunks of 4096, >= {min_blocks} blocks/range: {total:.1} us");
-        if i == 0 {
-            t45 = t;
-        }
+    layer_gemm
+}
+
+/// Attention µs of the 512-token chunks at 0, 512, ... 3584 and of the 45-token chunk at
+/// 512, with at least `min_blocks` key blocks per range.
+fn time_attention(min_blocks: usize, rng: &mut SeededRng, t: Timing) -> (Vec<f64>, f64) {
+    let options = GpuOptions {
+        attention_min_key_blocks: Some(min_blocks),
+        ..Default::default()
+    };
+    let ctx = GpuContext::new(options).expect("a Vulkan device");
+    let (big, small) = (acts(&ctx, rng, CHUNK), acts(&ctx, rng, ROWS_45));
+    let mut chunks = Vec::new();
+    for pos0 in (0..MAX_POS).step_by(CHUNK) {
+        let us = time_us(&ctx, &attention(&big, CHUNK, pos0), t.repeat, t.batches);
+        let name = format!("attention 512 @{pos0}, >= {min_blocks} blocks/range");
+        println!("{name:<44} {us:>10.1}");
+        chunks.push(us);
     }
-    println!(
-        "\nprefill (chunks of 512, {LAYERS} layers, device time of the dispatches only, \
-         attention with >= {} blocks/range):",
-        blocks.first().copied().unwrap_or(8)
+    let t45 = time_us(
+        &ctx,
+        &attention(&small, ROWS_45, CHUNK),
+        t.repeat,
+        t.batches,
     );
+    let name = format!("attention {ROWS_45} @{CHUNK}, >= {min_blocks} blocks/range");
+    println!("{name:<44} {t45:>10.1}");
+    let total: f64 = chunks.iter().sum();
+    println!("sum of the 8 chunks of 4096, >= {min_blocks} blocks/range: {total:.1} us");
+    (chunks, t45)
+}
+
+/// The prefill sums: 30 layers of the chunks each prompt length has.
+fn print_prefill(layer_gemm: &[(f64, f64)], attn: &[f64], t45: f64) {
     println!("tokens  attention ms  GEMM ms f32  GEMM ms f16  attention share (f32 / f16 GEMMs)");
     for tokens in [557, 2048, 4096] {
         let full = tokens / CHUNK;
@@ -290,4 +275,56 @@ fn main() {
             100.0 * a_ms / (a_ms + g16)
         );
     }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let t = if quick {
+        Timing {
+            repeat: 1,
+            batches: 1,
+        }
+    } else {
+        Timing {
+            repeat: 20,
+            batches: 5,
+        }
+    };
+    let ctx = GpuContext::new(Default::default()).expect("a Vulkan device");
+    ctx.prepare().expect("prepare");
+    let info = ctx.info();
+    let probe = AttentionShape {
+        n_tokens: CHUNK,
+        pos0: 0,
+        kv_len: CHUNK,
+        n_heads: HEADS,
+        n_kv_heads: KV_HEADS,
+        head_dim: D,
+    };
+    println!(
+        "device {} ({:?}); f16 fused GEMMs on tensor cores: {}; attention on tensor cores: {}",
+        info.name,
+        info.kind,
+        ctx.fused_gemm_on_tensor_cores(),
+        ctx.attention_on_tensor_cores(&probe)
+    );
+    let mut rng = SeededRng::new(3);
+    let layer_gemm = time_gemms(&ctx, &mut rng, t);
+    let blocks: Vec<usize> = std::env::args()
+        .skip_while(|a| a != "--attn-min-blocks")
+        .nth(1)
+        .map(|v| v.split(',').filter_map(|b| b.parse().ok()).collect())
+        .unwrap_or_else(|| vec![8]);
+    let mut first = None;
+    for &min_blocks in &blocks {
+        let timed = time_attention(min_blocks, &mut rng, t);
+        first.get_or_insert(timed);
+    }
+    let Some((attn, t45)) = first else { return };
+    println!(
+        "\nprefill (chunks of 512, {LAYERS} layers, device time of the dispatches only, \
+         attention with >= {} blocks/range):",
+        blocks[0]
+    );
+    print_prefill(&layer_gemm, &attn, t45);
 }
