@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Side-by-side prefill on the device tool's GPU machine (an H100): hetsched's resident Vulkan
-# path (`run --backends gpu --precision f32 --chunk-len 512`; row `hetsched` with attention
-# on tensor cores where the device has them, row `hetsched-f32attn` the same binary with
-# HETSCHED_GPU_F32_ATTENTION=1) against llama.cpp built with
+# path (`run --backends gpu --precision f32 --chunk-len 512`; row `hetsched` with f32
+# weights and attention on tensor cores where the device has them, row `hetsched-f16` the
+# same binary with HETSCHED_GPU_F16_WEIGHTS=1: f16 weights through the tensor-core fused
+# GEMMs; row `hetsched-f32attn`, asked for by name, with HETSCHED_GPU_F32_ATTENTION=1)
+# against llama.cpp built with
 # CUDA there (llama-bench, F16 and F32 files made from the same Q4_1 test model with
 # llama-quantize, so both sides run the same dequantized weights), at 557, 2048 and 4096
 # prompt tokens, interleaved round by round; medians and ratios as a markdown table.
@@ -28,9 +30,13 @@
 #   device call 2, at once (the machine stays warm 30 s):
 #       run(command="bash target/x/gpu-vs-llamacpp-b/gpu-vs-llamacpp.sh remote [ROUNDS] [hetsched-only|llama-only]",
 #           carry=["target/x/gpu-vs-llamacpp-b", "target/x/gl"])
-#       there: joins the model, runs the GPU tests and the attention benchmark while
-#       llama.cpp builds, waits for the build, makes the F16/F32 files, then ROUNDS
-#       (default 5) rounds of every row, interleaved; results in $OUT.
+#       there: joins the model, runs the GPU tests (unless RUN_TESTS=0), the attention
+#       benchmark and layer_bench (device time per dispatch of a layer, attention at every
+#       chunk position) while llama.cpp builds, waits for the build, makes the F16/F32
+#       files, then ROUNDS (default 5) rounds of every row, interleaved; results in $OUT.
+#       ROWS="hetsched-f16 hetsched ..." picks the rows (llama.cpp:F16 and llama.cpp:F32
+#       name llama.cpp's; hetsched-f16-mbN: f16 weights with the attention's key split
+#       down to N blocks per range, HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -41,12 +47,14 @@ prepare)
   old=${3:-}
   cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
   cargo build -q --release -p hetsched-cli --features gpu
-  cargo build -q -p hetsched-gpu --example gpu_bench --profile test
+  cargo build -q -p hetsched-gpu --example gpu_bench --example layer_bench --profile test
   a="$dest/gpu-vs-llamacpp-a" b="$dest/gpu-vs-llamacpp-b"
   rm -rf "$a" "$b" && mkdir -p "$a" "$b"
   strip -o "$b/hetsched" target/release/hetsched && xz -T2 "$b/hetsched"
   [ -n "$old" ] && strip -o "$b/hetsched-old" "$old" && xz -T2 "$b/hetsched-old"
-  strip -o "$b/gpu_bench" target/debug/examples/gpu_bench && xz -T2 "$b/gpu_bench"
+  for ex in gpu_bench layer_bench; do
+    strip -o "$b/$ex" "target/debug/examples/$ex" && xz -T2 "$b/$ex"
+  done
   mkdir -p "$b/tests"
   { cargo test -q -p hetsched-gpu --no-run --message-format=json
     cargo test -q -p hetsched --features gpu --test gpu_prefill --no-run --message-format=json; } |
@@ -102,10 +110,10 @@ remote)
   [ -f "$icd" ] && export VK_DRIVER_FILES="$icd"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
   cat /tmp/model-part-a "$here/model-part-b" >/tmp/model.gguf
-  for bin in hetsched hetsched-old gpu_bench; do
+  for bin in hetsched hetsched-old gpu_bench layer_bench; do
     [ -f "$here/$bin.xz" ] && xz -dc "$here/$bin.xz" >"/tmp/$bin" && chmod +x "/tmp/$bin"
   done
-  if [ -d "$here/tests" ] && [ "${3:-}" != llama-only ]; then
+  if [ -d "$here/tests" ] && [ "${3:-}" != llama-only ] && [ "${RUN_TESTS:-1}" = 1 ]; then
     root=$(cat "$here/tests/manifest-dir")
     mkdir -p "$root/models" /tmp/tests && ln -sf /tmp/model.gguf "$root/models/$model_name"
     for t in "$here"/tests/*.xz; do
@@ -117,7 +125,10 @@ remote)
       grep -E "^test result|tensor cores true" "$out/tests.txt" | tail -n 3
     done
   fi
-  [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
+  if [ "${3:-}" != llama-only ]; then
+    [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
+    [ -x /tmp/layer_bench ] && { /tmp/layer_bench --attn-min-blocks 16,8,4 2>&1 | tee "$out/layers.txt" || true; }
+  fi
   hetsched_tps() { # binary tokens
     "$1" run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len "$2" \
       --backends gpu --precision f32 --chunk-len 512 --json |
@@ -138,6 +149,10 @@ remote)
           case $row in
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
+            hetsched-f16) tps=$(HETSCHED_GPU_F16_WEIGHTS=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
+            hetsched-f16-mb*) # f16 weights, attention split down to N key blocks per range
+              tps=$(HETSCHED_GPU_F16_WEIGHTS=1 HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=${row#hetsched-f16-mb} \
+                hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             *) [ -x "/tmp/$row" ] || continue; tps=$(hetsched_tps "/tmp/$row" "$n" || echo nan) ;;
           esac
           echo "$round $n $row $tps" | tee -a "$results"
@@ -146,10 +161,13 @@ remote)
     done
   }
   if [ "${3:-}" != llama-only ]; then
-    # One traced run: device timestamps per stage and the next-token distribution.
-    /tmp/hetsched run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len 557 \
-      --backends gpu --precision f32 --chunk-len 512 --json --trace "$out/trace557.json" >"$out/run557.json"
-    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print([(t["text"], round(t["prob"], 4)) for t in r["top_tokens"][:5]], r.get("gpu_activations"))' "$out/run557.json" || true
+    # Traced runs: device timestamps per stage and the next-token distribution, f32 and
+    # f16 weights.
+    for w in 0 1; do
+      HETSCHED_GPU_F16_WEIGHTS=$w /tmp/hetsched run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len 557 \
+        --backends gpu --precision f32 --chunk-len 512 --json --trace "$out/trace557-f16w$w.json" >"$out/run557-f16w$w.json" || true
+      python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("f16 weights", sys.argv[2], [(t["text"], round(t["prob"], 4)) for t in r["top_tokens"][:5]], r.get("gpu_activations"))' "$out/run557-f16w$w.json" "$w" || true
+    done
   fi
   if [ "${3:-}" != hetsched-only ]; then
     # Every timed row waits for the build: hetsched's rows lose half their speed while 16
@@ -162,11 +180,16 @@ remote)
         "$bin/llama-quantize" --allow-requantize /tmp/model.gguf "/tmp/model.$q.gguf" "$q" >/dev/null 2>&1
     done
   fi
-  case "${3:-}" in
-    hetsched-only) rows hetsched hetsched-f32attn hetsched-old ;;
-    llama-only) rows llama.cpp:F16 llama.cpp:F32 ;;
-    *) rows hetsched hetsched-f32attn hetsched-old llama.cpp:F16 llama.cpp:F32 ;;
-  esac
+  if [ -n "${ROWS:-}" ]; then
+    # shellcheck disable=SC2086
+    rows $ROWS
+  else
+    case "${3:-}" in
+      hetsched-only) rows hetsched-f16 hetsched hetsched-old ;;
+      llama-only) rows llama.cpp:F16 llama.cpp:F32 ;;
+      *) rows hetsched-f16 hetsched hetsched-old llama.cpp:F16 llama.cpp:F32 ;;
+    esac
+  fi
   python3 - "$results" <<'EOF'
 import statistics, sys
 rows = {}
@@ -174,17 +197,19 @@ for line in open(sys.argv[1]):
     _, n, row, tps = line.split()
     rows.setdefault((int(n), row), []).append(float(tps))
 names = sorted({r for _, r in rows}, key=lambda r: (r.startswith("llama"), r))
-print("| prompt | " + " | ".join(names) + " | hetsched / llama.cpp F16 | hetsched / F32 |")
-print("|---" * (len(names) + 3) + "|")
+ours = [r for r in names if not r.startswith("llama")]
+print("| prompt | " + " | ".join(names) + " | " + " | ".join(f"{r} / llama.cpp F16" for r in ours) + " |")
+print("|---" * (len(names) + len(ours) + 1) + "|")
 for n in sorted({n for n, _ in rows}):
     med = {r: statistics.median(rows[(n, r)]) for r in names if (n, r) in rows}
     cells = [f"{med[r]:,.0f}" if r in med else "-" for r in names]
-    ratio = lambda q: f"{med['hetsched'] / med[q]:.2f}x" if "hetsched" in med and q in med else "-"
-    print(f"| {n} | " + " | ".join(cells) + f" | {ratio('llama.cpp:F16')} | {ratio('llama.cpp:F32')} |")
+    f16 = "llama.cpp:F16"
+    ratios = [f"{med[r] / med[f16]:.2f}x" if r in med and f16 in med else "-" for r in ours]
+    print(f"| {n} | " + " | ".join(cells + ratios) + " |")
 EOF
   ;;
 *)
-  sed -n 2,27p "$0"
+  sed -n 2,39p "$0"
   exit 2
   ;;
 esac

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use hetsched::exec::{
     ExecError, ExecModel, GpuModel, GpuUse, LinearPrecision, PrefillOptions, PrefillResult,
-    prefill, prefill_on_gpu,
+    ResidentWeights, prefill, prefill_on_gpu,
 };
 use hetsched::import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
 use hetsched::systems::ProcessorKind;
@@ -144,6 +144,52 @@ fn resident_gpu_prefill_runs_five_dispatches_per_layer_per_chunk() {
         model.config.n_layers
     );
     assert_eq!(dispatches, want as u64);
+}
+
+/// f16 weights and GEMM inputs (f32 sums, f32 residual stream and attention inputs): the
+/// tolerance that rounding to f16 at every GEMM of 30 layers needs (measured on lavapipe:
+/// 1.03e-3).
+const F16_LOGIT_TOL: f32 = 5e-3;
+
+/// The resident path with f16 weights (tensor cores where the device has KHR cooperative
+/// matrices, the CUDA-core kernel of the same arithmetic on lavapipe) against the CPU f32
+/// path: every logit within [`F16_LOGIT_TOL`] of the largest, and the same top token.
+#[test]
+fn resident_gpu_prefill_with_f16_weights_matches_the_cpu_path() {
+    let file = test_model();
+    let tokens = prompt(&file);
+    let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
+    let ctx = match hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()) {
+        Ok(ctx) => ctx,
+        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
+            println!("skipped: no Vulkan device ({e})");
+            return;
+        }
+        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    };
+    let tensor_cores = ctx.fused_gemm_on_tensor_cores();
+    let gpu = GpuModel::upload_as(ctx, model.clone(), ResidentWeights::F16).unwrap();
+    let gpu = Arc::new(gpu);
+    let cpu_options = PrefillOptions {
+        chunk_len: 5,
+        threads: 2,
+        ..PrefillOptions::default()
+    };
+    let gpu_options = PrefillOptions {
+        gpu: GpuUse::Resident,
+        ..cpu_options.clone()
+    };
+    let on_gpu = prefill_on_gpu(&gpu, &tokens, &gpu_options).unwrap();
+    let cpu = prefill(model, &tokens, &cpu_options).unwrap();
+    let diff = max_relative_diff(&on_gpu.logits, &cpu.logits);
+    println!(
+        "resident GPU, f16 weights (tensor cores {tensor_cores}), vs CPU f32: max |diff| / max |logit| {diff:.2e}; {} weight bytes",
+        gpu.resident_bytes
+    );
+    assert_eq!(gpu.weights, ResidentWeights::F16);
+    assert!(diff <= F16_LOGIT_TOL, "relative diff {diff}");
+    let top = |l: &[f32]| (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b]));
+    assert_eq!(top(&on_gpu.logits), top(&cpu.logits));
 }
 
 #[test]

@@ -71,7 +71,7 @@ pub use eval::{
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
 #[cfg(feature = "gpu")]
-pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner};
+pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner, ResidentWeights};
 pub use interpret::StageRunner;
 pub use load::{LoadError, LoadedModels, load_models};
 pub use queues::{JobError, JobRunner, QueueWait, ThreadQueues, wait_per_lane};
@@ -264,12 +264,16 @@ fn lane_kernels(
 /// The Vulkan device, prepared (pipelines built, first allocations and submission done) so
 /// that none of that lands in the prefill. Attention runs on tensor cores where the device
 /// has them (f16 inputs, f32 accumulation) unless `HETSCHED_GPU_F32_ATTENTION=1` asks for
-/// the f32 kernel, the reference (and what an A/B measurement of the two compares).
+/// the f32 kernel, the reference (and what an A/B measurement of the two compares);
+/// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N` sets its key split's fewest blocks per range.
 #[cfg(feature = "gpu")]
 fn gpu_context() -> Result<hetsched_gpu::GpuContext, ExecError> {
     let failed = |e: hetsched_gpu::GpuError| ExecError::Gpu(e.to_string());
     let options = hetsched_gpu::GpuOptions {
         f32_attention: std::env::var("HETSCHED_GPU_F32_ATTENTION").is_ok_and(|v| v == "1"),
+        attention_min_key_blocks: std::env::var("HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS")
+            .ok()
+            .and_then(|v| v.parse().ok()),
         ..Default::default()
     };
     let context = hetsched_gpu::GpuContext::new(options).map_err(failed)?;
@@ -316,14 +320,19 @@ fn gpu_computes(model: &ExecModel) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]).
+/// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]); the weights f32,
+/// or f16 with `HETSCHED_GPU_F16_WEIGHTS=1` ([`ResidentWeights`]).
 #[cfg(feature = "gpu")]
 fn prefill_resident(
     model: Arc<ExecModel>,
     tokens: &[u32],
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
-    let gpu = Arc::new(GpuModel::upload(gpu_context()?, model)?);
+    let weights = match std::env::var("HETSCHED_GPU_F16_WEIGHTS").as_deref() {
+        Ok("1") => ResidentWeights::F16,
+        _ => ResidentWeights::F32,
+    };
+    let gpu = Arc::new(GpuModel::upload_as(gpu_context()?, model, weights)?);
     gpu.warm_up()?;
     prefill_on_gpu(&gpu, tokens, options)
 }

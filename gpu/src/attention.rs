@@ -38,10 +38,11 @@ const KHR_KEYS: usize = 64;
 const KHR_TARGET_WORKGROUPS: usize = 512;
 
 /// Fewest key blocks per range: a range's fixed cost (Q's fragments, its partials, its
-/// share of the merge) is worth about a dozen blocks on an H100 (measured: 512 queries at
-/// 512, 16 blocks, take 48 us unsplit and 89 us in 8 ranges; at 3584, 64 blocks, 4 ranges
-/// are best).
-const KHR_MIN_BLOCKS_PER_RANGE: usize = 16;
+/// share of the merge) against more workgroups for a chunk's 72 query blocks. With the
+/// line-wise partials, 8 beat 16 on an H100 (layer_bench: the 8 attention dispatches of a
+/// 4096-token prompt 501 us against 559; 4 gave 512; end to end +5% at 4096 tokens, +7% at
+/// 2048, docs/gpu.md). [`crate::GpuOptions::attention_min_key_blocks`] overrides it.
+pub(crate) const KHR_MIN_BLOCKS_PER_RANGE: usize = 8;
 
 /// Most key ranges one query block is split into.
 const KHR_MAX_SPLITS: usize = 32;
@@ -86,13 +87,13 @@ struct KhrSplit {
     words: usize,
 }
 
-fn khr_split(s: &AttentionShape, max_words: usize) -> KhrSplit {
+fn khr_split(s: &AttentionShape, max_words: usize, min_blocks: usize) -> KhrSplit {
     let q_blocks = s.n_tokens.div_ceil(KHR_QUERIES);
     let base = s.n_heads * q_blocks;
     let key_blocks = (s.pos0 + s.n_tokens).div_ceil(KHR_KEYS);
     let mut splits = KHR_TARGET_WORKGROUPS
         .div_ceil(base)
-        .min(key_blocks / KHR_MIN_BLOCKS_PER_RANGE)
+        .min(key_blocks / min_blocks.max(1))
         .clamp(1, KHR_MAX_SPLITS);
     let layout = |splits: usize| {
         let counters = base.next_multiple_of(4);
@@ -171,7 +172,7 @@ pub(crate) fn record_attention<C: AsRef<GpuContext>>(
         return job.dispatch(shader, &bufs, push, groups);
     }
     let max_words = (ctx.info.max_storage_buffer_range / 4) as usize;
-    let split = khr_split(s, max_words);
+    let split = khr_split(s, max_words, ctx.attention_min_key_blocks);
     let scratch = if split.splits > 1 {
         ctx.attention_scratch(split.words)?
     } else {
@@ -284,22 +285,37 @@ mod tests {
 
     #[test]
     fn key_split_fills_the_device_and_fits_the_buffer() {
-        // The last 512-token chunk of 4096: 72 query blocks, 64 key blocks -> 4 ranges.
-        let s = khr_split(&shape(512, 3584), usize::MAX);
-        assert_eq!(s.splits, 4);
-        let ranges = 4 * 72;
+        // The last 512-token chunk of 4096: 72 query blocks, 64 key blocks -> 8 ranges.
+        let s = khr_split(&shape(512, 3584), usize::MAX, KHR_MIN_BLOCKS_PER_RANGE);
+        assert_eq!(s.splits, 8);
+        let ranges = 8 * 72;
         assert_eq!((s.ml_base, s.o_base), (72, 72 + 256 * ranges));
         assert_eq!(s.words, 72 + 4352 * ranges);
         // 2048 queries at 6144: 288 query blocks, 128 key blocks -> 2 ranges.
-        assert_eq!(khr_split(&shape(2048, 6144), usize::MAX).splits, 2);
+        assert_eq!(
+            khr_split(&shape(2048, 6144), usize::MAX, KHR_MIN_BLOCKS_PER_RANGE).splits,
+            2
+        );
         // A first 512-token chunk (16 key blocks) or a 45-token one after 512: no split.
-        assert_eq!(khr_split(&shape(512, 0), usize::MAX).splits, 1);
-        assert_eq!(khr_split(&shape(45, 512), usize::MAX).splits, 1);
-        // Few query blocks over a long past: up to 32 ranges of 16 blocks.
-        assert_eq!(khr_split(&shape(45, 40_000), usize::MAX).splits, 32);
+        assert_eq!(
+            khr_split(&shape(512, 0), usize::MAX, KHR_MIN_BLOCKS_PER_RANGE).splits,
+            1
+        );
+        assert_eq!(
+            khr_split(&shape(45, 512), usize::MAX, KHR_MIN_BLOCKS_PER_RANGE).splits,
+            1
+        );
+        // Few query blocks over a long past: up to 32 ranges of 8 blocks or more.
+        assert_eq!(
+            khr_split(&shape(45, 40_000), usize::MAX, KHR_MIN_BLOCKS_PER_RANGE).splits,
+            32
+        );
         // A scratch limit halves the ranges until the layout fits.
-        let small = khr_split(&shape(512, 3584), s.words / 2);
-        assert_eq!(small.splits, 1);
+        let small = khr_split(&shape(512, 3584), s.words / 2, KHR_MIN_BLOCKS_PER_RANGE);
+        // Fewer blocks per range: the middle chunks of 4096 split too (24 blocks: 3 of 8).
+        assert_eq!(khr_split(&shape(512, 1024), usize::MAX, 8).splits, 3);
+        assert_eq!(khr_split(&shape(512, 1024), usize::MAX, 16).splits, 1);
+        assert_eq!(small.splits, 2);
         assert!(small.words <= s.words / 2);
     }
 }

@@ -268,6 +268,13 @@ impl GpuContext {
         )
     }
 
+    /// Uploads a row-major `[rows, cols]` f32 matrix as f16, each value rounded to nearest
+    /// (f32 weights for the f16 kernels, without the caller depending on `half`).
+    pub fn upload_f32_as_f16(&self, data: &[f32], rows: usize, cols: usize) -> Result<GpuMatrix> {
+        let halves: Vec<f16> = data.iter().map(|&v| f16::from_f32(v)).collect();
+        self.upload_f16(&halves, rows, cols)
+    }
+
     /// Uploads a row-major `[rows, cols]` i8 matrix (quantized weights or activations).
     pub fn upload_i8(&self, data: &[i8], rows: usize, cols: usize) -> Result<GpuMatrix> {
         check_len("upload_i8", data.len(), rows, cols)?;

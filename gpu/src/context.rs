@@ -62,6 +62,10 @@ pub struct GpuOptions {
     /// (`attention_flash_khr.comp`, f16 inputs, f32 accumulation) could run: the reference
     /// path, exact to 1e-5.
     pub f32_attention: bool,
+    /// Fewest 64-key blocks per key range of the tensor-core attention's split (`None`:
+    /// 8, the best of 16, 8 and 4 on an H100); a tuning knob for long contexts, where fewer
+    /// blocks per range give a chunk's 72 query blocks more workgroups.
+    pub attention_min_key_blocks: Option<usize>,
 }
 
 /// What the chosen device offers that the kernels rely on.
@@ -146,6 +150,8 @@ pub struct GpuContext {
     pub(crate) attention_scratch: Mutex<Option<Subbuffer<[u32]>>>,
     /// [`GpuOptions::f32_attention`].
     pub(crate) f32_attention: bool,
+    /// [`GpuOptions::attention_min_key_blocks`], resolved (at least 1).
+    pub(crate) attention_min_key_blocks: usize,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
     /// that no buffer is bound twice in one dispatch).
     unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 4]>,
@@ -250,6 +256,10 @@ impl GpuContext {
             split_k_scratch: Mutex::new(None),
             attention_scratch: Mutex::new(None),
             f32_attention: options.f32_attention,
+            attention_min_key_blocks: options
+                .attention_min_key_blocks
+                .unwrap_or(crate::attention::KHR_MIN_BLOCKS_PER_RANGE)
+                .max(1),
             unused_bindings: std::sync::OnceLock::new(),
             dispatches: std::sync::atomic::AtomicU64::new(0),
         })

@@ -1,6 +1,10 @@
-//! The fused f32 GEMM of a decoder layer (`gemm_f32_fused.comp`): RMSNorm folded into the
-//! GEMM's prologue, and RoPE with the KV-cache write, SiLU·up, or the residual add folded
-//! into its epilogue, so that a llama layer is four GEMM dispatches and one attention.
+//! The fused GEMM of a decoder layer (`gemm_fused_tiles.glsl`, `gemm_fused_epilogue.glsl`):
+//! RMSNorm folded into the GEMM's prologue, and RoPE with the KV-cache write, SiLU·up, or
+//! the residual add folded into its epilogue, so that a llama layer is four GEMM
+//! dispatches and one attention. The activations are f32; the weights f32 (f32 sums on
+//! CUDA cores, `gemm_f32_fused.comp`) or f16 (activations rounded to f16 as they are
+//! staged, f32 sums: on tensor cores, `gemm_f16_coopmat_khr_fused.comp`, where the device
+//! has KHR cooperative matrices, else on CUDA cores, `gemm_f16_fused.comp`).
 //! Also the host-side weight layouts those epilogues expect ([`fold_norm`],
 //! [`rope_pair_rows`], [`interleave_rows`]), prepared once when weights are uploaded.
 
@@ -130,11 +134,12 @@ fn f32_shape(what: &str, m: &GpuMatrix, rows: usize, cols: usize) -> Result<()> 
 }
 
 fn check_ab(a: &GpuMatrix, w: &GpuMatrix) -> Result<()> {
-    if a.elem() != Elem::F32 || w.elem() != Elem::F32 || a.cols() != w.cols() {
+    let w_ok = matches!(w.elem(), Elem::F32 | Elem::F16);
+    if a.elem() != Elem::F32 || !w_ok || a.cols() != w.cols() {
         return Err(shape(
             OP,
             format!(
-                "a [{}, {}] {:?} and w [{}, {}] {:?} must be f32 with the same k",
+                "a [{}, {}] {:?} (f32) and w [{}, {}] {:?} (f32 or f16) must have the same k",
                 a.rows(),
                 a.cols(),
                 a.elem(),
@@ -237,9 +242,28 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
     Ok((p, binds))
 }
 
+impl GpuContext {
+    /// Whether [`GpuBatch::gemm_fused`] with f16 weights runs on tensor cores here (this
+    /// build has the KHR kernels and the device 16x16x16 f16 cooperative matrices); else
+    /// it runs the same arithmetic on CUDA cores.
+    pub fn fused_gemm_on_tensor_cores(&self) -> bool {
+        Shader::GemmF16FusedKhr.compiled() && self.check_coop(crate::CoopKernel::Khr64x64).is_ok()
+    }
+
+    /// The kernel of a fused GEMM with weights of type `w`.
+    fn fused_shader(&self, w: Elem) -> Shader {
+        match w {
+            Elem::F16 if self.fused_gemm_on_tensor_cores() => Shader::GemmF16FusedKhr,
+            Elem::F16 => Shader::GemmF16Fused,
+            _ => Shader::GemmF32Fused,
+        }
+    }
+}
+
 impl<C: AsRef<GpuContext>> GpuBatch<C> {
-    /// One fused GEMM `a · wᵀ` (`a` `[m, k]`, `w` `[n, k]`, f32) with the prologue and
-    /// epilogue `f` describes; one dispatch of 64x64 tiles.
+    /// One fused GEMM `a · wᵀ` (`a` `[m, k]` f32, `w` `[n, k]` f32 or f16) with the
+    /// prologue and epilogue `f` describes; one dispatch of 64x64 tiles. With f16 weights
+    /// `a` is rounded to f16 on the way in and the sums stay f32 (see the module note).
     pub fn gemm_fused(
         &mut self,
         a: &GpuMatrix,
@@ -263,6 +287,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             a.rows().div_ceil(64) as u32,
             1,
         ];
-        job.dispatch(Shader::GemmF32Fused, &buffers, push, groups)
+        let shader = job.ctx().fused_shader(w.elem());
+        job.dispatch(shader, &buffers, push, groups)
     }
 }

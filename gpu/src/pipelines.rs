@@ -61,6 +61,8 @@ shaders! {
     GemmF32Small => "gemm_f32_small",
     GemmReduce => "gemm_reduce",
     GemmF32Fused => "gemm_f32_fused",
+    GemmF16Fused => "gemm_f16_fused",
+    GemmF16FusedKhr => "gemm_f16_coopmat_khr_fused",
     GemmF16 => "gemm_f16",
     GemmF16CoopNv => "gemm_f16_coopmat_nv",
     GemmF16CoopKhr128x128 => "gemm_f16_coopmat_khr_128x128",

@@ -36,7 +36,7 @@ use super::error::ExecError;
 use super::queues::{JobError, JobRunner};
 use super::steps::Step;
 use model::GpuLayer;
-pub use model::GpuModel;
+pub use model::{GpuModel, ResidentWeights};
 use tensors::{ChunkTensors, NonFiniteFlags, RunState, alloc_caches};
 
 fn gpu_err(e: hetsched_gpu::GpuError) -> ExecError {

@@ -1,4 +1,4 @@
-//! A model's f32 weights uploaded once to the device.
+//! A model's weights uploaded once to the device, f32 or rounded to f16.
 
 use std::sync::Arc;
 
@@ -24,7 +24,21 @@ pub(super) struct GpuLayer {
     pub(super) down: GpuMatrix,
 }
 
-/// A model's weights resident on a Vulkan device, f32.
+/// The element type of the resident weights: f32 (the reference), or f16 for the fused
+/// GEMMs' f16 kernels (activations rounded to f16 as the GEMMs stage them, f32 sums; on
+/// tensor cores where the device has KHR cooperative matrices,
+/// [`GpuContext::fused_gemm_on_tensor_cores`]). Attention, norms and the residual stream
+/// stay as they are either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResidentWeights {
+    /// f32 weights and GEMMs.
+    #[default]
+    F32,
+    /// f16 weights, f16 GEMM inputs, f32 sums.
+    F16,
+}
+
+/// A model's weights resident on a Vulkan device.
 pub struct GpuModel {
     /// The device.
     pub context: Arc<GpuContext>,
@@ -35,6 +49,8 @@ pub struct GpuModel {
     pub(super) output: GpuMatrix,
     /// Bytes of weights uploaded.
     pub resident_bytes: u64,
+    /// Their element type.
+    pub weights: ResidentWeights,
 }
 
 impl std::fmt::Debug for GpuModel {
@@ -46,16 +62,24 @@ impl std::fmt::Debug for GpuModel {
     }
 }
 
-/// Uploads `data` as `[rows, cols]`, counting its bytes.
-fn upload(
-    ctx: &GpuContext,
-    bytes: &mut u64,
-    data: &[f32],
-    rows: usize,
-    cols: usize,
-) -> Result<GpuMatrix, ExecError> {
-    *bytes += (data.len() * 4) as u64;
-    ctx.upload_f32(data, rows, cols).map_err(gpu_err)
+/// Where weights go and as what: the device, the element type, the bytes so far.
+struct Uploader<'a> {
+    ctx: &'a GpuContext,
+    weights: ResidentWeights,
+    bytes: u64,
+}
+
+impl Uploader<'_> {
+    /// Uploads `data` as `[rows, cols]` of the chosen type, counting its bytes.
+    fn upload(&mut self, data: &[f32], rows: usize, cols: usize) -> Result<GpuMatrix, ExecError> {
+        let m = match self.weights {
+            ResidentWeights::F32 => self.ctx.upload_f32(data, rows, cols),
+            ResidentWeights::F16 => self.ctx.upload_f32_as_f16(data, rows, cols),
+        }
+        .map_err(gpu_err)?;
+        self.bytes += (m.rows() * m.ld() * 4 / m.elem().per_word()) as u64;
+        Ok(m)
+    }
 }
 
 /// The f32 rows `[n, k]` of a linear, or the error for INT8 weights.
@@ -70,8 +94,7 @@ fn rows(w: &LinearWeights) -> Result<Vec<f32>, ExecError> {
 
 /// One layer's weights in the fused GEMMs' layouts (see [`GpuLayer`]).
 fn fused_layer(
-    ctx: &GpuContext,
-    bytes: &mut u64,
+    up: &mut Uploader<'_>,
     c: &LlamaConfig,
     w: &LayerWeights,
 ) -> Result<GpuLayer, ExecError> {
@@ -85,34 +108,49 @@ fn fused_layer(
     let gate_up = fold_norm(&gate_up, h, &w.ffn_norm);
     let (o, down) = (w.projection(Projection::O), w.projection(Projection::Down));
     Ok(GpuLayer {
-        qkv: upload(ctx, bytes, &qkv, qkv.len() / h.max(1), h)?,
-        o: upload(ctx, bytes, &rows(o)?, o.n(), o.k())?,
-        gate_up: upload(ctx, bytes, &gate_up, gate_up.len() / h.max(1), h)?,
-        down: upload(ctx, bytes, &rows(down)?, down.n(), down.k())?,
+        qkv: up.upload(&qkv, qkv.len() / h.max(1), h)?,
+        o: up.upload(&rows(o)?, o.n(), o.k())?,
+        gate_up: up.upload(&gate_up, gate_up.len() / h.max(1), h)?,
+        down: up.upload(&rows(down)?, down.n(), down.k())?,
     })
 }
 
 impl GpuModel {
-    /// Uploads `model`'s weights to `context`. The model must hold f32 linears
+    /// Uploads `model`'s weights to `context`, f32. The model must hold f32 linears
     /// ([`crate::LinearPrecision::F32`]).
     pub fn upload(context: GpuContext, model: Arc<ExecModel>) -> Result<Self, ExecError> {
-        let ctx = &context;
-        let mut bytes = 0u64;
+        Self::upload_as(context, model, ResidentWeights::F32)
+    }
+
+    /// [`GpuModel::upload`] with the weights stored as `weights` says (the host's f32
+    /// weights rounded to nearest for f16).
+    pub fn upload_as(
+        context: GpuContext,
+        model: Arc<ExecModel>,
+        weights: ResidentWeights,
+    ) -> Result<Self, ExecError> {
+        let mut up = Uploader {
+            ctx: &context,
+            weights,
+            bytes: 0,
+        };
         let c = &model.config;
         let layers = model
             .layers
             .iter()
-            .map(|w| fused_layer(ctx, &mut bytes, c, w))
+            .map(|w| fused_layer(&mut up, c, w))
             .collect::<Result<Vec<_>, _>>()?;
         let head = &model.output;
         let output = fold_norm(&head.to_rows(), head.k(), &model.output_norm);
-        let output = upload(ctx, &mut bytes, &output, head.n(), head.k())?;
+        let output = up.upload(&output, head.n(), head.k())?;
+        let resident_bytes = up.bytes;
         Ok(Self {
             context: Arc::new(context),
             host: model,
             layers,
             output,
-            resident_bytes: bytes,
+            resident_bytes,
+            weights,
         })
     }
 

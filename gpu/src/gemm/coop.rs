@@ -153,6 +153,9 @@ impl GpuContext {
         if shader == Shader::AttentionFlashKhr {
             return !self.tensor_core_attention_available();
         }
+        if shader == Shader::GemmF16FusedKhr {
+            return !self.fused_gemm_on_tensor_cores();
+        }
         CoopKernel::ALL
             .iter()
             .any(|k| k.shader() == shader && self.check_coop(*k).is_err())

@@ -1,0 +1,330 @@
+//! Where a resident prefill's device time goes: the GPU time of each dispatch of a
+//! SmolLM2-135M decoder layer (the four fused GEMMs with f32 and with f16 weights, and
+//! attention at every chunk position of a 4096-token prompt), timed with GPU timestamps,
+//! and the prefill times of 557, 2048 and 4096 tokens (chunks of 512) they add up to.
+//!
+//! ```sh
+//! cargo run --release -p hetsched-gpu --example layer_bench            # H100: a few seconds
+//! cargo run --release -p hetsched-gpu --example layer_bench -- --quick # lavapipe: 2 calls
+//! cargo run --release -p hetsched-gpu --example layer_bench -- --attn-min-blocks 16,8,4
+//! ```
+//!
+//! `--attn-min-blocks` times attention once per value of
+//! `GpuOptions::attention_min_key_blocks` (default: 8 only); the prefill sums use the first.
+//!
+//! Each row: one batch of R back-to-back dispatches of the same kind (so the gaps between
+//! dispatches count, as in a prefill), GPU time / R, the median of 5 batches after one
+//! warm-up batch, after 0.5 s of GEMMs that ramp the GPU's clocks up (without it the first
+//! rows ran at about half speed on an H100). The sums leave out the host (recording,
+//! submissions) and the head.
+
+use hetsched_gpu::{
+    AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, GpuOptions,
+    RopeStyle,
+};
+use hetsched_kernels::seeded::SeededRng;
+
+const HIDDEN: usize = 576;
+const FFN: usize = 1536;
+const HEADS: usize = 9;
+const KV_HEADS: usize = 3;
+const D: usize = 64;
+const LAYERS: usize = 30;
+const CHUNK: usize = 512;
+const MAX_POS: usize = 4096;
+
+type Record<'a> = Box<dyn Fn(&mut GpuBatch<&GpuContext>) -> hetsched_gpu::Result<()> + 'a>;
+
+/// Median GPU microseconds per dispatch of `record`, `repeat` per batch.
+fn time_us(ctx: &GpuContext, record: &Record<'_>, repeat: usize, batches: usize) -> f64 {
+    let mut times = Vec::new();
+    for i in 0..=batches {
+        let mut b = ctx.batch().expect("batch");
+        for _ in 0..repeat {
+            record(&mut b).expect("record");
+        }
+        let ns = b.submit().expect("submit").gpu_ns.unwrap_or(0);
+        if i > 0 {
+            times.push(ns as f64 / 1e3 / repeat as f64);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// One layer's weights in the fused layouts' shapes (random values), as `elem`.
+struct Weights {
+    qkv: GpuMatrix,
+    o: GpuMatrix,
+    gate_up: GpuMatrix,
+    down: GpuMatrix,
+}
+
+fn weights(ctx: &GpuContext, rng: &mut SeededRng, elem: Elem) -> Weights {
+    let mut up = |rows: usize, cols: usize| {
+        let w: Vec<f32> = rng.f32s(rows * cols).iter().map(|v| v * 0.05).collect();
+        match elem {
+            Elem::F16 => ctx.upload_f32_as_f16(&w, rows, cols),
+            _ => ctx.upload_f32(&w, rows, cols),
+        }
+        .expect("upload")
+    };
+    Weights {
+        qkv: up(HIDDEN + 2 * KV_HEADS * D, HIDDEN),
+        o: up(HIDDEN, HIDDEN),
+        gate_up: up(2 * FFN, HIDDEN),
+        down: up(HIDDEN, FFN),
+    }
+}
+
+/// A chunk's activations and a layer's caches.
+struct Acts {
+    x: GpuMatrix,
+    q: GpuMatrix,
+    attn: GpuMatrix,
+    hidden: GpuMatrix,
+    angles: GpuMatrix,
+    caches: (GpuMatrix, GpuMatrix),
+    flags: GpuMatrix,
+}
+
+fn acts(ctx: &GpuContext, rng: &mut SeededRng, rows: usize) -> Acts {
+    let mut up = |r: usize, c: usize| ctx.upload_f32(&rng.f32s(r * c), r, c).expect("upload");
+    let positions: Vec<usize> = (0..rows).collect();
+    Acts {
+        x: up(rows, HIDDEN),
+        q: up(rows, HEADS * D),
+        attn: up(rows, HEADS * D),
+        hidden: up(rows, FFN),
+        angles: ctx.rope_angles(&positions, D, 1e5).expect("angles"),
+        caches: (up(MAX_POS, KV_HEADS * D), up(MAX_POS, KV_HEADS * D)),
+        flags: up(1, 4),
+    }
+}
+
+/// The four fused GEMMs of a layer, in order, with their names.
+fn gemms<'a>(w: &'a Weights, a: &'a Acts) -> Vec<(&'static str, Record<'a>)> {
+    let eps = Some(1e-5);
+    vec![
+        (
+            "qkv+norm+rope",
+            Box::new(move |b| {
+                let epilogue = GemmEpilogue::QkvRope {
+                    angles: &a.angles,
+                    caches: (&a.caches.0, &a.caches.1),
+                    pos0: 0,
+                    n_heads: HEADS,
+                    n_kv_heads: KV_HEADS,
+                    style: RopeStyle::HalfSplit,
+                };
+                b.gemm_fused(
+                    &a.x,
+                    &w.qkv,
+                    &a.q,
+                    FusedGemm {
+                        norm_eps: eps,
+                        epilogue,
+                    },
+                )
+            }),
+        ),
+        (
+            "o+residual",
+            Box::new(move |b| residual(b, &a.attn, &w.o, a)),
+        ),
+        (
+            "gate_up+norm+silu",
+            Box::new(move |b| {
+                let f = FusedGemm {
+                    norm_eps: eps,
+                    epilogue: GemmEpilogue::SiluMul,
+                };
+                b.gemm_fused(&a.x, &w.gate_up, &a.hidden, f)
+            }),
+        ),
+        (
+            "down+residual",
+            Box::new(move |b| residual(b, &a.hidden, &w.down, a)),
+        ),
+    ]
+}
+
+fn residual(
+    b: &mut GpuBatch<&GpuContext>,
+    input: &GpuMatrix,
+    w: &GpuMatrix,
+    a: &Acts,
+) -> hetsched_gpu::Result<()> {
+    let epilogue = GemmEpilogue::Residual {
+        flags: &a.flags,
+        slot: 0,
+    };
+    b.gemm_fused(
+        input,
+        w,
+        &a.x,
+        FusedGemm {
+            norm_eps: None,
+            epilogue,
+        },
+    )
+}
+
+/// Attention of a `rows`-token chunk at `pos0`.
+fn attention(a: &Acts, rows: usize, pos0: usize) -> Record<'_> {
+    let shape = AttentionShape {
+        n_tokens: rows,
+        pos0,
+        kv_len: pos0 + rows,
+        n_heads: HEADS,
+        n_kv_heads: KV_HEADS,
+        head_dim: D,
+    };
+    Box::new(move |b| b.attention(&a.q, (&a.caches.0, &a.caches.1), &shape, &a.attn))
+}
+
+/// Repetitions per batch and batches per row.
+#[derive(Clone, Copy)]
+struct Timing {
+    repeat: usize,
+    batches: usize,
+}
+
+const ROWS_45: usize = 557 - CHUNK;
+
+/// Per chunk size (512, then 45 rows): one layer's summed GEMM µs with f32 and f16 weights.
+fn time_gemms(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) -> Vec<(f64, f64)> {
+    let w32 = weights(ctx, rng, Elem::F32);
+    let w16 = weights(ctx, rng, Elem::F16);
+    let (big, small) = (acts(ctx, rng, CHUNK), acts(ctx, rng, ROWS_45));
+    // The GPU's clocks ramp up only under load.
+    let start = std::time::Instant::now();
+    let warm = &gemms(&w32, &big)[2].1;
+    while start.elapsed().as_secs_f64() < if t.batches > 1 { 0.5 } else { 0.0 } {
+        time_us(ctx, warm, t.repeat, 1);
+    }
+    println!("{:<34} {:>10} {:>10}", "dispatch", "f32 us", "f16 us");
+    let mut layer_gemm = Vec::new();
+    for (rows, a) in [(CHUNK, &big), (ROWS_45, &small)] {
+        let (g32, g16) = (gemms(&w32, a), gemms(&w16, a));
+        let mut sums = (0.0, 0.0);
+        for ((name, r32), (_, r16)) in g32.iter().zip(&g16) {
+            let (t32, t16) = (
+                time_us(ctx, r32, t.repeat, t.batches),
+                time_us(ctx, r16, t.repeat, t.batches),
+            );
+            sums = (sums.0 + t32, sums.1 + t16);
+            println!(
+                "{:<34} {t32:>10.1} {t16:>10.1}",
+                format!("{name} {rows} rows")
+            );
+        }
+        layer_gemm.push(sums);
+    }
+    layer_gemm
+}
+
+/// Attention µs of the 512-token chunks at 0, 512, ... 3584 and of the 45-token chunk at
+/// 512, with at least `min_blocks` key blocks per range.
+fn time_attention(min_blocks: usize, rng: &mut SeededRng, t: Timing) -> (Vec<f64>, f64) {
+    let options = GpuOptions {
+        attention_min_key_blocks: Some(min_blocks),
+        ..Default::default()
+    };
+    let ctx = GpuContext::new(options).expect("a Vulkan device");
+    let (big, small) = (acts(&ctx, rng, CHUNK), acts(&ctx, rng, ROWS_45));
+    let mut chunks = Vec::new();
+    for pos0 in (0..MAX_POS).step_by(CHUNK) {
+        let us = time_us(&ctx, &attention(&big, CHUNK, pos0), t.repeat, t.batches);
+        let name = format!("attention 512 @{pos0}, >= {min_blocks} blocks/range");
+        println!("{name:<44} {us:>10.1}");
+        chunks.push(us);
+    }
+    let t45 = time_us(
+        &ctx,
+        &attention(&small, ROWS_45, CHUNK),
+        t.repeat,
+        t.batches,
+    );
+    let name = format!("attention {ROWS_45} @{CHUNK}, >= {min_blocks} blocks/range");
+    println!("{name:<44} {t45:>10.1}");
+    let total: f64 = chunks.iter().sum();
+    println!("sum of the 8 chunks of 4096, >= {min_blocks} blocks/range: {total:.1} us");
+    (chunks, t45)
+}
+
+/// The prefill sums: 30 layers of the chunks each prompt length has.
+fn print_prefill(layer_gemm: &[(f64, f64)], attn: &[f64], t45: f64) {
+    println!("tokens  attention ms  GEMM ms f32  GEMM ms f16  attention share (f32 / f16 GEMMs)");
+    for tokens in [557, 2048, 4096] {
+        let full = tokens / CHUNK;
+        let mut a_us: f64 = attn[..full].iter().sum();
+        let mut g = (full as f64 * layer_gemm[0].0, full as f64 * layer_gemm[0].1);
+        if tokens % CHUNK != 0 {
+            a_us += t45;
+            g = (g.0 + layer_gemm[1].0, g.1 + layer_gemm[1].1);
+        }
+        let (a_ms, g32, g16) = (
+            a_us * LAYERS as f64 / 1e3,
+            g.0 * LAYERS as f64 / 1e3,
+            g.1 * LAYERS as f64 / 1e3,
+        );
+        println!(
+            "{tokens:>6} {a_ms:>13.2} {g32:>12.2} {g16:>12.2}  {:.0}% / {:.0}%",
+            100.0 * a_ms / (a_ms + g32),
+            100.0 * a_ms / (a_ms + g16)
+        );
+    }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let t = if quick {
+        Timing {
+            repeat: 1,
+            batches: 1,
+        }
+    } else {
+        Timing {
+            repeat: 20,
+            batches: 5,
+        }
+    };
+    let ctx = GpuContext::new(Default::default()).expect("a Vulkan device");
+    ctx.prepare().expect("prepare");
+    let info = ctx.info();
+    let probe = AttentionShape {
+        n_tokens: CHUNK,
+        pos0: 0,
+        kv_len: CHUNK,
+        n_heads: HEADS,
+        n_kv_heads: KV_HEADS,
+        head_dim: D,
+    };
+    println!(
+        "device {} ({:?}); f16 fused GEMMs on tensor cores: {}; attention on tensor cores: {}",
+        info.name,
+        info.kind,
+        ctx.fused_gemm_on_tensor_cores(),
+        ctx.attention_on_tensor_cores(&probe)
+    );
+    let mut rng = SeededRng::new(3);
+    let layer_gemm = time_gemms(&ctx, &mut rng, t);
+    let blocks: Vec<usize> = std::env::args()
+        .skip_while(|a| a != "--attn-min-blocks")
+        .nth(1)
+        .map(|v| v.split(',').filter_map(|b| b.parse().ok()).collect())
+        .unwrap_or_else(|| vec![8]);
+    let mut first = None;
+    for &min_blocks in &blocks {
+        let timed = time_attention(min_blocks, &mut rng, t);
+        first.get_or_insert(timed);
+    }
+    let Some((attn, t45)) = first else { return };
+    println!(
+        "\nprefill (chunks of 512, {LAYERS} layers, device time of the dispatches only, \
+         attention with >= {} blocks/range):",
+        blocks[0]
+    );
+    print_prefill(&layer_gemm, &attn, t45);
+}
