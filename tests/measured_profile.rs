@@ -45,7 +45,7 @@ fn measured_scene(skip: Option<usize>) -> (Scene, String) {
                 }
             })
             .collect();
-        let cost = fit_stage_cost(kind, &precision, *attention, &samples).unwrap();
+        let cost = fit_stage_cost(kind, &precision, *attention, None, &samples).unwrap();
         scene.device.processors[*lane].cost.stages.push(cost);
     }
     // A one-thread pass: each stage 1.6x slower on one thread than on the profile's two.

@@ -144,6 +144,7 @@ fn layer() -> impl Strategy<Value = Vec<OpDecl>> {
                 } else {
                     ExecClass::Float
                 }),
+                window: None,
             });
         }
         decls

@@ -4,7 +4,7 @@
 use hetsched_kernels::gemm_w4::GROUP_K;
 use hetsched_kernels::reference::quantize_weights_per_row;
 use hetsched_kernels::{PackedF32Weights, PackedI8Weights, PackedW4Weights, RopeTable};
-use hetsched_systems::block::{BlockVariant, GluActivation};
+use hetsched_systems::block::{BlockVariant, GluActivation, SlidingWindow};
 use hetsched_systems::model::{ModelConfig, Precision};
 use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::{KeptSite, ShadowConfig, ShadowSite};
@@ -21,8 +21,8 @@ use super::shadow::{
 use super::steps::projection_tensor;
 use super::values::SHADOW_CLIP_RMS;
 use hetsched_import::{
-    Activation, ColumnSource, EmbeddingScale, Family, GgufFile, GgufSource, ImportError,
-    LayerTensor, LlamaConfig, LlamaSource,
+    Activation, ColumnSource, EmbeddingScale, GgufFile, GgufSource, ImportError, LayerTensor,
+    LlamaConfig, LlamaSource,
 };
 
 /// Arithmetic of the linear layers.
@@ -240,12 +240,14 @@ pub struct ExecModel {
     pub calibration_file: Option<String>,
 }
 
-/// The graph builder's view of `family`: the optional operators its layer has (`None`
-/// for llama, whose graph stays the built-in one).
-pub fn block_variant(family: &Family) -> Option<BlockVariant> {
+/// The graph builder's view of `config`'s family: the optional operators its layer has
+/// and its sliding window (`None` for llama, whose graph stays the built-in one).
+pub fn block_variant(config: &LlamaConfig) -> Option<BlockVariant> {
+    let family = &config.family;
     if family.is_llama_like() {
         return None;
     }
+    let count = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
     Some(BlockVariant {
         family: family.arch.to_owned(),
         activation: match family.activation {
@@ -256,6 +258,10 @@ pub fn block_variant(family: &Family) -> Option<BlockVariant> {
         qk_norm: family.qk_norm,
         post_norms: family.post_norms,
         embedding_scale: family.embedding_scale == EmbeddingScale::SqrtHidden,
+        sliding_window: (family.sliding_window_period > 0).then(|| SlidingWindow {
+            keys: count(config.sliding_window),
+            period: count(family.sliding_window_period),
+        }),
     })
 }
 
@@ -479,7 +485,7 @@ impl ExecModel {
             float_precision: Precision::Fp32,
             layer_ops: None,
             shadow: self.shadow_config(),
-            block: block_variant(&c.family),
+            block: block_variant(c),
         }
     }
 

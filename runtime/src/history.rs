@@ -12,7 +12,7 @@ use std::fs::OpenOptions;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::Path;
 
-use hetsched_systems::{has_attention, precision_label, stage_kind};
+use hetsched_systems::{attention_window, has_attention, precision_label, stage_kind};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -39,6 +39,9 @@ pub struct HistoryRecord {
     pub ns: u64,
     /// Whether the stage holds attention.
     pub attention: bool,
+    /// The sliding window of the stage's attention (a local layer's), if it has one.
+    #[serde(default)]
+    pub window: Option<u64>,
     /// The run's prompt length.
     pub prompt_len: u32,
     /// The run's chunk length.
@@ -88,6 +91,7 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
                 past: u64::from(past),
                 ns: s.end_ns.saturating_sub(s.start_ns).max(1),
                 attention: has_attention(ops),
+                window: attention_window(ops),
                 prompt_len: prompt,
                 chunk_len,
             }

@@ -185,12 +185,15 @@ fn overlap_per_slice(slices: &[hetsched_systems::resources::SliceRecord]) -> Vec
 /// are not all positive, or whose processor `device` does not have, is left out: those
 /// stages keep the roofline model (a run's report names which model priced each stage).
 pub fn fit_profile(device: &mut DeviceProfile, samples: &[HistoryRecord]) -> Vec<StageFit> {
-    type Group = (bool, Vec<StageSample>);
+    type Group = (bool, Option<u64>, Vec<StageSample>);
     let mut groups: BTreeMap<(String, String, String), Group> = BTreeMap::new();
     for s in samples {
         let key = (s.processor.clone(), s.precision.clone(), s.stage.clone());
-        let group = groups.entry(key).or_insert((s.attention, Vec::new()));
-        group.1.push(StageSample {
+        // The stage kind names its window (`stage_kind`): one window per group.
+        let group = groups
+            .entry(key)
+            .or_insert((s.attention, s.window, Vec::new()));
+        group.2.push(StageSample {
             tokens: s.tokens,
             past: s.past,
             ns: s.ns as f64,
@@ -200,11 +203,11 @@ pub fn fit_profile(device: &mut DeviceProfile, samples: &[HistoryRecord]) -> Vec
         p.cost.stages.clear();
     }
     let mut fits = Vec::new();
-    for ((processor, precision, stage), (attention, group)) in groups {
+    for ((processor, precision, stage), (attention, window, group)) in groups {
         let Some(target) = device.processors.iter_mut().find(|p| p.name == processor) else {
             continue;
         };
-        let Some(cost) = fit_stage_cost(&stage, &precision, attention, &group) else {
+        let Some(cost) = fit_stage_cost(&stage, &precision, attention, window, &group) else {
             continue;
         };
         target.cost.stages.push(cost.clone());

@@ -10,6 +10,10 @@
 //! qk_norm = true
 //! post_norms = true
 //! embedding_scale = true
+//!
+//! [block.sliding_window]
+//! keys = 512
+//! period = 6
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -48,6 +52,32 @@ pub struct BlockVariant {
     /// Embeddings multiplied by √hidden (Gemma).
     #[serde(default)]
     pub embedding_scale: bool,
+    /// Sliding-window (local) attention layers (Gemma 3); absent: every layer attends to
+    /// every earlier key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<SlidingWindow>,
+}
+
+/// Which layers attend through a sliding window, and how wide it is: the importer's
+/// `sliding_window_period` (the family row) and `attention.sliding_window` (the file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlidingWindow {
+    /// Keys a query of a local layer attends to at most, itself included: the query at
+    /// position `x` sees keys `x + 1 - keys ..= x`.
+    pub keys: u32,
+    /// Layer `i` is global when `(i + 1) % period == 0`, local otherwise (Gemma 3: 6, five
+    /// local layers for every global one).
+    pub period: u32,
+}
+
+impl SlidingWindow {
+    /// The window of layer `layer`: `Some(keys)` for a local layer, `None` for a global
+    /// one.
+    pub fn of_layer(&self, layer: u32) -> Option<u32> {
+        let global = self.period == 0 || (layer + 1).is_multiple_of(self.period);
+        (!global).then_some(self.keys)
+    }
 }
 
 impl Default for BlockVariant {
@@ -59,6 +89,7 @@ impl Default for BlockVariant {
             qk_norm: false,
             post_norms: false,
             embedding_scale: false,
+            sliding_window: None,
         }
     }
 }

@@ -5,12 +5,14 @@
 //! KV cache of the whole context. A step on processor `p` is modelled as
 //!
 //! ```text
-//! t(step i) = launch_us + (weight_bytes + (prompt_len + i + 1) · kv_bytes_per_token) / bandwidth
+//! t(step i) = launch_us + (weight_bytes + Σ_layers min(prompt_len + i + 1, window_l) · kv_bytes) / bandwidth
 //! ```
 //!
 //! with `weight_bytes` from the model's shape at its weight precision (Q, K, V, O, gate,
-//! up, down per layer, and the head), `kv_bytes_per_token = layers · 2 · kv_heads ·
-//! head_dim` at the float precision, and `bandwidth` the processor's
+//! up, down per layer, and the head), `kv_bytes = 2 · kv_heads · head_dim` at the float
+//! precision per layer and cached token, `window_l` a local layer's sliding window (no
+//! bound for a global layer: every layer of a llama model, where the sum is
+//! `(prompt_len + i + 1) · kv_bytes_per_token`), and `bandwidth` the processor's
 //! `decode_bandwidth_gbps` if the device profile gives one, else its roofline
 //! `bandwidth_gbps`. Decode runs on the first CPU processor, as in seed 000 (which decodes
 //! on the CPU backend), or the first processor of a device without a CPU.
@@ -35,7 +37,8 @@ pub struct DecodeEstimate {
     pub bandwidth_given: bool,
     /// Weight bytes read per step.
     pub weight_bytes_per_step: u64,
-    /// KV-cache bytes read per context token per step.
+    /// KV-cache bytes per context token (every layer; a local layer reads at most its
+    /// window of them per step).
     pub kv_bytes_per_token: u64,
     /// Time of the first step, ns.
     pub first_step_ns: u64,
@@ -77,16 +80,14 @@ pub fn estimate_decode(
         )));
     }
     let weight_bytes_per_step = weight_bytes(model);
-    let kv_bytes_per_token = u64::from(model.layers)
-        * 2
-        * u64::from(model.kv_heads)
-        * u64::from(model.head_dim())
-        * model.float_precision.bytes();
+    let kv_bytes_per_layer =
+        2 * u64::from(model.kv_heads) * u64::from(model.head_dim()) * model.float_precision.bytes();
+    let kv_bytes_per_token = u64::from(model.layers) * kv_bytes_per_layer;
     let bytes_per_ns = bandwidth_gbps; // 1 GB/s = 1 byte/ns
     let launch_ns = (processor.cost.launch_us * 1e3).max(0.0);
     let step_ns = |i: u32| {
         let context = u64::from(prompt_len) + u64::from(i) + 1;
-        let bytes = weight_bytes_per_step + context * kv_bytes_per_token;
+        let bytes = weight_bytes_per_step + cached_keys_read(model, context) * kv_bytes_per_layer;
         (launch_ns + bytes as f64 / bytes_per_ns).round() as u64
     };
     Ok(DecodeEstimate {
@@ -99,6 +100,18 @@ pub fn estimate_decode(
         first_step_ns: if tokens > 0 { step_ns(0) } else { 0 },
         decode_ns: (0..tokens).map(step_ns).sum(),
     })
+}
+
+/// The cached tokens a step at `context` tokens reads, summed over the layers: each
+/// local layer reads its window at most.
+fn cached_keys_read(model: &ModelConfig, context: u64) -> u64 {
+    (0..model.layers)
+        .map(|l| {
+            model
+                .attention_window(l)
+                .map_or(context, |w| context.min(w.into()))
+        })
+        .sum()
 }
 
 /// Bytes of every linear weight and the head at the model's weight precision.
@@ -154,6 +167,48 @@ mod tests {
         // A longer context costs more per step.
         let long = estimate_decode(&model, &device, 64, 1).unwrap();
         assert!(long.first_step_ns > fast.first_step_ns);
+    }
+
+    #[test]
+    fn a_local_layer_reads_at_most_its_window_per_step() {
+        use crate::block::{BlockVariant, SlidingWindow};
+        let plain = tiny_model(6);
+        let windowed = ModelConfig {
+            block: Some(BlockVariant {
+                sliding_window: Some(SlidingWindow {
+                    keys: 16,
+                    period: 3,
+                }),
+                ..BlockVariant::default()
+            }),
+            ..plain.clone()
+        };
+        let device = tiny_device();
+        let step = |model: &ModelConfig, prompt| {
+            estimate_decode(model, &device, prompt, 1)
+                .unwrap()
+                .first_step_ns
+        };
+        // Inside the window (15 cached tokens and the new one): the same bytes.
+        assert_eq!(step(&windowed, 15), step(&plain, 15));
+        // Past it, 4 of 6 layers read 16 tokens: the step grows by 2 layers' KV only.
+        let per_layer = windowed_kv_bytes_per_layer(&windowed);
+        let grown = step(&windowed, 1000) - step(&windowed, 100);
+        // 10 GB/s: 10 bytes a ns; each step is rounded to the ns.
+        assert!(
+            (grown as f64 - 2.0 * 900.0 * per_layer / 10.0).abs() <= 1.0,
+            "{grown}"
+        );
+        assert!(step(&windowed, 1000) < step(&plain, 1000));
+        assert_eq!(
+            cached_keys_read(&windowed, 1001),
+            4 * 16 + 2 * 1001,
+            "layers 2 and 5 are global"
+        );
+    }
+
+    fn windowed_kv_bytes_per_layer(model: &ModelConfig) -> f64 {
+        (2 * model.kv_heads * model.head_dim()) as f64 * model.float_precision.bytes() as f64
     }
 
     #[test]

@@ -42,7 +42,10 @@ fn out_of_range_cost_field(c: &CostModel) -> Option<&'static str> {
         return Some("measured.us");
     }
     let stage_ok = |s: &crate::stage_cost::StageCost| {
-        latency_ok(s.launch_us) && latency_ok(s.per_token_us) && latency_ok(s.per_pair_us)
+        latency_ok(s.launch_us)
+            && latency_ok(s.per_token_us)
+            && latency_ok(s.per_pair_us)
+            && latency_ok(s.per_window_pair_us)
     };
     if c.stages
         .iter()

@@ -99,8 +99,9 @@ pub fn build_stages(model: &ModelConfig) -> Result<Vec<StageTemplate>, PlanError
         } else {
             shadowed_layer(model, &layer, &sites)
         };
+        let window = model.attention_window(l);
         for op in lead.into_iter().chain(ops) {
-            push_op(&mut stages, Some(l), op, false);
+            push_op(&mut stages, Some(l), windowed(op, window), false);
         }
     }
     let head: Vec<OpDecl> = carry.into_iter().chain(epilogue_ops()).collect();
@@ -115,6 +116,16 @@ pub fn build_stages(model: &ModelConfig) -> Result<Vec<StageTemplate>, PlanError
     }
     link_stages(&mut stages);
     Ok(stages)
+}
+
+/// `op` with its layer's sliding `window` if it is an attention operator: a local layer's
+/// attention stage is priced by the pairs its window lets it score, and is a stage kind
+/// of its own ([`crate::stage_kind`]).
+fn windowed(mut op: OpDecl, window: Option<u32>) -> OpDecl {
+    if op.kind == OpKind::Attention && op.window.is_none() {
+        op.window = window;
+    }
+    op
 }
 
 /// Sets every stage's dependency: the previous stage; a shadow stage waits for what the

@@ -33,6 +33,7 @@
 //! # Ok::<(), hetsched_systems::policy::UnknownPolicy>(())
 //! ```
 
+pub mod attention_span;
 pub mod block;
 mod bound;
 mod collect;
@@ -65,6 +66,7 @@ mod world;
 use bevy_ecs::prelude::{IntoScheduleConfigs, Messages, ResMut, Schedule, SystemSet};
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
+pub use attention_span::attention_window;
 pub use bound::measured_lower_bound;
 pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
 pub use decode_cost::{DecodeEstimate, estimate_decode};

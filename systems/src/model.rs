@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::attention_span::{keys_read, windowed_pairs};
 use crate::block::{BlockVariant, GluActivation};
 use crate::error::PlanError;
 use crate::op::{Block, NormSite, OpRole, Projection};
@@ -86,6 +87,13 @@ impl ModelConfig {
         self.head_dim.unwrap_or(self.hidden / self.heads.max(1))
     }
 
+    /// The sliding window layer `layer`'s attention reads through (keys per query at
+    /// most), or `None` for a layer attending to every earlier key.
+    pub fn attention_window(&self, layer: u32) -> Option<u32> {
+        let window = self.block.as_ref()?.sliding_window?;
+        window.of_layer(layer)
+    }
+
     /// Checks the shape facts the graph builder relies on.
     pub fn validate(&self) -> Result<(), PlanError> {
         let bad = |what: String| Err(PlanError::InvalidModel(format!("{}: {what}", self.name)));
@@ -110,6 +118,23 @@ impl ModelConfig {
         }
         if self.head_dim == Some(0) {
             return bad("`head_dim` must be at least 1".into());
+        }
+        if let Some(w) = self.block.as_ref().and_then(|b| b.sliding_window)
+            && (w.keys == 0 || w.period < 2)
+        {
+            return bad(format!(
+                "[block.sliding_window] needs keys >= 1 and period >= 2 (got {} and {}); \
+                 drop the table for a model without local layers",
+                w.keys, w.period
+            ));
+        }
+        if let Some(op) = self.layer_ops.iter().flatten().find(|op| {
+            op.window == Some(0) || (op.window.is_some() && op.kind != OpKind::Attention)
+        }) {
+            return bad(format!(
+                "operator `{}`: `window` must be at least 1 and only on an attention operator",
+                op.name
+            ));
         }
         if !self.heads.is_multiple_of(self.kv_heads) {
             return bad(format!(
@@ -237,6 +262,10 @@ pub struct OpDecl {
     /// Processor class override.
     #[serde(default)]
     pub class: Option<ExecClass>,
+    /// Keys each query of an attention operator reads at most (a sliding window); the
+    /// graph builder sets it on a local layer's attention ([`ModelConfig::attention_window`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
 }
 
 impl OpDecl {
@@ -251,6 +280,7 @@ impl OpDecl {
             in_features: None,
             out_features: None,
             class: None,
+            window: None,
         }
     }
 
@@ -428,7 +458,7 @@ impl OpDecl {
                 elementwise(2.0, width, fb + act.bytes() as f64)
             }
             OpKind::Rope => elementwise(6.0, q_width + kv_width, 2.0 * fb),
-            OpKind::Attention => attention_work(model, shape),
+            OpKind::Attention => attention_work(model, shape, self.window.map(u64::from)),
             OpKind::SiluMul => {
                 let width = model.ffn as f64;
                 OpWork {
@@ -495,19 +525,20 @@ impl OpDecl {
     }
 }
 
-/// Causal attention of a chunk of `shape` over the KV cache: QK^T, softmax and PV per head.
-fn attention_work(model: &ModelConfig, shape: ChunkShape) -> OpWork {
+/// Causal attention of a chunk of `shape` over the KV cache (through a sliding `window`
+/// of keys, if given: [`crate::attention_span`]): QK^T, softmax and PV per head.
+fn attention_work(model: &ModelConfig, shape: ChunkShape, window: Option<u64>) -> OpWork {
     let c = shape.tokens as f64;
     let hd = model.head_dim() as f64;
     let q_width = model.heads as f64 * hd;
     let kv_width = model.kv_heads as f64 * hd;
     let fb = model.float_precision.bytes() as f64;
-    // Query t of the chunk sees past + t + 1 keys (causal).
-    let keys = c * shape.past as f64 + c * (c + 1.0) / 2.0;
+    // Query t of the chunk sees past + t + 1 keys (causal), at most `window`.
+    let keys = windowed_pairs(shape, window);
     let heads = model.heads as f64;
     // QK^T and PV (2 multiply-adds per key and head dimension) plus softmax.
     let ops = heads * keys * (4.0 * hd + 5.0);
-    let kv_len = shape.past as f64 + c;
+    let kv_len = keys_read(shape, window);
     let bytes = fb * (2.0 * kv_len * kv_width + 2.0 * c * q_width + 2.0 * c * kv_width);
     OpWork {
         ops,

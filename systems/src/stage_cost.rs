@@ -9,6 +9,12 @@
 //!
 //! `pairs` counts the (query, key) pairs causal attention scores over a chunk of `tokens`
 //! after `past` cached ones; it is used only for stages that hold an attention operator.
+//! A local layer's attention (a sliding window of `window` keys, Gemma 3) scores at most
+//! `window` keys per query ([`crate::attention_span::windowed_pairs`]): its stage is a
+//! kind of its own (`attention[window=512]`), fitted and priced with those pairs
+//! ([`StageCost::window`]; docs/calibration.md says why), at a cost per pair of its own
+//! where the window cuts keys ([`StageCost::per_window_pair_us`]: the executors run
+//! another kernel there).
 //! Every other operator of a llama layer is linear in the chunk's tokens (linears stream
 //! their weights once per chunk, which the launch term absorbs). The samples of each
 //! shape (tokens, past) are first reduced to their median, so that a few instances slowed
@@ -25,6 +31,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::attention_span::{window_cuts, windowed_pairs};
 use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, Precision};
 
 /// The fitted cost of one kind of stage on one processor, for one precision.
@@ -43,6 +50,15 @@ pub struct StageCost {
     /// Cost per attended (query, key) pair, in microseconds (attention stages only).
     #[serde(default)]
     pub per_pair_us: f64,
+    /// The sliding window (keys per query at most) of the stage's attention, whose pairs
+    /// the fit counted; absent for causal attention over every earlier key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u64>,
+    /// Cost per attended pair of a chunk whose window cuts keys
+    /// ([`crate::attention_span::window_cuts`]), in microseconds; `per_pair_us` prices
+    /// the chunks the window does not cut. Zero without a window.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub per_window_pair_us: f64,
     /// Samples the fit used.
     #[serde(default)]
     pub samples: u64,
@@ -59,9 +75,30 @@ pub struct StageCost {
 impl StageCost {
     /// Modeled time of an instance of `shape`, in ns.
     pub fn ns(&self, shape: ChunkShape) -> f64 {
-        let (tokens, pairs) = (shape.tokens as f64, attended_pairs(shape));
-        1e3 * (self.launch_us + self.per_token_us * tokens + self.per_pair_us * pairs)
+        let [_, tokens, pairs, cut_pairs] = features(shape, self.window);
+        if self.window.is_none() {
+            return 1e3 * (self.launch_us + self.per_token_us * tokens + self.per_pair_us * pairs);
+        }
+        1e3 * (self.launch_us
+            + self.per_token_us * tokens
+            + self.per_pair_us * pairs
+            + self.per_window_pair_us * cut_pairs)
     }
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// The fit's features of a chunk of `shape`: one (launch), tokens, the pairs of a chunk
+/// its `window` does not cut, the pairs of one it cuts.
+fn features(shape: ChunkShape, window: Option<u64>) -> [f64; 4] {
+    let pairs = windowed_pairs(shape, window);
+    let (inside, cut) = match window_cuts(shape, window) {
+        true => (0.0, pairs),
+        false => (pairs, 0.0),
+    };
+    [1.0, shape.tokens as f64, inside, cut]
 }
 
 /// The (query, key) pairs causal attention scores for a chunk of `shape`.
@@ -70,10 +107,14 @@ pub fn attended_pairs(shape: ChunkShape) -> f64 {
     t * p + t * (t + 1.0) / 2.0
 }
 
-/// The kind of a stage: its operators' names joined by `+`.
+/// The kind of a stage: its operators' names joined by `+`, an attention operator's
+/// sliding window written after its name (`attention[window=512]`).
 pub fn stage_kind(ops: &[OpDecl]) -> String {
     ops.iter()
-        .map(|op| op.name.as_str())
+        .map(|op| match op.window {
+            Some(w) if op.kind == OpKind::Attention => format!("{}[window={w}]", op.name),
+            _ => op.name.clone(),
+        })
         .collect::<Vec<_>>()
         .join("+")
 }
@@ -111,12 +152,14 @@ pub struct StageSample {
 }
 
 /// Fits a [`StageCost`] for `stage` / `precision` to `samples` (least squares,
-/// coefficients non-negative), with the pairs term only when `attention`. `None` without
-/// samples or when a duration is not positive and finite.
+/// coefficients non-negative), with the pairs term only when `attention`, counted through
+/// the stage's sliding `window` if it has one. `None` without samples or when a duration
+/// is not positive and finite.
 pub fn fit_stage_cost(
     stage: &str,
     precision: &str,
     attention: bool,
+    window: Option<u64>,
     samples: &[StageSample],
 ) -> Option<StageCost> {
     let count = samples.len();
@@ -130,12 +173,16 @@ pub fn fit_stage_cost(
             tokens: s.tokens,
             past: s.past,
         };
-        [1.0, s.tokens as f64, attended_pairs(shape)]
+        features(shape, window)
     };
-    let terms: &[usize] = if attention { &[0, 1, 2] } else { &[0, 1] };
+    let terms: &[usize] = match (attention, window) {
+        (true, Some(_)) => &[0, 1, 2, 3],
+        (true, None) => &[0, 1, 2],
+        (false, _) => &[0, 1],
+    };
     // Every subset of the terms, the full one first: the best fit whose coefficients are
     // all non-negative (the zero model, always allowed, is the last resort).
-    let mut best: Option<([f64; 3], f64)> = None;
+    let mut best: Option<([f64; 4], f64)> = None;
     for mask in (1u32..(1 << terms.len())).rev() {
         let used: Vec<usize> = (0..terms.len())
             .filter(|i| mask & (1 << i) != 0)
@@ -155,7 +202,7 @@ pub fn fit_stage_cost(
             best = Some((coef, sse));
         }
     }
-    let coef = best.map_or([0.0; 3], |(c, _)| c);
+    let coef = best.map_or([0.0; 4], |(c, _)| c);
     let rel_sq: f64 = samples
         .iter()
         .map(|s| ((dot(&coef, &features(s)) - s.ns) / s.ns).powi(2))
@@ -166,6 +213,8 @@ pub fn fit_stage_cost(
         launch_us: coef[0] / 1e3,
         per_token_us: coef[1] / 1e3,
         per_pair_us: coef[2] / 1e3,
+        window: window.filter(|_| attention),
+        per_window_pair_us: coef[3] / 1e3,
         samples: count as u64,
         fit_error: (rel_sq / samples.len() as f64).sqrt(),
         noise,
@@ -200,7 +249,7 @@ fn median(values: &mut [f64]) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
-fn dot(coef: &[f64; 3], x: &[f64; 3]) -> f64 {
+fn dot(coef: &[f64; 4], x: &[f64; 4]) -> f64 {
     coef.iter().zip(x).map(|(c, x)| c * x).sum()
 }
 
@@ -210,10 +259,10 @@ fn dot(coef: &[f64; 3], x: &[f64; 3]) -> f64 {
 fn least_squares(
     used: &[usize],
     samples: &[StageSample],
-    features: &dyn Fn(&StageSample) -> [f64; 3],
-) -> Option<[f64; 3]> {
+    features: &dyn Fn(&StageSample) -> [f64; 4],
+) -> Option<[f64; 4]> {
     let n = used.len();
-    let rows: Vec<[f64; 3]> = samples.iter().map(features).collect();
+    let rows: Vec<[f64; 4]> = samples.iter().map(features).collect();
     let scale: Vec<f64> = used
         .iter()
         .map(|&j| {
@@ -239,7 +288,7 @@ fn least_squares(
         }
     }
     let solution = gauss(a)?;
-    let mut coef = [0.0; 3];
+    let mut coef = [0.0; 4];
     for (i, &j) in used.iter().enumerate() {
         coef[j] = solution[i] / scale[i];
     }
@@ -298,22 +347,35 @@ mod tests {
 
     #[test]
     fn a_fit_recovers_known_coefficients() {
-        let fit =
-            fit_stage_cost("attention", "w8a8", true, &samples(40.0, 1.5, 0.002, 0.0)).unwrap();
+        let fit = fit_stage_cost(
+            "attention",
+            "w8a8",
+            true,
+            None,
+            &samples(40.0, 1.5, 0.002, 0.0),
+        )
+        .unwrap();
         assert!((fit.launch_us - 40.0).abs() < 1e-6, "{fit:?}");
         assert!((fit.per_token_us - 1.5).abs() < 1e-9, "{fit:?}");
         assert!((fit.per_pair_us - 0.002).abs() < 1e-12, "{fit:?}");
         assert!(fit.fit_error < 1e-9);
         assert_eq!(fit.samples, 32);
-        let linear = fit_stage_cost("q", "w8a8", false, &samples(10.0, 3.0, 0.0, 0.0)).unwrap();
+        let linear =
+            fit_stage_cost("q", "w8a8", false, None, &samples(10.0, 3.0, 0.0, 0.0)).unwrap();
         assert!((linear.launch_us - 10.0).abs() < 1e-6 && (linear.per_token_us - 3.0).abs() < 1e-9);
         assert_eq!(linear.per_pair_us, 0.0);
     }
 
     #[test]
     fn noise_shows_in_the_fit_error_and_coefficients_stay_close() {
-        let fit =
-            fit_stage_cost("attention", "f32", true, &samples(40.0, 1.5, 0.002, 0.05)).unwrap();
+        let fit = fit_stage_cost(
+            "attention",
+            "f32",
+            true,
+            None,
+            &samples(40.0, 1.5, 0.002, 0.05),
+        )
+        .unwrap();
         assert!(fit.fit_error > 0.02 && fit.fit_error < 0.1, "{fit:?}");
         assert!((fit.per_token_us - 1.5).abs() < 0.3, "{fit:?}");
     }
@@ -329,7 +391,7 @@ mod tests {
                 ns,
             })
             .collect();
-        let fit = fit_stage_cost("x", "w8a8", false, &falling).unwrap();
+        let fit = fit_stage_cost("x", "w8a8", false, None, &falling).unwrap();
         assert!(fit.launch_us >= 0.0 && fit.per_token_us >= 0.0, "{fit:?}");
         // The constant of least relative error: sum(1/y) / sum(1/y^2).
         let (s1, s2) = falling.iter().fold((0.0, 0.0), |(a, b), s| {
@@ -369,7 +431,7 @@ mod tests {
                 ns: us * 1e3,
             })
             .collect();
-        let fit = fit_stage_cost("attention", "w8a8", true, &samples).unwrap();
+        let fit = fit_stage_cost("attention", "w8a8", true, None, &samples).unwrap();
         let worst = samples
             .iter()
             .map(|s| {
@@ -393,10 +455,23 @@ mod tests {
         for s in repeated.iter_mut().take(clean.len()) {
             s.ns *= 10.0;
         }
-        let fit = fit_stage_cost("x", "w8a8", false, &repeated).unwrap();
+        let fit = fit_stage_cost("x", "w8a8", false, None, &repeated).unwrap();
         assert!((fit.per_token_us - 1.5).abs() < 1e-9, "{fit:?}");
         assert!(fit.fit_error < 1e-9 && fit.noise == 0.0, "{fit:?}");
         assert_eq!(fit.samples, repeated.len() as u64);
+    }
+
+    #[test]
+    fn a_windowed_attention_is_a_stage_kind_of_its_own() {
+        use crate::op::OpRole;
+        let attention = OpDecl::of_role("attention", OpRole::Attention, &[]);
+        let quant = OpDecl::of_role("o_quant", OpRole::Residual, &["attention"]);
+        let local = OpDecl {
+            window: Some(512),
+            ..attention.clone()
+        };
+        assert_eq!(stage_kind(&[attention, quant.clone()]), "attention+o_quant");
+        assert_eq!(stage_kind(&[local, quant]), "attention[window=512]+o_quant");
     }
 
     #[test]
@@ -406,7 +481,7 @@ mod tests {
             past: 0,
             ns: 0.0,
         }];
-        assert!(fit_stage_cost("x", "w8a8", false, &zero).is_none());
-        assert!(fit_stage_cost("x", "w8a8", false, &[]).is_none());
+        assert!(fit_stage_cost("x", "w8a8", false, None, &zero).is_none());
+        assert!(fit_stage_cost("x", "w8a8", false, None, &[]).is_none());
     }
 }

@@ -99,6 +99,7 @@ fn op(name: &str, kind: OpKind, inputs: &[&str]) -> OpDecl {
         in_features: None,
         out_features: Some(256),
         class: None,
+        window: None,
     }
 }
 

@@ -422,8 +422,15 @@ fn summary_text(s: &ProfileSummary) -> String {
     );
     for f in &s.fits {
         let c = &f.cost;
+        // A local layer's attention: the pairs of chunks its window cuts cost apart.
+        let cut = c.window.map_or(String::new(), |w| {
+            format!(
+                " ({:.6} us/pair once the window of {w} cuts keys)",
+                c.per_window_pair_us
+            )
+        });
         text.push_str(&format!(
-            "  {:<8} {:<11} {:<60} {:>8.1} us + {:>7.3} us/token + {:>9.6} us/pair  ({} samples, fit error {:.1}%, noise {:.1}%)\n",
+            "  {:<8} {:<11} {:<60} {:>8.1} us + {:>7.3} us/token + {:>9.6} us/pair{cut}  ({} samples, fit error {:.1}%, noise {:.1}%)\n",
             f.processor,
             c.precision,
             c.stage,
