@@ -180,7 +180,20 @@ fn resident_gpu_prefill_with_f16_weights_matches_the_cpu_path() {
         ..cpu_options.clone()
     };
     let on_gpu = prefill_on_gpu(&gpu, &tokens, &gpu_options).unwrap();
-    let cpu = prefill(model, &tokens, &cpu_options).unwrap();
+    let cpu = prefill(model.clone(), &tokens, &cpu_options).unwrap();
+    // `PrefillOptions::gpu_f16_weights` (`run --gpu-weights f16`) takes the same path
+    // through `prefill`; without it the weights stay f32 (logits measurably apart).
+    let f16_option = PrefillOptions {
+        gpu_f16_weights: true,
+        ..gpu_options.clone()
+    };
+    let through_option = prefill(model.clone(), &tokens, &f16_option).unwrap();
+    let f32_weights = prefill(model.clone(), &tokens, &gpu_options).unwrap();
+    let same = max_relative_diff(&through_option.logits, &on_gpu.logits);
+    let apart = max_relative_diff(&f32_weights.logits, &on_gpu.logits);
+    println!("f16 weights through the option: {same:.2e}; f32 weights: {apart:.2e} apart");
+    assert!(same <= 1e-6, "{same}");
+    assert!(apart > 10.0 * same.max(1e-7), "{apart} vs {same}");
     let diff = max_relative_diff(&on_gpu.logits, &cpu.logits);
     println!(
         "resident GPU, f16 weights (tensor cores {tensor_cores}), vs CPU f32: max |diff| / max |logit| {diff:.2e}; {} weight bytes",

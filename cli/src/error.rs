@@ -82,6 +82,9 @@ pub enum CliError {
         "--backends takes cpu,npu (INT8 stages on the emulated NPU lane, float work on the cpu lane), cpu,gpu,npu (float stages on a Vulkan GPU lane) or gpu (every stage on the GPU, f32, weights and KV cache resident)"
     )]
     BackendSet,
+    /// `--gpu-weights f16` without the resident GPU path.
+    #[error("--gpu-weights f16 applies to --backends gpu (every stage resident on the GPU)")]
+    GpuWeightsNotResident,
     /// A calibration option without a w8a8-shadow run that follows a calibration.
     #[error("--calibration and --prune apply to --precision w8a8-shadow with a calibration")]
     CalibrationUnused,

@@ -25,6 +25,15 @@ use hetsched::timeline::Trace;
 use hetsched::timeline::chrome::to_chrome_json_with_prediction;
 use hetsched::timeline::svg::to_svg;
 
+/// The resident GPU weights' type (`run --gpu-weights`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuWeights {
+    /// f32 weights: the reference.
+    F32,
+    /// f16 weights in the fused GEMMs.
+    F16,
+}
+
 /// `hetsched run`.
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -70,6 +79,11 @@ pub struct RunArgs {
     /// resident there (needs --precision f32). GPU needs a build with `--features gpu`.
     #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
     backends: Vec<String>,
+    /// With --backends gpu: the resident weights' type. f16 runs the fused GEMMs on f16
+    /// weights (tensor cores where the device has cooperative matrices; f32 sums); f32 is
+    /// the reference (docs/gpu.md, "f16 weights on tensor cores").
+    #[arg(long, value_enum, default_value = "f32")]
+    gpu_weights: GpuWeights,
     #[command(flatten)]
     shadow: ShadowArgs,
     /// Write a Chrome trace JSON timeline with real timestamps.
@@ -122,6 +136,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     };
     timelines.check()?;
     let gpu = gpu_use(&args.backends)?;
+    if args.gpu_weights == GpuWeights::F16 && gpu != GpuUse::Resident {
+        return Err(CliError::GpuWeightsNotResident);
+    }
     let text = args.prompt.text(|path| read_text("prompt file", path))?;
     let precision = LinearPrecision::from(args.precision);
     let loading = Instant::now();
@@ -152,6 +169,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         device,
         // A timeline asked for shows the device's times.
         gpu_timestamps: timelines.any(),
+        gpu_f16_weights: args.gpu_weights == GpuWeights::F16,
         ..defaults
     };
     for _ in 0..args.warmup {

@@ -448,6 +448,19 @@ fn run_refuses_bad_models_and_prompts() {
             ],
             "longer than the model's context",
         ),
+        // f16 resident weights need the resident GPU path, whatever the build.
+        (
+            vec![
+                "run",
+                "--model",
+                &model,
+                "--prompt",
+                "hi",
+                "--gpu-weights",
+                "f16",
+            ],
+            "--gpu-weights f16 applies to --backends gpu",
+        ),
     ] {
         let out = hetsched(&args);
         assert_clear_failure(&out, expected);

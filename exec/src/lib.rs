@@ -108,6 +108,10 @@ pub struct PrefillOptions {
     /// With [`GpuUse::Resident`]: bracket every stage with device timestamps, so that the
     /// timeline shows when the GPU ran it (it costs about 5% of the prefill).
     pub gpu_timestamps: bool,
+    /// With [`GpuUse::Resident`]: upload the weights as f16 and run the fused GEMMs on
+    /// f16 (tensor cores where the device has cooperative matrices; f32 sums either way);
+    /// `false` keeps f32 weights, the reference. `HETSCHED_GPU_F16_WEIGHTS=1` sets it too.
+    pub gpu_f16_weights: bool,
     /// Where each kind of stage may run (a scene's `[placement]` table; empty: fixed).
     /// Under flexible placement each job runs on the lane the dispatcher chose for it.
     pub placement: PlacementConfig,
@@ -127,6 +131,7 @@ impl Default for PrefillOptions {
             device: host_device(),
             gpu: GpuUse::Off,
             gpu_timestamps: false,
+            gpu_f16_weights: false,
             placement: PlacementConfig::default(),
             all_logits: false,
             recorder: None,
@@ -321,16 +326,18 @@ fn gpu_computes(model: &ExecModel) -> Result<(), ExecError> {
 }
 
 /// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]); the weights f32,
-/// or f16 with `HETSCHED_GPU_F16_WEIGHTS=1` ([`ResidentWeights`]).
+/// or f16 with [`PrefillOptions::gpu_f16_weights`] or `HETSCHED_GPU_F16_WEIGHTS=1`
+/// ([`ResidentWeights`]).
 #[cfg(feature = "gpu")]
 fn prefill_resident(
     model: Arc<ExecModel>,
     tokens: &[u32],
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
-    let weights = match std::env::var("HETSCHED_GPU_F16_WEIGHTS").as_deref() {
-        Ok("1") => ResidentWeights::F16,
-        _ => ResidentWeights::F32,
+    let from_env = std::env::var("HETSCHED_GPU_F16_WEIGHTS").is_ok_and(|v| v == "1");
+    let weights = match options.gpu_f16_weights || from_env {
+        true => ResidentWeights::F16,
+        false => ResidentWeights::F32,
     };
     let gpu = Arc::new(GpuModel::upload_as(gpu_context()?, model, weights)?);
     gpu.warm_up()?;
