@@ -81,14 +81,14 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
         .iter()
         .map(|s| {
             let ops = &plan.stages[s.key.stage as usize].ops;
-            let past = s.key.chunk * chunk_len;
+            let shape = plan.executed_shape(s.key);
             HistoryRecord {
                 model: plan.model.name.clone(),
                 precision: precision.clone(),
                 stage: stage_kind(ops),
                 processor: plan.device.processors[s.processor].name.clone(),
-                tokens: u64::from(chunk_len.min(prompt.saturating_sub(past))),
-                past: u64::from(past),
+                tokens: shape.tokens,
+                past: shape.past,
                 ns: s.end_ns.saturating_sub(s.start_ns).max(1),
                 attention: has_attention(ops),
                 window: attention_window(ops),

@@ -42,7 +42,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hetsched_systems::model::ChunkShape;
 use hetsched_systems::policy::{CostsMismatch, Policy, UnknownPolicy};
 use hetsched_systems::{
     DeviceProfile, PlanError, PolicyRegistry, PrefillPlan, StageCost, StageSample, Workload,
@@ -271,15 +270,10 @@ pub fn parallel_fractions(plan: &PrefillPlan, sharing: &PoolSharing) -> Option<P
     let default = sharing.parallel_fraction();
     let mut fraction = vec![default; plan.id_space() * lanes];
     let precision = precision_label(&plan.model);
-    let (prompt, chunk_len) = (plan.workload.prompt_len, plan.workload.chunk_len);
     for key in plan.instances() {
         let ops = &plan.stages[key.stage as usize].ops;
         let kind = stage_kind(ops);
-        let past = key.chunk * chunk_len;
-        let shape = ChunkShape {
-            tokens: u64::from(chunk_len.min(prompt.saturating_sub(past)).max(1)),
-            past: u64::from(past),
-        };
+        let shape = plan.executed_shape(key);
         for &lane in plan.eligible(key) {
             let processor = &plan.device.processors[lane];
             let on_threads = processor.cost.stage_cost(&plan.model, ops);

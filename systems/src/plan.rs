@@ -234,10 +234,9 @@ impl PrefillPlan {
     fn model_costs(&self) -> Result<Vec<Option<NonZeroU64>>, PlanError> {
         let lanes = self.lanes();
         let mut costs = vec![None; self.id_space() * lanes];
-        let (prompt, chunk_len) = (self.workload.prompt_len, self.workload.chunk_len);
         for key in self.instances() {
             let stage = &self.stages[key.stage as usize];
-            let past = key.chunk * chunk_len;
+            let executed = self.executed_shape(key);
             for &lane in self.eligible(key) {
                 let processor = &self.device.processors[lane];
                 // An NPU priced by the roofline runs pre-built graphs of the chunk's fixed
@@ -245,13 +244,12 @@ impl PrefillPlan {
                 // processors price the tokens the chunk holds, as the executors run them.
                 let padded = processor.kind == ProcessorKind::Npu
                     && processor.cost.stage_cost(&self.model, &stage.ops).is_none();
-                let tokens = match padded {
-                    true => chunk_len,
-                    false => chunk_len.min(prompt.saturating_sub(past)).max(1),
-                };
-                let shape = ChunkShape {
-                    tokens: u64::from(tokens),
-                    past: u64::from(past),
+                let shape = match padded {
+                    true => ChunkShape {
+                        tokens: u64::from(self.workload.chunk_len),
+                        ..executed
+                    },
+                    false => executed,
                 };
                 let ns = processor
                     .cost
@@ -346,6 +344,17 @@ impl PrefillPlan {
     /// Home processor of an instance: its only one under fixed placement.
     pub fn processor(&self, key: InstanceKey) -> usize {
         self.stage_processor[key.stage as usize]
+    }
+
+    /// The shape an instance runs at: the prompt tokens its chunk holds (the last chunk
+    /// may hold fewer than `chunk_len`) and the tokens before it (the KV cache it reads).
+    pub fn executed_shape(&self, key: InstanceKey) -> ChunkShape {
+        let (prompt, chunk_len) = (self.workload.prompt_len, self.workload.chunk_len);
+        let past = key.chunk * chunk_len;
+        ChunkShape {
+            tokens: u64::from(chunk_len.min(prompt.saturating_sub(past)).max(1)),
+            past: u64::from(past),
+        }
     }
 
     /// Processors an instance may run on, home first.

@@ -290,6 +290,23 @@ fn file_name(path: &Path) -> String {
 }
 
 impl Grid<'_> {
+    /// `text`'s tokens cut to the first prompt length (512 without one): the prompt of the
+    /// sharing runs and the one-thread pass.
+    fn first_prompt(
+        &self,
+        model: &ExecModel,
+        tokenizer: &hetsched::import::GgufTokenizer,
+        text: &str,
+    ) -> Result<Vec<u32>, CliError> {
+        let prompt = self.prompt_lens.first().copied().unwrap_or(512);
+        prompt_tokens(
+            tokenizer,
+            text,
+            prompt as usize,
+            model.config.context_length,
+        )
+    }
+
     /// How two jobs share the pool: at the first prompt length, each chunk length `reps`
     /// times run once with `inorder` (jobs alone) and once with `balance` (jobs
     /// overlapping); the median of `profiling::two_job_rate` over the pairs (one pair is
@@ -301,9 +318,7 @@ impl Grid<'_> {
         text: &str,
         options: &PrefillOptions,
     ) -> Result<Option<f64>, CliError> {
-        let context = model.config.context_length;
-        let prompt = self.prompt_lens.first().copied().unwrap_or(512);
-        let tokens = prompt_tokens(tokenizer, text, prompt as usize, context)?;
+        let tokens = self.first_prompt(model, tokenizer, text)?;
         let mut rates = Vec::new();
         for _ in 0..self.reps {
             for &chunk_len in self.chunk_lens {
@@ -340,17 +355,11 @@ impl Grid<'_> {
         if options.threads <= 1 {
             return Ok(Vec::new());
         }
-        let prompt = self.prompt_lens.first().copied().unwrap_or(512);
         let mut bar = Bar::new("one thread");
         bar.set_len((models.len() * self.chunk_lens.len()) as u64);
         let mut samples = Vec::new();
         for model in models {
-            let tokens = prompt_tokens(
-                tokenizer,
-                text,
-                prompt as usize,
-                model.config.context_length,
-            )?;
+            let tokens = self.first_prompt(model, tokenizer, text)?;
             for &chunk_len in self.chunk_lens {
                 let options = PrefillOptions {
                     chunk_len,

@@ -46,20 +46,23 @@ impl PoolSharing {
         (2.0 * (1.0 - self.two_job_rate.clamp(0.5, 1.0))).clamp(0.0, 1.0)
     }
 
-    /// Speed-up on `t` threads over one.
-    fn speedup(&self, t: f64) -> f64 {
-        let f = self.parallel_fraction();
-        if t >= 1.0 { 1.0 / (1.0 - f + f / t) } else { t }
-    }
-
     /// Rate of each of `n` jobs running at once, relative to one job alone (1 for n <= 1).
     pub fn rate(&self, n: usize) -> f64 {
-        if n <= 1 {
-            return 1.0;
-        }
-        let threads = self.threads.max(1) as f64;
-        self.speedup(threads / n as f64) / self.speedup(threads)
+        amdahl_rate(self.parallel_fraction(), self.threads, n)
     }
+}
+
+/// Rate of a job of Amdahl parallel fraction `f` while `n` jobs split `threads` workers,
+/// relative to the job alone on all of them: `speedup(threads / n) / speedup(threads)`,
+/// `speedup(t) = 1 / (1 - f + f / t)` (and `t` times the one-thread rate below one
+/// thread); 1 for `n <= 1`.
+pub fn amdahl_rate(f: f64, threads: usize, n: usize) -> f64 {
+    if n <= 1 {
+        return 1.0;
+    }
+    let speedup = |t: f64| if t >= 1.0 { 1.0 / (1.0 - f + f / t) } else { t };
+    let threads = threads.max(1) as f64;
+    speedup(threads / n as f64) / speedup(threads)
 }
 
 /// A job on the simulated pool.

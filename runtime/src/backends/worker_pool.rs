@@ -21,6 +21,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use hetsched_systems::resources::{Completion, Job};
 
+use super::shared_pool::amdahl_rate;
 use super::{Backend, BackendError};
 
 /// Each job's parallel fraction, by instance id and lane: `fraction[id * lanes + lane]`.
@@ -103,19 +104,7 @@ impl WorkerPoolBackend {
 
     /// Rate of a job of parallel fraction `f` while `n` jobs run, relative to alone.
     fn rate(&self, f: f64, n: usize) -> f64 {
-        let t = self.threads as f64;
-        let speedup = |threads: f64| {
-            if threads >= 1.0 {
-                1.0 / (1.0 - f + f / threads)
-            } else {
-                threads
-            }
-        };
-        if n <= 1 {
-            1.0
-        } else {
-            speedup(t / n as f64) / speedup(t)
-        }
+        amdahl_rate(f, self.threads, n)
     }
 
     fn advance(&mut self, to: u64) {
@@ -192,6 +181,8 @@ impl Backend for WorkerPoolBackend {
 
     fn wait(&mut self) -> Result<(u64, Vec<Completion>), BackendError> {
         loop {
+            // The queue's first job times its wait from now (at once on an idle pool): when
+            // it joins the queue, and again after a worker was taken or freed.
             if !self.queued.is_empty() && self.admit_at.is_none() {
                 self.admit_at = self.admission_time();
             }
@@ -222,10 +213,6 @@ impl Backend for WorkerPoolBackend {
                         fraction,
                         work: work as f64,
                     });
-                    // An idle pool takes it at once; otherwise its wait starts now.
-                    if self.queued.len() == 1 {
-                        self.admit_at = self.admission_time();
-                    }
                 }
                 Some((t, 1)) => {
                     self.advance(t);
