@@ -39,6 +39,19 @@ fn prompt(file: &GgufFile) -> Vec<u32> {
         .unwrap()
 }
 
+/// A GPU context, or `None` (after saying why) when there is no device and none was
+/// demanded.
+fn gpu_context() -> Option<hetsched_gpu::GpuContext> {
+    match hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()) {
+        Ok(ctx) => Some(ctx),
+        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
+            println!("skipped: no Vulkan device ({e})");
+            None
+        }
+        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    }
+}
+
 /// `prefill` on the GPU, or `None` (after saying why) when there is no device and none
 /// was demanded.
 fn on_gpu(
@@ -119,13 +132,8 @@ fn resident_gpu_prefill_runs_five_dispatches_per_layer_per_chunk() {
     let file = test_model();
     let tokens = prompt(&file);
     let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-    let ctx = match hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()) {
-        Ok(ctx) => ctx,
-        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
-            println!("skipped: no Vulkan device ({e})");
-            return;
-        }
-        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    let Some(ctx) = gpu_context() else {
+        return;
     };
     let gpu = Arc::new(GpuModel::upload(ctx, model.clone()).unwrap());
     let options = PrefillOptions {
@@ -159,13 +167,8 @@ fn resident_gpu_prefill_with_f16_weights_matches_the_cpu_path() {
     let file = test_model();
     let tokens = prompt(&file);
     let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
-    let ctx = match hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()) {
-        Ok(ctx) => ctx,
-        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
-            println!("skipped: no Vulkan device ({e})");
-            return;
-        }
-        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    let Some(ctx) = gpu_context() else {
+        return;
     };
     let tensor_cores = ctx.fused_gemm_on_tensor_cores();
     let gpu = GpuModel::upload_as(ctx, model.clone(), ResidentWeights::F16).unwrap();
