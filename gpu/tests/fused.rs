@@ -8,8 +8,7 @@
 mod common;
 
 use hetsched_gpu::{
-    Elem, FusedGemm, GemmEpilogue, GpuContext, RopeStyle, fold_norm, interleave_rows,
-    reorder_rope_rows,
+    Elem, FusedGemm, GemmEpilogue, RopeStyle, fold_norm, interleave_rows, reorder_rope_rows,
 };
 use hetsched_kernels::{reference, seeded::SeededRng};
 
@@ -31,15 +30,6 @@ fn scale(a: &[f32], w: &[f32], want: &[f32], (m, k, n): (usize, usize, usize)) -
         .collect()
 }
 
-fn run(
-    ctx: &GpuContext,
-    f: impl FnOnce(&mut hetsched_gpu::GpuBatch<&GpuContext>) -> hetsched_gpu::Result<()>,
-) {
-    let mut b = ctx.batch().unwrap();
-    f(&mut b).unwrap();
-    b.submit().unwrap();
-}
-
 #[test]
 fn norm_then_gemm_and_residual_match_the_references() {
     let Some(ctx) = common::gpu() else { return };
@@ -59,7 +49,7 @@ fn norm_then_gemm_and_residual_match_the_references() {
             norm_eps: Some(EPS),
             epilogue: GemmEpilogue::Store,
         };
-        run(ctx, |b| b.gemm_fused(&xm, &wm, &out, store));
+        common::run_batch(ctx, |b| b.gemm_fused(&xm, &wm, &out, store));
         let got = ctx.download_f32(&out).unwrap();
         common::assert_close(&format!("norm+gemm {m}x{k}x{n}"), &got, &want, &sc, 1e-4);
 
@@ -76,7 +66,7 @@ fn norm_then_gemm_and_residual_match_the_references() {
                 slot: 2,
             },
         };
-        run(ctx, |b| b.gemm_fused(&xa, &wplain, &stream, residual));
+        common::run_batch(ctx, |b| b.gemm_fused(&xa, &wplain, &stream, residual));
         let got = ctx.download_f32(&stream).unwrap();
         let want_sum: Vec<f32> = want.iter().zip(&base).map(|(p, s)| p + s).collect();
         common::assert_close(&format!("residual {m}x{k}x{n}"), &got, &want_sum, &sc, 1e-4);
@@ -98,7 +88,7 @@ fn residual_raises_its_flag_on_overflow() {
             slot: 1,
         },
     };
-    run(ctx, |b| b.gemm_fused(&a, &w, &x, f));
+    common::run_batch(ctx, |b| b.gemm_fused(&a, &w, &x, f));
     assert_eq!(ctx.download_f32(&flags).unwrap(), vec![0.0, 1.0, 0.0, 0.0]);
 }
 
@@ -132,7 +122,7 @@ fn gate_up_silu_matches_the_references() {
             norm_eps: Some(EPS),
             epilogue: GemmEpilogue::SiluMul,
         };
-        run(ctx, |b| b.gemm_fused(&xm, &wm, &out, f));
+        common::run_batch(ctx, |b| b.gemm_fused(&xm, &wm, &out, f));
         let got = ctx.download_f32(&out).unwrap();
         common::assert_close(&format!("silu {m}x{k}x{n}"), &got, &want, &sc, 1e-4);
     }
@@ -233,7 +223,7 @@ fn qkv_rope_writes_q_and_the_caches_like_the_references() {
                     style,
                 },
             };
-            run(ctx, |b| b.gemm_fused(&xm, &wm, &qm, f));
+            common::run_batch(ctx, |b| b.gemm_fused(&xm, &wm, &qm, f));
             let what = format!(
                 "{style:?} {m}x{k} heads {}/{} x {}",
                 s.heads, s.kv_heads, s.d

@@ -24,15 +24,6 @@ fn round_f16(x: &[f32]) -> Vec<f32> {
     x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()
 }
 
-fn run(
-    ctx: &GpuContext,
-    f: impl FnOnce(&mut hetsched_gpu::GpuBatch<&GpuContext>) -> hetsched_gpu::Result<()>,
-) {
-    let mut b = ctx.batch().unwrap();
-    f(&mut b).unwrap();
-    b.submit().unwrap();
-}
-
 fn assert_near(what: &str, got: &[f32], want: &[f32]) {
     let peak = want.iter().fold(0f32, |p, v| p.max(v.abs()));
     let scale = vec![peak + 1.0; want.len()];
@@ -78,7 +69,7 @@ fn f16_weights_store_residual_and_silu_match_the_f32_kernel() {
                 norm_eps: Some(EPS),
                 epilogue: GemmEpilogue::Store,
             };
-            run(ctx, |b| b.gemm_fused(xm, wm, &out, f));
+            common::run_batch(ctx, |b| b.gemm_fused(xm, wm, &out, f));
             let stream = ctx.upload_f32(&base, m, n).unwrap();
             let flags = ctx.upload_f32(&[0.0; 4], 1, 4).unwrap();
             let residual = FusedGemm {
@@ -88,7 +79,7 @@ fn f16_weights_store_residual_and_silu_match_the_f32_kernel() {
                     slot: 3,
                 },
             };
-            run(ctx, |b| b.gemm_fused(xm, wm, &stream, residual));
+            common::run_batch(ctx, |b| b.gemm_fused(xm, wm, &stream, residual));
             assert_eq!(ctx.download_f32(&flags).unwrap(), vec![0.0; 4]);
             vec![
                 ctx.download_f32(&out).unwrap(),
@@ -103,7 +94,7 @@ fn f16_weights_store_residual_and_silu_match_the_f32_kernel() {
                     norm_eps: Some(EPS),
                     epilogue: GemmEpilogue::SiluMul,
                 };
-                run(ctx, |b| b.gemm_fused(xm, wm, &out, f));
+                common::run_batch(ctx, |b| b.gemm_fused(xm, wm, &out, f));
                 vec![ctx.download_f32(&out).unwrap()]
             });
         }
@@ -125,7 +116,7 @@ fn f16_weights_overflow_raises_the_flag() {
             slot: 2,
         },
     };
-    run(ctx, |b| b.gemm_fused(&a, &w, &x, f));
+    common::run_batch(ctx, |b| b.gemm_fused(&a, &w, &x, f));
     assert_eq!(ctx.download_f32(&flags).unwrap(), vec![0.0, 0.0, 1.0, 0.0]);
 }
 
@@ -167,7 +158,7 @@ fn f16_weights_qkv_rope_matches_the_f32_kernel() {
                         style,
                     },
                 };
-                run(ctx, |b| b.gemm_fused(xm, wm, &q, f));
+                common::run_batch(ctx, |b| b.gemm_fused(xm, wm, &q, f));
                 [&q, &kc, &vc]
                     .iter()
                     .map(|m| ctx.download_f32(m).unwrap())

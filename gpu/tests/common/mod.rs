@@ -68,3 +68,13 @@ pub fn assert_same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: 
         );
     }
 }
+
+/// Records one batch with `f` on `ctx` and submits it (waiting for it to finish).
+pub fn run_batch(
+    ctx: &GpuContext,
+    f: impl FnOnce(&mut hetsched_gpu::GpuBatch<&GpuContext>) -> hetsched_gpu::Result<()>,
+) {
+    let mut b = ctx.batch().unwrap();
+    f(&mut b).unwrap();
+    b.submit().unwrap();
+}
