@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use hetsched::exec::generate::{DecodePath, Session};
 use hetsched::exec::{ExecError, ExecModel, GpuUse, LinearPrecision, PrefillOptions, prefill};
-use hetsched::import::gguf::writer::{GgufWriter, Llama3Scaling, TinyModel, llama3_rope_factors};
+use hetsched::import::gguf::writer::{
+    GgufWriter, Llama3Scaling, TinyModel, llama3_rope_factors, seeded_values,
+};
 use hetsched::import::{GgufFile, LlamaModel, MetadataValue as V, family};
 use hetsched::systems::graph::build_stages;
 use hetsched::systems::op::OpRole;
@@ -27,19 +29,6 @@ const H: usize = 8;
 const HEAD: usize = 4;
 const WINDOW: u32 = 3;
 const VOCAB: usize = 16;
-
-/// Seeded values in [-0.3, 0.3), seeded by tensor name; norm weights around 1.
-fn values(name: &str, len: usize) -> Vec<f32> {
-    let seed = name
-        .bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    let one = if name.contains("norm") { 1.0 } else { 0.0 };
-    hetsched_kernels::seeded::SeededRng::new(seed)
-        .f32s(len)
-        .into_iter()
-        .map(|x| 0.3 * x + one)
-        .collect()
-}
 
 /// A model of row `arch`: `layers` blocks of hidden 8 (2 query heads of 4, 1 KV head),
 /// with every tensor its row needs.
@@ -61,7 +50,7 @@ fn tiny_bytes(arch: &str, layers: usize, more: impl FnOnce(&mut GgufWriter)) -> 
         context: 64,
         tied: true,
     };
-    let mut w = GgufWriter::tiny_model(&m, values);
+    let mut w = GgufWriter::tiny_model(&m, seeded_values);
     if row.sliding_window_period > 0 {
         w.kv(&row.key("attention.sliding_window"), V::U32(WINDOW));
         w.kv(&row.key("rope.freq_base"), V::F32(1e6));
@@ -86,7 +75,7 @@ fn tiny_bytes(arch: &str, layers: usize, more: impl FnOnce(&mut GgufWriter)) -> 
         }
         for (name, len) in extra {
             let name = format!("blk.{i}.{name}");
-            w.tensor_f32(&name, &[len], &values(&name, len));
+            w.tensor_f32(&name, &[len], &seeded_values(&name, len));
         }
     }
     more(&mut w);

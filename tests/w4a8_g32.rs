@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions, prefill};
-use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
+use hetsched::import::gguf::writer::{GgufWriter, TinyModel, seeded_values};
 use hetsched::import::{GgufFile, ImportError};
 
 mod compare;
@@ -14,19 +14,6 @@ use compare::max_relative_diff;
 
 const VOCAB: usize = 16;
 const PROMPT: [u32; 9] = [2, 7, 1, 8, 2, 8, 1, 8, 4];
-
-/// Seeded values in [-0.3, 0.3), seeded by tensor name; norm weights around 1.
-fn values(name: &str, len: usize) -> Vec<f32> {
-    let seed = name
-        .bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-    let one = if name.contains("norm") { 1.0 } else { 0.0 };
-    hetsched_kernels::seeded::SeededRng::new(seed)
-        .f32s(len)
-        .into_iter()
-        .map(|x| 0.3 * x + one)
-        .collect()
-}
 
 fn tiny_llama(hidden: usize, ffn: usize) -> GgufFile {
     let m = TinyModel {
@@ -40,7 +27,7 @@ fn tiny_llama(hidden: usize, ffn: usize) -> GgufFile {
         context: 64,
         tied: true,
     };
-    GgufFile::from_bytes(GgufWriter::tiny_model(&m, values).to_bytes()).unwrap()
+    GgufFile::from_bytes(GgufWriter::tiny_model(&m, seeded_values).to_bytes()).unwrap()
 }
 
 #[test]

@@ -315,6 +315,21 @@ fn write_value(out: &mut Vec<u8>, value: &MetadataValue) {
     }
 }
 
+/// Deterministic values for the tensor `name` of a synthetic model, in [-0.3, 0.3) and
+/// seeded by the name (so two files share the tensors they both have); norm weights
+/// around 1. The `values` the integration tests pass to [`GgufWriter::tiny_model`].
+pub fn seeded_values(name: &str, len: usize) -> Vec<f32> {
+    let seed = name
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let one = if name.contains("norm") { 1.0 } else { 0.0 };
+    hetsched_kernels::seeded::SeededRng::new(seed)
+        .f32s(len)
+        .into_iter()
+        .map(|x| 0.3 * x + one)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{GgufFile, MetadataArray, ValueType};
