@@ -153,4 +153,10 @@ fn a_negative_one_thread_cost_is_refused_by_name() {
     measured.one_thread[0].cost.per_token_us = -0.5;
     let err = scene.device.validate().unwrap_err().to_string();
     assert!(err.contains("measured.one_thread"), "{err}");
+    // Every coefficient a stage cost has, the windowed one included.
+    let (mut scene, _) = measured_scene(None);
+    let measured = scene.device.measured.as_mut().unwrap();
+    measured.one_thread[0].cost.per_window_pair_us = f64::NAN;
+    let err = scene.device.validate().unwrap_err().to_string();
+    assert!(err.contains("measured.one_thread"), "{err}");
 }

@@ -41,19 +41,26 @@ fn out_of_range_cost_field(c: &CostModel) -> Option<&'static str> {
     if c.measured.iter().any(|m| !latency_ok(m.us)) {
         return Some("measured.us");
     }
-    let stage_ok = |s: &crate::stage_cost::StageCost| {
-        latency_ok(s.launch_us)
-            && latency_ok(s.per_token_us)
-            && latency_ok(s.per_pair_us)
-            && latency_ok(s.per_window_pair_us)
-    };
     if c.stages
         .iter()
-        .any(|s| !stage_ok(s) || !(0.0..=1e3).contains(&s.noise))
+        .any(|s| !stage_coefficients_ok(s) || !(0.0..=1e3).contains(&s.noise))
     {
         return Some("stages (launch_us, per_token_us, per_pair_us)");
     }
     None
+}
+
+/// Whether a fitted stage cost's coefficients are finite, non-negative and within
+/// [`MAX_LATENCY_US`] (a profile's stages and its one-thread pass alike).
+fn stage_coefficients_ok(s: &crate::stage_cost::StageCost) -> bool {
+    [
+        s.launch_us,
+        s.per_token_us,
+        s.per_pair_us,
+        s.per_window_pair_us,
+    ]
+    .iter()
+    .all(|us| (0.0..=MAX_LATENCY_US).contains(us))
 }
 
 /// Kind of processor.
@@ -235,13 +242,7 @@ impl DeviceProfile {
         if let Some(m) = &self.measured {
             let rate_ok = m.two_job_rate == 0.0 || (0.5..=1.0).contains(&m.two_job_rate);
             let gap_ok = (0.0..=MAX_LATENCY_US).contains(&m.job_gap_us);
-            let one_thread_ok = m.one_thread.iter().all(|o| {
-                let c = &o.cost;
-                [c.launch_us, c.per_token_us, c.per_pair_us]
-                    .iter()
-                    .all(|v| (0.0..=MAX_LATENCY_US).contains(v))
-            });
-            if !one_thread_ok {
+            if !m.one_thread.iter().all(|o| stage_coefficients_ok(&o.cost)) {
                 return bad(
                     "[[measured.one_thread]]: a cost is negative, not finite or out of range; fix the device file or profile again".into(),
                 );
