@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Predicted against measured prefill makespan over a grid (issue 14's goal): for each
 # prompt length x chunk length x policy x precision, one real `hetsched run --predict`
-# (after one warm-up prefill) with a measured profile; prints one row per setting, then
-# the median and worst absolute error of the makespan and of each processor's busy time.
+# (after one warm-up prefill) with a measured profile; prints one row per run, then the
+# median and worst absolute error of the makespan and of each processor's busy time, each
+# setting's measured figures the median of its REPS runs.
 #
 #   scripts/fidelity-grid.sh PROFILE.toml [MODEL] [THREADS]
 #
 # Environment: PROMPTS, CHUNKS, POLICIES, PRECISIONS (space-separated) narrow the grid;
+# REPS runs the whole grid that many times, round after round (default 1: one run per
+# setting is noisy on a 2-core machine, a 2048-token prefill varies by 20-30%);
 # BIN picks the binary (default target/release/hetsched); CALIBRATION names the
 # w8a8-shadow calibration file (default: the one beside the model, if any); ALSO names a
 # second profile: every setting then runs once with each, interleaved, and the summary
-# compares the two predictors on the same machine state (rows are prefixed by profile).
+# compares the two predictors on the same machine state. Each row: profile, round,
+# precision, prompt, chunk, policy, measured and predicted makespan (ms), the error, then
+# per lane its name, measured and predicted busy time (ms), and the cost model.
 # Timings are noisy on a shared machine: run it when nothing else is building, and say so
 # beside the figures.
 set -euo pipefail
@@ -22,10 +27,12 @@ prompts=${PROMPTS:-128 512 2048}
 chunks=${CHUNKS:-64 128 256}
 policies=${POLICIES:-balance stall inorder}
 precisions=${PRECISIONS:-f32 w8a8}
+reps=${REPS:-1}
 profiles=("$profile")
 [[ -n ${ALSO:-} ]] && profiles+=("$ALSO")
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
+for ((rep = 1; rep <= reps; rep++)); do
 for precision in $precisions; do
   for prompt in $prompts; do
     for chunk in $chunks; do
@@ -39,35 +46,49 @@ for precision in $precisions; do
             --prompt-len "$prompt" --chunk-len "$chunk" --policy "$policy" \
             --precision "$precision" --threads "$threads" --warmup 1 \
             --profile "$prof" --predict --json "${calibration[@]}" 2>/dev/null \
-            | PROF="$prof" MANY=${#profiles[@]} python3 -c '
+            | PROF="$prof" REP="$rep" python3 -c '
 import json, os, sys
 r = json.load(sys.stdin)
 p = r["prediction"]
-busy = " ".join("%s %+.1f%%" % (b["name"], 100 * b["error"]) for b in p["processors"])
-label = os.environ["PROF"] + "\t" if os.environ["MANY"] != "1" else ""
-print("%s%s\t%d\t%d\t%s\t%.1f\t%.1f\t%+.1f%%\t%s\t%s" % (label, r["precision"], r["prompt_tokens"],
-      r["schedule"]["chunk_len"], r["schedule"]["policy"], r["prefill_ms"],
-      r["predicted_makespan_ms"], 100 * r["prediction_error"], busy, r["cost_model"]["model"]))
+lanes = " ".join("%s %.2f %.2f" % (m["name"], m["busy_ms"], q["predicted_ms"])
+                 for m, q in zip(r["schedule"]["processors"], p["processors"]))
+print("%s\t%s\t%s\t%d\t%d\t%s\t%.1f\t%.1f\t%+.1f%%\t%s\t%s" % (os.environ["PROF"], os.environ["REP"],
+      r["precision"], r["prompt_tokens"], r["schedule"]["chunk_len"], r["schedule"]["policy"],
+      r["prefill_ms"], r["predicted_makespan_ms"], 100 * r["prediction_error"], lanes,
+      r["cost_model"]["model"]))
 ' | tee -a "$rows"
         done
       done
     done
   done
 done
-MANY=${#profiles[@]} python3 - "$rows" <<'PY'
-import collections, os, statistics, sys
-groups = collections.defaultdict(list)
+done
+python3 - "$rows" <<'PY'
+import collections, statistics, sys
+# Per setting (profile, precision, prompt, chunk, policy): the median over the rounds of
+# the measured makespan and of each lane's measured busy time, against the prediction.
+runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     if not line.strip():
         continue
     r = line.rstrip("\n").split("\t")
-    key = r.pop(0) if os.environ["MANY"] != "1" else ""
-    groups[key].append(r)
-for key, rows in groups.items():
-    errors = [abs(float(r[6].rstrip("%"))) for r in rows]
-    busy = [abs(float(x.rstrip("%"))) for r in rows for x in r[7].split()[1::2]]
+    runs[tuple(r[0:1] + r[2:6])].append(r)
+groups = collections.defaultdict(list)
+for key, rs in runs.items():
+    measured = statistics.median(float(r[6]) for r in rs)
+    predicted = statistics.median(float(r[7]) for r in rs)
+    lanes = [r[9].split() for r in rs]
+    busy = []
+    for i in range(0, len(lanes[0]), 3):
+        m = statistics.median(float(l[i + 1]) for l in lanes)
+        q = statistics.median(float(l[i + 2]) for l in lanes)
+        busy.append(100 * (q / m - 1) if m > 0 else 0.0)
+    groups[key[0]].append((100 * (predicted / measured - 1), busy, len(rs)))
+for prof, rows in groups.items():
+    errors = [abs(e) for e, _, _ in rows]
+    busy = [abs(b) for _, bs, _ in rows for b in bs]
     within = sum(b <= 15.0 for b in busy)
-    print("%ssettings %d: makespan error median %.1f%%, worst %.1f%%; busy-time error median %.1f%%, worst %.1f%%, %d of %d within 15%%"
-          % (key + ": " if key else "", len(rows), statistics.median(errors), max(errors),
+    print("%s: settings %d (median of %d runs each): makespan error median %.1f%%, worst %.1f%%; busy-time error median %.1f%%, worst %.1f%%, %d of %d within 15%%"
+          % (prof, len(rows), min(n for _, _, n in rows), statistics.median(errors), max(errors),
              statistics.median(busy), max(busy), within, len(busy)))
 PY

@@ -10,11 +10,15 @@
 //! The model, per job (Amdahl): alone on `T` threads a job runs at its full rate; `n`
 //! running jobs get `T / n` threads each and run at `speedup(T / n) / speedup(T)`, with
 //! `speedup(t) = 1 / (1 - f + f / t)`. A job that finds a free worker but others running
-//! joins after the running job that yields soonest has done the parallel share `f` of
-//! the work it had left (a job with no parallel part yields at once; a fully parallel one
-//! only at its end); with no free worker it waits for a completion. Measured on this
-//! machine (docs/calibration.md): it splits the lanes' busy time as the real queues do,
-//! which the symmetric rate of [`super::shared_pool`] does not.
+//! joins when the running job that yields soonest ends its current parallel loop: a job
+//! of `k` loops (its stage's operators, one kernel call each, with a serial step
+//! between them where a worker runs out of the job's work) is taken to yield after the
+//! parallel share `f` of a loop's worth of what it had left, `f * left / k` (a job with
+//! no parallel part yields at once; a single fully parallel loop only at its end); with
+//! no free worker it waits for a completion. Measured on this machine
+//! (docs/calibration.md): it splits the lanes' busy time as the real queues do, which the
+//! symmetric rate of [`super::shared_pool`] does not, and the per-loop wait fits the
+//! measured overlap better than a wait for the whole job's parallel share.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -33,6 +37,11 @@ pub struct ParallelFractions {
     pub fraction: Vec<f64>,
     /// The fraction of a job the table has no entry for.
     pub default: f64,
+    /// Each instance's count of parallel loops (its stage's operators, each one kernel
+    /// call), by instance id: between two loops a worker is free of the job, so a
+    /// newcomer waits for the end of the running job's current loop, not of all its
+    /// parallel work. An instance without an entry counts as one loop.
+    pub loops: Vec<u32>,
 }
 
 impl ParallelFractions {
@@ -53,6 +62,10 @@ impl ParallelFractions {
             .copied()
             .unwrap_or(self.default)
     }
+
+    fn loops_of(&self, id: u32) -> f64 {
+        f64::from(self.loops.get(id as usize).copied().unwrap_or(1).max(1))
+    }
 }
 
 /// A job on the simulated pool.
@@ -62,6 +75,8 @@ struct Running {
     processor: usize,
     start: u64,
     fraction: f64,
+    /// Parallel loops the job runs one after the other.
+    loops: f64,
     /// Work left, in ns of running alone.
     left: f64,
 }
@@ -72,6 +87,7 @@ struct Queued {
     id: u32,
     processor: usize,
     fraction: f64,
+    loops: f64,
     work: f64,
 }
 
@@ -133,8 +149,8 @@ impl WorkerPoolBackend {
     }
 
     /// When the queue's first job may start, from the running set now: at once on an
-    /// idle pool, after the soonest-yielding job's parallel share with a free worker,
-    /// never (until a completion) with none.
+    /// idle pool, after the soonest-yielding job's parallel share of its current loop
+    /// with a free worker, never (until a completion) with none.
     fn admission_time(&self) -> Option<u64> {
         if self.running.is_empty() {
             return Some(self.now);
@@ -146,7 +162,7 @@ impl WorkerPoolBackend {
         self.running
             .iter()
             .map(|j| {
-                let share = j.fraction * j.left.max(0.0) / self.rate(j.fraction, n);
+                let share = j.fraction * j.left.max(0.0) / j.loops / self.rate(j.fraction, n);
                 self.now + share.ceil() as u64
             })
             .min()
@@ -161,6 +177,7 @@ impl WorkerPoolBackend {
             processor: job.processor,
             start: self.now,
             fraction: job.fraction,
+            loops: job.loops,
             left: job.work,
         });
         self.admit_at = None;
@@ -207,10 +224,12 @@ impl Backend for WorkerPoolBackend {
                         unreachable!("peeked just above")
                     };
                     let fraction = self.fractions.at(id, processor);
+                    let loops = self.fractions.loops_of(id);
                     self.queued.push_back(Queued {
                         id,
                         processor,
                         fraction,
+                        loops,
                         work: work as f64,
                     });
                 }
@@ -267,6 +286,7 @@ mod tests {
             lanes: 2,
             fraction: vec![f, 0.0, 0.0, f],
             default: 0.0,
+            loops: Vec::new(),
         };
         let mut pool = WorkerPoolBackend::new(2, 0, fractions);
         pool.submit(job(0, 0, work)).unwrap();
@@ -326,6 +346,32 @@ mod tests {
         assert!(done[1].end_ns < 2_000);
     }
 
+    /// A job of several loops yields at the end of its current one: with two loops the
+    /// newcomer joins after half the wait of a single loop of the same work.
+    #[test]
+    fn a_job_of_several_loops_lets_the_next_join_at_the_end_of_its_loop() {
+        let fractions = ParallelFractions {
+            lanes: 2,
+            fraction: vec![0.5, 0.0, 0.0, 0.5],
+            default: 0.0,
+            loops: vec![2, 1],
+        };
+        let mut pool = WorkerPoolBackend::new(2, 0, fractions);
+        pool.submit(job(0, 0, 1_000)).unwrap();
+        pool.submit(job(1, 1, 1_000)).unwrap();
+        let mut done = Vec::new();
+        while pool.in_flight() > 0 {
+            done.extend(pool.wait().unwrap().1);
+        }
+        done.sort_by_key(|c| c.id);
+        // Job 0 (f = 1/2, two loops of 500) yields after f * 1000 / 2 = 250 ns, not 500.
+        assert_eq!(done[1].start_ns, 250, "{done:?}");
+        assert!(
+            done.iter().all(|c| c.end_ns - c.start_ns >= 1_000),
+            "{done:?}"
+        );
+    }
+
     /// However the fractions are set, every job takes at least its alone time, no job
     /// starts before its gap, and the pool never runs more jobs than workers.
     #[test]
@@ -338,6 +384,7 @@ mod tests {
                     .map(|k| (f + 0.1 * (k % 3) as f64).min(1.0))
                     .collect(),
                 default: f,
+                loops: Vec::new(),
             };
             let mut pool = WorkerPoolBackend::new(2, 50, fractions);
             let work = |id: u32| 300 + 170 * u64::from((id + i as u32) % 5);
