@@ -8,7 +8,7 @@ use std::time::Instant;
 use hetsched::exec::{
     self, ExecError, GpuUse, LinearPrecision, PrefillOptions, PrefillReport, PrefillResult,
 };
-use hetsched::history::{append_history, records_of};
+use hetsched::history::{append_history, records_on};
 use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
 use hetsched::profiling;
@@ -186,7 +186,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     if let Some(path) = &args.history {
         // The results are printed already: a history that cannot be written is reported
         // without losing them.
-        if let Err(e) = append_history(path, &records_of(&result.outcome)) {
+        if let Err(e) = append_history(path, &records_on(&result.outcome, options.threads)) {
             eprintln!("warning: {e}");
         }
     }

@@ -840,3 +840,64 @@ fn simulate_of_a_measured_profile_uses_the_shared_pool_model() {
     assert!((simulated - pooled.makespan_ns as f64 / 1e6).abs() < 1e-3);
     assert_ne!(pooled.makespan_ns, apart.makespan_ns);
 }
+
+/// `run --history` records each run's thread count; `profile --from-history --threads 2`
+/// fits its costs from the two-thread runs and its one-thread table (how jobs share the
+/// pool) from the one-thread runs.
+#[test]
+fn a_history_of_one_and_two_thread_runs_refits_a_profile_with_its_one_thread_table() {
+    let model = test_model();
+    let dir = scratch("history-threads");
+    let history = dir.join("history.jsonl");
+    let _ = std::fs::remove_file(&history);
+    for threads in ["1", "2"] {
+        let out = hetsched(&[
+            "run",
+            "--model",
+            &model,
+            "--prompt",
+            "The capital of France is",
+            "--chunk-len",
+            "2",
+            "--threads",
+            threads,
+            "--history",
+            history.to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let lines = std::fs::read_to_string(&history).unwrap();
+    let threads: Vec<u64> = lines
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["threads"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(threads.contains(&1) && threads.contains(&2), "{threads:?}");
+    let out_file = dir.join("refit.toml");
+    let out = hetsched(&[
+        "profile",
+        "--model",
+        &model,
+        "--threads",
+        "2",
+        "--from-history",
+        history.to_str().unwrap(),
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile = std::fs::read_to_string(&out_file).unwrap();
+    assert!(profile.contains("[[measured.one_thread]]"), "{profile}");
+}

@@ -46,6 +46,12 @@ pub struct HistoryRecord {
     pub prompt_len: u32,
     /// The run's chunk length.
     pub chunk_len: u32,
+    /// Compute threads the run had (`null` when not recorded, as in files written before
+    /// it): `profile --from-history` fits the profile's costs from the records of its
+    /// thread count and the one-thread costs, which say how jobs share the pool, from
+    /// those of one thread.
+    #[serde(default)]
+    pub threads: Option<u32>,
 }
 
 /// Why a history file could not be written or read.
@@ -94,9 +100,20 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
                 window: attention_window(ops),
                 prompt_len: prompt,
                 chunk_len,
+                threads: None,
             }
         })
         .collect()
+}
+
+/// [`records_of`] a run on `threads` compute threads, each record saying so.
+pub fn records_on(run: &RunOutcome, threads: usize) -> Vec<HistoryRecord> {
+    let threads = u32::try_from(threads).ok();
+    let mut records = records_of(run);
+    for r in &mut records {
+        r.threads = threads;
+    }
+    records
 }
 
 /// Appends `records` to `path` (created if missing), one line and one `write` each.

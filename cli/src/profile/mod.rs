@@ -23,7 +23,7 @@ use crate::model::{ShadowArgs, find_calibration, load};
 use crate::output::{check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
-use hetsched::history::{HistoryRecord, read_history, records_of};
+use hetsched::history::{HistoryRecord, read_history, records_on};
 use hetsched::profiling::{StageFit, fit_profile, job_gap_ns, two_job_rate};
 use hetsched::systems::OneThreadCost;
 use samples::to_csv;
@@ -58,7 +58,8 @@ pub struct ProfileArgs {
     #[arg(long, default_value_t = 2)]
     reps: u32,
     /// Refit from a run history (written by `hetsched run` with a history file) instead of
-    /// measuring: its records of this model.
+    /// measuring: its records of this model, the costs from runs on `--threads` threads,
+    /// the one-thread table from runs on one thread.
     #[arg(long, value_name = "FILE")]
     from_history: Option<PathBuf>,
     /// The policy scheduling the profiled prefills (`inorder`: on the host's queues its
@@ -162,24 +163,24 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         Some(_) => None,
         None => grid.sharing(&models[0], &loaded.tokenizer, text, &options)?,
     };
-    let (samples, device, gaps) = match &args.from_history {
+    let (samples, device, gaps, one_thread) = match &args.from_history {
         Some(path) => {
-            let name = &models[0].name;
-            let records: Vec<HistoryRecord> = read_history(path)?
-                .into_iter()
-                .filter(|r| &r.model == name)
-                .collect();
+            let (samples, on_one) =
+                split_history(read_history(path)?, &models[0].name, options.threads);
             let device = match gpu {
                 GpuUse::Off => options.device.clone(),
                 _ => exec::with_gpu_lane(options.device.clone()),
             };
-            (records, device, Vec::new())
+            let one_thread = one_thread_costs(&device, &on_one);
+            (samples, device, Vec::new(), one_thread)
         }
-        None => grid.measure(&models, &loaded.tokenizer, text, &options)?,
-    };
-    let one_thread = match &args.from_history {
-        Some(_) => Vec::new(),
-        None => grid.one_thread(&models, &loaded.tokenizer, text, &options, &device)?,
+        None => {
+            let (samples, device, gaps) =
+                grid.measure(&models, &loaded.tokenizer, text, &options)?;
+            let one_thread =
+                grid.one_thread(&models, &loaded.tokenizer, text, &options, &device)?;
+            (samples, device, gaps, one_thread)
+        }
     };
     let prefills = gaps.len();
     let mut device = device;
@@ -261,7 +262,7 @@ impl Grid<'_> {
                         };
                         let result = exec::prefill(model.clone(), &tokens, &options)?;
                         device.get_or_insert_with(|| result.outcome.plan.device.clone());
-                        samples.extend(records_of(&result.outcome));
+                        samples.extend(records_on(&result.outcome, options.threads));
                         gaps.push(job_gap_ns(&result.outcome));
                         bar.inc(1);
                     }
@@ -367,20 +368,47 @@ impl Grid<'_> {
                     ..options.clone()
                 };
                 let result = exec::prefill(model.clone(), &tokens, &options)?;
-                samples.extend(records_of(&result.outcome));
+                samples.extend(records_on(&result.outcome, 1));
                 bar.inc(1);
             }
         }
         bar.finish();
-        let fits = fit_profile(&mut device.clone(), &samples);
-        Ok(fits
-            .into_iter()
-            .map(|f| OneThreadCost {
-                processor: f.processor,
-                cost: f.cost,
-            })
-            .collect())
+        Ok(one_thread_costs(device, &samples))
     }
+}
+
+/// A history's records of `model`, split into those of runs on `threads` compute threads
+/// (or of unrecorded threads, as in older files), which the profile's costs are fitted
+/// from, and those of runs on one thread (when `threads` > 1), which its one-thread
+/// table is; records of other thread counts are left out.
+fn split_history(
+    records: Vec<HistoryRecord>,
+    model: &str,
+    threads: usize,
+) -> (Vec<HistoryRecord>, Vec<HistoryRecord>) {
+    let threads = u32::try_from(threads).ok();
+    let (mut fit, mut on_one) = (Vec::new(), Vec::new());
+    for r in records.into_iter().filter(|r| r.model == model) {
+        match r.threads {
+            None => fit.push(r),
+            t if t == threads => fit.push(r),
+            Some(1) => on_one.push(r),
+            Some(_) => {}
+        }
+    }
+    (fit, on_one)
+}
+
+/// Stage costs fitted from one-thread `samples` (on a copy of `device`), as the profile's
+/// one-thread table.
+fn one_thread_costs(device: &DeviceProfile, samples: &[HistoryRecord]) -> Vec<OneThreadCost> {
+    fit_profile(&mut device.clone(), samples)
+        .into_iter()
+        .map(|f| OneThreadCost {
+            processor: f.processor,
+            cost: f.cost,
+        })
+        .collect()
 }
 
 /// Writes the device profile, the samples, the model file and a scene naming both.
