@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use hetsched_kernels::{
     AttentionKv, AttentionShape, FlashKeys, attention_causal_gqa_flash, attention_causal_gqa_gemm,
-    flash_supported, rms_norm_fast,
+    attention_windowed_gqa_flash, flash_supported, rms_norm_fast,
 };
 use rayon::prelude::*;
 
@@ -95,9 +95,23 @@ impl FloatKernels for CpuFloat {
         window: usize,
     ) -> Result<Vec<f32>, KernelError> {
         // The last query sees `kv_len` keys: a wider window cuts none. A window that cuts
-        // keys goes before the flash kernel, which knows only the causal mask.
+        // keys: the flash kernel walks each block's window from the first key its first
+        // query sees (keys gathered from there); the scalar kernel without AVX-512.
         if window < shape.kv_len {
-            return Ok(windowed_attention(q, k_cache, v_cache, shape, window));
+            if !flash_supported(shape.head_dim) {
+                return Ok(windowed_attention(q, k_cache, v_cache, shape, window));
+            }
+            let from = (shape.pos0 + 1).saturating_sub(window);
+            let keys = FlashKeys::gather_from(
+                k_cache,
+                from,
+                shape.kv_len,
+                shape.n_kv_heads,
+                shape.head_dim,
+            );
+            return Ok(by_token_blocks(q, shape, |q, out, block| {
+                attention_windowed_gqa_flash(q, &keys, v_cache, out, block, window);
+            }));
         }
         if flash_supported(shape.head_dim) {
             let keys = FlashKeys::gather(k_cache, shape.kv_len, shape.n_kv_heads, shape.head_dim);

@@ -47,6 +47,8 @@ pub struct FlashKeys {
     kv_len: usize,
     n_kv_heads: usize,
     head_dim: usize,
+    /// The first tile gathered: keys before it are outside every query's window.
+    first_tile: usize,
     tiles: usize,
     data: Vec<f32>,
 }
@@ -58,13 +60,33 @@ impl FlashKeys {
     /// # Panics
     /// If the cache holds fewer than `kv_len` positions.
     pub fn gather(k_cache: &[f32], kv_len: usize, n_kv_heads: usize, head_dim: usize) -> Self {
+        Self::gather_from(k_cache, 0, kv_len, n_kv_heads, head_dim)
+    }
+
+    /// Transposes positions `from..kv_len` of `k_cache` (from the tile holding `from`):
+    /// the keys a sliding window can reach, when no query sees a key before `from`.
+    ///
+    /// # Panics
+    /// If the cache holds fewer than `kv_len` positions.
+    pub fn gather_from(
+        k_cache: &[f32],
+        from: usize,
+        kv_len: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) -> Self {
         let row = n_kv_heads * head_dim;
         assert!(k_cache.len() >= kv_len * row, "k_cache shorter than kv_len");
-        let tiles = kv_len.div_ceil(KEYS_PER_TILE);
+        let first_tile = from.min(kv_len) / KEYS_PER_TILE;
+        let start = first_tile * KEYS_PER_TILE;
+        let tiles = kv_len.div_ceil(KEYS_PER_TILE) - first_tile;
         let tile_len = head_dim * KEYS_PER_TILE;
         let mut data = vec![0f32; n_kv_heads * tiles * tile_len];
-        for (pos, key_row) in k_cache[..kv_len * row].chunks_exact(row.max(1)).enumerate() {
-            let (t, j) = (pos / KEYS_PER_TILE, pos % KEYS_PER_TILE);
+        for (i, key_row) in k_cache[start * row..kv_len * row]
+            .chunks_exact(row.max(1))
+            .enumerate()
+        {
+            let (t, j) = (i / KEYS_PER_TILE, i % KEYS_PER_TILE);
             for (g, key) in key_row.chunks_exact(head_dim.max(1)).enumerate() {
                 let tile = &mut data[(g * tiles + t) * tile_len..][..tile_len];
                 for (e, &v) in key.iter().enumerate() {
@@ -76,6 +98,7 @@ impl FlashKeys {
             kv_len,
             n_kv_heads,
             head_dim,
+            first_tile,
             tiles,
             data,
         }
@@ -86,9 +109,15 @@ impl FlashKeys {
         self.kv_len
     }
 
-    /// Tile `t` of KV head `g`: `[head_dim, KEYS_PER_TILE]`.
+    /// Tile `t` (counted from position 0) of KV head `g`: `[head_dim, KEYS_PER_TILE]`.
+    ///
+    /// # Panics
+    /// If `t` is before the first tile gathered.
     fn tile(&self, g: usize, t: usize) -> &[f32] {
         let len = self.head_dim * KEYS_PER_TILE;
+        let t = t
+            .checked_sub(self.first_tile)
+            .expect("a key tile before the gathered range");
         &self.data[(g * self.tiles + t) * len..][..len]
     }
 }
@@ -107,6 +136,26 @@ pub fn attention_causal_gqa_flash(
     out: &mut [f32],
     shape: &AttentionShape,
 ) {
+    attention_windowed_gqa_flash(q, keys, v_cache, out, shape, usize::MAX);
+}
+
+/// [`attention_causal_gqa_flash`] with a sliding window (llama.cpp's, Gemma 3's local
+/// layers): the query at position `p` sees keys `max(0, p + 1 - window) ..= p`; the walk
+/// starts at the first tile any query of the block sees. `keys` may start there
+/// ([`FlashKeys::gather_from`]).
+///
+/// # Panics
+/// As [`attention_causal_gqa_flash`]; also if `window` is 0 or `keys` start after a key
+/// a query sees.
+pub fn attention_windowed_gqa_flash(
+    q: &[f32],
+    keys: &FlashKeys,
+    v_cache: &[f32],
+    out: &mut [f32],
+    shape: &AttentionShape,
+    window: usize,
+) {
+    assert!(window > 0, "a sliding window of no keys");
     assert_eq!(
         shape.kv_len, keys.kv_len,
         "shape.kv_len must match the keys"
@@ -126,10 +175,14 @@ pub fn attention_causal_gqa_flash(
     if shape.n_tokens == 0 {
         return;
     }
+    assert!(
+        keys.first_tile * KEYS_PER_TILE <= (shape.pos0 + 1).saturating_sub(window),
+        "the keys start after the first key the block's first query sees"
+    );
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `flash_supported` checked the CPU features; the shapes were checked above.
     unsafe {
-        flash(q, keys, v_cache, out, shape);
+        flash(q, keys, v_cache, out, shape, window);
     }
 }
 
@@ -137,6 +190,8 @@ pub fn attention_causal_gqa_flash(
 struct RowGroup {
     /// Scaled queries, `[ROWS, head_dim]` (rows past the block are zero).
     q: Vec<f32>,
+    /// First visible key position of each row.
+    first: [usize; ROWS],
     /// Last visible key position of each row.
     last: [usize; ROWS],
     /// Running maximum of each row's scaled scores.
@@ -151,7 +206,14 @@ struct RowGroup {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
-fn flash(q: &[f32], keys: &FlashKeys, v_cache: &[f32], out: &mut [f32], shape: &AttentionShape) {
+fn flash(
+    q: &[f32],
+    keys: &FlashKeys,
+    v_cache: &[f32],
+    out: &mut [f32],
+    shape: &AttentionShape,
+    window: usize,
+) {
     let d = shape.head_dim;
     let group = shape.n_heads / shape.n_kv_heads;
     let rows = shape.n_tokens * group;
@@ -159,6 +221,7 @@ fn flash(q: &[f32], keys: &FlashKeys, v_cache: &[f32], out: &mut [f32], shape: &
     let scale = shape.scale();
     let mut rg = RowGroup {
         q: vec![0f32; ROWS * d],
+        first: [0; ROWS],
         last: [0; ROWS],
         max: [0.0; ROWS],
         sum: [0.0; ROWS],
@@ -181,12 +244,14 @@ fn flash(q: &[f32], keys: &FlashKeys, v_cache: &[f32], out: &mut [f32], shape: &
                     dst.fill(0.0);
                 }
                 rg.last[i] = shape.pos0 + (r0 + i.min(live - 1)) / group;
+                rg.first[i] = (rg.last[i] + 1).saturating_sub(window);
             }
             rg.max = [f32::NEG_INFINITY; ROWS];
             rg.sum = [0.0; ROWS];
             rg.out.fill(0.0);
             let end = rg.last[live - 1] + 1;
-            for t in 0..end.div_ceil(KEYS_PER_TILE) {
+            // Rows are in position order: the first row sees the earliest key.
+            for t in rg.first[0] / KEYS_PER_TILE..end.div_ceil(KEYS_PER_TILE) {
                 let k0 = t * KEYS_PER_TILE;
                 let scores = tile_scores(&rg.q, keys.tile(g, t), d);
                 softmax_step(&mut rg, &scores, k0);
@@ -242,11 +307,21 @@ fn softmax_step(rg: &mut RowGroup, scores: &[[__m512; 2]; ROWS], k0: usize) {
     // `i` indexes five per-row arrays of the group.
     #[allow(clippy::needless_range_loop)]
     for i in 0..ROWS {
-        // Keys k0 + lane (+ 16) are visible while <= last: lane < last + 1 - k0.
+        // Keys k0 + lane (+ 16) are visible from first to last: first - k0 <= lane <
+        // last + 1 - k0.
         let visible = (rg.last[i] + 1).saturating_sub(k0).min(KEYS_PER_TILE) as i32;
+        let hidden = rg.first[i].saturating_sub(k0).min(KEYS_PER_TILE) as i32;
+        if hidden >= visible {
+            // Nothing of this tile is in the row's window: no weight, nothing rescaled
+            // (a row whose window starts past the tile has no maximum yet).
+            rg.probs[i] = [0.0; KEYS_PER_TILE];
+            continue;
+        }
         let masks = [
-            _mm512_cmplt_epi32_mask(lanes, _mm512_set1_epi32(visible)),
-            _mm512_cmplt_epi32_mask(lanes, _mm512_set1_epi32(visible - 16)),
+            _mm512_cmplt_epi32_mask(lanes, _mm512_set1_epi32(visible))
+                & _mm512_cmpge_epi32_mask(lanes, _mm512_set1_epi32(hidden)),
+            _mm512_cmplt_epi32_mask(lanes, _mm512_set1_epi32(visible - 16))
+                & _mm512_cmpge_epi32_mask(lanes, _mm512_set1_epi32(hidden - 16)),
         ];
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         let s = [

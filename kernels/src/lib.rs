@@ -101,7 +101,9 @@ pub mod vector;
 pub mod widest;
 
 pub use attention::{AttentionKv, attention_causal_gqa_gemm};
-pub use attention_flash::{FlashKeys, attention_causal_gqa_flash, flash_supported};
+pub use attention_flash::{
+    FlashKeys, attention_causal_gqa_flash, attention_windowed_gqa_flash, flash_supported,
+};
 pub use clip_stats::{
     ClipStats, SATURATION_BLOCK, clip_stats, saturated_blocks, sum_squares_within,
 };

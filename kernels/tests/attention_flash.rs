@@ -4,7 +4,8 @@
 
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{
-    AttentionShape, FlashKeys, attention_causal_gqa, attention_causal_gqa_flash, flash_supported,
+    AttentionShape, FlashKeys, attention_causal_gqa, attention_causal_gqa_flash,
+    attention_windowed_gqa_flash, flash_supported,
 };
 use proptest::prelude::*;
 
@@ -57,8 +58,76 @@ fn check(shape: AttentionShape, block: usize, spread: f32, seed: u64) -> Result<
     close(&got, &want, ATTENTION_TOL)
 }
 
+/// The windowed walk against the reference on each query's own window (the reference's
+/// causal attention of the query over the keys `max(0, p + 1 - window) ..= p`), with the
+/// keys gathered from the first one the chunk's first query sees.
+fn check_windowed(
+    shape: AttentionShape,
+    window: usize,
+    block: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let mut rng = SeededRng::new(seed);
+    let (n_heads, kv_heads, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
+    let q = rng.f32s(shape.n_tokens * n_heads * d);
+    let k = rng.f32s(shape.kv_len * kv_heads * d);
+    let v = rng.f32s(shape.kv_len * kv_heads * d);
+    let (row, kv_row) = (n_heads * d, kv_heads * d);
+    let mut want = vec![0f32; q.len()];
+    for (t, (query, out)) in q.chunks(row).zip(want.chunks_mut(row)).enumerate() {
+        let pos = shape.pos0 + t;
+        let first = (pos + 1).saturating_sub(window);
+        let one = AttentionShape {
+            n_tokens: 1,
+            pos0: pos - first,
+            kv_len: pos + 1 - first,
+            ..shape
+        };
+        let span = first * kv_row..(pos + 1) * kv_row;
+        attention_causal_gqa(query, &k[span.clone()], &v[span], out, &one);
+    }
+    let from = (shape.pos0 + 1).saturating_sub(window);
+    let keys = FlashKeys::gather_from(&k, from, shape.kv_len, kv_heads, d);
+    let mut got = vec![f32::NAN; q.len()];
+    for (b, (qb, ob)) in q
+        .chunks(block * row)
+        .zip(got.chunks_mut(block * row))
+        .enumerate()
+    {
+        let sub = AttentionShape {
+            n_tokens: qb.len() / row,
+            pos0: shape.pos0 + b * block,
+            ..shape
+        };
+        attention_windowed_gqa_flash(qb, &keys, &v, ob, &sub, window);
+    }
+    close(&got, &want, ATTENTION_TOL)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn windowed_flash_attention_matches_reference_on_each_window(
+        n_kv_heads in 1usize..3,
+        group in 1usize..5,
+        pos0 in 0usize..150,
+        n_tokens in 1usize..70,
+        window in prop::sample::select(vec![1usize, 5, 31, 32, 33, 64, 100]),
+        block in 1usize..40,
+        seed in any::<u64>(),
+    ) {
+        prop_assume!(flash_supported(64));
+        let shape = AttentionShape {
+            n_tokens,
+            pos0,
+            kv_len: pos0 + n_tokens,
+            n_heads: n_kv_heads * group,
+            n_kv_heads,
+            head_dim: 64,
+        };
+        check_windowed(shape, window, block, seed).map_err(TestCaseError::fail)?;
+    }
 
     #[test]
     fn flash_attention_matches_reference(
