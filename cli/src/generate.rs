@@ -74,6 +74,10 @@ pub struct GenerateArgs {
     /// direct; scheduled with --backends gpu].
     #[arg(long, value_enum)]
     decode: Option<DecodeChoice>,
+    /// Decoder layers per subgraph instance of a scheduled decode step on the CPU lane
+    /// (1: one instance per layer) [default: 5]. The tokens are the same either way.
+    #[arg(long, value_name = "N")]
+    decode_layers: Option<u32>,
     /// Processor queues, as for `run`: cpu,npu; cpu,gpu,npu (float stages of the prefill
     /// on a Vulkan GPU lane; decode on the CPU); gpu alone (prefill and decode steps on the
     /// GPU, weights and KV cache resident there; needs --precision f32). GPU needs a build
@@ -123,6 +127,11 @@ struct GenerateReport {
     /// The same share, step by step: the median over the steps (a step the operating
     /// system preempted between two stages does not move it, as it moves the total).
     decode_overhead_median: Option<f64>,
+    /// The time a scheduled step spent outside its stages, µs: the median over the steps
+    /// (what `decode_overhead_median` is a share of the step's time of).
+    decode_overhead_us_median: Option<f64>,
+    /// Subgraph instances of one scheduled decode step.
+    decode_instances_per_step: Option<usize>,
     text: String,
     finish_reason: hetsched::exec::generate::FinishReason,
 }
@@ -173,6 +182,9 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         Some(DecodeChoice::Scheduled) => DecodePath::Scheduled,
     };
     let mut session = Session::new(model.clone(), options, path)?;
+    if let Some(layers) = args.decode_layers {
+        session.set_decode_layers(layers)?;
+    }
     let cancel = Arc::new(AtomicBool::new(false));
     // Ctrl-C sets the flag; the loop stops after the token in progress.
     signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone())
@@ -200,6 +212,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         },
     )?;
     let mut report = report(&model, threads, path, &generated, session.decode_time());
+    report.decode_instances_per_step = session.decode_instances();
     report.backends = args.backends.join(",");
     write_timelines(&args.trace, &args.svg, &report, &generated)?;
     if args.json {
@@ -275,6 +288,16 @@ fn report(
             let shares = generated.decode_step_times.iter().map(|t| t.overhead());
             crate::profile::median(shares.collect())
         }),
+        decode_overhead_us_median: (path == DecodePath::Scheduled
+            && !generated.decode_step_times.is_empty())
+        .then(|| {
+            let outside = generated
+                .decode_step_times
+                .iter()
+                .map(|t| t.wall_ns.saturating_sub(t.busy_ns) as f64 / 1e3);
+            crate::profile::median(outside.collect())
+        }),
+        decode_instances_per_step: None,
         finish_reason: generated.finish_reason,
         text: generated.text.clone(),
     }

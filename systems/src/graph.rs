@@ -51,6 +51,9 @@ pub struct StageTemplate {
     pub name: String,
     /// Decoder layer, or `None` for the model head.
     pub layer: Option<u32>,
+    /// Consecutive decoder layers the stage holds operators of, from `layer`: 1, except
+    /// for a decode step's grouped stages ([`crate::decode_plan::group_layers`]).
+    pub layer_span: u32,
     /// Operators in execution order.
     pub ops: Vec<OpDecl>,
     /// Processor class of every operator in the stage.
@@ -258,6 +261,7 @@ fn new_stage(layer: Option<u32>, op: OpDecl, last_chunk_only: bool) -> StageTemp
     StageTemplate {
         name: String::new(),
         layer,
+        layer_span: 1,
         class: op.class(),
         sharing: Sharing::Static,
         dependency: StageDependency::None,

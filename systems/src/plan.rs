@@ -6,6 +6,7 @@ use std::num::NonZeroU64;
 use serde::{Deserialize, Serialize};
 
 use crate::bound::load_bound_ns;
+use crate::decode_plan::group_layers;
 use crate::device::{DeviceProfile, ProcessorKind};
 use crate::error::PlanError;
 use crate::graph::{
@@ -125,12 +126,24 @@ impl PrefillPlan {
         workload: Workload,
         placement: PlacementConfig,
     ) -> Result<Self, PlanError> {
+        Self::placed_grouped(model, device, workload, placement, 1)
+    }
+
+    /// [`PrefillPlan::placed`], where a plan of one chunk on one processor (a decode
+    /// step) holds `layers_per_stage` decoder layers a stage ([`crate::decode_plan`]).
+    pub(crate) fn placed_grouped(
+        model: ModelConfig,
+        device: DeviceProfile,
+        workload: Workload,
+        placement: PlacementConfig,
+        layers_per_stage: u32,
+    ) -> Result<Self, PlanError> {
         device.validate()?;
         let mut stages = build_stages(&model)?;
         check_workload(&model, &workload)?;
         if device.processors.len() == 1 {
             stages = match workload.prompt_len <= workload.chunk_len {
-                true => merge_for_one_chunk_one_processor(stages),
+                true => group_layers(merge_for_one_chunk_one_processor(stages), layers_per_stage)?,
                 false => merge_for_one_processor(stages),
             };
         }

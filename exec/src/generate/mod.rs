@@ -37,6 +37,7 @@
 //! ```
 
 mod chat;
+mod decode_run;
 mod direct;
 mod error;
 mod gpu;

@@ -20,9 +20,13 @@ use std::time::Instant;
 use hetsched_runtime::engine::{EngineOptions, RunOutcome};
 use hetsched_runtime::request_world::RequestWorld;
 use hetsched_systems::resources::Job;
-use hetsched_systems::{DeviceProfile, PolicyRegistry, PrefillPlan, ProcessorKind, Workload};
+use hetsched_systems::{
+    DEFAULT_DECODE_LAYERS_PER_STAGE, DeviceProfile, PolicyRegistry, PrefillPlan, ProcessorKind,
+    Workload,
+};
 use parking_lot::RwLock;
 
+use super::decode_run::DecodeRun;
 use super::direct;
 use super::error::GenerateError;
 use super::gpu::GpuLane;
@@ -88,12 +92,6 @@ struct Compiled {
     lanes: Vec<Arc<dyn FloatKernels>>,
 }
 
-/// A scheduled decode step's one-token plan and the runner that runs its instances.
-struct DecodeRun {
-    plan: Arc<PrefillPlan>,
-    runner: StageRunner,
-}
-
 /// The job runner the session's queues call: whichever run is in progress.
 #[derive(Default)]
 struct CurrentRun(RwLock<Option<Arc<StageRunner>>>);
@@ -131,6 +129,8 @@ pub struct Session {
     /// The scheduled decode steps' plan and runner, built at the first step and kept:
     /// each step restarts the runner's state in place ([`PrefillState::restart`]).
     decode: Option<DecodeRun>,
+    /// Decoder layers per subgraph instance of a scheduled decode step on one processor.
+    decode_layers: u32,
     /// The request's long-lived scheduler world.
     world: RequestWorld,
     /// With [`GpuUse::Resident`]: the weights and KV cache on the GPU, where every run
@@ -211,6 +211,7 @@ impl Session {
             logits: None,
             pending: None,
             decode: None,
+            decode_layers: DEFAULT_DECODE_LAYERS_PER_STAGE,
             world: RequestWorld::new(0),
             gpu,
             buffers: direct::DecodeBuffers::default(),
@@ -231,6 +232,32 @@ impl Session {
     /// Logits of the token after [`Self::tokens`], once anything ran.
     pub fn logits(&self) -> Option<&[f32]> {
         self.logits.as_deref()
+    }
+
+    /// Sets how many consecutive decoder layers one subgraph instance of a scheduled
+    /// decode step holds (on a decode device of one processor; default
+    /// [`DEFAULT_DECODE_LAYERS_PER_STAGE`]; 1: an instance per layer). The step computes
+    /// the same either way; fewer instances cost the scheduler less
+    /// ([`hetsched_systems::decode_plan`]).
+    ///
+    /// # Errors
+    /// [`ExecError::InvalidOption`] for 0.
+    pub fn set_decode_layers(&mut self, layers: u32) -> Result<(), GenerateError> {
+        if layers == 0 {
+            return Err(ExecError::InvalidOption {
+                option: "decode layers",
+                message: "0 layers per decode instance runs nothing; give at least 1".into(),
+            }
+            .into());
+        }
+        self.decode_layers = layers;
+        self.decode = None;
+        Ok(())
+    }
+
+    /// Subgraph instances of one scheduled decode step, once the first has run.
+    pub fn decode_instances(&self) -> Option<usize> {
+        self.decode.as_ref().map(DecodeRun::instances)
     }
 
     /// Time spent in decode steps so far.
@@ -422,16 +449,7 @@ impl Session {
     fn decode_scheduled(&mut self, token: u32) -> Result<RunOutcome, GenerateError> {
         let mut decode = match self.decode.take() {
             Some(d) => d,
-            None => {
-                let c = self.compile(1, 1, decode_device(&self.options))?;
-                let state = PrefillState::continuing(Vec::new(), 0, 1, Vec::new());
-                let runner =
-                    StageRunner::new(self.model.clone(), c.steps, c.layers, c.lanes, state);
-                DecodeRun {
-                    plan: c.plan,
-                    runner,
-                }
-            }
+            None => self.decode_run()?,
         };
         let caches = self.caches.take().ok_or_else(broken)?;
         let mut tokens = std::mem::take(&mut self.tokens);
@@ -443,8 +461,8 @@ impl Session {
             .create(&self.options.policy)
             .map_err(ExecError::from);
         let outcome = policy.and_then(|policy| {
-            let (world, runner) = (&mut self.world, &decode.runner);
-            let mut queue = InlineQueue::new(runner);
+            let world = &mut self.world;
+            let mut queue = InlineQueue::new(&decode);
             let options = EngineOptions::default();
             let plan = decode.plan.clone();
             let run = self
@@ -468,6 +486,29 @@ impl Session {
         self.logits = Some(logits);
         self.world.set_cached_tokens(self.tokens.len());
         Ok(outcome)
+    }
+
+    /// The scheduled decode steps' plan (its layers grouped `decode_layers` to an
+    /// instance on a decode device of one processor) and their per-layer runner.
+    fn decode_run(&self) -> Result<DecodeRun, GenerateError> {
+        let device = decode_device(&self.options);
+        let per_layer = self.compile(1, 1, device.clone())?;
+        let plan = match device.processors.len() {
+            1 => Arc::new(
+                PrefillPlan::decode_step(
+                    self.model.model_config(),
+                    device,
+                    self.options.placement.clone(),
+                    self.decode_layers,
+                )
+                .map_err(ExecError::from)?,
+            ),
+            _ => per_layer.plan.clone(),
+        };
+        let state = PrefillState::continuing(Vec::new(), 0, 1, Vec::new());
+        let c = per_layer;
+        let runner = StageRunner::new(self.model.clone(), c.steps, c.layers, c.lanes, state);
+        Ok(DecodeRun::new(plan, &c.plan.stages, runner)?)
     }
 
     /// Runs `compiled` (the plan of `new`) over the session's KV cache in the session's
