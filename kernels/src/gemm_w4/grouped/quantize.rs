@@ -15,7 +15,7 @@ use crate::widest::widest;
 /// even), readable from the low mantissa bits.
 const ROUND_MAGIC: f32 = 12_582_912.0;
 /// Largest INT8 magnitude used (symmetric range).
-const Q_MAX: f32 = 127.0;
+pub(in crate::gemm_w4) const Q_MAX: f32 = 127.0;
 
 /// Quantizes `x[m, k]` per row and group of [`GROUP_K`] inputs (the last group of a row
 /// may be short): scale = the group's largest finite |x| / 127, each value
@@ -140,7 +140,7 @@ fn group_max(x: &[f32]) -> f32 {
 
 /// Writes the group's values quantized with `scale` (all 0 for scale 0).
 #[inline(always)]
-fn quantize_with_scale(x: &[f32], scale: f32, q: &mut [i8]) {
+pub(in crate::gemm_w4) fn quantize_with_scale(x: &[f32], scale: f32, q: &mut [i8]) {
     if scale == 0.0 {
         q.fill(0);
         return;
