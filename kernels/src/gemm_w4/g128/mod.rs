@@ -96,7 +96,7 @@ pub fn gemm_w4_g128_with(
         "a_scales must be [m, ceil(k / 128)]"
     );
     assert!(
-        !a.contains(&i8::MIN),
+        !has_minus_128(a),
         "activations must be in -127..=127 (w4a8-g128 never quantizes to -128)"
     );
     match kernel {
@@ -108,6 +108,13 @@ pub fn gemm_w4_g128_with(
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("x86 kernels are never available here"),
     }
+}
+
+/// Whether any value is −128: a fold without early exit, which vectorizes (compare and
+/// or, 16 bytes per instruction on the baseline; `slice::contains` is a word-at-a-time
+/// search that took 3% of the GEMM's time in a prefill profile).
+fn has_minus_128(a: &[i8]) -> bool {
+    a.iter().fold(false, |any, &v| any | (v == i8::MIN))
 }
 
 /// The definition, in f64 over unpacked rows: `out[m, n] = d[n] · Σ_G a_scale[m, G] ·
