@@ -5,7 +5,9 @@
 //! same arithmetic as a loop compiled for the widest vector unit, its values quantized by
 //! the per-32 quantizer's loop (rounding through the mantissa bits of `x + 1.5 · 2²³`).
 //! A group's maximum takes one horizontal reduction per 128 values (four 32-lane slices
-//! folded lane-wise first). The two are bit-identical.
+//! folded lane-wise first; with AVX-512, eight 16-lane vectors and one
+//! `reduce_max`: the portable loop's reduction tree made the quantizer 1.8x slower than
+//! the per-32 one). Maxima are exact in any order, so the two are bit-identical.
 
 use super::ACT_GROUP_K;
 use crate::gemm_w4::grouped::quantize::{Q_MAX, quantize_with_scale};
@@ -34,9 +36,16 @@ pub fn quantize_groups128(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) 
 /// If a slice length does not match its shape.
 pub fn quantize_groups128_into(x: &[f32], m: usize, k: usize, q: &mut [i8], scales: &mut [f32]) {
     check_shapes(x, m, k, q, scales);
-    if k > 0 {
-        rows_loop(x, k, q, scales);
+    if k == 0 {
+        return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::widest::avx512_available() {
+        // SAFETY: avx512f, avx512bw, avx512dq and avx512vl were detected just above.
+        #[allow(unsafe_code)]
+        return unsafe { avx512::rows_loop(x, k, q, scales) };
+    }
+    rows_loop(x, k, q, scales);
 }
 
 /// The definition of [`quantize_groups128_into`], one element at a time.
@@ -128,5 +137,55 @@ fn fold_into(lanes: &mut [f32; GROUP_K], x: &[f32]) {
         let a = v.abs();
         let a = if a < f32::INFINITY { a } else { 0.0 };
         *m = if a > *m { a } else { *m };
+    }
+}
+
+/// The row loop with each whole group's maximum from eight 16-lane vectors.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    // reason: x86 SIMD intrinsics (loads through raw pointers, calls into
+    // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
+    #![allow(unsafe_code)]
+
+    use std::arch::x86_64::*;
+
+    use super::{ACT_GROUP_K, Q_MAX, group_max, quantize_with_scale};
+
+    /// [`super::rows_loop`] with [`whole_group_max`] for the whole groups.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+    pub(super) fn rows_loop(x: &[f32], k: usize, q: &mut [i8], scales: &mut [f32]) {
+        let groups = k.div_ceil(ACT_GROUP_K);
+        let rows = x.chunks_exact(k).zip(q.chunks_exact_mut(k));
+        for ((x, q), scales) in rows.zip(scales.chunks_exact_mut(groups)) {
+            let groups = x.chunks(ACT_GROUP_K).zip(q.chunks_mut(ACT_GROUP_K));
+            for ((x, q), scale) in groups.zip(scales) {
+                match (x.as_array::<ACT_GROUP_K>(), q.as_mut_array::<ACT_GROUP_K>()) {
+                    // Fixed lengths: the quantize loop compiles without a remainder.
+                    (Some(x), Some(q)) => {
+                        *scale = whole_group_max(x) / Q_MAX;
+                        quantize_with_scale(x, *scale, q);
+                    }
+                    _ => {
+                        *scale = group_max(x) / Q_MAX;
+                        quantize_with_scale(x, *scale, q);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The largest finite |x| of 128 values (NaN and ±∞ as 0).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+    fn whole_group_max(x: &[f32; ACT_GROUP_K]) -> f32 {
+        let (vectors, _) = x.as_chunks::<16>();
+        let mut max = _mm512_setzero_ps();
+        for v in vectors {
+            // SAFETY: `v` is exactly 16 readable f32.
+            let a = _mm512_abs_ps(unsafe { _mm512_loadu_ps(v.as_ptr()) });
+            let finite = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, _mm512_set1_ps(f32::INFINITY));
+            max = _mm512_max_ps(max, _mm512_maskz_mov_ps(finite, a));
+        }
+        _mm512_reduce_max_ps(max)
     }
 }
