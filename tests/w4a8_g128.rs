@@ -68,7 +68,10 @@ fn prefill_follows_the_per_32_and_per_tensor_paths() {
     for (name, other) in [("w4a8-g32", &g32), ("w4a8", &per_tensor)] {
         let diff = max_relative_diff(&g128, other);
         println!("w4a8-g128 against {name}: relative diff {diff}");
-        assert!(diff <= 0.1, "w4a8-g128 against {name}: relative diff {diff}");
+        assert!(
+            diff <= 0.1,
+            "w4a8-g128 against {name}: relative diff {diff}"
+        );
     }
     assert!(g128 != g32, "the activations are quantized differently");
 }

@@ -8,13 +8,13 @@
 //! ([`Act::Int8Groups`]; or of 128 for `w4a8-g128`, [`Act::Int8Groups128`]) and its
 //! product returns dequantized f32.
 
+use hetsched_kernels::gemm_w4::act_groups;
 use hetsched_kernels::{
     I8Vector, PackedF32Weights, PackedI8Weights, PackedW4Weights, dequantize_add_shadow,
     dequantize_i32_acc_fast, gemm_i8_cols, gemm_w4_cols, gemm_w4_g128_cols, gemm_w4_grouped_cols,
     gemv_f32, gemv_i8, matmul_f32_packed, matmul_f32_packed_cols, max_abs, quantize_groups,
     quantize_groups128, quantize_per_tensor_fast, scale_for_max_abs_fast, sum_squares_within,
 };
-use hetsched_kernels::gemm_w4::act_groups;
 use rayon::prelude::*;
 
 use super::error::KernelError;
@@ -557,7 +557,11 @@ mod tests {
                 let mut want = vec![0f32; rows * n];
                 matmul(&x, rows, packed, &mut want);
                 let out = linear(&act, rows, &int4).unwrap();
-                assert_eq!(dequantize(out, &int4).unwrap(), want, "{rule:?} {rows} rows");
+                assert_eq!(
+                    dequantize(out, &int4).unwrap(),
+                    want,
+                    "{rule:?} {rows} rows"
+                );
             }
         }
     }

@@ -130,12 +130,10 @@ impl LinearWeights {
             LinearPrecision::W4a8
             | LinearPrecision::W4a8Shadow
             | LinearPrecision::W4a8G32
-            | LinearPrecision::W4a8G128 => {
-                LinearWeights::Int4 {
-                    packed: PackedW4Weights::quantize(w, n, k),
-                    shadow,
-                }
-            }
+            | LinearPrecision::W4a8G128 => LinearWeights::Int4 {
+                packed: PackedW4Weights::quantize(w, n, k),
+                shadow,
+            },
         }
     }
 

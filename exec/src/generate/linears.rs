@@ -10,12 +10,12 @@
 //! ([`dequantize_i32_acc`]), the outlier shadow added after, so that a direct step
 //! continues a scheduled prefill bit for bit on an INT8 model.
 
+use hetsched_kernels::gemm_w4::act_groups;
 use hetsched_kernels::reference::dequantize_i32_acc;
 use hetsched_kernels::{
     I8Vector, PackedF32Weights, gemm_w4_cols, gemm_w4_g128_cols, gemm_w4_grouped_cols, gemv_f32,
     gemv_i8,
 };
-use hetsched_kernels::gemm_w4::act_groups;
 use rayon::prelude::*;
 
 use crate::shadow::ShadowCounters;

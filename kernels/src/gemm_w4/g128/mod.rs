@@ -126,7 +126,11 @@ pub fn gemm_w4_g128_reference(a: &[i8], a_scales: &[f32], m: usize, w: &W4Rows, 
     let (n, k, groups) = (w.n, w.k, w.groups());
     let spans = act_groups(k);
     assert_eq!(a.len(), m * k, "a must be [m, k]");
-    assert_eq!(a_scales.len(), m * spans, "a_scales must be [m, ceil(k / 128)]");
+    assert_eq!(
+        a_scales.len(),
+        m * spans,
+        "a_scales must be [m, ceil(k / 128)]"
+    );
     assert_eq!(out.len(), m * n, "out must be [m, n]");
     for i in 0..m {
         for j in 0..n {

@@ -159,16 +159,17 @@ mod avx512 {
         for ((x, q), scales) in rows.zip(scales.chunks_exact_mut(groups)) {
             let groups = x.chunks(ACT_GROUP_K).zip(q.chunks_mut(ACT_GROUP_K));
             for ((x, q), scale) in groups.zip(scales) {
-                match (x.as_array::<ACT_GROUP_K>(), q.as_mut_array::<ACT_GROUP_K>()) {
+                let whole = (
+                    <&[f32; ACT_GROUP_K]>::try_from(x),
+                    <&mut [i8; ACT_GROUP_K]>::try_from(&mut *q),
+                );
+                if let (Ok(x), Ok(q)) = whole {
                     // Fixed lengths: the quantize loop compiles without a remainder.
-                    (Some(x), Some(q)) => {
-                        *scale = whole_group_max(x) / Q_MAX;
-                        quantize_with_scale(x, *scale, q);
-                    }
-                    _ => {
-                        *scale = group_max(x) / Q_MAX;
-                        quantize_with_scale(x, *scale, q);
-                    }
+                    *scale = whole_group_max(x) / Q_MAX;
+                    quantize_with_scale(x, *scale, q);
+                } else {
+                    *scale = group_max(x) / Q_MAX;
+                    quantize_with_scale(x, *scale, q);
                 }
             }
         }

@@ -14,7 +14,9 @@ fn random_scales(len: usize, seed: u64) -> Vec<f32> {
 /// Random activations in −127..=127 (the kernels' domain).
 fn random_activations(len: usize, seed: u64) -> Vec<i8> {
     let mut a = SeededRng::new(seed).i8s(len);
-    a.iter_mut().filter(|v| **v == i8::MIN).for_each(|v| *v = -127);
+    a.iter_mut()
+        .filter(|v| **v == i8::MIN)
+        .for_each(|v| *v = -127);
     a
 }
 
@@ -96,8 +98,7 @@ fn extreme_values_are_exact_in_every_variant() {
             let scales = vec![0.25f32; m * act_groups(k)];
             let mut want = vec![0f32; m * n];
             gemm_w4_g128_reference(&a, &scales, m, &rows, &mut want);
-            let expected =
-                0.5 * 0.25 * f32::from(s) * (k as f32) * f32::from(av) * f32::from(qv);
+            let expected = 0.5 * 0.25 * f32::from(s) * (k as f32) * f32::from(av) * f32::from(qv);
             assert!(want.iter().all(|&v| v == expected), "{av} {qv} {s}");
             let packed = PackedW4Weights::pack(&rows);
             for kernel in I8Kernel::ALL.into_iter().filter(|v| v.is_available()) {
