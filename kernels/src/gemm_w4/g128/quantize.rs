@@ -10,9 +10,8 @@
 //! the per-32 one). Maxima are exact in any order, so the two are bit-identical.
 
 use super::ACT_GROUP_K;
-use crate::gemm_w4::grouped::quantize::{Q_MAX, quantize_with_scale};
+use crate::gemm_w4::grouped::quantize::{Q_MAX, quantize_with_scale, reference_with_groups_of};
 use crate::gemm_w4::quant::GROUP_K;
-use crate::reference::quantize_value;
 use crate::widest::widest;
 
 /// Quantizes `x[m, k]` per row and group of [`ACT_GROUP_K`] inputs (the last group of a
@@ -60,28 +59,7 @@ pub fn quantize_groups128_reference(
     scales: &mut [f32],
 ) {
     check_shapes(x, m, k, q, scales);
-    if k == 0 {
-        return;
-    }
-    let groups = k.div_ceil(ACT_GROUP_K);
-    let rows = x.chunks_exact(k).zip(q.chunks_exact_mut(k));
-    for ((x, q), scales) in rows.zip(scales.chunks_exact_mut(groups)) {
-        let groups = x.chunks(ACT_GROUP_K).zip(q.chunks_mut(ACT_GROUP_K));
-        for ((x, q), scale) in groups.zip(scales) {
-            let max = x
-                .iter()
-                .filter(|v| v.is_finite())
-                .fold(0f32, |m, v| m.max(v.abs()));
-            *scale = max / Q_MAX;
-            for (o, &v) in q.iter_mut().zip(x) {
-                *o = if *scale > 0.0 {
-                    quantize_value(v, *scale)
-                } else {
-                    0
-                };
-            }
-        }
-    }
+    reference_with_groups_of(ACT_GROUP_K, x, k, q, scales);
 }
 
 fn check_shapes(x: &[f32], m: usize, k: usize, q: &[i8], scales: &[f32]) {

@@ -57,13 +57,26 @@ pub fn quantize_groups_into(x: &[f32], m: usize, k: usize, q: &mut [i8], scales:
 /// If a slice length does not match its shape.
 pub fn quantize_groups_reference(x: &[f32], m: usize, k: usize, q: &mut [i8], scales: &mut [f32]) {
     check_shapes(x, m, k, q, scales);
+    reference_with_groups_of(GROUP_K, x, k, q, scales);
+}
+
+/// The per-element definition with groups of `group` inputs (rows of `k`; shapes checked
+/// by the caller): each group's scale is its largest finite |x| / 127, each value
+/// [`quantize_value`] with it (0 for scale 0).
+pub(in crate::gemm_w4) fn reference_with_groups_of(
+    group: usize,
+    x: &[f32],
+    k: usize,
+    q: &mut [i8],
+    scales: &mut [f32],
+) {
     if k == 0 {
         return;
     }
-    let groups = k.div_ceil(GROUP_K);
+    let groups = k.div_ceil(group);
     let rows = x.chunks_exact(k).zip(q.chunks_exact_mut(k));
     for ((x, q), scales) in rows.zip(scales.chunks_exact_mut(groups)) {
-        for ((x, q), scale) in x.chunks(GROUP_K).zip(q.chunks_mut(GROUP_K)).zip(scales) {
+        for ((x, q), scale) in x.chunks(group).zip(q.chunks_mut(group)).zip(scales) {
             let max = x
                 .iter()
                 .filter(|v| v.is_finite())
