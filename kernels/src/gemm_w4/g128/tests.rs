@@ -1,15 +1,8 @@
 use super::*;
+use crate::gemm_w4::grouped::tests::{assert_close, random_scales};
 use crate::gemm_w4::tests::random_rows;
 use crate::reference::matmul_f32;
 use crate::seeded::SeededRng;
-
-fn random_scales(len: usize, seed: u64) -> Vec<f32> {
-    SeededRng::new(seed)
-        .f32s(len)
-        .iter()
-        .map(|v| v.abs() * 0.01 + 1e-4)
-        .collect()
-}
 
 /// Random activations in −127..=127 (the kernels' domain).
 fn random_activations(len: usize, seed: u64) -> Vec<i8> {
@@ -20,18 +13,8 @@ fn random_activations(len: usize, seed: u64) -> Vec<i8> {
     a
 }
 
-/// `got` equals `want` (f64, rounded once) within 1e-5 of the largest |want|: the f32
-/// accumulation adds at most 12 exact products here (k ≤ 1536), each rounding by at
-/// most 2⁻²⁴ of the running sum.
-fn assert_close(got: &[f32], want: &[f32], what: &str) {
-    let scale = want.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-5 * scale,
-            "{what}: element {i}: {g} vs {w} (max {scale})"
-        );
-    }
-}
+// `assert_close`: within 1e-5 of the largest |want|; here the f32 accumulation adds at
+// most 12 exact products (k ≤ 1536), each rounding by at most 2⁻²⁴ of the running sum.
 
 fn check_variant(kernel: I8Kernel) {
     if !kernel.is_available() {

@@ -143,4 +143,4 @@ pub(crate) fn group_bias(padded: &[u8]) -> Vec<i32> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
