@@ -167,7 +167,11 @@ fn four_bit_models_decode_on_the_direct_path() {
         .join(hetsched::import::TEST_MODEL_PATH);
     let file = GgufFile::open(&path).unwrap();
     let prompt = l.tokenizer.encode(PROMPT).unwrap();
-    for precision in [LinearPrecision::W4a8G32, LinearPrecision::W4a8] {
+    for precision in [
+        LinearPrecision::W4a8G32,
+        LinearPrecision::W4a8G128,
+        LinearPrecision::W4a8,
+    ] {
         let model = Arc::new(ExecModel::load(&file, precision).unwrap());
         let mut scheduled = session(&model, DecodePath::Scheduled);
         let mut direct = session(&model, DecodePath::DirectF32Head);

@@ -1,7 +1,9 @@
-//! `--precision w4a8-g32` end to end on tiny synthetic llama files written by the project's
-//! GGUF writer: refused with a clear error when a linear's input width is not a multiple
-//! of the activation group (32), and, where every width is, prefilled in chunks like the
-//! per-tensor W4A8 path on the same 4-bit weights.
+//! `--precision w4a8-g32` and `w4a8-g128` end to end on tiny synthetic llama files written
+//! by the project's GGUF writer: `w4a8-g32` refused with a clear error when a linear's
+//! input width is not a multiple of the activation group (32), and, where every width is,
+//! prefilled in chunks like the per-tensor W4A8 path on the same 4-bit weights;
+//! `w4a8-g128` on any width (a row's last activation group of 128 may be short), its
+//! prefill following the other two.
 
 use std::sync::Arc;
 
@@ -48,16 +50,7 @@ fn widths_that_are_not_whole_groups_are_refused_by_name() {
 fn whole_groups_prefill_like_per_tensor_w4a8() {
     // Hidden 64 (two heads of 32), FFN 96: every input width is whole groups of 32.
     let file = tiny_llama(64, 96);
-    let options = PrefillOptions {
-        chunk_len: 4,
-        threads: 2,
-        all_logits: true,
-        ..PrefillOptions::default()
-    };
-    let logits = |precision| {
-        let model = Arc::new(ExecModel::load(&file, precision).unwrap());
-        prefill(model, &PROMPT, &options).unwrap().logits
-    };
+    let logits = |precision| logits(&file, precision);
     // The same 4-bit weights; only the INT8 activations' scales differ (per group of 32
     // against per tensor: about 0.4% error each on these activations without outliers).
     // On these random weights the logits are small sums of cancelling terms, so the
@@ -77,4 +70,54 @@ fn whole_groups_prefill_like_per_tensor_w4a8() {
     );
     let f32 = logits(LinearPrecision::F32);
     assert!(max_relative_diff(&grouped, &f32) < 1.0);
+}
+
+fn logits(file: &GgufFile, precision: LinearPrecision) -> Vec<f32> {
+    let options = PrefillOptions {
+        chunk_len: 4,
+        threads: 2,
+        all_logits: true,
+        ..PrefillOptions::default()
+    };
+    let model = Arc::new(ExecModel::load(file, precision).unwrap());
+    prefill(model, &PROMPT, &options).unwrap().logits
+}
+
+#[test]
+fn g128_runs_widths_that_are_not_whole_groups() {
+    // Hidden 8 and FFN 12: w4a8-g32 refuses these widths, w4a8-g128 takes one short
+    // activation group per row.
+    let file = tiny_llama(8, 12);
+    assert!(ExecModel::load(&file, LinearPrecision::W4a8G32).is_err());
+    let got = logits(&file, LinearPrecision::W4a8G128);
+    assert!(
+        got.len() >= VOCAB && got.len().is_multiple_of(VOCAB),
+        "{}",
+        got.len()
+    );
+    assert!(got.iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn g128_prefill_follows_the_per_32_and_per_tensor_paths() {
+    // Hidden 160 (two heads of 80), FFN 288: rows of one whole and one short activation
+    // group of 128 (160), two whole and one short (288), all whole groups of 32.
+    let file = tiny_llama(160, 288);
+    let g128 = logits(&file, LinearPrecision::W4a8G128);
+    let g32 = logits(&file, LinearPrecision::W4a8G32);
+    let per_tensor = logits(&file, LinearPrecision::W4a8);
+    // The same 4-bit weights; only the activation scales differ (about 0.4% error per
+    // value on these activations without outliers). On random weights the logits are
+    // small sums of cancelling terms, which amplify that rounding: w4a8-g32 reads 0.067
+    // against per-tensor W4A8 on a similar file (tests/w4a8_g32.rs); a misplaced scale or
+    // group reads O(1).
+    for (name, other) in [("w4a8-g32", &g32), ("w4a8", &per_tensor)] {
+        let diff = max_relative_diff(&g128, other);
+        println!("w4a8-g128 against {name}: relative diff {diff}");
+        assert!(
+            diff <= 0.1,
+            "w4a8-g128 against {name}: relative diff {diff}"
+        );
+    }
+    assert!(g128 != g32, "the activations are quantized differently");
 }

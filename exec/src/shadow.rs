@@ -35,6 +35,12 @@ pub enum QuantRule {
     /// INT8 with one scale per row and group of 32 inputs (max |x| / 127 of the group;
     /// the CPU lane's W4A8, `w4a8-g32`): no outliers, no shadow.
     Groups,
+    /// INT8 with one scale per row and group of 128 inputs (`w4a8-g128`; a row's last
+    /// group may be shorter): no outliers, no shadow.
+    Groups128 {
+        /// The activation's row width (the site's linears' input width).
+        width: usize,
+    },
     /// Per-tensor INT8 with a scale fixed by calibration; values beyond saturate (a
     /// pruned site quantized with its calibrated percentile scale).
     Static {

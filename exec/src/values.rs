@@ -5,13 +5,15 @@
 //! per-row weight scales applied only when the accumulators are dequantized. No
 //! per-group scales: the NPU cannot do them. The CPU lane's W4A8 (`w4a8-g32`) is the
 //! exception: its activations carry a scale per row and group of 32
-//! ([`Act::Int8Groups`]) and its product returns dequantized f32.
+//! ([`Act::Int8Groups`]; or of 128 for `w4a8-g128`, [`Act::Int8Groups128`]) and its
+//! product returns dequantized f32.
 
+use hetsched_kernels::gemm_w4::act_groups;
 use hetsched_kernels::{
     I8Vector, PackedF32Weights, PackedI8Weights, PackedW4Weights, dequantize_add_shadow,
-    dequantize_i32_acc_fast, gemm_i8_cols, gemm_w4_cols, gemm_w4_grouped_cols, gemv_f32, gemv_i8,
-    matmul_f32_packed, matmul_f32_packed_cols, max_abs, quantize_groups, quantize_per_tensor_fast,
-    scale_for_max_abs_fast, sum_squares_within,
+    dequantize_i32_acc_fast, gemm_i8_cols, gemm_w4_cols, gemm_w4_g128_cols, gemm_w4_grouped_cols,
+    gemv_f32, gemv_i8, matmul_f32_packed, matmul_f32_packed_cols, max_abs, quantize_groups,
+    quantize_groups128, quantize_per_tensor_fast, scale_for_max_abs_fast, sum_squares_within,
 };
 use rayon::prelude::*;
 
@@ -44,6 +46,14 @@ pub enum Act {
         /// Quantized values, `[rows, k]`.
         q: Vec<i8>,
         /// `[rows, k / 32]` scales: real value = q × its group's scale.
+        scales: Vec<f32>,
+    },
+    /// INT8 rows with one scale per row and group of 128 inputs
+    /// ([`QuantRule::Groups128`]).
+    Int8Groups128 {
+        /// Quantized values, `[rows, k]`.
+        q: Vec<i8>,
+        /// `[rows, ceil(k / 128)]` scales: real value = q × its group's scale.
         scales: Vec<f32>,
     },
 }
@@ -102,6 +112,12 @@ pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
             // refuses w4a8-g32 for inputs whose width is not a multiple of 32.
             let (q, scales) = quantize_groups(&x, 1, x.len());
             Act::Int8Groups { q, scales }
+        }
+        QuantRule::Groups128 { width } => {
+            // `x` is `[rows, width]`: the site's activation, as its linears read it.
+            let rows = x.len().checked_div(width).unwrap_or(0);
+            let (q, scales) = quantize_groups128(&x, rows, width);
+            Act::Int8Groups128 { q, scales }
         }
         QuantRule::Static { scale } => {
             let mut q = vec![0i8; x.len()];
@@ -193,22 +209,26 @@ fn gemm_w4_rows(q: &[i8], rows: usize, w: &PackedW4Weights) -> Vec<i32> {
     })
 }
 
-/// `a[rows, k] · wᵀ` in W4A8 with per-group activation scales, dequantized (f32), split
-/// like [`matmul_rows`].
-fn gemm_w4_grouped_rows(q: &[i8], scales: &[f32], rows: usize, w: &PackedW4Weights) -> Vec<f32> {
-    let (k, n, groups) = (w.k(), w.n(), w.groups());
+/// `a[rows, k] · wᵀ` in W4A8 with activation scales per row and group (`per_row` scales
+/// per row), dequantized (f32) by `gemm(a, scales, m, cols, out)`, split like
+/// [`matmul_rows`].
+fn gemm_w4_scaled_rows(
+    (q, scales, per_row): (&[i8], &[f32], usize),
+    rows: usize,
+    w: &PackedW4Weights,
+    gemm: impl Fn(&[i8], &[f32], usize, std::ops::Range<usize>, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let (k, n) = (w.k(), w.n());
     if rows < ROWS_PER_TASK {
-        return by_columns(rows, n, |cols, out| {
-            gemm_w4_grouped_cols(q, scales, rows, w, cols, out);
-        });
+        return by_columns(rows, n, |cols, out| gemm(q, scales, rows, cols, out));
     }
     let mut out = vec![0f32; rows * n];
     let inputs = q
         .par_chunks(ROWS_PER_TASK * k)
-        .zip(scales.par_chunks(ROWS_PER_TASK * groups));
+        .zip(scales.par_chunks(ROWS_PER_TASK * per_row));
     out.par_chunks_mut(ROWS_PER_TASK * n)
         .zip(inputs)
-        .for_each(|(o, (a, s))| gemm_w4_grouped_cols(a, s, a.len() / k, w, 0..n, o));
+        .for_each(|(o, (a, s))| gemm(a, s, a.len() / k, 0..n, o));
     out
 }
 
@@ -282,8 +302,24 @@ pub fn linear(x: &Act, rows: usize, w: &LinearWeights) -> Result<LinearOut, Kern
         (Act::Int8Groups { q, scales }, LinearWeights::Int4 { packed, .. }) => {
             check_len(q.len(), rows * k)?;
             check_len(scales.len(), rows * packed.groups())?;
-            Ok(LinearOut::F32(gemm_w4_grouped_rows(
-                q, scales, rows, packed,
+            let input = (q.as_slice(), scales.as_slice(), packed.groups());
+            Ok(LinearOut::F32(gemm_w4_scaled_rows(
+                input,
+                rows,
+                packed,
+                |a, s, m, cols, out| gemm_w4_grouped_cols(a, s, m, packed, cols, out),
+            )))
+        }
+        (Act::Int8Groups128 { q, scales }, LinearWeights::Int4 { packed, .. }) => {
+            check_len(q.len(), rows * k)?;
+            let per_row = act_groups(k);
+            check_len(scales.len(), rows * per_row)?;
+            let input = (q.as_slice(), scales.as_slice(), per_row);
+            Ok(LinearOut::F32(gemm_w4_scaled_rows(
+                input,
+                rows,
+                packed,
+                |a, s, m, cols, out| gemm_w4_g128_cols(a, s, m, packed, cols, out),
             )))
         }
         _ => Err(KernelError::Precisions("activation and weight")),
@@ -489,27 +525,44 @@ mod tests {
 
     #[test]
     fn grouped_w4a8_linear_is_the_kernel_product_split_over_rows() {
-        let (n, k) = (40, 96);
+        // k = 160: five groups of 32, two of 128 (the second short).
+        let (n, k) = (40, 160);
         let w = SeededRng::new(21).f32s(n * k);
         let int4 = LinearWeights::Int4 {
             packed: PackedW4Weights::quantize(&w, n, k),
             shadow: None,
         };
-        for rows in [1, 5, 40] {
-            let mut x = SeededRng::new(rows as u64).f32s(rows * k);
-            x[1] = 400.0; // a massive activation only coarsens its own group
-            let act = quantize(x.clone(), QuantRule::Groups);
-            let Act::Int8Groups { q, scales } = &act else {
-                panic!("groups quantize to group-scaled INT8");
-            };
-            assert_eq!((q.len(), scales.len()), (rows * k, rows * 3));
-            let LinearWeights::Int4 { packed, .. } = &int4 else {
-                unreachable!()
-            };
-            let mut want = vec![0f32; rows * n];
-            hetsched_kernels::matmul_w4a8_grouped(&x, rows, packed, &mut want);
-            let out = linear(&act, rows, &int4).unwrap();
-            assert_eq!(dequantize(out, &int4).unwrap(), want, "{rows} rows");
+        let LinearWeights::Int4 { packed, .. } = &int4 else {
+            unreachable!()
+        };
+        type Matmul = fn(&[f32], usize, &PackedW4Weights, &mut [f32]);
+        let rules: [(QuantRule, usize, Matmul); 2] = [
+            (QuantRule::Groups, 5, hetsched_kernels::matmul_w4a8_grouped),
+            (
+                QuantRule::Groups128 { width: k },
+                2,
+                hetsched_kernels::matmul_w4a8_g128,
+            ),
+        ];
+        for (rule, per_row, matmul) in rules {
+            for rows in [1, 5, 40] {
+                let mut x = SeededRng::new(rows as u64).f32s(rows * k);
+                x[1] = 400.0; // a massive activation only coarsens its own group
+                let act = quantize(x.clone(), rule.clone());
+                let (Act::Int8Groups { q, scales } | Act::Int8Groups128 { q, scales }) = &act
+                else {
+                    panic!("groups quantize to group-scaled INT8");
+                };
+                assert_eq!((q.len(), scales.len()), (rows * k, rows * per_row));
+                let mut want = vec![0f32; rows * n];
+                matmul(&x, rows, packed, &mut want);
+                let out = linear(&act, rows, &int4).unwrap();
+                assert_eq!(
+                    dequantize(out, &int4).unwrap(),
+                    want,
+                    "{rule:?} {rows} rows"
+                );
+            }
         }
     }
 

@@ -1,14 +1,15 @@
 //! W4A8 against W8A8 GEMM throughput at SmolLM2-135M prefill shapes, single-threaded,
 //! side by side in one run (the same shapes, the same activations), and W4A8 with
-//! per-group activation scales (`w4a8-g32`, its f32 output dequantized by the kernel;
-//! the per-tensor rows leave the dequantization out). Criterion's
+//! per-group activation scales (`w4a8-g32`, and `w4a8-g128` with one scale per 128
+//! inputs; their f32 output dequantized by the kernel; the per-tensor rows leave the
+//! dequantization out). Criterion's
 //! throughput is set in operations (2·m·k·n), so "elem/s" reads as ops/s (GOPS). A second
 //! group times the activation quantizers in front of them (values/s).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use hetsched_kernels::gemm_w4::quantize_groups_into;
+use hetsched_kernels::gemm_w4::{gemm_w4_g128, quantize_groups_into, quantize_groups128_into};
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{
     PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4, gemm_w4_grouped, quantize_per_tensor_fast,
@@ -32,6 +33,9 @@ fn w4a8_vs_w8a8(c: &mut Criterion) {
         let w8 = PackedI8Weights::pack(&rng.i8s(n * k), n, k);
         let w4 = PackedW4Weights::quantize(&w, n, k);
         let scales: Vec<f32> = rng.f32s(m * k / 32).iter().map(|v| v.abs()).collect();
+        // The g128 kernel takes activations in -127..=127 (its quantizer's range).
+        let a127: Vec<i8> = a.iter().map(|&v| v.max(-127)).collect();
+        let scales128 = &scales[..m * k.div_ceil(128)];
         let mut out = vec![0i32; m * n];
         let mut out_f32 = vec![0f32; m * n];
         group.throughput(Throughput::Elements((2 * m * k * n) as u64));
@@ -43,6 +47,9 @@ fn w4a8_vs_w8a8(c: &mut Criterion) {
         });
         group.bench_function(BenchmarkId::new("w4a8-g32", name), |b| {
             b.iter(|| gemm_w4_grouped(black_box(&a), &scales, m, &w4, &mut out_f32))
+        });
+        group.bench_function(BenchmarkId::new("w4a8-g128", name), |b| {
+            b.iter(|| gemm_w4_g128(black_box(&a127), scales128, m, &w4, &mut out_f32))
         });
     }
     group.finish();
@@ -61,6 +68,10 @@ fn act_quantize(c: &mut Criterion) {
         group.throughput(Throughput::Elements((m * k) as u64));
         group.bench_function(BenchmarkId::new("groups32", format!("128x{k}")), |b| {
             b.iter(|| quantize_groups_into(black_box(&x), m, k, &mut q, &mut scales))
+        });
+        let mut scales128 = vec![0f32; m * k.div_ceil(128)];
+        group.bench_function(BenchmarkId::new("groups128", format!("128x{k}")), |b| {
+            b.iter(|| quantize_groups128_into(black_box(&x), m, k, &mut q, &mut scales128))
         });
         group.bench_function(BenchmarkId::new("per-tensor", format!("128x{k}")), |b| {
             b.iter(|| {

@@ -114,6 +114,7 @@ pub use gemm_f32::{
 };
 pub use gemm_i8::{PackedI8Weights, gemm_i8, gemm_i8_cols, gemm_i8_with, matmul_w8a8};
 pub use gemm_w4::{PackedW4Weights, W4Rows, gemm_w4, gemm_w4_cols, gemm_w4_with, matmul_w4a8};
+pub use gemm_w4::{gemm_w4_g128_cols, matmul_w4a8_g128, quantize_groups128};
 pub use gemm_w4::{gemm_w4_grouped, gemm_w4_grouped_cols, matmul_w4a8_grouped, quantize_groups};
 pub use gemv_f32::{gemv_f32, gemv_f32_with};
 pub use gemv_i8::{I8Vector, gemv_i8, gemv_i8_with};

@@ -10,9 +10,11 @@
 //! ([`dequantize_i32_acc`]), the outlier shadow added after, so that a direct step
 //! continues a scheduled prefill bit for bit on an INT8 model.
 
+use hetsched_kernels::gemm_w4::act_groups;
 use hetsched_kernels::reference::dequantize_i32_acc;
 use hetsched_kernels::{
-    I8Vector, PackedF32Weights, gemm_w4_cols, gemm_w4_grouped_cols, gemv_f32, gemv_i8,
+    I8Vector, PackedF32Weights, gemm_w4_cols, gemm_w4_g128_cols, gemm_w4_grouped_cols, gemv_f32,
+    gemv_i8,
 };
 use rayon::prelude::*;
 
@@ -34,8 +36,17 @@ pub(super) struct Input {
     scale: Option<f32>,
     /// Shadowed values beyond the INT8 range.
     outliers: Outliers,
-    /// With an INT8 row scaled per group of 32 (`w4a8-g32`): one scale per group.
-    group_scales: Option<Vec<f32>>,
+    /// With an INT8 row scaled per group (`w4a8-g32`, `w4a8-g128`): one scale per group.
+    group_scales: Option<GroupScales>,
+}
+
+/// The scales of an INT8 row scaled per group.
+#[derive(Debug)]
+enum GroupScales {
+    /// One per 32 inputs (`w4a8-g32`).
+    Per32(Vec<f32>),
+    /// One per 128 inputs (`w4a8-g128`).
+    Per128(Vec<f32>),
 }
 
 impl Input {
@@ -58,7 +69,13 @@ impl Input {
                 self.int8.set(&q);
                 self.scale = None;
                 self.outliers.clear();
-                self.group_scales = Some(scales);
+                self.group_scales = Some(GroupScales::Per32(scales));
+            }
+            Act::Int8Groups128 { q, scales } => {
+                self.int8.set(&q);
+                self.scale = None;
+                self.outliers.clear();
+                self.group_scales = Some(GroupScales::Per128(scales));
             }
         }
     }
@@ -133,7 +150,7 @@ pub(super) fn project(
 /// One task's columns.
 fn run(input: &Input, t: Task<'_>) -> Result<(), KernelError> {
     let int8 = input.int8.values();
-    match (t.weights, input.scale, input.group_scales.as_deref()) {
+    match (t.weights, input.scale, input.group_scales.as_ref()) {
         (Matrix::Linear(LinearWeights::F32(w)) | Matrix::F32(w), None, None) => {
             check(input.f32s.len(), w.k())?;
             gemv_f32(&input.f32s, w, t.cols, t.out);
@@ -150,10 +167,23 @@ fn run(input: &Input, t: Task<'_>) -> Result<(), KernelError> {
                 gemm_w4_cols(int8, 1, packed, cols, acc);
             });
         }
-        (Matrix::Linear(LinearWeights::Int4 { packed, .. }), None, Some(scales)) => {
+        (
+            Matrix::Linear(LinearWeights::Int4 { packed, .. }),
+            None,
+            Some(GroupScales::Per32(scales)),
+        ) => {
             check(int8.len(), packed.k())?;
             check(scales.len(), packed.groups())?;
             gemm_w4_grouped_cols(int8, scales, 1, packed, t.cols, t.out);
+        }
+        (
+            Matrix::Linear(LinearWeights::Int4 { packed, .. }),
+            None,
+            Some(GroupScales::Per128(scales)),
+        ) => {
+            check(int8.len(), packed.k())?;
+            check(scales.len(), act_groups(packed.k()))?;
+            gemm_w4_g128_cols(int8, scales, 1, packed, t.cols, t.out);
         }
         _ => return Err(KernelError::Precisions("activation and weight")),
     }
@@ -217,6 +247,7 @@ mod tests {
         for (name, rule) in [
             ("per tensor", QuantRule::MaxAbs),
             ("groups", QuantRule::Groups),
+            ("groups of 128", QuantRule::Groups128 { width: k }),
         ] {
             let act = quantize(values(k, 11), rule);
             let reference = dequantize(linear(&act, 1, &w).unwrap(), &w).unwrap();

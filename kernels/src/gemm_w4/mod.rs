@@ -15,6 +15,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;
+mod g128;
 mod grouped;
 mod packed;
 mod quant;
@@ -22,6 +23,11 @@ mod scalar;
 
 use std::ops::Range;
 
+pub use g128::{
+    ACT_GROUP_K, act_groups, gemm_w4_g128, gemm_w4_g128_cols, gemm_w4_g128_reference,
+    gemm_w4_g128_with, matmul_w4a8_g128, quantize_groups128, quantize_groups128_into,
+    quantize_groups128_reference,
+};
 pub use grouped::{
     gemm_w4_grouped, gemm_w4_grouped_cols, gemm_w4_grouped_reference, gemm_w4_grouped_with,
     matmul_w4a8_grouped, quantize_groups, quantize_groups_into, quantize_groups_reference,

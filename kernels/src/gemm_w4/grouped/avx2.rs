@@ -75,7 +75,7 @@ fn gemm_impl(
 /// 4..8, quad v+4 cols 0..4, quad v+4 cols 4..8]`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn unpack(bytes: &[u8]) -> [__m256i; 4] {
+pub(in crate::gemm_w4) fn unpack(bytes: &[u8]) -> [__m256i; 4] {
     debug_assert_eq!(bytes.len(), 32);
     // SAFETY: `bytes` is exactly 32 readable bytes; loadu has no alignment requirement.
     let x = unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) };
@@ -93,7 +93,7 @@ fn unpack(bytes: &[u8]) -> [__m256i; 4] {
 /// The 8 column sums, in order, of pair sums `lo` (columns 0..4) and `hi` (4..8).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn fold_pairs(lo: __m256i, hi: __m256i) -> __m256i {
+pub(in crate::gemm_w4) fn fold_pairs(lo: __m256i, hi: __m256i) -> __m256i {
     _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi))
 }
 

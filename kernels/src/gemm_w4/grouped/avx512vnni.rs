@@ -88,7 +88,7 @@ fn gemm_impl(
 /// [`group_bias`] with `vpsadbw`: per 64 bytes (two groups), the sums of `a + 128` of
 /// each 8 bytes, four of them per group, less `128 · 32`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn bias_of(padded: &[u8]) -> Vec<i32> {
+pub(in crate::gemm_w4) fn bias_of(padded: &[u8]) -> Vec<i32> {
     let mut out = Vec::with_capacity(padded.len() / GROUP_K);
     let (pairs, rest) = padded.as_chunks::<{ 2 * GROUP_K }>();
     let flip = _mm512_set1_epi8(i8::MIN);
@@ -136,7 +136,7 @@ fn by_rows<const N: usize>(
 /// The stored `q + 8` of quads `v` (low nibbles) and `v + 4` (high) of one vector.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
+pub(in crate::gemm_w4) fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
     debug_assert_eq!(bytes.len(), VEC_BYTES);
     // SAFETY: `bytes` is exactly 64 readable bytes; loadu has no alignment requirement.
     let x = unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) };
@@ -150,7 +150,7 @@ fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
 /// The row scales of block `b` (0 for padding columns).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn block_row_scales(w: &PackedW4Weights, b: usize) -> __m512 {
+pub(in crate::gemm_w4) fn block_row_scales(w: &PackedW4Weights, b: usize) -> __m512 {
     let mut d = [0f32; BLOCK];
     let all = w.row_scales();
     let start = (b * BLOCK).min(all.len());

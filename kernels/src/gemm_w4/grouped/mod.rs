@@ -22,11 +22,11 @@
 //! definition in f64 and the kernels agree with it within f32 rounding.
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(super) mod avx2;
 #[cfg(target_arch = "x86_64")]
-mod avx512vnni;
-mod quantize;
-mod scalar;
+pub(super) mod avx512vnni;
+pub(super) mod quantize;
+pub(super) mod scalar;
 
 use std::ops::Range;
 
@@ -143,4 +143,4 @@ pub(crate) fn group_bias(padded: &[u8]) -> Vec<i32> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

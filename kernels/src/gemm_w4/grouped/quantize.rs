@@ -15,7 +15,7 @@ use crate::widest::widest;
 /// even), readable from the low mantissa bits.
 const ROUND_MAGIC: f32 = 12_582_912.0;
 /// Largest INT8 magnitude used (symmetric range).
-const Q_MAX: f32 = 127.0;
+pub(in crate::gemm_w4) const Q_MAX: f32 = 127.0;
 
 /// Quantizes `x[m, k]` per row and group of [`GROUP_K`] inputs (the last group of a row
 /// may be short): scale = the group's largest finite |x| / 127, each value
@@ -57,13 +57,26 @@ pub fn quantize_groups_into(x: &[f32], m: usize, k: usize, q: &mut [i8], scales:
 /// If a slice length does not match its shape.
 pub fn quantize_groups_reference(x: &[f32], m: usize, k: usize, q: &mut [i8], scales: &mut [f32]) {
     check_shapes(x, m, k, q, scales);
+    reference_with_groups_of(GROUP_K, x, k, q, scales);
+}
+
+/// The per-element definition with groups of `group` inputs (rows of `k`; shapes checked
+/// by the caller): each group's scale is its largest finite |x| / 127, each value
+/// [`quantize_value`] with it (0 for scale 0).
+pub(in crate::gemm_w4) fn reference_with_groups_of(
+    group: usize,
+    x: &[f32],
+    k: usize,
+    q: &mut [i8],
+    scales: &mut [f32],
+) {
     if k == 0 {
         return;
     }
-    let groups = k.div_ceil(GROUP_K);
+    let groups = k.div_ceil(group);
     let rows = x.chunks_exact(k).zip(q.chunks_exact_mut(k));
     for ((x, q), scales) in rows.zip(scales.chunks_exact_mut(groups)) {
-        for ((x, q), scale) in x.chunks(GROUP_K).zip(q.chunks_mut(GROUP_K)).zip(scales) {
+        for ((x, q), scale) in x.chunks(group).zip(q.chunks_mut(group)).zip(scales) {
             let max = x
                 .iter()
                 .filter(|v| v.is_finite())
@@ -140,7 +153,7 @@ fn group_max(x: &[f32]) -> f32 {
 
 /// Writes the group's values quantized with `scale` (all 0 for scale 0).
 #[inline(always)]
-fn quantize_with_scale(x: &[f32], scale: f32, q: &mut [i8]) {
+pub(in crate::gemm_w4) fn quantize_with_scale(x: &[f32], scale: f32, q: &mut [i8]) {
     if scale == 0.0 {
         q.fill(0);
         return;

@@ -27,18 +27,7 @@ pub(crate) fn gemm(
         for (c, out) in tile[..BLOCK].iter_mut().enumerate() {
             let mut acc = 0f32;
             for g in 0..groups {
-                let bytes = &block[g * GROUP_BYTES..(g + 1) * GROUP_BYTES];
-                let a_g = &a_row[g * GROUP_K..(g + 1) * GROUP_K];
-                let mut dot = 0i32;
-                for v in 0..VECS {
-                    for e in 0..4 {
-                        let byte = bytes[v * VEC_BYTES + c * 4 + e];
-                        let lo = i32::from(byte & 0x0f) - 8;
-                        let hi = i32::from(byte >> 4) - 8;
-                        dot += lo * i32::from(a_g[4 * v + e] as i8);
-                        dot += hi * i32::from(a_g[4 * (v + VECS) + e] as i8);
-                    }
-                }
+                let dot = group_dot(block, a_row, g, c);
                 // |dot| <= 32 · 128 · 8: exact in f32.
                 let scale = f32::from(subs[g * BLOCK + c]) * a_s[g];
                 acc = (dot as f32).mul_add(scale, acc);
@@ -47,4 +36,22 @@ pub(crate) fn gemm(
             *out = acc * w.row_scales().get(j).copied().unwrap_or(0.0);
         }
     });
+}
+
+/// `Σ_{p ∈ g} a[p] · q[c, p]` of group `g` and column `c` (within its block) of a packed
+/// block, over a zero-padded activation row `a_row`.
+pub(in crate::gemm_w4) fn group_dot(block: &[u8], a_row: &[u8], g: usize, c: usize) -> i32 {
+    let bytes = &block[g * GROUP_BYTES..(g + 1) * GROUP_BYTES];
+    let a_g = &a_row[g * GROUP_K..(g + 1) * GROUP_K];
+    let mut dot = 0i32;
+    for v in 0..VECS {
+        for e in 0..4 {
+            let byte = bytes[v * VEC_BYTES + c * 4 + e];
+            let lo = i32::from(byte & 0x0f) - 8;
+            let hi = i32::from(byte >> 4) - 8;
+            dot += lo * i32::from(a_g[4 * v + e] as i8);
+            dot += hi * i32::from(a_g[4 * (v + VECS) + e] as i8);
+        }
+    }
+    dot
 }

@@ -3,7 +3,7 @@ use crate::gemm_w4::tests::random_rows;
 use crate::reference::matmul_f32;
 use crate::seeded::SeededRng;
 
-fn random_scales(len: usize, seed: u64) -> Vec<f32> {
+pub(in crate::gemm_w4) fn random_scales(len: usize, seed: u64) -> Vec<f32> {
     SeededRng::new(seed)
         .f32s(len)
         .iter()
@@ -12,7 +12,7 @@ fn random_scales(len: usize, seed: u64) -> Vec<f32> {
 }
 
 /// `got` equals `want` within f32 rounding of a sum of `terms` products.
-fn assert_close(got: &[f32], want: &[f32], what: &str) {
+pub(in crate::gemm_w4) fn assert_close(got: &[f32], want: &[f32], what: &str) {
     let scale = want.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(
