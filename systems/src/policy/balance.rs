@@ -81,7 +81,7 @@ impl Policy for Balance {
 
     fn start(&mut self, plan: &PrefillPlan) {
         self.remaining_ns = plan.work_per_processor();
-        self.index = StallIndex::new(plan);
+        self.index.reset(plan);
     }
 
     fn pick(&mut self, ctx: &PickContext<'_>, candidates: &BTreeSet<u32>) -> Option<u32> {

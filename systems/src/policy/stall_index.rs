@@ -62,16 +62,26 @@ pub struct StallIndex {
 impl StallIndex {
     /// An empty index for `plan`: nothing ready, nothing read.
     pub fn new(plan: &PrefillPlan) -> Self {
+        let mut index = StallIndex::default();
+        index.reset(plan);
+        index
+    }
+
+    /// Empties the index for `plan`, keeping its allocations (a decode step re-runs one
+    /// small plan many times, and `start` is called for each run).
+    pub fn reset(&mut self, plan: &PrefillPlan) {
         let stages = plan.stages.len();
-        let mut intra_readers = vec![Vec::new(); stages];
-        let mut cross_readers = vec![Vec::new(); stages];
+        for readers in [&mut self.intra_readers, &mut self.cross_readers] {
+            readers.resize_with(stages, Vec::new);
+            readers.iter_mut().for_each(Vec::clear);
+        }
         for reader in 0..stages as u32 {
             for &next in plan.successor_stages(reader) {
                 let template = &plan.stages[next as usize];
                 let readers = match template.dependency {
                     StageDependency::None => continue,
-                    StageDependency::IntraChunk => &mut intra_readers,
-                    StageDependency::CrossChunk => &mut cross_readers,
+                    StageDependency::IntraChunk => &mut self.intra_readers,
+                    StageDependency::CrossChunk => &mut self.cross_readers,
                 };
                 for &waited in template.after.iter().chain([&reader]) {
                     let list = &mut readers[waited as usize];
@@ -81,21 +91,24 @@ impl StallIndex {
                 }
             }
         }
-        let lanes = plan.device.processors.len();
-        StallIndex {
-            intra_readers,
-            cross_readers,
-            negated: plan
-                .device
+        self.negated.clear();
+        self.negated.extend(
+            plan.device
                 .processors
                 .iter()
-                .map(|p| p.kind == ProcessorKind::Npu)
-                .collect(),
-            totals: vec![0; plan.id_space()],
-            tracked: vec![false; plan.id_space()],
-            by_lane: vec![BTreeSet::new(); lanes],
-            ..StallIndex::default()
-        }
+                .map(|p| p.kind == ProcessorKind::Npu),
+        );
+        self.totals.clear();
+        self.totals.resize(plan.id_space(), 0);
+        self.tracked.clear();
+        self.tracked.resize(plan.id_space(), false);
+        self.by_lane
+            .resize_with(plan.device.processors.len(), BTreeSet::new);
+        self.by_lane.truncate(plan.device.processors.len());
+        self.by_lane.iter_mut().for_each(BTreeSet::clear);
+        self.completions_seen = 0;
+        self.arrivals_seen = 0;
+        self.dirty.clear();
     }
 
     /// Brings the index up to `ctx`: the completions and arrivals since the last look,
@@ -177,7 +190,7 @@ impl StallIndex {
 
     /// Reads every ready home instance of `ctx` afresh.
     fn rebuild(&mut self, ctx: &PickContext<'_>) {
-        *self = StallIndex::new(ctx.plan);
+        self.reset(ctx.plan);
         for (lane, queue) in ctx.ready.iter().enumerate() {
             for &id in queue {
                 if ctx.plan.processor(ctx.plan.key(id as usize)) == lane {
@@ -339,7 +352,9 @@ mod tests {
                 }
             };
             enter_ready(&progress, &mut ready, &mut entered);
-            let mut index = StallIndex::new(&plan);
+            // Reset from another plan's index, as a policy started again is.
+            let mut index = StallIndex::new(&random_plan(3, !sites, !gpu, !flexible, 11 - chunks));
+            index.reset(&plan);
             let mut running: Vec<u32> = Vec::new();
             let times = LaneTimes { now_ns: 0, free_at_ns: vec![0; plan.lanes()] };
             for (launch, pick, look) in steps {
