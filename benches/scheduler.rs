@@ -76,6 +76,7 @@ fn policy_decision(c: &mut Criterion) {
             progress: &progress,
             ready: &lanes,
             backlog: &backlog,
+            arrivals: &[],
             times: &times,
             lane: 1,
             kind: ProcessorKind::Npu,

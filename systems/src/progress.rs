@@ -11,6 +11,8 @@ pub struct StageProgress {
     done: Vec<bool>,
     prefix: Vec<u32>,
     done_count: usize,
+    /// Ids in the order they were marked done (a policy that keeps scores follows it).
+    completed: Vec<u32>,
 }
 
 impl StageProgress {
@@ -20,6 +22,7 @@ impl StageProgress {
             done: vec![false; plan.id_space()],
             prefix: vec![0; plan.stages.len()],
             done_count: 0,
+            completed: Vec::new(),
         }
     }
 
@@ -38,12 +41,19 @@ impl StageProgress {
         self.done_count
     }
 
+    /// The ids marked done so far, in the order they were: a policy that keeps state
+    /// derived from what is done reads the ones past its last look instead of rescanning.
+    pub fn completed(&self) -> &[u32] {
+        &self.completed
+    }
+
     /// Marks `key` done and returns the chunk range by which its stage's done prefix grew.
     pub fn mark_done(&mut self, plan: &PrefillPlan, key: InstanceKey) -> std::ops::Range<u32> {
         let id = plan.id(key);
         debug_assert!(!self.done[id], "instance {key:?} completed twice");
         self.done[id] = true;
         self.done_count += 1;
+        self.completed.push(id as u32);
         let stage = key.stage as usize;
         let old = self.prefix[stage];
         let mut new = old;

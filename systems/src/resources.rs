@@ -46,6 +46,9 @@ pub struct ReadyQueues {
     /// policy reads them at every decision; counting them there cost a pass over every
     /// queue).
     backlog: Vec<HomeBacklog>,
+    /// Every id that entered the queues, in order (again after a retry): a policy that
+    /// keeps the ready instances in its own order reads the ones past its last look.
+    arrivals: Vec<u32>,
 }
 
 impl ReadyQueues {
@@ -55,7 +58,14 @@ impl ReadyQueues {
             lanes: vec![BTreeSet::new(); lanes],
             home_only,
             backlog: vec![HomeBacklog::default(); lanes],
+            arrivals: Vec::new(),
         }
+    }
+
+    /// Every id that entered the queues so far, in order, repeats included (an id that
+    /// left them since is no longer in [`ReadyQueues::lanes`]).
+    pub fn arrivals(&self) -> &[u32] {
+        &self.arrivals
     }
 
     /// Per lane, how many ready instances have it as their home and their modeled work.
@@ -74,6 +84,7 @@ impl ReadyQueues {
     pub fn insert(&mut self, plan: &PrefillPlan, id: u32) {
         let key = plan.key(id as usize);
         let home = plan.processor(key);
+        self.arrivals.push(id);
         for &lane in self.lanes_of(plan, key) {
             if self.lanes[lane].insert(id) && lane == home {
                 self.backlog[home].count += 1;

@@ -107,6 +107,10 @@ pub struct RegionMemory {
 /// Plans every region's buffers of a finished run ([`schedule_buffers`]) with
 /// [`plan_offsets`]; returns each region's summary, buffers and plan.
 ///
+/// The regions share no buffer, so each is planned on a thread of its own: the plans are
+/// those of planning them one after another (each region's is deterministic), and the
+/// wall time is the largest region's where cores are free.
+///
 /// # Errors
 /// As [`plan_offsets`] (an invalid alignment, or sizes overflowing `u64`).
 pub fn plan_schedule(
@@ -115,11 +119,28 @@ pub fn plan_schedule(
 ) -> Result<Vec<(RegionMemory, Vec<Buffer>, MemoryPlan)>, MemoryError> {
     let regions = &plan.memory_profile().regions;
     let kv = KvCache::of(plan);
-    schedule_buffers(plan, spans)
+    let buffers = schedule_buffers(plan, spans);
+    let offsets: Vec<Result<MemoryPlan, MemoryError>> = std::thread::scope(|scope| {
+        let planners: Vec<_> = buffers
+            .iter()
+            .zip(regions)
+            .map(|(list, region)| scope.spawn(move || plan_offsets(list, region.alignment)))
+            .collect();
+        planners
+            .into_iter()
+            .map(|planner| {
+                planner
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+            })
+            .collect()
+    });
+    buffers
         .into_iter()
         .zip(regions)
-        .map(|(buffers, region)| {
-            let offsets = plan_offsets(&buffers, region.alignment)?;
+        .zip(offsets)
+        .map(|((buffers, region), offsets)| {
+            let offsets = offsets?;
             let summary = RegionMemory {
                 region: region.name.clone(),
                 peak_bytes: offsets.peak_bytes,

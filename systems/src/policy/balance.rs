@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use super::stall_index::StallIndex;
 use super::{LaneTimes, PickContext, Policy, pick_max_by, stall_contribution};
 use crate::device::ProcessorKind;
 use crate::plan::PrefillPlan;
@@ -47,10 +48,15 @@ pub fn float_threatens_tail(plan: &PrefillPlan, remaining_ns: &[u64]) -> bool {
 ///    finishes the rest of its own: a steal that evens out the loads without starving
 ///    the home processor or extending its tail. Of those, the least urgent (smallest
 ///    bottom level) first: the home processor keeps the urgent ones.
+///
+/// The home jobs' Eq. 6 totals are kept in a [`StallIndex`] as jobs complete and arrive,
+/// so a decision reads the best home job off an ordered set instead of scoring every one.
 #[derive(Clone, Debug, Default)]
 pub struct Balance {
     /// Modeled work not yet dispatched, by home processor (ns).
     remaining_ns: Vec<u64>,
+    /// Every ready home job's Eq. 6 total, ordered per lane.
+    index: StallIndex,
 }
 
 /// What `balance` knows about the processors beyond this lane's ready queue.
@@ -75,9 +81,11 @@ impl Policy for Balance {
 
     fn start(&mut self, plan: &PrefillPlan) {
         self.remaining_ns = plan.work_per_processor();
+        self.index.reset(plan);
     }
 
     fn pick(&mut self, ctx: &PickContext<'_>, candidates: &BTreeSet<u32>) -> Option<u32> {
+        self.index.sync(ctx);
         let view = BalanceView {
             times: ctx.times,
             remaining_ns: &self.remaining_ns,
@@ -85,10 +93,11 @@ impl Policy for Balance {
             others_idle: ctx.others_idle(),
             float_threatens_tail: float_threatens_tail(ctx.plan, &self.remaining_ns),
         };
-        pick_balance(ctx, candidates, view)
+        pick_balance(ctx, candidates, view, &self.index)
     }
 
     fn launched(&mut self, plan: &PrefillPlan, id: u32, _lane: usize) {
+        self.index.launched(plan, id);
         let key = plan.key(id as usize);
         self.remaining_ns[plan.processor(key)] -= plan.cost_ns(key);
     }
@@ -99,14 +108,25 @@ impl Policy for Balance {
     }
 }
 
-/// The pick described on [`Balance`].
+/// The pick described on [`Balance`]. A home job outranks every other processor's, so
+/// outside the NPU's feeding rule, with the whole queue admitted, the pick is the lane's
+/// best home job in `index`; otherwise every candidate is scored (home jobs by their
+/// kept totals).
 fn pick_balance(
     ctx: &PickContext<'_>,
     ready: &BTreeSet<u32>,
     view: BalanceView<'_>,
+    index: &StallIndex,
 ) -> Option<u32> {
     let (plan, progress, lane, kind) = (ctx.plan, ctx.progress, ctx.lane, ctx.kind);
     let feed_idle_cpu = kind == ProcessorKind::Npu && view.others_idle;
+    let whole_queue = ctx.ready.get(lane).is_some_and(|q| std::ptr::eq(q, ready));
+    if !feed_idle_cpu
+        && whole_queue
+        && let Some(id) = index.best_home(lane)
+    {
+        return Some(id);
+    }
     let times = view.times;
     let now = times.now_ns;
     pick_max_by(ready, |id| {
@@ -126,7 +146,15 @@ fn pick_balance(
             let steal = (home_stays_busy && balanced) || times.finishes_first(plan, key, lane);
             return steal.then_some((false, false, 0, -rank));
         }
-        let c = stall_contribution(plan, progress, key, kind);
+        let total = index.total(id).map_or_else(
+            || stall_contribution(plan, progress, key, ProcessorKind::Cpu),
+            |t| t as i64,
+        );
+        let c = if kind == ProcessorKind::Npu {
+            -total
+        } else {
+            total
+        };
         if feed_idle_cpu {
             // -c is the time of S on the float processors. It "fits" when the NPU can
             // work through the rest of its ready queue meanwhile; when the float side's

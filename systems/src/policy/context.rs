@@ -51,6 +51,11 @@ pub struct PickContext<'a> {
     /// Per lane, the ready instances whose home it is ([`HomeBacklog::of`] the queues
     /// above; the scheduler keeps it as instances come and go).
     pub backlog: &'a [HomeBacklog],
+    /// Every id that entered the ready queues so far, in order ([`ReadyQueues::arrivals`]
+    /// of the scheduler; empty where a caller builds queues by hand).
+    ///
+    /// [`ReadyQueues::arrivals`]: crate::resources::ReadyQueues::arrivals
+    pub arrivals: &'a [u32],
     /// When each processor frees.
     pub times: &'a LaneTimes,
     /// The idle processor picking.

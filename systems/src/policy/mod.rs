@@ -42,6 +42,7 @@ mod lookahead;
 mod peer;
 mod registry;
 mod stall;
+mod stall_index;
 
 use std::collections::BTreeSet;
 
@@ -58,6 +59,7 @@ pub use lookahead::Lookahead;
 pub use peer::{Peer, PeerPipeline};
 pub use registry::{DEFAULT_POLICY, PolicyFactory, PolicyRegistry, UnknownPolicy};
 pub use stall::Stall;
+pub use stall_index::{HomeScore, StallIndex};
 
 /// A scheduling policy: given an idle processor and the ready instances it may run,
 /// which one it runs now.
