@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use hetsched::exec::{
-    ExecError, ExecModel, GpuModel, GpuUse, GpuWeights, LinearPrecision, PrefillOptions, PrefillResult,
-    ResidentWeights, prefill, prefill_on_gpu,
+    ExecError, ExecModel, GpuModel, GpuUse, GpuWeights, LinearPrecision, PrefillOptions,
+    PrefillResult, ResidentWeights, prefill, prefill_on_gpu,
 };
 use hetsched::import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
 use hetsched::systems::ProcessorKind;
@@ -144,7 +144,11 @@ fn dispatches_per_layer(ctx: &hetsched_gpu::GpuContext, model: &ExecModel, w: El
         n_kv_heads: c.n_kv_heads,
         head_dim: c.head_dim,
     };
-    if ctx.attention_fuses_output(&shape, w) { 4 } else { 5 }
+    if ctx.attention_fuses_output(&shape, w) {
+        4
+    } else {
+        5
+    }
 }
 
 /// Counts the dispatches of a whole prefill (`GpuContext::dispatch_count`): 4 per layer per
@@ -245,7 +249,11 @@ fn resident_gpu_prefill_with_f16_weights_matches_the_cpu_path() {
     let auto = prefill(model.clone(), &tokens, &gpu_options).unwrap();
     assert_eq!(through_option.gpu_weights, Some(GpuWeights::F16));
     assert_eq!(f32_weights.gpu_weights, Some(GpuWeights::F32));
-    let auto_f16 = if tensor_cores { GpuWeights::F16 } else { GpuWeights::F32 };
+    let auto_f16 = if tensor_cores {
+        GpuWeights::F16
+    } else {
+        GpuWeights::F32
+    };
     assert_eq!(auto.gpu_weights, Some(auto_f16));
     let same = max_relative_diff(&through_option.logits, &on_gpu.logits);
     let apart = max_relative_diff(&f32_weights.logits, &on_gpu.logits);

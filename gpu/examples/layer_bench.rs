@@ -21,8 +21,8 @@
 //! submissions) and the head.
 
 use hetsched_gpu::{
-    AttentionOutput, AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, GpuOptions,
-    RopeStyle,
+    AttentionOutput, AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext,
+    GpuMatrix, GpuOptions, RopeStyle,
 };
 use hetsched_kernels::seeded::SeededRng;
 
@@ -283,7 +283,9 @@ fn time_attention(min_blocks: usize, rng: &mut SeededRng, t: Timing) -> Attentio
         let name = format!("{what} {ROWS_45} @{CHUNK}, >= {min_blocks} blocks/range");
         println!("{name:<44} {t45:>10.1}");
         let total: f64 = chunks.iter().sum();
-        println!("sum of the 8 chunks of 4096, {what}, >= {min_blocks} blocks/range: {total:.1} us");
+        println!(
+            "sum of the 8 chunks of 4096, {what}, >= {min_blocks} blocks/range: {total:.1} us"
+        );
         out.push((chunks, t45));
     }
     let fused = if fuses { out.pop() } else { None };

@@ -1,7 +1,7 @@
 //! Attention with the output projection folded in (`GpuBatch::attention_into_residual`)
 //! against the unfused path it replaces: `GpuBatch::attention` then the fused GEMM with the
-//! residual epilogue, on the same inputs. The attention outputs must be identical (same
-//! kernel body); the residual streams agree within `1e-4 · (Σ|attn·w_o| + |x| + 1e-3)` per
+//! residual epilogue, on the same inputs. The attention outputs must agree within 1e-6 (the
+//! same kernel body); the residual streams agree within `1e-4 · (Σ|attn·w_o| + |x| + 1e-3)` per
 //! element (the fused kernel adds the heads' products one by one with atomics, the GEMM
 //! sums all of k first). f32 and f16 weights (f16: both paths round the attention output to
 //! f16 and sum in f32), ragged shapes: query blocks cut short, head_dim off 64, n_out off
@@ -21,7 +21,13 @@ struct Case {
     n_out: usize,
 }
 
-fn case(n_tokens: usize, pos0: usize, heads: (usize, usize), head_dim: usize, n_out: usize) -> Case {
+fn case(
+    n_tokens: usize,
+    pos0: usize,
+    heads: (usize, usize),
+    head_dim: usize,
+    n_out: usize,
+) -> Case {
     Case {
         s: AttentionShape {
             n_tokens,
@@ -47,9 +53,15 @@ fn compare(ctx: &GpuContext, c: &Case, elem: Elem, seed: u64) -> Option<()> {
     let s = &c.s;
     let mut rng = SeededRng::new(seed);
     let (qc, kvc) = (s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim);
-    let q = ctx.upload_f32(&rng.f32s(s.n_tokens * qc), s.n_tokens, qc).unwrap();
-    let k = ctx.upload_f32(&rng.f32s(s.kv_len * kvc), s.kv_len, kvc).unwrap();
-    let v = ctx.upload_f32(&rng.f32s(s.kv_len * kvc), s.kv_len, kvc).unwrap();
+    let q = ctx
+        .upload_f32(&rng.f32s(s.n_tokens * qc), s.n_tokens, qc)
+        .unwrap();
+    let k = ctx
+        .upload_f32(&rng.f32s(s.kv_len * kvc), s.kv_len, kvc)
+        .unwrap();
+    let v = ctx
+        .upload_f32(&rng.f32s(s.kv_len * kvc), s.kv_len, kvc)
+        .unwrap();
     let w_host: Vec<f32> = rng.f32s(c.n_out * qc).iter().map(|x| x * 0.5).collect();
     let w = upload(ctx, &w_host, c.n_out, qc, elem);
     let base = rng.f32s(s.n_tokens * c.n_out);
@@ -88,7 +100,15 @@ fn compare(ctx: &GpuContext, c: &Case, elem: Elem, seed: u64) -> Option<()> {
     });
     let what = format!("{s:?} n_out {} {elem:?}", c.n_out);
     let attn = ctx.download_f32(&out_ref).unwrap();
-    common::assert_same(&what, &ctx.download_f32(&out_fused).unwrap(), &attn);
+    // The same arithmetic in both kernels; a driver may still contract differently.
+    let unit = vec![1.0; attn.len()];
+    common::assert_close(
+        &what,
+        &ctx.download_f32(&out_fused).unwrap(),
+        &attn,
+        &unit,
+        1e-6,
+    );
     let want = ctx.download_f32(&x_ref).unwrap();
     let mut scale = common::abs_dot(&attn, &w_host, s.n_tokens, qc, c.n_out);
     for (sc, x) in scale.iter_mut().zip(&want) {
@@ -96,7 +116,11 @@ fn compare(ctx: &GpuContext, c: &Case, elem: Elem, seed: u64) -> Option<()> {
     }
     let got = ctx.download_f32(&x_fused).unwrap();
     common::assert_close(&what, &got, &want, &scale, 1e-4);
-    assert_eq!(ctx.download_f32(&flags).unwrap(), vec![0.0; 4], "{what}: flags");
+    assert_eq!(
+        ctx.download_f32(&flags).unwrap(),
+        vec![0.0; 4],
+        "{what}: flags"
+    );
     Some(())
 }
 
@@ -140,10 +164,14 @@ fn a_non_finite_product_raises_the_flag() {
         flags: &flags,
         slot: 3,
     };
-    common::run_batch(ctx, |b| b.attention_into_residual(&q, (&kv, &kv), &s, &out, o));
+    common::run_batch(ctx, |b| {
+        b.attention_into_residual(&q, (&kv, &kv), &s, &out, o)
+    });
     assert_eq!(ctx.download_f32(&flags).unwrap(), vec![0.0; 4]);
     let inf = ctx.upload_f32(&[f32::INFINITY; 4 * 64], 4, 64).unwrap();
-    common::run_batch(ctx, |b| b.attention_into_residual(&q, (&kv, &inf), &s, &out, o));
+    common::run_batch(ctx, |b| {
+        b.attention_into_residual(&q, (&kv, &inf), &s, &out, o)
+    });
     assert_eq!(ctx.download_f32(&flags).unwrap(), vec![0.0, 0.0, 0.0, 1.0]);
 }
 

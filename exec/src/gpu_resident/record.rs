@@ -267,7 +267,11 @@ impl GpuStageRunner {
         };
         let (k_cache, v_cache) = &state.caches[layer];
         let w_o = &self.layer(layer)?.o;
-        if self.model.context.attention_fuses_output(&shape, w_o.elem()) {
+        if self
+            .model
+            .context
+            .attention_fuses_output(&shape, w_o.elem())
+        {
             let flags = NonFiniteFlags {
                 layers: self.model.layers.len(),
             };
