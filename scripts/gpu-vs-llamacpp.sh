@@ -39,7 +39,8 @@
 #       files, then ROUNDS (default 5) rounds of every row, interleaved; results in $OUT.
 #       ROWS="hetsched-f16 hetsched ..." picks the rows (llama.cpp:F16 and llama.cpp:F32
 #       name llama.cpp's; hetsched-f16-mbN: f16 weights with the attention's key split
-#       down to N blocks per range, HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N).
+#       down to N blocks per range, HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N); ATTN_MIN_BLOCKS=8,16
+#       picks layer_bench's key splits (default 16,8,4).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -130,7 +131,7 @@ remote)
   fi
   if [ "${3:-}" != llama-only ]; then
     [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
-    [ -x /tmp/layer_bench ] && { /tmp/layer_bench --attn-min-blocks 16,8,4 2>&1 | tee "$out/layers.txt" || true; }
+    [ -x /tmp/layer_bench ] && { /tmp/layer_bench --attn-min-blocks "${ATTN_MIN_BLOCKS:-16,8,4}" 2>&1 | tee "$out/layers.txt" || true; }
   fi
   hetsched_tps() { # binary tokens
     "$1" run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len "$2" \

@@ -91,9 +91,12 @@ fn resident_gpu_prefill_matches_the_cpu_path() {
             all_logits,
             ..PrefillOptions::default()
         };
+        // f32 weights: the reference (the default is f16 where the GEMMs run on tensor
+        // cores; the next tests cover it).
         let gpu_options = PrefillOptions {
             gpu: GpuUse::Resident,
             gpu_timestamps: true,
+            gpu_weights: GpuWeights::F32,
             ..cpu_options.clone()
         };
         let Some(gpu) = on_gpu(&model, &tokens, &gpu_options) else {

@@ -296,7 +296,7 @@ fn time_attention(min_blocks: usize, rng: &mut SeededRng, t: Timing) -> Attentio
 /// Per prompt length: the attention µs of one layer (its full chunks and the 45-token one).
 fn per_prompt(chunks: &[f64], t45: f64, tokens: usize) -> f64 {
     let mut us: f64 = chunks[..tokens / CHUNK].iter().sum();
-    if tokens % CHUNK != 0 {
+    if !tokens.is_multiple_of(CHUNK) {
         us += t45;
     }
     us
@@ -311,7 +311,7 @@ fn print_prefill(layer_gemm: &[(f64, f64, f64)], attn: &AttentionTimes) {
     );
     for tokens in [557, 2048, 4096] {
         let full = (tokens / CHUNK) as f64;
-        let rest = usize::from(tokens % CHUNK != 0) as f64;
+        let rest = usize::from(!tokens.is_multiple_of(CHUNK)) as f64;
         let g = |f: fn(&(f64, f64, f64)) -> f64| {
             (full * f(&layer_gemm[0]) + rest * f(&layer_gemm[1])) * LAYERS as f64 / 1e3
         };
