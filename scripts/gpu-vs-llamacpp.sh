@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Side-by-side prefill on the device tool's GPU machine (an H100): hetsched's resident Vulkan
-# path (`run --backends gpu --precision f32 --chunk-len 512`; row `hetsched` with f32
-# weights and attention on tensor cores where the device has them, row `hetsched-f16` the
-# same binary with HETSCHED_GPU_F16_WEIGHTS=1: f16 weights through the tensor-core fused
-# GEMMs; row `hetsched-f32attn`, asked for by name, with HETSCHED_GPU_F32_ATTENTION=1)
+# path (`run --backends gpu --precision f32 --chunk-len 512`; row `hetsched` with the
+# default weights (f16 where the fused GEMMs run on tensor cores, as on an H100) and the
+# output projection inside attention (4 dispatches a layer); row `hetsched-unfused-o` the
+# same with HETSCHED_GPU_UNFUSED_O=1 (the o GEMM of its own, 5 dispatches: the path
+# before); row `hetsched-f32w` with HETSCHED_GPU_F16_WEIGHTS=0 (f32 weights, the
+# reference); rows asked for by name: `hetsched-f16` (HETSCHED_GPU_F16_WEIGHTS=1),
+# `hetsched-f32attn` (HETSCHED_GPU_F32_ATTENTION=1))
 # against llama.cpp built with
 # CUDA there (llama-bench, F16 and F32 files made from the same Q4_1 test model with
 # llama-quantize, so both sides run the same dequantized weights), at 557, 2048 and 4096
@@ -36,7 +39,8 @@
 #       files, then ROUNDS (default 5) rounds of every row, interleaved; results in $OUT.
 #       ROWS="hetsched-f16 hetsched ..." picks the rows (llama.cpp:F16 and llama.cpp:F32
 #       name llama.cpp's; hetsched-f16-mbN: f16 weights with the attention's key split
-#       down to N blocks per range, HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N).
+#       down to N blocks per range, HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N); ATTN_MIN_BLOCKS=8,16
+#       picks layer_bench's key splits (default 16,8,4).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -127,7 +131,7 @@ remote)
   fi
   if [ "${3:-}" != llama-only ]; then
     [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
-    [ -x /tmp/layer_bench ] && { /tmp/layer_bench --attn-min-blocks 16,8,4 2>&1 | tee "$out/layers.txt" || true; }
+    [ -x /tmp/layer_bench ] && { /tmp/layer_bench --attn-min-blocks "${ATTN_MIN_BLOCKS:-16,8,4}" 2>&1 | tee "$out/layers.txt" || true; }
   fi
   hetsched_tps() { # binary tokens
     "$1" run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len "$2" \
@@ -150,6 +154,8 @@ remote)
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             hetsched-f16) tps=$(HETSCHED_GPU_F16_WEIGHTS=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
+            hetsched-f32w) tps=$(HETSCHED_GPU_F16_WEIGHTS=0 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
+            hetsched-unfused-o) tps=$(HETSCHED_GPU_UNFUSED_O=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             hetsched-f16-mb*) # f16 weights, attention split down to N key blocks per range
               tps=$(HETSCHED_GPU_F16_WEIGHTS=1 HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=${row#hetsched-f16-mb} \
                 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
@@ -162,11 +168,13 @@ remote)
   }
   if [ "${3:-}" != llama-only ]; then
     # Traced runs: device timestamps per stage and the next-token distribution, f32 and
-    # f16 weights.
-    for w in 0 1; do
-      HETSCHED_GPU_F16_WEIGHTS=$w /tmp/hetsched run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len 557 \
-        --backends gpu --precision f32 --chunk-len 512 --json --trace "$out/trace557-f16w$w.json" >"$out/run557-f16w$w.json" || true
-      python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("f16 weights", sys.argv[2], [(t["text"], round(t["prob"], 4)) for t in r["top_tokens"][:5]], r.get("gpu_activations"))' "$out/run557-f16w$w.json" "$w" || true
+    # f16 weights (f16 twice, and once with the o GEMM unfused: the atomics' run-to-run
+    # spread against the deterministic path).
+    for w in 0 1 1b u; do
+      HETSCHED_GPU_F16_WEIGHTS=${w:0:1} HETSCHED_GPU_UNFUSED_O=$([ "$w" = u ] && echo 1 || echo 0) \
+        /tmp/hetsched run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len 557 \
+        --backends gpu --precision f32 --chunk-len 512 --json --trace "/tmp/trace557-f16w$w.json" >"/tmp/run557-f16w$w.json" || true
+      python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("run", sys.argv[2], r.get("gpu_weights"), [(t["text"], round(t["prob"], 6)) for t in r["top_tokens"][:5]], r.get("gpu_activations"))' "/tmp/run557-f16w$w.json" "$w" || true
     done
   fi
   if [ "${3:-}" != hetsched-only ]; then
@@ -185,9 +193,9 @@ remote)
     rows $ROWS
   else
     case "${3:-}" in
-      hetsched-only) rows hetsched-f16 hetsched hetsched-old ;;
+      hetsched-only) rows hetsched hetsched-unfused-o hetsched-f32w hetsched-old ;;
       llama-only) rows llama.cpp:F16 llama.cpp:F32 ;;
-      *) rows hetsched-f16 hetsched hetsched-old llama.cpp:F16 llama.cpp:F32 ;;
+      *) rows hetsched hetsched-unfused-o hetsched-f32w hetsched-old llama.cpp:F16 llama.cpp:F32 ;;
     esac
   fi
   python3 - "$results" <<'EOF'

@@ -28,6 +28,8 @@ use hetsched::timeline::svg::to_svg;
 /// The resident GPU weights' type (`run --gpu-weights`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum GpuWeights {
+    /// f16 where the device has tensor-core (cooperative-matrix) GEMMs, f32 elsewhere.
+    Auto,
     /// f32 weights: the reference.
     F32,
     /// f16 weights in the fused GEMMs.
@@ -81,8 +83,9 @@ pub struct RunArgs {
     backends: Vec<String>,
     /// With --backends gpu: the resident weights' type. f16 runs the fused GEMMs on f16
     /// weights (tensor cores where the device has cooperative matrices; f32 sums); f32 is
-    /// the reference (docs/gpu.md, "f16 weights on tensor cores").
-    #[arg(long, value_enum, default_value = "f32")]
+    /// the reference; auto is f16 where the GEMMs run on tensor cores, f32 elsewhere
+    /// (docs/gpu.md, "f16 weights on tensor cores").
+    #[arg(long, value_enum, default_value = "auto")]
     gpu_weights: GpuWeights,
     #[command(flatten)]
     shadow: ShadowArgs,
@@ -169,7 +172,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         device,
         // A timeline asked for shows the device's times.
         gpu_timestamps: timelines.any(),
-        gpu_f16_weights: args.gpu_weights == GpuWeights::F16,
+        gpu_weights: match args.gpu_weights {
+            GpuWeights::Auto => hetsched::exec::GpuWeights::Auto,
+            GpuWeights::F32 => hetsched::exec::GpuWeights::F32,
+            GpuWeights::F16 => hetsched::exec::GpuWeights::F16,
+        },
         ..defaults
     };
     for _ in 0..args.warmup {

@@ -108,10 +108,9 @@ pub struct PrefillOptions {
     /// With [`GpuUse::Resident`]: bracket every stage with device timestamps, so that the
     /// timeline shows when the GPU ran it (it costs about 5% of the prefill).
     pub gpu_timestamps: bool,
-    /// With [`GpuUse::Resident`]: upload the weights as f16 and run the fused GEMMs on
-    /// f16 (tensor cores where the device has cooperative matrices; f32 sums either way);
-    /// `false` keeps f32 weights, the reference. `HETSCHED_GPU_F16_WEIGHTS=1` sets it too.
-    pub gpu_f16_weights: bool,
+    /// With [`GpuUse::Resident`]: the weights' type ([`GpuWeights`]; by default f16 where
+    /// the device runs the fused GEMMs on tensor cores, f32 elsewhere).
+    pub gpu_weights: GpuWeights,
     /// Where each kind of stage may run (a scene's `[placement]` table; empty: fixed).
     /// Under flexible placement each job runs on the lane the dispatcher chose for it.
     pub placement: PlacementConfig,
@@ -131,7 +130,7 @@ impl Default for PrefillOptions {
             device: host_device(),
             gpu: GpuUse::Off,
             gpu_timestamps: false,
-            gpu_f16_weights: false,
+            gpu_weights: GpuWeights::Auto,
             placement: PlacementConfig::default(),
             all_logits: false,
             recorder: None,
@@ -193,9 +192,27 @@ pub struct PrefillResult {
     pub shadow: ShadowUsage,
     /// Device bytes of the chunks' activations (every stage resident on a GPU only).
     pub gpu_activations: Option<ActivationBytes>,
+    /// The weights the resident GPU path ran with (f32 or f16; `None` off that path).
+    pub gpu_weights: Option<GpuWeights>,
     /// With a measured device profile: which cost table the policy decided with, and the
     /// predictions the choice rests on ([`hetsched_runtime::decision`]).
     pub decision: Option<DecisionChoice>,
+}
+
+/// The resident GPU path's weight type ([`PrefillOptions::gpu_weights`], `run
+/// --gpu-weights`), and which one a prefill ran ([`PrefillResult::gpu_weights`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuWeights {
+    /// f16 where the device runs the fused GEMMs on tensor cores (KHR cooperative
+    /// matrices), f32 elsewhere; `HETSCHED_GPU_F16_WEIGHTS=1` or `=0` picks f16 or f32.
+    #[default]
+    Auto,
+    /// f32 weights and sums: the reference.
+    F32,
+    /// f16 weights, activations rounded to f16 as the GEMMs stage them, f32 sums (on CUDA
+    /// cores where the device has no cooperative matrices).
+    F16,
 }
 
 /// Device bytes of a resident GPU prefill's chunk activations (`--backends gpu`).
@@ -270,12 +287,15 @@ fn lane_kernels(
 /// that none of that lands in the prefill. Attention runs on tensor cores where the device
 /// has them (f16 inputs, f32 accumulation) unless `HETSCHED_GPU_F32_ATTENTION=1` asks for
 /// the f32 kernel, the reference (and what an A/B measurement of the two compares);
-/// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N` sets its key split's fewest blocks per range.
+/// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N` sets its key split's fewest blocks per range;
+/// `HETSCHED_GPU_UNFUSED_O=1` keeps the output projection a GEMM of its own (5 dispatches a
+/// layer, deterministic) where attention could add it into the stream itself.
 #[cfg(feature = "gpu")]
 fn gpu_context() -> Result<hetsched_gpu::GpuContext, ExecError> {
     let failed = |e: hetsched_gpu::GpuError| ExecError::Gpu(e.to_string());
     let options = hetsched_gpu::GpuOptions {
         f32_attention: std::env::var("HETSCHED_GPU_F32_ATTENTION").is_ok_and(|v| v == "1"),
+        unfused_output_projection: std::env::var("HETSCHED_GPU_UNFUSED_O").is_ok_and(|v| v == "1"),
         attention_min_key_blocks: std::env::var("HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS")
             .ok()
             .and_then(|v| v.parse().ok()),
@@ -325,21 +345,26 @@ fn gpu_computes(model: &ExecModel) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]); the weights f32,
-/// or f16 with [`PrefillOptions::gpu_f16_weights`] or `HETSCHED_GPU_F16_WEIGHTS=1`
-/// ([`ResidentWeights`]).
+/// Uploads `model` to the GPU and prefills there ([`GpuUse::Resident`]), with the
+/// weights [`PrefillOptions::gpu_weights`] asks for ([`ResidentWeights`]).
 #[cfg(feature = "gpu")]
 fn prefill_resident(
     model: Arc<ExecModel>,
     tokens: &[u32],
     options: &PrefillOptions,
 ) -> Result<PrefillResult, ExecError> {
-    let from_env = std::env::var("HETSCHED_GPU_F16_WEIGHTS").is_ok_and(|v| v == "1");
-    let weights = match options.gpu_f16_weights || from_env {
+    let context = gpu_context()?;
+    let from_env = std::env::var("HETSCHED_GPU_F16_WEIGHTS").ok();
+    let f16 = match (options.gpu_weights, from_env.as_deref()) {
+        (GpuWeights::F16, _) | (GpuWeights::Auto, Some("1")) => true,
+        (GpuWeights::F32, _) | (GpuWeights::Auto, Some("0")) => false,
+        (GpuWeights::Auto, _) => context.fused_gemm_on_tensor_cores(),
+    };
+    let weights = match f16 {
         true => ResidentWeights::F16,
         false => ResidentWeights::F32,
     };
-    let gpu = Arc::new(GpuModel::upload_as(gpu_context()?, model, weights)?);
+    let gpu = Arc::new(GpuModel::upload_as(context, model, weights)?);
     gpu.warm_up()?;
     prefill_on_gpu(&gpu, tokens, options)
 }
@@ -428,6 +453,10 @@ pub fn prefill_on_gpu(
         queue_waits,
         shadow: ShadowUsage::default(),
         gpu_activations: Some(runner.activation_bytes()),
+        gpu_weights: Some(match gpu.weights {
+            ResidentWeights::F16 => GpuWeights::F16,
+            ResidentWeights::F32 => GpuWeights::F32,
+        }),
         decision: None,
     })
 }
@@ -599,6 +628,7 @@ pub fn prefill(
         queue_waits,
         shadow: model.shadow_counters.snapshot().since(shadow_before),
         gpu_activations: None,
+        gpu_weights: None,
         decision,
     })
 }

@@ -47,6 +47,8 @@ pub struct PrefillReport {
     pub shadow: Option<ShadowReport>,
     /// Device bytes of the chunk activations (every stage resident on a GPU only).
     pub gpu_activations: Option<ActivationBytes>,
+    /// The weights the resident GPU path ran with (f32 or f16; every stage resident only).
+    pub gpu_weights: Option<crate::GpuWeights>,
     /// The schedule that ran (real timestamps; its `lower_bound_ms` from the run's own
     /// measured durations, the cost model's in `model_lower_bound`).
     pub schedule: RunReport,
@@ -103,6 +105,7 @@ impl PrefillReport {
             model: name.to_string(),
             shadow,
             gpu_activations: result.gpu_activations,
+            gpu_weights: result.gpu_weights,
             precision,
             threads,
             prompt_tokens,
@@ -164,6 +167,9 @@ impl PrefillReport {
                 100.0 * st.concurrent_share,
                 st.exposed_ms
             ));
+        }
+        if let Some(w) = self.gpu_weights {
+            s.push_str(&format!("GPU weights: {w:?}\n"));
         }
         if let Some(a) = &self.gpu_activations {
             s.push_str(&format!(

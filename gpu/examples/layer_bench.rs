@@ -1,7 +1,9 @@
 //! Where a resident prefill's device time goes: the GPU time of each dispatch of a
 //! SmolLM2-135M decoder layer (the four fused GEMMs with f32 and with f16 weights, and
-//! attention at every chunk position of a 4096-token prompt), timed with GPU timestamps,
-//! and the prefill times of 557, 2048 and 4096 tokens (chunks of 512) they add up to.
+//! attention at every chunk position of a 4096-token prompt, alone and with the output
+//! projection folded in, f16 W_o: `GpuBatch::attention_into_residual`), timed with GPU
+//! timestamps, and the prefill times of 557, 2048 and 4096 tokens (chunks of 512) they add
+//! up to: 5 dispatches per layer (f32 or f16 weights) and 4 (f16, o inside attention).
 //!
 //! ```sh
 //! cargo run --release -p hetsched-gpu --example layer_bench            # H100: a few seconds
@@ -19,8 +21,8 @@
 //! submissions) and the head.
 
 use hetsched_gpu::{
-    AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, GpuOptions,
-    RopeStyle,
+    AttentionOutput, AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext,
+    GpuMatrix, GpuOptions, RopeStyle,
 };
 use hetsched_kernels::seeded::SeededRng;
 
@@ -170,17 +172,34 @@ fn residual(
     )
 }
 
-/// Attention of a `rows`-token chunk at `pos0`.
-fn attention(a: &Acts, rows: usize, pos0: usize) -> Record<'_> {
-    let shape = AttentionShape {
+fn shape(rows: usize, pos0: usize) -> AttentionShape {
+    AttentionShape {
         n_tokens: rows,
         pos0,
         kv_len: pos0 + rows,
         n_heads: HEADS,
         n_kv_heads: KV_HEADS,
         head_dim: D,
-    };
-    Box::new(move |b| b.attention(&a.q, (&a.caches.0, &a.caches.1), &shape, &a.attn))
+    }
+}
+
+/// Attention of a `rows`-token chunk at `pos0`; with `w_o`, the output projection folded
+/// in (adding into the chunk's residual stream).
+fn attention<'a>(a: &'a Acts, rows: usize, pos0: usize, w_o: Option<&'a GpuMatrix>) -> Record<'a> {
+    let s = shape(rows, pos0);
+    let caches = (&a.caches.0, &a.caches.1);
+    match w_o {
+        None => Box::new(move |b| b.attention(&a.q, caches, &s, &a.attn)),
+        Some(w_o) => Box::new(move |b| {
+            let o = AttentionOutput {
+                w_o,
+                residual: &a.x,
+                flags: &a.flags,
+                slot: 0,
+            };
+            b.attention_into_residual(&a.q, caches, &s, &a.attn, o)
+        }),
+    }
 }
 
 /// Repetitions per batch and batches per row.
@@ -192,8 +211,9 @@ struct Timing {
 
 const ROWS_45: usize = 557 - CHUNK;
 
-/// Per chunk size (512, then 45 rows): one layer's summed GEMM µs with f32 and f16 weights.
-fn time_gemms(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) -> Vec<(f64, f64)> {
+/// Per chunk size (512, then 45 rows): one layer's summed GEMM µs with f32 and f16
+/// weights, and the f16 output projection's share of the latter.
+fn time_gemms(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) -> Vec<(f64, f64, f64)> {
     let w32 = weights(ctx, rng, Elem::F32);
     let w16 = weights(ctx, rng, Elem::F16);
     let (big, small) = (acts(ctx, rng, CHUNK), acts(ctx, rng, ROWS_45));
@@ -207,13 +227,16 @@ fn time_gemms(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) -> Vec<(f64, f64
     let mut layer_gemm = Vec::new();
     for (rows, a) in [(CHUNK, &big), (ROWS_45, &small)] {
         let (g32, g16) = (gemms(&w32, a), gemms(&w16, a));
-        let mut sums = (0.0, 0.0);
+        let mut sums = (0.0, 0.0, 0.0);
         for ((name, r32), (_, r16)) in g32.iter().zip(&g16) {
             let (t32, t16) = (
                 time_us(ctx, r32, t.repeat, t.batches),
                 time_us(ctx, r16, t.repeat, t.batches),
             );
-            sums = (sums.0 + t32, sums.1 + t16);
+            sums = (sums.0 + t32, sums.1 + t16, sums.2);
+            if name.starts_with("o+") {
+                sums.2 = t16;
+            }
             println!(
                 "{:<34} {t32:>10.1} {t16:>10.1}",
                 format!("{name} {rows} rows")
@@ -225,54 +248,83 @@ fn time_gemms(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) -> Vec<(f64, f64
 }
 
 /// Attention µs of the 512-token chunks at 0, 512, ... 3584 and of the 45-token chunk at
-/// 512, with at least `min_blocks` key blocks per range.
-fn time_attention(min_blocks: usize, rng: &mut SeededRng, t: Timing) -> (Vec<f64>, f64) {
+/// 512, with at least `min_blocks` key blocks per range: alone, and with the output
+/// projection (f16 W_o) folded in, where the device can.
+struct AttentionTimes {
+    chunks: Vec<f64>,
+    t45: f64,
+    fused: Option<(Vec<f64>, f64)>,
+}
+
+fn time_attention(min_blocks: usize, rng: &mut SeededRng, t: Timing) -> AttentionTimes {
     let options = GpuOptions {
         attention_min_key_blocks: Some(min_blocks),
         ..Default::default()
     };
     let ctx = GpuContext::new(options).expect("a Vulkan device");
     let (big, small) = (acts(&ctx, rng, CHUNK), acts(&ctx, rng, ROWS_45));
-    let mut chunks = Vec::new();
-    for pos0 in (0..MAX_POS).step_by(CHUNK) {
-        let us = time_us(&ctx, &attention(&big, CHUNK, pos0), t.repeat, t.batches);
-        let name = format!("attention 512 @{pos0}, >= {min_blocks} blocks/range");
-        println!("{name:<44} {us:>10.1}");
-        chunks.push(us);
+    let w_o = weights(&ctx, rng, Elem::F16).o;
+    let fuses = ctx.attention_fuses_output(&shape(CHUNK, 0), Elem::F16);
+    let mut runs = vec![(None, "attention")];
+    if fuses {
+        runs.push((Some(&w_o), "attention+o"));
     }
-    let t45 = time_us(
-        &ctx,
-        &attention(&small, ROWS_45, CHUNK),
-        t.repeat,
-        t.batches,
-    );
-    let name = format!("attention {ROWS_45} @{CHUNK}, >= {min_blocks} blocks/range");
-    println!("{name:<44} {t45:>10.1}");
-    let total: f64 = chunks.iter().sum();
-    println!("sum of the 8 chunks of 4096, >= {min_blocks} blocks/range: {total:.1} us");
-    (chunks, t45)
+    let mut out = Vec::new();
+    for (w, what) in runs {
+        let mut chunks = Vec::new();
+        for pos0 in (0..MAX_POS).step_by(CHUNK) {
+            let us = time_us(&ctx, &attention(&big, CHUNK, pos0, w), t.repeat, t.batches);
+            let name = format!("{what} 512 @{pos0}, >= {min_blocks} blocks/range");
+            println!("{name:<44} {us:>10.1}");
+            chunks.push(us);
+        }
+        let record = attention(&small, ROWS_45, CHUNK, w);
+        let t45 = time_us(&ctx, &record, t.repeat, t.batches);
+        let name = format!("{what} {ROWS_45} @{CHUNK}, >= {min_blocks} blocks/range");
+        println!("{name:<44} {t45:>10.1}");
+        let total: f64 = chunks.iter().sum();
+        println!(
+            "sum of the 8 chunks of 4096, {what}, >= {min_blocks} blocks/range: {total:.1} us"
+        );
+        out.push((chunks, t45));
+    }
+    let fused = if fuses { out.pop() } else { None };
+    let (chunks, t45) = out.pop().expect("timed");
+    AttentionTimes { chunks, t45, fused }
 }
 
-/// The prefill sums: 30 layers of the chunks each prompt length has.
-fn print_prefill(layer_gemm: &[(f64, f64)], attn: &[f64], t45: f64) {
-    println!("tokens  attention ms  GEMM ms f32  GEMM ms f16  attention share (f32 / f16 GEMMs)");
+/// Per prompt length: the attention µs of one layer (its full chunks and the 45-token one).
+fn per_prompt(chunks: &[f64], t45: f64, tokens: usize) -> f64 {
+    let mut us: f64 = chunks[..tokens / CHUNK].iter().sum();
+    if !tokens.is_multiple_of(CHUNK) {
+        us += t45;
+    }
+    us
+}
+
+/// The prefill sums: 30 layers of the chunks each prompt length has; the last column with
+/// 4 dispatches per layer (f16 weights, o inside attention).
+fn print_prefill(layer_gemm: &[(f64, f64, f64)], attn: &AttentionTimes) {
+    println!(
+        "tokens  attention ms  GEMM ms f32  GEMM ms f16  attention share (f32 / f16 GEMMs)  \
+         f16 5 dispatches ms  f16 4 dispatches ms"
+    );
     for tokens in [557, 2048, 4096] {
-        let full = tokens / CHUNK;
-        let mut a_us: f64 = attn[..full].iter().sum();
-        let mut g = (full as f64 * layer_gemm[0].0, full as f64 * layer_gemm[0].1);
-        if tokens % CHUNK != 0 {
-            a_us += t45;
-            g = (g.0 + layer_gemm[1].0, g.1 + layer_gemm[1].1);
-        }
-        let (a_ms, g32, g16) = (
-            a_us * LAYERS as f64 / 1e3,
-            g.0 * LAYERS as f64 / 1e3,
-            g.1 * LAYERS as f64 / 1e3,
-        );
+        let full = (tokens / CHUNK) as f64;
+        let rest = usize::from(!tokens.is_multiple_of(CHUNK)) as f64;
+        let g = |f: fn(&(f64, f64, f64)) -> f64| {
+            (full * f(&layer_gemm[0]) + rest * f(&layer_gemm[1])) * LAYERS as f64 / 1e3
+        };
+        let (g32, g16, o16) = (g(|x| x.0), g(|x| x.1), g(|x| x.2));
+        let a_ms = per_prompt(&attn.chunks, attn.t45, tokens) * LAYERS as f64 / 1e3;
+        let four = attn.fused.as_ref().map_or(f64::NAN, |(c, t45)| {
+            per_prompt(c, *t45, tokens) * LAYERS as f64 / 1e3 + g16 - o16
+        });
         println!(
-            "{tokens:>6} {a_ms:>13.2} {g32:>12.2} {g16:>12.2}  {:.0}% / {:.0}%",
+            "{tokens:>6} {a_ms:>13.2} {g32:>12.2} {g16:>12.2}  {:>17.0}% / {:.0}%  {:>19.2} {four:>20.2}",
             100.0 * a_ms / (a_ms + g32),
-            100.0 * a_ms / (a_ms + g16)
+            100.0 * a_ms / (a_ms + g16),
+            a_ms + g16
         );
     }
 }
@@ -320,11 +372,11 @@ fn main() {
         let timed = time_attention(min_blocks, &mut rng, t);
         first.get_or_insert(timed);
     }
-    let Some((attn, t45)) = first else { return };
+    let Some(attn) = first else { return };
     println!(
         "\nprefill (chunks of 512, {LAYERS} layers, device time of the dispatches only, \
          attention with >= {} blocks/range):",
         blocks[0]
     );
-    print_prefill(&layer_gemm, &attn, t45);
+    print_prefill(&layer_gemm, &attn);
 }

@@ -22,7 +22,7 @@ const TILED_QUERIES: usize = 8;
 
 /// Largest head dimension of the flash kernel (`attention_flash.comp`: its shared tiles
 /// and per-thread dims are sized for it); larger heads use the tiled kernel.
-const FLASH_MAX_HEAD_DIM: usize = 64;
+pub(crate) const FLASH_MAX_HEAD_DIM: usize = 64;
 
 /// Query tokens per workgroup of the flash kernel.
 const FLASH_QUERIES: usize = 32;
@@ -159,17 +159,51 @@ impl GpuContext {
     }
 }
 
+/// The output projection a fused attention dispatch adds into the residual stream
+/// (already validated, see `attention_o.rs`): the buffers of W_o, x and the flags, and the
+/// push constants both kernels take.
+pub(crate) struct FusedOutput<'a> {
+    pub(crate) bufs: [&'a Subbuffer<[u32]>; 3],
+    /// Columns of x (rows of W_o).
+    pub(crate) o_cols: usize,
+    /// W_o's row stride in 32-bit words.
+    pub(crate) w_ld_words: usize,
+    /// Whether W_o is f16 (else f32).
+    pub(crate) w_f16: bool,
+    /// x's row stride in floats.
+    pub(crate) x_ld: usize,
+    /// The flag a non-finite product raises.
+    pub(crate) slot: usize,
+}
+
 /// Records attention of shape `s` (already validated) over `[q, k_cache, v_cache, out]`:
-/// the tensor-core kernel where [`GpuContext::attention_on_tensor_cores`], else the plain one.
+/// the tensor-core kernel where [`GpuContext::attention_on_tensor_cores`], else the plain one;
+/// with `fused`, their variants that also add the output projection into the stream.
 pub(crate) fn record_attention<C: AsRef<GpuContext>>(
     job: &mut Job<C>,
     bufs: [&Subbuffer<[u32]>; 4],
     s: &AttentionShape,
+    fused: Option<&FusedOutput<'_>>,
 ) -> Result<()> {
     let ctx = job.ctx();
     if !ctx.attention_on_tensor_cores(s) {
-        let (shader, push, groups) = plain_dispatch(s);
-        return job.dispatch(shader, &bufs, push, groups);
+        let (shader, mut push, groups) = plain_dispatch(s);
+        let Some(f) = fused else {
+            return job.dispatch(shader, &bufs, push, groups);
+        };
+        push[7] = u32::from(f.w_f16);
+        push[8] = f.o_cols as u32;
+        push[9] = f.w_ld_words as u32;
+        push[10] = f.x_ld as u32;
+        push[11] = f.slot as u32;
+        let [q, k, v, out] = bufs;
+        let [w, x, flags] = f.bufs;
+        return job.dispatch(
+            Shader::AttentionFlashO,
+            &[q, k, v, out, w, x, flags],
+            push,
+            groups,
+        );
     }
     let max_words = (ctx.info.max_storage_buffer_range / 4) as usize;
     let split = khr_split(s, max_words, ctx.attention_min_key_blocks);
@@ -183,12 +217,26 @@ pub(crate) fn record_attention<C: AsRef<GpuContext>>(
     push[8] = split.ml_base as u32;
     push[9] = split.o_base as u32;
     let q_blocks = s.n_tokens.div_ceil(KHR_QUERIES).clamp(1, 65_535) as u32;
+    let groups = [s.n_heads as u32, q_blocks, split.splits as u32];
     let [q, k, v, out] = bufs;
+    let Some(f) = fused else {
+        return job.dispatch(
+            Shader::AttentionFlashKhr,
+            &[q, k, v, out, &scratch],
+            push,
+            groups,
+        );
+    };
+    push[10] = f.o_cols as u32;
+    push[11] = (f.w_ld_words / 4) as u32;
+    push[12] = f.x_ld as u32;
+    push[13] = f.slot as u32;
+    let [w, x, flags] = f.bufs;
     job.dispatch(
-        Shader::AttentionFlashKhr,
-        &[q, k, v, out, &scratch],
+        Shader::AttentionFlashKhrO,
+        &[q, k, v, out, &scratch, w, x, flags],
         push,
-        [s.n_heads as u32, q_blocks, split.splits as u32],
+        groups,
     )
 }
 
@@ -261,7 +309,7 @@ impl GpuContext {
         let k_buf = job.upload(&words(k_cache), "attention k cache")?;
         let v_buf = job.upload(&words(v_cache), "attention v cache")?;
         let out = self.alloc_words(q.len() as u64, "attention output")?;
-        record_attention(&mut job, [&q_buf, &k_buf, &v_buf, &out], s)?;
+        record_attention(&mut job, [&q_buf, &k_buf, &v_buf, &out], s, None)?;
         job.download(&out);
         let got = job.finish()?.downloads;
         Ok(got[0].iter().map(|&b| f32::from_bits(b)).collect())

@@ -107,6 +107,30 @@ fn push(words: &[u32]) -> [u32; PUSH_WORDS] {
     p
 }
 
+/// The operand checks of [`GpuBatch::attention`] (and of its fused twin).
+pub(crate) fn check_attention(
+    q: &GpuMatrix,
+    (k_cache, v_cache): (&GpuMatrix, &GpuMatrix),
+    s: &AttentionShape,
+    out: &GpuMatrix,
+) -> Result<()> {
+    let q_cols = s.n_heads * s.head_dim;
+    let kv_cols = s.n_kv_heads * s.head_dim;
+    dense("attention", "q", q, s.n_tokens, q_cols)?;
+    dense("attention", "out", out, s.n_tokens, q_cols)?;
+    dense("attention", "k_cache", k_cache, k_cache.rows(), kv_cols)?;
+    dense("attention", "v_cache", v_cache, v_cache.rows(), kv_cols)?;
+    let capacity = k_cache.rows().min(v_cache.rows());
+    if capacity < s.kv_len {
+        return Err(shape(
+            "attention",
+            format!("caches hold {capacity} rows, kv_len is {}", s.kv_len),
+        ));
+    }
+    let kv = s.kv_len * kv_cols;
+    validate_shape(s, q.rows() * q_cols, kv, kv)
+}
+
 impl GpuContext {
     /// Starts a batch of kernels on resident matrices.
     ///
@@ -293,25 +317,12 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         s: &AttentionShape,
         out: &GpuMatrix,
     ) -> Result<()> {
-        let q_cols = s.n_heads * s.head_dim;
-        let kv_cols = s.n_kv_heads * s.head_dim;
-        dense("attention", "q", q, s.n_tokens, q_cols)?;
-        dense("attention", "out", out, s.n_tokens, q_cols)?;
-        dense("attention", "k_cache", k_cache, k_cache.rows(), kv_cols)?;
-        dense("attention", "v_cache", v_cache, v_cache.rows(), kv_cols)?;
-        let capacity = k_cache.rows().min(v_cache.rows());
-        if capacity < s.kv_len {
-            return Err(shape(
-                "attention",
-                format!("caches hold {capacity} rows, kv_len is {}", s.kv_len),
-            ));
-        }
-        let kv = s.kv_len * kv_cols;
-        validate_shape(s, q.rows() * q_cols, kv, kv)?;
+        check_attention(q, (k_cache, v_cache), s, out)?;
         record_attention(
             &mut self.job,
             [&q.buf, &k_cache.buf, &v_cache.buf, &out.buf],
             s,
+            None,
         )
     }
 

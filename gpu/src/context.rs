@@ -66,6 +66,11 @@ pub struct GpuOptions {
     /// 8, the best of 16, 8 and 4 on an H100); a tuning knob for long contexts, where fewer
     /// blocks per range give a chunk's 72 query blocks more workgroups.
     pub attention_min_key_blocks: Option<usize>,
+    /// Keep the output projection a GEMM of its own after attention (a layer of 5
+    /// dispatches) even where attention could add it into the residual stream itself
+    /// ([`GpuContext::attention_fuses_output`]): the deterministic path (the fused one
+    /// sums the heads' products with float atomics, in no fixed order).
+    pub unfused_output_projection: bool,
 }
 
 /// What the chosen device offers that the kernels rely on.
@@ -117,6 +122,9 @@ pub struct DeviceInfo {
     /// `VK_NV_cooperative_matrix` is offered and enabled (what the NV f16 GEMM uses; it
     /// builds with Debian's glslc, which knows only `GL_NV_cooperative_matrix`).
     pub coop_matrix_nv: bool,
+    /// `shaderBufferFloat32AtomicAdd` (`VK_EXT_shader_atomic_float`) is enabled: what
+    /// attention with the output projection folded in needs.
+    pub float_atomic_add: bool,
 }
 
 impl DeviceInfo {
@@ -152,6 +160,8 @@ pub struct GpuContext {
     pub(crate) f32_attention: bool,
     /// [`GpuOptions::attention_min_key_blocks`], resolved (at least 1).
     pub(crate) attention_min_key_blocks: usize,
+    /// [`GpuOptions::unfused_output_projection`].
+    pub(crate) unfused_output_projection: bool,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
     /// that no buffer is bound twice in one dispatch).
     unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 4]>,
@@ -256,6 +266,7 @@ impl GpuContext {
             split_k_scratch: Mutex::new(None),
             attention_scratch: Mutex::new(None),
             f32_attention: options.f32_attention,
+            unfused_output_projection: options.unfused_output_projection,
             attention_min_key_blocks: options
                 .attention_min_key_blocks
                 .unwrap_or(crate::attention::KHR_MIN_BLOCKS_PER_RANGE)
@@ -382,6 +393,7 @@ fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, Devi
         nv_cooperative_matrix: offered.nv_cooperative_matrix,
         // Only when this build has a KHR kernel to run (see build.rs).
         khr_cooperative_matrix: offered.khr_cooperative_matrix && crate::CoopKernel::Khr.built(),
+        ext_shader_atomic_float: offered.ext_shader_atomic_float,
         ..DeviceExtensions::empty()
     };
     let have = p.supported_features();
@@ -405,6 +417,9 @@ fn wanted_extensions_and_features(p: &PhysicalDevice) -> (DeviceExtensions, Devi
         vulkan_memory_model_device_scope: core12
             && have.vulkan_memory_model
             && have.vulkan_memory_model_device_scope,
+        // Attention's fused output projection adds into the residual stream with it.
+        shader_buffer_float32_atomic_add: extensions.ext_shader_atomic_float
+            && have.shader_buffer_float32_atomic_add,
         ..DeviceFeatures::empty()
     };
     (extensions, features)
@@ -459,5 +474,6 @@ fn device_info(
             Vec::new()
         },
         coop_matrix_nv: extensions.nv_cooperative_matrix && features.cooperative_matrix,
+        float_atomic_add: features.shader_buffer_float32_atomic_add,
     }
 }

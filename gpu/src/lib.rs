@@ -20,6 +20,7 @@
 //! `[kv_len, n_kv_heads, head_dim]`; symmetric INT8 in `[-127, 127]`, round to nearest even.
 
 mod attention;
+mod attention_o;
 mod batch;
 mod buffers;
 mod context;
@@ -36,6 +37,7 @@ mod rope;
 mod timer;
 
 pub use attention::MAX_HEAD_DIM;
+pub use attention_o::AttentionOutput;
 
 pub use batch::{BatchOutput, GpuBatch};
 pub use buffers::{Elem, GpuArena, GpuMatrix};

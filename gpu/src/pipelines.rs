@@ -82,6 +82,8 @@ shaders! {
     AttentionTiled => "attention_tiled",
     AttentionFlash => "attention_flash",
     AttentionFlashKhr => "attention_flash_khr",
+    AttentionFlashO => "attention_flash_o",
+    AttentionFlashKhrO => "attention_flash_khr_o",
     Add => "add",
     AddChecked => "add_checked",
 }

@@ -7,12 +7,18 @@
 //! at the last of the three, that also rotates q and k and writes k and v into the layer's
 //! cache; gate and up are one GEMM that writes SiLU(gate)·up; the output and down
 //! projections add into the residual stream, so the residual step only checks the order.
-//! A llama layer is thus 5 dispatches per chunk (4 GEMMs and the attention), where the
-//! unfused kernels took 15 to 19 and 2 copies.
+//! Where the device can ([`GpuContext::attention_fuses_output`]: float atomics, a flash
+//! kernel, f16 weights on tensor cores), the attention dispatch also adds the output
+//! projection into the stream ([`GpuBatch::attention_into_residual`]) and the o step
+//! records nothing. A llama layer is thus 4 dispatches per chunk (3 GEMMs and attention
+//! with o), else 5 (4 GEMMs and the attention), where the unfused kernels took 15 to 19
+//! and 2 copies.
 
 use std::sync::Arc;
 
-use hetsched_gpu::{AttentionShape, FusedGemm, GemmEpilogue, GpuBatch, GpuContext};
+use hetsched_gpu::{
+    AttentionOutput, AttentionShape, FusedGemm, GemmEpilogue, GpuBatch, GpuContext,
+};
 use hetsched_systems::op::{NormSite, Projection};
 
 use super::tensors::{ChunkTensors, KvRows, NonFiniteFlags, RunState, Value};
@@ -151,6 +157,12 @@ impl GpuStageRunner {
             slot: flags.slot(chunk, layer, block),
         };
         let (group, done) = match p {
+            // Attention already added it into the stream.
+            Projection::O if t.o_fused => {
+                t.o_fused = false;
+                t.ready |= Value::O.bit();
+                return Ok(());
+            }
             Projection::O | Projection::Down => {
                 let (weights, block, done) = match p {
                     Projection::O => (&w.o, 0, Value::O),
@@ -254,8 +266,28 @@ impl GpuStageRunner {
             head_dim: c.head_dim,
         };
         let (k_cache, v_cache) = &state.caches[layer];
-        b.attention(&t.q, (k_cache, v_cache), &shape, &t.attn)
-            .map_err(gpu_err)?;
+        let w_o = &self.layer(layer)?.o;
+        if self
+            .model
+            .context
+            .attention_fuses_output(&shape, w_o.elem())
+        {
+            let flags = NonFiniteFlags {
+                layers: self.model.layers.len(),
+            };
+            let o = AttentionOutput {
+                w_o,
+                residual: &t.x,
+                flags: &state.nonfinite,
+                slot: flags.slot(chunk, layer, 0),
+            };
+            b.attention_into_residual(&t.q, (k_cache, v_cache), &shape, &t.attn, o)
+                .map_err(gpu_err)?;
+            t.o_fused = true;
+        } else {
+            b.attention(&t.q, (k_cache, v_cache), &shape, &t.attn)
+                .map_err(gpu_err)?;
+        }
         t.ready |= Value::Attn.bit();
         Ok(())
     }

@@ -71,6 +71,9 @@ pub(super) struct ChunkTensors {
     pub(super) norm: Option<NormSite>,
     /// Projections of the current fused group seen so far (bits by [`Projection::index`]).
     pub(super) pending: u8,
+    /// The attention dispatch already added the output projection into the stream
+    /// ([`hetsched_gpu::GpuBatch::attention_into_residual`]): the o step records nothing.
+    pub(super) o_fused: bool,
 }
 
 impl ChunkTensors {
@@ -220,6 +223,7 @@ impl ChunkTensors {
             delta: None,
             norm: None,
             pending: 0,
+            o_fused: false,
         })
     }
 }

@@ -153,6 +153,12 @@ impl GpuContext {
         if shader == Shader::AttentionFlashKhr {
             return !self.tensor_core_attention_available();
         }
+        if shader == Shader::AttentionFlashKhrO {
+            return !(self.tensor_core_attention_available() && self.info.float_atomic_add);
+        }
+        if shader == Shader::AttentionFlashO {
+            return !self.info.float_atomic_add;
+        }
         if shader == Shader::GemmF16FusedKhr {
             return !self.fused_gemm_on_tensor_cores();
         }
