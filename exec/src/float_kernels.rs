@@ -9,6 +9,7 @@ use hetsched_kernels::{
 };
 use rayon::prelude::*;
 
+use super::blocks::for_each_block;
 use super::error::KernelError;
 
 /// Query tokens per attention task: small blocks let work stealing balance the causal
@@ -129,17 +130,22 @@ fn by_token_blocks(
 ) -> Vec<f32> {
     let row = shape.n_heads * shape.head_dim;
     let mut out = vec![0f32; q.len()];
-    out.par_chunks_mut(ATTENTION_BLOCK * row)
-        .zip(q.par_chunks(ATTENTION_BLOCK * row))
+    // Later tokens see more keys: the heaviest blocks go first, so that the last ones
+    // claimed are short and the workers finish together.
+    let mut blocks: Vec<_> = out
+        .chunks_mut(ATTENTION_BLOCK * row)
+        .zip(q.chunks(ATTENTION_BLOCK * row))
         .enumerate()
-        .for_each(|(b, (out, q))| {
-            let block = AttentionShape {
-                n_tokens: q.len() / row,
-                pos0: shape.pos0 + b * ATTENTION_BLOCK,
-                ..*shape
-            };
-            kernel(q, out, &block);
-        });
+        .collect();
+    blocks.reverse();
+    for_each_block(blocks, |(b, (out, q))| {
+        let block = AttentionShape {
+            n_tokens: q.len() / row,
+            pos0: shape.pos0 + b * ATTENTION_BLOCK,
+            ..*shape
+        };
+        kernel(q, out, &block);
+    });
     out
 }
 
