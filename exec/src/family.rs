@@ -176,4 +176,25 @@ mod tests {
         let gelu = gated(Activation::GeluTanhGlu, &[0.0, 1.0], &[1.0, 2.0]);
         assert!((gelu[1] - 2.0 * 0.841_192).abs() < 1e-5);
     }
+
+    #[test]
+    fn gated_in_blocks_equals_one_call_bit_for_bit() {
+        use hetsched_kernels::seeded::SeededRng;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (gate, up) = (
+            SeededRng::new(3).f32s(128 * 1536),
+            SeededRng::new(4).f32s(128 * 1536),
+        );
+        for activation in [Activation::SiluGlu, Activation::GeluTanhGlu] {
+            let mut want = vec![0f32; gate.len()];
+            match activation {
+                Activation::SiluGlu => silu_mul_fast(&gate, &up, &mut want),
+                Activation::GeluTanhGlu => gelu_tanh_mul_fast(&gate, &up, &mut want),
+            }
+            assert_eq!(pool.install(|| gated(activation, &gate, &up)), want);
+        }
+    }
 }

@@ -573,4 +573,33 @@ mod tests {
     fn quantize_weights_per_row_pair(n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
         hetsched_kernels::reference::quantize_weights_per_row(&SeededRng::new(5).f32s(n * k), n, k)
     }
+
+    #[test]
+    fn element_wise_passes_in_blocks_equal_one_call_bit_for_bit() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        // A chunk's FFN activation: 12 blocks; a massive value in the last block sets
+        // the per-tensor scale.
+        let (rows, n) = (128, 1536);
+        let mut x = SeededRng::new(9).f32s(rows * n);
+        x[rows * n - 5] = 40.0;
+        let scale = scale_for_max_abs_fast(&x);
+        let mut want = vec![0i8; x.len()];
+        quantize_per_tensor_fast(&x, scale, &mut want);
+        let Act::Int8 { q, scale: got, .. } = pool.install(|| quantize(x, QuantRule::MaxAbs))
+        else {
+            panic!("max-abs quantizes to INT8");
+        };
+        assert_eq!((got, &q), (scale, &want));
+        let acc: Vec<i32> = q.iter().map(|&v| i32::from(v) * 977).collect();
+        let w_scales = SeededRng::new(10).f32s(n);
+        let mut want = vec![0f32; acc.len()];
+        dequantize_i32_acc_fast(&acc, rows, n, 0.003, &w_scales, &mut want);
+        let got = pool
+            .install(|| dequantize_int(&acc, 0.003, &w_scales, None))
+            .unwrap();
+        assert_eq!(got, want);
+    }
 }
