@@ -10,6 +10,7 @@ use hetsched_import::{
 use hetsched_kernels::{gelu_tanh_mul_fast, rms_norm, silu_mul_fast};
 use hetsched_systems::op::Block;
 
+use super::blocks::{ELEMENTS_PER_BLOCK, for_each_block};
 use super::weights::{ExecModel, checked};
 
 /// The weights of one layer's optional steps; `None` where the family has no such step.
@@ -98,11 +99,24 @@ pub fn norm_rows(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
 
 /// `act(gate) ⊙ up` with the family's activation.
 pub fn gated(activation: Activation, gate: &[f32], up: &[f32]) -> Vec<f32> {
+    assert_eq!(
+        gate.len(),
+        up.len(),
+        "gate and up must have the same length"
+    );
     let mut out = vec![0f32; gate.len()];
-    match activation {
-        Activation::SiluGlu => silu_mul_fast(gate, up, &mut out),
-        Activation::GeluTanhGlu => gelu_tanh_mul_fast(gate, up, &mut out),
-    }
+    // Element by element: blocks on several workers give the same values as one pass.
+    let blocks = out
+        .chunks_mut(ELEMENTS_PER_BLOCK)
+        .zip(
+            gate.chunks(ELEMENTS_PER_BLOCK)
+                .zip(up.chunks(ELEMENTS_PER_BLOCK)),
+        )
+        .collect();
+    for_each_block(blocks, |(out, (gate, up))| match activation {
+        Activation::SiluGlu => silu_mul_fast(gate, up, out),
+        Activation::GeluTanhGlu => gelu_tanh_mul_fast(gate, up, out),
+    });
     out
 }
 
@@ -161,5 +175,26 @@ mod tests {
         assert!((silu[1] - 2.0 * 0.731_058_6).abs() < 1e-5);
         let gelu = gated(Activation::GeluTanhGlu, &[0.0, 1.0], &[1.0, 2.0]);
         assert!((gelu[1] - 2.0 * 0.841_192).abs() < 1e-5);
+    }
+
+    #[test]
+    fn gated_in_blocks_equals_one_call_bit_for_bit() {
+        use hetsched_kernels::seeded::SeededRng;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (gate, up) = (
+            SeededRng::new(3).f32s(128 * 1536),
+            SeededRng::new(4).f32s(128 * 1536),
+        );
+        for activation in [Activation::SiluGlu, Activation::GeluTanhGlu] {
+            let mut want = vec![0f32; gate.len()];
+            match activation {
+                Activation::SiluGlu => silu_mul_fast(&gate, &up, &mut want),
+                Activation::GeluTanhGlu => gelu_tanh_mul_fast(&gate, &up, &mut want),
+            }
+            assert_eq!(pool.install(|| gated(activation, &gate, &up)), want);
+        }
     }
 }

@@ -4,11 +4,12 @@
 use std::ops::Range;
 
 use hetsched_kernels::{
-    AttentionKv, AttentionShape, FlashKeys, attention_causal_gqa_flash, attention_causal_gqa_gemm,
-    attention_windowed_gqa_flash, flash_supported, rms_norm_fast,
+    AttentionKv, AttentionShape, FlashKeys, RopeTable, attention_causal_gqa_flash,
+    attention_causal_gqa_gemm, attention_windowed_gqa_flash, flash_supported, rms_norm_fast,
 };
 use rayon::prelude::*;
 
+use super::blocks::{ELEMENTS_PER_BLOCK, for_each_block};
 use super::error::KernelError;
 
 /// Query tokens per attention task: small blocks let work stealing balance the causal
@@ -70,9 +71,7 @@ impl FloatKernels for CpuFloat {
         rows: usize,
         cols: usize,
     ) -> Result<Vec<f32>, KernelError> {
-        let mut out = vec![0f32; rows * cols];
-        rms_norm_fast(x, weight, eps, &mut out, rows, cols);
-        Ok(out)
+        Ok(rms_norm_blocks(x, weight, eps, rows, cols))
     }
 
     fn rope(
@@ -82,7 +81,7 @@ impl FloatKernels for CpuFloat {
         heads: usize,
         layer: usize,
     ) -> Result<(), KernelError> {
-        self.model.rope_of(layer).apply(x, positions, heads);
+        rope_blocks(self.model.rope_of(layer), x, positions, heads);
         Ok(())
     }
 
@@ -132,6 +131,40 @@ impl FloatKernels for CpuFloat {
     }
 }
 
+/// [`rms_norm_fast`] of `x[rows, cols]` in blocks of rows over the pool: row by row, the
+/// same values as one call.
+fn rms_norm_blocks(x: &[f32], weight: &[f32], eps: f32, rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; rows * cols];
+    if cols == 0 || x.len() != rows * cols {
+        // The kernel names what is wrong with the shapes.
+        rms_norm_fast(x, weight, eps, &mut out, rows, cols);
+        return out;
+    }
+    let block = (ELEMENTS_PER_BLOCK / cols).max(1) * cols;
+    let blocks = x.chunks(block).zip(out.chunks_mut(block)).collect();
+    for_each_block(blocks, |(x, out)| {
+        rms_norm_fast(x, weight, eps, out, x.len() / cols, cols);
+    });
+    out
+}
+
+/// `table.apply(x, positions, heads)` in blocks of tokens over the pool: token by token,
+/// the same values as one call.
+fn rope_blocks(table: &RopeTable, x: &mut [f32], positions: Range<usize>, heads: usize) {
+    let row = x.len() / positions.len().max(1);
+    if row == 0 || row * positions.len() != x.len() {
+        // The table names what is wrong with the shapes.
+        table.apply(x, positions, heads);
+        return;
+    }
+    let tokens = (ELEMENTS_PER_BLOCK / row).max(1);
+    let blocks = x.chunks_mut(tokens * row).enumerate().collect();
+    for_each_block(blocks, |(b, x)| {
+        let first = positions.start + b * tokens;
+        table.apply(x, first..first + x.len() / row, heads);
+    });
+}
+
 /// Attention of the queries `q` split into blocks of [`ATTENTION_BLOCK`] tokens across the
 /// pool: `kernel(q_block, out_block, block_shape)` per block. The flash kernel (AVX-512,
 /// one pass over the keys, values read in place) or the GEMM one, each with its keys
@@ -143,17 +176,22 @@ fn by_token_blocks(
 ) -> Vec<f32> {
     let row = shape.n_heads * shape.head_dim;
     let mut out = vec![0f32; q.len()];
-    out.par_chunks_mut(ATTENTION_BLOCK * row)
-        .zip(q.par_chunks(ATTENTION_BLOCK * row))
+    // Later tokens see more keys: the heaviest blocks go first, so that the last ones
+    // claimed are short and the workers finish together.
+    let mut blocks: Vec<_> = out
+        .chunks_mut(ATTENTION_BLOCK * row)
+        .zip(q.chunks(ATTENTION_BLOCK * row))
         .enumerate()
-        .for_each(|(b, (out, q))| {
-            let block = AttentionShape {
-                n_tokens: q.len() / row,
-                pos0: shape.pos0 + b * ATTENTION_BLOCK,
-                ..*shape
-            };
-            kernel(q, out, &block);
-        });
+        .collect();
+    blocks.reverse();
+    for_each_block(blocks, |(b, (out, q))| {
+        let block = AttentionShape {
+            n_tokens: q.len() / row,
+            pos0: shape.pos0 + b * ATTENTION_BLOCK,
+            ..*shape
+        };
+        kernel(q, out, &block);
+    });
     out
 }
 
@@ -342,5 +380,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn norm_and_rope_in_blocks_equal_one_call_bit_for_bit() {
+        use hetsched_kernels::RopeStyle;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        // 128 tokens of 9 heads × 64: several blocks of either kind.
+        let (rows, heads, d) = (128, 9, 64);
+        let cols = heads * d;
+        let x = SeededRng::new(5).f32s(rows * cols);
+        let weight = SeededRng::new(6).f32s(cols);
+        let mut want = vec![0f32; rows * cols];
+        rms_norm_fast(&x, &weight, 1e-5, &mut want, rows, cols);
+        let got = pool.install(|| rms_norm_blocks(&x, &weight, 1e-5, rows, cols));
+        assert_eq!(got, want);
+        let table = RopeTable::new(d, 10000.0, RopeStyle::Adjacent, 512);
+        let mut want = x.clone();
+        table.apply(&mut want, 300..300 + rows, heads);
+        let mut got = x.clone();
+        pool.install(|| rope_blocks(&table, &mut got, 300..300 + rows, heads));
+        assert_eq!(got, want);
     }
 }

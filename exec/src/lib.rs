@@ -19,6 +19,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod blocks;
 mod calibrate;
 mod calibration;
 mod decide;
@@ -32,6 +33,7 @@ mod gpu_layout;
 #[cfg(feature = "gpu")]
 mod gpu_resident;
 mod interpret;
+mod linger;
 mod load;
 pub mod lock_wait;
 mod queues;

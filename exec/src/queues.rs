@@ -24,7 +24,7 @@ use hetsched_systems::resources::{Completion, Job};
 use thiserror::Error;
 
 use super::error::ExecError;
-use super::lock_wait;
+use super::{linger, lock_wait};
 use hetsched_runtime::backends::{Backend, BackendError};
 use hetsched_runtime::engine::panic_message;
 
@@ -198,6 +198,8 @@ fn serve(
                 let start = now_ns();
                 let result = runner.run(&job);
                 let end = now_ns();
+                // Keep this worker polling for the next job or a helper's call.
+                linger::after_job();
                 // Time spent waiting for another job's lock is not this job's work: the
                 // slice starts that much later, as if the job had waited first.
                 (

@@ -17,6 +17,7 @@ use hetsched_kernels::{
 };
 use rayon::prelude::*;
 
+use super::blocks::{ELEMENTS_PER_BLOCK, for_each_block};
 use super::error::KernelError;
 use super::shadow::{QuantRule, ShadowCounters};
 use super::shadow_quant::{cold_mask, quantize_clipped};
@@ -98,9 +99,9 @@ pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
     match rule {
         QuantRule::PassThrough => Act::F32(x),
         QuantRule::MaxAbs => {
-            let scale = scale_for_max_abs_fast(&x);
+            let scale = scale_for_max_abs_blocks(&x);
             let mut q = vec![0i8; x.len()];
-            quantize_per_tensor_fast(&x, scale, &mut q);
+            quantize_blocks(&x, scale, &mut q);
             Act::Int8 {
                 q,
                 scale,
@@ -121,7 +122,7 @@ pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
         }
         QuantRule::Static { scale } => {
             let mut q = vec![0i8; x.len()];
-            quantize_per_tensor_fast(&x, scale, &mut q);
+            quantize_blocks(&x, scale, &mut q);
             Act::Int8 {
                 q,
                 scale,
@@ -131,6 +132,28 @@ pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
         QuantRule::Clip { rms: clip } => quantize_clipped(x, clip, None),
         QuantRule::HotMax { hot, clip } => quantize_clipped(x, clip, Some(&cold_mask(&hot))),
     }
+}
+
+/// [`scale_for_max_abs_fast`] of `x`, its max |x| taken over blocks of `x` in parallel:
+/// the max of the blocks' maxima is the same value, so the scale is too.
+fn scale_for_max_abs_blocks(x: &[f32]) -> f32 {
+    let mut maxima = vec![0f32; x.len().div_ceil(ELEMENTS_PER_BLOCK)];
+    let blocks = maxima
+        .iter_mut()
+        .zip(x.chunks(ELEMENTS_PER_BLOCK))
+        .collect();
+    for_each_block(blocks, |(m, x)| *m = max_abs(x));
+    scale_for_max_abs_fast(&maxima)
+}
+
+/// [`quantize_per_tensor_fast`] over blocks of `x` in parallel (element by element: the
+/// same values).
+fn quantize_blocks(x: &[f32], scale: f32, q: &mut [i8]) {
+    let blocks = x
+        .chunks(ELEMENTS_PER_BLOCK)
+        .zip(q.chunks_mut(ELEMENTS_PER_BLOCK))
+        .collect();
+    for_each_block(blocks, |(x, q)| quantize_per_tensor_fast(x, scale, q));
 }
 
 /// The clipped range of `x`: min(max |x|, `clip` × the RMS of its bulk), where the bulk is
@@ -224,11 +247,10 @@ fn gemm_w4_scaled_rows(
     }
     let mut out = vec![0f32; rows * n];
     let inputs = q
-        .par_chunks(ROWS_PER_TASK * k)
-        .zip(scales.par_chunks(ROWS_PER_TASK * per_row));
-    out.par_chunks_mut(ROWS_PER_TASK * n)
-        .zip(inputs)
-        .for_each(|(o, (a, s))| gemm(a, s, a.len() / k, 0..n, o));
+        .chunks(ROWS_PER_TASK * k)
+        .zip(scales.chunks(ROWS_PER_TASK * per_row));
+    let blocks = out.chunks_mut(ROWS_PER_TASK * n).zip(inputs).collect();
+    for_each_block(blocks, |(o, (a, s))| gemm(a, s, a.len() / k, 0..n, o));
     out
 }
 
@@ -245,9 +267,11 @@ fn int_rows(
         return by_columns(rows, n, |cols, out| gemm(q, rows, cols, out));
     }
     let mut acc = vec![0i32; rows * n];
-    acc.par_chunks_mut(ROWS_PER_TASK * n)
-        .zip(q.par_chunks(ROWS_PER_TASK * k))
-        .for_each(|(o, a)| gemm(a, a.len() / k, 0..n, o));
+    let blocks = acc
+        .chunks_mut(ROWS_PER_TASK * n)
+        .zip(q.chunks(ROWS_PER_TASK * k))
+        .collect();
+    for_each_block(blocks, |(o, a)| gemm(a, a.len() / k, 0..n, o));
     acc
 }
 
@@ -265,9 +289,11 @@ pub fn matmul_rows(a: &[f32], w: &PackedF32Weights) -> Vec<f32> {
         });
     }
     let mut out = vec![0f32; a.len() / k.max(1) * n];
-    out.par_chunks_mut(ROWS_PER_TASK * n)
-        .zip(a.par_chunks(ROWS_PER_TASK * k))
-        .for_each(|(o, a)| matmul_f32_packed(a, a.len() / k, w, o));
+    let blocks = out
+        .chunks_mut(ROWS_PER_TASK * n)
+        .zip(a.chunks(ROWS_PER_TASK * k))
+        .collect();
+    for_each_block(blocks, |(o, a)| matmul_f32_packed(a, a.len() / k, w, o));
     out
 }
 
@@ -383,7 +409,12 @@ fn dequantize_int(
         return Ok(y);
     }
     let mut y = vec![0f32; acc.len()];
-    dequantize_i32_acc_fast(acc, acc.len() / n.max(1), n, a_scale, scales, &mut y);
+    // Whole rows per block, element by element: the same values as one pass.
+    let block = (ELEMENTS_PER_BLOCK / n.max(1)).max(1) * n.max(1);
+    let blocks = acc.chunks(block).zip(y.chunks_mut(block)).collect();
+    for_each_block(blocks, |(acc, y)| {
+        dequantize_i32_acc_fast(acc, acc.len() / n.max(1), n, a_scale, scales, y);
+    });
     Ok(y)
 }
 
@@ -592,5 +623,34 @@ mod tests {
 
     fn quantize_weights_per_row_pair(n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
         hetsched_kernels::reference::quantize_weights_per_row(&SeededRng::new(5).f32s(n * k), n, k)
+    }
+
+    #[test]
+    fn element_wise_passes_in_blocks_equal_one_call_bit_for_bit() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        // A chunk's FFN activation: 12 blocks; a massive value in the last block sets
+        // the per-tensor scale.
+        let (rows, n) = (128, 1536);
+        let mut x = SeededRng::new(9).f32s(rows * n);
+        x[rows * n - 5] = 40.0;
+        let scale = scale_for_max_abs_fast(&x);
+        let mut want = vec![0i8; x.len()];
+        quantize_per_tensor_fast(&x, scale, &mut want);
+        let Act::Int8 { q, scale: got, .. } = pool.install(|| quantize(x, QuantRule::MaxAbs))
+        else {
+            panic!("max-abs quantizes to INT8");
+        };
+        assert_eq!((got, &q), (scale, &want));
+        let acc: Vec<i32> = q.iter().map(|&v| i32::from(v) * 977).collect();
+        let w_scales = SeededRng::new(10).f32s(n);
+        let mut want = vec![0f32; acc.len()];
+        dequantize_i32_acc_fast(&acc, rows, n, 0.003, &w_scales, &mut want);
+        let got = pool
+            .install(|| dequantize_int(&acc, 0.003, &w_scales, None))
+            .unwrap();
+        assert_eq!(got, want);
     }
 }
