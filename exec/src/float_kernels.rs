@@ -4,8 +4,8 @@
 use std::ops::Range;
 
 use hetsched_kernels::{
-    AttentionKv, AttentionShape, FlashKeys, RopeTable, attention_causal_gqa_flash,
-    attention_causal_gqa_gemm, attention_windowed_gqa_flash, flash_supported, rms_norm_fast,
+    AttentionKv, AttentionShape, FlashKeys, RopeTable, attention_causal_gqa_gemm,
+    attention_windowed_gqa_flash, flash_supported, rms_norm_fast,
 };
 use rayon::prelude::*;
 
@@ -93,13 +93,11 @@ impl FloatKernels for CpuFloat {
         shape: &AttentionShape,
         window: usize,
     ) -> Result<Vec<f32>, KernelError> {
-        // The last query sees `kv_len` keys: a wider window cuts none. A window that cuts
-        // keys: the flash kernel walks each block's window from the first key its first
-        // query sees (keys gathered from there); the scalar kernel without AVX-512.
-        if window < shape.kv_len {
-            if !flash_supported(shape.head_dim) {
-                return Ok(windowed_attention(q, k_cache, v_cache, shape, window));
-            }
+        // The flash kernel walks each block's window (the causal mask when the window is
+        // wider than the context), from the first key the first query sees: keys gathered
+        // from there. Without AVX-512: the scalar kernel when the window cuts keys (the
+        // last query sees `kv_len`), the GEMM one otherwise.
+        if flash_supported(shape.head_dim) {
             let from = (shape.pos0 + 1).saturating_sub(window);
             let keys = FlashKeys::gather_from(
                 k_cache,
@@ -112,11 +110,8 @@ impl FloatKernels for CpuFloat {
                 attention_windowed_gqa_flash(q, &keys, v_cache, out, block, window);
             }));
         }
-        if flash_supported(shape.head_dim) {
-            let keys = FlashKeys::gather(k_cache, shape.kv_len, shape.n_kv_heads, shape.head_dim);
-            return Ok(by_token_blocks(q, shape, |q, out, block| {
-                attention_causal_gqa_flash(q, &keys, v_cache, out, block);
-            }));
+        if window < shape.kv_len {
+            return Ok(windowed_attention(q, k_cache, v_cache, shape, window));
         }
         let gathered = AttentionKv::gather(
             k_cache,

@@ -24,6 +24,32 @@ fn close(got: &[f32], want: &[f32], tol: f32) -> Result<(), String> {
     Ok(())
 }
 
+/// The queries `q` of `shape` run through `kernel(q_block, out_block, block_shape)` in
+/// token blocks of `block`, as the executor splits them (a block's `pos0` its first
+/// token's); unwritten outputs stay NaN.
+fn in_blocks(
+    q: &[f32],
+    shape: &AttentionShape,
+    block: usize,
+    kernel: impl Fn(&[f32], &mut [f32], &AttentionShape),
+) -> Vec<f32> {
+    let row = shape.n_heads * shape.head_dim;
+    let mut got = vec![f32::NAN; q.len()];
+    for (b, (qb, ob)) in q
+        .chunks(block * row)
+        .zip(got.chunks_mut(block * row))
+        .enumerate()
+    {
+        let sub = AttentionShape {
+            n_tokens: qb.len() / row,
+            pos0: shape.pos0 + b * block,
+            ..*shape
+        };
+        kernel(qb, ob, &sub);
+    }
+    got
+}
+
 fn check(shape: AttentionShape, block: usize, spread: f32, seed: u64) -> Result<(), String> {
     let mut rng = SeededRng::new(seed);
     let (n_heads, kv_heads, d) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
@@ -41,20 +67,9 @@ fn check(shape: AttentionShape, block: usize, spread: f32, seed: u64) -> Result<
     let mut want = vec![0f32; q.len()];
     attention_causal_gqa(&q, &k, &v, &mut want, &shape);
     let keys = FlashKeys::gather(&k, shape.kv_len, kv_heads, d);
-    let mut got = vec![f32::NAN; q.len()];
-    let row = n_heads * d;
-    for (b, (qb, ob)) in q
-        .chunks(block * row)
-        .zip(got.chunks_mut(block * row))
-        .enumerate()
-    {
-        let sub = AttentionShape {
-            n_tokens: qb.len() / row,
-            pos0: shape.pos0 + b * block,
-            ..shape
-        };
-        attention_causal_gqa_flash(qb, &keys, &v, ob, &sub);
-    }
+    let got = in_blocks(&q, &shape, block, |qb, ob, sub| {
+        attention_causal_gqa_flash(qb, &keys, &v, ob, sub);
+    });
     close(&got, &want, ATTENTION_TOL)
 }
 
@@ -88,19 +103,9 @@ fn check_windowed(
     }
     let from = (shape.pos0 + 1).saturating_sub(window);
     let keys = FlashKeys::gather_from(&k, from, shape.kv_len, kv_heads, d);
-    let mut got = vec![f32::NAN; q.len()];
-    for (b, (qb, ob)) in q
-        .chunks(block * row)
-        .zip(got.chunks_mut(block * row))
-        .enumerate()
-    {
-        let sub = AttentionShape {
-            n_tokens: qb.len() / row,
-            pos0: shape.pos0 + b * block,
-            ..shape
-        };
-        attention_windowed_gqa_flash(qb, &keys, &v, ob, &sub, window);
-    }
+    let got = in_blocks(&q, &shape, block, |qb, ob, sub| {
+        attention_windowed_gqa_flash(qb, &keys, &v, ob, sub, window);
+    });
     close(&got, &want, ATTENTION_TOL)
 }
 
