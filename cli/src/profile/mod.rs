@@ -292,7 +292,7 @@ fn file_name(path: &Path) -> String {
 
 impl Grid<'_> {
     /// `text`'s tokens cut to the first prompt length (512 without one): the prompt of the
-    /// sharing runs and the one-thread pass.
+    /// sharing runs.
     fn first_prompt(
         &self,
         model: &ExecModel,
@@ -342,9 +342,11 @@ impl Grid<'_> {
 
 impl Grid<'_> {
     /// Every stage's cost on one compute thread: each model's prefill of the first prompt
-    /// length at every chunk length, once, on a one-worker pool (where jobs never
-    /// overlap), fitted like the grid. With the costs on the profile's threads it gives
-    /// each stage's speed-up, which says how two jobs share the pool (`run --predict`).
+    /// length at every chunk length, and of the longest prompt length at the middle chunk
+    /// length (the attention contexts the grid covers: a windowed layer's cost changes
+    /// slope past its window), once each, on a one-worker pool (where jobs never overlap),
+    /// fitted like the grid. With the costs on the profile's threads it gives each stage's
+    /// speed-up, which says how two jobs share the pool (`run --predict`).
     fn one_thread(
         &self,
         models: &[Arc<ExecModel>],
@@ -356,12 +358,18 @@ impl Grid<'_> {
         if options.threads <= 1 {
             return Ok(Vec::new());
         }
+        let settings = self.one_thread_settings();
         let mut bar = Bar::new("one thread");
-        bar.set_len((models.len() * self.chunk_lens.len()) as u64);
+        bar.set_len((models.len() * settings.len()) as u64);
         let mut samples = Vec::new();
         for model in models {
-            let tokens = self.first_prompt(model, tokenizer, text)?;
-            for &chunk_len in self.chunk_lens {
+            for &(prompt, chunk_len) in &settings {
+                let tokens = prompt_tokens(
+                    tokenizer,
+                    text,
+                    prompt as usize,
+                    model.config.context_length,
+                )?;
                 let options = PrefillOptions {
                     chunk_len,
                     threads: 1,
@@ -374,6 +382,23 @@ impl Grid<'_> {
         }
         bar.finish();
         Ok(one_thread_costs(device, &samples))
+    }
+
+    /// The one-thread pass's (prompt, chunk) prefills: the first prompt length at every
+    /// chunk length, then the longest prompt length (when longer) at the middle chunk
+    /// length.
+    fn one_thread_settings(&self) -> Vec<(u32, u32)> {
+        let first = self.prompt_lens.first().copied().unwrap_or(512);
+        let mut settings: Vec<(u32, u32)> = self.chunk_lens.iter().map(|&c| (first, c)).collect();
+        let longest = self.prompt_lens.iter().copied().max().unwrap_or(first);
+        if longest > first {
+            let mut chunks = self.chunk_lens.to_vec();
+            chunks.sort_unstable();
+            if let Some(&middle) = chunks.get(chunks.len() / 2) {
+                settings.push((longest, middle));
+            }
+        }
+        settings
     }
 }
 
@@ -484,4 +509,27 @@ fn summary_text(s: &ProfileSummary) -> String {
         s.device, s.samples_file, s.scene_file
     ));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Grid;
+
+    #[test]
+    fn the_one_thread_pass_covers_the_longest_prompt_at_the_middle_chunk() {
+        let grid = Grid {
+            chunk_lens: &[256, 64, 128],
+            prompt_lens: &[512, 2048],
+            reps: 2,
+        };
+        assert_eq!(
+            grid.one_thread_settings(),
+            [(512, 256), (512, 64), (512, 128), (2048, 128)]
+        );
+        let one_prompt = Grid {
+            prompt_lens: &[512],
+            ..grid
+        };
+        assert_eq!(one_prompt.one_thread_settings().len(), 3);
+    }
 }
