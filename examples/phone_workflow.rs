@@ -171,6 +171,7 @@ impl Device {
             job_gap_us: gaps[gaps.len() / 2] / 1e3,
             two_job_rate: self.sharing()?.unwrap_or(0.0),
             one_thread: Vec::new(),
+            adapted: Vec::new(),
         });
         println!(
             "device: {} samples from {} prefills, {} fits, worst fit error {:.1}%",

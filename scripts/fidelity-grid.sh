@@ -13,7 +13,9 @@
 # BIN picks the binary (default target/release/hetsched); CALIBRATION names the
 # w8a8-shadow calibration file (default: the one beside the model, if any); ALSO names a
 # second profile: every setting then runs once with each, interleaved, and the summary
-# compares the two predictors on the same machine state. Each row: profile, round,
+# compares the two predictors on the same machine state; ADAPT names a history file that
+# every run appends to, and adds a run of each setting with `--adapt` (labelled
+# PROFILE+adapt) after the plain one. Each row: profile, round,
 # precision, prompt, chunk, policy, measured and predicted makespan (ms), the error, then
 # per lane its name, measured and predicted busy time (ms), and the cost model.
 # Timings are noisy on a shared machine: run it when nothing else is building, and say so
@@ -30,6 +32,12 @@ precisions=${PRECISIONS:-f32 w8a8}
 reps=${REPS:-1}
 profiles=("$profile")
 [[ -n ${ALSO:-} ]] && profiles+=("$ALSO")
+# ADAPT=HISTORY.jsonl: every run appends to that history, and each setting runs once more
+# with `--adapt` (the profile's costs scaled to the history's recent records), labelled
+# PROFILE+adapt.
+if [[ -n ${ADAPT:-} ]]; then
+  for prof in "${profiles[@]}"; do profiles+=("$prof+adapt"); done
+fi
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
 for ((rep = 1; rep <= reps; rep++)); do
@@ -42,10 +50,13 @@ for precision in $precisions; do
           calibration=(--calibration "$CALIBRATION")
         fi
         for prof in "${profiles[@]}"; do
+          history=()
+          [[ -n ${ADAPT:-} ]] && history=(--history "$ADAPT")
+          [[ $prof == *+adapt ]] && history+=(--adapt)
           "$bin" run --model "$model" --prompt "The committee reviewed the proposal." \
             --prompt-len "$prompt" --chunk-len "$chunk" --policy "$policy" \
             --precision "$precision" --threads "$threads" --warmup 1 \
-            --profile "$prof" --predict --json "${calibration[@]}" 2>/dev/null \
+            --profile "${prof%+adapt}" --predict --json "${calibration[@]}" "${history[@]}" 2>/dev/null \
             | PROF="$prof" REP="$rep" python3 -c '
 import json, os, sys
 r = json.load(sys.stdin)

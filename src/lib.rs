@@ -37,6 +37,6 @@ pub use hetsched_exec as exec;
 pub use hetsched_import as import;
 pub use hetsched_import::limits;
 pub use hetsched_runtime::{
-    backends, engine, fsutil, history, prediction, profiling, progress, report, scene,
+    adapt, backends, engine, fsutil, history, prediction, profiling, progress, report, scene,
 };
 pub use hetsched_systems as systems;

@@ -77,6 +77,7 @@ fn measured_scene(skip: Option<usize>) -> (Scene, String) {
         job_gap_us: 30.0,
         two_job_rate: 0.0,
         one_thread,
+        adapted: Vec::new(),
     });
     let device = toml_text(&scene.device).unwrap();
     (scene, device)

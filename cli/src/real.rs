@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use hetsched::adapt::{self, adapt_to_history};
 use hetsched::exec::{
     self, ExecError, GpuUse, LinearPrecision, PrefillOptions, PrefillReport, PrefillResult,
 };
-use hetsched::history::{append_history, records_on};
+use hetsched::history::{append_history, read_recent_history, records_on};
 use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
 use hetsched::profiling;
@@ -64,6 +65,12 @@ pub struct RunArgs {
     /// docs/calibration.md) that `hetsched profile` can refit from.
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
+    /// Scale the profile's stage costs to the machine's recent runs in the history file
+    /// (each kind by the median ratio of its recent measured durations to the profile's;
+    /// docs/calibration.md, "Costs that follow the machine"); needs --profile and
+    /// --history. The report lists the factors.
+    #[arg(long, requires_all = ["profile", "history"])]
+    adapt: bool,
     /// Tokens per chunk.
     #[arg(long, default_value_t = 128)]
     chunk_len: u32,
@@ -160,14 +167,24 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     );
     let load_ms = loading.elapsed().as_secs_f64() * 1e3;
     let defaults = PrefillOptions::default();
-    let device = match &args.profile {
-        Some(path) => measured_device(path, &model)?,
-        None => defaults.device.clone(),
+    let threads = args.threads.unwrap_or(defaults.threads);
+    let device = match (&args.profile, &args.history) {
+        (Some(profile), Some(history)) if args.adapt => {
+            let recent = read_recent_history(history, adapt::RECENT_BYTES)?;
+            adapt_to_history(
+                &measured_device(profile, &model)?,
+                &recent,
+                &model.name,
+                threads,
+            )
+        }
+        (Some(profile), _) => measured_device(profile, &model)?,
+        (None, _) => defaults.device.clone(),
     };
     let options = PrefillOptions {
         chunk_len: args.chunk_len,
         policy: args.policy,
-        threads: args.threads.unwrap_or(defaults.threads),
+        threads,
         gpu,
         device,
         // A timeline asked for shows the device's times.

@@ -901,3 +901,71 @@ fn a_history_of_one_and_two_thread_runs_refits_a_profile_with_its_one_thread_tab
     let profile = std::fs::read_to_string(&out_file).unwrap();
     assert!(profile.contains("[[measured.one_thread]]"), "{profile}");
 }
+
+/// `run --adapt` scales a measured profile's costs to the history's recent records and
+/// lists the factors in the report; it needs a profile and a history.
+#[test]
+fn a_run_adapts_a_profile_to_its_history() {
+    let model = test_model();
+    let dir = scratch("history-adapt");
+    let (history, profile) = (dir.join("history.jsonl"), dir.join("refit.toml"));
+    let _ = std::fs::remove_file(&history);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--model",
+            &model,
+            "--prompt",
+            "The capital of France is",
+            "--chunk-len",
+            "2",
+            "--threads",
+            "2",
+            "--policy",
+            "inorder",
+            "--history",
+            history.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        hetsched(&args)
+    };
+    let ok = |out: std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        out
+    };
+    ok(run(&[]));
+    ok(hetsched(&[
+        "profile",
+        "--model",
+        &model,
+        "--threads",
+        "2",
+        "--from-history",
+        history.to_str().unwrap(),
+        "--out",
+        profile.to_str().unwrap(),
+    ]));
+    let out = ok(run(&["--profile", profile.to_str().unwrap(), "--adapt"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let adapted = json["cost_model"]["adapted"].as_array().unwrap();
+    assert!(!adapted.is_empty(), "{json}");
+    for a in adapted {
+        let factor = a["factor"].as_f64().unwrap();
+        assert!((0.25..=4.0).contains(&factor), "{a}");
+        assert!(a["records"].as_u64().unwrap() >= 16, "{a}");
+    }
+    let out = hetsched(&[
+        "run",
+        "--model",
+        &model,
+        "--prompt",
+        "x",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--adapt",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--history"));
+}

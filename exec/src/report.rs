@@ -194,6 +194,19 @@ impl PrefillReport {
     }
 }
 
+/// `run --adapt`'s line: how many stage kinds it scaled and the range of the factors.
+fn adaptation_line(adapted: &[hetsched_systems::CostAdaptation]) -> Option<String> {
+    let factors = adapted.iter().map(|a| a.factor);
+    let low = factors.clone().fold(f64::INFINITY, f64::min);
+    let high = factors.fold(0.0, f64::max);
+    (!adapted.is_empty()).then(|| {
+        format!(
+            "costs adapted to the run history: {} stage kinds, x{low:.2} to x{high:.2}\n",
+            adapted.len()
+        )
+    })
+}
+
 impl PrefillReport {
     /// Which cost model priced the plan's stages.
     fn cost_model_line(&self) -> String {
@@ -209,6 +222,9 @@ impl PrefillReport {
             ));
         }
         s.push_str(")\n");
+        if let Some(line) = adaptation_line(&c.adapted) {
+            s.push_str(&line);
+        }
         if let Some(d) = &self.decision_costs {
             s.push_str(&format!("policy {}\n", d.summary()));
         }

@@ -9,9 +9,10 @@
 //! and nothing before it is lost).
 
 use std::fs::OpenOptions;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::path::Path;
 
+use hetsched_systems::resources::SliceRecord;
 use hetsched_systems::{attention_window, has_attention, precision_label, stage_kind};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -52,6 +53,12 @@ pub struct HistoryRecord {
     /// those of one thread.
     #[serde(default)]
     pub threads: Option<u32>,
+    /// Whether it ran with no other lane's job running (at most 5% of its time
+    /// overlapped one): its time is then its own, as a profile's `inorder` samples are,
+    /// not slowed by a job sharing the cores (`run --adapt` reads only these; `null` in
+    /// files written before it).
+    #[serde(default)]
+    pub alone: Option<bool>,
 }
 
 /// Why a history file could not be written or read.
@@ -82,10 +89,13 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
     let plan = &run.plan;
     let (prompt, chunk_len) = (plan.workload.prompt_len, plan.workload.chunk_len);
     let precision = precision_label(&plan.model);
+    let lanes = lane_spans(&run.timeline.slices, plan.device.processors.len());
     run.timeline
         .slices
         .iter()
         .map(|s| {
+            let ns = s.end_ns.saturating_sub(s.start_ns).max(1);
+            let overlapped = overlap_with_other_lanes(&lanes, s);
             let ops = &plan.stages[s.key.stage as usize].ops;
             let shape = plan.executed_shape(s.key);
             HistoryRecord {
@@ -95,15 +105,49 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
                 processor: plan.device.processors[s.processor].name.clone(),
                 tokens: shape.tokens,
                 past: shape.past,
-                ns: s.end_ns.saturating_sub(s.start_ns).max(1),
+                ns,
                 attention: has_attention(ops),
                 window: attention_window(ops),
                 prompt_len: prompt,
                 chunk_len,
                 threads: None,
+                alone: Some(overlapped * 20 <= ns),
             }
         })
         .collect()
+}
+
+/// Each lane's (start, end) spans, sorted by start (a lane runs one job at a time).
+fn lane_spans(slices: &[SliceRecord], lanes: usize) -> Vec<Vec<(u64, u64)>> {
+    let mut spans = vec![Vec::new(); lanes];
+    for s in slices {
+        if let Some(lane) = spans.get_mut(s.processor) {
+            lane.push((s.start_ns, s.end_ns));
+        }
+    }
+    for lane in &mut spans {
+        lane.sort_unstable();
+    }
+    spans
+}
+
+/// How long, in ns, jobs of lanes other than `slice`'s ran during it (summed per lane).
+fn overlap_with_other_lanes(lanes: &[Vec<(u64, u64)>], slice: &SliceRecord) -> u64 {
+    let mut overlapped = 0;
+    for (lane, spans) in lanes.iter().enumerate() {
+        if lane == slice.processor {
+            continue;
+        }
+        // Spans are disjoint and sorted, so their ends are sorted too.
+        let first = spans.partition_point(|&(_, end)| end <= slice.start_ns);
+        for &(start, end) in spans[first..]
+            .iter()
+            .take_while(|&&(start, _)| start < slice.end_ns)
+        {
+            overlapped += end.min(slice.end_ns) - start.max(slice.start_ns);
+        }
+    }
+    overlapped
 }
 
 /// [`records_of`] a run on `threads` compute threads, each record saying so.
@@ -138,17 +182,68 @@ pub fn append_history(path: &Path, records: &[HistoryRecord]) -> Result<(), Hist
 /// Reads every record of `path`, line by line (at most [`limits::MAX_HISTORY_BYTES`]);
 /// a line that is not a record (or has a zero duration) is an error naming its line.
 pub fn read_history(path: &Path) -> Result<Vec<HistoryRecord>, HistoryError> {
-    let io = |error| HistoryError::Io {
+    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    let reader = BufReader::new(file.take(limits::MAX_HISTORY_BYTES + 1));
+    parse_records(path, reader, Some(limits::MAX_HISTORY_BYTES))
+}
+
+/// The records in the last `bytes` of `path` (the most recent runs': a history grows
+/// with every run, and `run --adapt` needs only its end), from the first whole line
+/// there; a missing file has none. A corrupt line is an error naming its line, counted
+/// from where the read starts.
+pub fn read_recent_history(path: &Path, bytes: u64) -> Result<Vec<HistoryRecord>, HistoryError> {
+    use std::io::{Seek as _, SeekFrom};
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(path, e)),
+    };
+    let len = file.metadata().map_err(|e| io_error(path, e))?.len();
+    let start = len.saturating_sub(bytes);
+    let mut reader = BufReader::new(file);
+    if start > 0 {
+        // Start at the first line that begins inside the window: the line the window
+        // cuts is skipped whole (one byte earlier, so a window starting on a line's
+        // first byte keeps that line).
+        reader
+            .seek(SeekFrom::Start(start - 1))
+            .map_err(|e| io_error(path, e))?;
+        reader
+            .read_until(b'\n', &mut Vec::new())
+            .map_err(|e| io_error(path, e))?;
+    }
+    parse_records(path, reader, None).map_err(|e| match e {
+        HistoryError::Corrupt {
+            path,
+            line,
+            message,
+        } => HistoryError::Corrupt {
+            path,
+            line,
+            message: format!("{message} (lines counted from byte {start})"),
+        },
+        e => e,
+    })
+}
+
+fn io_error(path: &Path, error: std::io::Error) -> HistoryError {
+    HistoryError::Io {
         path: path.display().to_string(),
         error,
-    };
+    }
+}
+
+/// The records of `reader`'s lines, numbered from 1; more than `limit` bytes is an error.
+fn parse_records(
+    path: &Path,
+    mut reader: impl BufRead,
+    limit: Option<u64>,
+) -> Result<Vec<HistoryRecord>, HistoryError> {
     let corrupt = |line: usize, message: String| HistoryError::Corrupt {
         path: path.display().to_string(),
         line,
         message,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let mut reader = BufReader::new(file.take(limits::MAX_HISTORY_BYTES + 1));
     let (mut records, mut line, mut read) = (Vec::new(), String::new(), 0u64);
     for number in 1.. {
         line.clear();
@@ -157,20 +252,18 @@ pub fn read_history(path: &Path) -> Result<Vec<HistoryRecord>, HistoryError> {
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                 return Err(corrupt(number, "not UTF-8 text".into()));
             }
-            Err(e) => return Err(io(e)),
+            Err(e) => return Err(io_error(path, e)),
         };
         if n == 0 {
             break;
         }
         read += n as u64;
-        if read > limits::MAX_HISTORY_BYTES {
-            return Err(io(std::io::Error::new(
+        if let Some(limit) = limit.filter(|&limit| read > limit) {
+            let too_large = std::io::Error::new(
                 std::io::ErrorKind::FileTooLarge,
-                format!(
-                    "larger than the limit of {} bytes for a history file (limits.rs)",
-                    limits::MAX_HISTORY_BYTES
-                ),
-            )));
+                format!("larger than the limit of {limit} bytes for a history file (limits.rs)"),
+            );
+            return Err(io_error(path, too_large));
         }
         if line.trim().is_empty() {
             continue;
@@ -270,5 +363,49 @@ mod tests {
                 .contains("line 1")
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_recent_records_are_the_whole_lines_at_the_end() {
+        let dir = std::env::temp_dir().join(format!("hetsched-history-r-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.jsonl");
+        let _ = std::fs::remove_file(&path);
+        assert!(read_recent_history(&path, 1 << 20).unwrap().is_empty());
+        let records = records_of(&run());
+        append_history(&path, &records).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(read_recent_history(&path, len).unwrap(), records);
+        assert_eq!(read_recent_history(&path, 10 * len).unwrap(), records);
+        // A window that cuts the first line in two keeps the rest.
+        assert_eq!(read_recent_history(&path, len - 1).unwrap(), records[1..]);
+        // One that starts on the last line's first byte keeps just it.
+        let last = serde_json::to_string(records.last().unwrap())
+            .unwrap()
+            .len() as u64
+            + 1;
+        assert_eq!(
+            read_recent_history(&path, last).unwrap(),
+            records[records.len() - 1..]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_record_is_alone_when_no_other_lane_ran_during_it() {
+        let mut outcome = run();
+        let slices = &mut outcome.timeline.slices;
+        slices.truncate(2);
+        slices[0].processor = 0;
+        slices[1].processor = 1;
+        let span = |s: &mut SliceRecord, start, end| (s.start_ns, s.end_ns) = (start, end);
+        // 1000 ns against 50 ns of overlap (5%): alone; 51 ns: not.
+        span(&mut slices[0], 0, 1000);
+        span(&mut slices[1], 950, 2000);
+        let alone: Vec<_> = records_of(&outcome).iter().map(|r| r.alone).collect();
+        assert_eq!(alone, [Some(true), Some(true)]);
+        span(&mut outcome.timeline.slices[1], 949, 2000);
+        let alone: Vec<_> = records_of(&outcome).iter().map(|r| r.alone).collect();
+        assert_eq!(alone, [Some(false), Some(true)]);
     }
 }

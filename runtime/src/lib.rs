@@ -6,6 +6,7 @@
 //! Use it through the `hetsched` crate, which re-exports every module here under the
 //! same name (`hetsched_runtime::engine`, `hetsched_runtime::scene`, ...).
 
+pub mod adapt;
 pub mod backends;
 pub mod decision;
 pub mod engine;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use hetsched_systems::{CostSource, PrefillPlan, stage_kind};
+use hetsched_systems::{CostAdaptation, CostSource, PrefillPlan, stage_kind};
 use serde::Serialize;
 
 use crate::engine::RunOutcome;
@@ -18,6 +18,10 @@ pub struct CostModelUse {
     pub measured_stage_kinds: usize,
     /// Stage kinds the profile had no measured cost for (priced by the roofline).
     pub roofline_stage_kinds: Vec<String>,
+    /// Measured costs scaled to the run history (`run --adapt`), kind by kind; empty
+    /// when the profile's costs were used as fitted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub adapted: Vec<CostAdaptation>,
 }
 
 impl CostModelUse {
@@ -44,6 +48,12 @@ impl CostModelUse {
             },
             measured_stage_kinds: measured,
             roofline_stage_kinds: roofline,
+            adapted: plan
+                .device
+                .measured
+                .as_ref()
+                .map(|m| m.adapted.clone())
+                .unwrap_or_default(),
         }
     }
 }

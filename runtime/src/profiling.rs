@@ -355,14 +355,10 @@ mod tests {
                     .iter()
                     .map(|f| hetsched_systems::OneThreadCost {
                         processor: f.processor.clone(),
-                        cost: StageCost {
-                            launch_us: f.cost.launch_us * speedup,
-                            per_token_us: f.cost.per_token_us * speedup,
-                            per_pair_us: f.cost.per_pair_us * speedup,
-                            ..f.cost.clone()
-                        },
+                        cost: f.cost.scaled(speedup),
                     })
                     .collect(),
+                adapted: Vec::new(),
             });
             PrefillPlan::new(plan.model.clone(), device, plan.workload.clone()).unwrap()
         };

@@ -156,6 +156,28 @@ pub struct ProfileOrigin {
     /// with `two_job_rate` alone).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub one_thread: Vec<OneThreadCost>,
+    /// Stage costs scaled to the machine's recent runs (`run --adapt`: the median ratio
+    /// of a run history's recent measured durations to the profile's costs); empty when
+    /// the costs are the profile's as fitted. Not written by `profile`: a run fills it in
+    /// for its own plan, and its report lists it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adapted: Vec<CostAdaptation>,
+}
+
+/// One stage kind's cost scaled to recent measurements (`run --adapt`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostAdaptation {
+    /// The stage kind.
+    pub stage: String,
+    /// The processor whose cost was scaled.
+    pub processor: String,
+    /// The precision of the cost.
+    pub precision: String,
+    /// The factor every coefficient was multiplied by (measured / profile, median).
+    pub factor: f64,
+    /// Recent records the factor is the median over.
+    pub records: usize,
 }
 
 /// A stage's cost on one compute thread, on one processor's queue.

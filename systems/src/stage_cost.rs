@@ -86,6 +86,20 @@ impl StageCost {
     }
 }
 
+impl StageCost {
+    /// This cost with every coefficient multiplied by `factor` (a machine running
+    /// uniformly slower or faster than when it was profiled: `run --adapt`).
+    pub fn scaled(&self, factor: f64) -> StageCost {
+        StageCost {
+            launch_us: self.launch_us * factor,
+            per_token_us: self.per_token_us * factor,
+            per_pair_us: self.per_pair_us * factor,
+            per_window_pair_us: self.per_window_pair_us * factor,
+            ..self.clone()
+        }
+    }
+}
+
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
 }

@@ -202,6 +202,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         job_gap_us: median(gaps) / 1e3,
         two_job_rate: two_job_rate.unwrap_or(0.0),
         one_thread,
+        adapted: Vec::new(),
     });
     let summary = ProfileSummary {
         model: first.name.clone(),
@@ -402,10 +403,10 @@ impl Grid<'_> {
     }
 }
 
-/// A history's records of `model`, split into those of runs on `threads` compute threads
-/// (or of unrecorded threads, as in older files), which the profile's costs are fitted
-/// from, and those of runs on one thread (when `threads` > 1), which its one-thread
-/// table is; records of other thread counts are left out.
+/// A history's records of `model` that ran alone, split into those of runs on `threads`
+/// compute threads (or of unrecorded threads, as in older files), which the profile's
+/// costs are fitted from, and those of runs on one thread (when `threads` > 1), which its
+/// one-thread table is; records of other thread counts are left out.
 fn split_history(
     records: Vec<HistoryRecord>,
     model: &str,
@@ -413,7 +414,11 @@ fn split_history(
 ) -> (Vec<HistoryRecord>, Vec<HistoryRecord>) {
     let threads = u32::try_from(threads).ok();
     let (mut fit, mut on_one) = (Vec::new(), Vec::new());
-    for r in records.into_iter().filter(|r| r.model == model) {
+    // A job that shared the cores with another lane's ran slower than alone; the
+    // profile's costs are of jobs alone (the pool model adds the sharing), so only those
+    // (and records of older files, which do not say) are fitted.
+    let alone = |r: &HistoryRecord| r.model == model && r.alone != Some(false);
+    for r in records.into_iter().filter(alone) {
         match r.threads {
             None => fit.push(r),
             t if t == threads => fit.push(r),
