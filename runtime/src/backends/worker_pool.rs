@@ -10,12 +10,14 @@
 //! The model, per job (Amdahl): alone on `T` threads a job runs at its full rate; `n`
 //! running jobs get `T / n` threads each and run at `speedup(T / n) / speedup(T)`, with
 //! `speedup(t) = 1 / (1 - f + f / t)`. A job that finds a free worker but others running
-//! joins when the running job that yields soonest ends its current parallel loop: a job
-//! of `k` loops (its stage's operators, one kernel call each, with a serial step
-//! between them where a worker runs out of the job's work) is taken to yield after the
-//! parallel share `f` of a loop's worth of what it had left, `f * left / k` (a job with
-//! no parallel part yields at once; a single fully parallel loop only at its end); with
-//! no free worker it waits for a completion. Measured on this machine
+//! joins when the running job that yields soonest ends its current parallel loop: a job's
+//! loops are its stage's operators (one kernel call each, with a serial step between
+//! them where a worker runs out of the job's work), each taking its share of the job's
+//! work (from the roofline of its operators: an attention stage at a long context is
+//! mostly its attention loop), and the job is taken to yield after the parallel share
+//! `f` of what is left of the loop it is in (a job with no parallel part yields at once;
+//! a single fully parallel loop only at its end); with no free worker it waits for a
+//! completion. Measured on this machine
 //! (docs/calibration.md): it splits the lanes' busy time as the real queues do, which the
 //! symmetric rate of [`super::shared_pool`] does not, and the per-loop wait fits the
 //! measured overlap better than a wait for the whole job's parallel share.
@@ -37,11 +39,11 @@ pub struct ParallelFractions {
     pub fraction: Vec<f64>,
     /// The fraction of a job the table has no entry for.
     pub default: f64,
-    /// Each instance's count of parallel loops (its stage's operators, each one kernel
-    /// call), by instance id: between two loops a worker is free of the job, so a
-    /// newcomer waits for the end of the running job's current loop, not of all its
-    /// parallel work. An instance without an entry counts as one loop.
-    pub loops: Vec<u32>,
+    /// Each instance's parallel loops (its stage's operators, each one kernel call), by
+    /// instance id, as their shares of its work, in order: between two loops a worker is
+    /// free of the job, so a newcomer waits for the end of the running job's current
+    /// loop, not of all its parallel work. An instance without an entry is one loop.
+    pub loops: Vec<Box<[f32]>>,
 }
 
 impl ParallelFractions {
@@ -63,9 +65,24 @@ impl ParallelFractions {
             .unwrap_or(self.default)
     }
 
-    fn loops_of(&self, id: u32) -> f64 {
-        f64::from(self.loops.get(id as usize).copied().unwrap_or(1).max(1))
+    fn loops_of(&self, id: u32) -> Box<[f32]> {
+        self.loops.get(id as usize).cloned().unwrap_or_default()
     }
+}
+
+/// Work (ns alone) left in the current loop of a job of `work` with `left` to do, whose
+/// loops take `shares` of it in order (none: one loop, all that is left).
+fn left_in_loop(shares: &[f32], work: f64, left: f64) -> f64 {
+    let left = left.max(0.0);
+    let done = work - left;
+    let mut end = 0.0;
+    for &share in shares {
+        end += f64::from(share) * work;
+        if end > done {
+            return (end - done).min(left);
+        }
+    }
+    left
 }
 
 /// A job on the simulated pool.
@@ -75,8 +92,10 @@ struct Running {
     processor: usize,
     start: u64,
     fraction: f64,
-    /// Parallel loops the job runs one after the other.
-    loops: f64,
+    /// Its parallel loops' shares of its work, in order.
+    loops: Box<[f32]>,
+    /// Its work, in ns of running alone.
+    work: f64,
     /// Work left, in ns of running alone.
     left: f64,
 }
@@ -87,7 +106,7 @@ struct Queued {
     id: u32,
     processor: usize,
     fraction: f64,
-    loops: f64,
+    loops: Box<[f32]>,
     work: f64,
 }
 
@@ -162,7 +181,8 @@ impl WorkerPoolBackend {
         self.running
             .iter()
             .map(|j| {
-                let share = j.fraction * j.left.max(0.0) / j.loops / self.rate(j.fraction, n);
+                let left = left_in_loop(&j.loops, j.work, j.left);
+                let share = j.fraction * left / self.rate(j.fraction, n);
                 self.now + share.ceil() as u64
             })
             .min()
@@ -178,6 +198,7 @@ impl WorkerPoolBackend {
             start: self.now,
             fraction: job.fraction,
             loops: job.loops,
+            work: job.work,
             left: job.work,
         });
         self.admit_at = None;
@@ -354,7 +375,7 @@ mod tests {
             lanes: 2,
             fraction: vec![0.5, 0.0, 0.0, 0.5],
             default: 0.0,
-            loops: vec![2, 1],
+            loops: vec![Box::new([0.5, 0.5]), Box::new([1.0])],
         };
         let mut pool = WorkerPoolBackend::new(2, 0, fractions);
         pool.submit(job(0, 0, 1_000)).unwrap();
@@ -364,12 +385,43 @@ mod tests {
             done.extend(pool.wait().unwrap().1);
         }
         done.sort_by_key(|c| c.id);
-        // Job 0 (f = 1/2, two loops of 500) yields after f * 1000 / 2 = 250 ns, not 500.
+        // Job 0 (f = 1/2, two loops of 500) yields after f * 500 = 250 ns, not 500.
         assert_eq!(done[1].start_ns, 250, "{done:?}");
         assert!(
             done.iter().all(|c| c.end_ns - c.start_ns >= 1_000),
             "{done:?}"
         );
+    }
+
+    /// The wait is for the rest of the loop the running job is in, by its share of the
+    /// job's work: a job mostly one loop (an attention stage at a long context) keeps
+    /// the newcomer waiting longer than one of equal loops.
+    #[test]
+    fn the_wait_is_the_rest_of_the_current_loop_by_its_share() {
+        // A job of 1000 ns in loops of 800 and 200 (shares are f32: to 1e-3 ns).
+        let cases = [(1_000.0, 800.0), (500.0, 300.0), (150.0, 150.0)];
+        for (left, want) in cases {
+            let got = left_in_loop(&[0.8, 0.2], 1_000.0, left);
+            assert!((got - want).abs() < 1e-3, "{left} left: {got}");
+        }
+        // No shares: one loop, all that is left.
+        assert_eq!(left_in_loop(&[], 1_000.0, 600.0), 600.0);
+        let fractions = ParallelFractions {
+            lanes: 2,
+            fraction: vec![0.5, 0.0, 0.0, 0.5],
+            default: 0.0,
+            loops: vec![Box::new([0.8, 0.2]), Box::new([1.0])],
+        };
+        let mut pool = WorkerPoolBackend::new(2, 0, fractions);
+        pool.submit(job(0, 0, 1_000)).unwrap();
+        pool.submit(job(1, 1, 1_000)).unwrap();
+        let mut done = Vec::new();
+        while pool.in_flight() > 0 {
+            done.extend(pool.wait().unwrap().1);
+        }
+        done.sort_by_key(|c| c.id);
+        // f * 800, rounded up to a whole ns.
+        assert!((400..=401).contains(&done[1].start_ns), "{done:?}");
     }
 
     /// However the fractions are set, every job takes at least its alone time, no job
