@@ -135,7 +135,7 @@ mod tests {
     use std::sync::Arc;
 
     use hetsched_systems::PolicyRegistry;
-    use hetsched_systems::testing::tiny_plan;
+    use hetsched_systems::testing::{bare_profile_origin, tiny_plan};
 
     use super::*;
     use crate::engine::simulate;
@@ -154,20 +154,7 @@ mod tests {
         let records = records_on(&run, 2);
         let mut device = plan.device.clone();
         fit_profile(&mut device, &records);
-        device.measured = Some(hetsched_systems::ProfileOrigin {
-            model: plan.model.name.clone(),
-            model_shape: String::new(),
-            precisions: Vec::new(),
-            cpu: String::new(),
-            cpu_features: Vec::new(),
-            threads: 2,
-            backends: String::new(),
-            samples: String::new(),
-            job_gap_us: 0.0,
-            two_job_rate: 0.0,
-            one_thread: Vec::new(),
-            adapted: Vec::new(),
-        });
+        device.measured = Some(bare_profile_origin(&plan.model.name, 2));
         (device, records, plan.model.name.clone())
     }
 

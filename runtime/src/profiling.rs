@@ -347,7 +347,7 @@ pub(crate) fn as_executed(plan: &Arc<PrefillPlan>) -> Result<Arc<PrefillPlan>, P
 
 #[cfg(test)]
 mod tests {
-    use hetsched_systems::testing::tiny_plan;
+    use hetsched_systems::testing::{bare_profile_origin, tiny_plan};
 
     use super::*;
     use crate::backends::sim::SimBackend;
@@ -370,15 +370,6 @@ mod tests {
         let with_speedup = |speedup: f64| {
             let mut device = device.clone();
             device.measured = Some(hetsched_systems::ProfileOrigin {
-                model: plan.model.name.clone(),
-                model_shape: String::new(),
-                precisions: Vec::new(),
-                cpu: String::new(),
-                cpu_features: Vec::new(),
-                threads: 2,
-                backends: String::new(),
-                samples: String::new(),
-                job_gap_us: 0.0,
                 two_job_rate: 0.6,
                 one_thread: fits
                     .iter()
@@ -387,7 +378,7 @@ mod tests {
                         cost: f.cost.scaled(speedup),
                     })
                     .collect(),
-                adapted: Vec::new(),
+                ..bare_profile_origin(&plan.model.name, 2)
             });
             PrefillPlan::new(plan.model.clone(), device, plan.workload.clone()).unwrap()
         };

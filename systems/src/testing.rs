@@ -168,3 +168,22 @@ pub fn check_schedule(
     }
     Ok(())
 }
+
+/// A measured profile's origin with nothing recorded but the model's name and the thread
+/// count (tests that need a profile to count as measured).
+pub fn bare_profile_origin(model: &str, threads: usize) -> crate::ProfileOrigin {
+    crate::ProfileOrigin {
+        model: model.to_string(),
+        model_shape: String::new(),
+        precisions: Vec::new(),
+        cpu: String::new(),
+        cpu_features: Vec::new(),
+        threads,
+        backends: String::new(),
+        samples: String::new(),
+        job_gap_us: 0.0,
+        two_job_rate: 0.0,
+        one_thread: Vec::new(),
+        adapted: Vec::new(),
+    }
+}

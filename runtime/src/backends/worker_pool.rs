@@ -303,11 +303,16 @@ mod tests {
     /// Two jobs of one lane each, id 0 on lane 0 and id 1 on lane 1, both of parallel
     /// fraction `f`, submitted at once on a two-worker pool; their completions by id.
     fn pair(f: f64, work: u64) -> Vec<Completion> {
+        pair_in_loops(f, work, Vec::new())
+    }
+
+    /// [`pair`] with each job's loops as shares of its work (by id).
+    fn pair_in_loops(f: f64, work: u64, loops: Vec<Box<[f32]>>) -> Vec<Completion> {
         let fractions = ParallelFractions {
             lanes: 2,
             fraction: vec![f, 0.0, 0.0, f],
             default: 0.0,
-            loops: Vec::new(),
+            loops,
         };
         let mut pool = WorkerPoolBackend::new(2, 0, fractions);
         pool.submit(job(0, 0, work)).unwrap();
@@ -371,20 +376,8 @@ mod tests {
     /// newcomer joins after half the wait of a single loop of the same work.
     #[test]
     fn a_job_of_several_loops_lets_the_next_join_at_the_end_of_its_loop() {
-        let fractions = ParallelFractions {
-            lanes: 2,
-            fraction: vec![0.5, 0.0, 0.0, 0.5],
-            default: 0.0,
-            loops: vec![Box::new([0.5, 0.5]), Box::new([1.0])],
-        };
-        let mut pool = WorkerPoolBackend::new(2, 0, fractions);
-        pool.submit(job(0, 0, 1_000)).unwrap();
-        pool.submit(job(1, 1, 1_000)).unwrap();
-        let mut done = Vec::new();
-        while pool.in_flight() > 0 {
-            done.extend(pool.wait().unwrap().1);
-        }
-        done.sort_by_key(|c| c.id);
+        let loops: Vec<Box<[f32]>> = vec![Box::new([0.5, 0.5]), Box::new([1.0])];
+        let done = pair_in_loops(0.5, 1_000, loops);
         // Job 0 (f = 1/2, two loops of 500) yields after f * 500 = 250 ns, not 500.
         assert_eq!(done[1].start_ns, 250, "{done:?}");
         assert!(
@@ -406,20 +399,8 @@ mod tests {
         }
         // No shares: one loop, all that is left.
         assert_eq!(left_in_loop(&[], 1_000.0, 600.0), 600.0);
-        let fractions = ParallelFractions {
-            lanes: 2,
-            fraction: vec![0.5, 0.0, 0.0, 0.5],
-            default: 0.0,
-            loops: vec![Box::new([0.8, 0.2]), Box::new([1.0])],
-        };
-        let mut pool = WorkerPoolBackend::new(2, 0, fractions);
-        pool.submit(job(0, 0, 1_000)).unwrap();
-        pool.submit(job(1, 1, 1_000)).unwrap();
-        let mut done = Vec::new();
-        while pool.in_flight() > 0 {
-            done.extend(pool.wait().unwrap().1);
-        }
-        done.sort_by_key(|c| c.id);
+        let loops: Vec<Box<[f32]>> = vec![Box::new([0.8, 0.2]), Box::new([1.0])];
+        let done = pair_in_loops(0.5, 1_000, loops);
         // f * 800, rounded up to a whole ns.
         assert!((400..=401).contains(&done[1].start_ns), "{done:?}");
     }
