@@ -169,6 +169,7 @@ impl Device {
             backends: "cpu,npu".into(),
             samples: String::new(),
             job_gap_us: gaps[gaps.len() / 2] / 1e3,
+            job_gaps: Vec::new(),
             two_job_rate: self.sharing()?.unwrap_or(0.0),
             one_thread: Vec::new(),
             adapted: Vec::new(),

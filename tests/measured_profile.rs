@@ -75,6 +75,7 @@ fn measured_scene(skip: Option<usize>) -> (Scene, String) {
         backends: "cpu,npu".into(),
         samples: "d.samples.csv".into(),
         job_gap_us: 30.0,
+        job_gaps: Vec::new(),
         two_job_rate: 0.0,
         one_thread,
         adapted: Vec::new(),

@@ -220,8 +220,8 @@ pub fn fit_profile(device: &mut DeviceProfile, samples: &[HistoryRecord]) -> Vec
 /// profile's one-thread costs, each job holds a worker at its own parallel fraction
 /// ([`WorkerPoolBackend`], [`parallel_fractions`]); without them, jobs running at once
 /// share the pool's threads at the profile's measured `two_job_rate` (jobs one at a time
-/// without one). Each job starts after the profile's measured hand-off gap (`[measured]
-/// job_gap_us`, 0 without one). A prompt shorter than a chunk is simulated as one chunk of the prompt's
+/// without one). Each job starts after the profile's measured hand-off gap for the plan's
+/// precision (`[measured] job_gaps`, else `job_gap_us`, 0 without one). A prompt shorter than a chunk is simulated as one chunk of the prompt's
 /// length, as the executors run it.
 pub fn predict(plan: Arc<PrefillPlan>, policy: &str) -> Result<RunOutcome, ProfilingError> {
     predict_with(plan, PolicyRegistry::builtin().create(policy)?)
@@ -236,7 +236,8 @@ pub fn predict_with(
     policy: Box<dyn Policy>,
 ) -> Result<RunOutcome, ProfilingError> {
     let measured = plan.device.measured.as_ref();
-    let gap_us = measured.map_or(0.0, |m| m.job_gap_us);
+    let precision = precision_label(&plan.model);
+    let gap_us = measured.map_or(0.0, |m| m.job_gap_us_of(&precision));
     let sharing = match measured {
         Some(m) if m.two_job_rate > 0.0 => PoolSharing {
             threads: m.threads.max(1),

@@ -145,6 +145,11 @@ pub struct ProfileOrigin {
     /// --predict` adds it before each simulated job.
     #[serde(default)]
     pub job_gap_us: f64,
+    /// The same gap measured per precision (the f32 path's hand-offs are longer than the
+    /// INT8 path's: 1.25-1.6x in session 6's grid); a precision without an entry takes
+    /// `job_gap_us`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub job_gaps: Vec<PrecisionGap>,
     /// Rate of each of two jobs sharing the worker pool at once, relative to one job
     /// alone (1/2: no gain, as one after the other; measured by `hetsched profile` from
     /// an `inorder` and a `balance` run of one plan; 0: not measured).
@@ -162,6 +167,16 @@ pub struct ProfileOrigin {
     /// for its own plan, and its report lists it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub adapted: Vec<CostAdaptation>,
+}
+
+/// The hand-off gap between jobs of one precision's prefills.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrecisionGap {
+    /// The precision (`w8a8`, `f32`, `w8a8-shadow`).
+    pub precision: String,
+    /// Median gap per job, in microseconds.
+    pub us: f64,
 }
 
 /// One stage kind's cost scaled to recent measurements (`run --adapt`).
@@ -191,6 +206,15 @@ pub struct OneThreadCost {
 }
 
 impl ProfileOrigin {
+    /// The hand-off gap per job of `precision`'s prefills, in microseconds: its own when
+    /// measured, else the profile's.
+    pub fn job_gap_us_of(&self, precision: &str) -> f64 {
+        self.job_gaps
+            .iter()
+            .find(|g| g.precision == precision)
+            .map_or(self.job_gap_us, |g| g.us)
+    }
+
     /// The one-thread cost of `stage` at `precision` on `processor`, if measured.
     pub fn one_thread_cost(
         &self,
@@ -263,7 +287,9 @@ impl DeviceProfile {
         }
         if let Some(m) = &self.measured {
             let rate_ok = m.two_job_rate == 0.0 || (0.5..=1.0).contains(&m.two_job_rate);
-            let gap_ok = (0.0..=MAX_LATENCY_US).contains(&m.job_gap_us);
+            let gap_ok = std::iter::once(m.job_gap_us)
+                .chain(m.job_gaps.iter().map(|g| g.us))
+                .all(|us| (0.0..=MAX_LATENCY_US).contains(&us));
             if !m.one_thread.iter().all(|o| stage_coefficients_ok(&o.cost)) {
                 return bad(
                     "[[measured.one_thread]]: a cost is negative, not finite or out of range; fix the device file or profile again".into(),
@@ -271,7 +297,7 @@ impl DeviceProfile {
             }
             if !(rate_ok && gap_ok) {
                 return bad(format!(
-                    "[measured] two_job_rate {} must be 0 (not measured) or within 0.5..=1, and job_gap_us {} within 0..={MAX_LATENCY_US}; fix the device file",
+                    "[measured] two_job_rate {} must be 0 (not measured) or within 0.5..=1, and job_gap_us {} (and every job_gaps entry) within 0..={MAX_LATENCY_US}; fix the device file",
                     m.two_job_rate, m.job_gap_us
                 ));
             }
@@ -291,5 +317,30 @@ impl DeviceProfile {
     /// Index of the first processor of `kind`.
     pub fn first_of(&self, kind: ProcessorKind) -> Option<usize> {
         self.processors.iter().position(|p| p.kind == kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{bare_profile_origin, tiny_device};
+
+    #[test]
+    fn a_precision_takes_its_own_gap_else_the_profiles() {
+        let mut origin = bare_profile_origin("tiny", 2);
+        origin.job_gap_us = 50.0;
+        origin.job_gaps = vec![PrecisionGap {
+            precision: "f32".into(),
+            us: 80.0,
+        }];
+        assert_eq!(origin.job_gap_us_of("f32"), 80.0);
+        assert_eq!(origin.job_gap_us_of("w8a8"), 50.0);
+        let mut device = tiny_device();
+        device.measured = Some(origin.clone());
+        assert!(device.validate().is_ok());
+        origin.job_gaps[0].us = -1.0;
+        device.measured = Some(origin);
+        let err = device.validate().unwrap_err().to_string();
+        assert!(err.contains("job_gaps"), "{err}");
     }
 }

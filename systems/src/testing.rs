@@ -182,6 +182,7 @@ pub fn bare_profile_origin(model: &str, threads: usize) -> crate::ProfileOrigin 
         backends: String::new(),
         samples: String::new(),
         job_gap_us: 0.0,
+        job_gaps: Vec::new(),
         two_job_rate: 0.0,
         one_thread: Vec::new(),
         adapted: Vec::new(),

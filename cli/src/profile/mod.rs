@@ -7,6 +7,7 @@
 mod host;
 mod samples;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,7 +26,7 @@ use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
 use hetsched::history::{HistoryRecord, read_history, records_on};
 use hetsched::profiling::{StageFit, fit_profile, job_gap_ns, two_job_rate};
-use hetsched::systems::OneThreadCost;
+use hetsched::systems::{OneThreadCost, PrecisionGap};
 use samples::to_csv;
 
 /// The host's SIMD features, as a measured profile records them.
@@ -199,7 +200,8 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         threads: options.threads,
         backends: args.backends.join(","),
         samples: file_name(&files.samples),
-        job_gap_us: median(gaps) / 1e3,
+        job_gap_us: median(gaps.iter().map(|g| g.1).collect()) / 1e3,
+        job_gaps: gaps_by_precision(&gaps),
         two_job_rate: two_job_rate.unwrap_or(0.0),
         one_thread,
         adapted: Vec::new(),
@@ -229,15 +231,15 @@ struct Grid<'a> {
 
 impl Grid<'_> {
     /// Runs the grid for every model (one per precision) after one warm-up prefill each;
-    /// returns the samples, the device the prefills ran on and each prefill's mean gap
-    /// between jobs (makespan less the jobs' time, per job), ns.
+    /// returns the samples, the device the prefills ran on and each prefill's precision
+    /// and mean gap between jobs (makespan less the jobs' time, per job), ns.
     fn measure(
         &self,
         models: &[Arc<ExecModel>],
         tokenizer: &hetsched::import::GgufTokenizer,
         text: &str,
         options: &PrefillOptions,
-    ) -> Result<(Vec<HistoryRecord>, DeviceProfile, Vec<f64>), CliError> {
+    ) -> Result<(Vec<HistoryRecord>, DeviceProfile, Vec<PrefillGap>), CliError> {
         let settings = self.chunk_lens.len() * self.prompt_lens.len() * self.reps as usize;
         let mut bar = Bar::new("prefills");
         bar.set_len((models.len() * (settings + 1)) as u64);
@@ -264,7 +266,10 @@ impl Grid<'_> {
                         let result = exec::prefill(model.clone(), &tokens, &options)?;
                         device.get_or_insert_with(|| result.outcome.plan.device.clone());
                         samples.extend(records_on(&result.outcome, options.threads));
-                        gaps.push(job_gap_ns(&result.outcome));
+                        gaps.push((
+                            precision_label(&model.model_config()),
+                            job_gap_ns(&result.outcome),
+                        ));
                         bar.inc(1);
                     }
                 }
@@ -277,6 +282,24 @@ impl Grid<'_> {
         });
         Ok((samples, device, gaps))
     }
+}
+
+/// One prefill's precision and its mean gap between jobs, ns.
+type PrefillGap = (String, f64);
+
+/// The median gap of each precision's prefills, in microseconds.
+fn gaps_by_precision(gaps: &[PrefillGap]) -> Vec<PrecisionGap> {
+    let mut by_precision: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (precision, ns) in gaps {
+        by_precision.entry(precision).or_default().push(*ns);
+    }
+    by_precision
+        .into_iter()
+        .map(|(precision, ns)| PrecisionGap {
+            precision: precision.to_string(),
+            us: median(ns) / 1e3,
+        })
+        .collect()
 }
 
 /// The median of `values` (the upper middle of an even count; 0 if empty).
@@ -519,6 +542,17 @@ fn summary_text(s: &ProfileSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::Grid;
+
+    #[test]
+    fn each_precision_gets_the_median_of_its_prefills_gaps() {
+        let gaps: Vec<(String, f64)> = [("f32", 9e4), ("w8a8", 5e4), ("f32", 7e4), ("f32", 8e4)]
+            .into_iter()
+            .map(|(p, ns)| (p.to_string(), ns))
+            .collect();
+        let by = super::gaps_by_precision(&gaps);
+        let pairs: Vec<(&str, f64)> = by.iter().map(|g| (g.precision.as_str(), g.us)).collect();
+        assert_eq!(pairs, [("f32", 80.0), ("w8a8", 50.0)]);
+    }
 
     #[test]
     fn the_one_thread_pass_covers_the_longest_prompt_at_the_middle_chunk() {
