@@ -190,7 +190,7 @@ fn run(
         let spans: Vec<(u64, u64)> = buffers.iter().map(|b| (b.start, b.end)).collect();
         place_in_start_order(&spans, sizes, &order, give_up_at)?
     } else {
-        placer.place(sizes, &order, give_up_at)?
+        placer.place(sizes, alignment, &order, give_up_at)?
     };
     let peak_bytes = offsets
         .iter()
