@@ -4,7 +4,7 @@
 
 use hetsched_systems::memory::{
     Buffer, MemoryError, MemoryPlan, Placement, Strategy, aligned_lower_bound, check_plan, fits,
-    lower_bound, plan_offsets, plan_with,
+    lower_bound, plan_offsets, plan_offsets_each, plan_with,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as PropStrategy;
@@ -100,6 +100,38 @@ proptest! {
         let lowest = plans.iter().map(|p| p.peak_bytes).min().unwrap();
         let first_lowest = plans.iter().find(|p| p.peak_bytes == lowest).unwrap();
         prop_assert_eq!(&plan_offsets(&buffers, alignment).unwrap(), first_lowest);
+    }
+
+    /// Several sets planned at once, their strategies over threads, keep each set's
+    /// `plan_offsets` plan (or error), whichever thread runs what when. Few distinct
+    /// sizes and times, so that strategies tie often; bad alignments among the sets.
+    #[test]
+    fn plans_over_threads_are_plan_offsets_plans(
+        sets in prop::collection::vec(
+            (prop::collection::vec((1u64..6, 0u64..12, 1u64..8), 0..80),
+             prop::sample::select(vec![1u64, 16, 64, 4096, 24])),
+            0..5,
+        ),
+        threads in 1usize..5,
+    ) {
+        let sets: Vec<(Vec<Buffer>, u64)> = sets
+            .into_iter()
+            .map(|(raw, alignment)| {
+                let buffers = raw
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (units, start, len))| buf(i as u32, 48 * units, start, start + len))
+                    .collect();
+                (buffers, alignment)
+            })
+            .collect();
+        let borrowed: Vec<(&[Buffer], u64)> =
+            sets.iter().map(|(b, a)| (b.as_slice(), *a)).collect();
+        let each = plan_offsets_each(&borrowed, threads);
+        prop_assert_eq!(each.len(), sets.len());
+        for ((buffers, alignment), got) in sets.iter().zip(each) {
+            prop_assert_eq!(got, plan_offsets(buffers, *alignment));
+        }
     }
 
     #[test]
@@ -481,6 +513,11 @@ fn twenty_thousand_buffers_keep_the_first_lowest_plan() {
     let best = plan_offsets(&buffers, alignment).unwrap();
     assert_eq!(&best, first_lowest);
     check_plan(&buffers, &best, alignment).unwrap();
+    // Over threads, beside another set: the same plan.
+    let other = random_buffers(5_000, 8);
+    let each = plan_offsets_each(&[(&buffers, alignment), (&other, 16)], 2);
+    assert_eq!(each[0].as_ref(), Ok(&best));
+    assert_eq!(each[1], plan_offsets(&other, 16));
     println!(
         "20k random: {} at {:.4} x the aligned bound",
         best.strategy,

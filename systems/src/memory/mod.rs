@@ -8,7 +8,8 @@
 //!
 //! - [`lower_bound`]: the most bytes live at any one time; no plan needs less.
 //! - [`plan_with`]: one greedy [`Strategy`] (an ordering plus best-fit gap placement).
-//! - [`plan_offsets`]: every strategy, keeping the lowest peak (deterministic).
+//! - [`plan_offsets`]: every strategy, keeping the lowest peak (deterministic);
+//!   [`plan_offsets_each`]: the same for several sets, their strategies over threads.
 //! - [`check_plan`]: verifies a plan; [`fits`]: checks it against a capacity.
 //!
 //! Wired into the scheduler through:
@@ -43,6 +44,7 @@ mod check;
 mod error;
 mod occupancy;
 mod order;
+mod parallel;
 mod place;
 mod profile;
 mod region;
@@ -58,6 +60,7 @@ pub use budget::fits;
 pub use buffer::{Buffer, MemoryPlan, Placement};
 pub use check::check_plan;
 pub use error::MemoryError;
+pub use parallel::plan_offsets_each;
 pub use profile::{ChunkProfile, MemoryProfile};
 pub use region::{DEFAULT_ALIGNMENT, MemoryConfig, Region};
 pub use schedule::{RegionMemory, plan_schedule, schedule_buffers};

@@ -7,24 +7,71 @@
 //! The gaps are those of the union of the conflicting buffers' address ranges, which
 //! the [`Occupancy`] index gives as `O(log n)` merged address sets: no conflicting
 //! buffer is visited one by one and nothing is sorted: the sets beside the largest are
-//! folded into one merged union by linear merges. The placement is that of the definition above, buffer for buffer
-//! (`reference` in the tests is the definition, checked against this on random sets).
+//! folded into one merged union by linear merges. The placement is that of the
+//! definition above, buffer for buffer (`reference` in the tests is the definition,
+//! checked against this on random sets, at both address widths).
 
 use super::buffer::Buffer;
 use super::occupancy::Occupancy;
 
+/// An address in the index, counted in units of the alignment: `u32` wherever the
+/// region's aligned sizes add up to at most `u32::MAX` units (every arena the shipped
+/// scenes plan), `u64` otherwise. The narrow width halves the index's memory (its
+/// address sets are most of what a placement reads and what the planner allocates).
+pub(super) trait Addr:
+    Copy + Ord + Default + std::fmt::Debug + std::ops::Add<Output = Self>
+{
+    /// `self - other`, or zero when `other` is larger.
+    fn saturating_sub(self, other: Self) -> Self;
+    /// The value; `from_u64` is given only values that fit.
+    fn to_u64(self) -> u64;
+    fn from_u64(units: u64) -> Self;
+}
+
+impl Addr for u32 {
+    fn saturating_sub(self, other: Self) -> Self {
+        u32::saturating_sub(self, other)
+    }
+    fn to_u64(self) -> u64 {
+        u64::from(self)
+    }
+    fn from_u64(units: u64) -> Self {
+        u32::try_from(units).expect("the narrow index is used only where every address fits")
+    }
+}
+
+impl Addr for u64 {
+    fn saturating_sub(self, other: Self) -> Self {
+        u64::saturating_sub(self, other)
+    }
+    fn to_u64(self) -> u64 {
+        self
+    }
+    fn from_u64(units: u64) -> Self {
+        units
+    }
+}
+
 /// What placing in one order needs beyond the buffers, shared by every strategy of a
-/// plan: each buffer's window of leaves in the [`Occupancy`] index, and the index.
+/// plan: each buffer's window of leaves in the [`Occupancy`] index, and the index (at
+/// the width the sizes need).
 #[derive(Debug, Default)]
 pub(super) struct Placer {
     /// Per buffer, its leaves `lo..hi` (distinct starts in `[start, end)`).
     windows: Vec<(u32, u32)>,
     leaves: usize,
-    index: Occupancy,
+    narrow: Fitter<u32>,
+    wide: Fitter<u64>,
+}
+
+/// The index and the fold's scratch at one address width.
+#[derive(Debug, Default)]
+struct Fitter<A> {
+    index: Occupancy<A>,
     /// Scratch: the union of the address sets beside the largest, and the buffer the
     /// next fold step writes into.
-    union: Vec<(u64, u64)>,
-    spare: Vec<(u64, u64)>,
+    union: Vec<(A, A)>,
+    spare: Vec<(A, A)>,
 }
 
 impl Placer {
@@ -44,33 +91,63 @@ impl Placer {
         }
     }
 
-    /// Places `buffers` (aligned `sizes`) in `order`; returns each buffer's offset,
-    /// or `None` as soon as the arena reaches `give_up_at` bytes, if given (a plan that
-    /// can no longer beat one already made).
+    /// Places `buffers` (aligned `sizes`, each a multiple of `unit`, a power of two) in
+    /// `order`; returns each buffer's offset, or `None` as soon as the arena reaches
+    /// `give_up_at` bytes, if given (a plan that can no longer beat one already made).
     ///
-    /// Sizes and hence offsets are multiples of the alignment. Zero-byte buffers go
-    /// at 0.
+    /// Offsets are multiples of `unit`. Zero-byte buffers go at 0.
     pub(super) fn place(
         &mut self,
         sizes: &[u64],
+        unit: u64,
         order: &[u32],
         give_up_at: Option<u64>,
     ) -> Option<Vec<u64>> {
-        self.index.reset(self.leaves);
-        let mut offsets = vec![0u64; sizes.len()];
+        // No address is past the sum of the sizes (a buffer goes in a gap or on top
+        // of the ones it conflicts with), and the caller's sizes sum within `u64`.
+        let units: u64 = sizes.iter().map(|s| s / unit).sum();
+        let job = Job {
+            windows: &self.windows,
+            leaves: self.leaves,
+            sizes,
+            unit,
+        };
+        if units <= u64::from(u32::MAX) {
+            self.narrow.place(&job, order, give_up_at)
+        } else {
+            self.wide.place(&job, order, give_up_at)
+        }
+    }
+}
+
+/// One placement's inputs.
+struct Job<'a> {
+    windows: &'a [(u32, u32)],
+    leaves: usize,
+    sizes: &'a [u64],
+    unit: u64,
+}
+
+impl<A: Addr> Fitter<A> {
+    /// [`Placer::place`] at this width (every address in units must fit `A`).
+    fn place(&mut self, job: &Job, order: &[u32], give_up_at: Option<u64>) -> Option<Vec<u64>> {
+        self.index.reset(job.leaves);
+        let mut offsets = vec![0u64; job.sizes.len()];
         let mut peak = 0u64;
         for &i in order {
             let i = i as usize;
-            let size = sizes[i];
+            let size = job.sizes[i];
             if size == 0 {
                 continue;
             }
-            let (lo, hi) = self.windows[i];
+            debug_assert!(size.is_multiple_of(job.unit));
+            let units = A::from_u64(size / job.unit);
+            let (lo, hi) = job.windows[i];
             self.index.select(lo as usize, hi as usize);
-            let offset = self.best_fit(size);
-            offsets[i] = offset;
-            self.index.insert(offset, offset + size);
-            peak = peak.max(offset + size);
+            let offset = self.best_fit(units);
+            self.index.insert(offset, offset + units);
+            offsets[i] = offset.to_u64() * job.unit;
+            peak = peak.max(offsets[i] + size);
             if give_up_at.is_some_and(|limit| peak >= limit) {
                 return None;
             }
@@ -78,12 +155,12 @@ impl Placer {
         Some(offsets)
     }
 
-    /// The best-fit offset for `size` bytes in the selected window: the union of the
-    /// window's merged address sets, folded in one linear merge per set.
+    /// The best-fit offset for `size` units (above 0) in the selected window: the union
+    /// of the window's merged address sets, folded in one linear merge per set.
     ///
     /// The union has few ranges (neighbouring buffers merge), so each fold step costs
     /// about the length of the set it adds: no sort of the sets' ranges together.
-    fn best_fit(&mut self, size: u64) -> u64 {
+    fn best_fit(&mut self, size: A) -> A {
         let sets = self.index.taken();
         let largest = sets
             .clone()
@@ -93,7 +170,7 @@ impl Placer {
         let mut union = std::mem::take(&mut self.union);
         let mut spare = std::mem::take(&mut self.spare);
         union.clear();
-        let mut base: &[(u64, u64)] = &[];
+        let mut base: &[(A, A)] = &[];
         for (k, set) in sets.enumerate() {
             if k == largest {
                 base = set;
@@ -106,7 +183,7 @@ impl Placer {
                 }
             }
         }
-        let fit = best_fit(merge(base, &union), size);
+        let fit = best_fit_in(base, &union, size);
         self.union = union;
         self.spare = spare;
         fit
@@ -114,81 +191,120 @@ impl Placer {
 }
 
 /// The union of two merged address sets (sorted, disjoint, touching ranges joined)
-/// into `out`, itself merged: one linear merge. (Copying the longer set's runs in
-/// bulk between binary searches was measured slower: 1.8x the chunk-1 run.)
-pub(super) fn union_into(a: &[(u64, u64)], b: &[(u64, u64)], out: &mut Vec<(u64, u64)>) {
+/// into `out`, itself merged: one linear merge. Branch-free in its loop (which set
+/// the next range comes from, and whether it joins the last one, are selects: both
+/// are unpredictable). (Copying the longer set's runs in bulk between binary searches
+/// was measured slower: 1.8x the chunk-1 run.)
+pub(super) fn union_into<A: Addr>(a: &[(A, A)], b: &[(A, A)], out: &mut Vec<(A, A)>) {
     out.clear();
-    let (mut i, mut j) = (0, 0);
-    loop {
-        let next = match (a.get(i), b.get(j)) {
-            (Some(&x), Some(&y)) => {
-                if x.0 <= y.0 {
-                    i += 1;
-                    x
-                } else {
-                    j += 1;
-                    y
-                }
-            }
-            (Some(&x), None) => {
-                i += 1;
-                x
-            }
-            (None, Some(&y)) => {
-                j += 1;
-                y
-            }
-            (None, None) => return,
+    let (Some(&first_a), Some(&first_b)) = (a.first(), b.first()) else {
+        out.extend_from_slice(if a.is_empty() { b } else { a });
+        return;
+    };
+    // Every range written is kept or overwritten by the next: at most one per input.
+    out.resize(a.len() + b.len(), (A::default(), A::default()));
+    let from_a = first_a.0 <= first_b.0;
+    let (mut i, mut j) = (usize::from(from_a), usize::from(!from_a));
+    let mut last = if from_a { first_a } else { first_b };
+    let mut n = 0;
+    let mut append = |next: (A, A), last: &mut (A, A), n: &mut usize| {
+        let apart = next.0 > last.1;
+        out[*n] = *last;
+        *n += usize::from(apart);
+        *last = if apart {
+            next
+        } else {
+            (last.0, last.1.max(next.1))
         };
-        match out.last_mut() {
-            Some(last) if next.0 <= last.1 => last.1 = last.1.max(next.1),
-            _ => out.push(next),
-        }
+    };
+    while i < a.len() && j < b.len() {
+        let (x, y) = (a[i], b[j]);
+        let take_a = x.0 <= y.0;
+        i += usize::from(take_a);
+        j += usize::from(!take_a);
+        append(if take_a { x } else { y }, &mut last, &mut n);
     }
+    for &next in a[i..].iter().chain(&b[j..]) {
+        append(next, &mut last, &mut n);
+    }
+    out[n] = last;
+    out.truncate(n + 1);
 }
 
-/// Two sequences sorted by start, merged.
-fn merge<'a>(a: &'a [(u64, u64)], b: &'a [(u64, u64)]) -> impl Iterator<Item = (u64, u64)> + 'a {
+/// The start of the smallest gap, among the address ranges of `a` and `b` (each
+/// sorted by start), that holds `size` bytes, the lowest such on ties; else the end
+/// of the highest range. One branch-free merge of the two.
+fn best_fit_in<A: Addr>(a: &[(A, A)], b: &[(A, A)], size: A) -> A {
+    let mut gaps = BestGap::new(size);
     let (mut i, mut j) = (0, 0);
-    std::iter::from_fn(move || {
-        let take_a = match (a.get(i), b.get(j)) {
-            (Some(x), Some(y)) => x.0 <= y.0,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => return None,
-        };
-        if take_a {
-            i += 1;
-            Some(a[i - 1])
-        } else {
-            j += 1;
-            Some(b[j - 1])
+    while i < a.len() && j < b.len() {
+        let (x, y) = (a[i], b[j]);
+        let take_a = x.0 <= y.0;
+        i += usize::from(take_a);
+        j += usize::from(!take_a);
+        gaps.pass(if take_a { x } else { y });
+    }
+    for &range in a[i..].iter().chain(&b[j..]) {
+        gaps.pass(range);
+    }
+    gaps.offset()
+}
+
+/// The best-fit scan over address ranges passed in start order.
+struct BestGap<A> {
+    size: A,
+    /// The end of the ranges passed so far.
+    cursor: A,
+    /// The smallest gap that holds `size` so far (`found`), and where it starts.
+    found: bool,
+    gap: A,
+    at: A,
+}
+
+impl<A: Addr> BestGap<A> {
+    /// A scan for `size` (above 0: a zero gap must not count).
+    fn new(size: A) -> Self {
+        debug_assert!(size > A::default());
+        BestGap {
+            size,
+            cursor: A::default(),
+            found: false,
+            gap: A::default(),
+            at: A::default(),
         }
-    })
+    }
+
+    /// Passes the next range; branch-free (the gap test is a select).
+    fn pass(&mut self, (low, high): (A, A)) {
+        // Zero when the range starts at or below the cursor: no gap (`size > 0`).
+        let gap = low.saturating_sub(self.cursor);
+        let better = gap >= self.size && (!self.found || gap < self.gap);
+        self.found |= better;
+        self.gap = if better { gap } else { self.gap };
+        self.at = if better { self.cursor } else { self.at };
+        self.cursor = self.cursor.max(high);
+    }
+
+    /// The best gap's start, or the cursor when none held `size`.
+    fn offset(&self) -> A {
+        if self.found { self.at } else { self.cursor }
+    }
 }
 
 /// The start of the smallest gap, among address ranges `taken` sorted by start, that
 /// holds `size` bytes, the lowest such on ties; else the end of the highest range.
-fn best_fit(taken: impl Iterator<Item = (u64, u64)>, size: u64) -> u64 {
-    let mut cursor = 0;
-    let mut best: Option<(u64, u64)> = None; // (gap, offset)
-    for (low, high) in taken {
-        if low > cursor {
-            let gap = low - cursor;
-            if gap >= size && best.is_none_or(|(g, _)| gap < g) {
-                best = Some((gap, cursor));
-            }
-        }
-        cursor = cursor.max(high);
-    }
-    best.map_or(cursor, |(_, offset)| offset)
+#[cfg(test)]
+fn best_fit<A: Addr>(taken: impl Iterator<Item = (A, A)>, size: A) -> A {
+    let mut gaps = BestGap::new(size);
+    taken.for_each(|r| gaps.pass(r));
+    gaps.offset()
 }
 
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
-    use super::{Placer, best_fit, merge, union_into};
+    use super::{Fitter, Job, Placer, best_fit, union_into};
     use crate::memory::Buffer;
     use crate::memory::order::by_start;
     use crate::memory::sweep::place_in_start_order;
@@ -230,7 +346,7 @@ mod tests {
 
     #[test]
     fn union_into_joins_overlapping_and_touching_ranges() {
-        let mut out = Vec::new();
+        let mut out: Vec<(u64, u64)> = Vec::new();
         union_into(
             &[(0, 10), (20, 30), (50, 60)],
             &[(5, 20), (40, 45), (60, 70)],
@@ -241,15 +357,6 @@ mod tests {
         assert_eq!(out, [(1, 2)]);
         union_into(&[(0, 100)], &[(10, 20), (30, 40)], &mut out);
         assert_eq!(out, [(0, 100)]);
-    }
-
-    #[test]
-    fn merge_keeps_start_order() {
-        let a = [(0, 1), (5, 6), (9, 10)];
-        let b = [(2, 3), (5, 7), (11, 12)];
-        let merged: Vec<_> = merge(&a, &b).collect();
-        assert_eq!(merged, [(0, 1), (2, 3), (5, 6), (5, 7), (9, 10), (11, 12)]);
-        assert_eq!(merge(&[], &b).count(), 3);
     }
 
     #[test]
@@ -264,10 +371,10 @@ mod tests {
             .collect();
         let sizes = [64; 4];
         let mut placer = Placer::new(&buffers);
-        let all = placer.place(&sizes, &[0, 1, 2, 3], None).unwrap();
+        let all = placer.place(&sizes, 64, &[0, 1, 2, 3], None).unwrap();
         assert_eq!(all, [0, 64, 128, 192]);
-        assert!(placer.place(&sizes, &[0, 1, 2, 3], Some(256)).is_none());
-        assert!(placer.place(&sizes, &[0, 1, 2, 3], Some(257)).is_some());
+        assert!(placer.place(&sizes, 64, &[0, 1, 2, 3], Some(256)).is_none());
+        assert!(placer.place(&sizes, 64, &[0, 1, 2, 3], Some(257)).is_some());
         // Without a limit, an arena of u64::MAX bytes is a plan, not a give-up.
         let huge = [Buffer {
             id: 0,
@@ -275,7 +382,7 @@ mod tests {
             start: 0,
             end: 1,
         }];
-        let placed = Placer::new(&huge).place(&[u64::MAX], &[0], None);
+        let placed = Placer::new(&huge).place(&[u64::MAX], 1, &[0], None);
         assert_eq!(placed, Some(vec![0]));
     }
 
@@ -326,8 +433,16 @@ mod tests {
                 order.swap(k, (x >> 33) as usize % (k + 1));
             }
             let mut placer = Placer::new(&buffers);
-            let fast = placer.place(&sizes, &order, None).unwrap();
-            prop_assert_eq!(fast, reference(&buffers, &sizes, &order));
+            let expected = reference(&buffers, &sizes, &order);
+            // Sizes are multiples of 64: counted in bytes and in units of 64.
+            for unit in [1, 64] {
+                let fast = placer.place(&sizes, unit, &order, None).unwrap();
+                prop_assert_eq!(&fast, &expected);
+            }
+            // The wide index (used past `u32::MAX` units) places the same.
+            let job = Job { windows: &placer.windows, leaves: placer.leaves, sizes: &sizes, unit: 64 };
+            let wide = Fitter::<u64>::default().place(&job, &order, None).unwrap();
+            prop_assert_eq!(wide, expected);
         }
 
         /// The bulk union equals a sort and merge of both sets' ranges.

@@ -5,7 +5,8 @@ use serde::Serialize;
 use super::bound::lower_bound;
 use super::buffer::{Buffer, MemoryPlan};
 use super::error::MemoryError;
-use super::strategy::{Strategy, plan_offsets};
+use super::parallel::plan_offsets_each;
+use super::strategy::Strategy;
 use super::tensors::KvCache;
 use crate::plan::{InstanceKey, PrefillPlan};
 
@@ -105,14 +106,14 @@ pub struct RegionMemory {
 }
 
 /// Plans every region's buffers of a finished run ([`schedule_buffers`]) with
-/// [`plan_offsets`]; returns each region's summary, buffers and plan.
+/// [`plan_offsets`](super::plan_offsets); returns each region's summary, buffers and plan.
 ///
-/// The regions share no buffer, so each is planned on a thread of its own: the plans are
-/// those of planning them one after another (each region's is deterministic), and the
-/// wall time is the largest region's where cores are free.
+/// The regions share no buffer, so their strategies are spread over the cores
+/// ([`plan_offsets_each`]): the plans are [`plan_offsets`](super::plan_offsets)'s, and the wall time is about
+/// the planner's CPU time over the cores where they are free.
 ///
 /// # Errors
-/// As [`plan_offsets`] (an invalid alignment, or sizes overflowing `u64`).
+/// As [`plan_offsets`](super::plan_offsets) (an invalid alignment, or sizes overflowing `u64`).
 pub fn plan_schedule(
     plan: &PrefillPlan,
     spans: &[Option<(u64, u64)>],
@@ -120,21 +121,15 @@ pub fn plan_schedule(
     let regions = &plan.memory_profile().regions;
     let kv = KvCache::of(plan);
     let buffers = schedule_buffers(plan, spans);
-    let offsets: Vec<Result<MemoryPlan, MemoryError>> = std::thread::scope(|scope| {
-        let planners: Vec<_> = buffers
-            .iter()
-            .zip(regions)
-            .map(|(list, region)| scope.spawn(move || plan_offsets(list, region.alignment)))
-            .collect();
-        planners
-            .into_iter()
-            .map(|planner| {
-                planner
-                    .join()
-                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
-            })
-            .collect()
-    });
+    let sets: Vec<(&[Buffer], u64)> = buffers
+        .iter()
+        .zip(regions)
+        .map(|(list, region)| (list.as_slice(), region.alignment))
+        .collect();
+    // Each thread on a region's strategy holds an index of its own: a few suffice (the
+    // work is a handful of strategies per region).
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let offsets = plan_offsets_each(&sets, threads);
     buffers
         .into_iter()
         .zip(regions)

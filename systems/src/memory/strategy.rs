@@ -124,26 +124,12 @@ pub fn plan_offsets(buffers: &[Buffer], alignment: u64) -> Result<MemoryPlan, Me
     let floor = aligned_lower_bound(buffers, alignment)?;
     let mut placer = Placer::new(buffers);
     // Greedy by start goes first: its sweep is the cheapest, and its peak lets the
-    // others give up early. A strategy is given up as soon as its arena reaches a
-    // peak it could not win with: the best so far, or one more byte when it comes
-    // before the best in `ALL` (it would win the tie). Both only skip plans that
-    // would be dropped, so the plan kept is the first lowest in `ALL` order.
+    // others give up early (`limit_against`).
     let mut best: Option<MemoryPlan> = None;
     for strategy in run_order() {
-        // (No peak is above `u64::MAX`: an earlier strategy at that best runs on.)
-        let give_up_at = best.as_ref().and_then(|b| {
-            if strategy < b.strategy {
-                b.peak_bytes.checked_add(1)
-            } else {
-                Some(b.peak_bytes)
-            }
-        });
-        if let Some(b) = &best
-            && b.peak_bytes <= floor
-            && strategy > b.strategy
-        {
+        let Some(give_up_at) = limit_against(best.as_ref(), strategy, floor) else {
             continue;
-        }
+        };
         if let Some(plan) = run(
             &mut placer,
             buffers,
@@ -158,10 +144,30 @@ pub fn plan_offsets(buffers: &[Buffer], alignment: u64) -> Result<MemoryPlan, Me
     Ok(best.expect("the first strategy never gives up"))
 }
 
+/// What `strategy` may still do against `best`, the best plan so far, of buffers
+/// whose aligned lower bound is `floor`: `None` when it cannot win (the best meets the
+/// bound and comes first in [`Strategy::ALL`]), else the peak at which to give it up:
+/// the best's, or one byte more when `strategy` comes before the best in `ALL` (it
+/// would win the tie). Both only skip plans that would be dropped, so the plan kept
+/// is the first lowest in `ALL` order.
+pub(super) fn limit_against(
+    best: Option<&MemoryPlan>,
+    strategy: Strategy,
+    floor: u64,
+) -> Option<Option<u64>> {
+    match best {
+        None => Some(None),
+        Some(b) if b.peak_bytes <= floor && strategy > b.strategy => None,
+        // (No peak is above `u64::MAX`: an earlier strategy at that best runs on.)
+        Some(b) if strategy < b.strategy => Some(b.peak_bytes.checked_add(1)),
+        Some(b) => Some(Some(b.peak_bytes)),
+    }
+}
+
 /// The order [`plan_offsets`] runs the strategies in: greedy by start (the cheapest),
 /// then greedy by size then start (the lowest peak of the shipped scenes' CPU regions,
 /// so the rest give up sooner), then the others in [`Strategy::ALL`] order.
-fn run_order() -> impl Iterator<Item = Strategy> {
+pub(super) fn run_order() -> impl Iterator<Item = Strategy> {
     let first = [Strategy::GreedyByStart, Strategy::GreedyBySizeThenStart];
     first.into_iter().chain(
         Strategy::ALL
@@ -171,7 +177,7 @@ fn run_order() -> impl Iterator<Item = Strategy> {
 }
 
 /// One strategy's plan, or `None` once its arena reaches `give_up_at` bytes, if given.
-fn run(
+pub(super) fn run(
     placer: &mut Placer,
     buffers: &[Buffer],
     sizes: &[u64],
@@ -190,7 +196,7 @@ fn run(
         let spans: Vec<(u64, u64)> = buffers.iter().map(|b| (b.start, b.end)).collect();
         place_in_start_order(&spans, sizes, &order, give_up_at)?
     } else {
-        placer.place(sizes, &order, give_up_at)?
+        placer.place(sizes, alignment, &order, give_up_at)?
     };
     let peak_bytes = offsets
         .iter()
