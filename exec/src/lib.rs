@@ -36,6 +36,7 @@ mod interpret;
 mod linger;
 mod load;
 pub mod lock_wait;
+mod passes;
 mod queues;
 mod report;
 mod shadow;
