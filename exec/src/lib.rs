@@ -32,6 +32,7 @@ pub mod generate;
 mod gpu_layout;
 #[cfg(feature = "gpu")]
 mod gpu_resident;
+mod heap;
 mod interpret;
 mod linger;
 mod load;

@@ -140,6 +140,9 @@ impl ThreadQueues {
         runner: Arc<dyn JobRunner>,
         pool: Arc<rayon::ThreadPool>,
     ) -> std::io::Result<Self> {
+        // The jobs' fresh buffers come from memory kept since the last job, not from the
+        // kernel (see the module).
+        super::heap::retain_freed_memory();
         let (report_tx, reports) = unbounded();
         let started = Instant::now();
         let mut senders = Vec::with_capacity(lanes);
