@@ -323,9 +323,15 @@ impl StageRunner {
             .ok_or_else(|| missing(Projection::Up.label()))?;
         let gate = self.merged(chunk, Projection::Gate, step, gate)?;
         let up = self.merged(chunk, Projection::Up, step, up)?;
-        let gate = dequantize(gate, w.projection(Projection::Gate))?;
-        let up = dequantize(up, w.projection(Projection::Up))?;
-        let h = gated(activation, &gate, &up);
+        let (gate_w, up_w) = (w.projection(Projection::Gate), w.projection(Projection::Up));
+        let h = match passes::dequantize_gated(activation, (&gate, gate_w), (&up, up_w)) {
+            Some(h) => h,
+            None => gated(
+                activation,
+                &dequantize(gate, gate_w)?,
+                &dequantize(up, up_w)?,
+            ),
+        };
         v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
         Ok(())
     }
