@@ -6,8 +6,10 @@
 //! the kernel (each above the adaptive mmap threshold is its own mapping, and the heap
 //! top is trimmed beyond twice that): SmolLM2's pp512 took ~6,000 page faults per
 //! prefill, every freed mapping a TLB shootdown of the other worker's core, and the next
-//! job zeroing fresh pages. With the thresholds raised it takes ~1,400, and 2 threads
-//! ran 3.8% faster (1 thread 0.5%; docs/real-execution.md, "Thread scaling").
+//! job zeroing fresh pages. With the thresholds raised it takes ~750, and 1 thread ran
+//! 3-4% faster, 2 threads within the noise of a shared machine (docs/real-execution.md,
+//! "Thread scaling", session 7). The cost: up to [`TRIM_THRESHOLD`] of freed memory
+//! stays with the process.
 //! Both thresholds must be set: setting one turns off glibc's adaptive rule for both,
 //! and either alone faulted 5-7x *more*.
 
