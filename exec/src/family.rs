@@ -142,10 +142,20 @@ pub fn finish_keys(
     v: &mut [f32],
     positions: std::ops::Range<usize>,
 ) {
+    finish_keys_only(model, layer, k, positions);
+    finish_values(model, layer, v);
+}
+
+/// The keys' half of [`finish_keys`]: bias, per-head norm, RoPE.
+pub fn finish_keys_only(
+    model: &ExecModel,
+    layer: usize,
+    k: &mut [f32],
+    positions: std::ops::Range<usize>,
+) {
     let w = &model.layers[layer].family;
-    if let Some([_, bk, bv]) = &w.qkv_bias {
+    if let Some([_, bk, _]) = &w.qkv_bias {
         add_bias(k, bk);
-        add_bias(v, bv);
     }
     if let Some([_, nk]) = &w.qk_norm {
         norm_heads(k, nk, model.config.norm_eps);
@@ -153,6 +163,13 @@ pub fn finish_keys(
     model
         .rope_of(layer)
         .apply(k, positions, model.config.n_kv_heads);
+}
+
+/// The values' half of [`finish_keys`]: the bias.
+pub fn finish_values(model: &ExecModel, layer: usize, v: &mut [f32]) {
+    if let Some([_, _, bv]) = &model.layers[layer].family.qkv_bias {
+        add_bias(v, bv);
+    }
 }
 
 #[cfg(test)]

@@ -2,15 +2,19 @@
 
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use hetsched_import::Activation;
 use hetsched_kernels::AttentionShape;
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::shadow::ShadowSite;
 
+use super::blocks::for_each_block;
 use super::error::ExecError;
 use super::family::{self, add_bias, gated, norm_heads, norm_rows};
 use super::float_kernels::FloatKernels;
 use super::lock_wait;
+use super::passes;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{FamilyStep, Step};
 use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
@@ -166,9 +170,7 @@ impl StageRunner {
             }
             Step::Residual => {
                 let d = v.delta.take().ok_or_else(|| missing("delta"))?;
-                for (x, d) in v.x.iter_mut().zip(&d) {
-                    *x += d;
-                }
+                passes::add_assign(&mut v.x, &d);
             }
             Step::SiluMul => self.glu(Activation::SiluGlu, step, layer, chunk, v)?,
             Step::Family(FamilyStep::GeluMul) => {
@@ -321,9 +323,15 @@ impl StageRunner {
             .ok_or_else(|| missing(Projection::Up.label()))?;
         let gate = self.merged(chunk, Projection::Gate, step, gate)?;
         let up = self.merged(chunk, Projection::Up, step, up)?;
-        let gate = dequantize(gate, w.projection(Projection::Gate))?;
-        let up = dequantize(up, w.projection(Projection::Up))?;
-        let h = gated(activation, &gate, &up);
+        let (gate_w, up_w) = (w.projection(Projection::Gate), w.projection(Projection::Up));
+        let h = match passes::dequantize_gated(activation, (&gate, gate_w), (&up, up_w)) {
+            Some(h) => h,
+            None => gated(
+                activation,
+                &dequantize(gate, gate_w)?,
+                &dequantize(up, up_w)?,
+            ),
+        };
         v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
         Ok(())
     }
@@ -449,10 +457,27 @@ impl StageRunner {
         let k = self.merged(chunk, Projection::K, Step::Attention, k)?;
         let v = self.merged(chunk, Projection::V, Step::Attention, v)?;
         let w = self.layer(layer)?;
-        let mut k = dequantize(k, w.projection(Projection::K))?;
-        let mut v = dequantize(v, w.projection(Projection::V))?;
         let positions = self.state.positions(chunk);
-        family::finish_keys(m, layer, &mut k, &mut v, positions.clone());
+        // Keys and values are finished apart, the values on a helper when one is free:
+        // the float lane's job is often alone on the pool here.
+        let finished = [Projection::K, Projection::V].map(|_| Mutex::new(None));
+        let sides = vec![
+            (Projection::K, k, &finished[0]),
+            (Projection::V, v, &finished[1]),
+        ];
+        for_each_block(sides, |(p, out, slot)| {
+            let rows = dequantize(out, w.projection(p)).map(|mut rows| {
+                if p == Projection::K {
+                    family::finish_keys_only(m, layer, &mut rows, positions.clone());
+                } else {
+                    family::finish_values(m, layer, &mut rows);
+                }
+                rows
+            });
+            *slot.lock() = Some(rows);
+        });
+        let [k, v] = finished.map(|slot| slot.into_inner().expect("each side ran once"));
+        let (k, v) = (k?, v?);
         let kv_dim = c.kv_dim();
         let span = positions.start * kv_dim..positions.end * kv_dim;
         let mut cache = lock_wait::write(&kv.cache);
@@ -499,7 +524,7 @@ fn finite_block(
     block: &'static str,
     chunk: usize,
 ) -> Result<Vec<f32>, ExecError> {
-    match delta.iter().position(|v| !v.is_finite()) {
+    match passes::first_non_finite(&delta) {
         None => Ok(delta),
         Some(index) => Err(ExecError::NonFiniteActivation {
             layer,

@@ -32,10 +32,12 @@ pub mod generate;
 mod gpu_layout;
 #[cfg(feature = "gpu")]
 mod gpu_resident;
+mod heap;
 mod interpret;
 mod linger;
 mod load;
 pub mod lock_wait;
+mod passes;
 mod queues;
 mod report;
 mod shadow;

@@ -140,6 +140,9 @@ impl ThreadQueues {
         runner: Arc<dyn JobRunner>,
         pool: Arc<rayon::ThreadPool>,
     ) -> std::io::Result<Self> {
+        // The jobs' fresh buffers come from memory kept since the last job, not from the
+        // kernel (see the module).
+        super::heap::retain_freed_memory();
         let (report_tx, reports) = unbounded();
         let started = Instant::now();
         let mut senders = Vec::with_capacity(lanes);
@@ -188,8 +191,7 @@ fn serve(
     let now_ns = || started.elapsed().as_nanos() as u64;
     for (job, submitted_ns) in jobs {
         // Start and end are taken where the work runs: on the pool worker, after any wait
-        // for one (another lane's job may hold every worker), and before the lane thread
-        // wakes up to report it.
+        // for one (another lane's job may hold every worker).
         let dequeued_ns = now_ns();
         // A kernel that panics (a broken invariant) fails the job instead of the process.
         let run = || {
@@ -202,11 +204,13 @@ fn serve(
                 linger::after_job();
                 // Time spent waiting for another job's lock is not this job's work: the
                 // slice starts that much later, as if the job had waited first.
-                (
-                    start.saturating_add(lock_wait::take()).min(end),
-                    end,
-                    result,
-                )
+                let start = start.saturating_add(lock_wait::take()).min(end);
+                // Reported from the worker: the engine hears of the completion (and can
+                // send the next job) without waiting for this lane's thread to wake up,
+                // one thread wake-up less on every hand-off between jobs.
+                reports
+                    .send(report(&job, submitted_ns, (start, end.max(start)), result))
+                    .is_ok()
             };
             if runner.uses_pool() {
                 pool.install(timed)
@@ -214,38 +218,47 @@ fn serve(
                 timed()
             }
         };
-        let (start_ns, end_ns, outcome) = match catch_unwind(AssertUnwindSafe(run)) {
-            Ok((start, end, result)) => (start, end.max(start), result),
-            Err(panic) => (
-                dequeued_ns,
-                now_ns(),
-                Err(JobError::Panicked(panic_message(&*panic))),
-            ),
-        };
-        let report = match outcome {
-            Ok(()) => Report::Done(
-                Completion {
-                    id: job.id,
-                    processor: job.processor,
-                    start_ns,
-                    end_ns,
-                },
-                QueueWait {
-                    id: job.id,
-                    processor: job.processor,
-                    submitted_ns,
-                    start_ns,
-                },
-            ),
-            Err(error) => Report::Failed(BackendError {
-                processor: job.processor,
-                job: job.id,
-                reason: error.to_string(),
-            }),
-        };
-        if reports.send(report).is_err() {
+        // A job that panicked sent no report: it fails here, exactly once.
+        let sent = catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|panic| {
+            let error = Err(JobError::Panicked(panic_message(&*panic)));
+            let span = (dequeued_ns, now_ns());
+            reports
+                .send(report(&job, submitted_ns, span, error))
+                .is_ok()
+        });
+        if !sent {
             return;
         }
+    }
+}
+
+/// The engine's report of `job`, run over `start_ns..end_ns` with `outcome`.
+fn report(
+    job: &Job,
+    submitted_ns: u64,
+    (start_ns, end_ns): (u64, u64),
+    outcome: Result<(), JobError>,
+) -> Report {
+    match outcome {
+        Ok(()) => Report::Done(
+            Completion {
+                id: job.id,
+                processor: job.processor,
+                start_ns,
+                end_ns,
+            },
+            QueueWait {
+                id: job.id,
+                processor: job.processor,
+                submitted_ns,
+                start_ns,
+            },
+        ),
+        Err(error) => Report::Failed(BackendError {
+            processor: job.processor,
+            job: job.id,
+            reason: error.to_string(),
+        }),
     }
 }
 

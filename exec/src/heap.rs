@@ -1,0 +1,58 @@
+//! The C allocator told to keep freed memory for the next job instead of returning it to
+//! the operating system.
+//!
+//! A prefill's jobs allocate their outputs afresh (a chunk's gate and up accumulators are
+//! 768 KiB each) and free them a stage later. glibc's defaults hand such blocks back to
+//! the kernel (each above the adaptive mmap threshold is its own mapping, and the heap
+//! top is trimmed beyond twice that): SmolLM2's pp512 took ~6,000 page faults per
+//! prefill, every freed mapping a TLB shootdown of the other worker's core, and the next
+//! job zeroing fresh pages. With the thresholds raised it takes ~750, and 1 thread ran
+//! 3-4% faster, 2 threads within the noise of a shared machine (docs/real-execution.md,
+//! "Thread scaling", session 7). The cost: up to [`TRIM_THRESHOLD`] of freed memory
+//! stays with the process.
+//! Both thresholds must be set: setting one turns off glibc's adaptive rule for both,
+//! and either alone faulted 5-7x *more*.
+
+/// Blocks up to this size come from the heap, not from a mapping of their own (glibc's
+/// largest accepted value on 64-bit targets: `HEAP_MAX_SIZE / 2`).
+pub const MMAP_THRESHOLD: usize = 32 << 20;
+/// Free memory at the heap top kept before it is returned to the kernel.
+pub const TRIM_THRESHOLD: usize = 256 << 20;
+
+/// Applies [`MMAP_THRESHOLD`] and [`TRIM_THRESHOLD`] once per process; returns whether
+/// the allocator took them (false where the C library is not glibc).
+pub fn retain_freed_memory() -> bool {
+    static APPLIED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *APPLIED.get_or_init(apply)
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn apply() -> bool {
+    let set = |param, value: usize| {
+        let value = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
+        // reason: an FFI call. SAFETY: `mallopt` only changes the allocator's tuning
+        // parameters, under its own lock; it is safe to call from any thread at any time.
+        #[allow(unsafe_code)]
+        let accepted = unsafe { libc::mallopt(param, value) };
+        accepted == 1
+    };
+    set(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) && set(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn apply() -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn glibc_accepts_both_thresholds() {
+        assert!(retain_freed_memory(), "mallopt refused a threshold");
+        // Once per process: a second call reports the first one's result.
+        assert!(retain_freed_memory());
+    }
+}
