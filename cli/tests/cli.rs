@@ -346,25 +346,36 @@ fn test_model() -> String {
     path.display().to_string()
 }
 
+/// `hetsched run` of `model` on a short prompt in chunks of 2 tokens, then `args`.
+fn run_short_prompt(model: &str, args: &[&str]) -> Output {
+    let mut all = vec![
+        "run",
+        "--model",
+        model,
+        "--prompt",
+        "The capital of France is",
+        "--chunk-len",
+        "2",
+    ];
+    all.extend_from_slice(args);
+    hetsched(&all)
+}
+
 #[test]
 fn run_prefills_the_test_model_and_reports_json() {
     let model = test_model();
     let dir = scratch("run-json");
     let trace = dir.join("run.json");
-    let out = hetsched(&[
-        "run",
-        "--model",
+    let out = run_short_prompt(
         &model,
-        "--prompt",
-        "The capital of France is",
-        "--chunk-len",
-        "2",
-        "--threads",
-        "2",
-        "--json",
-        "--trace",
-        trace.to_str().unwrap(),
-    ]);
+        &[
+            "--threads",
+            "2",
+            "--json",
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -851,20 +862,16 @@ fn a_history_of_one_and_two_thread_runs_refits_a_profile_with_its_one_thread_tab
     let history = dir.join("history.jsonl");
     let _ = std::fs::remove_file(&history);
     for threads in ["1", "2"] {
-        let out = hetsched(&[
-            "run",
-            "--model",
+        let out = run_short_prompt(
             &model,
-            "--prompt",
-            "The capital of France is",
-            "--chunk-len",
-            "2",
-            "--threads",
-            threads,
-            "--history",
-            history.to_str().unwrap(),
-            "--json",
-        ]);
+            &[
+                "--threads",
+                threads,
+                "--history",
+                history.to_str().unwrap(),
+                "--json",
+            ],
+        );
         assert!(
             out.status.success(),
             "{}",
@@ -912,13 +919,6 @@ fn a_run_adapts_a_profile_to_its_history() {
     let _ = std::fs::remove_file(&history);
     let run = |extra: &[&str]| {
         let mut args = vec![
-            "run",
-            "--model",
-            &model,
-            "--prompt",
-            "The capital of France is",
-            "--chunk-len",
-            "2",
             "--threads",
             "2",
             "--policy",
@@ -928,7 +928,7 @@ fn a_run_adapts_a_profile_to_its_history() {
             "--json",
         ];
         args.extend_from_slice(extra);
-        hetsched(&args)
+        run_short_prompt(&model, &args)
     };
     let ok = |out: std::process::Output| {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
