@@ -8,6 +8,8 @@
 #   scripts/fidelity-grid.sh PROFILE.toml [MODEL] [THREADS]
 #
 # Environment: PROMPTS, CHUNKS, POLICIES, PRECISIONS (space-separated) narrow the grid;
+# PROMPT is the text repeated to each prompt length (default: one short sentence; the
+# w8a8-shadow costs depend on the text's outliers, docs/calibration.md);
 # REPS runs the whole grid that many times, round after round (default 1: one run per
 # setting is noisy on a 2-core machine, a 2048-token prefill varies by 20-30%);
 # BIN picks the binary (default target/release/hetsched); CALIBRATION names the
@@ -30,6 +32,7 @@ chunks=${CHUNKS:-64 128 256}
 policies=${POLICIES:-balance stall inorder}
 precisions=${PRECISIONS:-f32 w8a8}
 reps=${REPS:-1}
+prompt_text=${PROMPT:-The committee reviewed the proposal.}
 profiles=("$profile")
 [[ -n ${ALSO:-} ]] && profiles+=("$ALSO")
 # ADAPT=HISTORY.jsonl: every run appends to that history, and each setting runs once more
@@ -53,7 +56,7 @@ for precision in $precisions; do
           history=()
           [[ -n ${ADAPT:-} ]] && history=(--history "$ADAPT")
           [[ $prof == *+adapt ]] && history+=(--adapt)
-          "$bin" run --model "$model" --prompt "The committee reviewed the proposal." \
+          "$bin" run --model "$model" --prompt "$prompt_text" \
             --prompt-len "$prompt" --chunk-len "$chunk" --policy "$policy" \
             --precision "$precision" --threads "$threads" --warmup 1 \
             --profile "${prof%+adapt}" --predict --json "${calibration[@]}" "${history[@]}" 2>/dev/null \
