@@ -909,6 +909,54 @@ fn a_history_of_one_and_two_thread_runs_refits_a_profile_with_its_one_thread_tab
     assert!(profile.contains("[[measured.one_thread]]"), "{profile}");
 }
 
+/// `profile --prompt-file` measures on the file's text; a missing file is a clear error
+/// before the model loads, and nothing is written.
+#[test]
+fn profile_measures_on_the_prompt_file() {
+    let model = test_model();
+    let dir = scratch("profile-prompt-file");
+    let (text, out_file) = (dir.join("text.txt"), dir.join("prof.toml"));
+    std::fs::write(&text, "Paris is the capital of France. ").unwrap();
+    let profile = |prompt_file: &std::path::Path| {
+        hetsched(&[
+            "profile",
+            "--model",
+            &model,
+            "--threads",
+            "2",
+            "--chunk-lens",
+            "2",
+            "--prompt-lens",
+            "4",
+            "--reps",
+            "1",
+            "--prompt-file",
+            prompt_file.to_str().unwrap(),
+            "--out",
+            out_file.to_str().unwrap(),
+        ])
+    };
+    let out = profile(&dir.join("missing.txt"));
+    assert_clear_failure(&out, "missing.txt");
+    assert!(!out_file.exists());
+    let out = profile(&text);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples = std::fs::read_to_string(dir.join("prof.samples.csv")).unwrap();
+    // Every prefill is 4 tokens in chunks of 2: every sample holds 2 tokens.
+    assert!(samples.lines().count() > 1, "{samples}");
+    assert!(
+        samples
+            .lines()
+            .skip(1)
+            .all(|l| l.split(',').nth(4) == Some("2")),
+        "{samples}"
+    );
+}
+
 /// `run --adapt` scales a measured profile's costs to the history's recent records and
 /// lists the factors in the report; it needs a profile and a history.
 #[test]

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::CliError;
 use crate::choices::Precision;
-use crate::model::{ShadowArgs, find_calibration, load};
+use crate::model::{ShadowArgs, find_calibration, load, read_text};
 use crate::output::{check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
@@ -70,6 +70,12 @@ pub struct ProfileArgs {
     policy: String,
     #[command(flatten)]
     shadow: ShadowArgs,
+    /// Text the profiled prefills repeat to each prompt length (UTF-8) [default: a
+    /// built-in sentence]. w8a8-shadow's costs follow the outliers the text's activations
+    /// produce (up to 30% apart between two texts at the same length): profile on text
+    /// like what the runs will serve.
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<PathBuf>,
     /// The device profile to write (TOML); the samples (SAMPLES.csv), a model file and a
     /// scene that `simulate` runs are written beside it.
     #[arg(long, value_name = "DEVICE.toml")]
@@ -78,6 +84,10 @@ pub struct ProfileArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// The text the profiled prefills repeat without `--prompt-file`.
+const DEFAULT_TEXT: &str = "The committee reviewed the proposal in detail, weighing its costs \
+    against the benefits it promised to the city and to the people who live there. ";
 
 /// The files a profile writes, beside each other.
 struct ProfileFiles {
@@ -134,6 +144,11 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         return Err(CliError::NoChunkLens);
     }
     let gpu = gpu_use(&args.backends)?;
+    // Read before the model loads: a missing file fails at once.
+    let text = match &args.prompt_file {
+        Some(path) => read_text("prompt file", path)?,
+        None => DEFAULT_TEXT.to_string(),
+    };
     let precisions: Vec<LinearPrecision> = args.precision.iter().map(|&p| p.into()).collect();
     let calibration = match precisions.contains(&LinearPrecision::W8a8Shadow) {
         true => find_calibration(&args.model, LinearPrecision::W8a8Shadow, &args.shadow)?,
@@ -158,8 +173,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         prompt_lens: &args.prompt_lens,
         reps: args.reps.max(1),
     };
-    let text = "The committee reviewed the proposal in detail, weighing its costs against \
-                the benefits it promised to the city and to the people who live there. ";
+    let text = text.as_str();
     let two_job_rate = match &args.from_history {
         Some(_) => None,
         None => grid.sharing(&models[0], &loaded.tokenizer, text, &options)?,
