@@ -361,6 +361,21 @@ fn run_short_prompt(model: &str, args: &[&str]) -> Output {
     hetsched(&all)
 }
 
+/// `hetsched profile --from-history` of `model` on 2 threads, written to `out`.
+fn refit_from_history(model: &str, history: &Path, out: &Path) -> Output {
+    hetsched(&[
+        "profile",
+        "--model",
+        model,
+        "--threads",
+        "2",
+        "--from-history",
+        history.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+}
+
 #[test]
 fn run_prefills_the_test_model_and_reports_json() {
     let model = test_model();
@@ -889,17 +904,7 @@ fn a_history_of_one_and_two_thread_runs_refits_a_profile_with_its_one_thread_tab
         .collect();
     assert!(threads.contains(&1) && threads.contains(&2), "{threads:?}");
     let out_file = dir.join("refit.toml");
-    let out = hetsched(&[
-        "profile",
-        "--model",
-        &model,
-        "--threads",
-        "2",
-        "--from-history",
-        history.to_str().unwrap(),
-        "--out",
-        out_file.to_str().unwrap(),
-    ]);
+    let out = refit_from_history(&model, &history, &out_file);
     assert!(
         out.status.success(),
         "{}",
@@ -917,6 +922,7 @@ fn profile_measures_on_the_prompt_file() {
     let dir = scratch("profile-prompt-file");
     let (text, out_file) = (dir.join("text.txt"), dir.join("prof.toml"));
     std::fs::write(&text, "Paris is the capital of France. ").unwrap();
+    let _ = std::fs::remove_file(&out_file);
     let profile = |prompt_file: &std::path::Path| {
         hetsched(&[
             "profile",
@@ -984,17 +990,7 @@ fn a_run_adapts_a_profile_to_its_history() {
         out
     };
     ok(run(&[]));
-    ok(hetsched(&[
-        "profile",
-        "--model",
-        &model,
-        "--threads",
-        "2",
-        "--from-history",
-        history.to_str().unwrap(),
-        "--out",
-        profile.to_str().unwrap(),
-    ]));
+    ok(refit_from_history(&model, &history, &profile));
     let out = ok(run(&["--profile", profile.to_str().unwrap(), "--adapt"]));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let adapted = json["cost_model"]["adapted"].as_array().unwrap();
