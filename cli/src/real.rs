@@ -168,18 +168,18 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let load_ms = loading.elapsed().as_secs_f64() * 1e3;
     let defaults = PrefillOptions::default();
     let threads = args.threads.unwrap_or(defaults.threads);
-    let device = match (&args.profile, &args.history) {
-        (Some(profile), Some(history)) if args.adapt => {
-            let recent = read_recent_history(history, adapt::RECENT_BYTES)?;
-            adapt_to_history(
-                &measured_device(profile, &model)?,
-                &recent,
-                &model.name,
-                threads,
-            )
+    let device = match &args.profile {
+        Some(profile) => {
+            let measured = measured_device(profile, &model)?;
+            match &args.history {
+                Some(history) if args.adapt => {
+                    let recent = read_recent_history(history, adapt::RECENT_BYTES)?;
+                    adapt_to_history(&measured, &recent, &model.name, threads)
+                }
+                _ => measured,
+            }
         }
-        (Some(profile), _) => measured_device(profile, &model)?,
-        (None, _) => defaults.device.clone(),
+        None => defaults.device.clone(),
     };
     let options = PrefillOptions {
         chunk_len: args.chunk_len,

@@ -16,7 +16,7 @@
 //! another lane's is slower by the sharing, which the pool model adds on its own.
 
 use hetsched_systems::model::ChunkShape;
-use hetsched_systems::{CostAdaptation, DeviceProfile, StageCost};
+use hetsched_systems::{CostAdaptation, DeviceProfile, StageCost, median};
 
 use crate::history::HistoryRecord;
 
@@ -107,9 +107,6 @@ fn recent_records<'a>(
 /// The median of measured over predicted time, if there are enough records and it is
 /// within [`FACTOR_RANGE`].
 fn median_ratio(cost: &StageCost, records: &[&HistoryRecord]) -> Option<f64> {
-    if records.len() < MIN_RECORDS {
-        return None;
-    }
     let mut ratios: Vec<f64> = records
         .iter()
         .filter_map(|r| {
@@ -123,11 +120,10 @@ fn median_ratio(cost: &StageCost, records: &[&HistoryRecord]) -> Option<f64> {
     if ratios.len() < MIN_RECORDS {
         return None;
     }
-    ratios.sort_by(f64::total_cmp);
-    let median = ratios[ratios.len() / 2];
+    let factor = median(&mut ratios);
     (FACTOR_RANGE.0..=FACTOR_RANGE.1)
-        .contains(&median)
-        .then_some(median)
+        .contains(&factor)
+        .then_some(factor)
 }
 
 #[cfg(test)]

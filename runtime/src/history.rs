@@ -189,8 +189,9 @@ pub fn read_history(path: &Path) -> Result<Vec<HistoryRecord>, HistoryError> {
 
 /// The records in the last `bytes` of `path` (the most recent runs': a history grows
 /// with every run, and `run --adapt` needs only its end), from the first whole line
-/// there; a missing file has none. A corrupt line is an error naming its line, counted
-/// from where the read starts.
+/// there to the file's end when it was opened (at most `bytes`: a run appending meanwhile
+/// neither grows the read nor leaves half a line in it); a missing file has none. A
+/// corrupt line is an error naming its line, counted from where the read starts.
 pub fn read_recent_history(path: &Path, bytes: u64) -> Result<Vec<HistoryRecord>, HistoryError> {
     use std::io::{Seek as _, SeekFrom};
     let file = match std::fs::File::open(path) {
@@ -208,11 +209,14 @@ pub fn read_recent_history(path: &Path, bytes: u64) -> Result<Vec<HistoryRecord>
         reader
             .seek(SeekFrom::Start(start - 1))
             .map_err(|e| io_error(path, e))?;
-        reader
+        // Bounded by the window: a cut line longer than it is held only up to its size.
+        (&mut reader)
+            .take(bytes)
             .read_until(b'\n', &mut Vec::new())
             .map_err(|e| io_error(path, e))?;
     }
-    parse_records(path, reader, None).map_err(|e| match e {
+    let at = reader.stream_position().map_err(|e| io_error(path, e))?;
+    parse_records(path, reader.take(len.saturating_sub(at)), None).map_err(|e| match e {
         HistoryError::Corrupt {
             path,
             line,

@@ -175,7 +175,7 @@ pub struct ProfileOrigin {
 pub struct PrecisionGap {
     /// The precision (`w8a8`, `f32`, `w8a8-shadow`).
     pub precision: String,
-    /// Median gap per job, in microseconds.
+    /// Median gap per hand-off, in microseconds.
     pub us: f64,
 }
 

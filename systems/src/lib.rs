@@ -82,7 +82,7 @@ pub use policy::{DEFAULT_POLICY, Policy, PolicyRegistry};
 pub use progress::StageProgress;
 pub use request::{Request, RequestPhase, RunOf, rearm_world, spawn_request};
 pub use stage_cost::{
-    StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, precision_label,
+    StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, median, precision_label,
     stage_kind,
 };
 pub use world::spawn_world;

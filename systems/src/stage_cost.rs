@@ -88,9 +88,7 @@ impl StageCost {
             + self.per_pair_us * pairs
             + self.per_window_pair_us * cut_pairs)
     }
-}
 
-impl StageCost {
     /// This cost with every coefficient multiplied by `factor` (a machine running
     /// uniformly slower or faster than when it was profiled: `run --adapt`).
     pub fn scaled(&self, factor: f64) -> StageCost {
@@ -269,7 +267,8 @@ fn shape_means(samples: &[StageSample]) -> (Vec<StageSample>, f64) {
     (medians, median(&mut deviations))
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// The median of `values` (the upper middle of an even count; 0 if empty), sorting them.
+pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(0.0)
 }

@@ -246,7 +246,7 @@ struct Grid<'a> {
 impl Grid<'_> {
     /// Runs the grid for every model (one per precision) after one warm-up prefill each;
     /// returns the samples, the device the prefills ran on and each prefill's precision
-    /// and mean gap between jobs (makespan less the jobs' time, per job), ns.
+    /// and hand-off gap (its idle time per hand-off, `profiling::job_gap_ns`), ns.
     fn measure(
         &self,
         models: &[Arc<ExecModel>],
@@ -298,7 +298,7 @@ impl Grid<'_> {
     }
 }
 
-/// One prefill's precision and its mean gap between jobs, ns.
+/// One prefill's precision and its hand-off gap, ns.
 type PrefillGap = (String, f64);
 
 /// The median gap of each precision's prefills, in microseconds.
@@ -318,8 +318,7 @@ fn gaps_by_precision(gaps: &[PrefillGap]) -> Vec<PrecisionGap> {
 
 /// The median of `values` (the upper middle of an even count; 0 if empty).
 pub(crate) fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
+    hetsched::systems::median(&mut values)
 }
 
 fn file_name(path: &Path) -> String {
