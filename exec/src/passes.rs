@@ -58,12 +58,7 @@ fn plain_int32<'a>(
     else {
         return None;
     };
-    let scales = match w {
-        LinearWeights::Int8 { scales, .. } => scales.as_slice(),
-        LinearWeights::Int4 { packed, .. } => packed.row_scales(),
-        LinearWeights::F32(_) => return None,
-    };
-    Some((acc, *a_scale, scales))
+    Some((acc, *a_scale, w.row_scales()?))
 }
 
 /// `activation(gate) · up` of the FFN's two INT32 products, each dequantized (× activation

@@ -378,16 +378,11 @@ pub fn dequantize(out: LinearOut, w: &LinearWeights) -> Result<Vec<f32>, KernelE
                 a_scale,
                 shadow,
             },
-            LinearWeights::Int8 { scales, .. },
-        ) => dequantize_int(&acc, a_scale, scales, shadow),
-        (
-            LinearOut::Int32 {
-                acc,
-                a_scale,
-                shadow,
-            },
-            LinearWeights::Int4 { packed, .. },
-        ) => dequantize_int(&acc, a_scale, packed.row_scales(), shadow),
+            w,
+        ) => match w.row_scales() {
+            Some(scales) => dequantize_int(&acc, a_scale, scales, shadow),
+            None => Err(KernelError::Precisions("accumulator and weight")),
+        },
         _ => Err(KernelError::Precisions("accumulator and weight")),
     }
 }

@@ -110,6 +110,16 @@ pub enum LinearWeights {
 }
 
 impl LinearWeights {
+    /// The `[n]` row scales that dequantize an integer product's INT32 accumulators
+    /// (INT8 or 4-bit weights); `None` for float weights.
+    pub fn row_scales(&self) -> Option<&[f32]> {
+        match self {
+            LinearWeights::Int8 { scales, .. } => Some(scales),
+            LinearWeights::Int4 { packed, .. } => Some(packed.row_scales()),
+            LinearWeights::F32(_) => None,
+        }
+    }
+
     fn new(
         w: &[f32],
         n: usize,
