@@ -59,6 +59,11 @@ pub struct HistoryRecord {
     /// files written before it).
     #[serde(default)]
     pub alone: Option<bool>,
+    /// How long, in ns, jobs of other lanes ran during it (summed per lane, at most `ns`;
+    /// `null` in files written before it): what `profile` takes out of a job that shared
+    /// the pool to fit the cost it has alone (`profiling::fit_profile_alone`).
+    #[serde(default)]
+    pub overlapped_ns: Option<u64>,
 }
 
 /// Why a history file could not be written or read.
@@ -89,13 +94,13 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
     let plan = &run.plan;
     let (prompt, chunk_len) = (plan.workload.prompt_len, plan.workload.chunk_len);
     let precision = precision_label(&plan.model);
-    let lanes = lane_spans(&run.timeline.slices, plan.device.processors.len());
     run.timeline
         .slices
         .iter()
-        .map(|s| {
+        .zip(overlaps(&run.timeline.slices))
+        .map(|(s, overlapped)| {
             let ns = s.end_ns.saturating_sub(s.start_ns).max(1);
-            let overlapped = overlap_with_other_lanes(&lanes, s);
+            let overlapped = overlapped.min(ns);
             let ops = &plan.stages[s.key.stage as usize].ops;
             let shape = plan.executed_shape(s.key);
             HistoryRecord {
@@ -112,42 +117,44 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
                 chunk_len,
                 threads: None,
                 alone: Some(overlapped * 20 <= ns),
+                overlapped_ns: Some(overlapped),
             }
         })
         .collect()
 }
 
-/// Each lane's (start, end) spans, sorted by start (a lane runs one job at a time).
-fn lane_spans(slices: &[SliceRecord], lanes: usize) -> Vec<Vec<(u64, u64)>> {
-    let mut spans = vec![Vec::new(); lanes];
+/// For each slice, how long, in ns, slices of other lanes ran during it (summed per
+/// lane; a lane runs one job at a time, so at most the slice's span times the other
+/// lanes).
+pub(crate) fn overlaps(slices: &[SliceRecord]) -> Vec<u64> {
+    let lanes = slices.iter().map(|s| s.processor + 1).max().unwrap_or(0);
+    let mut spans: Vec<Vec<(u64, u64)>> = vec![Vec::new(); lanes];
     for s in slices {
-        if let Some(lane) = spans.get_mut(s.processor) {
-            lane.push((s.start_ns, s.end_ns));
-        }
+        spans[s.processor].push((s.start_ns, s.end_ns));
     }
     for lane in &mut spans {
         lane.sort_unstable();
     }
-    spans
-}
-
-/// How long, in ns, jobs of lanes other than `slice`'s ran during it (summed per lane).
-fn overlap_with_other_lanes(lanes: &[Vec<(u64, u64)>], slice: &SliceRecord) -> u64 {
-    let mut overlapped = 0;
-    for (lane, spans) in lanes.iter().enumerate() {
-        if lane == slice.processor {
-            continue;
-        }
-        // Spans are disjoint and sorted, so their ends are sorted too.
-        let first = spans.partition_point(|&(_, end)| end <= slice.start_ns);
-        for &(start, end) in spans[first..]
-            .iter()
-            .take_while(|&&(start, _)| start < slice.end_ns)
-        {
-            overlapped += end.min(slice.end_ns) - start.max(slice.start_ns);
-        }
-    }
-    overlapped
+    slices
+        .iter()
+        .map(|slice| {
+            let mut overlapped = 0;
+            for (lane, spans) in spans.iter().enumerate() {
+                if lane == slice.processor {
+                    continue;
+                }
+                // Spans are disjoint and sorted, so their ends are sorted too.
+                let first = spans.partition_point(|&(_, end)| end <= slice.start_ns);
+                for &(start, end) in spans[first..]
+                    .iter()
+                    .take_while(|&&(start, _)| start < slice.end_ns)
+                {
+                    overlapped += end.min(slice.end_ns) - start.max(slice.start_ns);
+                }
+            }
+            overlapped
+        })
+        .collect()
 }
 
 /// [`records_of`] a run on `threads` compute threads, each record saying so.

@@ -45,17 +45,17 @@ use std::sync::Arc;
 use hetsched_systems::model::{ChunkShape, OpDecl};
 use hetsched_systems::policy::{CostsMismatch, Policy, UnknownPolicy};
 use hetsched_systems::{
-    DeviceProfile, PlanError, PolicyRegistry, PrefillPlan, StageCost, StageSample, Workload,
-    fit_stage_cost, precision_label, stage_kind,
+    DeviceProfile, OneThreadCost, PlanError, PolicyRegistry, PrefillPlan, StageCost, StageSample,
+    Workload, fit_stage_cost, precision_label, stage_kind,
 };
 use serde::Serialize;
 use thiserror::Error;
 
 use crate::backends::Backend;
-use crate::backends::shared_pool::{PoolSharing, SharedPoolBackend};
+use crate::backends::shared_pool::{PoolSharing, SharedPoolBackend, amdahl_rate};
 use crate::backends::worker_pool::{ParallelFractions, WorkerPoolBackend};
 use crate::engine::{self, EngineError, EngineOptions, RunOutcome};
-use crate::history::HistoryRecord;
+use crate::history::{HistoryRecord, overlaps};
 
 /// Why a profiling step failed.
 #[derive(Debug, Error)]
@@ -146,45 +146,17 @@ pub fn two_job_rate(alone: &RunOutcome, shared: &RunOutcome) -> Option<f64> {
     for s in &alone.timeline.slices {
         work[s.id as usize] = Some((s.end_ns - s.start_ns) as f64);
     }
-    let overlapped = overlap_per_slice(&shared.timeline.slices);
+    let overlapped = overlaps(&shared.timeline.slices);
     let (mut num, mut den) = (0.0, 0.0);
-    for (s, &c) in shared.timeline.slices.iter().zip(&overlapped) {
+    for (s, c) in shared.timeline.slices.iter().zip(overlapped) {
         let w = work.get(s.id as usize).copied().flatten()?;
-        let a = (s.end_ns - s.start_ns) as f64 - c;
+        let span = s.end_ns - s.start_ns;
+        let c = c.min(span) as f64;
+        let a = span as f64 - c;
         num += c * (w - a);
         den += c * c;
     }
     (den > 0.0).then(|| (num / den).clamp(0.5, 1.0))
-}
-
-/// For each slice, ns of its span during which a slice of another lane also ran (at most
-/// its span).
-fn overlap_per_slice(slices: &[hetsched_systems::resources::SliceRecord]) -> Vec<f64> {
-    let lanes = slices.iter().map(|s| s.processor + 1).max().unwrap_or(0);
-    let mut by_lane: Vec<Vec<(u64, u64)>> = vec![Vec::new(); lanes];
-    for s in slices {
-        by_lane[s.processor].push((s.start_ns, s.end_ns));
-    }
-    for lane in &mut by_lane {
-        lane.sort_unstable();
-    }
-    slices
-        .iter()
-        .map(|s| {
-            let mut c = 0u64;
-            for (lane, spans) in by_lane.iter().enumerate() {
-                if lane == s.processor {
-                    continue;
-                }
-                // A lane runs one job at a time: its spans are disjoint and sorted.
-                let first = spans.partition_point(|&(_, end)| end <= s.start_ns);
-                for &(start, end) in spans[first..].iter().take_while(|&&(st, _)| st < s.end_ns) {
-                    c += end.min(s.end_ns).saturating_sub(start.max(s.start_ns));
-                }
-            }
-            (c.min(s.end_ns - s.start_ns)) as f64
-        })
-        .collect()
 }
 
 /// Fits every (processor, precision, stage kind) of `samples` and puts the costs into
@@ -221,6 +193,84 @@ pub fn fit_profile(device: &mut DeviceProfile, samples: &[HistoryRecord]) -> Vec
         fits.push(StageFit { processor, cost });
     }
     fits
+}
+
+/// Rounds of taking the sharing out of the samples and refitting in
+/// [`fit_profile_alone`]: each job's parallel fraction follows the fit; the gap to where
+/// they settle halves each round where every sample overlapped (the worst case), less
+/// where few did.
+const ALONE_ROUNDS: usize = 10;
+
+/// [`fit_profile`] of the work each job has alone. A record that shared the pool with
+/// another lane's job (`overlapped_ns`, `c` of its `ns`) counts as `w = (ns - c) + r * c`,
+/// `r` the rate at which the pool model runs a job of its parallel fraction beside one
+/// other ([`amdahl_rate`] on `threads`), the fraction from its kind's speed-up over its
+/// `one_thread` cost ([`ParallelFractions::from_speedup`]). The pool model adds the
+/// sharing back when it simulates a plan ([`predict`]), so the raw times would count it
+/// twice: w8a8-shadow's INT8 and shadow stages run side by side even under `inorder`.
+/// Records without `overlapped_ns` (older files), or whose kind has no one-thread cost,
+/// count as measured; so does everything when no record overlapped (`inorder` of a chain
+/// of stages). Records of one thread ([`HistoryRecord::threads`]) belong to the
+/// one-thread table: fit them with `threads` 1 (two jobs on one worker run at half rate).
+///
+pub fn fit_profile_alone(
+    device: &mut DeviceProfile,
+    samples: &[HistoryRecord],
+    one_thread: &[OneThreadCost],
+    threads: usize,
+) -> Vec<StageFit> {
+    let mut fits = fit_profile(device, samples);
+    if samples.iter().all(|r| r.overlapped_ns.unwrap_or(0) == 0) {
+        return fits;
+    }
+    for _ in 0..ALONE_ROUNDS {
+        let alone: Vec<HistoryRecord> = samples
+            .iter()
+            .map(|r| HistoryRecord {
+                ns: alone_ns(r, &fits, one_thread, threads),
+                ..r.clone()
+            })
+            .collect();
+        fits = fit_profile(device, &alone);
+    }
+    fits
+}
+
+/// `record`'s work alone ([`fit_profile_alone`]) under the costs `fits` (on `threads`) and
+/// `one_thread`.
+fn alone_ns(
+    record: &HistoryRecord,
+    fits: &[StageFit],
+    one_thread: &[OneThreadCost],
+    threads: usize,
+) -> u64 {
+    let overlapped = record.overlapped_ns.unwrap_or(0).min(record.ns);
+    if overlapped == 0 {
+        return record.ns;
+    }
+    let fraction = if threads <= 1 {
+        // One worker: two jobs take turns whatever their fractions.
+        0.0
+    } else {
+        let of = |processor: &str, cost: &StageCost| {
+            processor == record.processor
+                && cost.precision == record.precision
+                && cost.stage == record.stage
+        };
+        let all = fits.iter().find(|f| of(&f.processor, &f.cost));
+        let one = one_thread.iter().find(|o| of(&o.processor, &o.cost));
+        let (Some(all), Some(one)) = (all, one) else {
+            return record.ns;
+        };
+        let shape = ChunkShape {
+            tokens: record.tokens,
+            past: record.past,
+        };
+        ParallelFractions::from_speedup(one.cost.ns(shape) / all.cost.ns(shape).max(1.0), threads)
+    };
+    let rate = amdahl_rate(fraction, threads, 2);
+    let alone = (record.ns - overlapped) as f64 + rate * overlapped as f64;
+    (alone.round() as u64).max(1)
 }
 
 /// Simulates `plan` the way real queues sharing one worker pool run it: with the
@@ -524,5 +574,58 @@ mod tests {
         let mut device = plan.device.clone();
         assert!(fit_profile(&mut device, &samples).is_empty());
         assert!(device.processors.iter().all(|p| p.cost.stages.is_empty()));
+    }
+
+    #[test]
+    fn sharing_is_taken_out_of_jobs_that_overlapped() {
+        let plan = Arc::new(tiny_plan(2, 256, 64));
+        // The simulated lanes are processors of their own: their jobs count as alone here.
+        let alone: Vec<HistoryRecord> =
+            records_of(&measure(plan.clone(), "inorder", &mut SimBackend::default()).unwrap())
+                .into_iter()
+                .map(|r| HistoryRecord {
+                    overlapped_ns: Some(0),
+                    ..r
+                })
+                .collect();
+        let mut device = plan.device.clone();
+        let truth = fit_profile(&mut device, &alone);
+        // Fully parallel jobs (one thread half as fast as two), each measured once alone
+        // and once sharing the pool for its whole span at the pool model's rate, 1/2.
+        let one_thread: Vec<OneThreadCost> = truth
+            .iter()
+            .map(|f| OneThreadCost {
+                processor: f.processor.clone(),
+                cost: f.cost.scaled(2.0),
+            })
+            .collect();
+        let mut samples = alone.clone();
+        samples.extend(alone.iter().map(|r| HistoryRecord {
+            ns: 2 * r.ns,
+            overlapped_ns: Some(2 * r.ns),
+            ..r.clone()
+        }));
+        let shape = ChunkShape {
+            tokens: 64,
+            past: 64,
+        };
+        let raw = fit_profile(&mut device.clone(), &samples);
+        let fitted = fit_profile_alone(&mut device, &samples, &one_thread, 2);
+        assert_eq!(fitted.len(), truth.len());
+        for ((t, f), r) in truth.iter().zip(&fitted).zip(&raw) {
+            let (t, f, r) = (t.cost.ns(shape), f.cost.ns(shape), r.cost.ns(shape));
+            assert!((f / t - 1.0).abs() < 0.01, "{}: {f} against {t}", t);
+            assert!(r / t > 1.4, "raw, the sharing counts: {r} against {t}");
+        }
+        // Records of older files (no overlap recorded) count as measured.
+        let older: Vec<HistoryRecord> = samples
+            .iter()
+            .map(|r| HistoryRecord {
+                overlapped_ns: None,
+                ..r.clone()
+            })
+            .collect();
+        let as_raw = fit_profile_alone(&mut device, &older, &one_thread, 2);
+        assert_eq!(as_raw[0].cost.ns(shape), raw[0].cost.ns(shape));
     }
 }

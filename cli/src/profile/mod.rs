@@ -25,7 +25,7 @@ use crate::output::{check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
 use hetsched::history::{HistoryRecord, read_history, records_on};
-use hetsched::profiling::{StageFit, fit_profile, job_gap_ns, two_job_rate};
+use hetsched::profiling::{StageFit, fit_profile_alone, job_gap_ns, two_job_rate};
 use hetsched::systems::{OneThreadCost, PrecisionGap};
 use samples::to_csv;
 
@@ -199,7 +199,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
     };
     let prefills = gaps.len();
     let mut device = device;
-    let fits = fit_profile(&mut device, &samples);
+    let fits = fit_profile_alone(&mut device, &samples, &one_thread, options.threads);
     let first = &models[0];
     device.name = format!("{} (measured by hetsched profile)", host::cpu_name());
     device.measured = Some(ProfileOrigin {
@@ -247,6 +247,12 @@ impl Grid<'_> {
     /// Runs the grid for every model (one per precision) after one warm-up prefill each;
     /// returns the samples, the device the prefills ran on and each prefill's precision
     /// and hand-off gap (its idle time per hand-off, `profiling::job_gap_ns`), ns.
+    ///
+    /// The models take turns at each setting (rep, prompt length, chunk length): a slow
+    /// spell of the machine (another process, a noisy neighbour) then spreads over every
+    /// precision instead of skewing the one measured during it (session 9: a profile that
+    /// ran each precision's grid in one block priced w8a8's stages 20-60% above the
+    /// previous session's on the same build).
     fn measure(
         &self,
         models: &[Arc<ExecModel>],
@@ -258,25 +264,29 @@ impl Grid<'_> {
         let mut bar = Bar::new("prefills");
         bar.set_len((models.len() * (settings + 1)) as u64);
         let (mut samples, mut device, mut gaps) = (Vec::new(), None, Vec::new());
+        let context = |model: &ExecModel| model.config.context_length;
         for model in models {
             bar.set_message(model.precision.as_str());
-            let context = model.config.context_length;
             let warm = prompt_tokens(
                 tokenizer,
                 text,
                 self.prompt_lens.first().map_or(256, |&p| p.min(256)) as usize,
-                context,
+                context(model),
             )?;
             exec::prefill(model.clone(), &warm, options)?;
             bar.inc(1);
-            for _ in 0..self.reps {
-                for &prompt in self.prompt_lens {
-                    let tokens = prompt_tokens(tokenizer, text, prompt as usize, context)?;
-                    for &chunk_len in self.chunk_lens {
-                        let options = PrefillOptions {
-                            chunk_len,
-                            ..options.clone()
-                        };
+        }
+        for _ in 0..self.reps {
+            for &prompt in self.prompt_lens {
+                for &chunk_len in self.chunk_lens {
+                    let options = PrefillOptions {
+                        chunk_len,
+                        ..options.clone()
+                    };
+                    for model in models {
+                        bar.set_message(model.precision.as_str());
+                        let tokens =
+                            prompt_tokens(tokenizer, text, prompt as usize, context(model))?;
                         let result = exec::prefill(model.clone(), &tokens, &options)?;
                         device.get_or_insert_with(|| result.outcome.plan.device.clone());
                         samples.extend(records_on(&result.outcome, options.threads));
@@ -399,8 +409,9 @@ impl Grid<'_> {
         let mut bar = Bar::new("one thread");
         bar.set_len((models.len() * settings.len()) as u64);
         let mut samples = Vec::new();
-        for model in models {
-            for &(prompt, chunk_len) in &settings {
+        // The models take turns at each setting, as in `measure`.
+        for &(prompt, chunk_len) in &settings {
+            for model in models {
                 let tokens = prompt_tokens(
                     tokenizer,
                     text,
@@ -468,7 +479,7 @@ fn split_history(
 /// Stage costs fitted from one-thread `samples` (on a copy of `device`), as the profile's
 /// one-thread table.
 fn one_thread_costs(device: &DeviceProfile, samples: &[HistoryRecord]) -> Vec<OneThreadCost> {
-    fit_profile(&mut device.clone(), samples)
+    fit_profile_alone(&mut device.clone(), samples, &[], 1)
         .into_iter()
         .map(|f| OneThreadCost {
             processor: f.processor,
