@@ -403,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_is_alone_when_no_other_lane_ran_during_it() {
+    fn a_record_is_alone_when_no_other_lane_ran_during_it_and_says_how_long_one_did() {
         let mut outcome = run();
         let slices = &mut outcome.timeline.slices;
         slices.truncate(2);
@@ -418,5 +418,17 @@ mod tests {
         span(&mut outcome.timeline.slices[1], 949, 2000);
         let alone: Vec<_> = records_of(&outcome).iter().map(|r| r.alone).collect();
         assert_eq!(alone, [Some(false), Some(true)]);
+        let overlapped: Vec<_> = records_of(&outcome)
+            .iter()
+            .map(|r| r.overlapped_ns)
+            .collect();
+        assert_eq!(overlapped, [Some(51), Some(51)]);
+        // A job inside another: its whole span overlapped, the other's only that much.
+        span(&mut outcome.timeline.slices[1], 200, 400);
+        let overlapped: Vec<_> = records_of(&outcome)
+            .iter()
+            .map(|r| r.overlapped_ns)
+            .collect();
+        assert_eq!(overlapped, [Some(200), Some(200)]);
     }
 }
