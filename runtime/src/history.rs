@@ -100,7 +100,6 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
         .zip(overlaps(&run.timeline.slices))
         .map(|(s, overlapped)| {
             let ns = s.end_ns.saturating_sub(s.start_ns).max(1);
-            let overlapped = overlapped.min(ns);
             let ops = &plan.stages[s.key.stage as usize].ops;
             let shape = plan.executed_shape(s.key);
             HistoryRecord {
@@ -124,8 +123,7 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
 }
 
 /// For each slice, how long, in ns, slices of other lanes ran during it (summed per
-/// lane; a lane runs one job at a time, so at most the slice's span times the other
-/// lanes).
+/// lane, at most its own span: with three lanes and more, two others may run at once).
 pub(crate) fn overlaps(slices: &[SliceRecord]) -> Vec<u64> {
     let lanes = slices.iter().map(|s| s.processor + 1).max().unwrap_or(0);
     let mut spans: Vec<Vec<(u64, u64)>> = vec![Vec::new(); lanes];
@@ -152,7 +150,7 @@ pub(crate) fn overlaps(slices: &[SliceRecord]) -> Vec<u64> {
                     overlapped += end.min(slice.end_ns) - start.max(slice.start_ns);
                 }
             }
-            overlapped
+            overlapped.min(slice.end_ns.saturating_sub(slice.start_ns))
         })
         .collect()
 }

@@ -150,9 +150,8 @@ pub fn two_job_rate(alone: &RunOutcome, shared: &RunOutcome) -> Option<f64> {
     let (mut num, mut den) = (0.0, 0.0);
     for (s, c) in shared.timeline.slices.iter().zip(overlapped) {
         let w = work.get(s.id as usize).copied().flatten()?;
-        let span = s.end_ns - s.start_ns;
-        let c = c.min(span) as f64;
-        let a = span as f64 - c;
+        let c = c as f64;
+        let a = (s.end_ns - s.start_ns) as f64 - c;
         num += c * (w - a);
         den += c * c;
     }
@@ -212,7 +211,6 @@ const ALONE_ROUNDS: usize = 10;
 /// count as measured; so does everything when no record overlapped (`inorder` of a chain
 /// of stages). Records of one thread ([`HistoryRecord::threads`]) belong to the
 /// one-thread table: fit them with `threads` 1 (two jobs on one worker run at half rate).
-///
 pub fn fit_profile_alone(
     device: &mut DeviceProfile,
     samples: &[HistoryRecord],
@@ -266,7 +264,7 @@ fn alone_ns(
             tokens: record.tokens,
             past: record.past,
         };
-        ParallelFractions::from_speedup(one.cost.ns(shape) / all.cost.ns(shape).max(1.0), threads)
+        ParallelFractions::from_costs(&one.cost, &all.cost, shape, threads)
     };
     let rate = amdahl_rate(fraction, threads, 2);
     let alone = (record.ns - overlapped) as f64 + rate * overlapped as f64;
@@ -340,9 +338,8 @@ pub fn parallel_fractions(plan: &PrefillPlan, sharing: &PoolSharing) -> Option<P
             let on_threads = processor.cost.stage_cost(&plan.model, ops);
             let on_one = measured.one_thread_cost(&processor.name, &precision, &kind);
             if let (Some(all), Some(one)) = (on_threads, on_one) {
-                let speedup = one.ns(shape) / all.ns(shape).max(1.0);
                 fraction[plan.id(key) * lanes + lane] =
-                    ParallelFractions::from_speedup(speedup, threads);
+                    ParallelFractions::from_costs(one, all, shape, threads);
             }
         }
     }

@@ -251,7 +251,7 @@ impl Grid<'_> {
     /// The models take turns at each setting (rep, prompt length, chunk length): a slow
     /// spell of the machine (another process, a noisy neighbour) then spreads over every
     /// precision instead of skewing the one measured during it (session 9: a profile that
-    /// ran each precision's grid in one block priced w8a8's stages 20-60% above the
+    /// ran each precision's grid in one block priced w8a8's stages 15-60% above the
     /// previous session's on the same build).
     fn measure(
         &self,
@@ -278,16 +278,19 @@ impl Grid<'_> {
         }
         for _ in 0..self.reps {
             for &prompt in self.prompt_lens {
+                // Tokenized once per prompt length and model, not per chunk length.
+                let prompts = models
+                    .iter()
+                    .map(|model| prompt_tokens(tokenizer, text, prompt as usize, context(model)))
+                    .collect::<Result<Vec<_>, _>>()?;
                 for &chunk_len in self.chunk_lens {
                     let options = PrefillOptions {
                         chunk_len,
                         ..options.clone()
                     };
-                    for model in models {
+                    for (model, tokens) in models.iter().zip(&prompts) {
                         bar.set_message(model.precision.as_str());
-                        let tokens =
-                            prompt_tokens(tokenizer, text, prompt as usize, context(model))?;
-                        let result = exec::prefill(model.clone(), &tokens, &options)?;
+                        let result = exec::prefill(model.clone(), tokens, &options)?;
                         device.get_or_insert_with(|| result.outcome.plan.device.clone());
                         samples.extend(records_on(&result.outcome, options.threads));
                         gaps.push((

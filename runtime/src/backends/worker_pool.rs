@@ -25,6 +25,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use hetsched_systems::StageCost;
+use hetsched_systems::model::ChunkShape;
 use hetsched_systems::resources::{Completion, Job};
 
 use super::shared_pool::amdahl_rate;
@@ -56,6 +58,12 @@ impl ParallelFractions {
         }
         let s = speedup.clamp(1.0, t);
         ((1.0 - 1.0 / s) * t / (t - 1.0)).clamp(0.0, 1.0)
+    }
+
+    /// The parallel fraction of a job of `shape` whose stage costs `one` on one thread
+    /// and `all` on `threads` ([`Self::from_speedup`] of their ratio).
+    pub fn from_costs(one: &StageCost, all: &StageCost, shape: ChunkShape, threads: usize) -> f64 {
+        Self::from_speedup(one.ns(shape) / all.ns(shape).max(1.0), threads)
     }
 
     fn at(&self, id: u32, processor: usize) -> f64 {
