@@ -8,6 +8,9 @@
 //! scaling", session 7): row blocks of 16 scale 1.95x with cold weights, column blocks
 //! 2.1-2.2x.
 
+mod common;
+
+use common::gemm_in_row_blocks;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched_exec::blocks::for_each_block;
 use hetsched_kernels::seeded::SeededRng;
@@ -26,37 +29,28 @@ fn bench(c: &mut Criterion) {
     let a = SeededRng::new(100).i8s(ROWS * k);
     group.throughput(Throughput::Elements((2 * ROWS * k * n) as u64));
     for threads in [1, 2] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("a pool");
+        let pool = common::pool(threads);
         let mut out = vec![0i32; ROWS * n];
-        for rows_per_block in [16, 32, 64] {
+        let mut cold = |id: String, product: &(dyn Fn(&PackedI8Weights, &mut [i32]) + Sync)| {
+            // Each product reads the next matrix of the set: cold in every cache.
             let mut next = 0;
-            let id = format!("{k}x{n}/rows{rows_per_block}/t{threads}");
-            group.bench_function(BenchmarkId::new("blocks", &id), |b| {
+            group.bench_function(BenchmarkId::new("blocks", id), |b| {
                 b.iter(|| {
                     let w = &ws[next % MATRICES];
                     next += 1;
-                    pool.install(|| {
-                        let blocks = out
-                            .chunks_mut(rows_per_block * n)
-                            .zip(a.chunks(rows_per_block * k))
-                            .collect();
-                        for_each_block(blocks, |(o, a)| gemm_i8_cols(a, a.len() / k, w, 0..n, o));
-                    });
+                    pool.install(|| product(w, &mut out));
                 });
             });
+        };
+        for rows_per_block in [16, 32, 64] {
+            cold(
+                format!("{k}x{n}/rows{rows_per_block}/t{threads}"),
+                &|w, out| gemm_in_row_blocks(&a, k, w, rows_per_block, out),
+            );
         }
         for col_blocks in [4, 8] {
-            let mut next = 0;
-            let id = format!("{k}x{n}/cols{col_blocks}/t{threads}");
-            group.bench_function(BenchmarkId::new("blocks", &id), |b| {
-                b.iter(|| {
-                    let w = &ws[next % MATRICES];
-                    next += 1;
-                    pool.install(|| by_column_blocks(&a, ROWS, w, col_blocks, &mut out));
-                });
+            cold(format!("{k}x{n}/cols{col_blocks}/t{threads}"), &|w, out| {
+                by_column_blocks(&a, ROWS, w, col_blocks, out)
             });
         }
     }

@@ -5,8 +5,10 @@
 //! product: this is a job's speed alone, the upper bound of what a lane gets when the
 //! other lane has nothing to run.
 
+mod common;
+
+use common::gemm_in_row_blocks;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use hetsched_exec::blocks::for_each_block;
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{PackedI8Weights, gemm_i8_cols};
 use rayon::prelude::*;
@@ -23,21 +25,12 @@ fn bench(c: &mut Criterion) {
         let a = SeededRng::new(2).i8s(ROWS * k);
         group.throughput(Throughput::Elements((2 * ROWS * k * n) as u64));
         for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .expect("a pool");
+            let pool = common::pool(threads);
             let mut out = vec![0i32; ROWS * n];
             let id = format!("{k}x{n}/t{threads}");
             group.bench_function(BenchmarkId::new("blocks", &id), |b| {
                 b.iter(|| {
-                    pool.install(|| {
-                        let blocks = out
-                            .chunks_mut(ROWS_PER_TASK * n)
-                            .zip(a.chunks(ROWS_PER_TASK * k))
-                            .collect();
-                        for_each_block(blocks, |(o, a)| gemm_i8_cols(a, a.len() / k, &w, 0..n, o));
-                    });
+                    pool.install(|| gemm_in_row_blocks(&a, k, &w, ROWS_PER_TASK, &mut out));
                 });
             });
             group.bench_function(BenchmarkId::new("rayon", &id), |b| {
