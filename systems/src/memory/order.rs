@@ -26,6 +26,11 @@ pub(super) fn by_start(buffers: &[Buffer], sizes: &[u64]) -> Vec<u32> {
     sorted_by(buffers, |i| (buffers[i].start, Reverse(sizes[i])))
 }
 
+/// Latest end first; ties: larger first.
+pub(super) fn by_end(buffers: &[Buffer], sizes: &[u64]) -> Vec<u32> {
+    sorted_by(buffers, |i| (Reverse(buffers[i].end), Reverse(sizes[i])))
+}
+
 /// Largest `size x lifetime` first; ties: larger first.
 pub(super) fn by_area(buffers: &[Buffer], sizes: &[u64]) -> Vec<u32> {
     sorted_by(buffers, |i| {

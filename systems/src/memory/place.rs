@@ -306,8 +306,9 @@ mod tests {
 
     use super::{Fitter, Job, Placer, best_fit, union_into};
     use crate::memory::Buffer;
-    use crate::memory::order::by_start;
+    use crate::memory::order::{by_end, by_start};
     use crate::memory::sweep::place_in_start_order;
+    use crate::memory::{Strategy as MemoryStrategy, plan_with};
 
     /// The definition, quadratic: each buffer in order against every placed buffer
     /// whose lifetime intersects its own.
@@ -470,6 +471,16 @@ mod tests {
             let order = by_start(&buffers, &sizes);
             let sweep = place_in_start_order(&spans, &sizes, &order, None).unwrap();
             prop_assert_eq!(sweep, reference(&buffers, &sizes, &order));
+        }
+
+        /// Greedy by end (the sweep on reversed time) gives the definition's offsets in
+        /// its order.
+        #[test]
+        fn greedy_by_end_equals_the_definition(buffers in buffer_set()) {
+            let sizes: Vec<u64> = buffers.iter().map(|b| b.bytes).collect();
+            let plan = plan_with(&buffers, 64, MemoryStrategy::GreedyByEnd).unwrap();
+            let offsets: Vec<u64> = (0..buffers.len()).map(|i| plan.offset(i)).collect();
+            prop_assert_eq!(offsets, reference(&buffers, &sizes, &by_end(&buffers, &sizes)));
         }
     }
 }

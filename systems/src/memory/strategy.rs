@@ -39,16 +39,22 @@ pub enum Strategy {
     /// many same-size activations of a chunked prefill tighter than the lifetime
     /// tie-break (gemma-2b at chunk 128: 1.034x the bound instead of 1.063x).
     GreedyBySizeThenStart,
+    /// Latest end first (ties: larger, then id): greedy by start with time reversed,
+    /// placed by the same sweep. Where chunks pile up behind a slower lane, their
+    /// buffers end in a tidier order than they start (the default scene's NPU region at
+    /// prompt 8192, chunk 16: 1.014x the bound, against 1.167x for greedy by start).
+    GreedyByEnd,
 }
 
 impl Strategy {
     /// Every strategy, in the order [`plan_offsets`] tries them (and breaks ties).
-    pub const ALL: [Strategy; 5] = [
+    pub const ALL: [Strategy; 6] = [
         Strategy::GreedyBySize,
         Strategy::GreedyBySizeTimesLifetime,
         Strategy::GreedyByBreadth,
         Strategy::GreedyByStart,
         Strategy::GreedyBySizeThenStart,
+        Strategy::GreedyByEnd,
     ];
 
     /// A short kebab-case name, as in serialized form.
@@ -59,6 +65,7 @@ impl Strategy {
             Strategy::GreedyByBreadth => "greedy-by-breadth",
             Strategy::GreedyByStart => "greedy-by-start",
             Strategy::GreedyBySizeThenStart => "greedy-by-size-then-start",
+            Strategy::GreedyByEnd => "greedy-by-end",
         }
     }
 }
@@ -164,11 +171,16 @@ pub(super) fn limit_against(
     }
 }
 
-/// The order [`plan_offsets`] runs the strategies in: greedy by start (the cheapest),
-/// then greedy by size then start (the lowest peak of the shipped scenes' CPU regions,
-/// so the rest give up sooner), then the others in [`Strategy::ALL`] order.
+/// The order [`plan_offsets`] runs the strategies in: greedy by start and by end (the
+/// cheapest: sweeps), then greedy by size then start (the lowest peak of the shipped
+/// scenes' CPU regions, so the rest give up sooner), then the others in
+/// [`Strategy::ALL`] order.
 pub(super) fn run_order() -> impl Iterator<Item = Strategy> {
-    let first = [Strategy::GreedyByStart, Strategy::GreedyBySizeThenStart];
+    let first = [
+        Strategy::GreedyByStart,
+        Strategy::GreedyByEnd,
+        Strategy::GreedyBySizeThenStart,
+    ];
     first.into_iter().chain(
         Strategy::ALL
             .into_iter()
@@ -191,12 +203,24 @@ pub(super) fn run(
         Strategy::GreedyByBreadth => order::by_breadth(buffers, sizes),
         Strategy::GreedyByStart => order::by_start(buffers, sizes),
         Strategy::GreedyBySizeThenStart => order::by_size_then_start(buffers, sizes),
+        Strategy::GreedyByEnd => order::by_end(buffers, sizes),
     };
-    let offsets = if strategy == Strategy::GreedyByStart {
-        let spans: Vec<(u64, u64)> = buffers.iter().map(|b| (b.start, b.end)).collect();
-        place_in_start_order(&spans, sizes, &order, give_up_at)?
-    } else {
-        placer.place(sizes, alignment, &order, give_up_at)?
+    let offsets = match strategy {
+        Strategy::GreedyByStart => {
+            let spans: Vec<(u64, u64)> = buffers.iter().map(|b| (b.start, b.end)).collect();
+            place_in_start_order(&spans, sizes, &order, give_up_at)?
+        }
+        // Latest end first is earliest start first on reversed time: `[start, end)`
+        // becomes `[last - end, last - start)`, which intersects the same lifetimes.
+        Strategy::GreedyByEnd => {
+            let last = buffers.iter().map(|b| b.end).max().unwrap_or(0);
+            let spans: Vec<(u64, u64)> = buffers
+                .iter()
+                .map(|b| (last - b.end, last - b.start))
+                .collect();
+            place_in_start_order(&spans, sizes, &order, give_up_at)?
+        }
+        _ => placer.place(sizes, alignment, &order, give_up_at)?,
     };
     let peak_bytes = offsets
         .iter()
