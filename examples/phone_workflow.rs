@@ -173,6 +173,8 @@ impl Device {
             two_job_rate: self.sharing()?.unwrap_or(0.0),
             one_thread: Vec::new(),
             adapted: Vec::new(),
+            cache_bytes: 0,
+            warm_weights: Vec::new(),
         });
         println!(
             "device: {} samples from {} prefills, {} fits, worst fit error {:.1}%",

@@ -79,6 +79,8 @@ fn measured_scene(skip: Option<usize>) -> (Scene, String) {
         two_job_rate: 0.0,
         one_thread,
         adapted: Vec::new(),
+        cache_bytes: 0,
+        warm_weights: Vec::new(),
     });
     let device = toml_text(&scene.device).unwrap();
     (scene, device)

@@ -18,5 +18,6 @@ pub mod progress;
 pub mod report;
 pub mod request_world;
 pub mod scene;
+pub mod weight_reuse;
 
 pub use hetsched_import::limits;

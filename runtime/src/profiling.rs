@@ -56,6 +56,7 @@ use crate::backends::shared_pool::{PoolSharing, SharedPoolBackend, amdahl_rate};
 use crate::backends::worker_pool::{ParallelFractions, WorkerPoolBackend};
 use crate::engine::{self, EngineError, EngineOptions, RunOutcome};
 use crate::history::{HistoryRecord, overlaps};
+use crate::weight_reuse::{WarmWeights, stage_weight_bytes};
 
 /// Why a profiling step failed.
 #[derive(Debug, Error)]
@@ -343,11 +344,20 @@ pub fn parallel_fractions(plan: &PrefillPlan, sharing: &PoolSharing) -> Option<P
             }
         }
     }
+    let warm = (measured.cache_bytes > 0)
+        .then(|| measured.warm_ns_per_byte_of(&precision))
+        .flatten()
+        .map(|ns_per_byte| WarmWeights {
+            cache_bytes: measured.cache_bytes,
+            ns_per_byte,
+        });
     Some(ParallelFractions {
         lanes,
         fraction,
         default,
         loops,
+        stage_weight_bytes: stage_weight_bytes(plan),
+        warm,
     })
 }
 

@@ -12,6 +12,9 @@ pub const MIN_RATE: f64 = 1e-6;
 pub const MAX_RATE: f64 = 1e12;
 /// Largest latency (launch, per-operator overhead, measured), in microseconds: 1000 s.
 pub const MAX_LATENCY_US: f64 = 1e9;
+/// Largest saving per cached weight byte a profile may give, ns (a byte read from memory
+/// at 1 MB/s).
+pub const MAX_NS_PER_WARM_BYTE: f64 = 1e3;
 
 /// The first cost field of `c` outside its range (non-finite, negative, or past the
 /// limits above), by its name in the device file.
@@ -167,6 +170,26 @@ pub struct ProfileOrigin {
     /// for its own plan, and its report lists it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub adapted: Vec<CostAdaptation>,
+    /// The host's last-level cache, bytes (0: not known): a job whose weights other jobs
+    /// have not pushed out of it since its stage last ran reads them from the cache.
+    #[serde(default)]
+    pub cache_bytes: u64,
+    /// What a job saves per weight byte when its weights are still cached, per precision
+    /// (measured by `hetsched profile`: `inorder` samples read every weight from memory,
+    /// as each chunk walks every layer before the next one comes; `balance` keeps a few
+    /// chunks a few stages apart). Empty: every job priced as measured (older profiles).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm_weights: Vec<PrecisionWarm>,
+}
+
+/// What one precision's jobs save per weight byte when the weights are still cached.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrecisionWarm {
+    /// The precision (`w8a8`, `f32`, `w8a8-shadow`).
+    pub precision: String,
+    /// Nanoseconds saved per weight byte (the median over the profile's stage kinds).
+    pub ns_per_byte: f64,
 }
 
 /// The hand-off gap between jobs of one precision's prefills.
@@ -213,6 +236,16 @@ impl ProfileOrigin {
             .iter()
             .find(|g| g.precision == precision)
             .map_or(self.job_gap_us, |g| g.us)
+    }
+
+    /// Nanoseconds a job of `precision` saves per weight byte still cached, if measured:
+    /// its own, else (w8a8-shadow, whose INT8 stages always overlap their shadows, so
+    /// none runs alone to measure) that of the precision its linears run in, w8a8.
+    pub fn warm_ns_per_byte_of(&self, precision: &str) -> Option<f64> {
+        let of = |p: &str| self.warm_weights.iter().find(|w| w.precision == p);
+        of(precision)
+            .or_else(|| (precision == "w8a8-shadow").then(|| of("w8a8")).flatten())
+            .map(|w| w.ns_per_byte)
     }
 
     /// The one-thread cost of `stage` at `precision` on `processor`, if measured.
@@ -295,6 +328,13 @@ impl DeviceProfile {
                     "[[measured.one_thread]]: a cost is negative, not finite or out of range; fix the device file or profile again".into(),
                 );
             }
+            if !m.warm_weights.iter().all(|w| {
+                w.ns_per_byte.is_finite() && (0.0..=MAX_NS_PER_WARM_BYTE).contains(&w.ns_per_byte)
+            }) {
+                return bad(format!(
+                    "[[measured.warm_weights]]: ns_per_byte must be within 0..={MAX_NS_PER_WARM_BYTE}; fix the device file or profile again"
+                ));
+            }
             if !(rate_ok && gap_ok) {
                 return bad(format!(
                     "[measured] two_job_rate {} must be 0 (not measured) or within 0.5..=1, and job_gap_us {} (and every job_gaps entry) within 0..={MAX_LATENCY_US}; fix the device file",
@@ -342,5 +382,27 @@ mod tests {
         device.measured = Some(origin);
         let err = device.validate().unwrap_err().to_string();
         assert!(err.contains("job_gaps"), "{err}");
+    }
+
+    #[test]
+    fn w8a8_shadow_takes_w8a8s_warm_saving_and_a_negative_one_is_refused() {
+        let mut origin = bare_profile_origin("tiny", 2);
+        assert_eq!(origin.warm_ns_per_byte_of("w8a8"), None);
+        let warm = |precision: &str, ns_per_byte| PrecisionWarm {
+            precision: precision.into(),
+            ns_per_byte,
+        };
+        origin.warm_weights = vec![warm("w8a8", 0.04), warm("f32", 0.05)];
+        assert_eq!(origin.warm_ns_per_byte_of("w8a8-shadow"), Some(0.04));
+        assert_eq!(origin.warm_ns_per_byte_of("f32"), Some(0.05));
+        origin.warm_weights.push(warm("w8a8-shadow", 0.08));
+        assert_eq!(origin.warm_ns_per_byte_of("w8a8-shadow"), Some(0.08));
+        let mut device = tiny_device();
+        device.measured = Some(origin.clone());
+        assert!(device.validate().is_ok());
+        origin.warm_weights[0].ns_per_byte = -0.1;
+        device.measured = Some(origin);
+        let err = device.validate().unwrap_err().to_string();
+        assert!(err.contains("warm_weights"), "{err}");
     }
 }

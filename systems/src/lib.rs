@@ -72,7 +72,7 @@ pub use bound::measured_lower_bound;
 pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
 pub use decode_cost::{DecodeEstimate, estimate_decode};
 pub use decode_plan::DEFAULT_DECODE_LAYERS_PER_STAGE;
-pub use device::{CostAdaptation, OneThreadCost, PrecisionGap, ProfileOrigin};
+pub use device::{CostAdaptation, OneThreadCost, PrecisionGap, PrecisionWarm, ProfileOrigin};
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
 pub use error::PlanError;
 pub use model::{ModelConfig, Precision};

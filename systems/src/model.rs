@@ -292,6 +292,28 @@ impl OpDecl {
         }
     }
 
+    /// Bytes of weights the operator holds at the model's weight precision: a linear's
+    /// matrix, the embedding table, the LM head; none for the rest. A prefill chunk
+    /// streams all of them but the embedding table, which it only gathers rows of
+    /// ([`OpDecl::streams_weights`]).
+    pub fn weight_bytes(&self, model: &ModelConfig) -> u64 {
+        let count = match self.kind {
+            OpKind::Linear => u64::from(self.in_features.unwrap_or(model.hidden))
+                .saturating_mul(u64::from(self.out_features.unwrap_or(model.hidden))),
+            OpKind::Embed | OpKind::LmHead => {
+                u64::from(model.vocab).saturating_mul(u64::from(model.hidden))
+            }
+            _ => 0,
+        };
+        count.saturating_mul(model.weight_precision.bytes())
+    }
+
+    /// Whether running the operator reads all of its weights (not the embedding
+    /// lookup's few rows).
+    pub fn streams_weights(&self) -> bool {
+        matches!(self.kind, OpKind::Linear | OpKind::LmHead)
+    }
+
     /// Processor class of this operator.
     pub fn class(&self) -> ExecClass {
         self.class.unwrap_or(self.kind.default_class())

@@ -186,5 +186,7 @@ pub fn bare_profile_origin(model: &str, threads: usize) -> crate::ProfileOrigin 
         two_job_rate: 0.0,
         one_thread: Vec::new(),
         adapted: Vec::new(),
+        cache_bytes: 0,
+        warm_weights: Vec::new(),
     }
 }

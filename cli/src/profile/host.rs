@@ -14,6 +14,40 @@ pub fn cpu_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The last-level cache's size in bytes (Linux sysfs: the highest-level data or unified
+/// cache of CPU 0), if known.
+pub fn last_level_cache_bytes() -> Option<u64> {
+    let caches = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    caches
+        .filter_map(|entry| {
+            let dir = entry.ok()?.path();
+            let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+            let level: u32 = read("level")?.trim().parse().ok()?;
+            if read("type")?.trim() == "Instruction" {
+                return None;
+            }
+            Some((level, cache_size_bytes(read("size")?.trim())?))
+        })
+        .max()
+        .map(|(_, bytes)| bytes)
+}
+
+/// A sysfs cache size (`32768K`, `8M`, `512`) in bytes.
+fn cache_size_bytes(size: &str) -> Option<u64> {
+    let (digits, unit) = match size.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => size.split_at(at),
+        None => (size, ""),
+    };
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(scale)
+}
+
 /// The SIMD features detected at run time that the kernels can use.
 pub fn cpu_features() -> Vec<String> {
     let mut found = Vec::new();
@@ -46,4 +80,16 @@ pub fn cpu_features() -> Vec<String> {
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sysfs_cache_sizes_read_in_bytes() {
+        assert_eq!(super::cache_size_bytes("32768K"), Some(32 << 20));
+        assert_eq!(super::cache_size_bytes("8M"), Some(8 << 20));
+        assert_eq!(super::cache_size_bytes("512"), Some(512));
+        assert_eq!(super::cache_size_bytes("12Q"), None);
+        assert_eq!(super::cache_size_bytes(""), None);
+    }
 }

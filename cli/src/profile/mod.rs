@@ -26,7 +26,8 @@ use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
 use hetsched::history::{HistoryRecord, read_history, records_on};
 use hetsched::profiling::{StageFit, fit_profile_alone, job_gap_ns, two_job_rate};
-use hetsched::systems::{OneThreadCost, PrecisionGap};
+use hetsched::systems::{OneThreadCost, PrecisionGap, PrecisionWarm};
+use hetsched::weight_reuse::warm_saving_per_byte;
 use samples::to_csv;
 
 /// The host's SIMD features, as a measured profile records them.
@@ -174,9 +175,10 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         reps: args.reps.max(1),
     };
     let text = text.as_str();
-    let two_job_rate = match &args.from_history {
-        Some(_) => None,
-        None => grid.sharing(&models[0], &loaded.tokenizer, text, &options)?,
+    let cache_bytes = host::last_level_cache_bytes();
+    let (two_job_rate, warm_weights) = match &args.from_history {
+        Some(_) => (None, Vec::new()),
+        None => grid.sharing(&models, &loaded.tokenizer, text, &options, cache_bytes)?,
     };
     let (samples, device, gaps, one_thread) = match &args.from_history {
         Some(path) => {
@@ -219,6 +221,8 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         two_job_rate: two_job_rate.unwrap_or(0.0),
         one_thread,
         adapted: Vec::new(),
+        cache_bytes: cache_bytes.unwrap_or(0),
+        warm_weights,
     });
     let summary = ProfileSummary {
         model: first.name.clone(),
@@ -358,35 +362,63 @@ impl Grid<'_> {
         )
     }
 
-    /// How two jobs share the pool: at the first prompt length, each chunk length `reps`
-    /// times run once with `inorder` (jobs alone) and once with `balance` (jobs
-    /// overlapping); the median of `profiling::two_job_rate` over the pairs (one pair is
-    /// noisy: a few hundred overlaps of a few milliseconds).
+    /// How two jobs share the pool, and what cached weights save: at the first prompt
+    /// length, each chunk length (`reps` times for the first model, once for the rest),
+    /// each model (precision) runs once with
+    /// `inorder` (jobs alone, every weight read from memory) and once with `balance`
+    /// (jobs overlapping, a few chunks a few stages apart). The two-job rate is the
+    /// median of `profiling::two_job_rate` over the first model's pairs (one pair is
+    /// noisy: a few hundred overlaps of a few milliseconds); each precision's saving per
+    /// cached weight byte the median of `weight_reuse::warm_saving_per_byte` over its
+    /// pairs, with a cache of `cache_bytes` (none measured without one).
     fn sharing(
         &self,
-        model: &Arc<ExecModel>,
+        models: &[Arc<ExecModel>],
         tokenizer: &hetsched::import::GgufTokenizer,
         text: &str,
         options: &PrefillOptions,
-    ) -> Result<Option<f64>, CliError> {
-        let tokens = self.first_prompt(model, tokenizer, text)?;
+        cache_bytes: Option<u64>,
+    ) -> Result<(Option<f64>, Vec<PrecisionWarm>), CliError> {
         let mut rates = Vec::new();
-        for _ in 0..self.reps {
-            for &chunk_len in self.chunk_lens {
-                let run = |policy: &str| {
-                    let options = PrefillOptions {
-                        chunk_len,
-                        policy: policy.into(),
-                        ..options.clone()
+        let mut warm = Vec::new();
+        for (k, model) in models.iter().enumerate() {
+            let tokens = self.first_prompt(model, tokenizer, text)?;
+            let mut savings = Vec::new();
+            // The rate needs the pairs' median; a saving per byte is already a median over
+            // a run's stage kinds: the other models run one round (profile time).
+            let rounds = if k == 0 { self.reps } else { 1 };
+            for _ in 0..rounds {
+                for &chunk_len in self.chunk_lens {
+                    let run = |policy: &str| {
+                        let options = PrefillOptions {
+                            chunk_len,
+                            policy: policy.into(),
+                            ..options.clone()
+                        };
+                        exec::prefill(model.clone(), &tokens, &options)
                     };
-                    exec::prefill(model.clone(), &tokens, &options)
-                };
-                let alone = run("inorder")?;
-                let shared = run("balance")?;
-                rates.extend(two_job_rate(&alone.outcome, &shared.outcome));
+                    let alone = run("inorder")?;
+                    let shared = run("balance")?;
+                    if k == 0 {
+                        rates.extend(two_job_rate(&alone.outcome, &shared.outcome));
+                    }
+                    if let Some(cache) = cache_bytes {
+                        savings.extend(warm_saving_per_byte(
+                            &alone.outcome,
+                            &shared.outcome,
+                            cache,
+                        ));
+                    }
+                }
+            }
+            if !savings.is_empty() {
+                warm.push(PrecisionWarm {
+                    precision: precision_label(&model.model_config()),
+                    ns_per_byte: median(savings),
+                });
             }
         }
-        Ok((!rates.is_empty()).then(|| median(rates)))
+        Ok(((!rates.is_empty()).then(|| median(rates)), warm))
     }
 }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::tensors::output_bytes;
 use crate::graph::Sharing;
-use crate::model::{OpDecl, OpKind};
+use crate::model::OpDecl;
 use crate::plan::PrefillPlan;
 
 /// Graph memory of one prefill, per-chunk graphs against chunk-sharing graphs.
@@ -38,18 +38,6 @@ pub struct ChunkSharing {
     pub saving: f64,
 }
 
-fn weight_bytes(op: &OpDecl, plan: &PrefillPlan) -> u64 {
-    let m = &plan.model;
-    let w = m.weight_precision.bytes();
-    let count = match op.kind {
-        OpKind::Linear => u64::from(op.in_features.unwrap_or(m.hidden))
-            .saturating_mul(u64::from(op.out_features.unwrap_or(m.hidden))),
-        OpKind::Embed | OpKind::LmHead => u64::from(m.vocab).saturating_mul(u64::from(m.hidden)),
-        _ => 0,
-    };
-    count.saturating_mul(w)
-}
-
 /// The chunk-sharing accounting of `plan`.
 ///
 /// # Examples
@@ -70,7 +58,7 @@ pub fn chunk_sharing(plan: &PrefillPlan) -> ChunkSharing {
         // Saturating throughout: absurd shapes give u64::MAX, never an overflow.
         let sum =
             |f: &dyn Fn(&OpDecl) -> u64| stage.ops.iter().map(f).fold(0u64, u64::saturating_add);
-        let w = sum(&|op| weight_bytes(op, plan));
+        let w = sum(&|op| op.weight_bytes(&plan.model));
         let b = sum(&|op| output_bytes(op, &plan.model, tokens));
         weights = weights.saturating_add(w);
         activations = activations.saturating_add(b);
