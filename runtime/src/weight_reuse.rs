@@ -126,21 +126,18 @@ pub fn warm_slices(run: &RunOutcome, cache_bytes: u64) -> Vec<bool> {
     warm
 }
 
-/// Nanoseconds a warm job saves per weight byte, from two runs of one plan: `cold`, whose
-/// jobs read their weights from memory (`inorder`; its warm jobs are left out), and
-/// `warm` (`balance`), whose warm jobs that ran alone are compared with the cold ones of
-/// the same stage kind and chunk size: (cold median - warm median) / bytes, the median
-/// over the (kind, size) pairs with at least 3 jobs on each side. `None` when no pair
-/// has (no stage streams weights, the plans differ, or nothing ran warm and alone); at
-/// least 0.
-pub fn warm_saving_per_byte(cold: &RunOutcome, warm: &RunOutcome, cache_bytes: u64) -> Option<f64> {
-    if cold.plan.id_space() != warm.plan.id_space() {
-        return None;
-    }
-    let bytes = stage_weight_bytes(&cold.plan);
+/// Nanoseconds a warm job saves per weight byte, from pairs of runs, each of one plan:
+/// `cold`, whose jobs read their weights from memory (`inorder`; its warm jobs are left
+/// out), and `warm` (`balance`), whose warm jobs that ran alone are compared with the
+/// cold ones of the same stage kind, chunk size and lane, over every pair: (cold median
+/// - warm median) / bytes, the median over the (kind, size, lane) groups with at least 3
+/// jobs on each side. `None` when no group has (no stage streams weights, or nothing ran
+/// warm and alone); at least 0. A pair of runs of different plans is skipped.
+pub fn warm_saving_per_byte(pairs: &[(RunOutcome, RunOutcome)], cache_bytes: u64) -> Option<f64> {
     type Key = (String, u64, usize);
     let mut groups: BTreeMap<Key, (Vec<f64>, Vec<f64>, u64)> = BTreeMap::new();
     let mut add = |run: &RunOutcome, wanted_warm: bool| {
+        let bytes = stage_weight_bytes(&run.plan);
         let is_warm = warm_slices(run, cache_bytes);
         let overlapped = overlaps(&run.timeline.slices);
         for ((s, &w), &c) in run.timeline.slices.iter().zip(&is_warm).zip(&overlapped) {
@@ -162,8 +159,12 @@ pub fn warm_saving_per_byte(cold: &RunOutcome, warm: &RunOutcome, cache_bytes: u
             group.2 = bytes[stage];
         }
     };
-    add(cold, false);
-    add(warm, true);
+    for (cold, warm) in pairs {
+        if cold.plan.id_space() == warm.plan.id_space() {
+            add(cold, false);
+            add(warm, true);
+        }
+    }
     let savings: Vec<f64> = groups
         .into_values()
         .filter(|(c, w, _)| c.len() >= MIN_JOBS && w.len() >= MIN_JOBS)
@@ -250,9 +251,9 @@ mod tests {
         let cold = sequential(&plan, &by_chunk, cache, 0.02);
         assert!(!warm_slices(&cold, cache).contains(&true));
         let warm = sequential(&plan, &by_stage, cache, 0.02);
-        let found = warm_saving_per_byte(&cold, &warm, cache).unwrap();
+        let found = warm_saving_per_byte(&[(cold.clone(), warm)], cache).unwrap();
         assert!((found - 0.02).abs() < 1e-3, "{found}");
         // Nothing warm: nothing to measure.
-        assert_eq!(warm_saving_per_byte(&cold, &cold, cache), None);
+        assert_eq!(warm_saving_per_byte(&[(cold.clone(), cold)], cache), None);
     }
 }

@@ -363,14 +363,13 @@ impl Grid<'_> {
     }
 
     /// How two jobs share the pool, and what cached weights save: at the first prompt
-    /// length, each chunk length (`reps` times for the first model, once for the rest),
-    /// each model (precision) runs once with
+    /// length, each chunk length `reps` times, each model (precision) runs once with
     /// `inorder` (jobs alone, every weight read from memory) and once with `balance`
     /// (jobs overlapping, a few chunks a few stages apart). The two-job rate is the
     /// median of `profiling::two_job_rate` over the first model's pairs (one pair is
     /// noisy: a few hundred overlaps of a few milliseconds); each precision's saving per
-    /// cached weight byte the median of `weight_reuse::warm_saving_per_byte` over its
-    /// pairs, with a cache of `cache_bytes` (none measured without one).
+    /// cached weight byte is `weight_reuse::warm_saving_per_byte` over its pairs' jobs
+    /// pooled, with a cache of `cache_bytes` (none measured without one).
     fn sharing(
         &self,
         models: &[Arc<ExecModel>],
@@ -383,11 +382,8 @@ impl Grid<'_> {
         let mut warm = Vec::new();
         for (k, model) in models.iter().enumerate() {
             let tokens = self.first_prompt(model, tokenizer, text)?;
-            let mut savings = Vec::new();
-            // The rate needs the pairs' median; a saving per byte is already a median over
-            // a run's stage kinds: the other models run one round (profile time).
-            let rounds = if k == 0 { self.reps } else { 1 };
-            for _ in 0..rounds {
+            let mut pairs = Vec::new();
+            for _ in 0..self.reps {
                 for &chunk_len in self.chunk_lens {
                     let run = |policy: &str| {
                         let options = PrefillOptions {
@@ -402,19 +398,14 @@ impl Grid<'_> {
                     if k == 0 {
                         rates.extend(two_job_rate(&alone.outcome, &shared.outcome));
                     }
-                    if let Some(cache) = cache_bytes {
-                        savings.extend(warm_saving_per_byte(
-                            &alone.outcome,
-                            &shared.outcome,
-                            cache,
-                        ));
-                    }
+                    pairs.push((alone.outcome, shared.outcome));
                 }
             }
-            if !savings.is_empty() {
+            // Every pair's jobs pooled: one pair holds a few warm jobs per stage kind.
+            if let Some(ns_per_byte) = cache_bytes.and_then(|c| warm_saving_per_byte(&pairs, c)) {
                 warm.push(PrecisionWarm {
                     precision: precision_label(&model.model_config()),
-                    ns_per_byte: median(savings),
+                    ns_per_byte,
                 });
             }
         }
