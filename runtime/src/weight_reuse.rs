@@ -129,9 +129,9 @@ pub fn warm_slices(run: &RunOutcome, cache_bytes: u64) -> Vec<bool> {
 /// Nanoseconds a warm job saves per weight byte, from pairs of runs, each of one plan:
 /// `cold`, whose jobs read their weights from memory (`inorder`; its warm jobs are left
 /// out), and `warm` (`balance`), whose warm jobs that ran alone are compared with the
-/// cold ones of the same stage kind, chunk size and lane, over every pair: (cold median
-/// - warm median) / bytes, the median over the (kind, size, lane) groups with at least 3
-/// jobs on each side. `None` when no group has (no stage streams weights, or nothing ran
+/// cold ones of the same stage kind, chunk size and lane, over every pair: the cold
+/// median less the warm median, over the bytes; the median over the (kind, size, lane)
+/// groups with at least 3 jobs on each side. `None` when no group has (no stage streams weights, or nothing ran
 /// warm and alone); at least 0. A pair of runs of different plans is skipped.
 pub fn warm_saving_per_byte(pairs: &[(RunOutcome, RunOutcome)], cache_bytes: u64) -> Option<f64> {
     type Key = (String, u64, usize);
