@@ -14,7 +14,7 @@
 //! stage's last job (of any chunk) add up, with its own, to at most the cache. Its work
 //! is then its measured (cold) cost less `ns_per_byte` per weight byte, at most half of
 //! it. [`ReuseTracker`] applies the rule in start order; [`warm_saving_per_byte`]
-//! measures `ns_per_byte` from an `inorder` and a `balance` run of one plan.
+//! measures `ns_per_byte` from pairs of an `inorder` and a `balance` run of one plan.
 
 use std::collections::BTreeMap;
 
@@ -31,7 +31,7 @@ pub const MAX_WARM_SAVING: f64 = 0.5;
 /// At most this share of a job's time overlapped another lane's job: it ran alone.
 const ALONE: f64 = 0.05;
 
-/// Jobs of a (stage kind, tokens) needed on each side, cold and warm, to count it.
+/// Jobs of a (stage kind, tokens, lane) needed on each side, cold and warm, to count it.
 const MIN_JOBS: usize = 3;
 
 /// How cached weights price a job: the cache's size and the saving per byte.
@@ -113,7 +113,11 @@ impl ReuseTracker {
 /// Each slice of `run`'s timeline (in its order): whether its weights were warm at its
 /// start, by [`ReuseTracker`] over the slices in start order.
 pub fn warm_slices(run: &RunOutcome, cache_bytes: u64) -> Vec<bool> {
-    let bytes = stage_weight_bytes(&run.plan);
+    warm_in_start_order(run, &stage_weight_bytes(&run.plan), cache_bytes)
+}
+
+/// [`warm_slices`] with each stage's weight bytes given.
+fn warm_in_start_order(run: &RunOutcome, bytes: &[u64], cache_bytes: u64) -> Vec<bool> {
     let slices = &run.timeline.slices;
     let mut order: Vec<usize> = (0..slices.len()).collect();
     order.sort_by_key(|&i| (slices[i].start_ns, slices[i].id));
@@ -131,14 +135,15 @@ pub fn warm_slices(run: &RunOutcome, cache_bytes: u64) -> Vec<bool> {
 /// out), and `warm` (`balance`), whose warm jobs that ran alone are compared with the
 /// cold ones of the same stage kind, chunk size and lane, over every pair: the cold
 /// median less the warm median, over the bytes; the median over the (kind, size, lane)
-/// groups with at least 3 jobs on each side. `None` when no group has (no stage streams weights, or nothing ran
-/// warm and alone); at least 0. A pair of runs of different plans is skipped.
+/// groups with at least 3 jobs on each side. `None` when no group has (no stage streams
+/// weights, or nothing ran warm and alone); at least 0. A pair of runs of different
+/// plans is skipped.
 pub fn warm_saving_per_byte(pairs: &[(RunOutcome, RunOutcome)], cache_bytes: u64) -> Option<f64> {
     type Key = (String, u64, usize);
     let mut groups: BTreeMap<Key, (Vec<f64>, Vec<f64>, u64)> = BTreeMap::new();
     let mut add = |run: &RunOutcome, wanted_warm: bool| {
         let bytes = stage_weight_bytes(&run.plan);
-        let is_warm = warm_slices(run, cache_bytes);
+        let is_warm = warm_in_start_order(run, &bytes, cache_bytes);
         let overlapped = overlaps(&run.timeline.slices);
         for ((s, &w), &c) in run.timeline.slices.iter().zip(&is_warm).zip(&overlapped) {
             let stage = s.key.stage as usize;

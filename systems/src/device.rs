@@ -188,7 +188,8 @@ pub struct ProfileOrigin {
 pub struct PrecisionWarm {
     /// The precision (`w8a8`, `f32`, `w8a8-shadow`).
     pub precision: String,
-    /// Nanoseconds saved per weight byte (the median over the profile's stage kinds).
+    /// Nanoseconds saved per weight byte (the median over the profile's stage kinds,
+    /// chunk sizes and lanes).
     pub ns_per_byte: f64,
 }
 
@@ -239,8 +240,8 @@ impl ProfileOrigin {
     }
 
     /// Nanoseconds a job of `precision` saves per weight byte still cached, if measured:
-    /// its own, else (w8a8-shadow, whose INT8 stages always overlap their shadows, so
-    /// none runs alone to measure) that of the precision its linears run in, w8a8.
+    /// its own, else for w8a8-shadow (where too few INT8 jobs ran warm and alone beside
+    /// their shadows to measure one) that of the precision its linears run in, w8a8.
     pub fn warm_ns_per_byte_of(&self, precision: &str) -> Option<f64> {
         let of = |p: &str| self.warm_weights.iter().find(|w| w.precision == p);
         of(precision)
@@ -365,6 +366,13 @@ mod tests {
     use super::*;
     use crate::testing::{bare_profile_origin, tiny_device};
 
+    /// `tiny_device` with `origin` as its measured origin, validated.
+    fn validated(origin: ProfileOrigin) -> Result<(), String> {
+        let mut device = tiny_device();
+        device.measured = Some(origin);
+        device.validate().map_err(|e| e.to_string())
+    }
+
     #[test]
     fn a_precision_takes_its_own_gap_else_the_profiles() {
         let mut origin = bare_profile_origin("tiny", 2);
@@ -375,12 +383,9 @@ mod tests {
         }];
         assert_eq!(origin.job_gap_us_of("f32"), 80.0);
         assert_eq!(origin.job_gap_us_of("w8a8"), 50.0);
-        let mut device = tiny_device();
-        device.measured = Some(origin.clone());
-        assert!(device.validate().is_ok());
+        assert!(validated(origin.clone()).is_ok());
         origin.job_gaps[0].us = -1.0;
-        device.measured = Some(origin);
-        let err = device.validate().unwrap_err().to_string();
+        let err = validated(origin).unwrap_err();
         assert!(err.contains("job_gaps"), "{err}");
     }
 
@@ -397,12 +402,9 @@ mod tests {
         assert_eq!(origin.warm_ns_per_byte_of("f32"), Some(0.05));
         origin.warm_weights.push(warm("w8a8-shadow", 0.08));
         assert_eq!(origin.warm_ns_per_byte_of("w8a8-shadow"), Some(0.08));
-        let mut device = tiny_device();
-        device.measured = Some(origin.clone());
-        assert!(device.validate().is_ok());
+        assert!(validated(origin.clone()).is_ok());
         origin.warm_weights[0].ns_per_byte = -0.1;
-        device.measured = Some(origin);
-        let err = device.validate().unwrap_err().to_string();
+        let err = validated(origin).unwrap_err();
         assert!(err.contains("warm_weights"), "{err}");
     }
 }

@@ -206,17 +206,16 @@ pub(super) fn run(
         Strategy::GreedyByEnd => order::by_end(buffers, sizes),
     };
     let offsets = match strategy {
-        Strategy::GreedyByStart => {
-            let spans: Vec<(u64, u64)> = buffers.iter().map(|b| (b.start, b.end)).collect();
-            place_in_start_order(&spans, sizes, &order, give_up_at)?
-        }
         // Latest end first is earliest start first on reversed time: `[start, end)`
         // becomes `[last - end, last - start)`, which intersects the same lifetimes.
-        Strategy::GreedyByEnd => {
+        Strategy::GreedyByStart | Strategy::GreedyByEnd => {
             let last = buffers.iter().map(|b| b.end).max().unwrap_or(0);
             let spans: Vec<(u64, u64)> = buffers
                 .iter()
-                .map(|b| (last - b.end, last - b.start))
+                .map(|b| match strategy {
+                    Strategy::GreedyByEnd => (last - b.end, last - b.start),
+                    _ => (b.start, b.end),
+                })
                 .collect();
             place_in_start_order(&spans, sizes, &order, give_up_at)?
         }
