@@ -5,6 +5,7 @@
 use clap::ValueEnum;
 use hetsched::exec::{Importance, LinearPrecision, PrunedScale};
 use hetsched::systems::PolicyRegistry;
+use hetsched::systems::memory::PlanEffort;
 
 /// Arithmetic of the linear layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -127,4 +128,23 @@ pub enum ScoringChoice {
     /// first token replaced by BOS when the tokenizer adds one.
     #[value(name = "llama-cpp")]
     LlamaCpp,
+}
+
+/// How many offset strategies each region's memory plan tries (`simulate --memory-plan`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MemoryPlan {
+    /// Every strategy up to 131072 buffers a region, the two sweeps (greedy by start and
+    /// by end) above: near-linear in the buffers.
+    Scaled,
+    /// Every strategy at any size (prompt 1024, chunk 1: about 3x the time).
+    Exhaustive,
+}
+
+impl From<MemoryPlan> for PlanEffort {
+    fn from(m: MemoryPlan) -> Self {
+        match m {
+            MemoryPlan::Scaled => PlanEffort::Scaled,
+            MemoryPlan::Exhaustive => PlanEffort::Exhaustive,
+        }
+    }
 }

@@ -12,7 +12,7 @@ use hetsched::scene::{DEFAULT_SCENE, Scene, SceneError, shipped_scenes};
 use hetsched::systems::{DecodeEstimate, estimate_decode};
 
 use crate::CliError;
-use crate::choices::{policies_or_all, policy_name};
+use crate::choices::{MemoryPlan, policies_or_all, policy_name};
 use crate::output::{Timelines, check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 
@@ -27,7 +27,7 @@ pub struct SimulateArgs {
     /// Override the chunk length (tokens).
     #[arg(long)]
     chunk_len: Option<u32>,
-    /// Scheduling policy: balance (ours, the default), stall (seed 000, Eq. 6), inorder, peer, heft, cpf, lookahead.
+    /// Scheduling policy: balance (ours, the default), stall (seed 000, Eq. 6), inorder, layerwise, peer, heft, cpf, lookahead.
     #[arg(long, value_parser = policy_name)]
     policy: Option<String>,
     /// Write a Chrome trace JSON timeline (open in ui.perfetto.dev).
@@ -51,6 +51,10 @@ pub struct SimulateArgs {
     /// the report gains prefill, decode and end-to-end latency.
     #[arg(long, value_name = "N")]
     decode_tokens: Option<u32>,
+    /// How many offset strategies each region's memory plan tries [default: the scene's
+    /// `[memory] plan_effort`, scaled unless it says].
+    #[arg(long, value_enum)]
+    memory_plan: Option<MemoryPlan>,
 }
 
 /// `simulate --decode-tokens`: the prefill's report, the modelled decode, end to end.
@@ -174,6 +178,9 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     }
     if args.no_shadow {
         scene.model.shadow = None;
+    }
+    if let Some(effort) = args.memory_plan {
+        scene.memory.plan_effort = effort.into();
     }
     if let Some(budget) = &args.memory_budget {
         apply_budget(&mut scene, budget)?;

@@ -14,7 +14,10 @@
 //! stage's last job (of any chunk) add up, with its own, to at most the cache. Its work
 //! is then its measured (cold) cost less `ns_per_byte` per weight byte, at most half of
 //! it. [`ReuseTracker`] applies the rule in start order; [`warm_saving_per_byte`]
-//! measures `ns_per_byte` from pairs of an `inorder` and a `balance` run of one plan.
+//! measures `ns_per_byte` from `layerwise` runs, whose jobs run alone, each stage's
+//! first chunk cold and the rest warm (session 10 measured it from pairs of an `inorder`
+//! and a `balance` run: the two sides minutes apart, and few of `balance`'s warm jobs
+//! alone; its figure moved 4x between profiles).
 
 use std::collections::BTreeMap;
 
@@ -94,6 +97,10 @@ impl ReuseTracker {
     /// assert!(!t.start(0, 4 * mb, 16 * mb)); // first: cold
     /// assert!(!t.start(1, 4 * mb, 16 * mb));
     /// assert!(t.start(0, 4 * mb, 16 * mb)); // 4 MB since, 8 with its own
+    /// for s in 2..5 {
+    ///     t.start(s, 4 * mb, 16 * mb);
+    /// }
+    /// assert!(t.start(0, 4 * mb, 16 * mb)); // 12 MB since, 16 with its own: fits
     /// for s in 2..6 {
     ///     t.start(s, 4 * mb, 16 * mb);
     /// }
@@ -103,9 +110,11 @@ impl ReuseTracker {
         if self.last.len() <= stage {
             self.last.resize(stage + 1, None);
         }
-        let since = self.last[stage].map(|at| self.streamed - at);
-        self.last[stage] = Some(self.streamed);
+        // `last` is where the stage's previous job finished streaming: what came after
+        // is the other stages' weights only (session 10 counted its own twice).
+        let since = self.last[stage].map(|end| self.streamed - end);
         self.streamed = self.streamed.saturating_add(bytes);
+        self.last[stage] = Some(self.streamed);
         since.is_some_and(|since| bytes > 0 && since.saturating_add(bytes) <= cache_bytes)
     }
 }
@@ -130,44 +139,35 @@ fn warm_in_start_order(run: &RunOutcome, bytes: &[u64], cache_bytes: u64) -> Vec
     warm
 }
 
-/// Nanoseconds a warm job saves per weight byte, from pairs of runs, each of one plan:
-/// `cold`, whose jobs read their weights from memory (`inorder`; its warm jobs are left
-/// out), and `warm` (`balance`), whose warm jobs that ran alone are compared with the
-/// cold ones of the same stage kind, chunk size and lane, over every pair: the cold
-/// median less the warm median, over the bytes; the median over the (kind, size, lane)
-/// groups with at least 3 jobs on each side. `None` when no group has (no stage streams
-/// weights, or nothing ran warm and alone); at least 0. A pair of runs of different
-/// plans is skipped.
-pub fn warm_saving_per_byte(pairs: &[(RunOutcome, RunOutcome)], cache_bytes: u64) -> Option<f64> {
+/// Nanoseconds a warm job saves per weight byte, from `runs` whose jobs each ran alone
+/// (`layerwise`: each stage's first chunk cold, the rest warm, in one run, so a slow
+/// spell of the machine weighs on both sides alike): per (stage kind, chunk size, lane),
+/// the median of its cold jobs less the median of its warm ones (warm by
+/// [`ReuseTracker`] in a cache of `cache_bytes`), over the stage's weight bytes; the
+/// median over the groups with at least 3 jobs on each side. Jobs that overlapped
+/// another lane's, and stages that stream no weights, are left out. `None` when no
+/// group has enough jobs (nothing ran warm and alone); at least 0.
+pub fn warm_saving_per_byte(runs: &[RunOutcome], cache_bytes: u64) -> Option<f64> {
     type Key = (String, u64, usize);
+    // Per group: cold spans, warm spans, the stage's weight bytes.
     let mut groups: BTreeMap<Key, (Vec<f64>, Vec<f64>, u64)> = BTreeMap::new();
-    let mut add = |run: &RunOutcome, wanted_warm: bool| {
+    for run in runs {
         let bytes = stage_weight_bytes(&run.plan);
         let is_warm = warm_in_start_order(run, &bytes, cache_bytes);
         let overlapped = overlaps(&run.timeline.slices);
-        for ((s, &w), &c) in run.timeline.slices.iter().zip(&is_warm).zip(&overlapped) {
+        for ((s, &warm), &c) in run.timeline.slices.iter().zip(&is_warm).zip(&overlapped) {
             let stage = s.key.stage as usize;
             let span = s.end_ns.saturating_sub(s.start_ns);
             let alone = c as f64 <= ALONE * span as f64;
-            if bytes[stage] == 0 || w != wanted_warm || !alone {
+            if bytes[stage] == 0 || !alone {
                 continue;
             }
             let tokens = run.plan.executed_shape(s.key).tokens;
             let kind = stage_kind(&run.plan.stages[stage].ops);
             let group = groups.entry((kind, tokens, s.processor)).or_default();
-            let side = if wanted_warm {
-                &mut group.1
-            } else {
-                &mut group.0
-            };
+            let side = if warm { &mut group.1 } else { &mut group.0 };
             side.push(span as f64);
             group.2 = bytes[stage];
-        }
-    };
-    for (cold, warm) in pairs {
-        if cold.plan.id_space() == warm.plan.id_space() {
-            add(cold, false);
-            add(warm, true);
         }
     }
     let savings: Vec<f64> = groups
@@ -256,9 +256,40 @@ mod tests {
         let cold = sequential(&plan, &by_chunk, cache, 0.02);
         assert!(!warm_slices(&cold, cache).contains(&true));
         let warm = sequential(&plan, &by_stage, cache, 0.02);
-        let found = warm_saving_per_byte(&[(cold.clone(), warm)], cache).unwrap();
+        // Both sides from the same runs: chunk by chunk gives the cold jobs, stage by
+        // stage each stage's first job cold too (too few alone) and the rest warm.
+        let found = warm_saving_per_byte(&[cold.clone(), warm.clone()], cache).unwrap();
         assert!((found - 0.02).abs() < 1e-3, "{found}");
         // Nothing warm: nothing to measure.
-        assert_eq!(warm_saving_per_byte(&[(cold.clone(), cold)], cache), None);
+        assert_eq!(warm_saving_per_byte(&[cold], cache), None);
+    }
+
+    /// A simulated `layerwise` run: its jobs never overlap, and in a cache that holds a
+    /// layer's weights every stage's first chunk is cold and the rest warm.
+    #[test]
+    fn layerwise_runs_each_stage_cold_once_then_warm() {
+        let plan = Arc::new(tiny_plan(3, 64, 16));
+        let policy = hetsched_systems::PolicyRegistry::builtin()
+            .create("layerwise")
+            .unwrap();
+        let run = crate::engine::simulate(plan.clone(), policy).unwrap();
+        let mut slices = run.timeline.slices.clone();
+        slices.sort_by_key(|s| s.start_ns);
+        assert!(slices.windows(2).all(|w| w[0].end_ns <= w[1].start_ns));
+        let bytes = stage_weight_bytes(&plan);
+        let layer_bytes: u64 = plan
+            .stages
+            .iter()
+            .zip(&bytes)
+            .filter(|(s, _)| s.layer == Some(0))
+            .map(|(_, b)| b)
+            .sum();
+        let warm = warm_slices(&run, layer_bytes);
+        for (slice, warm) in run.timeline.slices.iter().zip(warm) {
+            let streams = bytes[slice.key.stage as usize] > 0;
+            let last_chunk_only = plan.stages[slice.key.stage as usize].last_chunk_only;
+            let expected = streams && slice.key.chunk > 0 && !last_chunk_only;
+            assert_eq!(warm, expected, "{:?}", slice.key);
+        }
     }
 }

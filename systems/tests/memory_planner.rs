@@ -3,8 +3,8 @@
 //! `benches/memory_planner.rs`).
 
 use hetsched_systems::memory::{
-    Buffer, MemoryError, MemoryPlan, Placement, Strategy, aligned_lower_bound, check_plan, fits,
-    lower_bound, plan_offsets, plan_offsets_each, plan_with,
+    Buffer, MemoryError, MemoryPlan, Placement, PlanEffort, SWEEPS_ONLY_ABOVE, Strategy,
+    aligned_lower_bound, check_plan, fits, lower_bound, plan_offsets, plan_offsets_each, plan_with,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as PropStrategy;
@@ -127,7 +127,7 @@ proptest! {
             .collect();
         let borrowed: Vec<(&[Buffer], u64)> =
             sets.iter().map(|(b, a)| (b.as_slice(), *a)).collect();
-        let each = plan_offsets_each(&borrowed, threads);
+        let each = plan_offsets_each(&borrowed, threads, PlanEffort::Exhaustive);
         prop_assert_eq!(each.len(), sets.len());
         for ((buffers, alignment), got) in sets.iter().zip(each) {
             prop_assert_eq!(got, plan_offsets(buffers, *alignment));
@@ -515,7 +515,11 @@ fn twenty_thousand_buffers_keep_the_first_lowest_plan() {
     check_plan(&buffers, &best, alignment).unwrap();
     // Over threads, beside another set: the same plan.
     let other = random_buffers(5_000, 8);
-    let each = plan_offsets_each(&[(&buffers, alignment), (&other, 16)], 2);
+    let each = plan_offsets_each(
+        &[(&buffers, alignment), (&other, 16)],
+        2,
+        PlanEffort::Exhaustive,
+    );
     assert_eq!(each[0].as_ref(), Ok(&best));
     assert_eq!(each[1], plan_offsets(&other, 16));
     println!(
@@ -523,6 +527,27 @@ fn twenty_thousand_buffers_keep_the_first_lowest_plan() {
         best.strategy,
         best.peak_bytes as f64 / bound as f64
     );
+}
+
+/// `PlanEffort::Scaled`: a set past `SWEEPS_ONLY_ABOVE` buffers gets the lower of the two
+/// sweeps' plans (greedy by start on ties), valid; a set at it gets every strategy's
+/// best, as `plan_offsets`.
+#[test]
+fn scaled_effort_keeps_the_sweeps_past_the_limit() {
+    let large = random_buffers(SWEEPS_ONLY_ABOVE as u32 + 1, 11);
+    let small = random_buffers(3_000, 12);
+    let each = plan_offsets_each(&[(&large, 64), (&small, 64)], 2, PlanEffort::Scaled);
+    let by_start = plan_with(&large, 64, Strategy::GreedyByStart).unwrap();
+    let by_end = plan_with(&large, 64, Strategy::GreedyByEnd).unwrap();
+    let sweeps = if by_end.peak_bytes < by_start.peak_bytes {
+        by_end
+    } else {
+        by_start
+    };
+    let got = each[0].as_ref().unwrap();
+    assert_eq!(got, &sweeps);
+    check_plan(&large, got, 64).unwrap();
+    assert_eq!(each[1], plan_offsets(&small, 64));
 }
 
 /// When the first strategy meets the aligned bound, the plan is that one.

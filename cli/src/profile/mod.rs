@@ -363,13 +363,14 @@ impl Grid<'_> {
     }
 
     /// How two jobs share the pool, and what cached weights save: at the first prompt
-    /// length, each chunk length `reps` times, each model (precision) runs once with
-    /// `inorder` (jobs alone, every weight read from memory) and once with `balance`
-    /// (jobs overlapping, a few chunks a few stages apart). The two-job rate is the
-    /// median of `profiling::two_job_rate` over the first model's pairs (one pair is
-    /// noisy: a few hundred overlaps of a few milliseconds); each precision's saving per
-    /// cached weight byte is `weight_reuse::warm_saving_per_byte` over its pairs' jobs
-    /// pooled, with a cache of `cache_bytes` (none measured without one).
+    /// length, each chunk length `reps` times. The first model runs once with `inorder`
+    /// (jobs alone, every weight read from memory) and once with `balance` (jobs
+    /// overlapping): the two-job rate is the median of `profiling::two_job_rate` over
+    /// those pairs (one pair is noisy: a few hundred overlaps of a few milliseconds).
+    /// Every model (precision) runs once with `layerwise` (jobs alone, each stage's
+    /// first chunk cold and the rest warm): its saving per cached weight byte is
+    /// `weight_reuse::warm_saving_per_byte` over those runs, with a cache of
+    /// `cache_bytes` (none measured without one).
     fn sharing(
         &self,
         models: &[Arc<ExecModel>],
@@ -382,7 +383,7 @@ impl Grid<'_> {
         let mut warm = Vec::new();
         for (k, model) in models.iter().enumerate() {
             let tokens = self.first_prompt(model, tokenizer, text)?;
-            let mut pairs = Vec::new();
+            let mut layerwise = Vec::new();
             for _ in 0..self.reps {
                 for &chunk_len in self.chunk_lens {
                     let run = |policy: &str| {
@@ -393,16 +394,18 @@ impl Grid<'_> {
                         };
                         exec::prefill(model.clone(), &tokens, &options)
                     };
-                    let alone = run("inorder")?;
-                    let shared = run("balance")?;
                     if k == 0 {
+                        let alone = run("inorder")?;
+                        let shared = run("balance")?;
                         rates.extend(two_job_rate(&alone.outcome, &shared.outcome));
                     }
-                    pairs.push((alone.outcome, shared.outcome));
+                    if cache_bytes.is_some() {
+                        layerwise.push(run("layerwise")?.outcome);
+                    }
                 }
             }
-            // Every pair's jobs pooled: one pair holds a few warm jobs per stage kind.
-            if let Some(ns_per_byte) = cache_bytes.and_then(|c| warm_saving_per_byte(&pairs, c)) {
+            if let Some(ns_per_byte) = cache_bytes.and_then(|c| warm_saving_per_byte(&layerwise, c))
+            {
                 warm.push(PrecisionWarm {
                     precision: precision_label(&model.model_config()),
                     ns_per_byte,

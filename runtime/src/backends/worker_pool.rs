@@ -512,10 +512,12 @@ mod tests {
         };
         let saving = (0.01 * f64::from(4u32 << 20)) as u64; // 41943 ns
         // Stage 0 first (cold), stage 1, stage 0 again: 4 MB streamed since, 8 with its
-        // own, within 16: warm. Then three more stages: 16 MB since, pushed out.
-        let durations = one_by_one(&[0, 1, 0, 2, 3, 4, 0], 100_000, Some(warm));
+        // own, within 16: warm. Then three more stages: 12 MB since, 16 with its own:
+        // warm; then four: 16 MB since, pushed out.
+        let durations = one_by_one(&[0, 1, 0, 2, 3, 4, 0, 1, 2, 3, 4, 0], 100_000, Some(warm));
         assert_eq!(durations[..3], [100_000, 100_000, 100_000 - saving]);
-        assert_eq!(durations[6], 100_000);
+        assert_eq!(durations[6], 100_000 - saving);
+        assert_eq!(durations[11], 100_000);
         // At most half a job's work is saved.
         assert_eq!(one_by_one(&[0, 0], 50_000, Some(warm)), [50_000, 25_000]);
         // Without the rule, every job takes its cost.

@@ -9,7 +9,8 @@
 //! - [`lower_bound`]: the most bytes live at any one time; no plan needs less.
 //! - [`plan_with`]: one greedy [`Strategy`] (an ordering plus best-fit gap placement).
 //! - [`plan_offsets`]: every strategy, keeping the lowest peak (deterministic);
-//!   [`plan_offsets_each`]: the same for several sets, their strategies over threads.
+//!   [`plan_offsets_each`]: the same for several sets, their strategies over threads,
+//!   every strategy or, above [`SWEEPS_ONLY_ABOVE`] buffers, the sweeps ([`PlanEffort`]).
 //! - [`check_plan`]: verifies a plan; [`fits`]: checks it against a capacity.
 //!
 //! Wired into the scheduler through:
@@ -65,5 +66,5 @@ pub use profile::{ChunkProfile, MemoryProfile};
 pub use region::{DEFAULT_ALIGNMENT, MemoryConfig, Region};
 pub use schedule::{RegionMemory, plan_schedule, schedule_buffers};
 pub use sharing::{ChunkSharing, chunk_sharing};
-pub use strategy::{Strategy, plan_offsets, plan_with};
+pub use strategy::{PlanEffort, SWEEPS_ONLY_ABOVE, Strategy, plan_offsets, plan_with};
 pub use tensors::{KvCache, TensorKind, TensorTemplate, chunk_tensors};

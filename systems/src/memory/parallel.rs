@@ -29,7 +29,7 @@ use super::bound::aligned_lower_bound;
 use super::buffer::{Buffer, MemoryPlan};
 use super::error::MemoryError;
 use super::place::Placer;
-use super::strategy::{Strategy, limit_against, run, run_order};
+use super::strategy::{PlanEffort, Strategy, limit_against, run, run_order};
 
 /// One buffer set's inputs and what its tasks share.
 struct SetPlan<'a> {
@@ -80,7 +80,9 @@ impl SetPlan<'_> {
 }
 
 /// [`plan_offsets`] of every `(buffers, alignment)` in `sets`, in order, the
-/// strategies of all of them spread over up to `threads` threads (at least one).
+/// strategies of all of them spread over up to `threads` threads (at least one); each
+/// set tries the strategies `effort` gives its size ([`PlanEffort::Exhaustive`]: every
+/// one, as [`plan_offsets`]).
 ///
 /// # Errors
 /// Per set, as [`plan_offsets`].
@@ -89,6 +91,7 @@ impl SetPlan<'_> {
 pub fn plan_offsets_each(
     sets: &[(&[Buffer], u64)],
     threads: usize,
+    effort: PlanEffort,
 ) -> Vec<Result<MemoryPlan, MemoryError>> {
     let prepared: Vec<Result<SetPlan, MemoryError>> = sets
         .iter()
@@ -112,9 +115,7 @@ pub fn plan_offsets_each(
         // Larger sets first within a phase, so the longest tasks start soonest.
         let mut by_size = valid;
         by_size.sort_by_key(|(k, p)| (std::cmp::Reverse(p.buffers.len()), *k));
-        let mut strategies = run_order();
-        let first = strategies.next().expect("there are strategies");
-        let rest: Vec<Strategy> = strategies.collect();
+        let first = run_order().next().expect("there are strategies");
         // Every set's first task, then the rest; `after` is the first task's index.
         let mut tasks: Vec<Task> = by_size
             .iter()
@@ -124,12 +125,20 @@ pub fn plan_offsets_each(
                 after: None,
             })
             .collect();
-        for &strategy in &rest {
-            tasks.extend(by_size.iter().enumerate().map(|(k, &(_, set))| Task {
-                set,
-                strategy,
-                after: Some(k),
-            }));
+        for strategy in run_order().skip(1) {
+            tasks.extend(
+                by_size
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (_, set))| {
+                        effort.strategies(set.buffers.len()).contains(&strategy)
+                    })
+                    .map(|(k, &(_, set))| Task {
+                        set,
+                        strategy,
+                        after: Some(k),
+                    }),
+            );
         }
         run_tasks(&tasks, threads);
     }

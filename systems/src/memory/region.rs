@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::align::validate_alignment;
+use super::strategy::PlanEffort;
 use crate::device::DeviceProfile;
 use crate::error::PlanError;
 
@@ -40,6 +41,9 @@ pub struct MemoryConfig {
     /// views of one DRAM, so a user's limit is often on the sum. None: no such limit.
     #[serde(default)]
     pub device_budget_bytes: Option<u64>,
+    /// How many offset strategies a finished run's plan tries per region.
+    #[serde(default)]
+    pub plan_effort: PlanEffort,
 }
 
 impl Default for MemoryConfig {
@@ -48,6 +52,7 @@ impl Default for MemoryConfig {
             alignment: DEFAULT_ALIGNMENT,
             budget_bytes: BTreeMap::new(),
             device_budget_bytes: None,
+            plan_effort: PlanEffort::default(),
         }
     }
 }

@@ -106,7 +106,9 @@ pub struct RegionMemory {
 }
 
 /// Plans every region's buffers of a finished run ([`schedule_buffers`]) with
-/// [`plan_offsets`](super::plan_offsets); returns each region's summary, buffers and plan.
+/// [`plan_offsets`](super::plan_offsets), or only the sweeps on a region past
+/// [`SWEEPS_ONLY_ABOVE`](super::SWEEPS_ONLY_ABOVE) buffers (the plan's `plan_effort`);
+/// returns each region's summary, buffers and plan.
 ///
 /// The regions share no buffer, so their strategies are spread over the cores
 /// ([`plan_offsets_each`]): the plans are [`plan_offsets`](super::plan_offsets)'s, and the wall time is about
@@ -129,7 +131,7 @@ pub fn plan_schedule(
     // Each thread on a region's strategy holds an index of its own: a few suffice (the
     // work is a handful of strategies per region).
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    let offsets = plan_offsets_each(&sets, threads);
+    let offsets = plan_offsets_each(&sets, threads, plan.memory().plan_effort);
     buffers
         .into_iter()
         .zip(regions)

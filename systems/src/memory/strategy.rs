@@ -70,6 +70,57 @@ impl Strategy {
     }
 }
 
+/// How many strategies a plan of a finished run tries: a scene's `[memory] plan_effort`.
+///
+/// The strategies other than the two sweeps place each buffer against an index of what
+/// conflicts with it, about 5.5 us a buffer on a 2-core EPYC at 250 000 buffers and
+/// growing with the count, while the sweeps stay near 0.6 us: at a million instances
+/// they are most of what `simulate` spends. Where a region holds more buffers than
+/// [`SWEEPS_ONLY_ABOVE`], the sweeps' plan (the lower of greedy by start and by end) is
+/// what [`PlanEffort::Scaled`] keeps. On the shipped scenes' regions above it (prompt
+/// 1024, chunk 1: 137 000-334 000 buffers; prompt 8192, chunk 16) that costs 0-1.1% of
+/// the peak (docs/memory.md, session 11).
+///
+/// # Examples
+/// ```
+/// use hetsched_systems::memory::{PlanEffort, SWEEPS_ONLY_ABOVE, Strategy};
+/// let all = PlanEffort::Scaled.strategies(SWEEPS_ONLY_ABOVE);
+/// assert_eq!(all.len(), Strategy::ALL.len());
+/// let sweeps = PlanEffort::Scaled.strategies(SWEEPS_ONLY_ABOVE + 1);
+/// assert_eq!(sweeps, [Strategy::GreedyByStart, Strategy::GreedyByEnd]);
+/// assert_eq!(PlanEffort::Exhaustive.strategies(1 << 30).len(), Strategy::ALL.len());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlanEffort {
+    /// Every strategy up to [`SWEEPS_ONLY_ABOVE`] buffers, the two sweeps above.
+    #[default]
+    Scaled,
+    /// Every strategy in [`Strategy::ALL`], at any size.
+    Exhaustive,
+}
+
+/// The most buffers a region may hold for [`PlanEffort::Scaled`] to try every strategy.
+pub const SWEEPS_ONLY_ABOVE: usize = 1 << 17;
+
+impl PlanEffort {
+    /// The strategies tried on a set of `buffers` buffers, in the order they run
+    /// (greedy by start first: it never gives up, and its peak lets the others stop early).
+    pub fn strategies(self, buffers: usize) -> Vec<Strategy> {
+        let sweeps_only = self == PlanEffort::Scaled && buffers > SWEEPS_ONLY_ABOVE;
+        run_order()
+            .filter(|s| !sweeps_only || s.is_sweep())
+            .collect()
+    }
+}
+
+impl Strategy {
+    /// Whether it is placed by the start-order sweep (no conflict index).
+    fn is_sweep(self) -> bool {
+        matches!(self, Strategy::GreedyByStart | Strategy::GreedyByEnd)
+    }
+}
+
 impl std::fmt::Display for Strategy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -208,7 +259,7 @@ pub(super) fn run(
     let offsets = match strategy {
         // Latest end first is earliest start first on reversed time: `[start, end)`
         // becomes `[last - end, last - start)`, which intersects the same lifetimes.
-        Strategy::GreedyByStart | Strategy::GreedyByEnd => {
+        _ if strategy.is_sweep() => {
             let last = buffers.iter().map(|b| b.end).max().unwrap_or(0);
             let spans: Vec<(u64, u64)> = buffers
                 .iter()

@@ -4,7 +4,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use super::{Balance, CriticalPathFirst, Heft, InOrder, Lookahead, Peer, Policy, Stall};
+use super::{Balance, CriticalPathFirst, Heft, InOrder, Layerwise, Lookahead, Peer, Policy, Stall};
 
 /// The policy scenes and the CLI use when none is named.
 pub const DEFAULT_POLICY: &str = "balance";
@@ -53,6 +53,11 @@ impl PolicyRegistry {
             "inorder",
             "each processor in (chunk, stage) order, no skipping",
             || Box::new(InOrder::default()),
+        );
+        r.register(
+            "layerwise",
+            "one job at a time, every chunk through a layer before the next",
+            || Box::new(Layerwise::default()),
         );
         r.register(
             "peer",
