@@ -210,7 +210,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     if let Some(path) = &args.history {
         // The results are printed already: a history that cannot be written is reported
         // without losing them.
-        if let Err(e) = append_history(path, &records_on(&result.outcome, options.threads)) {
+        let cache = crate::profile::host::last_level_cache_bytes();
+        let records = records_on(&result.outcome, options.threads, cache);
+        if let Err(e) = append_history(path, &records) {
             eprintln!("warning: {e}");
         }
     }

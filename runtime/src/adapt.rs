@@ -11,9 +11,11 @@
 //! shapes, so the fitted shape (launch, per token, per pair) is kept and only the level
 //! follows the machine.
 //!
-//! Only records of instances that ran alone ([`HistoryRecord::alone`]) count: a profile's
-//! costs are of jobs alone on the pool (`inorder`), and a job sharing the cores with
-//! another lane's is slower by the sharing, which the pool model adds on its own.
+//! Only records of instances that ran alone ([`HistoryRecord::alone`]) and cold
+//! ([`HistoryRecord::warm`]) count: a profile's costs are of jobs alone on the pool
+//! (`inorder`) reading their weights from memory; a job sharing the cores with another
+//! lane's is slower by the sharing, and one whose weights were still cached faster by
+//! the saving, both of which the pool model adds on its own.
 
 use hetsched_systems::model::ChunkShape;
 use hetsched_systems::{CostAdaptation, DeviceProfile, StageCost, median};
@@ -94,6 +96,7 @@ fn recent_records<'a>(
         .rev()
         .filter(|r| {
             r.alone == Some(true)
+                && r.warm != Some(true)
                 && r.threads == threads
                 && r.model == model
                 && r.processor == processor
@@ -147,7 +150,7 @@ mod tests {
             PolicyRegistry::builtin().create("inorder").unwrap(),
         )
         .unwrap();
-        let records = records_on(&run, 2);
+        let records = records_on(&run, 2, None);
         let mut device = plan.device.clone();
         fit_profile(&mut device, &records);
         device.measured = Some(bare_profile_origin(&plan.model.name, 2));
@@ -215,21 +218,21 @@ mod tests {
     }
 
     #[test]
-    fn records_of_other_threads_overlapped_jobs_or_absurd_factors_change_nothing() {
+    fn records_of_other_threads_overlapped_or_warm_jobs_or_absurd_factors_change_nothing() {
         let (device, records, model) = profiled();
         let alone = adapt_to_history(&device, &slowed(&records, 1.3), &model, 2);
         assert!(!alone.measured.unwrap().adapted.is_empty());
         let on_one = adapt_to_history(&device, &slowed(&records, 1.3), &model, 1);
         assert_eq!(on_one.processors, device.processors);
-        let shared: Vec<HistoryRecord> = slowed(&records, 1.3)
-            .into_iter()
-            .map(|r| HistoryRecord {
-                alone: Some(false),
-                ..r
-            })
-            .collect();
-        let adapted = adapt_to_history(&device, &shared, &model, 2);
-        assert_eq!(adapted.processors, device.processors);
+        // Jobs that shared the cores ran slower, and jobs whose weights were still cached
+        // faster, than the cold cost alone: neither is read.
+        let unchanged = |factor: f64, mark: fn(&mut HistoryRecord)| {
+            let mut marked = slowed(&records, factor);
+            marked.iter_mut().for_each(mark);
+            adapt_to_history(&device, &marked, &model, 2).processors == device.processors
+        };
+        assert!(unchanged(1.3, |r| r.alone = Some(false)));
+        assert!(unchanged(0.7, |r| r.warm = Some(true)));
         let absurd = adapt_to_history(&device, &slowed(&records, 10.0), &model, 2);
         assert_eq!(absurd.processors, device.processors);
         assert!(absurd.measured.unwrap().adapted.is_empty());

@@ -64,6 +64,12 @@ pub struct HistoryRecord {
     /// the pool to fit the cost it has alone (`profiling::fit_profile_alone`).
     #[serde(default)]
     pub overlapped_ns: Option<u64>,
+    /// Whether its stage's weights were still in the last-level cache when it started
+    /// ([`crate::weight_reuse::ReuseTracker`]; `null` where the cache size is unknown and
+    /// in files written before it): such a job ran faster than the cold cost a profile
+    /// fits, so `run --adapt` and `profile --from-history` leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<bool>,
 }
 
 /// Why a history file could not be written or read.
@@ -117,6 +123,7 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
                 threads: None,
                 alone: Some(overlapped * 20 <= ns),
                 overlapped_ns: Some(overlapped),
+                warm: None,
             }
         })
         .collect()
@@ -155,12 +162,20 @@ pub(crate) fn overlaps(slices: &[SliceRecord]) -> Vec<u64> {
         .collect()
 }
 
-/// [`records_of`] a run on `threads` compute threads, each record saying so.
-pub fn records_on(run: &RunOutcome, threads: usize) -> Vec<HistoryRecord> {
+/// [`records_of`] a run on `threads` compute threads, each record saying so, and, with
+/// the host's last-level cache size, whether its weights were still cached
+/// ([`crate::weight_reuse::warm_slices`]).
+pub fn records_on(
+    run: &RunOutcome,
+    threads: usize,
+    cache_bytes: Option<u64>,
+) -> Vec<HistoryRecord> {
     let threads = u32::try_from(threads).ok();
     let mut records = records_of(run);
-    for r in &mut records {
+    let warm = cache_bytes.map(|cache| crate::weight_reuse::warm_slices(run, cache));
+    for (k, r) in records.iter_mut().enumerate() {
         r.threads = threads;
+        r.warm = warm.as_ref().map(|w| w[k]);
     }
     records
 }

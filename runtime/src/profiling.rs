@@ -212,12 +212,26 @@ const ALONE_ROUNDS: usize = 10;
 /// count as measured; so does everything when no record overlapped (`inorder` of a chain
 /// of stages). Records of one thread ([`HistoryRecord::threads`]) belong to the
 /// one-thread table: fit them with `threads` 1 (two jobs on one worker run at half rate).
+/// Records of jobs whose weights were still cached ([`HistoryRecord::warm`]) are left
+/// out: the costs are cold ones, from which the pool model takes the cache's saving.
 pub fn fit_profile_alone(
     device: &mut DeviceProfile,
     samples: &[HistoryRecord],
     one_thread: &[OneThreadCost],
     threads: usize,
 ) -> Vec<StageFit> {
+    let cold: Vec<HistoryRecord>;
+    let samples = match samples.iter().any(|r| r.warm == Some(true)) {
+        true => {
+            cold = samples
+                .iter()
+                .filter(|r| r.warm != Some(true))
+                .cloned()
+                .collect();
+            &cold[..]
+        }
+        false => samples,
+    };
     let mut fits = fit_profile(device, samples);
     if samples.iter().all(|r| r.overlapped_ns.unwrap_or(0) == 0) {
         return fits;
@@ -634,5 +648,17 @@ mod tests {
             .collect();
         let as_raw = fit_profile_alone(&mut device, &older, &one_thread, 2);
         assert_eq!(as_raw[0].cost.ns(shape), raw[0].cost.ns(shape));
+        // Jobs whose weights were still cached (faster) are not fitted.
+        let mut with_warm = samples.clone();
+        with_warm.extend(alone.iter().map(|r| HistoryRecord {
+            ns: r.ns / 2,
+            warm: Some(true),
+            ..r.clone()
+        }));
+        let cold = fit_profile_alone(&mut device, &with_warm, &one_thread, 2);
+        assert_eq!(cold.len(), fitted.len());
+        for (c, f) in cold.iter().zip(&fitted) {
+            assert_eq!(c.cost.ns(shape), f.cost.ns(shape));
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! and writes a device profile that `simulate` and `run --profile` load, with the raw
 //! samples beside it (docs/calibration.md, "Measured profiles").
 
-mod host;
+pub(crate) mod host;
 mod samples;
 
 use std::collections::BTreeMap;
@@ -169,16 +169,17 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         gpu,
         ..defaults
     };
+    let cache_bytes = host::last_level_cache_bytes();
     let grid = Grid {
         chunk_lens: &args.chunk_lens,
         prompt_lens: &args.prompt_lens,
         reps: args.reps.max(1),
+        cache_bytes,
     };
     let text = text.as_str();
-    let cache_bytes = host::last_level_cache_bytes();
     let (two_job_rate, warm_weights) = match &args.from_history {
         Some(_) => (None, Vec::new()),
-        None => grid.sharing(&models, &loaded.tokenizer, text, &options, cache_bytes)?,
+        None => grid.sharing(&models, &loaded.tokenizer, text, &options)?,
     };
     let (samples, device, gaps, one_thread) = match &args.from_history {
         Some(path) => {
@@ -245,6 +246,8 @@ struct Grid<'a> {
     chunk_lens: &'a [u32],
     prompt_lens: &'a [u32],
     reps: u32,
+    /// The host's last-level cache, if known: which jobs ran with their weights cached.
+    cache_bytes: Option<u64>,
 }
 
 impl Grid<'_> {
@@ -296,7 +299,11 @@ impl Grid<'_> {
                         bar.set_message(model.precision.as_str());
                         let result = exec::prefill(model.clone(), tokens, &options)?;
                         device.get_or_insert_with(|| result.outcome.plan.device.clone());
-                        samples.extend(records_on(&result.outcome, options.threads));
+                        samples.extend(records_on(
+                            &result.outcome,
+                            options.threads,
+                            self.cache_bytes,
+                        ));
                         gaps.push((
                             precision_label(&model.model_config()),
                             job_gap_ns(&result.outcome),
@@ -369,16 +376,16 @@ impl Grid<'_> {
     /// those pairs (one pair is noisy: a few hundred overlaps of a few milliseconds).
     /// Every model (precision) runs once with `layerwise` (jobs alone, each stage's
     /// first chunk cold and the rest warm): its saving per cached weight byte is
-    /// `weight_reuse::warm_saving_per_byte` over those runs, with a cache of
-    /// `cache_bytes` (none measured without one).
+    /// `weight_reuse::warm_saving_per_byte` over those runs, with the host's cache (none
+    /// measured without a known one).
     fn sharing(
         &self,
         models: &[Arc<ExecModel>],
         tokenizer: &hetsched::import::GgufTokenizer,
         text: &str,
         options: &PrefillOptions,
-        cache_bytes: Option<u64>,
     ) -> Result<(Option<f64>, Vec<PrecisionWarm>), CliError> {
+        let cache_bytes = self.cache_bytes;
         let mut rates = Vec::new();
         let mut warm = Vec::new();
         for (k, model) in models.iter().enumerate() {
@@ -453,7 +460,7 @@ impl Grid<'_> {
                     ..options.clone()
                 };
                 let result = exec::prefill(model.clone(), &tokens, &options)?;
-                samples.extend(records_on(&result.outcome, 1));
+                samples.extend(records_on(&result.outcome, 1, self.cache_bytes));
                 bar.inc(1);
             }
         }
@@ -492,7 +499,8 @@ fn split_history(
     let (mut fit, mut on_one) = (Vec::new(), Vec::new());
     // A job that shared the cores with another lane's ran slower than alone; the
     // profile's costs are of jobs alone (the pool model adds the sharing), so only those
-    // (and records of older files, which do not say) are fitted.
+    // (and records of older files, which do not say) are fitted. (Warm ones are left out
+    // by the fit itself.)
     let alone = |r: &HistoryRecord| r.model == model && r.alone != Some(false);
     for r in records.into_iter().filter(alone) {
         match r.threads {
@@ -613,6 +621,7 @@ mod tests {
             chunk_lens: &[256, 64, 128],
             prompt_lens: &[512, 2048],
             reps: 2,
+            cache_bytes: None,
         };
         assert_eq!(
             grid.one_thread_settings(),
@@ -623,5 +632,40 @@ mod tests {
             ..grid
         };
         assert_eq!(one_prompt.one_thread_settings().len(), 3);
+    }
+
+    /// `--from-history` fits only records alone, of the model, on the profile's threads
+    /// (one-thread ones apart); a record that does not say counts.
+    #[test]
+    fn from_history_leaves_out_shared_jobs() {
+        use hetsched::history::HistoryRecord;
+        let record = |alone, warm, threads| HistoryRecord {
+            model: "m".into(),
+            precision: "w8a8".into(),
+            stage: "q_proj".into(),
+            processor: "npu-emu".into(),
+            tokens: 64,
+            past: 0,
+            ns: 1000,
+            attention: false,
+            window: None,
+            prompt_len: 512,
+            chunk_len: 64,
+            threads,
+            alone,
+            overlapped_ns: None,
+            warm,
+        };
+        let records = vec![
+            record(Some(true), Some(false), Some(2)),
+            record(Some(true), None, None),
+            record(Some(false), Some(false), Some(2)),
+            record(Some(true), Some(false), Some(1)),
+            record(Some(true), Some(false), Some(4)),
+        ];
+        let (fit, on_one) = super::split_history(records.clone(), "m", 2);
+        assert_eq!(fit, records[..2]);
+        assert_eq!(on_one, records[3..4]);
+        assert!(super::split_history(records, "other", 2).0.is_empty());
     }
 }
