@@ -11,8 +11,8 @@ use hetsched::engine::{RunOutcome, simulate};
 use hetsched::report::region_memory;
 use hetsched::scene::Scene;
 use hetsched::systems::memory::{
-    Buffer, KvCache, MemoryConfig, MemoryProfile, TensorKind, aligned_lower_bound, check_plan,
-    chunk_sharing, chunk_tensors, plan_offsets, schedule_buffers,
+    Buffer, KvCache, MemoryConfig, MemoryProfile, PlanEffort, TensorKind, aligned_lower_bound,
+    check_plan, chunk_sharing, chunk_tensors, plan_offsets, schedule_buffers,
 };
 use hetsched::systems::model::{ExecClass, OpDecl, OpKind};
 use hetsched::systems::shadow::ShadowConfig;
@@ -419,6 +419,12 @@ fn a_scene_memory_table_sets_budgets_and_bad_ones_are_refused() {
     );
     let alignment = scene("[memory]\nalignment = 48\n").unwrap_err().to_string();
     assert!(alignment.contains("power of two"), "{alignment}");
+    let exhaustive = scene("[memory]\nplan_effort = \"exhaustive\"\n").unwrap();
+    assert_eq!(exhaustive.memory().plan_effort, PlanEffort::Exhaustive);
+    let effort = scene("[memory]\nplan_effort = \"thorough\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(effort.contains("exhaustive"), "{effort}");
     let small = scene("[memory]\nbudget_bytes = { cpu = 100_000_000 }\n")
         .unwrap_err()
         .to_string();

@@ -67,3 +67,36 @@ fn json_report_and_trace_carry_memory() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--memory-plan`: under the limit every strategy runs either way (the same plans);
+/// a name that is not an effort is refused.
+#[test]
+fn memory_plan_effort_is_chosen_on_the_command_line() {
+    let memory = |effort: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
+            .args([
+                "simulate",
+                "--json",
+                "--prompt-len",
+                "512",
+                "--memory-plan",
+                effort,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["memory"].clone()
+    };
+    assert_eq!(memory("scaled"), memory("exhaustive"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(["simulate", "--memory-plan", "thorough"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exhaustive"));
+}
