@@ -25,17 +25,7 @@ fn json_report_and_trace_carry_memory() {
     let dir = std::env::temp_dir().join(format!("hetsched-memtrace-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("t.json");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(["simulate", "--json", "--memory-budget", "2x", "--trace"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = simulate_json(&["--memory-budget", "2x", "--trace", trace.to_str().unwrap()]);
     let memory = report["memory"].as_array().unwrap();
     assert_eq!(memory.len(), 2);
     for m in memory {
@@ -73,24 +63,7 @@ fn json_report_and_trace_carry_memory() {
 #[test]
 fn memory_plan_effort_is_chosen_on_the_command_line() {
     let memory = |effort: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
-            .args([
-                "simulate",
-                "--json",
-                "--prompt-len",
-                "512",
-                "--memory-plan",
-                effort,
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        report["memory"].clone()
+        simulate_json(&["--prompt-len", "512", "--memory-plan", effort])["memory"].clone()
     };
     assert_eq!(memory("scaled"), memory("exhaustive"));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
@@ -99,4 +72,19 @@ fn memory_plan_effort_is_chosen_on_the_command_line() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("exhaustive"));
+}
+
+/// `hetsched simulate --json ARGS`'s report (the run must succeed).
+fn simulate_json(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(["simulate", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
