@@ -39,6 +39,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -220,18 +221,16 @@ pub fn fit_profile_alone(
     one_thread: &[OneThreadCost],
     threads: usize,
 ) -> Vec<StageFit> {
-    let cold: Vec<HistoryRecord>;
-    let samples = match samples.iter().any(|r| r.warm == Some(true)) {
-        true => {
-            cold = samples
-                .iter()
-                .filter(|r| r.warm != Some(true))
-                .cloned()
-                .collect();
-            &cold[..]
-        }
-        false => samples,
+    // Copied only where some record is warm (a profile's `inorder` samples never are).
+    let samples: Cow<[HistoryRecord]> = match samples.iter().any(|r| r.warm == Some(true)) {
+        true => samples
+            .iter()
+            .filter(|r| r.warm != Some(true))
+            .cloned()
+            .collect(),
+        false => Cow::Borrowed(samples),
     };
+    let samples = &samples[..];
     let mut fits = fit_profile(device, samples);
     if samples.iter().all(|r| r.overlapped_ns.unwrap_or(0) == 0) {
         return fits;

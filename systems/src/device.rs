@@ -175,9 +175,10 @@ pub struct ProfileOrigin {
     #[serde(default)]
     pub cache_bytes: u64,
     /// What a job saves per weight byte when its weights are still cached, per precision
-    /// (measured by `hetsched profile`: `inorder` samples read every weight from memory,
-    /// as each chunk walks every layer before the next one comes; `balance` keeps a few
-    /// chunks a few stages apart). Empty: every job priced as measured (older profiles).
+    /// (measured by `hetsched profile` from `layerwise` runs: each stage's first chunk
+    /// reads its weights from memory, the later ones from the cache; the profile's
+    /// `inorder` samples are all cold). Empty: every job priced as measured (older
+    /// profiles).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warm_weights: Vec<PrecisionWarm>,
 }
@@ -240,8 +241,8 @@ impl ProfileOrigin {
     }
 
     /// Nanoseconds a job of `precision` saves per weight byte still cached, if measured:
-    /// its own, else for w8a8-shadow (where too few INT8 jobs ran warm and alone beside
-    /// their shadows to measure one) that of the precision its linears run in, w8a8.
+    /// its own, else for w8a8-shadow (a profile that measured none of its own) that of
+    /// the precision its linears run in, w8a8.
     pub fn warm_ns_per_byte_of(&self, precision: &str) -> Option<f64> {
         let of = |p: &str| self.warm_weights.iter().find(|w| w.precision == p);
         of(precision)

@@ -130,9 +130,7 @@ pub fn plan_offsets_each(
                 by_size
                     .iter()
                     .enumerate()
-                    .filter(|(_, (_, set))| {
-                        effort.strategies(set.buffers.len()).contains(&strategy)
-                    })
+                    .filter(|(_, (_, set))| effort.tries(strategy, set.buffers.len()))
                     .map(|(k, &(_, set))| Task {
                         set,
                         strategy,

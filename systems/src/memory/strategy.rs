@@ -107,10 +107,13 @@ impl PlanEffort {
     /// The strategies tried on a set of `buffers` buffers, in the order they run
     /// (greedy by start first: it never gives up, and its peak lets the others stop early).
     pub fn strategies(self, buffers: usize) -> Vec<Strategy> {
+        run_order().filter(|&s| self.tries(s, buffers)).collect()
+    }
+
+    /// Whether `strategy` is tried on a set of `buffers` buffers.
+    pub(super) fn tries(self, strategy: Strategy, buffers: usize) -> bool {
         let sweeps_only = self == PlanEffort::Scaled && buffers > SWEEPS_ONLY_ABOVE;
-        run_order()
-            .filter(|s| !sweeps_only || s.is_sweep())
-            .collect()
+        !sweeps_only || strategy.is_sweep()
     }
 }
 
