@@ -3,8 +3,9 @@
 //! `benches/memory_planner.rs`).
 
 use hetsched_systems::memory::{
-    Buffer, MemoryError, MemoryPlan, Placement, PlanEffort, SWEEPS_ONLY_ABOVE, Strategy,
-    aligned_lower_bound, check_plan, fits, lower_bound, plan_offsets, plan_offsets_each, plan_with,
+    Buffer, MemoryError, MemoryPlan, Placement, PlanEffort, SETTLED_WITHIN, SWEEPS_ONLY_ABOVE,
+    Strategy, aligned_lower_bound, check_plan, fits, lower_bound, plan_offsets, plan_offsets_each,
+    plan_with,
 };
 use proptest::prelude::*;
 use proptest::strategy::Strategy as PropStrategy;
@@ -548,6 +549,46 @@ fn scaled_effort_keeps_the_sweeps_past_the_limit() {
     assert_eq!(got, &sweeps);
     check_plan(&large, got, 64).unwrap();
     assert_eq!(each[1], plan_offsets(&small, 64));
+}
+
+/// `PlanEffort::Scaled` on a set whose sweeps' plan is within one part in
+/// `SETTLED_WITHIN` of the aligned bound (a long-lived buffer far larger than the rest,
+/// as a KV cache beside activations): the sweeps' plan, though another strategy packs
+/// lower, on any number of threads; `Exhaustive` still finds the lower one. A set
+/// whose sweeps stay farther from the bound gets every strategy's best.
+#[test]
+fn scaled_effort_stops_at_a_sweep_plan_close_to_the_bound() {
+    let mut settled = random_buffers(3_000, 21);
+    let small: u64 = settled.iter().map(|b| b.bytes).sum();
+    settled.push(buf(3_000, small * 20, 0, 10_200_000));
+    let far = random_buffers(3_000, 22);
+    let floor = aligned_lower_bound(&settled, 64).unwrap();
+    let sweeps = [Strategy::GreedyByStart, Strategy::GreedyByEnd]
+        .map(|s| plan_with(&settled, 64, s).unwrap());
+    let sweeps = if sweeps[1].peak_bytes < sweeps[0].peak_bytes {
+        &sweeps[1]
+    } else {
+        &sweeps[0]
+    };
+    let best = plan_offsets(&settled, 64).unwrap();
+    // The set is one where stopping early costs something, within the promise.
+    assert!(best.peak_bytes < sweeps.peak_bytes, "{best:?}");
+    assert!(
+        u128::from(sweeps.peak_bytes) * u128::from(SETTLED_WITHIN)
+            <= u128::from(floor) * u128::from(SETTLED_WITHIN + 1)
+    );
+    assert!(PlanEffort::Scaled.settled_by_sweeps(sweeps.peak_bytes, floor));
+    let far_start = plan_with(&far, 64, Strategy::GreedyByStart).unwrap();
+    let far_floor = aligned_lower_bound(&far, 64).unwrap();
+    assert!(!PlanEffort::Scaled.settled_by_sweeps(far_start.peak_bytes, far_floor));
+    for threads in 1..=3 {
+        let each = plan_offsets_each(&[(&settled, 64), (&far, 64)], threads, PlanEffort::Scaled);
+        assert_eq!(each[0].as_ref(), Ok(sweeps), "{threads} threads");
+        check_plan(&settled, sweeps, 64).unwrap();
+        assert_eq!(each[1], plan_offsets(&far, 64), "{threads} threads");
+        let each = plan_offsets_each(&[(&settled, 64)], threads, PlanEffort::Exhaustive);
+        assert_eq!(each[0].as_ref(), Ok(&best), "{threads} threads");
+    }
 }
 
 /// When the first strategy meets the aligned bound, the plan is that one.

@@ -4,16 +4,22 @@
 //! A set's strategies are independent placements; only the give-up limits tie them
 //! (each runs against the best plan so far, [`limit_against`]). So the work is a list
 //! of (set, strategy) tasks that free threads take in turn: first every set's greedy
-//! by start (the cheap sweep whose plan gives the others their limits), then the rest
-//! in [`run_order`], larger sets first. A set's other strategies wait for its greedy by
-//! start only: a thread that finds the next task waiting takes a later one that is
-//! ready (the sweep of a small set done, its strategies start while the large set's
-//! sweep still runs), and sleeps only when every task left is waiting. A task reads
-//! its set's best plan when it starts; a plan that completes is kept if it beats the
-//! best (lower peak, earlier in [`Strategy::ALL`] on ties). A limit read from any plan
-//! already made only gives up a strategy that would lose to that plan, so each set
-//! keeps the first lowest plan in `ALL` order, whichever thread ran what when:
-//! [`plan_offsets`]'s plan.
+//! by start (the cheap sweep whose plan gives the others their limits), then every
+//! set's greedy by end (the other sweep), then the rest in [`run_order`], larger sets
+//! first. A set's task waits for the one before it in that chain only (greedy by end
+//! for its greedy by start, the rest for its greedy by end): a thread that finds the
+//! next task waiting takes a later one that is ready (the sweeps of a small set done,
+//! its strategies start while the large set's sweep still runs), and sleeps only when
+//! every task left is waiting. A task reads its set's best plan when it starts; a plan
+//! that completes is kept if it beats the best (lower peak, earlier in
+//! [`Strategy::ALL`] on ties). A limit read from any plan already made only gives up a
+//! strategy that would lose to that plan, so each set keeps the first lowest plan in
+//! `ALL` order, whichever thread ran what when: [`plan_offsets`]'s plan.
+//!
+//! Under [`PlanEffort::Scaled`], a set whose sweeps' plan is close to its lower bound
+//! ([`PlanEffort::settled_by_sweeps`]) runs nothing else. Both sweeps are done before
+//! any other strategy of the set starts, so that decision reads their plans only,
+//! whatever else ran: the same plan on any number of threads.
 //!
 //! A thread that finds no task left frees the sets' idle conflict indexes (millions of
 //! small allocations: a tenth of a second at a million instances) while the others
@@ -22,6 +28,7 @@
 //! This saves wall time where cores are free (one region's losing strategies run
 //! beside another's), not CPU time.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use super::align::aligned_sizes;
@@ -39,6 +46,9 @@ struct SetPlan<'a> {
     /// The aligned lower bound.
     floor: u64,
     best: Mutex<Option<MemoryPlan>>,
+    /// The lower peak of the two sweeps' plans (`u64::MAX` until one completes).
+    sweeps_peak: AtomicU64,
+    effort: PlanEffort,
     /// Indexes free for the next task (each task holds one while it runs).
     placers: Mutex<Vec<Placer>>,
 }
@@ -46,6 +56,13 @@ struct SetPlan<'a> {
 impl SetPlan<'_> {
     /// Runs `strategy` against the best so far; keeps its plan if it beats it.
     fn run(&self, strategy: Strategy) {
+        if !strategy.is_sweep()
+            && self
+                .effort
+                .settled_by_sweeps(self.sweeps_peak.load(Ordering::Acquire), self.floor)
+        {
+            return;
+        }
         let best = self.best.lock().expect("no task panics holding it").clone();
         let Some(give_up_at) = limit_against(best.as_ref(), strategy, self.floor) else {
             return;
@@ -69,6 +86,10 @@ impl SetPlan<'_> {
             .expect("no task panics holding it")
             .push(placer);
         if let Some(plan) = plan {
+            if strategy.is_sweep() {
+                self.sweeps_peak
+                    .fetch_min(plan.peak_bytes, Ordering::AcqRel);
+            }
             let mut best = self.best.lock().expect("no task panics holding it");
             let beats =
                 |b: &MemoryPlan| (plan.peak_bytes, plan.strategy) < (b.peak_bytes, b.strategy);
@@ -102,6 +123,8 @@ pub fn plan_offsets_each(
                 sizes: aligned_sizes(buffers, alignment)?,
                 floor: aligned_lower_bound(buffers, alignment)?,
                 best: Mutex::new(None),
+                sweeps_peak: AtomicU64::new(u64::MAX),
+                effort,
                 placers: Mutex::new(Vec::new()),
             })
         })
@@ -115,17 +138,14 @@ pub fn plan_offsets_each(
         // Larger sets first within a phase, so the longest tasks start soonest.
         let mut by_size = valid;
         by_size.sort_by_key(|(k, p)| (std::cmp::Reverse(p.buffers.len()), *k));
-        let first = run_order().next().expect("there are strategies");
-        // Every set's first task, then the rest; `after` is the first task's index.
-        let mut tasks: Vec<Task> = by_size
-            .iter()
-            .map(|&(_, set)| Task {
-                set,
-                strategy: first,
-                after: None,
-            })
-            .collect();
-        for strategy in run_order().skip(1) {
+        // Every set's greedy by start, then every set's greedy by end, then the rest;
+        // `after` is the index of the set's task before it in that chain.
+        // (Every set tries both sweeps, so each of the two phases lists every set.)
+        debug_assert!(run_order().take(2).all(Strategy::is_sweep));
+        let sets = by_size.len();
+        let mut tasks: Vec<Task> = Vec::new();
+        for (phase, strategy) in run_order().enumerate() {
+            let chained = phase.min(2);
             tasks.extend(
                 by_size
                     .iter()
@@ -134,7 +154,7 @@ pub fn plan_offsets_each(
                     .map(|(k, &(_, set))| Task {
                         set,
                         strategy,
-                        after: Some(k),
+                        after: (chained > 0).then(|| (chained - 1) * sets + k),
                     }),
             );
         }
@@ -152,7 +172,8 @@ pub fn plan_offsets_each(
         .collect()
 }
 
-/// A set's strategy to run, after the task at index `after` (its set's first) is done.
+/// A set's strategy to run, after the task at index `after` (its set's sweep before it
+/// in the chain) is done.
 struct Task<'a> {
     set: &'a SetPlan<'a>,
     strategy: Strategy,

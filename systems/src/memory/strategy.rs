@@ -93,7 +93,9 @@ impl Strategy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PlanEffort {
-    /// Every strategy up to [`SWEEPS_ONLY_ABOVE`] buffers, the two sweeps above.
+    /// Every strategy up to [`SWEEPS_ONLY_ABOVE`] buffers, the two sweeps above; none
+    /// but the sweeps where their plan is within one part in [`SETTLED_WITHIN`] of the
+    /// aligned lower bound ([`PlanEffort::settled_by_sweeps`]).
     #[default]
     Scaled,
     /// Every strategy in [`Strategy::ALL`], at any size.
@@ -102,6 +104,15 @@ pub enum PlanEffort {
 
 /// The most buffers a region may hold for [`PlanEffort::Scaled`] to try every strategy.
 pub const SWEEPS_ONLY_ABOVE: usize = 1 << 17;
+
+/// How close to the aligned lower bound the sweeps' plan must be for
+/// [`PlanEffort::Scaled`] to keep it without trying the other strategies: within one
+/// part in this many (0.5%). The regions that hold the KV cache land there (their
+/// activations are a sliver beside it), and on them the other strategies cost as much
+/// as the whole simulated run at mid sizes for at most this much of the peak (over the
+/// shipped scenes at prompt 1024 and 4096, chunk 16, 64 and 256: 44 of 120 regions
+/// settled, at most 0.28% above the best plan; docs/memory.md, session 12).
+pub const SETTLED_WITHIN: u64 = 200;
 
 impl PlanEffort {
     /// The strategies tried on a set of `buffers` buffers, in the order they run
@@ -115,11 +126,29 @@ impl PlanEffort {
         let sweeps_only = self == PlanEffort::Scaled && buffers > SWEEPS_ONLY_ABOVE;
         !sweeps_only || strategy.is_sweep()
     }
+
+    /// Whether the sweeps' best plan, of peak `sweeps_peak` bytes, ends the search of a
+    /// set whose aligned lower bound is `floor`: under [`PlanEffort::Scaled`], when it
+    /// is within one part in [`SETTLED_WITHIN`] of the bound; never under
+    /// [`PlanEffort::Exhaustive`] (which stops only at the bound itself).
+    ///
+    /// # Examples
+    /// ```
+    /// use hetsched_systems::memory::PlanEffort;
+    /// assert!(PlanEffort::Scaled.settled_by_sweeps(1_005, 1_000));
+    /// assert!(!PlanEffort::Scaled.settled_by_sweeps(1_006, 1_000));
+    /// assert!(!PlanEffort::Exhaustive.settled_by_sweeps(1_000, 1_000));
+    /// ```
+    pub fn settled_by_sweeps(self, sweeps_peak: u64, floor: u64) -> bool {
+        self == PlanEffort::Scaled
+            && u128::from(sweeps_peak) * u128::from(SETTLED_WITHIN)
+                <= u128::from(floor) * u128::from(SETTLED_WITHIN + 1)
+    }
 }
 
 impl Strategy {
     /// Whether it is placed by the start-order sweep (no conflict index).
-    fn is_sweep(self) -> bool {
+    pub(super) fn is_sweep(self) -> bool {
         matches!(self, Strategy::GreedyByStart | Strategy::GreedyByEnd)
     }
 }
