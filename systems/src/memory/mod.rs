@@ -67,6 +67,6 @@ pub use region::{DEFAULT_ALIGNMENT, MemoryConfig, Region};
 pub use schedule::{RegionMemory, plan_schedule, schedule_buffers};
 pub use sharing::{ChunkSharing, chunk_sharing};
 pub use strategy::{
-    PlanEffort, SETTLED_WITHIN, SWEEPS_ONLY_ABOVE, Strategy, plan_offsets, plan_with,
+    PlanEffort, SWEEPS_MARGIN, SWEEPS_ONLY_ABOVE, Strategy, plan_offsets, plan_with,
 };
 pub use tensors::{KvCache, TensorKind, TensorTemplate, chunk_tensors};

@@ -16,10 +16,11 @@
 //! strategy that would lose to that plan, so each set keeps the first lowest plan in
 //! `ALL` order, whichever thread ran what when: [`plan_offsets`]'s plan.
 //!
-//! Under [`PlanEffort::Scaled`], a set whose sweeps' plan is close to its lower bound
-//! ([`PlanEffort::settled_by_sweeps`]) runs nothing else. Both sweeps are done before
-//! any other strategy of the set starts, so that decision reads their plans only,
-//! whatever else ran: the same plan on any number of threads.
+//! Under [`PlanEffort::Scaled`], the other strategies must beat the sweeps' plan by a
+//! margin ([`PlanEffort::keep_below`]), and a set whose sweeps' plan is within it of the
+//! lower bound runs none ([`PlanEffort::settled_by_sweeps`]). Both sweeps are done
+//! before any other strategy of the set starts, so the margin is read from their plans
+//! only, whatever else ran: the same plan on any number of threads.
 //!
 //! A thread that finds no task left frees the sets' idle conflict indexes (millions of
 //! small allocations: a tenth of a second at a million instances) while the others
@@ -56,17 +57,20 @@ struct SetPlan<'a> {
 impl SetPlan<'_> {
     /// Runs `strategy` against the best so far; keeps its plan if it beats it.
     fn run(&self, strategy: Strategy) {
-        if !strategy.is_sweep()
-            && self
-                .effort
-                .settled_by_sweeps(self.sweeps_peak.load(Ordering::Acquire), self.floor)
-        {
+        // (Read only by the other strategies, which start once both sweeps are done.)
+        let sweeps_peak = self.sweeps_peak.load(Ordering::Acquire);
+        if !strategy.is_sweep() && self.effort.settled_by_sweeps(sweeps_peak, self.floor) {
             return;
         }
         let best = self.best.lock().expect("no task panics holding it").clone();
-        let Some(give_up_at) = limit_against(best.as_ref(), strategy, self.floor) else {
+        let Some(mut give_up_at) = limit_against(best.as_ref(), strategy, self.floor) else {
             return;
         };
+        if !strategy.is_sweep()
+            && let Some(below) = self.effort.keep_below(sweeps_peak, self.floor)
+        {
+            give_up_at = Some(give_up_at.map_or(below, |limit| limit.min(below)));
+        }
         let placer = self
             .placers
             .lock()

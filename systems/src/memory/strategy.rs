@@ -93,9 +93,9 @@ impl Strategy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PlanEffort {
-    /// Every strategy up to [`SWEEPS_ONLY_ABOVE`] buffers, the two sweeps above; none
-    /// but the sweeps where their plan is within one part in [`SETTLED_WITHIN`] of the
-    /// aligned lower bound ([`PlanEffort::settled_by_sweeps`]).
+    /// Every strategy up to [`SWEEPS_ONLY_ABOVE`] buffers, the two sweeps above; a plan
+    /// other than the sweeps' kept only where it beats theirs by [`SWEEPS_MARGIN`] parts
+    /// of the bound ([`PlanEffort::keep_below`]).
     #[default]
     Scaled,
     /// Every strategy in [`Strategy::ALL`], at any size.
@@ -105,14 +105,18 @@ pub enum PlanEffort {
 /// The most buffers a region may hold for [`PlanEffort::Scaled`] to try every strategy.
 pub const SWEEPS_ONLY_ABOVE: usize = 1 << 17;
 
-/// How close to the aligned lower bound the sweeps' plan must be for
-/// [`PlanEffort::Scaled`] to keep it without trying the other strategies: within one
-/// part in this many (0.5%). The regions that hold the KV cache land there (their
-/// activations are a sliver beside it), and on them the other strategies cost as much
-/// as the whole simulated run at mid sizes for at most this much of the peak (over the
-/// shipped scenes at prompt 1024 and 4096, chunk 16, 64 and 256: 44 of 120 regions
-/// settled, at most 0.28% above the best plan; docs/memory.md, session 12).
-pub const SETTLED_WITHIN: u64 = 200;
+/// The margin by which, under [`PlanEffort::Scaled`], a strategy other than the two
+/// sweeps must beat their plan for its own to be kept: one part in this many of the
+/// aligned lower bound (0.5%). The strategies other than the sweeps place against a
+/// conflict index at two to three times the sweeps' cost a buffer, and at mid sizes
+/// (3 000-50 000 instances) they were most of what `simulate` spent; with the margin,
+/// one that cannot win by it gives up sooner (the last fraction of a peak is reached
+/// late in a placement, where the small buffers go), and none runs where the sweeps'
+/// plan is within the margin of the bound ([`PlanEffort::settled_by_sweeps`]: the
+/// regions that hold the KV cache, whose activations are a sliver beside it). The plan
+/// kept is never more than the margin above the one trying every strategy to the end
+/// would keep (docs/memory.md, session 12).
+pub const SWEEPS_MARGIN: u64 = 200;
 
 impl PlanEffort {
     /// The strategies tried on a set of `buffers` buffers, in the order they run
@@ -127,10 +131,23 @@ impl PlanEffort {
         !sweeps_only || strategy.is_sweep()
     }
 
-    /// Whether the sweeps' best plan, of peak `sweeps_peak` bytes, ends the search of a
-    /// set whose aligned lower bound is `floor`: under [`PlanEffort::Scaled`], when it
-    /// is within one part in [`SETTLED_WITHIN`] of the bound; never under
-    /// [`PlanEffort::Exhaustive`] (which stops only at the bound itself).
+    /// The peak below which a plan of a strategy other than the sweeps is kept, given
+    /// the sweeps' best plan's peak and the set's aligned lower bound `floor`: under
+    /// [`PlanEffort::Scaled`], [`SWEEPS_MARGIN`] parts of the bound below the sweeps'
+    /// peak; `None` under [`PlanEffort::Exhaustive`] (any plan that beats the best).
+    ///
+    /// # Examples
+    /// ```
+    /// use hetsched_systems::memory::PlanEffort;
+    /// assert_eq!(PlanEffort::Scaled.keep_below(1_100, 1_000), Some(1_095));
+    /// assert_eq!(PlanEffort::Exhaustive.keep_below(1_100, 1_000), None);
+    /// ```
+    pub fn keep_below(self, sweeps_peak: u64, floor: u64) -> Option<u64> {
+        (self == PlanEffort::Scaled).then(|| sweeps_peak.saturating_sub(floor / SWEEPS_MARGIN))
+    }
+
+    /// Whether no strategy but the sweeps can be kept ([`PlanEffort::keep_below`] is at
+    /// or under the bound, which no plan is below), so none is run.
     ///
     /// # Examples
     /// ```
@@ -140,9 +157,8 @@ impl PlanEffort {
     /// assert!(!PlanEffort::Exhaustive.settled_by_sweeps(1_000, 1_000));
     /// ```
     pub fn settled_by_sweeps(self, sweeps_peak: u64, floor: u64) -> bool {
-        self == PlanEffort::Scaled
-            && u128::from(sweeps_peak) * u128::from(SETTLED_WITHIN)
-                <= u128::from(floor) * u128::from(SETTLED_WITHIN + 1)
+        self.keep_below(sweeps_peak, floor)
+            .is_some_and(|below| below <= floor)
     }
 }
 
