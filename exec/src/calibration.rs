@@ -252,7 +252,7 @@ pub struct OutlierStats {
     pub site: ShadowSite,
     /// Share of input channels that had an outlier.
     pub channels_with_outliers: f64,
-    /// Share of the outliers that fell in the top [`TOP_CHANNEL_SHARE`] of channels
+    /// Share of the outliers that fell in the top `TOP_CHANNEL_SHARE` of channels
     /// (ranked by outlier count).
     pub outliers_in_top_channels: f64,
     /// Outliers per value.

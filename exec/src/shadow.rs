@@ -48,7 +48,7 @@ pub enum QuantRule {
         scale: f32,
     },
     /// Per-tensor INT8, scale clipped at min(max |x|, `rms` × the RMS of the tensor's bulk)
-    /// / 127 ([`super::values::clip_limit`]); values beyond go to the float shadow.
+    /// / 127 (`clip_limit`); values beyond go to the float shadow.
     Clip {
         /// Clip in root-mean-squares of the tensor's bulk.
         rms: f32,

@@ -80,7 +80,7 @@ pub enum LinearOut {
 const ROWS_PER_TASK: usize = 16;
 
 /// Outlier shadowing clips the activation range at this many root-mean-squares of the
-/// bulk ([`clip_limit`]): the bulk of an activation keeps INT8 resolution, the few values
+/// bulk (`clip_limit`): the bulk of an activation keeps INT8 resolution, the few values
 /// beyond go to the float shadow. On SmolLM2-135M, 4 bulk RMS sends as many values to the
 /// shadow as 3 plain RMS did, at a third of the KL divergence from f32
 /// (docs/outliers.md).

@@ -6,7 +6,7 @@
 //! (48 rows × 4096 × 4 bytes, twice) leave the L2 cache and the packing costs as much as
 //! the products. Here the keys are only transposed into tiles of [`KEYS_PER_TILE`]
 //! ([`FlashKeys`], one pass over the cache), the values are read in place from the
-//! cache, and each group of [`ROWS`] query rows walks the key tiles once with an online
+//! cache, and each group of `ROWS` query rows walks the key tiles once with an online
 //! softmax (running maximum and sum, the output rescaled when the maximum grows), so the
 //! working set of a step is one tile of keys and values. The query heads of a KV group
 //! are rows of the same walk, so each key and value load serves all of them (GQA).

@@ -1,6 +1,6 @@
 //! RoPE with precomputed rotations.
 //!
-//! [`crate::reference::rope`] evaluates `powf` and `sin_cos` in f64 for every
+//! [`crate::reference::rope()`] evaluates `powf` and `sin_cos` in f64 for every
 //! element: exact, but it costs more than the attention it feeds at prefill
 //! sizes. A [`RopeTable`] computes each `(cos, sin)` once per position and
 //! frequency (in f64, rounded to f32) and applies them with two multiply-adds
@@ -32,7 +32,7 @@ pub struct RopeTable {
 
 impl RopeTable {
     /// Rotations of frequency `theta_base^(-2i / head_dim)` for every position below
-    /// `max_positions`, the same angles as [`crate::reference::rope`]; the first
+    /// `max_positions`, the same angles as [`crate::reference::rope()`]; the first
     /// [`PRECOMPUTED_POSITIONS`] are computed here.
     ///
     /// # Panics

@@ -2,7 +2,7 @@
 //!
 //! The crate builds for the x86-64 baseline (SSE2), so the auto-vectorized element-wise
 //! kernels ([`crate::vector`], the dequantize and RMSNorm of the linears, the attention
-//! softmax) use 128-bit registers. A function written with [`widest!`] has its body
+//! softmax) use 128-bit registers. A function written with `widest!` has its body
 //! compiled twice: as is, and inlined into a copy compiled with AVX-512 enabled, which
 //! runs when the CPU has it and vectorizes with 512-bit registers. The arithmetic is the
 //! same Rust code in the same order (Rust never contracts a multiply and an add into an
@@ -10,7 +10,7 @@
 //! copies give bit-identical results: `tests/vector_fast.rs` compares them with the
 //! scalar references.
 
-/// Whether the CPU has the AVX-512 subsets [`widest!`] compiles for (detected once).
+/// Whether the CPU has the AVX-512 subsets `widest!` compiles for (detected once).
 pub fn avx512_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

@@ -50,7 +50,7 @@ pub struct DecodeEstimate {
 ///
 /// # Errors
 /// [`PlanError::NoProcessor`] for a device without processors or with a bandwidth that is
-/// not positive; [`PlanError::Workload`] when the prompt plus the steps exceed the
+/// not positive; [`PlanError::InvalidWorkload`] when the prompt plus the steps exceed the
 /// model's context.
 pub fn estimate_decode(
     model: &ModelConfig,

@@ -192,7 +192,7 @@ impl GpuStageRunner {
     }
 
     /// Records stage `key.stage` of chunk `key.chunk` into the open command buffer, which
-    /// is submitted without waiting every [`STAGES_PER_SUBMISSION`] stages (the device runs
+    /// is submitted without waiting every `STAGES_PER_SUBMISSION` stages (the device runs
     /// submissions in order); the head's submission waits for all of them.
     pub fn run_stage(&self, key: InstanceKey) -> Result<(), ExecError> {
         let (chunk, stage) = (key.chunk as usize, key.stage as usize);
