@@ -134,8 +134,8 @@ pub enum ScoringChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum MemoryPlan {
     /// Every strategy up to 131072 buffers a region, the two sweeps (greedy by start and
-    /// by end) above: near-linear in the buffers; only the sweeps where their plan is
-    /// within 0.5% of the region's lower bound.
+    /// by end) above: near-linear in the buffers; another strategy's plan kept only where
+    /// it beats the sweeps' by 0.5% of the region's lower bound.
     Scaled,
     /// Every strategy at any size (prompt 1024, chunk 1: about 3x the time).
     Exhaustive,

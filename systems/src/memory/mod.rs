@@ -10,7 +10,8 @@
 //! - [`plan_with`]: one greedy [`Strategy`] (an ordering plus best-fit gap placement).
 //! - [`plan_offsets`]: every strategy, keeping the lowest peak (deterministic);
 //!   [`plan_offsets_each`]: the same for several sets, their strategies over threads,
-//!   every strategy or, above [`SWEEPS_ONLY_ABOVE`] buffers, the sweeps ([`PlanEffort`]).
+//!   every strategy or, above [`SWEEPS_ONLY_ABOVE`] buffers, the sweeps, the others kept
+//!   only past [`SWEEPS_MARGIN`] under the default effort ([`PlanEffort`]).
 //! - [`check_plan`]: verifies a plan; [`fits`]: checks it against a capacity.
 //!
 //! Wired into the scheduler through:

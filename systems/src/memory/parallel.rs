@@ -107,7 +107,8 @@ impl SetPlan<'_> {
 /// [`plan_offsets`] of every `(buffers, alignment)` in `sets`, in order, the
 /// strategies of all of them spread over up to `threads` threads (at least one); each
 /// set tries the strategies `effort` gives its size ([`PlanEffort::Exhaustive`]: every
-/// one, as [`plan_offsets`]).
+/// one, as [`plan_offsets`]; [`PlanEffort::Scaled`] keeps another strategy's plan only
+/// where it beats the sweeps' by [`PlanEffort::keep_below`]'s margin).
 ///
 /// # Errors
 /// Per set, as [`plan_offsets`].

@@ -105,13 +105,15 @@ pub struct RegionMemory {
     pub alignment: u64,
 }
 
-/// Plans every region's buffers of a finished run ([`schedule_buffers`]) with
-/// [`plan_offsets`](super::plan_offsets), or only the sweeps on a region past
-/// [`SWEEPS_ONLY_ABOVE`](super::SWEEPS_ONLY_ABOVE) buffers (the plan's `plan_effort`);
-/// returns each region's summary, buffers and plan.
+/// Plans every region's buffers of a finished run ([`schedule_buffers`]) with the
+/// strategies of the plan's `plan_effort` ([`PlanEffort`](super::PlanEffort): under
+/// `exhaustive` [`plan_offsets`](super::plan_offsets)'s plan; under `scaled` only the
+/// sweeps past [`SWEEPS_ONLY_ABOVE`](super::SWEEPS_ONLY_ABOVE) buffers, and the others'
+/// plans kept only past [`SWEEPS_MARGIN`](super::SWEEPS_MARGIN)); returns each region's
+/// summary, buffers and plan.
 ///
 /// The regions share no buffer, so their strategies are spread over the cores
-/// ([`plan_offsets_each`]): the plans are [`plan_offsets`](super::plan_offsets)'s, and the wall time is about
+/// ([`plan_offsets_each`]): the plans are those of one thread, and the wall time is about
 /// the planner's CPU time over the cores where they are free.
 ///
 /// # Errors
