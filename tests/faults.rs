@@ -445,3 +445,64 @@ fn a_hung_lane_is_detached_when_the_queues_drop() {
     );
     release.store(true, Ordering::SeqCst);
 }
+
+/// A simulated queue whose `after`-th wait sets `cancel`, as a Ctrl-C mid-run does.
+struct Cancelling {
+    inner: SimBackend,
+    cancel: hetsched::cancel::CancelFlag,
+    waits: usize,
+    after: usize,
+}
+
+impl Backend for Cancelling {
+    fn submit(&mut self, job: Job) -> Result<(), BackendError> {
+        self.inner.submit(job)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+
+    fn wait(&mut self) -> Result<(u64, Vec<Completion>), BackendError> {
+        self.waits += 1;
+        if self.waits == self.after {
+            self.cancel.cancel();
+        }
+        self.inner.wait()
+    }
+}
+
+#[test]
+fn a_cancelled_run_stops_at_a_subgraph_boundary_with_its_finished_slices() {
+    use hetsched::systems::resources::TimelineLog;
+    for after in [1, 3, 10] {
+        let plan = Arc::new(tiny_plan(4, 64, 16));
+        let cancel = hetsched::cancel::CancelFlag::new();
+        let mut backend = Cancelling {
+            inner: SimBackend::default(),
+            cancel: cancel.clone(),
+            waits: 0,
+            after,
+        };
+        let options = EngineOptions {
+            cancel: Some(cancel),
+            ..EngineOptions::default()
+        };
+        let policy = PolicyRegistry::builtin().create("heft").unwrap();
+        let mut world = hetsched::systems::spawn_world(plan.clone(), policy);
+        let mut schedule = hetsched::systems::scheduler_schedule();
+        let error = engine::run_world(&mut world, &mut schedule, &plan, &mut backend, &options)
+            .unwrap_err();
+        let EngineError::Cancelled { done, total } = error else {
+            panic!("expected a cancellation, got {error}");
+        };
+        assert_eq!(total, plan.instance_count());
+        assert!(
+            done > 0 && done < total,
+            "cancelled after {after} waits: {done} of {total}"
+        );
+        assert_eq!(backend.in_flight(), 0, "jobs in flight were waited for");
+        let slices = world.resource::<TimelineLog>().slices.len();
+        assert_eq!(slices, done, "every finished subgraph is in the timeline");
+    }
+}

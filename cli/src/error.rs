@@ -45,6 +45,23 @@ pub enum CliError {
     /// The text could not be tokenized.
     #[error(transparent)]
     Import(#[from] ImportError),
+    /// A prompt or text input is empty: nothing to run.
+    #[error("the {what} is empty: give at least one token of text")]
+    EmptyInput {
+        /// Which input ("prompt", "text file").
+        what: &'static str,
+    },
+    /// `--stop ""`: an empty stop string would end generation before its first token.
+    #[error(
+        "--stop \"\" is an empty stop string, which would match before any text; give a non-empty one"
+    )]
+    EmptyStop,
+    /// The Ctrl-C handler could not be installed.
+    #[error("cannot install the Ctrl-C handler: {error}")]
+    Signal {
+        /// The OS error.
+        error: io::Error,
+    },
     /// An input file could not be read.
     #[error("cannot read {what} {}: {error}", path.display())]
     Read {

@@ -5,7 +5,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::{
     ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, Sampling,
@@ -149,9 +148,16 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     if args.max_tokens == 0 {
         return Err(GenerateError::NoTokens.into());
     }
+    crate::model::check_prefill_settings(args.threads, args.chunk_len)?;
+    if args.stop.iter().any(String::is_empty) {
+        return Err(CliError::EmptyStop);
+    }
     check_outputs([args.trace.as_deref(), args.svg.as_deref()])?;
     let gpu = crate::real::gpu_use(&args.backends)?;
-    let mut text = args.prompt.text(read_utf8)?;
+    let mut text = args.prompt.text(|path| {
+        crate::model::read_text("prompt file", path, hetsched::limits::MAX_PROMPT_BYTES)
+    })?;
+    crate::model::check_prompt_text("prompt", &text)?;
     let mut stop = args.stop;
     if args.chat {
         let template = chat_template(&args.model)?;
@@ -167,11 +173,15 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         false => loaded.tokenizer.encode(&text)?,
     };
     let defaults = PrefillOptions::default();
+    // Ctrl-C stops the prefill at a subgraph boundary, or generation after the token in
+    // progress; what was generated is kept.
+    let cancel = crate::interrupt::on_ctrl_c()?;
     let options = PrefillOptions {
         chunk_len: args.chunk_len,
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
         gpu,
+        cancel: Some(cancel.clone()),
         ..defaults
     };
     let threads = options.threads;
@@ -185,10 +195,6 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     if let Some(layers) = args.decode_layers {
         session.set_decode_layers(layers)?;
     }
-    let cancel = Arc::new(AtomicBool::new(false));
-    // Ctrl-C sets the flag; the loop stops after the token in progress.
-    signal_hook::flag::register(signal_hook::consts::SIGINT, cancel.clone())
-        .map_err(|e| GenerateError::Exec(hetsched::exec::ExecError::Kernel(e.to_string())))?;
     let generate_options = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling,
@@ -202,7 +208,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         &tokens,
         &loaded.tokenizer,
         &generate_options,
-        &cancel,
+        cancel.shared(),
         |t| {
             if stream {
                 // A closed stdout (a pipe to `head`) ends nothing: generation finishes.
@@ -330,26 +336,6 @@ fn summary(r: &GenerateReport, g: &Generated) -> String {
         r.decode,
         g.finish_reason
     )
-}
-
-/// A prompt file's text; a file that is not UTF-8 is refused by name.
-fn read_utf8(path: &Path) -> Result<String, CliError> {
-    let bytes = std::fs::read(path).map_err(|error| CliError::Read {
-        what: "prompt file",
-        path: path.to_owned(),
-        error,
-    })?;
-    String::from_utf8(bytes).map_err(|e| CliError::Read {
-        what: "prompt file",
-        path: path.to_owned(),
-        error: std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "not UTF-8 text (invalid byte at offset {}); convert it first",
-                e.utf8_error().valid_up_to()
-            ),
-        ),
-    })
 }
 
 /// The chat template of the GGUF model at `path`.

@@ -5,6 +5,7 @@
 mod choices;
 mod error;
 mod generate;
+mod interrupt;
 mod model;
 mod offline;
 mod outliers;
@@ -71,7 +72,12 @@ fn main() -> ExitCode {
         Command::Profile(args) => profile::profile(args),
     };
     match result {
+        Ok(()) if interrupt::interrupted() => ExitCode::from(interrupt::INTERRUPTED_STATUS),
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if interrupt::interrupted() => {
+            eprintln!("interrupted (Ctrl-C): {error}");
+            ExitCode::from(interrupt::INTERRUPTED_STATUS)
+        }
         Err(error) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE

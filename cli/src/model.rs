@@ -150,11 +150,32 @@ impl PromptArgs {
     }
 }
 
-/// Reads a text input file; `what` names it in the error.
-pub fn read_text(what: &'static str, path: &Path) -> Result<String, CliError> {
-    std::fs::read_to_string(path).map_err(|error| CliError::Read {
+/// Reads a UTF-8 text input file of at most `max` bytes (one of the text limits in
+/// `hetsched::limits`), checked before it is read; `what` names it in the error.
+pub fn read_text(what: &'static str, path: &Path, max: u64) -> Result<String, CliError> {
+    hetsched::limits::read_text(path, max).map_err(|error| CliError::Read {
         what,
         path: path.to_owned(),
         error,
     })
+}
+
+/// Refuses, before the model loads, prefill settings no model makes valid: 0 compute
+/// threads, a chunk of 0 tokens (as `PrefillOptions::validate` would after loading).
+pub fn check_prefill_settings(threads: Option<usize>, chunk_len: u32) -> Result<(), CliError> {
+    let options = hetsched::exec::PrefillOptions {
+        threads: threads.unwrap_or(1),
+        chunk_len,
+        ..hetsched::exec::PrefillOptions::default()
+    };
+    Ok(options.validate()?)
+}
+
+/// Refuses an empty text input (`what`: "prompt", "text file") before the model loads:
+/// it has no token to run.
+pub fn check_prompt_text(what: &'static str, text: &str) -> Result<(), CliError> {
+    match text.is_empty() {
+        true => Err(CliError::EmptyInput { what }),
+        false => Ok(()),
+    }
 }

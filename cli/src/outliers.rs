@@ -98,11 +98,16 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), CliError> {
         Importance::Kl => &[LinearPrecision::F32, LinearPrecision::W8a8Shadow],
         Importance::Ratio | Importance::Residual => &[LinearPrecision::F32],
     };
-    let loaded = load(&args.model, precisions, None, 0)?;
-    let mut corpus = Vec::new();
+    // The corpus is read (capped) before the model loads: a bad file fails at once.
+    let mut texts = Vec::with_capacity(args.corpus.len());
     for path in &args.corpus {
-        let tokens = loaded.tokenizer.encode(&read_text("corpus file", path)?)?;
-        corpus.push((path.display().to_string(), tokens));
+        let text = read_text("corpus file", path, hetsched::limits::MAX_CORPUS_BYTES)?;
+        texts.push((path.display().to_string(), text));
+    }
+    let loaded = load(&args.model, precisions, None, 0)?;
+    let mut corpus = Vec::with_capacity(texts.len());
+    for (name, text) in texts {
+        corpus.push((name, loaded.tokenizer.encode(&text)?));
     }
     let mut models = loaded.models.into_iter();
     let model = Arc::new(models.next().expect("f32 asked for"));

@@ -9,7 +9,9 @@ use hetsched::adapt::{self, adapt_to_history};
 use hetsched::exec::{
     self, ExecError, GpuUse, LinearPrecision, PrefillOptions, PrefillReport, PrefillResult,
 };
-use hetsched::history::{append_history, read_recent_history, records_on};
+use hetsched::history::{
+    HistoryScope, append_history, check_records, read_recent_history, records_on,
+};
 use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
 use hetsched::profiling;
@@ -149,7 +151,14 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     if args.gpu_weights == GpuWeights::F16 && gpu != GpuUse::Resident {
         return Err(CliError::GpuWeightsNotResident);
     }
-    let text = args.prompt.text(|path| read_text("prompt file", path))?;
+    // What can be checked without the weights is checked before they load.
+    crate::model::check_prefill_settings(args.threads, args.chunk_len)?;
+    let text = args
+        .prompt
+        .text(|path| read_text("prompt file", path, hetsched::limits::MAX_PROMPT_BYTES))?;
+    if args.prompt_len.is_none() {
+        crate::model::check_prompt_text("prompt", &text)?;
+    }
     let precision = LinearPrecision::from(args.precision);
     let loading = Instant::now();
     let loaded = load_one(&args.model, precision, &args.shadow)?;
@@ -174,6 +183,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
             match &args.history {
                 Some(history) if args.adapt => {
                     let recent = read_recent_history(history, adapt::RECENT_BYTES)?;
+                    // The same checks as `profile --from-history`: junk is refused, not
+                    // skipped.
+                    let scope = HistoryScope::of(&model.model_config(), &measured)
+                        .map_err(exec::ExecError::from)?;
+                    check_records(history, &recent, &scope)?;
                     adapt_to_history(&measured, &recent, &model.name, threads)
                 }
                 _ => measured,
@@ -185,6 +199,8 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         chunk_len: args.chunk_len,
         policy: args.policy,
         threads,
+        // Ctrl-C stops the prefill at the next subgraph boundary.
+        cancel: Some(crate::interrupt::on_ctrl_c()?),
         gpu,
         device,
         // A timeline asked for shows the device's times.
@@ -342,7 +358,13 @@ pub(crate) fn gpu_use(backends: &[String]) -> Result<GpuUse, CliError> {
 
 /// Perplexity of a text, and the precision's KL and top-1 agreement against f32.
 pub fn eval(args: EvalArgs) -> Result<(), CliError> {
-    let text = read_text("text file", &args.text)?;
+    crate::model::check_prefill_settings(args.threads, 1)?;
+    let text = read_text(
+        "text file",
+        &args.text,
+        hetsched::limits::MAX_EVAL_TEXT_BYTES,
+    )?;
+    crate::model::check_prompt_text("text file", &text)?;
     let precision = LinearPrecision::from(args.precision);
     let precisions: &[LinearPrecision] = match precision {
         LinearPrecision::F32 => &[LinearPrecision::F32],

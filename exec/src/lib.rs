@@ -123,6 +123,9 @@ pub struct PrefillOptions {
     pub all_logits: bool,
     /// Sees every activation before it is quantized (calibration).
     pub recorder: Option<Arc<ActivationRecorder>>,
+    /// When set (Ctrl-C), the prefill stops at the next subgraph boundary with
+    /// [`hetsched_runtime::engine::EngineError::Cancelled`].
+    pub cancel: Option<hetsched_runtime::cancel::CancelFlag>,
 }
 
 impl Default for PrefillOptions {
@@ -138,6 +141,7 @@ impl Default for PrefillOptions {
             placement: PlacementConfig::default(),
             all_logits: false,
             recorder: None,
+            cancel: None,
         }
     }
 }
@@ -445,7 +449,7 @@ pub fn prefill_on_gpu(
         options.gpu_timestamps,
     )?);
     let policy = hetsched_systems::PolicyRegistry::builtin().create(&options.policy)?;
-    let (mut outcome, queue_waits) = run_on_queues(plan, policy, runner.clone(), 1)?;
+    let (mut outcome, queue_waits) = run_on_queues(plan, policy, runner.clone(), 1, options)?;
     if let Some(times) = runner.device_times()? {
         on_device_clock(&mut outcome, &times);
     }
@@ -535,13 +539,14 @@ pub fn stage_runner(
 }
 
 /// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
-/// `threads` compute threads shared by the queues, scheduled by `policy`; with each job's
-/// queue wait.
+/// `threads` compute threads shared by the queues, scheduled by `policy`, stopped by
+/// `options.cancel`; with each job's queue wait.
 fn run_on_queues(
     plan: Arc<PrefillPlan>,
     policy: Box<dyn Policy>,
     runner: Arc<dyn JobRunner>,
     threads: usize,
+    options: &PrefillOptions,
 ) -> Result<(RunOutcome, Vec<QueueWait>), ExecError> {
     let threads = threads.max(1);
     let failed = |e: &dyn std::fmt::Display| ExecError::Threads {
@@ -559,7 +564,10 @@ fn run_on_queues(
         plan,
         policy,
         &mut queues,
-        &engine::EngineOptions::real_queues(),
+        &engine::EngineOptions {
+            cancel: options.cancel.clone(),
+            ..engine::EngineOptions::real_queues()
+        },
     )?;
     let waits = queues.take_queue_waits();
     drop(queues);
@@ -624,7 +632,8 @@ pub fn prefill(
     let runner = Arc::new(runner);
     let (policy, decision) = decide::policy(&plan, options)?;
     let shadow_before = model.shadow_counters.snapshot();
-    let (outcome, queue_waits) = run_on_queues(plan, policy, runner.clone(), options.threads)?;
+    let (outcome, queue_waits) =
+        run_on_queues(plan, policy, runner.clone(), options.threads, options)?;
     let logits = take_logits(&runner.state.logits)?;
     Ok(PrefillResult {
         logits,

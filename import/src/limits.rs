@@ -46,6 +46,15 @@ pub const MAX_CALIBRATION_BYTES: u64 = 256 << 20;
 /// instance, a few thousand instances per run, so some thousand runs; it is read line by
 /// line, never whole.
 pub const MAX_HISTORY_BYTES: u64 = 256 << 20;
+/// A prompt file (`run`, `generate`, `profile --prompt-file`): the largest context
+/// (`MAX_CONTEXT` tokens) at a generous 16 bytes a token.
+pub const MAX_PROMPT_BYTES: u64 = 16 << 20;
+/// An evaluation text (`eval --text`): WikiText-2's test split is 1.3 MB, the whole of
+/// WikiText-103 about 540 MB; its tokens are held beside it.
+pub const MAX_EVAL_TEXT_BYTES: u64 = 64 << 20;
+/// One calibration corpus file (`calibrate --corpus`): calibration uses a few hundred
+/// thousand tokens.
+pub const MAX_CORPUS_BYTES: u64 = 64 << 20;
 /// Total modeled time of a plan on one processor, in ns (about 36 years): every sum the
 /// plan and its bounds form stays below u64::MAX with room to spare.
 pub const MAX_MODELED_NS: f64 = (1u64 << 60) as f64;
@@ -76,18 +85,105 @@ pub fn check(what: &str, value: u64, max: u64) -> Result<(), LimitError> {
     Ok(())
 }
 
-/// Reads a UTF-8 text file of at most `max` bytes. A larger file (or an endless one,
-/// like `/dev/zero`) fails with [`std::io::ErrorKind::FileTooLarge`] after reading
-/// `max + 1` bytes, never more.
+/// Reads a UTF-8 text file of at most `max` bytes, checking the size before reading:
+/// a regular file larger than `max` fails from its size alone (nothing read); any other
+/// file (a FIFO, `/dev/zero`) is read through a bound of `max + 1` bytes and fails once
+/// it passes `max`, never buffering more. A larger file fails with
+/// [`std::io::ErrorKind::FileTooLarge`], text that is not UTF-8 with
+/// [`std::io::ErrorKind::InvalidData`] naming the offset of the first bad byte.
 pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind};
     let file = std::fs::File::open(path)?;
-    let mut text = String::new();
-    file.take(max + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::FileTooLarge,
-            format!("larger than the limit of {max} bytes for this kind of file"),
+    let meta = file.metadata()?;
+    if meta.is_dir() {
+        return Err(Error::new(
+            ErrorKind::IsADirectory,
+            "is a directory; give a text file",
         ));
     }
-    Ok(text)
+    let too_large = |size: &str| {
+        Error::new(
+            ErrorKind::FileTooLarge,
+            format!(
+                "{size} bytes, above the limit of {} for this kind of file (limits in docs/robustness.md)",
+                bytes_as_limit(max)
+            ),
+        )
+    };
+    if meta.is_file() && meta.len() > max {
+        return Err(too_large(&meta.len().to_string()));
+    }
+    let expected = if meta.is_file() { meta.len() } else { 0 };
+    let mut bytes = Vec::with_capacity(expected.min(max) as usize);
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(too_large(&format!("more than {max}")));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (invalid byte at offset {}); convert it first",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
+/// A byte count as a limit is written in the limits table: `4 MiB`, `2^40 bytes`, or
+/// the plain number when it is neither.
+pub fn bytes_as_limit(bytes: u64) -> String {
+    const UNITS: [(u32, &str); 3] = [(30, "GiB"), (20, "MiB"), (10, "KiB")];
+    for (shift, unit) in UNITS {
+        let unit_bytes = 1u64 << shift;
+        if bytes >= unit_bytes && bytes.is_multiple_of(unit_bytes) && bytes >> shift < 1024 {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    if bytes.is_power_of_two() && bytes >= 1 << 40 {
+        return format!("2^{} bytes", bytes.trailing_zeros());
+    }
+    format!("{bytes} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_text_refuses_by_size_and_bounds_endless_files() {
+        let dir = std::env::temp_dir().join(format!("hetsched-limits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("big.txt");
+        std::fs::write(&path, "x".repeat(100)).unwrap();
+        assert_eq!(read_text(&path, 100).unwrap().len(), 100);
+        let error = read_text(&path, 99).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(
+            error
+                .to_string()
+                .starts_with("100 bytes, above the limit of 99 bytes"),
+            "{error}"
+        );
+        std::fs::write(&path, b"ab\xffcd").unwrap();
+        let error = read_text(&path, 100).unwrap_err();
+        assert!(error.to_string().contains("offset 2"), "{error}");
+        assert!(read_text(&dir, 100).is_err(), "a directory is no text file");
+        #[cfg(target_os = "linux")]
+        {
+            let error = read_text(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+            assert_eq!(error.kind(), std::io::ErrorKind::FileTooLarge);
+            assert!(error.to_string().contains("more than 1048576"), "{error}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn byte_limits_print_as_written_in_the_table() {
+        assert_eq!(bytes_as_limit(4 << 20), "4 MiB");
+        assert_eq!(bytes_as_limit(256 << 20), "256 MiB");
+        assert_eq!(bytes_as_limit(1 << 62), "2^62 bytes");
+        assert_eq!(bytes_as_limit(99), "99 bytes");
+        assert_eq!(bytes_as_limit(3 << 10), "3 KiB");
+    }
 }

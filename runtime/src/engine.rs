@@ -31,6 +31,15 @@ pub enum EngineError {
     /// A queue broke the backend contract (a bad completion, a panic, no progress).
     #[error(transparent)]
     Fault(#[from] BackendFault),
+    /// The caller cancelled the run ([`EngineOptions::cancel`]); the jobs in flight were
+    /// waited for, and the world's timeline holds every finished slice.
+    #[error("cancelled with {done} of {total} subgraphs done")]
+    Cancelled {
+        /// Instances done.
+        done: usize,
+        /// Instances in the plan.
+        total: usize,
+    },
     /// Nothing is running and nothing can start: a scheduler bug or an impossible plan.
     #[error("scheduler stalled with {done} of {total} subgraphs done and nothing running")]
     Stalled {
@@ -102,6 +111,9 @@ pub fn run_world(
     // The outbox's buffer goes back to it after each tick: no allocation per tick.
     let mut jobs = Vec::new();
     loop {
+        if options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            return Err(drain_cancelled(world, schedule, &mut guard, backend, total));
+        }
         let started = Instant::now();
         schedule.run(world);
         tick_wall_ns.push(started.elapsed().as_nanos() as u64);
@@ -133,6 +145,34 @@ pub fn run_world(
         world.resource_mut::<Inbox>().0.extend(waited.completions);
     }
     Ok(tick_wall_ns)
+}
+
+/// Stops a cancelled run at a subgraph boundary: waits for the jobs in flight, lets one
+/// schedule tick record their completions (what it dispatches is dropped, not
+/// submitted), and says how far the run got.
+fn drain_cancelled(
+    world: &mut World,
+    schedule: &mut Schedule,
+    guard: &mut guard::Guard,
+    backend: &mut dyn Backend,
+    total: usize,
+) -> EngineError {
+    while guard.in_flight() > 0 {
+        let waited = match guard.wait(backend) {
+            Ok(waited) => waited,
+            Err(fault) => return fault,
+        };
+        if let Some(overdue) = waited.overdue.into_iter().next() {
+            return overdue.fault.into();
+        }
+        let mut clock = world.resource_mut::<Clock>();
+        clock.now_ns = clock.now_ns.max(waited.now_ns);
+        world.resource_mut::<Inbox>().0.extend(waited.completions);
+    }
+    schedule.run(world);
+    world.resource_mut::<Outbox>().0.clear();
+    let done = world.resource::<StageProgress>().done_count();
+    EngineError::Cancelled { done, total }
 }
 
 /// Why nothing runs with work left: a processor given up that the rest of the work needs,

@@ -93,6 +93,238 @@ pub enum HistoryError {
         /// What was wrong.
         message: String,
     },
+    /// A record is well formed but cannot be a measurement of this model on this
+    /// device: an unknown stage kind, precision or processor, or a value outside its
+    /// documented range ([`check_records`]).
+    #[error("history file {path}, record {record}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// 1-based record (non-empty line) number.
+        record: usize,
+        /// What was wrong, with the range or the names allowed.
+        message: String,
+    },
+    /// The history holds too few usable records to measure from.
+    #[error("history file {path}: {message}")]
+    TooFew {
+        /// The file.
+        path: String,
+        /// Which records were missing, and how many were used and left out, and why.
+        message: String,
+    },
+}
+
+/// Fewer usable records than this for one (stage kind, precision, processor) and
+/// `profile --from-history` refuses to fit its cost: a fit of up to four coefficients
+/// from fewer samples than twice as many is noise, not a measurement.
+pub const MIN_SAMPLES_PER_KIND: usize = 8;
+/// The longest one measured subgraph instance may take, in ns (10 minutes: a whole
+/// 1M-token prefill of a small model on one slow core); longer is a corrupt record.
+pub const MAX_RECORD_NS: u64 = 600_000_000_000;
+/// The most compute threads a record may name.
+pub const MAX_THREADS: u32 = 4096;
+
+/// What a history's records must match to measure `model` on a device: what
+/// [`check_records`] checks them against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryScope {
+    /// The model's name; records of other models are left out (counted).
+    pub model: String,
+    /// The model's context length: a record's `past + tokens`, prompt and chunk lengths
+    /// are within it.
+    pub context: u64,
+    /// The model's stage kinds ([`stage_kind`] of each of its stages).
+    pub stage_kinds: Vec<String>,
+    /// The device's processors (lanes) by name.
+    pub processors: Vec<String>,
+}
+
+impl HistoryScope {
+    /// The scope of `model` on `device`: its name, context and stage kinds (from its
+    /// stage graph: no weights needed).
+    pub fn of(
+        model: &hetsched_systems::ModelConfig,
+        device: &hetsched_systems::DeviceProfile,
+    ) -> Result<Self, hetsched_systems::PlanError> {
+        let mut stage_kinds: Vec<String> = hetsched_systems::graph::build_stages(model)?
+            .iter()
+            .map(|s| stage_kind(&s.ops))
+            .collect();
+        stage_kinds.sort();
+        stage_kinds.dedup();
+        Ok(Self {
+            model: model.name.clone(),
+            context: u64::from(model.context),
+            stage_kinds,
+            processors: device.processors.iter().map(|p| p.name.clone()).collect(),
+        })
+    }
+}
+
+/// How many records a reader used and left out, and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HistoryTally {
+    /// Records used.
+    pub used: usize,
+    /// Records of other models.
+    pub other_model: usize,
+    /// Records that shared the cores with another lane's job.
+    pub shared: usize,
+    /// Records whose weights were still cached (faster than a cold cost).
+    pub warm: usize,
+    /// Records of runs on another thread count.
+    pub other_threads: usize,
+}
+
+impl std::fmt::Display for HistoryTally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} records used; left out: {} of other models, {} that shared the cores, {} with cached weights, {} of other thread counts",
+            self.used, self.other_model, self.shared, self.warm, self.other_threads
+        )
+    }
+}
+
+/// Whether `label` is a precision this build writes ([`precision_label`]): `f32`, or
+/// `w{4,8,16,32}a{4,8,16,32}`, either with `-shadow`.
+pub fn known_precision(label: &str) -> bool {
+    let base = label.strip_suffix("-shadow").unwrap_or(label);
+    if base == "f32" {
+        return true;
+    }
+    let bits = ["4", "8", "16", "32"];
+    base.strip_prefix('w')
+        .and_then(|rest| rest.split_once('a'))
+        .is_some_and(|(w, a)| bits.contains(&w) && bits.contains(&a))
+}
+
+/// Checks every record of `scope.model` in `records` (read from `path`): a stage kind of
+/// the model, a known precision, a processor of the device, and values in range:
+/// `ns` within 1..=[`MAX_RECORD_NS`], `tokens` at least 1 and `past + tokens`, the prompt
+/// and chunk lengths within the context, `threads` within 1..=[`MAX_THREADS`],
+/// `overlapped_ns` at most `ns`. Records of other models are not checked (readers leave
+/// them out).
+pub fn check_records(
+    path: &Path,
+    records: &[HistoryRecord],
+    scope: &HistoryScope,
+) -> Result<(), HistoryError> {
+    let invalid = |record: usize, message: String| HistoryError::Invalid {
+        path: path.display().to_string(),
+        record: record + 1,
+        message,
+    };
+    for (k, r) in records.iter().enumerate() {
+        if r.model != scope.model {
+            continue;
+        }
+        if let Some(message) = out_of_range(r, scope.context) {
+            return Err(invalid(k, message));
+        }
+        if !known_precision(&r.precision) {
+            return Err(invalid(
+                k,
+                format!(
+                    "unknown precision `{}` (known: f32, w8a8, w4a8, ..., each with -shadow)",
+                    r.precision
+                ),
+            ));
+        }
+        if !scope.stage_kinds.contains(&r.stage) {
+            return Err(invalid(
+                k,
+                format!(
+                    "stage kind `{}` is not one of {}'s ({})",
+                    r.stage,
+                    scope.model,
+                    scope.stage_kinds.join(", ")
+                ),
+            ));
+        }
+        if !scope.processors.contains(&r.processor) {
+            return Err(invalid(
+                k,
+                format!(
+                    "processor `{}` is not one of the device's ({})",
+                    r.processor,
+                    scope.processors.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What is out of range in `r` for a model of `context` tokens, if anything.
+fn out_of_range(r: &HistoryRecord, context: u64) -> Option<String> {
+    if !(1..=MAX_RECORD_NS).contains(&r.ns) {
+        return Some(format!(
+            "ns = {} is outside 1..={MAX_RECORD_NS} (10 minutes)",
+            r.ns
+        ));
+    }
+    let end = r.past.checked_add(r.tokens).filter(|&end| end <= context);
+    if r.tokens == 0 || end.is_none() {
+        return Some(format!(
+            "past = {} + tokens = {} is outside 1..={context}, the model's context",
+            r.past, r.tokens
+        ));
+    }
+    if u64::from(r.prompt_len) > context || r.chunk_len == 0 || u64::from(r.chunk_len) > context {
+        return Some(format!(
+            "prompt_len = {} or chunk_len = {} is outside 1..={context}, the model's context",
+            r.prompt_len, r.chunk_len
+        ));
+    }
+    if let Some(threads) = r.threads.filter(|t| !(1..=MAX_THREADS).contains(t)) {
+        return Some(format!("threads = {threads} is outside 1..={MAX_THREADS}"));
+    }
+    if let Some(overlapped) = r.overlapped_ns.filter(|&o| o > r.ns) {
+        return Some(format!(
+            "overlapped_ns = {overlapped} is more than its ns = {}",
+            r.ns
+        ));
+    }
+    None
+}
+
+/// Refuses to fit from `records` (those a profile is fitted from: of the model, alone,
+/// on its threads) when a (stage kind, precision, processor) among them has fewer than
+/// [`MIN_SAMPLES_PER_KIND`] records with cold weights, or when none is left; `tally`
+/// says what was used and left out.
+pub fn require_samples(
+    path: &Path,
+    records: &[HistoryRecord],
+    tally: &HistoryTally,
+) -> Result<(), HistoryError> {
+    let mut groups: std::collections::BTreeMap<(&str, &str, &str), usize> = Default::default();
+    for r in records.iter().filter(|r| r.warm != Some(true)) {
+        *groups
+            .entry((&r.stage, &r.precision, &r.processor))
+            .or_default() += 1;
+    }
+    let too_few = |message: String| HistoryError::TooFew {
+        path: path.display().to_string(),
+        message: format!("{message} ({tally})"),
+    };
+    if groups.is_empty() && tally.other_model > 0 && tally.used == 0 {
+        return Err(too_few(
+            "no record of this model: the history is of another model".into(),
+        ));
+    }
+    if groups.is_empty() {
+        return Err(too_few("no usable record to measure from".into()));
+    }
+    if let Some(((stage, precision, processor), n)) =
+        groups.iter().find(|(_, n)| **n < MIN_SAMPLES_PER_KIND)
+    {
+        return Err(too_few(format!(
+            "{n} usable records of stage kind `{stage}` ({precision} on {processor}), fewer than the {MIN_SAMPLES_PER_KIND} a fit needs; run more prefills with --history"
+        )));
+    }
+    Ok(())
 }
 
 /// Every instance of a finished run as records.
@@ -443,5 +675,95 @@ mod tests {
             .map(|r| r.overlapped_ns)
             .collect();
         assert_eq!(overlapped, [Some(200), Some(200)]);
+    }
+
+    /// A run's records and the scope they were recorded in.
+    fn recorded() -> (Vec<HistoryRecord>, HistoryScope) {
+        let outcome = run();
+        let scope = HistoryScope::of(&outcome.plan.model, &outcome.plan.device).unwrap();
+        (records_on(&outcome, 2, None), scope)
+    }
+
+    #[test]
+    fn a_run_s_own_records_pass_the_checks() {
+        let (records, scope) = recorded();
+        assert!(!records.is_empty());
+        check_records(Path::new("h"), &records, &scope).unwrap();
+    }
+
+    #[test]
+    fn junk_records_are_refused_with_their_cause() {
+        let (records, scope) = recorded();
+        type Spoil = fn(&mut HistoryRecord);
+        let cases: [(Spoil, &str); 9] = [
+            (|r| r.ns = u64::MAX, "ns = 18446744073709551615 is outside"),
+            (|r| r.tokens = 1 << 40, "the model's context"),
+            (|r| r.past = 1 << 62, "the model's context"),
+            (|r| r.chunk_len = 0, "chunk_len = 0"),
+            (|r| r.threads = Some(0), "threads = 0"),
+            (|r| r.overlapped_ns = Some(r.ns + 1), "overlapped_ns"),
+            (|r| r.stage = "warp_drive".into(), "stage kind `warp_drive`"),
+            (|r| r.precision = "int3".into(), "unknown precision `int3`"),
+            (|r| r.processor = "tpu".into(), "processor `tpu`"),
+        ];
+        for (spoil, expected) in cases {
+            let mut records = records.clone();
+            spoil(&mut records[3]);
+            let error = check_records(Path::new("h"), &records, &scope)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("record 4") && error.contains(expected),
+                "{error}"
+            );
+            // Another model's records are not this model's to check.
+            records[3].model = "other".into();
+            check_records(Path::new("h"), &records, &scope).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_fit_needs_enough_samples_of_each_kind() {
+        let (records, _) = recorded();
+        let tally = HistoryTally {
+            used: records.len(),
+            ..HistoryTally::default()
+        };
+        let path = Path::new("h");
+        let error = require_samples(path, &[], &HistoryTally::default()).unwrap_err();
+        assert!(error.to_string().contains("no usable record"), "{error}");
+        let other = HistoryTally {
+            other_model: 5,
+            ..HistoryTally::default()
+        };
+        let error = require_samples(path, &[], &other).unwrap_err();
+        assert!(error.to_string().contains("another model"), "{error}");
+        let few: Vec<_> = records.iter().take(3).cloned().collect();
+        let error = require_samples(path, &few, &tally).unwrap_err();
+        assert!(error.to_string().contains("fewer than the 8"), "{error}");
+        let many: Vec<_> = (0..MIN_SAMPLES_PER_KIND)
+            .flat_map(|_| records.clone())
+            .collect();
+        require_samples(path, &many, &tally).unwrap();
+        // Records with cached weights do not count.
+        let warm: Vec<_> = many
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.warm = Some(true);
+                r
+            })
+            .collect();
+        assert!(require_samples(path, &warm, &tally).is_err());
+    }
+
+    #[test]
+    fn precisions_this_build_writes_are_known() {
+        for label in ["f32", "w8a8", "w8a8-shadow", "w4a8", "w16a16"] {
+            assert!(known_precision(label), "{label}");
+        }
+        for label in ["int3", "w3a8", "", "w8", "f32-shadowy", "wa8"] {
+            assert!(!known_precision(label), "{label}");
+        }
     }
 }

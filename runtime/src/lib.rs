@@ -8,6 +8,7 @@
 
 pub mod adapt;
 pub mod backends;
+pub mod cancel;
 pub mod decision;
 pub mod engine;
 pub mod fsutil;

@@ -24,7 +24,10 @@ use crate::model::{ShadowArgs, find_calibration, load, read_text};
 use crate::output::{check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 use crate::real::{gpu_use, prompt_tokens};
-use hetsched::history::{HistoryRecord, read_history, records_on};
+use hetsched::history::{
+    HistoryRecord, HistoryScope, HistoryTally, check_records, read_history, records_on,
+    require_samples,
+};
 use hetsched::profiling::{StageFit, fit_profile_alone, job_gap_ns, two_job_rate};
 use hetsched::systems::{OneThreadCost, PrecisionGap, PrecisionWarm};
 use hetsched::weight_reuse::warm_saving_per_byte;
@@ -145,9 +148,15 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         return Err(CliError::NoChunkLens);
     }
     let gpu = gpu_use(&args.backends)?;
+    crate::model::check_prefill_settings(args.threads, 1)?;
+    // Read before the model loads: a missing or corrupt history fails at once.
+    let history = match &args.from_history {
+        Some(path) => Some((path, read_history(path)?)),
+        None => None,
+    };
     // Read before the model loads: a missing file fails at once.
     let text = match &args.prompt_file {
-        Some(path) => read_text("prompt file", path)?,
+        Some(path) => read_text("prompt file", path, hetsched::limits::MAX_PROMPT_BYTES)?,
         None => DEFAULT_TEXT.to_string(),
     };
     let precisions: Vec<LinearPrecision> = args.precision.iter().map(|&p| p.into()).collect();
@@ -181,14 +190,18 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         Some(_) => (None, Vec::new()),
         None => grid.sharing(&models, &loaded.tokenizer, text, &options)?,
     };
-    let (samples, device, gaps, one_thread) = match &args.from_history {
-        Some(path) => {
-            let (samples, on_one) =
-                split_history(read_history(path)?, &models[0].name, options.threads);
+    let (samples, device, gaps, one_thread) = match history {
+        Some((path, records)) => {
             let device = match gpu {
                 GpuUse::Off => options.device.clone(),
                 _ => exec::with_gpu_lane(options.device.clone()),
             };
+            let scope = HistoryScope::of(&models[0].model_config(), &device)
+                .map_err(hetsched::exec::ExecError::from)?;
+            check_records(path, &records, &scope)?;
+            let (samples, on_one, tally) = split_history(records, &models[0].name, options.threads);
+            require_samples(path, &samples, &tally)?;
+            eprintln!("{}: {tally}", path.display());
             let one_thread = one_thread_costs(&device, &on_one);
             (samples, device, Vec::new(), one_thread)
         }
@@ -489,28 +502,41 @@ impl Grid<'_> {
 /// A history's records of `model` that ran alone, split into those of runs on `threads`
 /// compute threads (or of unrecorded threads, as in older files), which the profile's
 /// costs are fitted from, and those of runs on one thread (when `threads` > 1), which its
-/// one-thread table is; records of other thread counts are left out.
+/// one-thread table is; records of other thread counts are left out. The tally counts
+/// what was used and left out, and why.
 fn split_history(
     records: Vec<HistoryRecord>,
     model: &str,
     threads: usize,
-) -> (Vec<HistoryRecord>, Vec<HistoryRecord>) {
+) -> (Vec<HistoryRecord>, Vec<HistoryRecord>, HistoryTally) {
     let threads = u32::try_from(threads).ok();
     let (mut fit, mut on_one) = (Vec::new(), Vec::new());
-    // A job that shared the cores with another lane's ran slower than alone; the
-    // profile's costs are of jobs alone (the pool model adds the sharing), so only those
-    // (and records of older files, which do not say) are fitted. (Warm ones are left out
-    // by the fit itself.)
-    let alone = |r: &HistoryRecord| r.model == model && r.alone != Some(false);
-    for r in records.into_iter().filter(alone) {
+    let mut tally = HistoryTally::default();
+    for r in records {
+        // A job that shared the cores with another lane's ran slower than alone; the
+        // profile's costs are of jobs alone (the pool model adds the sharing), so only
+        // those (and records of older files, which do not say) are fitted. Warm ones
+        // are left out by the fit itself, and counted here.
+        if r.model != model {
+            tally.other_model += 1;
+            continue;
+        }
+        if r.alone == Some(false) {
+            tally.shared += 1;
+            continue;
+        }
+        if r.warm == Some(true) {
+            tally.warm += 1;
+        }
         match r.threads {
             None => fit.push(r),
             t if t == threads => fit.push(r),
             Some(1) => on_one.push(r),
-            Some(_) => {}
+            Some(_) => tally.other_threads += 1,
         }
     }
-    (fit, on_one)
+    tally.used = (fit.len() + on_one.len()).saturating_sub(tally.warm);
+    (fit, on_one, tally)
 }
 
 /// Stage costs fitted from one-thread `samples` (on a copy of `device`), as the profile's
@@ -663,9 +689,10 @@ mod tests {
             record(Some(true), Some(false), Some(1)),
             record(Some(true), Some(false), Some(4)),
         ];
-        let (fit, on_one) = super::split_history(records.clone(), "m", 2);
+        let (fit, on_one, tally) = super::split_history(records.clone(), "m", 2);
         assert_eq!(fit, records[..2]);
         assert_eq!(on_one, records[3..4]);
+        assert_eq!((tally.used, tally.shared, tally.other_threads), (3, 1, 1));
         assert!(super::split_history(records, "other", 2).0.is_empty());
     }
 }

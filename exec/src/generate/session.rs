@@ -557,7 +557,10 @@ impl Session {
         let policy = self.policies.create(&self.options.policy)?;
         let plan = compiled.plan.clone();
         *self.current.0.write() = Some(runner.clone());
-        let options = EngineOptions::real_queues();
+        let options = EngineOptions {
+            cancel: self.options.cancel.clone(),
+            ..EngineOptions::real_queues()
+        };
         let outcome = self
             .world
             .run(plan, policy, false, &mut self.queues, &options);

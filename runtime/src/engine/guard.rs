@@ -20,14 +20,18 @@ use thiserror::Error;
 use super::EngineError;
 use crate::backends::Backend;
 
-/// How much the engine trusts its backend's timing.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How much the engine trusts its backend's timing, and whether its caller may stop it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct EngineOptions {
     /// When a job has run too long, or `None` for never (simulation: virtual time).
     pub deadline: Option<Deadline>,
     /// Consecutive [`Backend::wait`] calls that may return no completion while jobs are
     /// in flight before the run fails with [`BackendFault::NoProgress`].
     pub max_empty_waits: u32,
+    /// When set, the run stops at the next tick: jobs in flight are waited for (their
+    /// slices recorded), no new job is submitted, and the run fails with
+    /// [`EngineError::Cancelled`](super::EngineError::Cancelled).
+    pub cancel: Option<crate::cancel::CancelFlag>,
 }
 
 impl Default for EngineOptions {
@@ -36,6 +40,7 @@ impl Default for EngineOptions {
         Self {
             deadline: None,
             max_empty_waits: 1024,
+            cancel: None,
         }
     }
 }
@@ -280,7 +285,7 @@ impl Guard {
             lanes: plan.lanes(),
             in_flight: 0,
             empty_waits: 0,
-            options: *options,
+            options: options.clone(),
             abandoned: Vec::new(),
         }
     }

@@ -1,0 +1,255 @@
+//! Hostile input at the command line: an output path that names a device, a FIFO or a
+//! socket is never replaced; text inputs are capped before they are read; what can be
+//! refused without the weights is refused before they load (these tests give a model
+//! path that does not exist: a refusal after loading would name the missing model
+//! instead); Ctrl-C stops a prefill at a subgraph boundary with status 130.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn hetsched(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("hostile")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `args`, which must fail with one `error:` line containing `expect`.
+fn refused(args: &[&str], expect: &str) {
+    let started = Instant::now();
+    let out = hetsched(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{args:?}: refused in {:?}", started.elapsed());
+    assert!(!out.status.success(), "{args:?} must fail");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains(expect),
+        "{args:?}: expected `{expect}` in {stderr}"
+    );
+}
+
+#[test]
+fn settings_and_texts_are_refused_before_the_model_loads() {
+    let m = "no-such-model.gguf";
+    refused(
+        &["run", "--model", m, "--prompt", "Hi", "--threads", "0"],
+        "threads",
+    );
+    refused(
+        &["run", "--model", m, "--prompt", "Hi", "--chunk-len", "0"],
+        "chunk",
+    );
+    refused(&["run", "--model", m, "--prompt", ""], "prompt is empty");
+    refused(
+        &["generate", "--model", m, "--prompt", ""],
+        "prompt is empty",
+    );
+    refused(
+        &["generate", "--model", m, "--prompt", "Hi", "--stop", ""],
+        "--stop \"\"",
+    );
+    refused(
+        &["generate", "--model", m, "--prompt", "Hi", "--threads", "0"],
+        "threads",
+    );
+    refused(
+        &["eval", "--model", m, "--text", "/dev/null"],
+        "text file is empty",
+    );
+    refused(&["profile", "--model", m, "--threads", "0"], "threads");
+    let dir = scratch("history");
+    let history = dir.join("history.jsonl");
+    std::fs::write(&history, "{\"model\": \"m\"\n").unwrap();
+    refused(
+        &[
+            "profile",
+            "--model",
+            m,
+            "--from-history",
+            history.to_str().unwrap(),
+        ],
+        "line 1",
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn endless_text_inputs_stop_at_their_cap() {
+    let m = "no-such-model.gguf";
+    let zero = "/dev/zero";
+    refused(&["run", "--model", m, "--prompt-file", zero], "16 MiB");
+    refused(&["generate", "--model", m, "--prompt-file", zero], "16 MiB");
+    refused(&["eval", "--model", m, "--text", zero], "64 MiB");
+    refused(&["calibrate", "--model", m, "--corpus", zero], "64 MiB");
+    // A regular file over its cap is refused by its size, before it is read.
+    let dir = scratch("cap");
+    let big = dir.join("big.txt");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len((16 << 20) + 1).unwrap();
+    refused(
+        &["run", "--model", m, "--prompt-file", big.to_str().unwrap()],
+        "16777217 bytes, above the limit of 16 MiB",
+    );
+}
+
+/// Whether `program args` ran and succeeded (`mkfifo`, `mknod`).
+#[cfg(unix)]
+fn made(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `simulate` of a small scene writing its trace to `trace`.
+fn simulate_to(trace: &Path) -> Output {
+    hetsched(&[
+        "simulate",
+        "gemma-2b-k60pro",
+        "--prompt-len",
+        "64",
+        "--chunk-len",
+        "64",
+        "--trace",
+        trace.to_str().unwrap(),
+    ])
+}
+
+#[cfg(unix)]
+#[test]
+fn traces_go_into_devices_and_fifos_and_never_replace_them() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = scratch("outputs");
+    // A private null device: creating one needs root.
+    let null = dir.join("null");
+    if made("mknod", &[null.to_str().unwrap(), "c", "1", "3"]) {
+        let out = simulate_to(&null);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kind = std::fs::symlink_metadata(&null).unwrap().file_type();
+        assert!(kind.is_char_device(), "the device node is still one");
+    } else {
+        println!("skipped the device node: mknod needs root");
+    }
+    let fifo = dir.join("fifo");
+    if made("mkfifo", &[fifo.to_str().unwrap()]) {
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        let out = simulate_to(&fifo);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let trace = reader.join().unwrap();
+        assert!(
+            trace.contains("traceEvents"),
+            "the trace came through the FIFO"
+        );
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+    }
+    let socket = dir.join("socket");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let out = simulate_to(&socket);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("socket"),
+        "{stderr}"
+    );
+    assert!(
+        std::fs::symlink_metadata(&socket)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+}
+
+/// The shared test model, if this checkout has it.
+fn test_model() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
+    let model = root.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    model.is_file().then_some(model)
+}
+
+/// Starts `run` on a long prompt on one thread (tens of seconds of prefill), waits
+/// `after`, sends `signals` SIGINTs, and returns how long it took to exit after the
+/// first, its status and its stderr.
+#[cfg(unix)]
+fn interrupted_run(after: Duration, signals: usize) -> Option<(Duration, Output)> {
+    let model = test_model()?;
+    let dir = scratch(&format!("ctrl-c-{signals}"));
+    let prompt = dir.join("prompt.txt");
+    std::fs::write(
+        &prompt,
+        "The quick brown fox jumps over the lazy dog. ".repeat(700),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(["run", "--model", model.to_str().unwrap(), "--prompt-file"])
+        .arg(&prompt)
+        .args(["--threads", "1", "--chunk-len", "32"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(after);
+    let pid = child.id().to_string();
+    let signalled = Instant::now();
+    for _ in 0..signals {
+        assert!(made("kill", &["-INT", &pid]));
+    }
+    let out = child.wait_with_output().unwrap();
+    Some((signalled.elapsed(), out))
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_a_prefill_within_a_second() {
+    use std::os::unix::process::ExitStatusExt;
+    let Some((took, out)) = interrupted_run(Duration::from_secs(6), 1) else {
+        println!("skipped: no test model in models/");
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("exited {took:?} after SIGINT: {:?}: {stderr}", out.status);
+    // Interrupted while loading (no handler yet) the default action ends it at once;
+    // during the prefill the engine stops at the next subgraph boundary.
+    match out.status.code() {
+        Some(130) => assert!(stderr.contains("cancelled with"), "{stderr}"),
+        Some(code) => panic!("exit status {code}: {stderr}"),
+        None => assert_eq!(out.status.signal(), Some(2)),
+    }
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    use std::os::unix::process::ExitStatusExt;
+    let Some((took, out)) = interrupted_run(Duration::from_secs(6), 2) else {
+        println!("skipped: no test model in models/");
+        return;
+    };
+    let code = out.status.code().or(out.status.signal().map(|s| 128 + s));
+    assert_eq!(code, Some(130), "{:?}", out.status);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
