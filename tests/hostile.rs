@@ -425,6 +425,20 @@ fn absurd_cost_fields_are_refused_naming_the_field() {
 }
 
 #[test]
+fn a_linear_with_a_zero_dimension_is_refused_not_priced_at_zero() {
+    for field in ["in_features", "out_features"] {
+        let model = format!(
+            "{SMOLLM}\n[[layer_ops]]\nname = \"norm\"\nkind = \"rms_norm\"\n\n[[layer_ops]]\nname = \"proj\"\nkind = \"linear\"\ninputs = [\"norm\"]\n{field} = 0\n"
+        );
+        let err = plan_error(field, DESKTOP, &model, WORKLOAD);
+        assert!(
+            err.to_string().contains("zero dimension") && err.to_string().contains("`proj`"),
+            "{field}: {err}"
+        );
+    }
+}
+
+#[test]
 fn modeled_times_past_u64_nanoseconds_are_refused() {
     // Every field in range, but a 7B model at a millionth of a GOPS takes ~10^19 ns.
     let device = DESKTOP

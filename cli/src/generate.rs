@@ -196,7 +196,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         session.set_decode_layers(layers)?;
     }
     let generate_options = GenerateOptions {
-        max_tokens: args.max_tokens,
+        max_tokens: clamped_max_tokens(args.max_tokens, tokens.len(), model.config.context_length),
         sampling,
         stop,
         ignore_eos: args.ignore_eos,
@@ -228,6 +228,20 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         eprintln!("{}", summary(&report, &generated));
     }
     Ok(())
+}
+
+/// `--max-tokens` clamped to what the context leaves after a prompt of `prompt` tokens,
+/// with a note when it is (as llama.cpp does), for chat and plain prompts alike; a prompt
+/// that fills the context leaves it as is, for the session to refuse with the figures.
+fn clamped_max_tokens(max_tokens: usize, prompt: usize, context: usize) -> usize {
+    let room = context.saturating_sub(prompt);
+    if room == 0 || max_tokens <= room {
+        return max_tokens;
+    }
+    eprintln!(
+        "note: --max-tokens {max_tokens} clamped to {room}: the prompt's {prompt} tokens leave that much of the model's context of {context}"
+    );
+    room
 }
 
 /// Writes the timelines asked for: the prefill's trace with the decode steps after it on

@@ -1,5 +1,6 @@
 //! A seeded mutation fuzzer for the parsers of untrusted input: GGUF files, safetensors
-//! headers, scene/device/model TOML and calibration JSON. (cargo-fuzz needs a nightly
+//! headers, scene/device/model TOML, calibration JSON, run histories (read, checked and
+//! fitted into a profile, as `profile --from-history` does) and measured device profiles. (cargo-fuzz needs a nightly
 //! toolchain; this runs on stable.)
 //!
 //! ```text
@@ -26,8 +27,17 @@ use hetsched::exec::{
 use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
 use hetsched::import::hf::safetensors_tensor_names;
 use hetsched::import::{GgmlType, GgufFile, GgufSource, LlamaSource, MetadataValue as V};
+use std::sync::Arc;
+
+use hetsched::engine::simulate;
+use hetsched::history::{
+    HistoryScope, HistoryTally, check_records, parse_history, records_on, require_samples,
+};
+use hetsched::profiling::fit_profile_alone;
 use hetsched::scene::Scene;
 use hetsched::systems::shadow::ShadowSite;
+use hetsched::systems::testing::{bare_profile_origin, tiny_plan};
+use hetsched::systems::{PolicyRegistry, PrefillPlan};
 use hetsched_kernels::seeded::SeededRng;
 
 mod mutate;
@@ -320,7 +330,93 @@ fn targets() -> Vec<Target> {
             seeds: vec![calibration_seed()],
             run: run_calibration,
         },
+        Target {
+            name: "history",
+            seeds: vec![history_seed(8, 2), history_seed(10, 2)],
+            run: run_history,
+        },
+        Target {
+            name: "profile",
+            seeds: vec![profile_seed()],
+            run: run_profile,
+        },
     ]
+}
+
+/// The model and device the history seeds were recorded on, and their scope.
+fn history_setting() -> &'static (PrefillPlan, HistoryScope) {
+    static SETTING: std::sync::OnceLock<(PrefillPlan, HistoryScope)> = std::sync::OnceLock::new();
+    SETTING.get_or_init(|| {
+        let plan = tiny_plan(2, 256, 64);
+        let scope = HistoryScope::of(&plan.model, &plan.device).expect("the tiny plan's scope");
+        (plan, scope)
+    })
+}
+
+/// JSON Lines of `reps` simulated runs of the tiny plan on `threads` threads.
+fn history_seed(reps: usize, threads: usize) -> Vec<u8> {
+    let (plan, _) = history_setting();
+    let mut text = String::new();
+    for rep in 0..reps {
+        let policy = PolicyRegistry::builtin()
+            .create("inorder")
+            .expect("built in");
+        let run = simulate(Arc::new(plan.clone()), policy).expect("the tiny plan runs");
+        for mut r in records_on(&run, threads, None) {
+            // Spread the durations, as a real machine's noise does.
+            r.ns += r.ns * rep as u64 / 50;
+            text += &serde_json::to_string(&r).expect("records serialise");
+            text.push('\n');
+        }
+    }
+    text.into_bytes()
+}
+
+/// What `profile --from-history` does with a history file: read, check against the
+/// model and device, require samples, fit, and validate the fitted device.
+fn run_history(bytes: &[u8]) -> Outcome {
+    let path = Path::new("<fuzz>/history.jsonl");
+    let (plan, scope) = history_setting();
+    let Ok(records) = parse_history(path, bytes) else {
+        return Outcome::Refused;
+    };
+    if check_records(path, &records, scope).is_err() {
+        return Outcome::Refused;
+    }
+    let fit: Vec<_> = records
+        .into_iter()
+        .filter(|r| r.model == scope.model && r.alone != Some(false) && r.threads == Some(2))
+        .collect();
+    let tally = HistoryTally {
+        used: fit.len(),
+        ..HistoryTally::default()
+    };
+    if require_samples(path, &fit, &tally).is_err() {
+        return Outcome::Refused;
+    }
+    let mut device = plan.device.clone();
+    fit_profile_alone(&mut device, &fit, &[], 2);
+    outcome(device.validate())
+}
+
+/// A measured device profile, as `hetsched profile` writes one: the desktop device with
+/// costs fitted from a history and a `[measured]` origin.
+fn profile_seed() -> Vec<u8> {
+    let (plan, _) = history_setting();
+    let records = parse_history(Path::new("seed"), &history_seed(8, 2)).expect("valid seed");
+    let mut device = plan.device.clone();
+    fit_profile_alone(&mut device, &records, &[], 2);
+    device.measured = Some(bare_profile_origin("tiny", 2));
+    toml::to_string(&device)
+        .expect("a device serialises")
+        .into_bytes()
+}
+
+/// A measured device profile loaded as a scene's device (which validates every cost).
+fn run_profile(bytes: &[u8]) -> Outcome {
+    text(bytes).map_or(Outcome::Refused, |t| {
+        outcome(Scene::from_texts(SCENE, t, MODEL))
+    })
 }
 
 // ---------------------------------------------------------------------------

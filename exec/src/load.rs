@@ -34,6 +34,38 @@ pub enum LoadError {
         /// What was wrong.
         error: Box<ExecError>,
     },
+    /// The tokenizer's vocabulary does not fit the model's embedding rows: it names ids
+    /// past them, or covers less than [`MIN_VOCAB_COVER`] of them (another model's).
+    #[error(
+        "{}: the tokenizer has {tokens} tokens but the model {rows} embedding rows; a tokenizer of another model?",
+        path.display()
+    )]
+    TokenizerMismatch {
+        /// The GGUF file or Hugging Face directory.
+        path: PathBuf,
+        /// Tokens in the tokenizer's vocabulary.
+        tokens: usize,
+        /// Rows of the token embedding (the config's vocabulary size).
+        rows: usize,
+    },
+}
+
+/// The least share of a model's embedding rows its tokenizer must name: checkpoints pad
+/// the embedding past the vocabulary (to a multiple of 64 or 128: Qwen's 151 936 rows hold
+/// 151 646 tokens), never by much.
+pub const MIN_VOCAB_COVER: f64 = 0.875;
+
+/// Refuses a tokenizer of `tokens` entries beside an embedding of `rows` rows (see
+/// [`LoadError::TokenizerMismatch`]).
+fn check_vocab(path: &Path, tokens: usize, rows: usize) -> Result<(), LoadError> {
+    if tokens > rows || (tokens as f64) < MIN_VOCAB_COVER * rows as f64 {
+        return Err(LoadError::TokenizerMismatch {
+            path: path.to_owned(),
+            tokens,
+            rows,
+        });
+    }
+    Ok(())
 }
 
 /// A tokenizer and the models [`load_models`] built.
@@ -75,6 +107,7 @@ pub fn load_models(
         source = Box::new(GgufSource::new(&file).map_err(shown)?);
         columns = file.clone();
     }
+    check_vocab(path, tokenizer.vocab_size(), source.config().vocab_size)?;
     let mut models = Vec::with_capacity(precisions.len());
     for &precision in precisions {
         let model = match (precision, calibration) {

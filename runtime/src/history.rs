@@ -439,6 +439,12 @@ pub fn read_history(path: &Path) -> Result<Vec<HistoryRecord>, HistoryError> {
     parse_records(path, reader, Some(limits::MAX_HISTORY_BYTES))
 }
 
+/// The records of a history's text `bytes`, as [`read_history`] reads a file (`path`
+/// names it in errors): for readers of a history that is not a file, and fuzzing.
+pub fn parse_history(path: &Path, bytes: &[u8]) -> Result<Vec<HistoryRecord>, HistoryError> {
+    parse_records(path, bytes, Some(limits::MAX_HISTORY_BYTES))
+}
+
 /// The records in the last `bytes` of `path` (the most recent runs': a history grows
 /// with every run, and `run --adapt` needs only its end), from the first whole line
 /// there to the file's end when it was opened (at most `bytes`: a run appending meanwhile

@@ -55,6 +55,16 @@ fn out_of_range_cost_field(c: &CostModel) -> Option<&'static str> {
 
 /// Whether a fitted stage cost's coefficients are finite, non-negative and within
 /// [`MAX_LATENCY_US`] (a profile's stages and its one-thread pass alike).
+/// `x` for a message: as written when it is short, else in scientific notation with four
+/// significant digits (`-1e300` rather than 301 digits).
+fn rounded(x: f64) -> String {
+    if x == 0.0 || (1e-3..1e6).contains(&x.abs()) {
+        format!("{}", (x * 1e4).round() / 1e4)
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
 fn stage_coefficients_ok(s: &crate::stage_cost::StageCost) -> bool {
     [
         s.launch_us,
@@ -340,7 +350,8 @@ impl DeviceProfile {
             if !(rate_ok && gap_ok) {
                 return bad(format!(
                     "[measured] two_job_rate {} must be 0 (not measured) or within 0.5..=1, and job_gap_us {} (and every job_gaps entry) within 0..={MAX_LATENCY_US}; fix the device file",
-                    m.two_job_rate, m.job_gap_us
+                    rounded(m.two_job_rate),
+                    rounded(m.job_gap_us)
                 ));
             }
         }
@@ -372,6 +383,20 @@ mod tests {
         let mut device = tiny_device();
         device.measured = Some(origin);
         device.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn absurd_figures_print_rounded() {
+        assert_eq!(rounded(-1e300), "-1.000e300");
+        assert_eq!(rounded(50.0), "50");
+        assert_eq!(rounded(0.123456), "0.1235");
+        let mut origin = bare_profile_origin("tiny", 2);
+        origin.job_gap_us = -1e300;
+        let err = validated(origin).unwrap_err();
+        assert!(
+            err.contains("job_gap_us -1.000e300") && err.len() < 400,
+            "{err}"
+        );
     }
 
     #[test]

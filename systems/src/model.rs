@@ -128,6 +128,17 @@ impl ModelConfig {
                 w.keys, w.period
             ));
         }
+        if let Some(op) = self
+            .layer_ops
+            .iter()
+            .flatten()
+            .find(|op| op.in_features == Some(0) || op.out_features == Some(0))
+        {
+            return bad(format!(
+                "operator `{}`: `in_features` and `out_features` must be at least 1 (a linear with a zero dimension has no work to price)",
+                op.name
+            ));
+        }
         if let Some(op) = self.layer_ops.iter().flatten().find(|op| {
             op.window == Some(0) || (op.window.is_some() && op.kind != OpKind::Attention)
         }) {

@@ -238,6 +238,9 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         cache_bytes: cache_bytes.unwrap_or(0),
         warm_weights,
     });
+    // A fit that came out absurd (a cost past its range) is refused, not written: the
+    // same check every reader of the profile applies.
+    device.validate().map_err(hetsched::exec::ExecError::from)?;
     let summary = ProfileSummary {
         model: first.name.clone(),
         device: files.device.display().to_string(),
