@@ -468,10 +468,23 @@ pub fn read_recent_history(path: &Path, bytes: u64) -> Result<Vec<HistoryRecord>
             .seek(SeekFrom::Start(start - 1))
             .map_err(|e| io_error(path, e))?;
         // Bounded by the window: a cut line longer than it is held only up to its size.
+        let mut cut = Vec::new();
         (&mut reader)
             .take(bytes)
-            .read_until(b'\n', &mut Vec::new())
+            .read_until(b'\n', &mut cut)
             .map_err(|e| io_error(path, e))?;
+        // No line ends in the whole window: the end of the file is one line longer than
+        // the window, which no record is: corrupt, not a history without recent runs.
+        if cut.last() != Some(&b'\n') && cut.len() as u64 >= bytes.min(len - (start - 1)) {
+            return Err(HistoryError::Corrupt {
+                path: path.display().to_string(),
+                line: 1,
+                message: format!(
+                    "the last {} hold no line break: a corrupt tail, not records (lines counted from byte {start})",
+                    limits::bytes_as_limit(bytes)
+                ),
+            });
+        }
     }
     let at = reader.stream_position().map_err(|e| io_error(path, e))?;
     parse_records(path, reader.take(len.saturating_sub(at)), None).map_err(|e| match e {
@@ -650,6 +663,11 @@ mod tests {
             read_recent_history(&path, last).unwrap(),
             records[records.len() - 1..]
         );
+        // A tail longer than the window with no line break is corrupt, not skipped.
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(&[b'x'; 4096]).unwrap();
+        let error = read_recent_history(&path, 1024).unwrap_err();
+        assert!(error.to_string().contains("no line break"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
