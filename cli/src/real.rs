@@ -159,6 +159,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     if args.prompt_len.is_none() {
         crate::model::check_prompt_text("prompt", &text)?;
     }
+    // A profile's ranges are checked before the weights load (its model after).
+    let profile = match &args.profile {
+        Some(path) => Some((path, Scene::load_device(path)?)),
+        None => None,
+    };
     let precision = LinearPrecision::from(args.precision);
     let loading = Instant::now();
     let loaded = load_one(&args.model, precision, &args.shadow)?;
@@ -177,9 +182,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let load_ms = loading.elapsed().as_secs_f64() * 1e3;
     let defaults = PrefillOptions::default();
     let threads = args.threads.unwrap_or(defaults.threads);
-    let device = match &args.profile {
-        Some(profile) => {
-            let measured = measured_device(profile, &model)?;
+    let device = match profile {
+        Some((profile, device)) => {
+            let measured = measured_device(profile, device, &model)?;
             match &args.history {
                 Some(history) if args.adapt => {
                     let recent = read_recent_history(history, adapt::RECENT_BYTES)?;
@@ -307,13 +312,14 @@ pub(crate) fn prompt_tokens(
     Ok(tokens)
 }
 
-/// The measured device profile at `path`, checked against `model`: a profile of another
-/// model is refused; one measured on another CPU is used with a warning.
+/// The device profile `device`, read from `path` (its ranges checked then, before the
+/// weights load), checked against `model`: a profile of another model is refused; one
+/// measured on another CPU is used with a warning.
 fn measured_device(
     path: &std::path::Path,
+    device: DeviceProfile,
     model: &exec::ExecModel,
 ) -> Result<DeviceProfile, CliError> {
-    let device = Scene::load_device(path)?;
     if let Some(origin) = &device.measured {
         let shape = ProfileOrigin::shape_of(&model.model_config());
         if origin.model_shape != shape {

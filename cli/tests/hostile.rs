@@ -72,6 +72,26 @@ fn settings_and_texts_are_refused_before_the_model_loads() {
         &["profile", "--model", m, "--out", out, "--threads", "0"],
         "0 compute threads",
     );
+    let device = dir.join("absurd-device.toml");
+    let desktop = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenes/devices/desktop.toml");
+    let desktop = std::fs::read_to_string(desktop).unwrap();
+    std::fs::write(
+        &device,
+        desktop.replacen("launch_us = 5.0", "launch_us = 1e300", 1),
+    )
+    .unwrap();
+    refused(
+        &[
+            "run",
+            "--model",
+            m,
+            "--prompt",
+            "Hi",
+            "--profile",
+            device.to_str().unwrap(),
+        ],
+        "launch_us",
+    );
     let history = dir.join("history.jsonl");
     std::fs::write(&history, "{\"model\": \"m\"\n").unwrap();
     refused(
