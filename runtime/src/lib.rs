@@ -17,6 +17,7 @@ pub mod profiling;
 pub mod progress;
 pub mod report;
 pub mod request_world;
+pub mod requests;
 pub mod scene;
 pub mod weight_reuse;
 
