@@ -543,6 +543,30 @@ fn closing_a_stream_cancels_its_request() {
 }
 
 #[test]
+fn a_client_gone_before_a_whole_answer_cancels_its_request() {
+    let running = start(fast(), None, Duration::from_millis(20)).ready();
+    let body = r#"{"prompt":"x","max_tokens":1000}"#;
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = TcpStream::connect(running.addr).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running.seen.submitted.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "the request never reached the engine");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(stream);
+    while running.seen.cancelled.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "the request was never cancelled");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    running.shut_down().unwrap();
+}
+
+#[test]
 fn slow_clients_time_out() {
     let running = start(fast(), None, Duration::ZERO).ready();
     // Headers that never end: the connection closes after the header timeout.
