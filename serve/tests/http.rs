@@ -287,7 +287,7 @@ fn completions_and_chat_answer_in_openais_format_with_usage_and_n() {
     assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(
         *running.seen.last_priority.lock(),
-        Some(Priority::Background)
+        Some(Priority::BACKGROUND)
     );
     let (_, v) = post(
         &running,
@@ -298,7 +298,7 @@ fn completions_and_chat_answer_in_openais_format_with_usage_and_n() {
     assert_eq!(v["choices"][0]["text"], "s0t0 ");
     assert_eq!(
         *running.seen.last_priority.lock(),
-        Some(Priority::Background)
+        Some(Priority::BACKGROUND)
     );
 
     let (status, models) = curl(&["-s", &running.url("/v1/models")]);
@@ -555,7 +555,10 @@ fn a_client_gone_before_a_whole_answer_cancels_its_request() {
     stream.write_all(request.as_bytes()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while running.seen.submitted.load(Ordering::Relaxed) == 0 {
-        assert!(Instant::now() < deadline, "the request never reached the engine");
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the engine"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(stream);
