@@ -6,8 +6,6 @@ use std::path::Path;
 use hetsched_runtime::scene::Scene;
 use hetsched_systems::{DeviceProfile, ProcessorKind, ProcessorSpec};
 
-use crate::{GpuUse, PrefillOptions};
-
 /// The shipped scene whose device profile describes this kind of host: float work on
 /// the CPU lane, INT8 linears on the emulated-NPU lane.
 pub const HOST_SCENE: &str = "smollm2-135m-desktop";
@@ -50,14 +48,4 @@ pub fn resident_gpu_device() -> DeviceProfile {
     device.processors = vec![gpu_costed_like(&device.processors[cpu])];
     device.name = "Vulkan GPU (every stage resident)".into();
     device
-}
-
-/// The processors a CPU-host prefill under `options` runs on: the options' device, with
-/// a GPU lane for [`GpuUse::FloatLane`].
-pub(crate) fn prefill_device(options: &PrefillOptions) -> DeviceProfile {
-    if options.gpu == GpuUse::FloatLane {
-        with_gpu_lane(options.device.clone())
-    } else {
-        options.device.clone()
-    }
 }

@@ -19,6 +19,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod activation;
 pub mod blocks;
 mod calibrate;
 mod calibration;
@@ -44,32 +45,30 @@ mod passes;
 mod prefill;
 mod prefill_parts;
 mod queues;
+mod recorder;
 mod report;
+#[cfg(feature = "gpu")]
+mod resident_prefill;
 mod shadow;
-mod shadow_quant;
 mod state;
 mod steps;
 mod values;
 mod weights;
 
-pub use calibrate::{
-    ActivationRecorder, CalibrateOptions, TOP_CHANNELS, calibrate, calibrate_with_progress,
-};
+pub use calibrate::{CalibrateOptions, calibrate, calibrate_with_progress};
 pub use calibration::{
-    CALIBRATION_VERSION, Calibration, CalibrationError, HotChannel, Importance, ModelIdentity,
-    OutlierStats, SiteCalibration, default_calibration_path,
+    CALIBRATION_VERSION, Calibration, HotChannel, Importance, ModelIdentity, OutlierStats,
+    SiteCalibration, default_calibration_path,
 };
 pub use decide::policy_of_run;
 pub use devices::{HOST_SCENE, host_device, resident_gpu_device, with_gpu_lane};
-pub use error::{ExecError, KernelError};
+pub use error::{CalibrationError, ExecError, KernelError};
 pub use eval::{
     EvalReport, EvalWindows, Scoring, evaluate, evaluate_windows, evaluate_with_progress,
 };
 #[cfg(feature = "gpu")]
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
-#[cfg(feature = "gpu")]
-pub use gpu_open::prefill_on_gpu;
 #[cfg(feature = "gpu")]
 pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner, ResidentWeights};
 pub use interpret::StageRunner;
@@ -78,17 +77,19 @@ pub use options::{GpuKernelOptions, GpuUse, GpuWeights, PrefillOptions};
 pub use prefill::{prefill, stage_runner};
 pub use prefill_parts::{ActivationBytes, PrefillResult, check_prompt};
 pub use queues::{JobError, JobRunner, QueueWait, ThreadQueues, wait_per_lane};
+pub use recorder::{ActivationRecorder, TOP_CHANNELS};
 pub use report::{PrefillReport, TopToken, shadow_summary};
+#[cfg(feature = "gpu")]
+pub use resident_prefill::prefill_on_gpu;
 pub use shadow::{
-    ColdRowCache, ColdRows, PrunedScale, QuantRule, ShadowCounters, ShadowReport, ShadowRows,
-    ShadowUsage,
+    ColdRowCache, ColdRows, PRUNED_CLIP_RMS, PrunedScale, QuantRule, SHADOW_CLIP_RMS,
+    ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
 };
 pub use state::{KvCache, PrefillState};
 pub use steps::{FamilyStep, Step};
-pub use values::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS};
 pub use weights::{ExecModel, LayerWeights, LinearPrecision, LinearWeights, ShadowSetup};
 
 // Crate-root paths of the helpers the other modules share.
-pub(crate) use devices::prefill_device;
+pub(crate) use options::prefill_device;
 pub(crate) use prefill::lane_kernels;
 pub(crate) use prefill_parts::take_logits;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use hetsched_systems::{DEFAULT_POLICY, DeviceProfile, PlacementConfig};
 
-use crate::devices::host_device;
-use crate::{ActivationRecorder, ExecError};
+use crate::ExecError;
+use crate::devices::{host_device, with_gpu_lane};
+use crate::recorder::ActivationRecorder;
 
 /// How to run a prefill.
 #[derive(Debug, Clone)]
@@ -124,4 +125,14 @@ pub struct GpuKernelOptions {
     /// The output projection a GEMM of its own (5 dispatches a layer, deterministic) where
     /// attention could add it into the stream itself (`HETSCHED_GPU_UNFUSED_O=1`).
     pub unfused_output_projection: bool,
+}
+
+/// The processors a CPU-host prefill under `options` runs on: the options' device, with
+/// a GPU lane for [`GpuUse::FloatLane`].
+pub(crate) fn prefill_device(options: &PrefillOptions) -> DeviceProfile {
+    if options.gpu == GpuUse::FloatLane {
+        with_gpu_lane(options.device.clone())
+    } else {
+        options.device.clone()
+    }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use hetsched_systems::{DeviceProfile, PrefillPlan, ProcessorKind};
 
-use crate::devices::prefill_device;
 use crate::gpu_open::{gpu_computes, open_float_lane};
+use crate::options::prefill_device;
 use crate::prefill_parts::{PrefillResult, check_prompt, compile, take_logits, workload};
 use crate::queues::run_on_queues;
 use crate::{
@@ -82,7 +82,7 @@ pub fn prefill(
     if options.gpu == GpuUse::Resident {
         gpu_computes(&model)?;
         #[cfg(feature = "gpu")]
-        return crate::gpu_open::prefill_resident(model, tokens, options);
+        return crate::resident_prefill::prefill_resident(model, tokens, options);
         #[cfg_attr(feature = "gpu", expect(unreachable_code))]
         return Err(crate::gpu_open::no_gpu_support());
     }
