@@ -20,4 +20,4 @@ pub mod request_world;
 pub mod scene;
 pub mod weight_reuse;
 
-pub use hetsched_import::limits;
+pub use hetsched_limits as limits;

@@ -1,7 +1,9 @@
 //! Architecture rules checked against the source tree: no import circle between files
 //! of different modules in any crate (a parent module and its child may name each
-//! other's items).
+//! other's items); every source file in docs/architecture.md's code map; no thread or
+//! lock in the scheduler's crate.
 
+mod code_map;
 mod imports;
 
 use std::path::{Path, PathBuf};
@@ -61,13 +63,13 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "systems/src/resources.rs",
     ],
     &[
-        "systems/src/memory/align.rs",
-        "systems/src/memory/bound.rs",
-        "systems/src/memory/buffer.rs",
-        "systems/src/memory/occupancy.rs",
-        "systems/src/memory/order.rs",
-        "systems/src/memory/place.rs",
-        "systems/src/memory/strategy.rs",
+        "memplan/src/align.rs",
+        "memplan/src/bound.rs",
+        "memplan/src/buffer.rs",
+        "memplan/src/occupancy.rs",
+        "memplan/src/order.rs",
+        "memplan/src/place.rs",
+        "memplan/src/strategy.rs",
     ],
 ];
 
@@ -97,6 +99,71 @@ fn no_import_circle_between_files_of_different_modules() {
         found.is_empty(),
         "files of different modules import each other (a parent module and its child \
          excepted); move the shared item down a layer:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn every_source_file_is_in_the_code_map() {
+    let map = std::fs::read_to_string(workspace().join("docs/architecture.md"))
+        .expect("docs/architecture.md is readable");
+    let sections = code_map::sections(&map);
+    let mut missing = Vec::new();
+    for src in crate_sources() {
+        let crate_dir = src.parent().expect("src has a parent");
+        let folder = match crate_dir == workspace() {
+            true => "src".to_string(),
+            false => crate_dir
+                .strip_prefix(workspace())
+                .expect("a member folder")
+                .display()
+                .to_string(),
+        };
+        let Some(names) = sections.get(&folder) else {
+            missing.push(format!("{folder}/ (no section `### `{folder}/``)"));
+            continue;
+        };
+        let prefix = if folder == "src" { "src" } else { &folder };
+        missing.extend(
+            code_map::unmapped(&src, names)
+                .into_iter()
+                .map(|f| format!("{prefix}/src/{f}").replace("src/src/", "src/")),
+        );
+    }
+    assert!(
+        missing.is_empty(),
+        "source files missing from docs/architecture.md's code map (name each by its path \
+         under src/ in its crate's section):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_scheduler_crate_names_no_thread_or_lock() {
+    // systems decides from the world on the caller's thread; the memory planner's threads
+    // are hetsched-memplan's, sized by the caller.
+    let forbidden = [
+        "std::thread",
+        "thread::scope",
+        "thread::spawn",
+        "Mutex",
+        "Condvar",
+        "RwLock",
+    ];
+    let mut found = Vec::new();
+    for file in imports::source_files(&workspace().join("systems/src")) {
+        let text = std::fs::read_to_string(&file.path).expect("a readable source file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for word in forbidden.iter().filter(|w| code.contains(*w)) {
+                let path = file.path.strip_prefix(workspace()).unwrap_or(&file.path);
+                found.push(format!("{}:{}: {word}", path.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "systems names threads or locks:\n{}",
         found.join("\n")
     );
 }
