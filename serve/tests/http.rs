@@ -287,7 +287,7 @@ fn completions_and_chat_answer_in_openais_format_with_usage_and_n() {
     assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(
         *running.seen.last_priority.lock(),
-        Some(Priority::Background)
+        Some(Priority::BACKGROUND)
     );
     let (_, v) = post(
         &running,
@@ -298,7 +298,7 @@ fn completions_and_chat_answer_in_openais_format_with_usage_and_n() {
     assert_eq!(v["choices"][0]["text"], "s0t0 ");
     assert_eq!(
         *running.seen.last_priority.lock(),
-        Some(Priority::Background)
+        Some(Priority::BACKGROUND)
     );
 
     let (status, models) = curl(&["-s", &running.url("/v1/models")]);
@@ -539,6 +539,33 @@ fn closing_a_stream_cancels_its_request() {
     assert_eq!(running.seen.running.load(Ordering::Relaxed), 0);
     let metrics = curl(&["-s", &running.url("/metrics")]).1;
     assert!(metrics.contains(r#"outcome="cancelled"} 1"#), "{metrics}");
+    running.shut_down().unwrap();
+}
+
+#[test]
+fn a_client_gone_before_a_whole_answer_cancels_its_request() {
+    let running = start(fast(), None, Duration::from_millis(20)).ready();
+    let body = r#"{"prompt":"x","max_tokens":1000}"#;
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = TcpStream::connect(running.addr).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while running.seen.submitted.load(Ordering::Relaxed) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the engine"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(stream);
+    while running.seen.cancelled.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "the request was never cancelled");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     running.shut_down().unwrap();
 }
 
