@@ -21,4 +21,4 @@ pub mod requests;
 pub mod scene;
 pub mod weight_reuse;
 
-pub use hetsched_import::limits;
+pub use hetsched_limits as limits;
