@@ -53,6 +53,8 @@ pub struct hs_job {
     pub stage: u32,
     /// The processor lane (the queue it was submitted to).
     pub processor: u32,
+    /// The request it serves (one per run on this engine).
+    pub request: u64,
     /// Its modeled duration on this processor, ns (a prediction).
     pub estimated_ns: u64,
     /// The engine's time when it was dispatched, ns (on the engine's clock).
@@ -283,6 +285,7 @@ impl Backend for HostQueues {
             chunk: job.key.chunk,
             stage: job.key.stage,
             processor: job.processor as u32,
+            request: job.request.0,
             estimated_ns: job.estimated_ns,
             dispatched_ns: job.dispatched_ns,
         };

@@ -10,7 +10,7 @@ use bevy_ecs::prelude::World;
 use bevy_ecs::schedule::Schedule;
 use hetsched_systems::resources::{Clock, Inbox, Job, Outbox};
 use hetsched_systems::retry::{requeue_elsewhere, retry_lanes};
-use hetsched_systems::{Policy, PrefillPlan, StageProgress, scheduler_schedule, spawn_world};
+use hetsched_systems::{LiveRuns, Policy, PrefillPlan, scheduler_schedule, spawn_world};
 
 use super::guard::{Guard, Waited};
 use super::{EngineError, EngineOptions, RunOutcome, finish, stalled};
@@ -44,7 +44,6 @@ pub enum Step {
 #[derive(Debug)]
 pub struct RunState {
     guard: Guard,
-    total: usize,
     tick_wall_ns: Vec<u64>,
     /// The outbox's buffer, handed back after each tick: no allocation per tick.
     jobs: Vec<Job>,
@@ -57,12 +56,10 @@ pub struct RunState {
 impl RunState {
     /// The state of a run of `plan` about to start.
     pub fn new(plan: &PrefillPlan, options: &EngineOptions) -> Self {
-        let total = plan.instance_count();
         Self {
             guard: Guard::new(plan, options),
-            total,
             // A chain of instances (a decode step) takes one tick per instance and one more.
-            tick_wall_ns: Vec::with_capacity(total + 1),
+            tick_wall_ns: Vec::with_capacity(plan.instance_count() + 1),
             jobs: Vec::new(),
             tick_due: true,
             retry: options.deadline.is_some_and(|d| d.retry),
@@ -87,13 +84,14 @@ impl RunState {
             if self.tick_due {
                 self.tick(world, schedule, backend)?;
             }
-            let done = world.resource::<StageProgress>().done_count();
-            if done == self.total {
+            let live = world.resource::<LiveRuns>();
+            let (total, outstanding) = (live.armed, live.outstanding);
+            if outstanding == 0 {
                 self.finished = true;
                 return Ok(Step::Finished);
             }
             if self.guard.in_flight() == 0 {
-                return Err(stalled(&self.guard, done, self.total));
+                return Err(stalled(&self.guard, total - outstanding, total));
             }
             let waited = match wait {
                 Wait::Block => self.guard.wait(backend)?,
