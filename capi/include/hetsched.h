@@ -83,6 +83,8 @@ typedef struct hs_job {
   uint32_t stage;
   // The processor lane (the queue it was submitted to).
   uint32_t processor;
+  // The request it serves (one per run on this engine).
+  uint64_t request;
   // Its modeled duration on this processor, ns (a prediction).
   uint64_t estimated_ns;
   // The engine's time when it was dispatched, ns (on the engine's clock).
