@@ -7,12 +7,24 @@
 //!
 //!   cargo bench -p hetsched-capi --bench callback_job
 
+// Calls the C ABI as a C host does: raw pointers and callbacks.
+#![allow(unsafe_code)]
+
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use hetsched_capi::*;
+use hetsched_capi::engine::{
+    HS_CLOCK_VIRTUAL, hs_engine, hs_engine_complete, hs_engine_create, hs_engine_destroy,
+    hs_engine_result, hs_engine_run, hs_engine_set_queue, hs_job, hs_queue,
+};
+use hetsched_capi::hs_status;
+use hetsched_capi::run::{hs_run_destroy, hs_run_makespan_ns};
+use hetsched_capi::scene::{
+    hs_plan, hs_plan_create, hs_plan_destroy, hs_plan_get_info, hs_plan_info, hs_scene_default,
+    hs_scene_destroy,
+};
 use hetsched_runtime::engine;
 use hetsched_runtime::scene::Scene;
 
