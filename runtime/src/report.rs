@@ -208,7 +208,10 @@ fn ms(ns: u64) -> f64 {
 }
 
 impl RunReport {
-    /// Builds the report of a finished run.
+    /// Builds the report of a finished run, its lower bound priced by the plan's cost
+    /// model: right for a simulation. For a run on real queues use
+    /// [`RunReport::measured`], whose bound comes from the run's own measured durations
+    /// (a phone's model priced against a desktop's wall clock gives meaningless ratios).
     pub fn new(scene: &str, run: &RunOutcome) -> RunReport {
         let plan = &run.plan;
         let lanes = plan.device.processors.len();

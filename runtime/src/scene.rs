@@ -332,6 +332,21 @@ impl Scene {
         Ok(device)
     }
 
+    /// Loads a model description file on its own (a scene's model TOML), with the scene
+    /// loader's checks: TOML errors with file:line:column, unknown keys rejected, sizes
+    /// within the limits.
+    pub fn load_model(path: &Path) -> Result<ModelConfig, SceneError> {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (shown, text) = Source::Disk(dir).read(&name)?;
+        let model: ModelConfig = parse(&shown, &text)?;
+        check_model(&model)?;
+        Ok(model)
+    }
+
     /// Parses a scene held in memory, with the checks of [`Scene::load`]: `scene` is the
     /// scene file's text, whose `device` and `model` paths are ignored for the `device`
     /// and `model` texts given. (The fuzzer `examples/fuzz_parsers.rs` drives this.)
