@@ -1,17 +1,21 @@
-//! AVX-512 VNNI group-scaled W4A8 GEMM.
+//! AVX-512 VNNI variant.
 //!
 //! The products are those of [`super::super::gemm_w4`]'s VNNI kernel with the operands'
 //! roles swapped: the stored nibbles `q + 8` (0..=15) are `vpdpbusd`'s unsigned operand,
 //! as they are (no subtraction per load), and the activations its signed one, so a
 //! group's product is `Σ (q + 8) a = Σ q a + 8 Σ a`. The second term depends only on
 //! the row and group ([`super::group_bias`], computed once per call): the group's i32
-//! partials start from `-8 Σ a` instead of zero, so it costs nothing in the loop. The
-//! group's product `Σ q a` (at most 32 · 128 · 8 in magnitude: exact in f32) is then
-//! converted and fused-multiply-added with `s · a_scale` (the sub-scales converted to
-//! f32 once per group and block, times the row's activation scale: off the accumulation
-//! chain, where an integer `vpmulld` sat in the first version, 15-20% slower) into f32
-//! accumulators; the row scales multiply them once at the end. Every step matches
-//! [`super::scalar`] in order and rounding, so the results are bit-identical.
+//! partials start from `-8 Σ a` instead of zero, so it costs nothing in the loop.
+//!
+//! `SPAN = 1`: the group's product is converted and fused-multiply-added with
+//! `s · a_scale` (the sub-scales converted to f32 once per group and block, times the
+//! row's activation scale: off the accumulation chain, where an integer `vpmulld` sat in
+//! a first version, 15-20% slower). `SPAN > 1`: the product fits an i16 (the g128 module
+//! docs), so one `vpdpwssd` with the sub-scales as `(s, 0)` word pairs multiplies it by
+//! the sub-scale and adds it to the span's i32 sum, converted and fused-multiply-added
+//! with the span's activation scale after its groups. The row scales multiply the f32
+//! accumulators at the end. Same operations and order as [`super::scalar`]:
+//! bit-identical results.
 //!
 //! Why the swap here and not in the integer W4A8 kernel: there the bias of the
 //! activations could be removed once per column at the end; with a float scale per
@@ -27,7 +31,7 @@ use std::ops::Range;
 
 use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
 use super::super::quant::GROUP_K;
-use super::group_bias;
+use super::{group_bias, spans_of};
 use crate::cpu::I8Kernel;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
 
@@ -41,7 +45,7 @@ const NB: usize = 2;
 ///
 /// # Panics
 /// If the CPU lacks avx512f, avx512bw or avx512vnni.
-pub(crate) fn gemm(
+pub(super) fn gemm<const SPAN: usize>(
     a: &[i8],
     a_scales: &[f32],
     m: usize,
@@ -54,11 +58,11 @@ pub(crate) fn gemm(
         "CPU lacks avx512f/avx512bw/avx512vnni"
     );
     // SAFETY: the required target features were detected just above.
-    unsafe { gemm_impl(a, a_scales, m, w, cols, out) }
+    unsafe { gemm_impl::<SPAN>(a, a_scales, m, w, cols, out) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn gemm_impl(
+fn gemm_impl<const SPAN: usize>(
     a: &[i8],
     a_scales: &[f32],
     m: usize,
@@ -67,20 +71,19 @@ fn gemm_impl(
     out: &mut [f32],
 ) {
     let groups = w.groups();
-    let kp = GROUP_K * groups;
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     let padded = pad_activations(a, m, w.k(), groups, 0);
     let bias = bias_of(&padded);
     for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
-        let at = r0 * groups..(r0 + rows) * groups;
         let rows_in = Rows {
             a: &padded[r0 * kp..(r0 + rows) * kp],
-            scales: &a_scales[at.clone()],
-            bias: &bias[at],
+            scales: &a_scales[r0 * spans..(r0 + rows) * spans],
+            bias: &bias[r0 * groups..(r0 + rows) * groups],
         };
         if nb == 2 {
-            by_rows::<2>(rows, &rows_in, w, b0, tile);
+            by_rows::<SPAN, 2>(rows, &rows_in, w, b0, tile);
         } else {
-            by_rows::<1>(rows, &rows_in, w, b0, tile);
+            by_rows::<SPAN, 1>(rows, &rows_in, w, b0, tile);
         }
     });
 }
@@ -88,7 +91,7 @@ fn gemm_impl(
 /// [`group_bias`] with `vpsadbw`: per 64 bytes (two groups), the sums of `a + 128` of
 /// each 8 bytes, four of them per group, less `128 · 32`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(in crate::gemm_w4) fn bias_of(padded: &[u8]) -> Vec<i32> {
+fn bias_of(padded: &[u8]) -> Vec<i32> {
     let mut out = Vec::with_capacity(padded.len() / GROUP_K);
     let (pairs, rest) = padded.as_chunks::<{ 2 * GROUP_K }>();
     let flip = _mm512_set1_epi8(i8::MIN);
@@ -108,7 +111,7 @@ pub(in crate::gemm_w4) fn bias_of(padded: &[u8]) -> Vec<i32> {
     out
 }
 
-/// A microtile's activation rows: padded values, scales and `8 Σ a` per group.
+/// A microtile's activation rows: padded values, scales per span and `8 Σ a` per group.
 struct Rows<'a> {
     a: &'a [u8],
     scales: &'a [f32],
@@ -117,7 +120,7 @@ struct Rows<'a> {
 
 /// Picks the microkernel instantiation for `rows` rows.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn by_rows<const N: usize>(
+fn by_rows<const SPAN: usize, const N: usize>(
     rows: usize,
     a: &Rows<'_>,
     w: &PackedW4Weights,
@@ -125,10 +128,10 @@ fn by_rows<const N: usize>(
     tile: &mut Tile<f32>,
 ) {
     match rows {
-        1 => micro::<1, N>(a, w, b0, tile),
-        2 => micro::<2, N>(a, w, b0, tile),
-        3 => micro::<3, N>(a, w, b0, tile),
-        4 => micro::<4, N>(a, w, b0, tile),
+        1 => micro::<SPAN, 1, N>(a, w, b0, tile),
+        2 => micro::<SPAN, 2, N>(a, w, b0, tile),
+        3 => micro::<SPAN, 3, N>(a, w, b0, tile),
+        4 => micro::<SPAN, 4, N>(a, w, b0, tile),
         _ => unreachable!("rows must be in 1..=MR"),
     }
 }
@@ -136,7 +139,7 @@ fn by_rows<const N: usize>(
 /// The stored `q + 8` of quads `v` (low nibbles) and `v + 4` (high) of one vector.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(in crate::gemm_w4) fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
+fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
     debug_assert_eq!(bytes.len(), VEC_BYTES);
     // SAFETY: `bytes` is exactly 64 readable bytes; loadu has no alignment requirement.
     let x = unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) };
@@ -150,7 +153,7 @@ pub(in crate::gemm_w4) fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
 /// The row scales of block `b` (0 for padding columns).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(in crate::gemm_w4) fn block_row_scales(w: &PackedW4Weights, b: usize) -> __m512 {
+fn block_row_scales(w: &PackedW4Weights, b: usize) -> __m512 {
     let mut d = [0f32; BLOCK];
     let all = w.row_scales();
     let start = (b * BLOCK).min(all.len());
@@ -160,17 +163,67 @@ pub(in crate::gemm_w4) fn block_row_scales(w: &PackedW4Weights, b: usize) -> __m
     unsafe { _mm512_loadu_ps(d.as_ptr()) }
 }
 
+/// The 16 sub-scales at `s` widened to i32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn sub_scales_i32(s: &[i8]) -> __m512i {
+    debug_assert_eq!(s.len(), BLOCK);
+    // SAFETY: `s` is exactly 16 readable bytes.
+    _mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(s.as_ptr().cast()) })
+}
+
+/// The 16 sub-scales at `s` as `(s, 0)` i16 pairs: `vpdpwssd` with a partial that fits
+/// an i16 (its high word 0 or −1) then adds exactly `s · partial`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn sub_scale_words(s: &[i8]) -> __m512i {
+    debug_assert_eq!(s.len(), BLOCK);
+    // SAFETY: `s` is exactly 16 readable bytes.
+    let s = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
+    _mm512_cvtepu16_epi32(s)
+}
+
+/// `Σ q a` of group `g` for `R` rows and `N` blocks (the partials start from `-8 Σ a`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn group_products<const R: usize, const N: usize>(
+    a: &Rows<'_>,
+    rows: &[&[[u8; 4]]; R],
+    blocks: &[&[u8]; N],
+    groups: usize,
+    g: usize,
+) -> [[__m512i; N]; R] {
+    let mut part: [[__m512i; N]; R] =
+        std::array::from_fn(|r| [_mm512_set1_epi32(-a.bias[r * groups + g]); N]);
+    for v in 0..VECS {
+        let wv: [(__m512i, __m512i); N] = std::array::from_fn(|j| {
+            let at = g * GROUP_BYTES + v * VEC_BYTES;
+            unpack(&blocks[j][at..at + VEC_BYTES])
+        });
+        for r in 0..R {
+            let quads = &rows[r][g * 8..g * 8 + 8];
+            let lo = _mm512_set1_epi32(i32::from_le_bytes(quads[v]));
+            let hi = _mm512_set1_epi32(i32::from_le_bytes(quads[v + VECS]));
+            for j in 0..N {
+                part[r][j] = _mm512_dpbusd_epi32(part[r][j], wv[j].0, lo);
+                part[r][j] = _mm512_dpbusd_epi32(part[r][j], wv[j].1, hi);
+            }
+        }
+    }
+    part
+}
+
 /// Computes `R` rows × `N` blocks into `tile`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn micro<const R: usize, const N: usize>(
+fn micro<const SPAN: usize, const R: usize, const N: usize>(
     a: &Rows<'_>,
     w: &PackedW4Weights,
     b0: usize,
     tile: &mut Tile<f32>,
 ) {
     let groups = w.groups();
-    let kp = GROUP_K * groups;
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     debug_assert_eq!(a.a.len(), R * kp);
     debug_assert!(N * BLOCK <= TILE_COLS);
     let blocks: [&[u8]; N] = std::array::from_fn(|j| w.block(b0 + j));
@@ -178,35 +231,39 @@ fn micro<const R: usize, const N: usize>(
     let rows: [&[[u8; 4]]; R] =
         std::array::from_fn(|r| a.a[r * kp..(r + 1) * kp].as_chunks::<4>().0);
     let mut acc = [[_mm512_setzero_ps(); N]; R];
-    for g in 0..groups {
-        let mut part: [[__m512i; N]; R] =
-            std::array::from_fn(|r| [_mm512_set1_epi32(-a.bias[r * groups + g]); N]);
-        for v in 0..VECS {
-            let wv: [(__m512i, __m512i); N] = std::array::from_fn(|j| {
-                let at = g * GROUP_BYTES + v * VEC_BYTES;
-                unpack(&blocks[j][at..at + VEC_BYTES])
-            });
-            for r in 0..R {
-                let quads = &rows[r][g * 8..g * 8 + 8];
-                let lo = _mm512_set1_epi32(i32::from_le_bytes(quads[v]));
-                let hi = _mm512_set1_epi32(i32::from_le_bytes(quads[v + VECS]));
-                for j in 0..N {
-                    part[r][j] = _mm512_dpbusd_epi32(part[r][j], wv[j].0, lo);
-                    part[r][j] = _mm512_dpbusd_epi32(part[r][j], wv[j].1, hi);
+    for span in 0..spans {
+        let mut sum = [[_mm512_setzero_si512(); N]; R];
+        for g in span * SPAN..((span + 1) * SPAN).min(groups) {
+            let part = group_products(a, &rows, &blocks, groups, g);
+            let at = g * BLOCK..(g + 1) * BLOCK;
+            if SPAN == 1 {
+                let s: [__m512; N] = std::array::from_fn(|j| {
+                    _mm512_cvtepi32_ps(sub_scales_i32(&subs[j][at.clone()]))
+                });
+                for r in 0..R {
+                    let a_scale = _mm512_set1_ps(a.scales[r * spans + span]);
+                    for j in 0..N {
+                        let scale = _mm512_mul_ps(s[j], a_scale);
+                        let dot = _mm512_cvtepi32_ps(part[r][j]);
+                        acc[r][j] = _mm512_fmadd_ps(dot, scale, acc[r][j]);
+                    }
+                }
+            } else {
+                let s: [__m512i; N] =
+                    std::array::from_fn(|j| sub_scale_words(&subs[j][at.clone()]));
+                for r in 0..R {
+                    for j in 0..N {
+                        sum[r][j] = _mm512_dpwssd_epi32(sum[r][j], part[r][j], s[j]);
+                    }
                 }
             }
         }
-        let s: [__m512; N] = std::array::from_fn(|j| {
-            let s = &subs[j][g * BLOCK..(g + 1) * BLOCK];
-            // SAFETY: `s` is exactly 16 readable bytes.
-            let s = _mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
-            _mm512_cvtepi32_ps(s)
-        });
-        for r in 0..R {
-            let a_scale = _mm512_set1_ps(a.scales[r * groups + g]);
-            for j in 0..N {
-                let scale = _mm512_mul_ps(s[j], a_scale);
-                acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(part[r][j]), scale, acc[r][j]);
+        if SPAN > 1 {
+            for r in 0..R {
+                let a_scale = _mm512_set1_ps(a.scales[r * spans + span]);
+                for j in 0..N {
+                    acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][j]), a_scale, acc[r][j]);
+                }
             }
         }
     }
