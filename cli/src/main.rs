@@ -13,6 +13,7 @@ mod output;
 mod profile;
 mod progress;
 mod real;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -57,6 +58,9 @@ enum Command {
     Profile(profile::ProfileArgs),
     /// Measure this machine's streaming-read memory bandwidth (the decode speed limit).
     BenchMemory(bench_memory::BenchMemoryArgs),
+    /// Serve the model over HTTP: OpenAI-compatible chat completions and completions,
+    /// streamed as server-sent events, with /health and Prometheus /metrics.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Command::Scenes(args) => offline::scenes(args),
         Command::Profile(args) => profile::profile(args),
         Command::BenchMemory(args) => bench_memory::bench_memory(args),
+        Command::Serve(args) => serve::serve(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
