@@ -172,8 +172,14 @@ fn eval_decode_heads(
 ) -> Result<(), CliError> {
     use hetsched::exec::generate::DecodePath;
     use hetsched::exec::generate::decode_eval::decode_perplexity;
-    let own = decode_perplexity(model, options, DecodePath::Direct, tokens, windows)?;
-    let int8 = decode_perplexity(model, options, DecodePath::DirectInt8Head, tokens, windows)?;
+    let own = decode_perplexity(
+        model,
+        options,
+        DecodePath::DirectOwnWidthHead,
+        tokens,
+        windows,
+    )?;
+    let int8 = decode_perplexity(model, options, DecodePath::Direct, tokens, windows)?;
     let report = DecodeHeadsReport {
         precision: model.precision.as_str(),
         ctx: windows.ctx,

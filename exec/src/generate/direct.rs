@@ -4,9 +4,9 @@
 //! over the KV cache, FFN), then the head. The arithmetic is the prefill's, operator for
 //! operator (the same quantize rules, INT8 products, outlier shadow and dequantize), so
 //! the step continues a scheduled prefill's cache exactly as a scheduled step would.
-//! One choice differs where the session asks for it: the head at the model's own width
-//! ([`QuantizedHead`]: INT8 for W8A8 models, 4-bit for W4A8 ones), since a token's step
-//! otherwise streams the f32 head (as many bytes as every INT8 layer together). The
+//! One choice differs where the session asks for it: a quantized head ([`QuantizedHead`]:
+//! INT8, or 4-bit for W4A8 models on request), since a token's step otherwise streams
+//! the f32 head (as many bytes as every INT8 layer together). The
 //! kernels' time of each step (the linears' and attention's parallel regions) is kept
 //! in [`DecodeBuffers`], so that what a step spends outside them is known.
 
