@@ -4,12 +4,16 @@
 //! over the KV cache, FFN), then the head. The arithmetic is the prefill's, operator for
 //! operator (the same quantize rules, INT8 products, outlier shadow and dequantize), so
 //! the step continues a scheduled prefill's cache exactly as a scheduled step would.
-//! One choice differs where the session asks for it: the head as an INT8 linear
-//! ([`int8_head`]) for INT8 models, since a token's step otherwise streams the f32 head
-//! (as many bytes as every INT8 layer together).
+//! One choice differs where the session asks for it: a quantized head ([`QuantizedHead`]:
+//! INT8, or 4-bit for W4A8 models on request), since a token's step otherwise streams
+//! the f32 head (as many bytes as every INT8 layer together). The
+//! kernels' time of each step (the linears' and attention's parallel regions) is kept
+//! in [`DecodeBuffers`], so that what a step spends outside them is known.
+
+use std::time::Instant;
 
 use hetsched_kernels::reference::quantize_weights_per_row;
-use hetsched_kernels::{PackedI8Weights, rms_norm};
+use hetsched_kernels::{PackedI8Weights, PackedW4Weights, rms_norm};
 use hetsched_systems::op::{Block, Projection};
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
@@ -18,17 +22,56 @@ use super::linears::{self, Input, Matrix};
 use crate::family::{self, gated, norm_rows};
 use crate::state::KvCache;
 use crate::values::quantize;
-use crate::{ExecError, ExecModel, LayerWeights, LinearWeights, QuantRule};
+use crate::{ExecError, ExecModel, LayerWeights, LinearPrecision, LinearWeights, QuantRule};
 
-/// The LM head as a W8A8 linear (INT8 weights with a scale per vocabulary row, the
-/// activation quantized per tensor), the arithmetic the model's other linears use.
-pub fn int8_head(model: &ExecModel) -> LinearWeights {
-    let (n, k) = (model.output.n(), model.output.k());
-    let (q, scales) = quantize_weights_per_row(&model.output.to_rows(), n, k);
-    LinearWeights::Int8 {
-        packed: PackedI8Weights::pack(&q, n, k),
-        scales,
-        shadow: None,
+/// The LM head quantized for direct decode steps, and how its input is quantized.
+#[derive(Debug)]
+pub struct QuantizedHead {
+    /// The head's weights.
+    pub weights: LinearWeights,
+    /// The quantization of the final-normed hidden state it multiplies.
+    pub rule: QuantRule,
+}
+
+impl QuantizedHead {
+    /// The head as a W8A8 linear (INT8 weights with a scale per vocabulary row, the
+    /// activation quantized per tensor), the arithmetic the model's other linears use.
+    pub fn int8(model: &ExecModel) -> Self {
+        let (n, k) = (model.output.n(), model.output.k());
+        let (q, scales) = quantize_weights_per_row(&model.output.to_rows(), n, k);
+        Self {
+            weights: LinearWeights::Int8 {
+                packed: PackedI8Weights::pack(&q, n, k),
+                scales,
+                shadow: None,
+            },
+            rule: QuantRule::MaxAbs,
+        }
+    }
+
+    /// The head at the model's own width: 4-bit for the W4A8 precisions (the weights
+    /// quantized as every other W4 linear, the activation as the precision quantizes its
+    /// linears' inputs: per group of 32, of 128, or per tensor), INT8 for W8A8 ones,
+    /// `None` for f32 (whose head stays f32).
+    pub fn own_width(model: &ExecModel) -> Option<Self> {
+        let (n, k) = (model.output.n(), model.output.k());
+        let rule = match model.precision {
+            LinearPrecision::F32 => return None,
+            LinearPrecision::W8a8 | LinearPrecision::W8a8Shadow => return Some(Self::int8(model)),
+            LinearPrecision::W4a8G32 => QuantRule::Groups,
+            LinearPrecision::W4a8G128 => QuantRule::Groups128 { width: k },
+            LinearPrecision::W4a8 | LinearPrecision::W4a8Shadow => QuantRule::MaxAbs,
+        };
+        let weights = LinearWeights::Int4 {
+            packed: PackedW4Weights::quantize(&model.output.to_rows(), n, k),
+            shadow: None,
+        };
+        Some(Self { weights, rule })
+    }
+
+    /// Bytes of the weights a step reads.
+    pub fn bytes(&self) -> u64 {
+        self.weights.bytes()
     }
 }
 
@@ -43,15 +86,33 @@ pub struct DecodeBuffers {
     gate: Vec<f32>,
     up: Vec<f32>,
     out: Vec<f32>,
+    /// Wall time inside the kernels' parallel regions (the linears' products and
+    /// attention), summed over steps, ns.
+    kernel_ns: u64,
+}
+
+impl DecodeBuffers {
+    /// Wall time the steps run with these buffers spent inside the kernels' parallel
+    /// regions (the linears and attention, fork and join included), ns.
+    pub fn kernel_ns(&self) -> u64 {
+        self.kernel_ns
+    }
+}
+
+/// `f()`, its wall time added to `kernel_ns`.
+fn timed<T>(kernel_ns: &mut u64, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    *kernel_ns += started.elapsed().as_nanos() as u64;
+    out
 }
 
 /// Feeds `token` at `position` (the caches hold positions `0..position` and have room
-/// for one more) and returns the logits of the next token, from `head` if given (an
-/// [`int8_head`]) or the model's f32 head. Runs on the current pool; `buffers` are
-/// reused across steps.
+/// for one more) and returns the logits of the next token, from `head` if given or the
+/// model's f32 head. Runs on the current pool; `buffers` are reused across steps.
 pub fn decode_step(
     model: &ExecModel,
-    head: Option<&LinearWeights>,
+    head: Option<&QuantizedHead>,
     caches: &mut [KvCache],
     token: u32,
     position: usize,
@@ -75,17 +136,15 @@ pub fn decode_step(
     }
     let normed = norm(model, &x, &model.output_norm);
     let (head, rule) = match head {
-        Some(head) => (Matrix::Linear(head), QuantRule::MaxAbs),
+        Some(head) => (Matrix::Linear(&head.weights), head.rule.clone()),
         None => (Matrix::F32(&model.output), QuantRule::PassThrough),
     };
     buffers.input.set(quantize(normed, rule));
     let mut logits = vec![0f32; head.n()];
-    linears::project(
-        &buffers.input,
-        &[head],
-        &mut [&mut logits],
-        &model.shadow_counters,
-    )?;
+    let (input, counters) = (&buffers.input, &model.shadow_counters);
+    timed(&mut buffers.kernel_ns, || {
+        linears::project(input, &[head], &mut [&mut logits], counters)
+    })?;
     crate::take_logits(&parking_lot::Mutex::new(Some(logits)))
 }
 
@@ -135,7 +194,9 @@ fn attention_block(
         sized(&mut b.k, k.n()),
         sized(&mut b.v, v.n()),
     ];
-    linears::project(&b.input, &[q, k, v], &mut outs, counters)?;
+    timed(&mut b.kernel_ns, || {
+        linears::project(&b.input, &[q, k, v], &mut outs, counters)
+    })?;
     let here = position..position + 1;
     family::finish_queries(model, layer, &mut b.q);
     model
@@ -152,10 +213,15 @@ fn attention_block(
     }
     cache.k[span.clone()].copy_from_slice(&b.k);
     cache.v[span].copy_from_slice(&b.v);
-    let attn = attend(model, &b.q, cache, position + 1, c.window_of(layer));
+    let window = c.window_of(layer);
+    let attn = timed(&mut b.kernel_ns, || {
+        attend(model, &b.q, cache, position + 1, window)
+    });
     prepare(model, layer, ShadowSite::O, attn, b);
     let out = sized(&mut b.out, o.n());
-    linears::project(&b.input, &[o], &mut [out], counters)?;
+    timed(&mut b.kernel_ns, || {
+        linears::project(&b.input, &[o], &mut [out], counters)
+    })?;
     let delta = post_normed(model, w, Block::Attention, std::mem::take(&mut b.out));
     let added = add_finite(x, &delta, layer, "attention", position);
     b.out = delta;
@@ -182,11 +248,15 @@ fn ffn_block(
     let [gate, up, down] = [Projection::Gate, Projection::Up, Projection::Down]
         .map(|p| Matrix::Linear(w.projection(p)));
     let mut outs = [sized(&mut b.gate, gate.n()), sized(&mut b.up, up.n())];
-    linears::project(&b.input, &[gate, up], &mut outs, counters)?;
+    timed(&mut b.kernel_ns, || {
+        linears::project(&b.input, &[gate, up], &mut outs, counters)
+    })?;
     let hidden = gated(model.config.family.activation, &b.gate, &b.up);
     prepare(model, layer, ShadowSite::Down, hidden, b);
     let out = sized(&mut b.out, down.n());
-    linears::project(&b.input, &[down], &mut [out], counters)?;
+    timed(&mut b.kernel_ns, || {
+        linears::project(&b.input, &[down], &mut [out], counters)
+    })?;
     let delta = post_normed(model, w, Block::FeedForward, std::mem::take(&mut b.out));
     let added = add_finite(x, &delta, layer, "feed-forward", position);
     b.out = delta;

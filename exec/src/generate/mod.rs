@@ -36,7 +36,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod bandwidth;
 mod chat;
+pub mod decode_eval;
 mod decode_run;
 mod direct;
 mod error;
@@ -49,9 +51,9 @@ mod text;
 mod turn;
 
 pub use chat::{ChatForm, ChatTemplate};
-pub use direct::{DecodeBuffers, decode_step, int8_head};
+pub use direct::{DecodeBuffers, QuantizedHead, decode_step};
 pub use error::GenerateError;
 pub use sampling::{Sampler, Sampling, argmax};
-pub use session::{DecodePath, DecodeTime, Session};
+pub use session::{DecodePath, DecodeTime, Session, WeightBytes};
 pub use text::{Pushed, TextStream};
 pub use turn::{FinishReason, GenerateOptions, Generated};

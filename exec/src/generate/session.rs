@@ -27,7 +27,7 @@ use hetsched_systems::{
 use parking_lot::RwLock;
 
 use super::decode_run::DecodeRun;
-use super::direct;
+use super::direct::{self, QuantizedHead};
 use super::error::GenerateError;
 use super::gpu::GpuLane;
 use super::inline::InlineQueue;
@@ -44,12 +44,32 @@ pub enum DecodePath {
     /// Each step a one-token plan through the engine and the queues (subgraph instances
     /// resolved and dispatched by the scheduler's systems).
     Scheduled,
-    /// Each step one chain of the same kernels on the session's pool; an INT8 model's
-    /// head runs as an INT8 linear too ([`super::int8_head`]).
+    /// Each step one chain of the same kernels on the session's pool; a quantized
+    /// model's head runs as an INT8 linear ([`QuantizedHead::int8`]).
     #[default]
     Direct,
     /// [`DecodePath::Direct`] with the model's f32 head.
     DirectF32Head,
+    /// [`DecodePath::Direct`] with the head at the model's own width
+    /// ([`QuantizedHead::own_width`]: 4-bit for W4A8). Not the default: on SmolLM2 a
+    /// 4-bit head reads 8% higher perplexity than the INT8 head (docs/generation.md).
+    DirectOwnWidthHead,
+}
+
+/// Weight bytes one decode step reads: every layer's linears, and the head.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WeightBytes {
+    /// The decoder layers' linears (packed values and their scales).
+    pub layers: u64,
+    /// The LM head as the step runs it.
+    pub head: u64,
+}
+
+impl WeightBytes {
+    /// Layers and head.
+    pub fn total(self) -> u64 {
+        self.layers + self.head
+    }
 }
 
 /// Time spent in decode steps.
@@ -60,7 +80,8 @@ pub struct DecodeTime {
     /// Wall time of the steps, ns.
     pub wall_ns: u64,
     /// Of which the stages themselves ran (scheduled steps; the rest is the scheduler's
-    /// and the queues' overhead), ns. Direct steps count entirely.
+    /// and the queues' overhead), or the kernels' parallel regions (direct steps; the rest
+    /// is norms, activation quantization, RoPE and the residual adds), ns.
     pub busy_ns: u64,
 }
 
@@ -136,8 +157,8 @@ pub struct Session {
     /// With [`GpuUse::Resident`]: the weights and KV cache on the GPU, where every run
     /// of the session goes (the host `caches` stay empty).
     gpu: Option<GpuLane>,
-    /// The INT8 head of direct steps of an INT8 model.
-    head: Option<LinearWeights>,
+    /// The quantized head of direct steps (none: the model's f32 head).
+    head: Option<QuantizedHead>,
     buffers: direct::DecodeBuffers,
     decode_time: DecodeTime,
 }
@@ -194,8 +215,13 @@ impl Session {
                 reason: e.to_string(),
             })?;
         let layers = model.layers.len();
-        let head = (path == DecodePath::Direct && model.precision != LinearPrecision::F32)
-            .then(|| direct::int8_head(&model));
+        let head = match path {
+            DecodePath::Direct => {
+                (model.precision != LinearPrecision::F32).then(|| QuantizedHead::int8(&model))
+            }
+            DecodePath::DirectOwnWidthHead => QuantizedHead::own_width(&model),
+            DecodePath::DirectF32Head | DecodePath::Scheduled => None,
+        };
         Ok(Self {
             head,
             model,
@@ -263,6 +289,24 @@ impl Session {
     /// Time spent in decode steps so far.
     pub fn decode_time(&self) -> DecodeTime {
         self.decode_time
+    }
+
+    /// Weight bytes one decode step reads: the layers' linears, and the head the
+    /// session's decode path runs (quantized, or the model's f32 head). The outlier
+    /// shadow's float rows are not counted (read only for outlier channels).
+    pub fn weight_bytes_per_token(&self) -> WeightBytes {
+        let layers = self.model.layers.iter();
+        let head = match &self.head {
+            Some(head) => head.bytes(),
+            None => 4 * (self.model.output.n() * self.model.output.k()) as u64,
+        };
+        WeightBytes {
+            layers: layers
+                .flat_map(|l| &l.linears)
+                .map(LinearWeights::bytes)
+                .sum(),
+            head,
+        }
     }
 
     /// Makes room in the KV cache for `positions` positions in all (it grows in place;
@@ -352,8 +396,9 @@ impl Session {
                     .map(|s| s.end_ns.saturating_sub(s.start_ns))
                     .sum()
             }
-            DecodePath::Direct | DecodePath::DirectF32Head => {
+            DecodePath::Direct | DecodePath::DirectF32Head | DecodePath::DirectOwnWidthHead => {
                 let position = self.tokens.len();
+                let kernel_ns = self.buffers.kernel_ns();
                 let caches = self.caches.as_mut().ok_or_else(broken)?;
                 let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
                 let logits = self.pool.install(|| {
@@ -361,7 +406,7 @@ impl Session {
                 })?;
                 self.tokens.push(token);
                 self.logits = Some(logits);
-                started.elapsed().as_nanos() as u64
+                self.buffers.kernel_ns() - kernel_ns
             }
         };
         self.decode_time.steps += 1;

@@ -1,12 +1,15 @@
-//! AVX2 W4A8 GEMM with activation scales per 128 inputs.
+//! AVX2 variant.
 //!
-//! A group's product is formed as in [`super::super::gemm_w4_grouped`]'s AVX2 kernel
-//! (both operands widened to i16, `vpmaddwd`, two partial sums per column folded with
-//! `vphaddd`); it is multiplied by the sub-scales in i32 (`vpmulld`) and added to the
-//! activation group's i32 sum, which is converted and fused-multiply-added with the
-//! row's activation scale after the group's (up to) four weight groups. Same operations
-//! and order as [`super::scalar`]: bit-identical results. Needs FMA besides AVX2; a CPU
-//! without it runs the scalar variant.
+//! The integer products are those of [`super::super::gemm_w4`]'s AVX2 kernel (both
+//! operands widened to i16, `vpmaddwd`, two partial sums per column folded with
+//! `vphaddd`). `SPAN = 1`: each group's product is converted to f32 and
+//! fused-multiply-added with the sub-scales times the group's activation scale.
+//! `SPAN > 1`: the products are multiplied by the sub-scales in i32 (`vpmulld`) and
+//! added to the span's i32 sum, converted and fused-multiply-added with the span's
+//! activation scale after its groups. The row scales multiply the accumulators at the
+//! end. Same operations and order as [`super::scalar`]: bit-identical results. Needs
+//! FMA besides AVX2 (every AVX2 CPU of note has it); a CPU without it runs the scalar
+//! variant.
 
 // reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
 // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
@@ -15,10 +18,10 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::super::grouped::avx2::{fold_pairs, unpack};
-use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
+use super::super::avx2_groups::{fold_pairs, group_pairs};
+use super::super::packed::{PackedW4Weights, pad_activations};
 use super::super::quant::GROUP_K;
-use super::{SPAN, act_groups};
+use super::spans_of;
 use crate::cpu::I8Kernel;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
 
@@ -32,7 +35,7 @@ const HALF: usize = BLOCK / 2;
 ///
 /// # Panics
 /// If the CPU lacks avx2.
-pub(crate) fn gemm(
+pub(super) fn gemm<const SPAN: usize>(
     a: &[i8],
     a_scales: &[f32],
     m: usize,
@@ -42,14 +45,14 @@ pub(crate) fn gemm(
 ) {
     assert!(I8Kernel::Avx2.is_available(), "CPU lacks avx2");
     if !is_x86_feature_detected!("fma") {
-        return super::scalar::gemm(a, a_scales, m, w, cols, out);
+        return super::scalar::gemm::<SPAN>(a, a_scales, m, w, cols, out);
     }
     // SAFETY: avx2 and fma were detected just above.
-    unsafe { gemm_impl(a, a_scales, m, w, cols, out) }
+    unsafe { gemm_impl::<SPAN>(a, a_scales, m, w, cols, out) }
 }
 
 #[target_feature(enable = "avx2,fma")]
-fn gemm_impl(
+fn gemm_impl<const SPAN: usize>(
     a: &[i8],
     a_scales: &[f32],
     m: usize,
@@ -57,16 +60,16 @@ fn gemm_impl(
     cols: Range<usize>,
     out: &mut [f32],
 ) {
-    let (groups, spans) = (w.groups(), act_groups(w.k()));
-    let kp = GROUP_K * groups;
+    let groups = w.groups();
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     let padded = pad_activations(a, m, w.k(), groups, 0);
     for_each_tile(m, cols, out, MR, 1, |r0, rows, b0, _nb, tile| {
         let a_rows = &padded[r0 * kp..(r0 + rows) * kp];
         let scales = &a_scales[r0 * spans..(r0 + rows) * spans];
         for half in 0..2 {
             match rows {
-                1 => micro::<1>((a_rows, scales), w, b0, half, tile),
-                2 => micro::<2>((a_rows, scales), w, b0, half, tile),
+                1 => micro::<SPAN, 1>((a_rows, scales), w, b0, half, tile),
+                2 => micro::<SPAN, 2>((a_rows, scales), w, b0, half, tile),
                 _ => unreachable!("rows must be in 1..=MR"),
             }
         }
@@ -82,30 +85,14 @@ fn group_products<const R: usize>(
     g: usize,
     half: usize,
 ) -> [__m256i; R] {
-    let mut part = [[_mm256_setzero_si256(); 2]; R];
-    for v in 0..VECS {
-        let at = g * GROUP_BYTES + v * VEC_BYTES + half * 32;
-        let wv = unpack(&block[at..at + 32]);
-        for r in 0..R {
-            let quads = &rows[r][g * 8..g * 8 + 8];
-            let lo = _mm256_cvtepi8_epi16(_mm_set1_epi32(i32::from_le_bytes(quads[v])));
-            let hi = _mm256_cvtepi8_epi16(_mm_set1_epi32(i32::from_le_bytes(quads[v + VECS])));
-            for q in 0..2 {
-                let sum = _mm256_add_epi32(
-                    _mm256_madd_epi16(wv[q], lo),
-                    _mm256_madd_epi16(wv[2 + q], hi),
-                );
-                part[r][q] = _mm256_add_epi32(part[r][q], sum);
-            }
-        }
-    }
+    let part = group_pairs(block, rows, g, half);
     std::array::from_fn(|r| fold_pairs(part[r][0], part[r][1]))
 }
 
 /// Computes `R` rows × half `half` (8 columns) of block `b0` into `tile`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn micro<const R: usize>(
+fn micro<const SPAN: usize, const R: usize>(
     (a_rows, scales): (&[u8], &[f32]),
     w: &PackedW4Weights,
     b0: usize,
@@ -113,7 +100,7 @@ fn micro<const R: usize>(
     tile: &mut Tile<f32>,
 ) {
     let groups = w.groups();
-    let (kp, spans) = (GROUP_K * groups, act_groups(w.k()));
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     debug_assert_eq!(a_rows.len(), R * kp);
     let (block, subs) = (w.block(b0), w.block_sub_scales(b0));
     let rows: [&[[u8; 4]]; R] =
@@ -126,13 +113,23 @@ fn micro<const R: usize>(
             let at = g * BLOCK + half * HALF;
             let s8: [u8; HALF] = std::array::from_fn(|i| subs[at + i] as u8);
             let s = _mm256_cvtepi8_epi32(_mm_set_epi64x(0, i64::from_le_bytes(s8)));
-            for r in 0..R {
-                sum[r] = _mm256_add_epi32(sum[r], _mm256_mullo_epi32(dots[r], s));
+            if SPAN == 1 {
+                let s = _mm256_cvtepi32_ps(s);
+                for r in 0..R {
+                    let scale = _mm256_mul_ps(s, _mm256_set1_ps(scales[r * spans + span]));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
+                }
+            } else {
+                for r in 0..R {
+                    sum[r] = _mm256_add_epi32(sum[r], _mm256_mullo_epi32(dots[r], s));
+                }
             }
         }
-        for r in 0..R {
-            let a_scale = _mm256_set1_ps(scales[r * spans + span]);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), a_scale, acc[r]);
+        if SPAN > 1 {
+            for r in 0..R {
+                let a_scale = _mm256_set1_ps(scales[r * spans + span]);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), a_scale, acc[r]);
+            }
         }
     }
     let mut d = [0f32; HALF];

@@ -1,15 +1,15 @@
-//! Portable scalar group-scaled W4A8 GEMM over [`PackedW4Weights`]: the fallback
-//! variant, and the definition of the operation order the SIMD variants repeat (so all
-//! of them agree bit for bit).
+//! Portable scalar variant: the fallback, and the definition of the operation order the
+//! SIMD variants repeat (so all of them agree bit for bit).
 
 use std::ops::Range;
 
 use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
 use super::super::quant::GROUP_K;
+use super::spans_of;
 use crate::tiling::{BLOCK, for_each_tile};
 
 /// `out[m, cols]` (compact tile), scalar. Shapes are checked by the caller.
-pub(crate) fn gemm(
+pub(super) fn gemm<const SPAN: usize>(
     a: &[i8],
     a_scales: &[f32],
     m: usize,
@@ -18,19 +18,29 @@ pub(crate) fn gemm(
     out: &mut [f32],
 ) {
     let groups = w.groups();
-    let kp = GROUP_K * groups;
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     let padded = pad_activations(a, m, w.k(), groups, 0);
     for_each_tile(m, cols, out, 1, 1, |r0, _rows, b0, _nb, tile| {
         let a_row = &padded[r0 * kp..(r0 + 1) * kp];
-        let a_s = &a_scales[r0 * groups..(r0 + 1) * groups];
+        let a_s = &a_scales[r0 * spans..(r0 + 1) * spans];
         let (block, subs) = (w.block(b0), w.block_sub_scales(b0));
         for (c, out) in tile[..BLOCK].iter_mut().enumerate() {
             let mut acc = 0f32;
-            for g in 0..groups {
-                let dot = group_dot(block, a_row, g, c);
-                // |dot| <= 32 · 128 · 8: exact in f32.
-                let scale = f32::from(subs[g * BLOCK + c]) * a_s[g];
-                acc = (dot as f32).mul_add(scale, acc);
+            for (span, &a_scale) in a_s.iter().enumerate() {
+                let span_groups = span * SPAN..((span + 1) * SPAN).min(groups);
+                if SPAN == 1 {
+                    let g = span;
+                    // |dot| <= 32 · 128 · 8: exact in f32.
+                    let dot = group_dot(block, a_row, g, c);
+                    let scale = f32::from(subs[g * BLOCK + c]) * a_scale;
+                    acc = (dot as f32).mul_add(scale, acc);
+                } else {
+                    // Exact: at most 4 · 127 · 32 · 127 · 8 < 2²⁴ (the g128 module docs).
+                    let sum: i32 = span_groups
+                        .map(|g| i32::from(subs[g * BLOCK + c]) * group_dot(block, a_row, g, c))
+                        .sum();
+                    acc = (sum as f32).mul_add(a_scale, acc);
+                }
             }
             let j = b0 * BLOCK + c;
             *out = acc * w.row_scales().get(j).copied().unwrap_or(0.0);
@@ -40,7 +50,7 @@ pub(crate) fn gemm(
 
 /// `Σ_{p ∈ g} a[p] · q[c, p]` of group `g` and column `c` (within its block) of a packed
 /// block, over a zero-padded activation row `a_row`.
-pub(in crate::gemm_w4) fn group_dot(block: &[u8], a_row: &[u8], g: usize, c: usize) -> i32 {
+fn group_dot(block: &[u8], a_row: &[u8], g: usize, c: usize) -> i32 {
     let bytes = &block[g * GROUP_BYTES..(g + 1) * GROUP_BYTES];
     let a_g = &a_row[g * GROUP_K..(g + 1) * GROUP_K];
     let mut dot = 0i32;
