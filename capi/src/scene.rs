@@ -146,6 +146,29 @@ pub unsafe extern "C" fn hs_scene_from_toml(
     })
 }
 
+/// Replaces a part of the scene with the one in the TOML file `path`, with the scene
+/// loader's checks; on failure the scene is unchanged.
+fn set_part_from_file(
+    scene: *const hs_scene,
+    path: *const c_char,
+    part: Part,
+) -> Result<(), CapiError> {
+    // SAFETY: the exported callers' contract: `path` is NULL or NUL-terminated.
+    let path = Path::new(unsafe { str_arg(path, "path") }?);
+    with_scene(scene, |s| {
+        match part {
+            Part::Device => s.device = Scene::load_device(path).map_err(CapiError::Load)?,
+            Part::Model => s.model = Scene::load_model(path).map_err(CapiError::Load)?,
+        }
+        Ok(())
+    })
+}
+
+enum Part {
+    Device,
+    Model,
+}
+
 /// Replaces the scene's device profile with the one in the TOML file `path` (the
 /// caller's, only read). On failure the scene is unchanged.
 ///
@@ -156,14 +179,7 @@ pub unsafe extern "C" fn hs_scene_set_device_file(
     scene: *const hs_scene,
     path: *const c_char,
 ) -> hs_status {
-    guarded(|| {
-        // SAFETY: the contract above.
-        let path = unsafe { str_arg(path, "path") }?;
-        with_scene(scene, |s| {
-            s.device = Scene::load_device(Path::new(path)).map_err(CapiError::Load)?;
-            Ok(())
-        })
-    })
+    guarded(|| set_part_from_file(scene, path, Part::Device))
 }
 
 /// Replaces the scene's model description with the one in the TOML file `path` (the
@@ -176,14 +192,7 @@ pub unsafe extern "C" fn hs_scene_set_model_file(
     scene: *const hs_scene,
     path: *const c_char,
 ) -> hs_status {
-    guarded(|| {
-        // SAFETY: the contract above.
-        let path = unsafe { str_arg(path, "path") }?;
-        with_scene(scene, |s| {
-            s.model = Scene::load_model(Path::new(path)).map_err(CapiError::Load)?;
-            Ok(())
-        })
-    })
+    guarded(|| set_part_from_file(scene, path, Part::Model))
 }
 
 /// Sets the workload: the prompt's tokens and the chunk length (both > 0; the plan

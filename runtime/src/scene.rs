@@ -216,6 +216,16 @@ enum Source {
 }
 
 impl Source {
+    /// Reads the file `path` on its own (a device profile, a model description).
+    fn read_alone(path: &Path) -> Result<(String, String), SceneError> {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Source::Disk(dir).read(&name)
+    }
+
     fn read(&self, relative: &str) -> Result<(String, String), SceneError> {
         match self {
             Source::Disk(dir) => {
@@ -321,12 +331,7 @@ impl Scene {
     /// scene loader's checks: TOML errors with file:line:column, unknown keys rejected,
     /// rates and latencies in range.
     pub fn load_device(path: &Path) -> Result<DeviceProfile, SceneError> {
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let (shown, text) = Source::Disk(dir).read(&name)?;
+        let (shown, text) = Source::read_alone(path)?;
         let device: DeviceProfile = parse(&shown, &text)?;
         device.validate()?;
         Ok(device)
@@ -336,12 +341,7 @@ impl Scene {
     /// loader's checks: TOML errors with file:line:column, unknown keys rejected, sizes
     /// within the limits.
     pub fn load_model(path: &Path) -> Result<ModelConfig, SceneError> {
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let (shown, text) = Source::Disk(dir).read(&name)?;
+        let (shown, text) = Source::read_alone(path)?;
         let model: ModelConfig = parse(&shown, &text)?;
         check_model(&model)?;
         Ok(model)
