@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use hetsched_import::limits::{self, LimitError};
+use hetsched_limits::{self as limits, LimitError};
 
 /// The scene `hetsched simulate` runs when none is given.
 pub const DEFAULT_SCENE: &str = "qwen1.5-1.8b-xiaomi14";
