@@ -97,8 +97,8 @@ const BACKGROUND: &str = "The history of the printing press begins with movable 
 #[test]
 fn an_interactive_request_preempts_a_background_prefill_without_changing_tokens() {
     let engine = engine(EngineLimits::default());
-    let background = spec(BACKGROUND, 6, Priority::Background);
-    let interactive = spec("The capital of France is", 4, Priority::Interactive);
+    let background = spec(BACKGROUND, 6, Priority::BACKGROUND);
+    let interactive = spec("The capital of France is", 4, Priority::INTERACTIVE);
     assert!(background.prompt.len() >= 48, "a prefill of several chunks");
     let bg_alone = alone(&engine, background.clone());
     let fg_alone = alone(&engine, interactive.clone());
@@ -117,7 +117,7 @@ fn an_interactive_request_preempts_a_background_prefill_without_changing_tokens(
         "the interactive request ends before the background prefill does"
     );
     let m = fg.metrics.unwrap();
-    assert_eq!((m.priority, m.generated_tokens), (Priority::Interactive, 4));
+    assert_eq!((m.priority, m.generated_tokens), (Priority::INTERACTIVE, 4));
     assert!(
         m.ttft_ms > 0.0 && m.e2e_ms >= m.ttft_ms && m.tpot_ms > 0.0,
         "{m:?}"
@@ -130,7 +130,7 @@ fn an_interactive_request_preempts_a_background_prefill_without_changing_tokens(
 #[test]
 fn samples_of_one_request_decode_together() {
     let engine = engine(EngineLimits::default());
-    let one = spec("Once upon a time", 5, Priority::Interactive);
+    let one = spec("Once upon a time", 5, Priority::INTERACTIVE);
     let single = alone(&engine, one.clone());
     let three = RequestSpec { n: 3, ..one };
     let out = collect(engine.submit(three).unwrap(), 3);
@@ -148,7 +148,7 @@ fn samples_of_one_request_decode_together() {
 fn cancel_frees_the_caches_and_twice_is_an_error() {
     let engine = engine(EngineLimits::default());
     let handle = engine
-        .submit(spec(BACKGROUND, 200, Priority::Background))
+        .submit(spec(BACKGROUND, 200, Priority::BACKGROUND))
         .unwrap();
     handle.cancel().unwrap();
     assert_eq!(handle.cancel(), Err(CancelError::NotLive(handle.id())));
@@ -164,7 +164,7 @@ fn cancel_frees_the_caches_and_twice_is_an_error() {
 fn admission_refuses_or_queues_by_the_kv_budget() {
     let l = loaded();
     let c = &l.w8a8.config;
-    let request = spec("Hello there", 4, Priority::Interactive);
+    let request = spec("Hello there", 4, Priority::INTERACTIVE);
     let one = kv_bytes(&request, l.w8a8.layers.len(), c.kv_dim());
     let refusing = engine(EngineLimits {
         kv_budget_bytes: one,
@@ -210,7 +210,7 @@ fn admission_refuses_or_queues_by_the_kv_budget() {
 #[test]
 fn bad_requests_are_refused_before_they_run() {
     let engine = engine(EngineLimits::default());
-    let good = spec("Hi", 4, Priority::Interactive);
+    let good = spec("Hi", 4, Priority::INTERACTIVE);
     let cases = [
         RequestSpec {
             prompt: Vec::new(),

@@ -7,7 +7,7 @@
 //! own per sample. Each turn of the engine's loop
 //! 1. takes new requests and cancels, admits waiting requests whose KV caches now fit;
 //! 2. runs one prefill chunk (`chunk_len` tokens, a scheduled run) of the most urgent
-//!    request still in its prefill: interactive before background, then by arrival, so
+//!    request still in its prefill: the highest priority class, then by arrival, so
 //!    an interactive request preempts a background prefill at the next chunk boundary
 //!    and the background request resumes where it was (its cache keeps every chunk);
 //! 3. runs one batched decode step of every sequence that is decoding, across requests
@@ -48,7 +48,7 @@
 //! let spec = RequestSpec {
 //!     prompt: tokenizer.encode("The capital of France is")?,
 //!     max_tokens: 16,
-//!     priority: Priority::Interactive,
+//!     priority: Priority::INTERACTIVE,
 //!     ..RequestSpec::default()
 //! };
 //! let handle = engine.submit(spec)?;
@@ -82,20 +82,7 @@ use super::{FinishReason, Sampling, Session};
 use crate::{ExecError, ExecModel, PrefillOptions};
 use admission::Ledger;
 
-/// A request's id, unique within its engine (from 0, in submit order).
-pub type RequestId = u64;
-
-/// How urgent a request is: interactive requests' prefill chunks run before background
-/// ones'.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Priority {
-    /// A user waits for it (chat, an agent's foreground call).
-    #[default]
-    Interactive,
-    /// Nobody waits token by token (summaries, indexing).
-    Background,
-}
+pub use hetsched_systems::{Priority, RequestId};
 
 /// What to generate for one request.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,7 +97,8 @@ pub struct RequestSpec {
     pub stop: Vec<String>,
     /// Samples of the prompt, 1 to [`crate::generate::MAX_SAMPLES`].
     pub n: usize,
-    /// Interactive or background.
+    /// Its priority class (larger is more urgent: [`Priority::INTERACTIVE`],
+    /// [`Priority::BACKGROUND`], or any number).
     pub priority: Priority,
     /// Go on past the end-of-sequence token (benchmarks).
     pub ignore_eos: bool,
@@ -124,7 +112,7 @@ impl Default for RequestSpec {
             sampling: Sampling::greedy(),
             stop: Vec::new(),
             n: 1,
-            priority: Priority::Interactive,
+            priority: Priority::INTERACTIVE,
             ignore_eos: false,
         }
     }
@@ -167,8 +155,10 @@ impl Default for EngineLimits {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RequestMetrics {
     /// The request.
+    #[serde(serialize_with = "id_number")]
     pub id: RequestId,
-    /// Its priority.
+    /// Its priority class (`interactive`, `background` or the number).
+    #[serde(serialize_with = "priority_label")]
     pub priority: Priority,
     /// When it was submitted, ms after the engine started.
     pub arrival_ms: f64,
@@ -182,6 +172,14 @@ pub struct RequestMetrics {
     pub prompt_tokens: usize,
     /// Tokens generated, summed over the samples.
     pub generated_tokens: usize,
+}
+
+fn id_number<S: serde::Serializer>(id: &RequestId, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(id.0)
+}
+
+fn priority_label<S: serde::Serializer>(p: &Priority, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.label())
 }
 
 /// What a request's handle receives, in order.
@@ -407,7 +405,7 @@ impl RequestEngine {
         let sender = self.submit.as_ref().ok_or(SubmitError::Stopped)?;
         let needed = kv_bytes(&spec, self.layers, self.kv_dim);
         let admitted = self.shared.ledger.lock().admit(needed, &self.limits)?;
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let cancel = Arc::new(AtomicBool::new(false));
         self.shared.live.lock().insert(id, cancel.clone());
         let (events, receiver) = crossbeam_channel::unbounded();

@@ -166,7 +166,7 @@ impl Worker {
         let mut order: Vec<usize> = (0..self.live.len())
             .filter(|&i| self.live[i].session.is_none())
             .collect();
-        order.sort_by_key(|&i| (self.live[i].priority, self.live[i].arrival));
+        order.sort_by_key(|&i| urgency(&self.live[i]));
         let mut failed = Vec::new();
         for i in order {
             let needed = self.live[i].kv_bytes;
@@ -189,7 +189,7 @@ impl Worker {
     fn prefill_chunk(&mut self) {
         let pick = (0..self.live.len())
             .filter(|&i| self.live[i].prefilling())
-            .min_by_key(|&i| (self.live[i].priority, self.live[i].arrival));
+            .min_by_key(|&i| urgency(&self.live[i]));
         let Some(i) = pick else { return };
         let chunk = self.options.chunk_len.max(1) as usize;
         let live = &mut self.live[i];
@@ -459,6 +459,12 @@ impl Worker {
         snapshot.prefilling = self.live.iter().filter(|l| l.prefilling()).count();
         snapshot.decoding = self.live.iter().filter(|l| !l.samples.is_empty()).count();
     }
+}
+
+/// The order in which requests get a prefill chunk and memory: the highest priority
+/// class first, then the earliest arrival (the smallest key first).
+fn urgency(live: &Live) -> (std::cmp::Reverse<Priority>, Instant) {
+    (std::cmp::Reverse(live.priority), live.arrival)
 }
 
 /// Samples one token of `sample` and sends its event.
