@@ -375,7 +375,9 @@ pub fn attend(
         .for_each(|(head, (out, q))| {
             let offset = (head / group.max(1)) * d;
             let key = |j: usize| &cache.row(j, kv_dim, true)[offset..offset + d];
-            let mut scores: Vec<f32> = (first..kv_len).map(|j| scale * dot(key(j), q)).collect();
+            let mut scores: Vec<f32> = (first..kv_len)
+                .map(|j| scale * key(j).iter().zip(q).map(|(k, q)| k * q).sum::<f32>())
+                .collect();
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
             let mut total = 0f32;
             for s in &mut scores {
@@ -390,24 +392,4 @@ pub fn attend(
             }
         });
     out
-}
-
-/// `a · b` over eight independent partial sums: a strict left-to-right sum is one
-/// dependent add per element, which no compiler may vectorize; eight chains let it use
-/// vector lanes (a decode step takes one dot per head, key and sequence).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut partial = [0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8
-        .remainder()
-        .iter()
-        .zip(b8.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a8.zip(b8) {
-        for i in 0..8 {
-            partial[i] += x[i] * y[i];
-        }
-    }
-    partial.iter().sum::<f32>() + tail
 }

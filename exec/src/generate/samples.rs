@@ -105,20 +105,8 @@ impl Session {
         if options.max_tokens == 0 {
             return Err(GenerateError::NoTokens);
         }
-        let turn = self.pending_turn(prompt);
-        let (history, context) = (self.tokens().len(), self.model().config.context_length);
-        let prompt_end = history.saturating_add(turn.len());
-        if prompt_end.saturating_add(options.max_tokens) > context {
-            return Err(GenerateError::BeyondContext {
-                history,
-                prompt: turn.len(),
-                max_tokens: options.max_tokens,
-                context,
-            });
-        }
-        if turn.is_empty() {
-            return Err(GenerateError::EmptyTurn);
-        }
+        let turn = self.checked_turn(prompt, options.max_tokens)?;
+        let prompt_end = self.tokens().len() + turn.len();
         let started = Instant::now();
         let (prefill_run, plan_ns) = self.prefill(&turn)?;
         self.pending = None;

@@ -202,23 +202,8 @@ impl Session {
         if options.max_tokens == 0 {
             return Err(GenerateError::NoTokens);
         }
-        let turn = self.pending_turn(prompt);
-        let (history, context) = (self.tokens().len(), self.model().config.context_length);
-        // Saturating: `max_tokens` comes from the caller and may be anything.
-        let needed = history
-            .saturating_add(turn.len())
-            .saturating_add(options.max_tokens);
-        if needed > context {
-            return Err(GenerateError::BeyondContext {
-                history,
-                prompt: turn.len(),
-                max_tokens: options.max_tokens,
-                context,
-            });
-        }
-        if turn.is_empty() {
-            return Err(GenerateError::EmptyTurn);
-        }
+        let turn = self.checked_turn(prompt, options.max_tokens)?;
+        let needed = self.tokens().len() + turn.len() + options.max_tokens;
         self.reserve(needed)?;
         let started = Instant::now();
         let (prefill_run, plan_ns) = self.prefill(&turn)?;
@@ -293,9 +278,36 @@ impl Session {
         }
     }
 
+    /// This turn's tokens to prefill ([`Self::pending_turn`]), checked: not empty, and
+    /// with `max_tokens` more within the context after the history.
+    pub(super) fn checked_turn(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+    ) -> Result<Vec<u32>, GenerateError> {
+        let turn = self.pending_turn(prompt);
+        let (history, context) = (self.tokens().len(), self.model().config.context_length);
+        // Saturating: `max_tokens` comes from the caller and may be anything.
+        let needed = history
+            .saturating_add(turn.len())
+            .saturating_add(max_tokens);
+        if needed > context {
+            return Err(GenerateError::BeyondContext {
+                history,
+                prompt: turn.len(),
+                max_tokens,
+                context,
+            });
+        }
+        if turn.is_empty() {
+            return Err(GenerateError::EmptyTurn);
+        }
+        Ok(turn)
+    }
+
     /// This turn's tokens to prefill: the token the last turn ended on (sampled, not yet
     /// fed), then `prompt`.
-    pub(super) fn pending_turn(&self, prompt: &[u32]) -> Vec<u32> {
+    fn pending_turn(&self, prompt: &[u32]) -> Vec<u32> {
         self.pending
             .iter()
             .copied()
