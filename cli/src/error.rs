@@ -143,4 +143,14 @@ pub enum CliError {
     /// A prompt length of zero tokens.
     #[error("--prompt-len must be at least 1")]
     EmptyPromptLen,
+    /// A `HETSCHED_GPU_*` variable the command cannot read.
+    #[error("{variable}={value}: expected {expected}")]
+    GpuEnvironment {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it takes.
+        expected: &'static str,
+    },
 }

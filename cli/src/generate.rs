@@ -195,6 +195,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
         gpu,
+        gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
     };
     let threads = options.threads;

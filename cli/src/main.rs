@@ -5,6 +5,7 @@
 mod choices;
 mod error;
 mod generate;
+mod gpu_env;
 mod model;
 mod offline;
 mod outliers;

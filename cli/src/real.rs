@@ -189,11 +189,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         device,
         // A timeline asked for shows the device's times.
         gpu_timestamps: timelines.any(),
-        gpu_weights: match args.gpu_weights {
+        gpu_weights: crate::gpu_env::gpu_weights(match args.gpu_weights {
             GpuWeights::Auto => hetsched::exec::GpuWeights::Auto,
             GpuWeights::F32 => hetsched::exec::GpuWeights::F32,
             GpuWeights::F16 => hetsched::exec::GpuWeights::F16,
-        },
+        }),
+        gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
     };
     for _ in 0..args.warmup {

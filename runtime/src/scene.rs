@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use hetsched_import::limits::{self, LimitError};
+use hetsched_limits::{self as limits, LimitError};
 
 /// The scene `hetsched simulate` runs when none is given.
 pub const DEFAULT_SCENE: &str = "qwen1.5-1.8b-xiaomi14";
@@ -330,6 +330,21 @@ impl Scene {
         let device: DeviceProfile = parse(&shown, &text)?;
         device.validate()?;
         Ok(device)
+    }
+
+    /// Loads a model description file on its own (a scene's model TOML), with the scene
+    /// loader's checks: TOML errors with file:line:column, unknown keys rejected, sizes
+    /// within the limits.
+    pub fn load_model(path: &Path) -> Result<ModelConfig, SceneError> {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (shown, text) = Source::Disk(dir).read(&name)?;
+        let model: ModelConfig = parse(&shown, &text)?;
+        check_model(&model)?;
+        Ok(model)
     }
 
     /// Parses a scene held in memory, with the checks of [`Scene::load`]: `scene` is the

@@ -226,7 +226,7 @@ pub struct LiveRuns {
     pub requests: Vec<Entity>,
 }
 
-/// The request the world's current run serves (a world armed by [`spawn_world`] or
+/// The request the world's current run serves (a world armed by [`crate::spawn_world`] or
 /// [`rearm_world`]).
 #[derive(Resource, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunOf(pub Entity);

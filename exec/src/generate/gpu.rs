@@ -18,7 +18,9 @@ mod lane {
     use hetsched_systems::{Policy, PrefillPlan, Workload};
 
     use crate::generate::inline::InlineQueue;
-    use crate::{ExecError, ExecModel, GpuModel, GpuStageRunner, Step, take_logits};
+    use crate::{
+        ExecError, ExecModel, GpuKernelOptions, GpuModel, GpuStageRunner, Step, take_logits,
+    };
 
     /// The model's weights and the session's KV cache on the device.
     pub(in crate::generate) struct GpuLane {
@@ -41,9 +43,15 @@ mod lane {
 
     impl GpuLane {
         /// Opens the GPU, uploads `model`'s (f32) weights and warms the device up.
-        pub(in crate::generate) fn open(model: &Arc<ExecModel>) -> Result<Self, ExecError> {
-            crate::gpu_computes(model)?;
-            let gpu = Arc::new(GpuModel::upload(crate::gpu_context()?, model.clone())?);
+        pub(in crate::generate) fn open(
+            model: &Arc<ExecModel>,
+            kernels: &GpuKernelOptions,
+        ) -> Result<Self, ExecError> {
+            crate::gpu_open::gpu_computes(model)?;
+            let gpu = Arc::new(GpuModel::upload(
+                crate::gpu_open::gpu_context(kernels)?,
+                model.clone(),
+            )?);
             gpu.warm_up()?;
             Ok(Self {
                 model: gpu,
@@ -122,7 +130,7 @@ mod lane {
                     float_processor: None,
                 },
             )?;
-            let (steps, layers) = crate::compile(&plan)?;
+            let (steps, layers) = crate::prefill_parts::compile(&plan)?;
             Ok(Plan {
                 plan: Arc::new(plan),
                 steps,
@@ -193,8 +201,11 @@ mod stub {
     type Ran = Result<(RunOutcome, Vec<f32>), ExecError>;
 
     impl super::GpuLane {
-        pub(in crate::generate) fn open(_: &std::sync::Arc<ExecModel>) -> Result<Self, ExecError> {
-            Err(crate::no_gpu_support())
+        pub(in crate::generate) fn open(
+            _: &std::sync::Arc<ExecModel>,
+            _: &crate::GpuKernelOptions,
+        ) -> Result<Self, ExecError> {
+            Err(crate::gpu_open::no_gpu_support())
         }
 
         pub(in crate::generate) fn reserve(&mut self, _: usize, _: usize) -> Result<(), ExecError> {

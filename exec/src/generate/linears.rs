@@ -25,8 +25,9 @@ use hetsched_kernels::{
 };
 use rayon::prelude::*;
 
+use crate::activation::{Act, Outliers};
 use crate::shadow::ShadowCounters;
-use crate::values::{Act, Outliers, shadow_product};
+use crate::values::shadow_product;
 use crate::{ExecError, KernelError, LinearWeights};
 
 /// Tasks per pool thread of one region (work stealing evens out a descheduled thread).

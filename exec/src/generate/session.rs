@@ -184,7 +184,7 @@ impl Session {
                 }
                 .into());
             }
-            GpuUse::Resident => Some(GpuLane::open(&model)?),
+            GpuUse::Resident => Some(GpuLane::open(&model, &options.gpu_kernels)?),
             _ => None,
         };
         let threads = options.threads;
@@ -463,7 +463,7 @@ impl Session {
             .iter()
             .any(|p| p.kind == ProcessorKind::Gpu);
         let float_processor = (o.gpu == GpuUse::FloatLane && gpu).then(|| "gpu".to_string());
-        let lanes = lane_kernels(&self.model, &device)?;
+        let lanes = lane_kernels(&self.model, &device, &o.gpu_kernels)?;
         let plan = PrefillPlan::placed(
             self.model.model_config(),
             device,

@@ -12,7 +12,7 @@ use super::strategy::Strategy;
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::Buffer;
+/// use hetsched_memplan::Buffer;
 /// let a = Buffer { id: 0, bytes: 4096, start: 0, end: 100 };
 /// let b = Buffer { id: 1, bytes: 4096, start: 100, end: 200 };
 /// assert!(!a.overlaps_in_time(&b));
@@ -35,7 +35,7 @@ impl Buffer {
     ///
     /// # Examples
     /// ```
-    /// use hetsched_systems::memory::Buffer;
+    /// use hetsched_memplan::Buffer;
     /// let a = Buffer { id: 0, bytes: 1, start: 0, end: 10 };
     /// assert!(a.overlaps_in_time(&Buffer { id: 1, bytes: 1, start: 9, end: 20 }));
     /// assert!(!a.overlaps_in_time(&Buffer { id: 2, bytes: 1, start: 10, end: 20 }));
@@ -51,7 +51,7 @@ impl Buffer {
     ///
     /// # Examples
     /// ```
-    /// use hetsched_systems::memory::Buffer;
+    /// use hetsched_memplan::Buffer;
     /// assert_eq!(Buffer { id: 0, bytes: 1, start: 5, end: 8 }.lifetime(), 3);
     /// ```
     pub fn lifetime(&self) -> u64 {
@@ -63,7 +63,7 @@ impl Buffer {
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{Buffer, plan_offsets};
+/// use hetsched_memplan::{Buffer, plan_offsets};
 /// let plan = plan_offsets(&[Buffer { id: 7, bytes: 10, start: 0, end: 1 }], 16).unwrap();
 /// assert_eq!(plan.placements[0].id, 7);
 /// assert_eq!(plan.placements[0].offset, 0);
@@ -82,7 +82,7 @@ pub struct Placement {
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{Buffer, Strategy, plan_with};
+/// use hetsched_memplan::{Buffer, Strategy, plan_with};
 /// let buffers = [
 ///     Buffer { id: 0, bytes: 100, start: 0, end: 2 },
 ///     Buffer { id: 1, bytes: 100, start: 1, end: 3 },
@@ -112,7 +112,7 @@ impl MemoryPlan {
     ///
     /// # Examples
     /// ```
-    /// use hetsched_systems::memory::{Buffer, plan_offsets};
+    /// use hetsched_memplan::{Buffer, plan_offsets};
     /// let plan = plan_offsets(&[Buffer { id: 3, bytes: 1, start: 0, end: 1 }], 1).unwrap();
     /// assert_eq!(plan.offset(0), 0);
     /// ```

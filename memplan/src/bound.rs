@@ -11,7 +11,7 @@ use super::error::MemoryError;
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{Buffer, lower_bound};
+/// use hetsched_memplan::{Buffer, lower_bound};
 /// let buffers = [
 ///     Buffer { id: 0, bytes: 10, start: 0, end: 5 },
 ///     Buffer { id: 1, bytes: 20, start: 4, end: 8 },
@@ -29,7 +29,7 @@ pub fn lower_bound(buffers: &[Buffer]) -> u64 {
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{Buffer, aligned_lower_bound};
+/// use hetsched_memplan::{Buffer, aligned_lower_bound};
 /// let buffers = [
 ///     Buffer { id: 0, bytes: 10, start: 0, end: 5 },
 ///     Buffer { id: 1, bytes: 20, start: 4, end: 8 },

@@ -10,16 +10,20 @@ use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::{KeptSite, ShadowConfig, ShadowSite};
 use std::sync::Arc;
 
+mod family;
+
+pub use family::FamilyWeights;
+
 use serde::{Deserialize, Serialize};
 
 use super::calibration::{Calibration, ModelIdentity};
+
 use super::error::ExecError;
-use super::family::FamilyWeights;
 use super::shadow::{
-    ColdRowCache, ColdRows, QuantRule, ShadowCounters, ShadowReport, ShadowRows, ShadowUsage,
+    ColdRowCache, ColdRows, QuantRule, SHADOW_CLIP_RMS, ShadowCounters, ShadowReport, ShadowRows,
+    ShadowUsage,
 };
 use super::steps::projection_tensor;
-use super::values::SHADOW_CLIP_RMS;
 use hetsched_import::{
     Activation, ColumnSource, EmbeddingScale, GgufFile, GgufSource, ImportError, LayerTensor,
     LlamaConfig, LlamaSource,
@@ -640,5 +644,17 @@ pub(crate) fn checked(
             expected: shape.to_vec(),
             found: vec![data.len()],
         })
+    }
+}
+
+impl ModelIdentity {
+    /// The identity of a loaded model.
+    pub fn of_model(model: &ExecModel) -> Self {
+        let norms = model
+            .layers
+            .iter()
+            .flat_map(|l| [&l.attn_norm[..], &l.ffn_norm[..]])
+            .chain([&model.output_norm[..]]);
+        Self::new(model.name.clone(), &model.config, norms)
     }
 }

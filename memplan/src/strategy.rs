@@ -17,7 +17,7 @@ use super::sweep::place_in_start_order;
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::Strategy;
+/// use hetsched_memplan::Strategy;
 /// assert_eq!(Strategy::ALL[0], Strategy::GreedyBySize);
 /// assert_eq!(Strategy::GreedyByStart.name(), "greedy-by-start");
 /// ```
@@ -83,7 +83,7 @@ impl Strategy {
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{PlanEffort, SWEEPS_ONLY_ABOVE, Strategy};
+/// use hetsched_memplan::{PlanEffort, SWEEPS_ONLY_ABOVE, Strategy};
 /// let all = PlanEffort::Scaled.strategies(SWEEPS_ONLY_ABOVE);
 /// assert_eq!(all.len(), Strategy::ALL.len());
 /// let sweeps = PlanEffort::Scaled.strategies(SWEEPS_ONLY_ABOVE + 1);
@@ -138,7 +138,7 @@ impl PlanEffort {
     ///
     /// # Examples
     /// ```
-    /// use hetsched_systems::memory::PlanEffort;
+    /// use hetsched_memplan::PlanEffort;
     /// assert_eq!(PlanEffort::Scaled.keep_below(1_100, 1_000), Some(1_095));
     /// assert_eq!(PlanEffort::Exhaustive.keep_below(1_100, 1_000), None);
     /// ```
@@ -151,7 +151,7 @@ impl PlanEffort {
     ///
     /// # Examples
     /// ```
-    /// use hetsched_systems::memory::PlanEffort;
+    /// use hetsched_memplan::PlanEffort;
     /// assert!(PlanEffort::Scaled.settled_by_sweeps(1_005, 1_000));
     /// assert!(!PlanEffort::Scaled.settled_by_sweeps(1_006, 1_000));
     /// assert!(!PlanEffort::Exhaustive.settled_by_sweeps(1_000, 1_000));
@@ -185,7 +185,7 @@ impl std::fmt::Display for Strategy {
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{Buffer, Strategy, check_plan, plan_with};
+/// use hetsched_memplan::{Buffer, Strategy, check_plan, plan_with};
 /// let buffers = [
 ///     Buffer { id: 0, bytes: 64, start: 0, end: 10 },
 ///     Buffer { id: 1, bytes: 64, start: 10, end: 20 },
@@ -213,7 +213,7 @@ pub fn plan_with(
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{Buffer, Strategy, plan_offsets, plan_with};
+/// use hetsched_memplan::{Buffer, Strategy, plan_offsets, plan_with};
 /// let buffers: Vec<Buffer> = (0..50)
 ///     .map(|i| Buffer { id: i, bytes: 100 + 37 * u64::from(i % 7), start: u64::from(i), end: u64::from(i) + 5 })
 ///     .collect();

@@ -6,7 +6,7 @@ use super::error::MemoryError;
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{MemoryError, validate_alignment};
+/// use hetsched_memplan::{MemoryError, validate_alignment};
 /// assert!(validate_alignment(64).is_ok());
 /// assert_eq!(validate_alignment(48), Err(MemoryError::BadAlignment(48)));
 /// assert_eq!(validate_alignment(0), Err(MemoryError::BadAlignment(0)));
@@ -23,7 +23,7 @@ pub fn validate_alignment(alignment: u64) -> Result<(), MemoryError> {
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::align_up;
+/// use hetsched_memplan::align_up;
 /// assert_eq!(align_up(100, 64), Some(128));
 /// assert_eq!(align_up(128, 64), Some(128));
 /// assert_eq!(align_up(0, 64), Some(0));

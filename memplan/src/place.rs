@@ -305,10 +305,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::{Fitter, Job, Placer, best_fit, union_into};
-    use crate::memory::Buffer;
-    use crate::memory::order::{by_end, by_start};
-    use crate::memory::sweep::place_in_start_order;
-    use crate::memory::{Strategy as MemoryStrategy, plan_with};
+    use crate::Buffer;
+    use crate::order::{by_end, by_start};
+    use crate::sweep::place_in_start_order;
+    use crate::{Strategy as MemoryStrategy, plan_with};
 
     /// The definition, quadratic: each buffer in order against every placed buffer
     /// whose lifetime intersects its own.

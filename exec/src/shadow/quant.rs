@@ -1,5 +1,5 @@
 //! The quantize operator of a shadowed site ([`QuantRule::Clip`] and
-//! [`QuantRule::HotMax`](super::shadow::QuantRule::HotMax)) in three passes over the
+//! [`QuantRule::HotMax`](super::QuantRule::HotMax)) in three passes over the
 //! activation instead of six.
 //!
 //! The straightforward form ([`clip_limit`] then a scan for the values beyond) reads the
@@ -19,13 +19,13 @@ use hetsched_kernels::{
     sum_squares_within,
 };
 
-use super::values::Act;
+use crate::activation::Act;
 
 /// Per-tensor INT8 with the scale clipped at min(max |x|, `clip` × the bulk's RMS) (and,
 /// given `cold`, at most the max |x| of the channels whose `cold` entry is 1, for a
 /// `[rows, cold.len()]` activation), each value beyond the limit an outlier: the
-/// quantize of [`QuantRule::Clip`](super::shadow::QuantRule::Clip) (`cold: None`) and of
-/// [`QuantRule::HotMax`](super::shadow::QuantRule::HotMax).
+/// quantize of [`QuantRule::Clip`](super::QuantRule::Clip) (`cold: None`) and of
+/// [`QuantRule::HotMax`](super::QuantRule::HotMax).
 pub fn quantize_clipped(x: Vec<f32>, clip: f32, cold: Option<&[f32]>) -> Act {
     let ClipStats {
         squares,

@@ -10,7 +10,7 @@ use super::error::MemoryError;
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{Buffer, MemoryError, fits, plan_offsets};
+/// use hetsched_memplan::{Buffer, MemoryError, fits, plan_offsets};
 /// let plan = plan_offsets(&[Buffer { id: 0, bytes: 3000, start: 0, end: 1 }], 1024).unwrap();
 /// assert!(fits(&plan, 3072).is_ok());
 /// assert_eq!(

@@ -17,7 +17,7 @@ use super::buffer::{Buffer, MemoryPlan};
 ///
 /// # Examples
 /// ```
-/// use hetsched_systems::memory::{Buffer, check_plan, plan_offsets};
+/// use hetsched_memplan::{Buffer, check_plan, plan_offsets};
 /// let buffers = [
 ///     Buffer { id: 0, bytes: 100, start: 0, end: 10 },
 ///     Buffer { id: 1, bytes: 100, start: 5, end: 15 },
