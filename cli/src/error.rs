@@ -85,6 +85,9 @@ pub enum CliError {
     /// The sweep's rows could not be formatted as CSV.
     #[error("cannot write CSV: {0}")]
     Csv(#[from] csv::Error),
+    /// An option that `generate --n` above 1 cannot go with.
+    #[error("--n above 1 decodes the samples together in batched direct steps on the CPU: {0}")]
+    SamplesWith(&'static str),
     /// `--backends` names something other than cpu, gpu and npu.
     #[error("unknown backend `{0}`: use cpu, gpu and npu")]
     UnknownBackend(String),

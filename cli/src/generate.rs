@@ -9,8 +9,8 @@ use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::bandwidth::{DEFAULT_PROBE_BYTES, measure_read_bandwidth};
 use hetsched::exec::generate::{
-    ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, Sampling,
-    Session, WeightBytes,
+    ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, MAX_SAMPLES,
+    SamplesGenerated, Sampling, Session, WeightBytes,
 };
 use hetsched::exec::{ExecModel, GpuUse, LinearPrecision, PrefillOptions};
 use hetsched::import::GgufFile;
@@ -51,6 +51,11 @@ pub struct GenerateArgs {
     /// Stop before this string (repeat for several).
     #[arg(long, value_name = "STR")]
     stop: Vec<String>,
+    /// Samples of the prompt, decoded together in batched steps over the prompt's shared
+    /// KV cache (sample i seeded --seed + i); each is printed when it ends. Direct
+    /// decode on the CPU only.
+    #[arg(long, default_value_t = 1)]
+    n: usize,
     /// Go on past the end-of-sequence token (for benchmarks: always --max-tokens tokens).
     #[arg(long)]
     ignore_eos: bool,
@@ -162,6 +167,24 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     if args.max_tokens == 0 {
         return Err(GenerateError::NoTokens.into());
     }
+    if args.n == 0 || args.n > MAX_SAMPLES {
+        return Err(GenerateError::Samples {
+            n: args.n,
+            max: MAX_SAMPLES,
+        }
+        .into());
+    }
+    let batched = args.n > 1;
+    if batched && (args.decode == Some(DecodeChoice::Scheduled) || args.backends == ["gpu"]) {
+        return Err(CliError::SamplesWith(
+            "drop --decode scheduled and --backends gpu",
+        ));
+    }
+    if batched && (args.trace.is_some() || args.svg.is_some()) {
+        return Err(CliError::SamplesWith(
+            "--trace and --svg draw one sequence's decode steps; drop them",
+        ));
+    }
     check_outputs([args.trace.as_deref(), args.svg.as_deref()])?;
     let gpu = crate::real::gpu_use(&args.backends)?;
     let mut text = args.prompt.text(read_utf8)?;
@@ -210,6 +233,42 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         stop,
         ignore_eos: args.ignore_eos,
     };
+    if batched {
+        let samples = session.generate_samples(
+            &tokens,
+            &loaded.tokenizer,
+            &generate_options,
+            args.n,
+            &cancel,
+            |_, _| {},
+        )?;
+        let report = samples_report(&model, threads, args.backends.join(","), &samples);
+        if args.json {
+            print_json_or(true, &report, String::new);
+        } else {
+            for (i, sample) in samples.samples.iter().enumerate() {
+                println!(
+                    "--- sample {i} ({:?}) ---\n{}",
+                    sample.finish_reason, sample.text
+                );
+            }
+            eprintln!(
+                "[{} ({}), {} threads: {} prompt tokens, first tokens after {:.1} ms; {} \
+                 samples, {} tokens at {:.1} tokens/s summed over the samples ({} batched \
+                 steps)]",
+                report.model,
+                report.precision,
+                threads,
+                report.prompt_tokens,
+                report.ttft_ms,
+                args.n,
+                report.generated_tokens,
+                report.decode_tokens_per_s,
+                report.decode_steps
+            );
+        }
+        return Ok(());
+    }
     let stream = !args.json;
     // Not locked for the whole turn: the callback runs on a pool thread.
     let mut stdout = std::io::stdout();
@@ -276,6 +335,69 @@ fn write_timelines(
         write_file(path, &to_svg(&timeline))?;
     }
     Ok(())
+}
+
+/// The `--json` report of `--n` above 1.
+#[derive(Serialize)]
+struct SamplesReport {
+    model: String,
+    precision: &'static str,
+    threads: usize,
+    backends: String,
+    decode: &'static str,
+    n: usize,
+    prompt_tokens: usize,
+    /// Summed over the samples.
+    generated_tokens: usize,
+    ttft_ms: f64,
+    prefill_plan_ms: f64,
+    prefill_tokens_per_s: f64,
+    /// Tokens fed by the batched decode steps, summed over the samples, per second of
+    /// the steps' wall time.
+    decode_tokens_per_s: f64,
+    /// Batched decode steps (each feeds every live sample one token).
+    decode_steps: u64,
+    samples: Vec<SampleReport>,
+}
+
+/// One sample of a [`SamplesReport`].
+#[derive(Serialize)]
+struct SampleReport {
+    generated_tokens: usize,
+    text: String,
+    finish_reason: hetsched::exec::generate::FinishReason,
+}
+
+fn samples_report(
+    model: &ExecModel,
+    threads: usize,
+    backends: String,
+    s: &SamplesGenerated,
+) -> SamplesReport {
+    SamplesReport {
+        model: model.name.clone(),
+        precision: model.precision.as_str(),
+        threads,
+        backends,
+        decode: "direct-batched",
+        n: s.samples.len(),
+        prompt_tokens: s.prompt_tokens,
+        generated_tokens: s.samples.iter().map(|x| x.tokens.len()).sum(),
+        ttft_ms: s.ttft_ns as f64 / 1e6,
+        prefill_plan_ms: s.prefill_plan_ns as f64 / 1e6,
+        prefill_tokens_per_s: per_second(s.prompt_tokens as u64, s.prefill_ns),
+        decode_tokens_per_s: per_second(s.decode_tokens, s.decode_ns),
+        decode_steps: s.decode_steps,
+        samples: s
+            .samples
+            .iter()
+            .map(|x| SampleReport {
+                generated_tokens: x.tokens.len(),
+                text: x.text.clone(),
+                finish_reason: x.finish_reason,
+            })
+            .collect(),
+    }
 }
 
 /// The `--json` object of a finished turn.

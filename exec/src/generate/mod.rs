@@ -45,14 +45,19 @@ mod error;
 mod gpu;
 mod inline;
 mod linears;
+pub mod requests;
+mod samples;
 mod sampling;
 mod session;
 mod text;
 mod turn;
 
 pub use chat::{ChatForm, ChatTemplate};
-pub use direct::{DecodeBuffers, QuantizedHead, decode_step};
+pub use direct::{
+    DecodeBuffers, KvRows, QuantizedHead, SequenceKv, SequenceStep, decode_batch, decode_step,
+};
 pub use error::GenerateError;
+pub use samples::{MAX_SAMPLES, Sample, SamplesGenerated};
 pub use sampling::{Sampler, Sampling, argmax};
 pub use session::{DecodePath, DecodeTime, Session, WeightBytes};
 pub use text::{Pushed, TextStream};

@@ -182,6 +182,17 @@ impl Session {
         options: PrefillOptions,
         path: DecodePath,
     ) -> Result<Self, GenerateError> {
+        Self::with_pool(model, options, path, None)
+    }
+
+    /// [`Session::new`] whose kernels run on `pool` (shared by the sessions of one
+    /// engine) rather than a pool of its own of `options.threads` threads.
+    pub fn with_pool(
+        model: Arc<ExecModel>,
+        options: PrefillOptions,
+        path: DecodePath,
+        pool: Option<Arc<rayon::ThreadPool>>,
+    ) -> Result<Self, GenerateError> {
         options.validate()?;
         let gpu = match options.gpu {
             GpuUse::Resident if path != DecodePath::Scheduled => {
@@ -198,15 +209,19 @@ impl Session {
             _ => None,
         };
         let threads = options.threads;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("hetsched-worker-{i}"))
-            .build()
-            .map_err(|e| ExecError::Threads {
-                threads,
-                reason: e.to_string(),
-            })?;
-        let pool = Arc::new(pool);
+        let pool = match pool {
+            Some(pool) => pool,
+            None => Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("hetsched-worker-{i}"))
+                    .build()
+                    .map_err(|e| ExecError::Threads {
+                        threads,
+                        reason: e.to_string(),
+                    })?,
+            ),
+        };
         let device = crate::prefill_device(&options);
         let current = Arc::new(CurrentRun::default());
         let queues = ThreadQueues::start(device.processors.len(), current.clone(), pool.clone())
@@ -413,6 +428,71 @@ impl Session {
         self.decode_time.wall_ns += started.elapsed().as_nanos() as u64;
         self.decode_time.busy_ns += busy_ns;
         Ok(())
+    }
+
+    /// The history's KV cache (per layer) and the positions it holds, which batched
+    /// steps of sequences after the history read as their shared prefix.
+    pub(crate) fn history_cache(&self) -> Result<(&[KvCache], usize), GenerateError> {
+        Ok((
+            self.caches.as_deref().ok_or_else(broken)?,
+            self.tokens.len(),
+        ))
+    }
+
+    /// Refuses batched decode steps on a session whose steps are scheduled or on the GPU.
+    pub(super) fn check_batched(&self) -> Result<(), GenerateError> {
+        if self.path == DecodePath::Scheduled || self.gpu.is_some() {
+            return Err(ExecError::InvalidOption {
+                option: "decode",
+                message: "batched decode steps (parallel samples) run on the direct path; \
+                          use the direct decode path on the CPU"
+                    .into(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// One batched decode step of sequences that continue the session's history (parallel
+    /// samples): `sequences[i]` is a token, its position (at or after the history's
+    /// end) and the sequence's own cache for the positions after the history, per layer.
+    /// The history's cache is shared, read only. Returns each sequence's logits.
+    pub(super) fn step_after_history(
+        &mut self,
+        sequences: &mut [(u32, usize, &mut [KvCache])],
+    ) -> Result<Vec<Vec<f32>>, GenerateError> {
+        if self.path == DecodePath::Scheduled || self.gpu.is_some() {
+            return Err(ExecError::InvalidOption {
+                option: "decode",
+                message: "batched decode steps (parallel samples) run on the direct path;                           use the direct decode path on the CPU"
+                    .into(),
+            }
+            .into());
+        }
+        let vocab = self.model.config.vocab_size;
+        if let Some(&(id, ..)) = sequences.iter().find(|s| s.0 as usize >= vocab) {
+            return Err(ExecError::TokenOutOfRange { id, vocab }.into());
+        }
+        let started = Instant::now();
+        let shared_len = self.tokens.len();
+        let shared = self.caches.as_deref().ok_or_else(broken)?;
+        let mut steps: Vec<_> = sequences
+            .iter_mut()
+            .map(|(token, position, own)| direct::SequenceStep {
+                token: *token,
+                position: *position,
+                kv: direct::SequenceKv::after_prefix(shared, shared_len, own),
+            })
+            .collect();
+        let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
+        let logits = self
+            .pool
+            .install(|| direct::decode_batch(model, head, &mut steps, buffers))?;
+        let wall_ns = started.elapsed().as_nanos() as u64;
+        self.decode_time.steps += 1;
+        self.decode_time.wall_ns += wall_ns;
+        self.decode_time.busy_ns += wall_ns;
+        Ok(logits)
     }
 
     /// The plan of `tokens` new tokens in chunks of `chunk_len` on `device`, compiled.
