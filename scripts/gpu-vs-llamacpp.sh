@@ -51,17 +51,17 @@ prepare)
   old=${3:-}
   cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
   cargo build -q --release -p hetsched-cli --features gpu
-  cargo build -q -p hetsched-gpu --example gpu_bench --example layer_bench --profile test
+  cargo build -q --release -p hetsched-gpu --example gpu_bench --example layer_bench
   a="$dest/gpu-vs-llamacpp-a" b="$dest/gpu-vs-llamacpp-b"
   rm -rf "$a" "$b" && mkdir -p "$a" "$b"
   strip -o "$b/hetsched" target/release/hetsched && xz -T2 "$b/hetsched"
   [ -n "$old" ] && strip -o "$b/hetsched-old" "$old" && xz -T2 "$b/hetsched-old"
   for ex in gpu_bench layer_bench; do
-    strip -o "$b/$ex" "target/debug/examples/$ex" && xz -T2 "$b/$ex"
+    strip -o "$b/$ex" "target/release/examples/$ex" && xz -T2 "$b/$ex"
   done
   mkdir -p "$b/tests"
-  { cargo test -q -p hetsched-gpu --no-run --message-format=json
-    cargo test -q -p hetsched --features gpu --test gpu_prefill --no-run --message-format=json; } |
+  { cargo test -q --release -p hetsched-gpu --no-run --message-format=json
+    cargo test -q --release -p hetsched --features gpu --test gpu_prefill --test gpu_decode --no-run --message-format=json; } |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
@@ -142,15 +142,31 @@ remote)
     "$bin/llama-bench" -m "/tmp/model.$1.gguf" -p "$2" -n 0 -ngl 99 -r 1 -o json 2>/dev/null |
       python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
   }
+  # Decode, one sequence: hetsched's greedy turn of N tokens after a short prompt (the
+  # step recorded once and replayed), llama.cpp's tgN (llama-bench -p 0 -n N).
+  hetsched_tg() { # binary tokens
+    "$1" generate --model /tmp/model.gguf --prompt "The capital of France is" \
+      --backends gpu --precision f32 --max-tokens "$2" --ignore-eos --json 2>/dev/null |
+      tee -a "$out/generate.jsonl" |
+      python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["decode_tokens_per_s"])'
+  }
+  llama_tg() { # quant tokens
+    "$bin/llama-bench" -m "/tmp/model.$1.gguf" -p 0 -n "$2" -ngl 99 -r 1 -o json 2>/dev/null |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
+  }
   results="$out/results.txt"
   touch "$results"
   bin=/tmp/llamacpp/build/bin
   # Round by round, every length, every row: the rows of both sides interleaved.
+  first=${lengths%% *}
   rows() { # row names...
     for round in $(seq "$rounds"); do
       for n in $lengths; do
         for row in "$@"; do
+          label=$n
           case $row in
+            tg-hetsched) [ "$n" = "$first" ] || continue; tps=$(hetsched_tg /tmp/hetsched 128 || echo nan); label=tg128 ;;
+            tg-llama.cpp:*) [ "$n" = "$first" ] || continue; tps=$(llama_tg "${row#tg-llama.cpp:}" 128 || echo nan); label=tg128 ;;
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             hetsched-f16) tps=$(HETSCHED_GPU_F16_WEIGHTS=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
@@ -161,7 +177,7 @@ remote)
                 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             *) [ -x "/tmp/$row" ] || continue; tps=$(hetsched_tps "/tmp/$row" "$n" || echo nan) ;;
           esac
-          echo "$round $n $row $tps" | tee -a "$results"
+          echo "$round $label $row $tps" | tee -a "$results"
         done
       done
     done
@@ -203,15 +219,15 @@ import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     _, n, row, tps = line.split()
-    rows.setdefault((int(n), row), []).append(float(tps))
-names = sorted({r for _, r in rows}, key=lambda r: (r.startswith("llama"), r))
-ours = [r for r in names if not r.startswith("llama")]
+    rows.setdefault((n, row), []).append(float(tps))
+names = sorted({r for _, r in rows}, key=lambda r: ("llama" in r, r))
+ours = [r for r in names if "llama" not in r]
 print("| prompt | " + " | ".join(names) + " | " + " | ".join(f"{r} / llama.cpp F16" for r in ours) + " |")
 print("|---" * (len(names) + len(ours) + 1) + "|")
-for n in sorted({n for n, _ in rows}):
+for n in sorted({n for n, _ in rows}, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0)):
     med = {r: statistics.median(rows[(n, r)]) for r in names if (n, r) in rows}
     cells = [f"{med[r]:,.0f}" if r in med else "-" for r in names]
-    f16 = "llama.cpp:F16"
+    f16 = "tg-llama.cpp:F16" if n.startswith("tg") else "llama.cpp:F16"
     ratios = [f"{med[r] / med[f16]:.2f}x" if r in med and f16 in med else "-" for r in ours]
     print(f"| {n} | " + " | ".join(cells + ratios) + " |")
 EOF

@@ -32,6 +32,8 @@ pub(crate) struct Job<C: AsRef<GpuContext>> {
     builder: AutoCommandBufferBuilder<PrimaryAutoCommandBuffer>,
     timer: Option<Arc<QueryPool>>,
     dispatched: bool,
+    /// Dispatches recorded.
+    dispatches: usize,
     downloads: Vec<Subbuffer<[u32]>>,
 }
 
@@ -100,6 +102,31 @@ impl GpuContext {
             words.max(1),
         )
         .map_err(vk("allocating a staging buffer"))
+    }
+}
+
+/// A command buffer recorded once and submitted again and again, with the host buffers its
+/// downloads land in.
+pub(crate) struct Replay {
+    cb: Arc<PrimaryAutoCommandBuffer>,
+    readbacks: Vec<Subbuffer<[u32]>>,
+}
+
+impl Replay {
+    /// Submits the command buffer on `ctx` (after every earlier submission); with `wait`,
+    /// waits and returns its downloads, else returns none at once.
+    pub(crate) fn submit(&self, ctx: &GpuContext, wait: bool) -> Result<Vec<Vec<u32>>> {
+        if !wait && !self.readbacks.is_empty() {
+            return Err(GpuError::Shape {
+                op: "replay",
+                problem: "a recorded batch with reads must be waited for".into(),
+            });
+        }
+        ctx.submit(self.cb.clone(), wait)?;
+        self.readbacks
+            .iter()
+            .map(|b| Ok(b.read().map_err(vk("reading results"))?.to_vec()))
+            .collect()
     }
 }
 
@@ -174,13 +201,33 @@ impl<C: AsRef<GpuContext>> Job<C> {
         self.ctx.as_ref()
     }
 
+    /// How the job holds its context.
+    pub(crate) fn handle(&self) -> &C {
+        &self.ctx
+    }
+
+    /// Dispatches recorded so far.
+    pub(crate) fn dispatches(&self) -> usize {
+        self.dispatches
+    }
+
     /// A job that records no timestamps (when `timed` is false or the queue has none).
     pub(crate) fn with_timer(handle: C, timed: bool) -> Result<Self> {
+        Self::with_usage(handle, timed, CommandBufferUsage::OneTimeSubmit)
+    }
+
+    /// An untimed job whose command buffer can be submitted again and again
+    /// ([`Job::into_replay`]).
+    pub(crate) fn replayable(handle: C) -> Result<Self> {
+        Self::with_usage(handle, false, CommandBufferUsage::MultipleSubmit)
+    }
+
+    fn with_usage(handle: C, timed: bool, usage: CommandBufferUsage) -> Result<Self> {
         let ctx = handle.as_ref();
         let mut builder = AutoCommandBufferBuilder::primary(
             ctx.commands.clone(),
             ctx.queue.queue_family_index(),
-            CommandBufferUsage::OneTimeSubmit,
+            usage,
         )
         .map_err(vk("starting a command buffer"))?;
         let timer = match ctx.info.timestamp_period_ns {
@@ -205,6 +252,7 @@ impl<C: AsRef<GpuContext>> Job<C> {
             builder,
             timer,
             dispatched: false,
+            dispatches: 0,
             downloads: Vec::new(),
         })
     }
@@ -325,6 +373,7 @@ impl<C: AsRef<GpuContext>> Job<C> {
         // SAFETY: every shader bounds-checks its indices against the sizes pushed with it, and
         // the wrappers size the buffers from the same shape values (see each kernel module).
         unsafe { self.builder.dispatch(groups) }.map_err(vk("recording a dispatch"))?;
+        self.dispatches += 1;
         self.ctx()
             .dispatches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -349,6 +398,28 @@ impl<C: AsRef<GpuContext>> Job<C> {
         let Job { ctx, builder, .. } = self;
         let cb = builder.build().map_err(vk("finishing a command buffer"))?;
         ctx.as_ref().submit(cb, false)
+    }
+
+    /// Records every download into a host buffer of its own and finishes the command
+    /// buffer, for submitting again and again ([`Replay::submit`]). A job from
+    /// [`Job::replayable`].
+    pub(crate) fn into_replay(mut self) -> Result<Replay> {
+        let mut readbacks = Vec::with_capacity(self.downloads.len());
+        for src in &self.downloads {
+            let dst = self.ctx().host_buffer(
+                src.len(),
+                MemoryTypeFilter::PREFER_HOST | MemoryTypeFilter::HOST_RANDOM_ACCESS,
+            )?;
+            self.builder
+                .copy_buffer(CopyBufferInfo::buffers(src.clone(), dst.clone()))
+                .map_err(vk("recording a download"))?;
+            readbacks.push(dst);
+        }
+        let cb = self
+            .builder
+            .build()
+            .map_err(vk("finishing a command buffer"))?;
+        Ok(Replay { cb, readbacks })
     }
 
     /// Submits, waits, and reads downloads and timestamps.

@@ -162,9 +162,13 @@ impl Session {
         // is then a plain call, not a hand-off to a pool thread and a wake-up back (two
         // thread wake-ups a token, outside any stage, which the step's wall time counted).
         let pool = self.pool.clone();
+        // A greedy turn on the GPU lane reads back only the token the device chose.
+        self.set_gpu_logits(!options.sampling.is_greedy());
         let finish_reason = pool.install(|| {
             self.decode_loop(&inputs, &mut sampler, &mut stream, &mut out, &mut on_text)
-        })?;
+        });
+        self.set_gpu_logits(true);
+        let finish_reason = finish_reason?;
         let rest = stream.finish();
         on_text(&rest);
         out.text += &rest;
@@ -197,8 +201,18 @@ impl Session {
         let options = inputs.options;
         let prefilled = Instant::now();
         loop {
-            let logits = self.logits().expect("a prefill or step left logits");
-            let token = sampler.sample(logits);
+            let token = match (self.gpu_greedy_next(), self.logits()) {
+                (Some(next), _) if inputs.options.sampling.is_greedy() => next,
+                (_, Some(logits)) => sampler.sample(logits),
+                (_, None) => {
+                    return Err(crate::ExecError::MissingValue {
+                        op: "decode step".into(),
+                        chunk: 0,
+                        value: "logits",
+                    }
+                    .into());
+                }
+            };
             if out.tokens.is_empty() {
                 out.ttft_ns = inputs.started.elapsed().as_nanos() as u64;
             }
