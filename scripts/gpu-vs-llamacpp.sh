@@ -40,7 +40,11 @@
 #       ROWS="hetsched-f16 hetsched ..." picks the rows (llama.cpp:F16 and llama.cpp:F32
 #       name llama.cpp's; hetsched-f16-mbN: f16 weights with the attention's key split
 #       down to N blocks per range, HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N); ATTN_MIN_BLOCKS=8,16
-#       picks layer_bench's key splits (default 16,8,4).
+#       picks layer_bench's key splits (default 16,8,4), LAYER_BENCH_ARGS replaces its
+#       arguments (--decode-only: the decode rows alone); TRACED=0 skips the traced runs.
+#       Rows tg-hetsched and tg-llama.cpp:F16/F32 measure decode, one sequence: hetsched's
+#       greedy turn of 128 tokens after a short prompt (generate --backends gpu
+#       --precision f32 --max-tokens 128 --ignore-eos) against llama-bench -p 0 -n 128.
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -60,8 +64,12 @@ prepare)
     strip -o "$b/$ex" "target/release/examples/$ex" && xz -T2 "$b/$ex"
   done
   mkdir -p "$b/tests"
+  # FACADE_TESTS=0 leaves out gpu_prefill and gpu_decode (their build unifies features
+  # differently and rebuilds vulkano).
   { cargo test -q --release -p hetsched-gpu --no-run --message-format=json
-    cargo test -q --release -p hetsched --features gpu --test gpu_prefill --test gpu_decode --no-run --message-format=json; } |
+    if [ "${FACADE_TESTS:-1}" = 1 ]; then
+      cargo test -q --release -p hetsched --features gpu --test gpu_prefill --test gpu_decode --no-run --message-format=json
+    fi; } |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
@@ -131,7 +139,8 @@ remote)
   fi
   if [ "${3:-}" != llama-only ]; then
     [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
-    [ -x /tmp/layer_bench ] && { /tmp/layer_bench --attn-min-blocks "${ATTN_MIN_BLOCKS:-16,8,4}" 2>&1 | tee "$out/layers.txt" || true; }
+    # shellcheck disable=SC2086
+    [ -x /tmp/layer_bench ] && { /tmp/layer_bench ${LAYER_BENCH_ARGS:---attn-min-blocks ${ATTN_MIN_BLOCKS:-16,8,4}} 2>&1 | tee "$out/layers.txt" || true; }
   fi
   hetsched_tps() { # binary tokens
     "$1" run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len "$2" \
@@ -182,7 +191,7 @@ remote)
       done
     done
   }
-  if [ "${3:-}" != llama-only ]; then
+  if [ "${3:-}" != llama-only ] && [ "${TRACED:-1}" = 1 ]; then
     # Traced runs: device timestamps per stage and the next-token distribution, f32 and
     # f16 weights (f16 twice, and once with the o GEMM unfused: the atomics' run-to-run
     # spread against the deterministic path).
