@@ -20,7 +20,7 @@ use hetsched::engine::simulate;
 use hetsched::scene::Scene;
 use hetsched::systems::policy::{HomeBacklog, LaneTimes, PickContext};
 use hetsched::systems::{
-    InstanceKey, Policy, PolicyRegistry, PrefillPlan, ProcessorKind, StageProgress,
+    InstanceKey, LiveRuns, Policy, PolicyRegistry, PrefillPlan, ProcessorKind, StageProgress,
 };
 
 const PROMPTS: [u32; 3] = [1024, 4096, 32768];
@@ -80,6 +80,7 @@ fn policy_decision(c: &mut Criterion) {
             times: &times,
             lane: 1,
             kind: ProcessorKind::Npu,
+            request: None,
         };
         for name in ["stall", "lookahead", "balance"] {
             let mut policy = builtin(name);
@@ -123,8 +124,8 @@ impl TickStepper {
                 .submit(job)
                 .expect("the simulated queue accepts jobs");
         }
-        let done = self.world.resource::<StageProgress>().done_count();
-        if done == self.plan.instance_count() || self.backend.in_flight() == 0 {
+        let outstanding = self.world.resource::<LiveRuns>().outstanding;
+        if outstanding == 0 || self.backend.in_flight() == 0 {
             *self = TickStepper::new(self.plan.clone(), &self.policy);
         } else {
             let (now, completions) = self.backend.wait().expect("simulated queues never fail");

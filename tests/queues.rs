@@ -123,6 +123,7 @@ fn a_wait_for_another_jobs_lock_is_queue_wait_not_compute() {
     for id in 0..2u32 {
         let job = Job {
             id,
+            request: Default::default(),
             key: hetsched::systems::InstanceKey {
                 chunk: 0,
                 stage: id,

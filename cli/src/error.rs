@@ -45,6 +45,17 @@ pub enum CliError {
     /// The text could not be tokenized.
     #[error(transparent)]
     Import(#[from] ImportError),
+    /// The server could not start or stopped with an error.
+    #[error(transparent)]
+    Serve(#[from] hetsched_serve::ServeError),
+    /// A number of seconds that is not a time.
+    #[error("{name} {value}: give a number of seconds, 0 or more")]
+    InvalidSeconds {
+        /// The option.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+    },
     /// An input file could not be read.
     #[error("cannot read {what} {}: {error}", path.display())]
     Read {

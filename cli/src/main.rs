@@ -12,6 +12,7 @@ mod output;
 mod profile;
 mod progress;
 mod real;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -54,6 +55,9 @@ enum Command {
     /// Measure every stage kind of a real model on this machine and write a measured
     /// device profile (fitted cost per stage kind and processor) with its raw samples.
     Profile(profile::ProfileArgs),
+    /// Serve the model over HTTP: OpenAI-compatible chat completions and completions,
+    /// streamed as server-sent events, with /health and Prometheus /metrics.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => offline::sweep(args),
         Command::Scenes(args) => offline::scenes(args),
         Command::Profile(args) => profile::profile(args),
+        Command::Serve(args) => serve::serve(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

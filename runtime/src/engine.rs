@@ -11,7 +11,7 @@ use bevy_ecs::prelude::World;
 use bevy_ecs::schedule::Schedule;
 use hetsched_systems::resources::{Clock, Inbox, Outbox, RunStats, TimelineLog};
 use hetsched_systems::retry::{requeue_elsewhere, retry_lanes};
-use hetsched_systems::{Policy, PrefillPlan, StageProgress, scheduler_schedule, spawn_world};
+use hetsched_systems::{LiveRuns, Policy, PrefillPlan, scheduler_schedule, spawn_world};
 use thiserror::Error;
 
 use crate::backends::{Backend, BackendError, sim::SimBackend};
@@ -96,7 +96,7 @@ pub fn run_world(
     options: &EngineOptions,
 ) -> Result<Vec<u64>, EngineError> {
     let mut guard = guard::Guard::new(plan, options);
-    let total = plan.instance_count();
+    let total = world.resource::<LiveRuns>().armed;
     // A chain of instances (a decode step) takes one tick per instance and one more.
     let mut tick_wall_ns = Vec::with_capacity(total + 1);
     // The outbox's buffer goes back to it after each tick: no allocation per tick.
@@ -109,10 +109,11 @@ pub fn run_world(
         for job in jobs.drain(..) {
             guard.submit(backend, job)?;
         }
-        let done = world.resource::<StageProgress>().done_count();
-        if done == total {
+        let outstanding = world.resource::<LiveRuns>().outstanding;
+        if outstanding == 0 {
             break;
         }
+        let done = total - outstanding;
         if guard.in_flight() == 0 {
             return Err(stalled(&guard, done, total));
         }

@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 
-use bevy_ecs::prelude::{Entity, Messages, World};
+use bevy_ecs::prelude::{Entity, World};
 use bevy_ecs::schedule::Schedule;
-use hetsched_systems::resources::SubgraphFinished;
 use hetsched_systems::{
-    Policy, PrefillPlan, Request, RequestPhase, rearm_world, scheduler_schedule, spawn_request,
+    DeviceProfile, Policy, PrefillPlan, Request, RequestPhase, rearm_world, scheduler_schedule,
+    spawn_request, spawn_request_world,
 };
 
 use crate::backends::Backend;
@@ -36,10 +36,14 @@ impl std::fmt::Debug for RequestWorld {
 }
 
 impl RequestWorld {
-    /// A world holding request `id` (nothing armed yet).
+    /// A world holding request `id` (nothing armed yet: the first run spawns the
+    /// processors of its plan's device).
     pub fn new(id: u64) -> Self {
-        let mut world = World::new();
-        world.init_resource::<Messages<SubgraphFinished>>();
+        let mut world = spawn_request_world(&DeviceProfile {
+            measured: None,
+            name: String::new(),
+            processors: Vec::new(),
+        });
         let request = spawn_request(&mut world, id);
         Self {
             world,
@@ -101,7 +105,12 @@ mod tests {
     fn runs_again_and_again_in_one_world_as_a_fresh_world_does() {
         let plan = Arc::new(tiny_plan(2, 8, 4));
         let policy = || PolicyRegistry::builtin().create(DEFAULT_POLICY).unwrap();
-        let fresh = crate::engine::simulate(plan.clone(), policy()).unwrap();
+        let mut fresh = crate::engine::simulate(plan.clone(), policy()).unwrap();
+        // The fresh world's request is id 0; this one's is 3: its slices say so.
+        for slice in &mut fresh.timeline.slices {
+            assert_eq!(slice.request.0, 0);
+            slice.request = hetsched_systems::RequestId(3);
+        }
         let mut world = RequestWorld::new(3);
         for step in 0..3 {
             let run = world
@@ -118,7 +127,7 @@ mod tests {
         }
         let request = world.request().unwrap();
         assert_eq!(
-            (request.id, request.phase),
+            (request.id.0, request.phase),
             (3, RequestPhase::Decode { step: 1 })
         );
     }

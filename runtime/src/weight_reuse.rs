@@ -216,6 +216,7 @@ mod tests {
                 };
                 let slice = SliceRecord {
                     id: plan.id(key) as u32,
+                    request: Default::default(),
                     key,
                     processor: 0,
                     start_ns: now,

@@ -236,6 +236,7 @@ mod tests {
     fn slice(plan: &PrefillPlan, key: InstanceKey, lane: usize, span: (u64, u64)) -> SliceRecord {
         SliceRecord {
             id: plan.id(key) as u32,
+            request: Default::default(),
             key,
             processor: lane,
             start_ns: span.0,

@@ -2,31 +2,30 @@
 
 use bevy_ecs::prelude::{Commands, MessageWriter, Query, Res, ResMut};
 
-use crate::components::{BusySlot, Done, Running};
-use crate::memory_dispatch::MemoryLedger;
-use crate::resources::{Inbox, Index, Plan, SliceRecord, SubgraphFinished, TimelineLog};
+use crate::components::{BusySlot, Running};
+use crate::request::{OfRequest, Request, RequestRun};
+use crate::resources::{Inbox, Index, SliceRecord, SubgraphFinished, TimelineLog};
 
-/// Marks each reported instance [`Done`] (no longer [`Running`]), frees its processor and
-/// the memory its dead tensors held ([`MemoryLedger::finish`]), records its slice with
-/// the modeled duration beside the measured one, and announces it with
+/// Takes each reported instance off [`Running`], frees its processor and the memory its
+/// dead tensors held (its request's `MemoryLedger::finish`), records its slice (for its
+/// request) with the modeled duration beside the measured one, and announces it with
 /// [`SubgraphFinished`]. The engine validates completions before they reach the
 /// [`Inbox`]; the checks here guard that contract.
 #[allow(clippy::too_many_arguments)]
 pub fn collect_completions(
-    plan: Res<Plan>,
     index: Res<Index>,
     mut inbox: ResMut<Inbox>,
-    running: Query<&Running>,
+    instances: Query<(&Running, &OfRequest)>,
+    mut runs: Query<(&Request, &mut RequestRun)>,
     mut slots: Query<&mut BusySlot>,
     mut timeline: ResMut<TimelineLog>,
     mut finished: MessageWriter<SubgraphFinished>,
-    mut memory: ResMut<MemoryLedger>,
     mut commands: Commands,
 ) {
     for done in inbox.0.drain(..) {
         let entity = index.instances[done.id as usize]
             .expect("completion for an instance that does not exist");
-        let run = running
+        let (run, owner) = instances
             .get(entity)
             .unwrap_or_else(|_| panic!("instance {} completed while not running", done.id));
         assert_eq!(
@@ -34,7 +33,7 @@ pub fn collect_completions(
             "instance {} completed on a lane it was not dispatched to",
             done.id
         );
-        commands.entity(entity).remove::<Running>().insert(Done);
+        commands.entity(entity).remove::<Running>();
         let mut slot = slots
             .get_mut(index.processors[done.processor])
             .expect("processor entity without a slot");
@@ -46,16 +45,22 @@ pub fn collect_completions(
         );
         slot.running = None;
         slot.busy_ns += done.end_ns - done.start_ns;
-        let key = plan.0.key(done.id as usize);
-        memory.finish(key);
+        let (request, mut armed) = runs.get_mut(owner.0).expect("instance of an armed run");
+        let local = done.id - armed.base;
+        let key = armed.plan.key(local as usize);
+        armed.memory.finish(key);
         timeline.slices.push(SliceRecord {
-            id: done.id,
+            id: local,
+            request: request.id,
             key,
             processor: done.processor,
             start_ns: done.start_ns,
             end_ns: done.end_ns,
             estimated_ns: run.estimated_ns,
         });
-        finished.write(SubgraphFinished { id: done.id });
+        finished.write(SubgraphFinished {
+            id: done.id,
+            request: owner.0,
+        });
     }
 }

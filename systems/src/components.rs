@@ -1,6 +1,8 @@
 //! Components: plain data on the entities of the scheduler's world: processors and
-//! subgraph instances. An instance's life cycle is spelled by which markers it carries:
-//! Pending (only [`RemainingDeps`] above 0) -> [`Ready`] -> [`Running`] -> [`Done`].
+//! subgraph instances (requests: [`crate::request`]). An instance is pending while its
+//! [`RemainingDeps`] is above 0, ready at 0 (the ready queues index it), [`Running`]
+//! once dispatched; done is its request's `StageProgress`. No marker is spawned that no
+//! system reads.
 //!
 //! What the systems do not read is not spawned: chunks, templates, tensors and memory
 //! regions live in the [`crate::plan::PrefillPlan`] and the memory ledger,
@@ -53,12 +55,6 @@ pub struct SubgraphInstance {
 #[derive(Component, Debug, Clone, Copy)]
 pub struct RemainingDeps(pub u32);
 
-/// Every dependency is done; the instance waits in the ready queues of the processors it
-/// may run on.
-#[derive(Component, Debug, Clone, Copy, Default)]
-#[component(storage = "SparseSet")]
-pub struct Ready;
-
 /// Dispatched: where it runs, what the model expects it to take, and when it started.
 /// Collect checks a completion against it.
 #[derive(Component, Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +67,3 @@ pub struct Running {
     /// When it was dispatched, ns.
     pub dispatched_ns: u64,
 }
-
-/// Completed.
-#[derive(Component, Debug, Clone, Copy, Default)]
-#[component(storage = "SparseSet")]
-pub struct Done;

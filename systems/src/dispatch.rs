@@ -1,33 +1,58 @@
-//! Phase 3: policy + dispatch. Each idle processor takes one ready instance.
+//! Phase 3: policies + dispatch. Each idle processor takes one ready instance of one
+//! request: the request policy orders the requests, the request's own policy picks.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use bevy_ecs::prelude::{Commands, Has, Query, Res, ResMut};
+use bevy_ecs::prelude::{Commands, Has, Local, Query, Res, ResMut};
 use bevy_ecs::system::SystemParam;
 
-use crate::components::{BusySlot, Offline, Processor, Ready, Running};
+use crate::components::{BusySlot, Offline, Processor, Running};
 use crate::memory_dispatch::MemoryLedger;
 use crate::plan::PrefillPlan;
 use crate::policy::{LaneTimes, PickContext};
-use crate::progress::StageProgress;
-use crate::resources::{ActivePolicy, Clock, Index, Job, Outbox, Plan, ReadyQueues, RunStats};
+use crate::request::{LiveRuns, Request, RequestId, RequestRun};
+use crate::request_policy::{ActiveRequestPolicy, LiveRequest};
+use crate::resources::{Clock, Index, Job, Outbox, RunStats};
 
-/// For every idle processor, in lane order, asks the [`ActivePolicy`] for one of the ready
-/// instances the [`MemoryLedger`] admits, and launches it. A processor never holds more
+/// Lists the armed requests whose run is not done and lets the
+/// [`ActiveRequestPolicy`] order them; then for every idle processor, in lane order,
+/// offers it to those requests in that order: the first whose own policy picks one of
+/// its ready instances that its [`MemoryLedger`] admits launches it. A processor never holds more
 /// than one job (seed 000, Eq. 4). Its ready queue holds every ready instance it may run
 /// (under flexible placement, also those of other processors); a launched instance leaves
 /// every queue, so it runs exactly once, on the processor that took it. An [`Offline`]
 /// processor takes nothing, and the policies see it free only in the far future.
 pub fn dispatch_ready(
-    plan: Res<Plan>,
-    progress: Res<StageProgress>,
-    mut policy: ResMut<ActivePolicy>,
+    mut request_policy: ResMut<ActiveRequestPolicy>,
+    mut runs: Query<(&Request, &mut RequestRun)>,
     mut processors: Query<(&Processor, &mut BusySlot, Has<Offline>)>,
     mut launcher: Launcher,
+    mut live: Local<Vec<LiveRequest>>,
 ) {
-    let plan = &plan.0;
     let now_ns = launcher.clock.now_ns;
+    live.clear();
+    live.extend(
+        launcher
+            .owners
+            .requests
+            .iter()
+            .filter_map(|&e| runs.get(e).ok().map(|(r, run)| (e, r, run)))
+            .filter(|(_, _, run)| !run.is_done())
+            .map(|(entity, r, run)| LiveRequest {
+                entity,
+                id: r.id,
+                priority: r.priority,
+                targets: r.targets,
+                arrival_ns: r.arrival_ns,
+                phase: r.phase,
+                work_left_ns: run.work_left_ns,
+            }),
+    );
+    if live.is_empty() {
+        return;
+    }
+    request_policy.0.order(now_ns, &mut live);
     let mut times = LaneTimes {
         now_ns,
         free_at_ns: launcher
@@ -50,33 +75,39 @@ pub fn dispatch_ready(
         if slot.running.is_some() || offline {
             continue;
         }
-        let (candidates, held) = admitted(&launcher.ready.lanes[lane], &launcher.memory, plan);
-        launcher.stats.held_for_memory += u64::from(held);
-        if candidates.is_empty() {
-            continue;
+        for contender in live.iter() {
+            let (request, mut run) = runs.get_mut(contender.entity).expect("a live request");
+            let run = &mut *run;
+            let (candidates, held) = admitted(&run.ready.lanes[lane], &run.memory, &run.plan);
+            launcher.stats.held_for_memory += u64::from(held);
+            if candidates.is_empty() {
+                continue;
+            }
+            let ctx = PickContext {
+                plan: &run.plan,
+                progress: &run.progress,
+                ready: &run.ready.lanes,
+                backlog: run.ready.backlog(),
+                arrivals: run.ready.arrivals(),
+                times: &times,
+                lane,
+                kind: processor.kind,
+                request: Some(request),
+            };
+            let Some(id) = run.policy.pick(&ctx, &candidates) else {
+                continue;
+            };
+            drop(candidates);
+            launcher.launch(run, request.id, id, lane, &mut slot);
+            times.free_at_ns[lane] = slot.expected_end_ns;
+            break;
         }
-        let ctx = PickContext {
-            plan,
-            progress: &progress,
-            ready: &launcher.ready.lanes,
-            backlog: launcher.ready.backlog(),
-            arrivals: launcher.ready.arrivals(),
-            times: &times,
-            lane,
-            kind: processor.kind,
-        };
-        let Some(id) = policy.0.pick(&ctx, &candidates) else {
-            continue;
-        };
-        launcher.launch(plan, id, lane, &mut slot, &mut policy);
-        times.free_at_ns[lane] = slot.expected_end_ns;
     }
     // Liveness under a budget: a policy with its own pipeline (`peer`'s barrier) may wait
     // for a job memory keeps out. With nothing running, the earliest ready job the
-    // ledger admits runs (the first unfinished chunk's next job always is admitted).
-    if launcher.memory.unconstrained()
-        || !launcher.outbox.0.is_empty()
-        || processors.iter().any(|(_, slot, _)| slot.running.is_some())
+    // ledger admits runs (the first unfinished chunk's next job always is admitted), for
+    // the first request in the request policy's order that has one.
+    if !launcher.outbox.0.is_empty() || processors.iter().any(|(_, slot, _)| slot.running.is_some())
     {
         return;
     }
@@ -86,29 +117,54 @@ pub fn dispatch_ready(
         .iter()
         .map(|&e| !processors.get(e).is_ok_and(|(_, _, offline)| offline))
         .collect();
-    let Some((id, lane)) = launcher.earliest_admitted(plan, &online) else {
-        return;
-    };
-    let entity = launcher.index.processors[lane];
-    let (processor, mut slot, _) = processors.get_mut(entity).expect("processor entity");
-    if policy.0.strict_chunk_order() {
-        // Such a policy never needs this (its next job is the first chunk's); if it ever
-        // does, the job must be the one it would run next.
-        let ctx = PickContext {
-            plan,
-            progress: &progress,
-            ready: &launcher.ready.lanes,
-            backlog: launcher.ready.backlog(),
-            arrivals: launcher.ready.arrivals(),
-            times: &times,
-            lane,
-            kind: processor.kind,
-        };
-        if policy.0.pick(&ctx, &BTreeSet::from([id])) != Some(id) {
-            return;
+    for contender in live.iter() {
+        let (request, mut run) = runs.get_mut(contender.entity).expect("a live request");
+        let run = &mut *run;
+        if run.memory.unconstrained() {
+            continue;
         }
+        let Some((id, lane)) = earliest_admitted(run, &online) else {
+            continue;
+        };
+        let entity = launcher.index.processors[lane];
+        let (processor, mut slot, _) = processors.get_mut(entity).expect("processor entity");
+        if run.policy.strict_chunk_order() {
+            // Such a policy never needs this (its next job is the first chunk's); if it ever
+            // does, the job must be the one it would run next.
+            let ctx = PickContext {
+                plan: &run.plan,
+                progress: &run.progress,
+                ready: &run.ready.lanes,
+                backlog: run.ready.backlog(),
+                arrivals: run.ready.arrivals(),
+                times: &times,
+                lane,
+                kind: processor.kind,
+                request: Some(request),
+            };
+            if run.policy.pick(&ctx, &BTreeSet::from([id])) != Some(id) {
+                continue;
+            }
+        }
+        launcher.launch(run, request.id, id, lane, &mut slot);
+        return;
     }
-    launcher.launch(plan, id, lane, &mut slot, &mut policy);
+}
+
+/// The smallest ready id of `run` its memory admits, over every `online` lane, with its
+/// lane.
+fn earliest_admitted(run: &RequestRun, online: &[bool]) -> Option<(u32, usize)> {
+    run.ready
+        .lanes
+        .iter()
+        .enumerate()
+        .filter(|&(lane, _)| online[lane])
+        .filter_map(|(lane, q)| {
+            q.iter()
+                .find(|&&id| run.memory.admits(run.plan.key(id as usize)))
+                .map(|&id| (id, lane))
+        })
+        .min()
 }
 
 /// The ready instances of one lane's queue that memory admits now (borrowed when every
@@ -134,68 +190,55 @@ fn admitted<'q>(
 /// `u64::MAX`, since policies add costs to it.
 const OFFLINE_FREE_AT_NS: u64 = u64::MAX / 4;
 
-/// What launching a job changes: the ready queues, the instance's state, the memory
-/// ledger, the outbox and the statistics.
+/// What launching a job changes beside the request's run: the instance's state, the
+/// outbox and the statistics; and the requests in the order they were armed.
 #[derive(SystemParam)]
 pub struct Launcher<'w, 's> {
     index: Res<'w, Index>,
     clock: Res<'w, Clock>,
-    ready: ResMut<'w, ReadyQueues>,
     commands: Commands<'w, 's>,
     outbox: ResMut<'w, Outbox>,
     stats: ResMut<'w, RunStats>,
-    memory: ResMut<'w, MemoryLedger>,
+    owners: Res<'w, LiveRuns>,
 }
 
 impl Launcher<'_, '_> {
-    /// The smallest ready id memory admits, over every `online` lane, with its lane.
-    fn earliest_admitted(&self, plan: &PrefillPlan, online: &[bool]) -> Option<(u32, usize)> {
-        self.ready
-            .lanes
-            .iter()
-            .enumerate()
-            .filter(|&(lane, _)| online[lane])
-            .filter_map(|(lane, q)| {
-                q.iter()
-                    .find(|&&id| self.memory.admits(plan.key(id as usize)))
-                    .map(|&id| (id, lane))
-            })
-            .min()
-    }
-
-    /// Starts ready instance `id` on `lane`: out of every ready queue, [`Running`] on
-    /// `lane` at `lane`'s cost, in the lane's slot, memory allocated, the policy told, a
-    /// [`Job`] in the [`Outbox`].
+    /// Starts `run`'s ready instance `id` (the plan's own id) on `lane`: out of every
+    /// ready queue, [`Running`] on `lane` at `lane`'s cost, in the lane's slot, memory
+    /// allocated, the policy told, a [`Job`] naming `request` in the [`Outbox`].
     fn launch(
         &mut self,
-        plan: &PrefillPlan,
+        run: &mut RequestRun,
+        request: RequestId,
         id: u32,
         lane: usize,
         slot: &mut BusySlot,
-        policy: &mut ActivePolicy,
     ) {
+        let plan = &run.plan;
         let key = plan.key(id as usize);
-        self.ready.remove(plan, id);
+        run.ready.remove(plan, id);
         let estimated_ns = plan
             .cost_on(key, lane)
             .expect("dispatched to a processor the instance may not run on");
-        self.memory.start(key);
-        policy.0.launched(plan, id, lane);
-        let instance = self.index.instances[id as usize].expect("ready instance without an entity");
+        run.memory.start(key);
+        run.policy.launched(plan, id, lane);
+        run.work_left_ns -= plan.cost_ns(key);
+        run.undispatched -= 1;
+        let global = run.base + id;
+        let instance =
+            self.index.instances[global as usize].expect("ready instance without an entity");
         let now_ns = self.clock.now_ns;
-        self.commands
-            .entity(instance)
-            .remove::<Ready>()
-            .insert(Running {
-                lane,
-                estimated_ns,
-                dispatched_ns: now_ns,
-            });
-        slot.running = Some(id);
+        self.commands.entity(instance).insert(Running {
+            lane,
+            estimated_ns,
+            dispatched_ns: now_ns,
+        });
+        slot.running = Some(global);
         slot.expected_end_ns = now_ns + estimated_ns;
         self.stats.dispatched += 1;
         self.outbox.0.push(Job {
-            id,
+            id: global,
+            request,
             key,
             processor: lane,
             estimated_ns,

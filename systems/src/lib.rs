@@ -29,7 +29,7 @@
 //!     world.resource_mut::<Clock>().now_ns = end;
 //!     world.resource_mut::<Inbox>().0.push(Completion { id: job.id, processor: job.processor, start_ns: start, end_ns: end });
 //! }
-//! assert!(world.resource::<hetsched_systems::StageProgress>().done_count() > 0);
+//! assert_eq!(world.resource::<hetsched_systems::LiveRuns>().outstanding, 0);
 //! # Ok::<(), hetsched_systems::policy::UnknownPolicy>(())
 //! ```
 
@@ -56,6 +56,7 @@ pub mod plan;
 pub mod policy;
 mod progress;
 pub mod request;
+pub mod request_policy;
 mod resolve;
 pub mod resources;
 pub mod retry;
@@ -80,7 +81,12 @@ pub use placement::{PlacementConfig, StageKind};
 pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};
 pub use policy::{DEFAULT_POLICY, Policy, PolicyRegistry};
 pub use progress::StageProgress;
-pub use request::{Request, RequestPhase, RunOf, rearm_world, spawn_request};
+pub use request::{
+    LiveRuns, OfRequest, Priority, Request, RequestError, RequestId, RequestPhase, RequestRun,
+    RunOf, SloTargets, UnknownPriority, arm_request, disarm_request, rearm_world, spawn_request,
+    spawn_request_entity, spawn_request_world,
+};
+pub use request_policy::{ActiveRequestPolicy, RequestPolicy};
 pub use stage_cost::{
     StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, median, precision_label,
     stage_kind,

@@ -17,8 +17,6 @@
 //! and there is no memory deadlock. The check costs O(chunks in flight x regions) per
 //! candidate; when every chunk fits at its peak at once the ledger only counts.
 
-use bevy_ecs::prelude::Resource;
-
 use crate::graph::StageDependency;
 use crate::memory::MemoryProfile;
 use crate::plan::{InstanceKey, PrefillPlan};
@@ -41,7 +39,7 @@ impl ChunkState {
 }
 
 /// Live bytes per region, and each chunk's progress through its memory profile.
-#[derive(Resource, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct MemoryLedger {
     profile: MemoryProfile,
     live: Vec<u64>,

@@ -1,25 +1,34 @@
 //! Phase 4: metrics: counter tracks for the timeline and tick statistics.
 
-use bevy_ecs::prelude::{Query, Res, ResMut};
+use bevy_ecs::prelude::{Local, Query, Res, ResMut};
 
-use crate::components::{BusySlot, Processor};
-use crate::memory_dispatch::MemoryLedger;
-use crate::resources::{Clock, CounterSample, Plan, ReadyQueues, RunStats, TimelineLog};
+use crate::components::{BusySlot, Processor, SubgraphInstance};
+use crate::request::{LiveRuns, OfRequest, RequestRun};
+use crate::resources::{Clock, CounterSample, Index, RunStats, TimelineLog};
 
-/// Samples per-processor ready-queue lengths, the number of chunks with work in flight
-/// and the live bytes of every memory region (`live bytes <region>`), adding a counter
-/// point only where a value changed.
+/// Samples per-processor ready-queue lengths (every armed request's), the number of
+/// (request, chunk) pairs with work in flight and the live bytes of every memory region
+/// summed over the armed requests (`live bytes <region>`), adding a counter point only
+/// where a value changed.
+#[allow(clippy::too_many_arguments)]
 pub fn record_metrics(
-    plan: Res<Plan>,
     clock: Res<Clock>,
-    ready: Res<ReadyQueues>,
+    index: Res<Index>,
+    live: Res<LiveRuns>,
+    runs: Query<&RequestRun>,
+    instances: Query<(&SubgraphInstance, &OfRequest)>,
     processors: Query<(&Processor, &BusySlot)>,
     mut timeline: ResMut<TimelineLog>,
     mut stats: ResMut<RunStats>,
-    memory: Res<MemoryLedger>,
+    mut values: Local<Vec<f64>>,
 ) {
     stats.ticks += 1;
-    let lanes = ready.lanes.len();
+    let lanes = index.processors.len();
+    let armed = || live.requests.iter().filter_map(|&e| runs.get(e).ok());
+    let Some(first) = armed().next() else {
+        return;
+    };
+    let profile = first.memory().profile();
     if timeline.counters.is_empty() {
         let mut names: Vec<(usize, String)> = processors
             .iter()
@@ -30,7 +39,6 @@ pub fn record_metrics(
         timeline
             .counters
             .push(("chunks running".to_string(), Vec::new()));
-        let profile = memory.profile();
         for column in 0..profile.columns() {
             let name = match profile.regions.get(column) {
                 Some(region) => format!("live bytes {}", region.name),
@@ -39,18 +47,28 @@ pub fn record_metrics(
             timeline.counters.push((name, Vec::new()));
         }
     }
-    let mut values: Vec<f64> = ready.lanes.iter().map(|q| q.len() as f64).collect();
-    let mut running_chunks: Vec<u32> = processors
+    let columns = profile.columns();
+    values.clear();
+    values.resize(lanes + 1 + columns, 0.0);
+    let mut running_chunks: Vec<(OfRequest, u32)> = processors
         .iter()
         .filter_map(|(_, s)| s.running)
-        .map(|id| plan.0.key(id as usize).chunk)
+        .filter_map(|id| index.instances[id as usize])
+        .filter_map(|e| instances.get(e).ok())
+        .map(|(instance, owner)| (*owner, instance.key.chunk))
         .collect();
-    running_chunks.sort_unstable();
+    running_chunks.sort_unstable_by_key(|(o, c)| (o.0, *c));
     running_chunks.dedup();
-    values.push(running_chunks.len() as f64);
-    values.extend(memory.live().iter().map(|&b| b as f64));
-    debug_assert_eq!(values.len(), 2 * lanes + 2);
-    for ((_, samples), value) in timeline.counters.iter_mut().zip(values) {
+    values[lanes] = running_chunks.len() as f64;
+    for run in armed() {
+        for (lane, queue) in run.ready.lanes.iter().enumerate() {
+            values[lane] += queue.len() as f64;
+        }
+        for (column, &bytes) in run.memory().live().iter().enumerate().take(columns) {
+            values[lanes + 1 + column] += bytes as f64;
+        }
+    }
+    for ((_, samples), &value) in timeline.counters.iter_mut().zip(values.iter()) {
         match samples.last_mut() {
             Some(last) if last.value == value => {}
             Some(last) if last.at_ns == clock.now_ns => last.value = value,

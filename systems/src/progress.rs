@@ -1,12 +1,10 @@
 //! Which instances are done, with a per-stage done prefix so cross-chunk dependencies
 //! (seed 000, Eq. 2) resolve in amortised O(1) instead of scanning earlier chunks.
 
-use bevy_ecs::prelude::Resource;
-
 use crate::plan::{InstanceKey, PrefillPlan};
 
 /// Done flags by instance id, and for each stage the number of leading chunks done.
-#[derive(Resource, Debug, Clone)]
+#[derive(Debug, Clone)]
 pub struct StageProgress {
     done: Vec<bool>,
     prefix: Vec<u32>,

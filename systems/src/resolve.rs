@@ -1,31 +1,39 @@
 //! Phase 2: dependency resolution (seed 000, Eq. 2-3), incremental per completion.
 
-use bevy_ecs::prelude::{Commands, MessageReader, Query, Res, ResMut};
+use bevy_ecs::prelude::{MessageReader, Query, Res, ResMut};
 
-use crate::components::{Ready, RemainingDeps};
+use crate::components::RemainingDeps;
 use crate::graph::StageDependency;
 use crate::plan::InstanceKey;
-use crate::progress::StageProgress;
-use crate::resources::{Index, Plan, ReadyQueues, SubgraphFinished};
+use crate::request::{LiveRuns, RequestRun};
+use crate::resources::{Index, SubgraphFinished};
 
-/// For each finished instance G(i, j), every stage k waiting for j (usually j+1; a
-/// shadow's pair, see [`crate::graph`]): an intra-chunk G(i, k) loses one dependency; for
-/// a cross-chunk stage k, every chunk the done prefix of stage j newly covers does.
-/// Newly ready instances join the ready queue of every processor the policy may run them
-/// on.
+/// For each finished instance G(i, j) of a request's run, every stage k waiting for j
+/// (usually j+1; a shadow's pair, see [`crate::graph`]): an intra-chunk G(i, k) loses one
+/// dependency; for a cross-chunk stage k, every chunk the done prefix of stage j newly
+/// covers does. Newly ready instances join the run's ready queue of every processor its
+/// policy may run them on. A run whose last instance is done is announced in
+/// [`LiveRuns::finished`].
 pub fn resolve_dependencies(
-    plan: Res<Plan>,
     index: Res<Index>,
     mut finished: MessageReader<SubgraphFinished>,
-    mut progress: ResMut<StageProgress>,
+    mut runs: Query<&mut RequestRun>,
     mut instances: Query<&mut RemainingDeps>,
-    mut ready: ResMut<ReadyQueues>,
-    mut commands: Commands,
+    mut live: ResMut<LiveRuns>,
 ) {
-    let plan = &plan.0;
     for message in finished.read() {
-        let key = plan.key(message.id as usize);
-        let grown = progress.mark_done(plan, key);
+        let mut run = runs
+            .get_mut(message.request)
+            .expect("a finished instance of an armed run");
+        let run = &mut *run;
+        let plan = &run.plan;
+        let base = run.base as usize;
+        let key = plan.key(message.id as usize - base);
+        let grown = run.progress.mark_done(plan, key);
+        live.outstanding -= 1;
+        if run.progress.done_count() == plan.instance_count() {
+            live.finished.push(message.request);
+        }
         for &next_stage in plan.successor_stages(key.stage) {
             let chunks = match plan.stages[next_stage as usize].dependency {
                 StageDependency::None => continue,
@@ -41,14 +49,14 @@ pub fn resolve_dependencies(
                     continue;
                 }
                 let id = plan.id(next);
-                let entity = index.instances[id].expect("existing instance without an entity");
+                let entity =
+                    index.instances[base + id].expect("existing instance without an entity");
                 let mut remaining = instances
                     .get_mut(entity)
                     .expect("instance entity without deps");
                 remaining.0 -= 1;
                 if remaining.0 == 0 {
-                    commands.entity(entity).insert(Ready);
-                    ready.insert(plan, id as u32);
+                    run.ready.insert(plan, id as u32);
                 }
             }
         }

@@ -4,24 +4,23 @@
 //! takes [`Job`]s out of [`Outbox`] after it. Systems never see a concrete queue.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use bevy_ecs::prelude::{Entity, Message, Resource};
 
 use crate::plan::{InstanceKey, PrefillPlan};
-use crate::policy::{HomeBacklog, Policy};
+use crate::policy::HomeBacklog;
+use crate::request::RequestId;
 
-/// The plan this world schedules.
-#[derive(Resource, Clone)]
-pub struct Plan(pub Arc<PrefillPlan>);
-
-/// Entity lookups by dense id and by processor lane.
+/// Entity lookups by world id and by processor lane: kept for speed (a completion names
+/// its instance by id; a query would scan), fed by arming and disarming requests.
 #[derive(Resource, Debug, Clone)]
 pub struct Index {
-    /// Instance entity by id (None where no instance exists).
+    /// Instance entity by world id (None where no instance exists, or no run holds it).
     pub instances: Vec<Option<Entity>>,
     /// Processor entity by lane.
     pub processors: Vec<Entity>,
+    /// Id ranges (base, length) no armed run holds, for the next runs to reuse.
+    pub(crate) free: Vec<(u32, u32)>,
 }
 
 /// Current time in ns: virtual in simulation, elapsed wall time with real queues. A test
@@ -32,11 +31,13 @@ pub struct Clock {
     pub now_ns: u64,
 }
 
-/// Ready instance ids per processor lane, ordered by (chunk, stage). A ready instance is
-/// in the queue of every processor it may run on (its home only when the policy keeps
-/// fixed placement: see [`ReadyQueues::lanes_of`]) and leaves all of them when one takes
-/// it.
-#[derive(Resource, Debug, Clone)]
+/// Ready instance ids (a run's own, not the world's) per processor lane, ordered by
+/// (chunk, stage): an index kept for speed beside [`crate::components::RemainingDeps`],
+/// which resolve feeds when an instance's count reaches 0 and dispatch drains. A ready
+/// instance is in the queue of every processor it may run on (its home only when the
+/// policy keeps fixed placement: see [`ReadyQueues::lanes_of`]) and leaves all of them
+/// when one takes it.
+#[derive(Debug, Clone)]
 pub struct ReadyQueues {
     /// Ready ids, by lane.
     pub lanes: Vec<BTreeSet<u32>>,
@@ -106,16 +107,16 @@ impl ReadyQueues {
     }
 }
 
-/// The policy this world schedules with, and its state.
-#[derive(Resource)]
-pub struct ActivePolicy(pub Box<dyn Policy>);
-
 /// A job handed to a processor's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Job {
-    /// Instance id.
+    /// Instance id in the world (the request's run holds a range of ids; a world of one
+    /// request uses the plan's own ids).
     pub id: u32,
-    /// (chunk, stage).
+    /// The request whose run the instance belongs to: a runner finds that request's KV
+    /// cache and tokens by it.
+    pub request: RequestId,
+    /// (chunk, stage) in the request's plan.
     pub key: InstanceKey,
     /// Processor lane.
     pub processor: usize,
@@ -128,7 +129,7 @@ pub struct Job {
 /// A finished job, as its queue reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {
-    /// Instance id.
+    /// Instance id in the world, as the [`Job`] named it.
     pub id: u32,
     /// Processor lane.
     pub processor: usize,
@@ -149,15 +150,19 @@ pub struct Outbox(pub Vec<Job>);
 /// Written when an instance completes.
 #[derive(Message, Debug, Clone, Copy)]
 pub struct SubgraphFinished {
-    /// Instance id.
+    /// Instance id in the world.
     pub id: u32,
+    /// The request entity whose run it belongs to.
+    pub request: Entity,
 }
 
 /// One executed subgraph on the timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SliceRecord {
-    /// Instance id.
+    /// Instance id in its request's plan.
     pub id: u32,
+    /// The request it ran for.
+    pub request: RequestId,
     /// (chunk, stage).
     pub key: InstanceKey,
     /// Processor lane.

@@ -9,22 +9,24 @@
 
 use bevy_ecs::prelude::World;
 
-use crate::components::{BusySlot, Offline, Ready, Running};
-use crate::memory_dispatch::MemoryLedger;
-use crate::resources::{ActivePolicy, Index, Plan, ReadyQueues, RunStats};
+use crate::components::{BusySlot, Offline, Running};
+use crate::request::{OfRequest, RequestRun};
+use crate::resources::{Index, RunStats};
 
-/// The processors other than the one running `id` that could take it if it were
-/// requeued now: eligible for it (all of them under a placement-choosing policy, only its
-/// home under a fixed one) and not [`Offline`]. Empty when `id` is not running.
+/// The processors other than the one running `id` (a world id) that could take it if it
+/// were requeued now: eligible for it (all of them under a placement-choosing policy,
+/// only its home under a fixed one) and not [`Offline`]. Empty when `id` is not running.
 pub fn retry_lanes(world: &World, id: u32) -> Vec<usize> {
-    let Some(running) = running(world, id) else {
+    let Some((running, owner)) = running(world, id) else {
         return Vec::new();
     };
-    let plan = &world.resource::<Plan>().0;
+    let Some(run) = world.get::<RequestRun>(owner) else {
+        return Vec::new();
+    };
     let index = world.resource::<Index>();
-    world
-        .resource::<ReadyQueues>()
-        .lanes_of(plan, plan.key(id as usize))
+    let plan = &run.plan;
+    run.ready
+        .lanes_of(plan, plan.key((id - run.base) as usize))
         .iter()
         .copied()
         .filter(|&lane| lane != running.lane)
@@ -32,27 +34,32 @@ pub fn retry_lanes(world: &World, id: u32) -> Vec<usize> {
         .collect()
 }
 
-/// Takes running instance `id` back from its processor, which goes [`Offline`], and makes
-/// it ready again; returns the processor given up, or `None` (nothing changed) when no
-/// other processor could take it ([`retry_lanes`] is empty).
+/// Takes running instance `id` (a world id) back from its processor, which goes
+/// [`Offline`], and makes it ready again in its request's run; returns the processor
+/// given up, or `None` (nothing changed) when no other processor could take it
+/// ([`retry_lanes`] is empty).
 pub fn requeue_elsewhere(world: &mut World, id: u32) -> Option<usize> {
     if retry_lanes(world, id).is_empty() {
         return None;
     }
-    let lane = running(world, id)?.lane;
-    let plan = world.resource::<Plan>().0.clone();
-    let key = plan.key(id as usize);
+    let (running, owner) = running(world, id)?;
+    let lane = running.lane;
     let (instance, processor) = {
         let index = world.resource::<Index>();
         (index.instances[id as usize]?, index.processors[lane])
     };
-    world.entity_mut(instance).remove::<Running>().insert(Ready);
-    world.resource_mut::<ReadyQueues>().insert(&plan, id);
-    world.resource_mut::<MemoryLedger>().abandon(key);
-    world
-        .resource_mut::<ActivePolicy>()
-        .0
-        .abandoned(&plan, id, lane);
+    world.entity_mut(instance).remove::<Running>();
+    {
+        let mut run = world.get_mut::<RequestRun>(owner)?;
+        let run = &mut *run;
+        let local = id - run.base;
+        let key = run.plan.key(local as usize);
+        run.ready.insert(&run.plan, local);
+        run.memory.abandon(key);
+        run.policy.abandoned(&run.plan, local, lane);
+        run.work_left_ns += run.plan.cost_ns(key);
+        run.undispatched += 1;
+    }
     world.resource_mut::<RunStats>().retried += 1;
     let mut processor = world.entity_mut(processor);
     processor.insert(Offline);
@@ -62,7 +69,9 @@ pub fn requeue_elsewhere(world: &mut World, id: u32) -> Option<usize> {
     Some(lane)
 }
 
-fn running(world: &World, id: u32) -> Option<Running> {
+/// The instance `id`'s dispatch and its request, while it runs.
+fn running(world: &World, id: u32) -> Option<(Running, bevy_ecs::prelude::Entity)> {
     let entity = (*world.resource::<Index>().instances.get(id as usize)?)?;
-    world.get::<Running>(entity).copied()
+    let running = world.get::<Running>(entity).copied()?;
+    Some((running, world.get::<OfRequest>(entity)?.0))
 }

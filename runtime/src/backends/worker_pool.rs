@@ -328,6 +328,7 @@ mod tests {
     fn job(id: u32, processor: usize, work: u64) -> Job {
         Job {
             id,
+            request: Default::default(),
             key: InstanceKey {
                 chunk: id,
                 stage: 0,

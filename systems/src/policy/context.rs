@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use crate::device::ProcessorKind;
 use crate::plan::{InstanceKey, PrefillPlan};
 use crate::progress::StageProgress;
+use crate::request::Request;
 
 /// When each processor could start a new job: now if idle, else when its running job is
 /// modeled to end (ns, by lane).
@@ -62,6 +63,9 @@ pub struct PickContext<'a> {
     pub lane: usize,
     /// Its kind.
     pub kind: ProcessorKind,
+    /// The request whose instances the candidates are (every candidate belongs to one
+    /// request's run; `None` where a caller builds a context by hand).
+    pub request: Option<&'a Request>,
 }
 
 impl PickContext<'_> {

@@ -381,6 +381,7 @@ mod tests {
                         times: &times,
                         lane: 0,
                         kind: plan.device.processors[0].kind,
+                        request: None,
                     };
                     index.sync(&ctx);
                     check_against_fresh(&index, &plan, &progress, &ready)?;
@@ -415,6 +416,7 @@ mod tests {
             times: &times,
             lane: 0,
             kind: ProcessorKind::Cpu,
+            request: None,
         };
         let mut index = StallIndex::new(&plan);
         index.sync(&ctx);

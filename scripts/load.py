@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Replays a request trace against an OpenAI-compatible endpoint and reports time to first
+token (p50, p99), time per output token, throughput and errors.
+
+Python 3.9+ standard library only: asyncio schedules the requests, each runs on a worker
+thread with http.client (streamed chat completions, server-sent events). Bounded: at most
+--max-requests requests and --duration seconds, loopback addresses only.
+
+Workloads:
+  --scenario chat --clients N    N clients in a closed loop, each sending the next chat
+                                 request as soon as its last one finished (steady load).
+  --scenario agent-burst         one long background request, then, while it runs, a
+                                 burst of short interactive requests (an assistant's tool
+                                 calls); reports TTFT per priority class.
+  --trace FILE                   a JSON-lines trace, one request a line, replayed open-loop
+                                 at its arrival times: {"at": seconds from start,
+                                 "messages": [...] or "prompt": "...", "max_tokens": N,
+                                 "priority": "interactive"|"background"}.
+
+Examples:
+  scripts/load.py --url http://127.0.0.1:8080 --scenario chat --clients 4 --max-requests 32
+  scripts/load.py --url http://127.0.0.1:8080 --scenario agent-burst --json
+"""
+
+import argparse
+import asyncio
+import http.client
+import ipaddress
+import json
+import random
+import socket
+import statistics
+import sys
+import time
+import urllib.parse
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain in two sentences why the sky is blue.",
+    "Give three tips for writing clear code.",
+    "What is 17 times 23? Answer briefly.",
+    "Name four planets of the solar system.",
+    "Summarise the plot of Romeo and Juliet in one sentence.",
+    "Translate 'good morning' into French, Spanish and German.",
+]
+
+LONG_DOCUMENT = " ".join(
+    f"Section {i}: the scheduler places each subgraph on the processor that suits it, "
+    "and the memory planner frees buffers as soon as their last reader is done."
+    for i in range(12)
+)
+
+
+def chat_request(text, max_tokens, priority="interactive"):
+    return {
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "priority": priority,
+    }
+
+
+def scenario_chat(clients, max_requests, max_tokens, seed):
+    """Closed loop: (client, request) pairs, each client sends in turn."""
+    rng = random.Random(seed)
+    return [
+        (i % clients, 0.0, chat_request(rng.choice(PROMPTS), max_tokens))
+        for i in range(max_requests)
+    ]
+
+
+def scenario_agent_burst(max_tokens):
+    """Open loop: a background summary at 0 s, five interactive tool calls from 0.5 s."""
+    trace = [
+        (
+            None,
+            0.0,
+            chat_request(
+                "Summarise this document:\n" + LONG_DOCUMENT, 4 * max_tokens, "background"
+            ),
+        )
+    ]
+    for i in range(5):
+        trace.append(
+            (None, 0.5 + 0.2 * i, chat_request(PROMPTS[i], max_tokens // 2 or 1))
+        )
+    return trace
+
+
+def read_trace(path, max_requests):
+    trace = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                at = float(entry.pop("at", 0.0))
+            except (ValueError, TypeError) as e:
+                sys.exit(f"{path}:{number}: not a trace entry ({e})")
+            trace.append((None, at, entry))
+            if len(trace) >= max_requests:
+                break
+    return trace
+
+
+class Result:
+    def __init__(self, priority):
+        self.priority = priority
+        self.ttft = None
+        self.tokens = 0
+        self.chunks = 0
+        self.end = None
+        self.error = None
+        self.start = None
+
+
+def run_one(url, body, timeout, api_key, model):
+    """One streamed request on this thread; returns a Result."""
+    parts = urllib.parse.urlsplit(url)
+    result = Result(body.get("priority", "interactive"))
+    body = dict(body, stream=True, stream_options={"include_usage": True})
+    if model:
+        body["model"] = model
+    endpoint = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    result.start = time.monotonic()
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        connection.request("POST", endpoint, json.dumps(body), headers)
+        response = connection.getresponse()
+        if response.status != 200:
+            result.error = f"HTTP {response.status}"
+            response.read()
+            return result
+        while True:
+            line = response.readline()
+            if not line:
+                result.error = "stream ended without [DONE]"
+                break
+            line = line.strip()
+            if not line.startswith(b"data: "):
+                continue
+            data = line[6:]
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            if chunk.get("usage"):
+                result.tokens = chunk["usage"]["completion_tokens"]
+            for choice in chunk.get("choices", []):
+                piece = choice.get("delta", {}).get("content") or choice.get("text")
+                if piece:
+                    if result.ttft is None:
+                        result.ttft = time.monotonic() - result.start
+                    result.chunks += 1
+        result.end = time.monotonic() - result.start
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        result.error = f"{type(e).__name__}: {e}"
+    finally:
+        connection.close()
+    return result
+
+
+async def replay(args, trace):
+    results = []
+    deadline = time.monotonic() + args.duration
+    start = time.monotonic()
+
+    async def send(body):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        results.append(
+            await asyncio.to_thread(
+                run_one, args.url, body, min(remaining, args.timeout), args.api_key, args.model
+            )
+        )
+
+    closed = [entry for entry in trace if entry[0] is not None]
+    open_loop = [entry for entry in trace if entry[0] is None]
+
+    async def client(index):
+        for owner, _, body in closed:
+            if owner == index and time.monotonic() < deadline:
+                await send(body)
+
+    async def arrival(at, body):
+        await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+        await send(body)
+
+    clients = sorted({entry[0] for entry in closed})
+    await asyncio.gather(
+        *(client(i) for i in clients), *(arrival(at, body) for _, at, body in open_loop)
+    )
+    return results, time.monotonic() - start
+
+
+def percentile(values, q):
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summarise(results, wall):
+    ok = [r for r in results if r.error is None]
+    ttft = [r.ttft for r in ok if r.ttft is not None]
+    tpot = [
+        (r.end - r.ttft) / (r.tokens - 1)
+        for r in ok
+        if r.ttft is not None and r.tokens > 1
+    ]
+    tokens = sum(r.tokens for r in ok)
+    report = {
+        "requests": len(results),
+        "errors": len(results) - len(ok),
+        "error_kinds": sorted({r.error for r in results if r.error}),
+        "wall_s": round(wall, 3),
+        "ttft_p50_ms": ms(percentile(ttft, 50)),
+        "ttft_p99_ms": ms(percentile(ttft, 99)),
+        "tpot_median_ms": ms(statistics.median(tpot) if tpot else None),
+        "output_tokens": tokens,
+        "tokens_per_s": round(tokens / wall, 2) if wall > 0 else None,
+    }
+    for priority in sorted({r.priority for r in ok}):
+        of = [r.ttft for r in ok if r.priority == priority and r.ttft is not None]
+        report[f"ttft_p50_ms_{priority}"] = ms(percentile(of, 50))
+        report[f"ttft_p99_ms_{priority}"] = ms(percentile(of, 99))
+    return report
+
+
+def ms(seconds):
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def check_loopback(url):
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or not parts.port:
+        sys.exit(f"--url {url}: give http://HOST:PORT")
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(parts.hostname, parts.port)}
+    except OSError as e:
+        sys.exit(f"--url {url}: {e}")
+    if not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        sys.exit(f"--url {url}: this load script only targets loopback addresses")
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", default="http://127.0.0.1:8080")
+    parser.add_argument("--scenario", choices=["chat", "agent-burst"], default="chat")
+    parser.add_argument("--trace", help="JSON-lines trace (replaces --scenario)")
+    parser.add_argument("--clients", type=int, default=4, help="chat: concurrent clients")
+    parser.add_argument("--max-requests", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--duration", type=float, default=120.0, help="seconds at most")
+    parser.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--api-key")
+    parser.add_argument("--model", help="model name to send (llama-server ignores it)")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = parser.parse_args()
+    for name in ("clients", "max_requests", "max_tokens"):
+        if not 1 <= getattr(args, name) <= 10_000:
+            sys.exit(f"--{name.replace('_', '-')}: give 1 to 10000")
+    if not 0 < args.duration <= 3600:
+        sys.exit("--duration: give 0 to 3600 seconds")
+    check_loopback(args.url)
+    if args.trace:
+        trace = read_trace(args.trace, args.max_requests)
+    elif args.scenario == "chat":
+        trace = scenario_chat(args.clients, args.max_requests, args.max_tokens, args.seed)
+    else:
+        trace = scenario_agent_burst(args.max_tokens)
+    results, wall = asyncio.run(replay(args, trace))
+    report = summarise(results, wall)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:24} {value}")
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

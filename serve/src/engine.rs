@@ -1,0 +1,186 @@
+//! The seam between HTTP and generation: what the server asks of an engine.
+//!
+//! An [`Engine`] accepts a request ([`EngineRequest`]: prompt tokens, generation options,
+//! `n` samples, a [`Priority`]) from any thread and answers at once: either a
+//! [`Submitted`] handle whose channel carries the request's [`Event`]s (text pieces per
+//! sample, then each sample's finish), or a [`Refusal`] the server turns into
+//! `503 Service Unavailable` with `Retry-After`. Dropping the handle cancels the request:
+//! the engine stops it after the token in progress and frees its KV memory. The server
+//! never looks inside an engine beyond this trait and its [`EngineSnapshot`].
+//!
+//! Contract an engine keeps:
+//! * every accepted request ends with one [`Event::Finished`] per sample, in sample order
+//!   of finishing, or with one [`Event::Failed`] (after which nothing more comes);
+//! * [`Event::Text`] pieces of one sample arrive in order; each is final (UTF-8 complete,
+//!   stop strings held back and never sent);
+//! * a cancelled request stops sending; its KV memory is back in the snapshot's
+//!   `kv_bytes_in_use` once its last event is sent.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use hetsched_exec::generate::{FinishReason, GenerateOptions};
+use thiserror::Error;
+use tokio::sync::mpsc;
+
+/// How urgently a request runs, when several wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Priority {
+    /// A person is waiting for it (the default).
+    #[default]
+    Interactive,
+    /// Batch work: runs when no interactive request waits.
+    Background,
+}
+
+impl Priority {
+    /// Its name in requests and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Interactive => "interactive",
+            Priority::Background => "background",
+        }
+    }
+
+    /// The priority named `name` (`interactive` or `background`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "interactive" => Some(Priority::Interactive),
+            "background" => Some(Priority::Background),
+            _ => None,
+        }
+    }
+}
+
+/// One request for the engine: checked by the server already (ranges, context).
+#[derive(Clone, Debug)]
+pub struct EngineRequest {
+    /// Prompt tokens.
+    pub prompt: Vec<u32>,
+    /// Tokens at most per sample, sampling, stop strings. Sample `i` uses seed
+    /// `options.sampling.seed + i`.
+    pub options: GenerateOptions,
+    /// Independent samples of the prompt, at least 1.
+    pub n: usize,
+    /// Scheduling class.
+    pub priority: Priority,
+}
+
+/// What an engine sends about an accepted request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Text of sample `sample` became final: one event per generated token (the text may be
+    /// empty while a UTF-8 character or a possible stop string is incomplete), and one at
+    /// the end with what was held back.
+    Text {
+        /// Which sample, from 0.
+        sample: usize,
+        /// Text now final.
+        text: String,
+    },
+    /// Sample `sample` ended.
+    Finished {
+        /// Which sample.
+        sample: usize,
+        /// Why.
+        reason: FinishReason,
+        /// Tokens it generated (an end-of-sequence token included).
+        tokens: usize,
+    },
+    /// The request failed; no more events follow.
+    Failed {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Sets a request's cancel flag when dropped: the HTTP side drops it when the client goes.
+#[derive(Debug)]
+pub struct CancelOnDrop(Arc<AtomicBool>);
+
+impl CancelOnDrop {
+    /// A guard over `flag`.
+    pub fn new(flag: Arc<AtomicBool>) -> Self {
+        Self(flag)
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// An accepted request: its events, and the guard that cancels it when dropped.
+#[derive(Debug)]
+pub struct Submitted {
+    /// The request's events (see the module's contract).
+    pub events: mpsc::UnboundedReceiver<Event>,
+    /// Cancels the request when dropped.
+    pub cancel: CancelOnDrop,
+}
+
+/// Why an engine would not take a request now (the server answers 503 with
+/// `Retry-After`).
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum Refusal {
+    /// The engine holds as many requests (queued and running) as it may.
+    #[error("the server holds {limit} requests already (queued and running): retry later")]
+    TooManyRequests {
+        /// The limit.
+        limit: usize,
+    },
+    /// The request's KV memory does not fit in what is free now.
+    #[error(
+        "the request needs {needed} bytes of KV memory and {free} are free: retry later, or \
+         ask for fewer tokens"
+    )]
+    KvBudget {
+        /// Bytes the request needs.
+        needed: u64,
+        /// Bytes free.
+        free: u64,
+    },
+    /// The engine is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// A processor's busy time so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessorBusy {
+    /// Its name (lane).
+    pub name: String,
+    /// Its kind: `cpu`, `gpu` or `npu`.
+    pub kind: String,
+    /// Time it ran work since the engine started, seconds.
+    pub busy_seconds: f64,
+}
+
+/// The engine's state at one moment, for `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineSnapshot {
+    /// Requests accepted and not started.
+    pub queued: usize,
+    /// Requests generating.
+    pub running: usize,
+    /// KV cache bytes held by running requests.
+    pub kv_bytes_in_use: u64,
+    /// Per processor.
+    pub processors: Vec<ProcessorBusy>,
+    /// Seconds since the engine started.
+    pub uptime_seconds: f64,
+}
+
+/// A generation engine the server drives (see the module doc for the contract).
+pub trait Engine: Send + Sync {
+    /// Accepts `request` or refuses it now; never blocks on generation.
+    fn submit(&self, request: EngineRequest) -> Result<Submitted, Refusal>;
+
+    /// Counts and gauges now.
+    fn snapshot(&self) -> EngineSnapshot;
+
+    /// Refuses new requests and cancels every accepted one (shutdown after the grace
+    /// period).
+    fn cancel_all(&self);
+}

@@ -1,0 +1,313 @@
+//! An [`Engine`] over today's single-request [`Session`]: one worker thread serves the
+//! accepted requests **one at a time**, interactive ones first, each sample in a fresh
+//! session (its own KV cache, freed when the sample ends). Decode steps run direct on the
+//! CPU threads, or scheduled on the GPU lane when every stage is resident there.
+//!
+//! What it is not: it does not batch decode steps of several requests, nor preempt a
+//! running request for a newer interactive one; a queued request waits for the running
+//! one to finish. Admission counts requests (queued plus running) against a limit; the KV
+//! memory in use is the running sample's reserved cache
+//! (`layers x 2 x kv_dim x (prompt + max_tokens) x 4` bytes).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use hetsched_exec::generate::{DecodePath, FinishReason, Generated, Session};
+use hetsched_exec::{ExecModel, GpuUse, PrefillOptions};
+use hetsched_import::GgufTokenizer;
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::mpsc;
+
+use crate::engine::{
+    CancelOnDrop, Engine, EngineRequest, EngineSnapshot, Event, Priority, ProcessorBusy, Refusal,
+    Submitted,
+};
+
+/// A request waiting for the worker.
+struct Queued {
+    request: EngineRequest,
+    events: mpsc::UnboundedSender<Event>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// What the worker and the submitters share.
+#[derive(Default)]
+struct Waiting {
+    interactive: VecDeque<Queued>,
+    background: VecDeque<Queued>,
+    running: usize,
+    kv_bytes: u64,
+    /// The running request's cancel flag (for [`Engine::cancel_all`]).
+    current: Option<Arc<AtomicBool>>,
+    stopping: bool,
+    /// Busy seconds per processor lane.
+    busy: Vec<f64>,
+}
+
+impl Waiting {
+    fn len(&self) -> usize {
+        self.interactive.len() + self.background.len()
+    }
+}
+
+struct Shared {
+    waiting: Mutex<Waiting>,
+    wake: Condvar,
+    max_requests: usize,
+    started: Instant,
+    /// Lane names and kinds, in the prefill device's order.
+    lanes: Vec<(String, String)>,
+}
+
+/// One request at a time on a [`Session`] (see the module doc).
+pub struct SessionEngine {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl SessionEngine {
+    /// Starts the worker for `model` (prefills under `options`, direct decode steps),
+    /// holding at most `max_requests` requests, queued and running.
+    pub fn start(
+        model: Arc<ExecModel>,
+        tokenizer: Arc<GgufTokenizer>,
+        options: PrefillOptions,
+        max_requests: usize,
+    ) -> Self {
+        let lanes: Vec<_> = options
+            .device
+            .processors
+            .iter()
+            .map(|p| (p.name.clone(), p.kind.as_str().to_string()))
+            .collect();
+        let shared = Arc::new(Shared {
+            waiting: Mutex::new(Waiting {
+                busy: vec![0.0; lanes.len()],
+                ..Waiting::default()
+            }),
+            wake: Condvar::new(),
+            max_requests: max_requests.max(1),
+            started: Instant::now(),
+            lanes,
+        });
+        let worker_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("hetsched-serve-engine".into())
+            .spawn(move || serve_requests(&worker_shared, &model, &tokenizer, &options))
+            .expect("spawning the engine's worker thread");
+        Self {
+            shared,
+            worker: Mutex::new(Some(worker)),
+        }
+    }
+}
+
+impl Drop for SessionEngine {
+    fn drop(&mut self) {
+        self.cancel_all();
+        if let Some(worker) = self.worker.lock().take() {
+            // The worker stops after the token in progress; a panic there is already
+            // reported on stderr.
+            let _ = worker.join();
+        }
+    }
+}
+
+impl Engine for SessionEngine {
+    fn submit(&self, request: EngineRequest) -> Result<Submitted, Refusal> {
+        let mut waiting = self.shared.waiting.lock();
+        if waiting.stopping {
+            return Err(Refusal::ShuttingDown);
+        }
+        if waiting.len() + waiting.running >= self.shared.max_requests {
+            return Err(Refusal::TooManyRequests {
+                limit: self.shared.max_requests,
+            });
+        }
+        let (events, receiver) = mpsc::unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let priority = request.priority;
+        let queued = Queued {
+            request,
+            events,
+            cancel: cancel.clone(),
+        };
+        match priority {
+            Priority::Interactive => waiting.interactive.push_back(queued),
+            Priority::Background => waiting.background.push_back(queued),
+        }
+        self.shared.wake.notify_one();
+        Ok(Submitted {
+            events: receiver,
+            cancel: CancelOnDrop::new(cancel),
+        })
+    }
+
+    fn snapshot(&self) -> EngineSnapshot {
+        let waiting = self.shared.waiting.lock();
+        EngineSnapshot {
+            queued: waiting.len(),
+            running: waiting.running,
+            kv_bytes_in_use: waiting.kv_bytes,
+            processors: self
+                .shared
+                .lanes
+                .iter()
+                .zip(&waiting.busy)
+                .map(|((name, kind), busy)| ProcessorBusy {
+                    name: name.clone(),
+                    kind: kind.clone(),
+                    busy_seconds: *busy,
+                })
+                .collect(),
+            uptime_seconds: self.shared.started.elapsed().as_secs_f64(),
+        }
+    }
+
+    fn cancel_all(&self) {
+        let mut waiting = self.shared.waiting.lock();
+        waiting.stopping = true;
+        let Waiting {
+            interactive,
+            background,
+            ..
+        } = &mut *waiting;
+        for queued in interactive.drain(..).chain(background.drain(..)) {
+            let _ = queued.events.send(Event::Failed {
+                message: "the server is shutting down".into(),
+            });
+        }
+        if let Some(current) = &waiting.current {
+            current.store(true, Ordering::Relaxed);
+        }
+        self.shared.wake.notify_all();
+    }
+}
+
+/// The worker: takes the next request (interactive first) until stopped.
+fn serve_requests(
+    shared: &Shared,
+    model: &Arc<ExecModel>,
+    tokenizer: &GgufTokenizer,
+    options: &PrefillOptions,
+) {
+    loop {
+        let next = {
+            let mut waiting = shared.waiting.lock();
+            loop {
+                if waiting.stopping {
+                    return;
+                }
+                let next = match waiting.interactive.pop_front() {
+                    Some(next) => Some(next),
+                    None => waiting.background.pop_front(),
+                };
+                if let Some(next) = next {
+                    waiting.running += 1;
+                    waiting.current = Some(next.cancel.clone());
+                    break next;
+                }
+                shared.wake.wait(&mut waiting);
+            }
+        };
+        run_request(shared, model, tokenizer, options, &next);
+        let mut waiting = shared.waiting.lock();
+        waiting.running -= 1;
+        waiting.current = None;
+        waiting.kv_bytes = 0;
+    }
+}
+
+/// Runs every sample of one request, sending its events.
+fn run_request(
+    shared: &Shared,
+    model: &Arc<ExecModel>,
+    tokenizer: &GgufTokenizer,
+    options: &PrefillOptions,
+    queued: &Queued,
+) {
+    let request = &queued.request;
+    for sample in 0..request.n {
+        if queued.cancel.load(Ordering::Relaxed) {
+            return;
+        }
+        shared.waiting.lock().kv_bytes = kv_bytes(model, request);
+        let mut sample_options = request.options.clone();
+        sample_options.sampling.seed = request.options.sampling.seed.wrapping_add(sample as u64);
+        // With every stage resident on the GPU, decode steps are scheduled there (where
+        // the KV cache lives); otherwise direct on the CPU threads.
+        let path = match options.gpu {
+            GpuUse::Resident => DecodePath::Scheduled,
+            _ => DecodePath::Direct,
+        };
+        let generated =
+            Session::new(model.clone(), options.clone(), path).and_then(|mut session| {
+                session.generate(
+                    &request.prompt,
+                    tokenizer,
+                    &sample_options,
+                    &queued.cancel,
+                    |text| {
+                        // A receiver gone (the client left) is seen through the cancel flag.
+                        let _ = queued.events.send(Event::Text {
+                            sample,
+                            text: text.to_string(),
+                        });
+                    },
+                )
+            });
+        shared.waiting.lock().kv_bytes = 0;
+        match generated {
+            Ok(generated) => {
+                add_busy(shared, options, &generated);
+                let reason = generated.finish_reason;
+                let _ = queued.events.send(Event::Finished {
+                    sample,
+                    reason,
+                    tokens: generated.tokens.len(),
+                });
+                if reason == FinishReason::Cancelled {
+                    return;
+                }
+            }
+            Err(error) => {
+                let _ = queued.events.send(Event::Failed {
+                    message: error.to_string(),
+                });
+                return;
+            }
+        }
+    }
+}
+
+/// Bytes of the KV cache one sample of `request` reserves: keys and values, f32, for the
+/// prompt and every token it may generate.
+fn kv_bytes(model: &ExecModel, request: &EngineRequest) -> u64 {
+    let config = &model.config;
+    let positions = request.prompt.len() + request.options.max_tokens;
+    let per_position = config.n_layers * 2 * config.n_kv_heads * config.head_dim * 4;
+    (positions as u64).saturating_mul(per_position as u64)
+}
+
+/// Adds a sample's busy time per lane: the prefill's subgraphs where they ran, the
+/// decode steps (direct, on the session's CPU threads) on the first CPU lane.
+fn add_busy(shared: &Shared, options: &PrefillOptions, generated: &Generated) {
+    let mut waiting = shared.waiting.lock();
+    for slice in &generated.prefill_run.timeline.slices {
+        if let Some(busy) = waiting.busy.get_mut(slice.processor) {
+            *busy += slice.end_ns.saturating_sub(slice.start_ns) as f64 / 1e9;
+        }
+    }
+    let cpu = options
+        .device
+        .processors
+        .iter()
+        .position(|p| p.kind.as_str() == "cpu")
+        .unwrap_or(0);
+    if let Some(busy) = waiting.busy.get_mut(cpu) {
+        *busy += generated.decode_ns as f64 / 1e9;
+    }
+}
