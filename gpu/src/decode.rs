@@ -141,12 +141,12 @@ impl RecordedBatch {
     /// Submits the recording after every earlier submission on its context and returns at
     /// once; a later waited submission sees its results.
     pub fn submit_async(&self) -> Result<()> {
-        self.replay.submit(&self.ctx, false).map(drop)
+        self.replay.submit(&self.ctx, false)
     }
 
     /// Submits the recording and waits for it (and so for everything submitted before).
     pub fn submit(&self) -> Result<()> {
-        self.replay.submit(&self.ctx, true).map(drop)
+        self.replay.submit(&self.ctx, true)
     }
 
     /// Dispatches recorded.

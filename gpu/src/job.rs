@@ -105,28 +105,16 @@ impl GpuContext {
     }
 }
 
-/// A command buffer recorded once and submitted again and again, with the host buffers its
-/// downloads land in.
+/// A command buffer recorded once and submitted again and again.
 pub(crate) struct Replay {
     cb: Arc<PrimaryAutoCommandBuffer>,
-    readbacks: Vec<Subbuffer<[u32]>>,
 }
 
 impl Replay {
     /// Submits the command buffer on `ctx` (after every earlier submission); with `wait`,
-    /// waits and returns its downloads, else returns none at once.
-    pub(crate) fn submit(&self, ctx: &GpuContext, wait: bool) -> Result<Vec<Vec<u32>>> {
-        if !wait && !self.readbacks.is_empty() {
-            return Err(GpuError::Shape {
-                op: "replay",
-                problem: "a recorded batch with reads must be waited for".into(),
-            });
-        }
-        ctx.submit(self.cb.clone(), wait)?;
-        self.readbacks
-            .iter()
-            .map(|b| Ok(b.read().map_err(vk("reading results"))?.to_vec()))
-            .collect()
+    /// waits for it.
+    pub(crate) fn submit(&self, ctx: &GpuContext, wait: bool) -> Result<()> {
+        ctx.submit(self.cb.clone(), wait)
     }
 }
 
@@ -400,26 +388,21 @@ impl<C: AsRef<GpuContext>> Job<C> {
         ctx.as_ref().submit(cb, false)
     }
 
-    /// Records every download into a host buffer of its own and finishes the command
-    /// buffer, for submitting again and again ([`Replay::submit`]). A job from
-    /// [`Job::replayable`].
-    pub(crate) fn into_replay(mut self) -> Result<Replay> {
-        let mut readbacks = Vec::with_capacity(self.downloads.len());
-        for src in &self.downloads {
-            let dst = self.ctx().host_buffer(
-                src.len(),
-                MemoryTypeFilter::PREFER_HOST | MemoryTypeFilter::HOST_RANDOM_ACCESS,
-            )?;
-            self.builder
-                .copy_buffer(CopyBufferInfo::buffers(src.clone(), dst.clone()))
-                .map_err(vk("recording a download"))?;
-            readbacks.push(dst);
+    /// Finishes the command buffer for submitting again and again ([`Replay::submit`]).
+    /// A job from [`Job::replayable`], with no downloads (a recorded batch copies its
+    /// results into host matrices instead).
+    pub(crate) fn into_replay(self) -> Result<Replay> {
+        if !self.downloads.is_empty() {
+            return Err(GpuError::Shape {
+                op: "replay",
+                problem: "a recorded batch returns results through host matrices, not reads".into(),
+            });
         }
         let cb = self
             .builder
             .build()
             .map_err(vk("finishing a command buffer"))?;
-        Ok(Replay { cb, readbacks })
+        Ok(Replay { cb })
     }
 
     /// Submits, waits, and reads downloads and timestamps.
