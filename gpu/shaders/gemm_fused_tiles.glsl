@@ -10,12 +10,6 @@
 #extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 16, local_size_y = 16) in;
 
-layout(std430, binding = 0) readonly buffer A { vec4 a[]; };
-#ifdef W_F16
-layout(std430, binding = 1) readonly buffer W { uvec2 w[]; };
-#else
-layout(std430, binding = 1) readonly buffer W { vec4 w[]; };
-#endif
 
 #include "gemm_fused_epilogue.glsl"
 

@@ -14,12 +14,6 @@
 #extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 64) in;
 
-layout(std430, binding = 0) readonly buffer A { vec4 a[]; };
-#ifdef W_F16
-layout(std430, binding = 1) readonly buffer W { uvec2 w[]; };
-#else
-layout(std430, binding = 1) readonly buffer W { vec4 w[]; };
-#endif
 layout(std430, binding = 7) readonly buffer Positions { uint positions[]; };
 
 #define ANGLE_ROW(row) ((p.flags & 4u) != 0u ? positions[row] : (row))
