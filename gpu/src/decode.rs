@@ -267,9 +267,9 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         )
     }
 
-    /// Causal attention like [`GpuBatch::attention`] for at most
-    /// [`DECODE_ATTENTION_MAX_TOKENS`] tokens whose positions are read from `positions`
-    /// (`[1, n_tokens]` or more of u32, [`Elem::I32`]) when the batch runs: token `t`
+    /// Causal attention like [`GpuBatch::attention`] for at most 8 tokens whose positions
+    /// are read from `positions` (`[1, n_tokens]` or more of u32, [`Elem::I32`]) when the
+    /// batch runs: token `t`
     /// attends to keys `0..=positions[t]`, at most `s.kv_len` of them (the rows the caches
     /// hold); `s.pos0` is ignored. What a recorded decode step replays at every position.
     pub fn attention_at(

@@ -6,7 +6,7 @@
 //! every position the session reserved; each run writes its rows in place and attends
 //! over the rows before them, so nothing of the cache ever crosses to the host. A prefill
 //! uploads its token embeddings and reads the logits back. A decode step is recorded once
-//! per cache capacity and replayed ([`crate::GpuDecode`]): the token and its position go
+//! per cache capacity and replayed (`GpuDecode`): the token and its position go
 //! up in two words, the greedy next token comes back in one (the logits too only when the
 //! caller samples on the host); its plan holds every decoder layer in one stage, then
 //! the head (each stage is one submission of its recording).
