@@ -37,7 +37,7 @@ pub use hetsched_exec as exec;
 pub use hetsched_import as import;
 pub use hetsched_import::limits;
 pub use hetsched_runtime::{
-    adapt, backends, engine, fsutil, history, prediction, profiling, progress, report, scene,
-    weight_reuse,
+    adapt, backends, engine, fsutil, history, prediction, profiling, progress, report, requests,
+    scene, weight_reuse,
 };
 pub use hetsched_systems as systems;

@@ -22,8 +22,8 @@ mod lane {
 
     use crate::generate::inline::InlineQueue;
     use crate::{
-        DecodeOutput, DecodeStages, ExecError, ExecModel, GpuDecode, GpuModel, GpuStageRunner,
-        Step, take_logits,
+        DecodeOutput, DecodeStages, ExecError, ExecModel, GpuDecode, GpuKernelOptions, GpuModel,
+        GpuStageRunner, Step, take_logits,
     };
 
     /// The model's weights and the session's KV cache on the device.
@@ -49,9 +49,15 @@ mod lane {
 
     impl GpuLane {
         /// Opens the GPU, uploads `model`'s (f32) weights and warms the device up.
-        pub(in crate::generate) fn open(model: &Arc<ExecModel>) -> Result<Self, ExecError> {
-            crate::gpu_computes(model)?;
-            let gpu = Arc::new(GpuModel::upload(crate::gpu_context()?, model.clone())?);
+        pub(in crate::generate) fn open(
+            model: &Arc<ExecModel>,
+            kernels: &GpuKernelOptions,
+        ) -> Result<Self, ExecError> {
+            crate::gpu_open::gpu_computes(model)?;
+            let gpu = Arc::new(GpuModel::upload(
+                crate::gpu_open::gpu_context(kernels)?,
+                model.clone(),
+            )?);
             gpu.warm_up()?;
             Ok(Self {
                 model: gpu,
@@ -170,7 +176,7 @@ mod lane {
                     float_processor: None,
                 },
             )?;
-            let (steps, layers) = crate::compile(&plan)?;
+            let (steps, layers) = crate::prefill_parts::compile(&plan)?;
             Ok(Plan {
                 plan: Arc::new(plan),
                 steps,
@@ -247,8 +253,11 @@ mod stub {
     }
 
     impl super::GpuLane {
-        pub(in crate::generate) fn open(_: &std::sync::Arc<ExecModel>) -> Result<Self, ExecError> {
-            Err(crate::no_gpu_support())
+        pub(in crate::generate) fn open(
+            _: &std::sync::Arc<ExecModel>,
+            _: &crate::GpuKernelOptions,
+        ) -> Result<Self, ExecError> {
+            Err(crate::gpu_open::no_gpu_support())
         }
 
         pub(in crate::generate) fn reserve(&mut self, _: usize, _: usize) -> Result<(), ExecError> {
