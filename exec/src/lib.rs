@@ -70,7 +70,9 @@ pub use eval::{
 pub use float_kernels::GpuFloat;
 pub use float_kernels::{CpuFloat, FloatKernels};
 #[cfg(feature = "gpu")]
-pub use gpu_resident::{DeviceTime, GpuModel, GpuStageRunner, ResidentWeights};
+pub use gpu_resident::{
+    DecodeOutput, DecodeStages, DeviceTime, GpuDecode, GpuModel, GpuStageRunner, ResidentWeights,
+};
 pub use interpret::StageRunner;
 pub use load::{LoadError, LoadedModels, load_models};
 pub use options::{GpuKernelOptions, GpuUse, GpuWeights, PrefillOptions};

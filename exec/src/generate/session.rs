@@ -157,6 +157,11 @@ pub struct Session {
     /// With [`GpuUse::Resident`]: the weights and KV cache on the GPU, where every run
     /// of the session goes (the host `caches` stay empty).
     gpu: Option<GpuLane>,
+    /// The greedy next token a GPU decode step chose on the device.
+    gpu_next: Option<u32>,
+    /// Whether GPU decode steps read the logits back (off while a greedy turn samples
+    /// on the device).
+    gpu_logits: bool,
     /// The quantized head of direct steps (none: the model's f32 head).
     head: Option<QuantizedHead>,
     buffers: direct::DecodeBuffers,
@@ -255,6 +260,8 @@ impl Session {
             decode_layers: DEFAULT_DECODE_LAYERS_PER_STAGE,
             world: RequestWorld::new(0),
             gpu,
+            gpu_next: None,
+            gpu_logits: true,
             buffers: direct::DecodeBuffers::default(),
             decode_time: DecodeTime::default(),
         })
@@ -270,7 +277,9 @@ impl Session {
         &self.tokens
     }
 
-    /// Logits of the token after [`Self::tokens`], once anything ran.
+    /// Logits of the token after [`Self::tokens`], once anything ran (not after a GPU
+    /// decode step of a greedy turn of [`Self::generate`], which reads back only the
+    /// token the device chose).
     pub fn logits(&self) -> Option<&[f32]> {
         self.logits.as_deref()
     }
@@ -543,7 +552,7 @@ impl Session {
         let gpu = self.gpu.as_mut().ok_or_else(broken)?;
         let at = (pos0, self.options.chunk_len);
         let (outcome, logits) = gpu.prefill(&mut self.world, policy, &tokens, at)?;
-        self.finish_gpu_run(tokens, logits);
+        self.finish_gpu_run(tokens, Some(logits), None);
         Ok((outcome, 0))
     }
 
@@ -556,15 +565,29 @@ impl Session {
         let mut tokens = self.tokens.clone();
         tokens.push(token);
         let gpu = self.gpu.as_mut().ok_or_else(broken)?;
-        let (outcome, logits) = gpu.step(&mut self.world, policy, &tokens)?;
-        self.finish_gpu_run(tokens, logits);
+        let want_logits = self.gpu_logits;
+        let (outcome, out) = gpu.step(&mut self.world, policy, &tokens, want_logits)?;
+        self.finish_gpu_run(tokens, out.logits, Some(out.next));
         Ok(outcome)
     }
 
-    fn finish_gpu_run(&mut self, tokens: Vec<u32>, logits: Vec<f32>) {
+    fn finish_gpu_run(&mut self, tokens: Vec<u32>, logits: Option<Vec<f32>>, next: Option<u32>) {
         self.tokens = tokens;
-        self.logits = Some(logits);
+        self.logits = logits;
+        self.gpu_next = next;
         self.world.set_cached_tokens(self.tokens.len());
+    }
+
+    /// The greedy next token a GPU decode step chose on the device, if the last run was
+    /// one.
+    pub(super) fn gpu_greedy_next(&self) -> Option<u32> {
+        self.gpu_next
+    }
+
+    /// Whether GPU decode steps read the logits back; a greedy turn turns it off (the
+    /// device chooses the token).
+    pub(super) fn set_gpu_logits(&mut self, read: bool) {
+        self.gpu_logits = read;
     }
 
     /// One scheduled decode step of `token`: the step's plan (compiled at the first step)

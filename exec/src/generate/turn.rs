@@ -119,6 +119,18 @@ impl Continuation {
         on_text: &mut impl FnMut(&str),
     ) -> Result<Next, GenerateError> {
         let token = self.sampler.sample(logits);
+        self.accept(token, limits, cancel, on_text)
+    }
+
+    /// Takes `token`, chosen elsewhere (greedy sampling on the GPU lane), as
+    /// [`Self::take`] takes a sampled one.
+    pub(super) fn accept(
+        &mut self,
+        token: u32,
+        limits: &Limits<'_>,
+        cancel: &AtomicBool,
+        on_text: &mut impl FnMut(&str),
+    ) -> Result<Next, GenerateError> {
         self.tokens.push(token);
         let options = limits.options;
         if token == limits.eos && !options.ignore_eos {
@@ -223,8 +235,12 @@ impl Session {
         // is then a plain call, not a hand-off to a pool thread and a wake-up back (two
         // thread wake-ups a token, outside any stage, which the step's wall time counted).
         let pool = self.pool.clone();
+        // A greedy turn on the GPU lane reads back only the token the device chose.
+        self.set_gpu_logits(!options.sampling.is_greedy());
         let finish_reason =
-            pool.install(|| self.decode_loop(&inputs, &mut continuation, &mut out, &mut on_text))?;
+            pool.install(|| self.decode_loop(&inputs, &mut continuation, &mut out, &mut on_text));
+        self.set_gpu_logits(true);
+        let finish_reason = finish_reason?;
         continuation.finish(&mut on_text);
         let decoded = self.decode_time();
         Ok(Generated {
@@ -258,8 +274,24 @@ impl Session {
             options: inputs.options,
         };
         loop {
-            let logits = self.logits().expect("a prefill or step left logits");
-            let next = continuation.take(logits, &limits, inputs.cancel, &mut *on_text)?;
+            let greedy = inputs.options.sampling.is_greedy();
+            let next = match (self.gpu_greedy_next(), self.logits()) {
+                // The GPU lane's step chose the token on the device (greedy).
+                (Some(token), _) if greedy => {
+                    continuation.accept(token, &limits, inputs.cancel, &mut *on_text)?
+                }
+                (_, Some(logits)) => {
+                    continuation.take(logits, &limits, inputs.cancel, &mut *on_text)?
+                }
+                (_, None) => {
+                    return Err(crate::ExecError::MissingValue {
+                        op: "decode step".into(),
+                        chunk: 0,
+                        value: "logits",
+                    }
+                    .into());
+                }
+            };
             if continuation.tokens.len() == 1 {
                 out.ttft_ns = inputs.started.elapsed().as_nanos() as u64;
             }
