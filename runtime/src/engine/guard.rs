@@ -301,7 +301,13 @@ impl Guard {
             .options
             .deadline
             .map(|d| Instant::now() + d.allowance(job.estimated_ns));
-        self.slots[job.id as usize] = Slot::Running {
+        // Ids are global in a world that holds several runs: a later run's range may lie
+        // past this plan's id space, so the slots grow to the ids the engine submits.
+        let id = job.id as usize;
+        if id >= self.slots.len() {
+            self.slots.resize(id + 1, Slot::Idle);
+        }
+        self.slots[id] = Slot::Running {
             lane: job.processor,
             estimated_ns: job.estimated_ns,
             due,
