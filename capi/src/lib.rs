@@ -4,7 +4,7 @@
 //! Every exported name starts with `hs_`. Objects live behind opaque handles with
 //! create/destroy pairs (registry keys, never addresses, so a handle of the
 //! wrong kind or one already destroyed is a status, not a crash); every function returns
-//! an [`hs_status`](error::hs_status) and keeps a message for `hs_last_error()` on the
+//! an [`hs_status`] and keeps a message for `hs_last_error()` on the
 //! calling thread; no panic crosses the boundary (each entry runs in
 //! `catch_unwind`); every pointer argument is checked for NULL; strings are UTF-8, in
 //! and out, with ownership written on each function.

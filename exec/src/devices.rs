@@ -40,7 +40,7 @@ fn gpu_costed_like(spec: &ProcessorSpec) -> ProcessorSpec {
     }
 }
 
-/// The device profile of [`GpuUse::Resident`]: one GPU lane, costed like the host's CPU
+/// The device profile of [`GpuUse::Resident`](crate::GpuUse::Resident): one GPU lane, costed like the host's CPU
 /// (the policies only need a guess, and with one lane they only order chunks).
 pub fn resident_gpu_device() -> DeviceProfile {
     let mut device = host_device();

@@ -1,9 +1,9 @@
 //! Real prefill: the scheduler's systems dispatch every subgraph instance of a loaded
 //! model to thread-backed queues that run real kernels, chunk by chunk, out of order.
 //!
-//! Data flow: [`ExecModel`] (weights) and the prompt's tokens → a [`PrefillPlan`] built
+//! Data flow: [`ExecModel`] (weights) and the prompt's tokens → a [`PrefillPlan`](hetsched_systems::PrefillPlan) built
 //! from the model's shapes and a device profile → [`Step`]s compiled per stage →
-//! [`engine::run`] with [`ThreadQueues`] whose lanes call a [`StageRunner`] → logits of
+//! [`engine::run`](hetsched_runtime::engine::run) with [`ThreadQueues`] whose lanes call a [`StageRunner`] → logits of
 //! the last token.
 //!
 //! ```no_run

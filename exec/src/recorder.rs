@@ -20,7 +20,7 @@ const LOW_OCTAVES: f32 = 32.0;
 /// Octaves covered: 2^-32 .. 2^32.
 const OCTAVES: usize = 64;
 
-/// Channels per site that calibration ranks by max |x| (what [`PrunedScale::HotMax`]
+/// Channels per site that calibration ranks by max |x| (what [`PrunedScale::HotMax`](crate::shadow::PrunedScale::HotMax)
 /// can keep; a pruned site keeps as many as `Calibration::pruned_shadow_bytes` hold).
 pub const TOP_CHANNELS: usize = 256;
 
