@@ -15,10 +15,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use hetsched::engine;
-use hetsched::report::RunReport;
-use hetsched::scene::Scene;
-use hetsched::systems::policy::{PickContext, Policy, PolicyRegistry, pick_max_by};
+use hetsched::prelude::*;
 
 /// Shortest processing time first, on the picking processor; ties to the earliest
 /// (chunk, stage). Counts how often it chose, to show that a policy keeps state.
@@ -52,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scene = Scene::load(Path::new("qwen1.5-1.8b-xiaomi14"))?;
     let plan = Arc::new(scene.plan()?);
     for name in ["inorder", "balance", "shortest"] {
-        let run = engine::simulate(plan.clone(), registry.create(name)?)?;
+        let run = simulate(plan.clone(), registry.create(name)?)?;
         let report = RunReport::new(&scene.name, &run);
         println!(
             "{name:>9}: {:8.2} ms, {:.3}x the lower bound, NPU bubbles {:.1}%",

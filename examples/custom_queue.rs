@@ -18,11 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
-use hetsched::backends::{Backend, BackendError};
-use hetsched::engine;
-use hetsched::scene::Scene;
-use hetsched::systems::ProcessorKind;
-use hetsched::systems::resources::{Completion, Job};
+use hetsched::prelude::*;
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{PackedI8Weights, matmul_f32, matmul_w8a8};
 
@@ -151,7 +147,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let kinds = plan.device.processors.iter().map(|p| p.kind).collect();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let mut queue = KernelQueue::new(kinds, threads)?;
-    let run = engine::run(plan.clone(), scene.new_policy()?, &mut queue)?;
+    let run = run(plan.clone(), scene.new_policy()?, &mut queue)?;
     println!(
         "{}: {} subgraphs in {:.1} ms of wall time on {threads} worker threads \
          (one 64x256x256 GEMM per modeled ms)",
@@ -171,5 +167,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             modeled as f64 / 1e6
         );
     }
+    // A real run's bound comes from its own measured durations, not the phone's model.
+    println!("{}", RunReport::measured(&scene.name, &run, &[]).summary());
     Ok(())
 }

@@ -137,7 +137,12 @@ impl Device {
                 float_processor: None,
             },
         )?);
-        let runner = Arc::new(exec::stage_runner(self.model.clone(), &plan, &tokens)?);
+        let runner = Arc::new(exec::stage_runner(
+            self.model.clone(),
+            &plan,
+            &tokens,
+            &exec::GpuKernelOptions::default(),
+        )?);
         // The device's queue: any `Backend` (a QNN queue on a phone) does here.
         let mut queue = ThreadQueues::start(plan.lanes(), runner, self.pool.clone())?;
         Ok(profiling::measure(plan, policy, &mut queue)?)

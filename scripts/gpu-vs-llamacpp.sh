@@ -40,7 +40,11 @@
 #       ROWS="hetsched-f16 hetsched ..." picks the rows (llama.cpp:F16 and llama.cpp:F32
 #       name llama.cpp's; hetsched-f16-mbN: f16 weights with the attention's key split
 #       down to N blocks per range, HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N); ATTN_MIN_BLOCKS=8,16
-#       picks layer_bench's key splits (default 16,8,4).
+#       picks layer_bench's key splits (default 16,8,4), LAYER_BENCH_ARGS replaces its
+#       arguments (--decode-only: the decode rows alone); TRACED=0 skips the traced runs.
+#       Rows tg-hetsched and tg-llama.cpp:F16/F32 measure decode, one sequence: hetsched's
+#       greedy turn of 128 tokens after a short prompt (generate --backends gpu
+#       --precision f32 --max-tokens 128 --ignore-eos) against llama-bench -p 0 -n 128.
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -51,17 +55,21 @@ prepare)
   old=${3:-}
   cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
   cargo build -q --release -p hetsched-cli --features gpu
-  cargo build -q -p hetsched-gpu --example gpu_bench --example layer_bench --profile test
+  cargo build -q --release -p hetsched-gpu --example gpu_bench --example layer_bench
   a="$dest/gpu-vs-llamacpp-a" b="$dest/gpu-vs-llamacpp-b"
   rm -rf "$a" "$b" && mkdir -p "$a" "$b"
   strip -o "$b/hetsched" target/release/hetsched && xz -T2 "$b/hetsched"
   [ -n "$old" ] && strip -o "$b/hetsched-old" "$old" && xz -T2 "$b/hetsched-old"
   for ex in gpu_bench layer_bench; do
-    strip -o "$b/$ex" "target/debug/examples/$ex" && xz -T2 "$b/$ex"
+    strip -o "$b/$ex" "target/release/examples/$ex" && xz -T2 "$b/$ex"
   done
   mkdir -p "$b/tests"
-  { cargo test -q -p hetsched-gpu --no-run --message-format=json
-    cargo test -q -p hetsched --features gpu --test gpu_prefill --no-run --message-format=json; } |
+  # FACADE_TESTS=0 leaves out gpu_prefill and gpu_decode (their build unifies features
+  # differently and rebuilds vulkano).
+  { cargo test -q --release -p hetsched-gpu --no-run --message-format=json
+    if [ "${FACADE_TESTS:-1}" = 1 ]; then
+      cargo test -q --release -p hetsched --features gpu --test gpu_prefill --test gpu_decode --no-run --message-format=json
+    fi; } |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
@@ -131,7 +139,8 @@ remote)
   fi
   if [ "${3:-}" != llama-only ]; then
     [ -x /tmp/gpu_bench ] && { /tmp/gpu_bench --shapes 512x576x1536 2>&1 | tee "$out/ops.txt" || true; }
-    [ -x /tmp/layer_bench ] && { /tmp/layer_bench --attn-min-blocks "${ATTN_MIN_BLOCKS:-16,8,4}" 2>&1 | tee "$out/layers.txt" || true; }
+    # shellcheck disable=SC2086
+    [ -x /tmp/layer_bench ] && { /tmp/layer_bench ${LAYER_BENCH_ARGS:---attn-min-blocks ${ATTN_MIN_BLOCKS:-16,8,4}} 2>&1 | tee "$out/layers.txt" || true; }
   fi
   hetsched_tps() { # binary tokens
     "$1" run --model /tmp/model.gguf --prompt-file "$here/prompt.txt" --prompt-len "$2" \
@@ -142,15 +151,31 @@ remote)
     "$bin/llama-bench" -m "/tmp/model.$1.gguf" -p "$2" -n 0 -ngl 99 -r 1 -o json 2>/dev/null |
       python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
   }
+  # Decode, one sequence: hetsched's greedy turn of N tokens after a short prompt (the
+  # step recorded once and replayed), llama.cpp's tgN (llama-bench -p 0 -n N).
+  hetsched_tg() { # binary tokens
+    "$1" generate --model /tmp/model.gguf --prompt "The capital of France is" \
+      --backends gpu --precision f32 --max-tokens "$2" --ignore-eos --json 2>/dev/null |
+      tee -a "$out/generate.jsonl" |
+      python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["decode_tokens_per_s"])'
+  }
+  llama_tg() { # quant tokens
+    "$bin/llama-bench" -m "/tmp/model.$1.gguf" -p 0 -n "$2" -ngl 99 -r 1 -o json 2>/dev/null |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
+  }
   results="$out/results.txt"
   touch "$results"
   bin=/tmp/llamacpp/build/bin
   # Round by round, every length, every row: the rows of both sides interleaved.
+  first=${lengths%% *}
   rows() { # row names...
     for round in $(seq "$rounds"); do
       for n in $lengths; do
         for row in "$@"; do
+          label=$n
           case $row in
+            tg-hetsched) [ "$n" = "$first" ] || continue; tps=$(hetsched_tg /tmp/hetsched 128 || echo nan); label=tg128 ;;
+            tg-llama.cpp:*) [ "$n" = "$first" ] || continue; tps=$(llama_tg "${row#tg-llama.cpp:}" 128 || echo nan); label=tg128 ;;
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             hetsched-f16) tps=$(HETSCHED_GPU_F16_WEIGHTS=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
@@ -161,12 +186,12 @@ remote)
                 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;
             *) [ -x "/tmp/$row" ] || continue; tps=$(hetsched_tps "/tmp/$row" "$n" || echo nan) ;;
           esac
-          echo "$round $n $row $tps" | tee -a "$results"
+          echo "$round $label $row $tps" | tee -a "$results"
         done
       done
     done
   }
-  if [ "${3:-}" != llama-only ]; then
+  if [ "${3:-}" != llama-only ] && [ "${TRACED:-1}" = 1 ]; then
     # Traced runs: device timestamps per stage and the next-token distribution, f32 and
     # f16 weights (f16 twice, and once with the o GEMM unfused: the atomics' run-to-run
     # spread against the deterministic path).
@@ -203,15 +228,15 @@ import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     _, n, row, tps = line.split()
-    rows.setdefault((int(n), row), []).append(float(tps))
-names = sorted({r for _, r in rows}, key=lambda r: (r.startswith("llama"), r))
-ours = [r for r in names if not r.startswith("llama")]
+    rows.setdefault((n, row), []).append(float(tps))
+names = sorted({r for _, r in rows}, key=lambda r: ("llama" in r, r))
+ours = [r for r in names if "llama" not in r]
 print("| prompt | " + " | ".join(names) + " | " + " | ".join(f"{r} / llama.cpp F16" for r in ours) + " |")
 print("|---" * (len(names) + len(ours) + 1) + "|")
-for n in sorted({n for n, _ in rows}):
+for n in sorted({n for n, _ in rows}, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0)):
     med = {r: statistics.median(rows[(n, r)]) for r in names if (n, r) in rows}
     cells = [f"{med[r]:,.0f}" if r in med else "-" for r in names]
-    f16 = "llama.cpp:F16"
+    f16 = "tg-llama.cpp:F16" if n.startswith("tg") else "llama.cpp:F16"
     ratios = [f"{med[r] / med[f16]:.2f}x" if r in med and f16 in med else "-" for r in ours]
     print(f"| {n} | " + " | ".join(cells + ratios) + " |")
 EOF

@@ -17,6 +17,10 @@ Workloads:
                                  "messages": [...] or "prompt": "...", "max_tokens": N,
                                  "priority": "interactive"|"background"}.
 
+Hostile mix (for soak runs): --cancel-share P closes a share P of the streams after their
+first token (the server should cancel them); --malformed-share P sends a share P of the
+requests with a broken JSON body (a 400 is the right answer, not an error).
+
 Examples:
   scripts/load.py --url http://127.0.0.1:8080 --scenario chat --clients 4 --max-requests 32
   scripts/load.py --url http://127.0.0.1:8080 --scenario agent-burst --json
@@ -107,6 +111,7 @@ def read_trace(path, max_requests):
 class Result:
     def __init__(self, priority):
         self.priority = priority
+        self.kind = "normal"
         self.ttft = None
         self.tokens = 0
         self.chunks = 0
@@ -115,10 +120,12 @@ class Result:
         self.start = None
 
 
-def run_one(url, body, timeout, api_key, model):
-    """One streamed request on this thread; returns a Result."""
+def run_one(url, body, timeout, api_key, model, kind="normal"):
+    """One streamed request on this thread; returns a Result. `kind`: normal, cancel
+    (close after the first token) or malformed (a broken body; 400 expected)."""
     parts = urllib.parse.urlsplit(url)
     result = Result(body.get("priority", "interactive"))
+    result.kind = kind
     body = dict(body, stream=True, stream_options={"include_usage": True})
     if model:
         body["model"] = model
@@ -129,8 +136,17 @@ def run_one(url, body, timeout, api_key, model):
     result.start = time.monotonic()
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
-        connection.request("POST", endpoint, json.dumps(body), headers)
+        payload = json.dumps(body)
+        if kind == "malformed":
+            payload = payload[: len(payload) // 2]
+        connection.request("POST", endpoint, payload, headers)
         response = connection.getresponse()
+        if kind == "malformed":
+            response.read()
+            if response.status != 400:
+                result.error = f"malformed body answered HTTP {response.status}"
+            result.end = time.monotonic() - result.start
+            return result
         if response.status != 200:
             result.error = f"HTTP {response.status}"
             response.read()
@@ -155,6 +171,8 @@ def run_one(url, body, timeout, api_key, model):
                     if result.ttft is None:
                         result.ttft = time.monotonic() - result.start
                     result.chunks += 1
+            if kind == "cancel" and result.ttft is not None:
+                break
         result.end = time.monotonic() - result.start
     except (OSError, http.client.HTTPException, ValueError) as e:
         result.error = f"{type(e).__name__}: {e}"
@@ -168,13 +186,22 @@ async def replay(args, trace):
     deadline = time.monotonic() + args.duration
     start = time.monotonic()
 
+    rng = random.Random(args.seed + 1)
+
     async def send(body):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
+        draw = rng.random()
+        kind = "normal"
+        if draw < args.cancel_share:
+            kind = "cancel"
+        elif draw < args.cancel_share + args.malformed_share:
+            kind = "malformed"
+        timeout = min(remaining, args.timeout)
         results.append(
             await asyncio.to_thread(
-                run_one, args.url, body, min(remaining, args.timeout), args.api_key, args.model
+                run_one, args.url, body, timeout, args.api_key, args.model, kind
             )
         )
 
@@ -206,6 +233,10 @@ def percentile(values, q):
 
 
 def summarise(results, wall):
+    hostile = [r for r in results if r.kind != "normal"]
+    results = [r for r in results if r.kind == "normal"] + [
+        r for r in hostile if r.error is not None
+    ]
     ok = [r for r in results if r.error is None]
     ttft = [r.ttft for r in ok if r.ttft is not None]
     tpot = [
@@ -216,6 +247,7 @@ def summarise(results, wall):
     tokens = sum(r.tokens for r in ok)
     report = {
         "requests": len(results),
+        "hostile_requests": len(hostile),
         "errors": len(results) - len(ok),
         "error_kinds": sorted({r.error for r in results if r.error}),
         "wall_s": round(wall, 3),
@@ -263,11 +295,16 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--api-key")
     parser.add_argument("--model", help="model name to send (llama-server ignores it)")
+    parser.add_argument("--cancel-share", type=float, default=0.0)
+    parser.add_argument("--malformed-share", type=float, default=0.0)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
     for name in ("clients", "max_requests", "max_tokens"):
         if not 1 <= getattr(args, name) <= 10_000:
             sys.exit(f"--{name.replace('_', '-')}: give 1 to 10000")
+    if not (0 <= args.cancel_share and 0 <= args.malformed_share
+            and args.cancel_share + args.malformed_share <= 1):
+        sys.exit("--cancel-share and --malformed-share: shares in [0, 1], summing to 1 at most")
     if not 0 < args.duration <= 3600:
         sys.exit("--duration: give 0 to 3600 seconds")
     check_loopback(args.url)

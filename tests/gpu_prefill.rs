@@ -137,12 +137,17 @@ fn resident_gpu_prefill_matches_the_cpu_path() {
 /// residual add (where `GpuContext::attention_fuses_output`, else attention and the o GEMM:
 /// one more); gate/up with the norm and SiLU; down with the residual add. Plus one for the
 /// head. The unfused kernels took 22 and 2 copies at 512 rows.
-fn dispatches_per_layer(ctx: &hetsched_gpu::GpuContext, model: &ExecModel, w: Elem) -> usize {
+fn dispatches_per_layer(
+    ctx: &hetsched_gpu::GpuContext,
+    model: &ExecModel,
+    w: Elem,
+    rows: usize,
+) -> usize {
     let c = &model.config;
     let shape = hetsched_gpu::AttentionShape {
-        n_tokens: 5,
+        n_tokens: rows,
         pos0: 0,
-        kv_len: 5,
+        kv_len: rows,
         n_heads: c.n_heads,
         n_kv_heads: c.n_kv_heads,
         head_dim: c.head_dim,
@@ -158,17 +163,24 @@ fn dispatches_per_layer(ctx: &hetsched_gpu::GpuContext, model: &ExecModel, w: El
 /// chunk where attention adds the output projection itself (always on lavapipe, which has
 /// float atomics; f16 weights on an H100), 5 with `GpuOptions::unfused_output_projection`;
 /// the two agree on the logits (the fused path adds the heads' products in another order).
+/// Chunks of 9 tokens: up to 8 run the decode kernels (attention, then the o GEMM), 5
+/// dispatches, which the prompt's last chunk may be.
 #[test]
 fn resident_gpu_prefill_runs_four_dispatches_per_layer_per_chunk() {
     let file = test_model();
     let tokens = prompt(&file);
     let model = Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap());
+    let chunk = 9;
     let options = PrefillOptions {
-        chunk_len: 5,
+        chunk_len: chunk as u32,
         gpu: GpuUse::Resident,
         ..PrefillOptions::default()
     };
-    let chunks = tokens.len().div_ceil(5);
+    let rows: Vec<usize> = (0..tokens.len())
+        .step_by(chunk)
+        .map(|p| chunk.min(tokens.len() - p))
+        .collect();
+    let chunks = rows.len();
     let mut logits = Vec::new();
     for (weights, unfused) in [
         (ResidentWeights::F32, false),
@@ -185,7 +197,7 @@ fn resident_gpu_prefill_runs_four_dispatches_per_layer_per_chunk() {
             ResidentWeights::F16 => Elem::F16,
             _ => Elem::F32,
         };
-        let per_layer = dispatches_per_layer(&ctx, &model, elem);
+        let per_layer = dispatches_per_layer(&ctx, &model, elem, chunk);
         if unfused {
             assert_eq!(per_layer, 5);
         } else if ctx.info().kind == hetsched_gpu::DeviceKind::Cpu {
@@ -195,7 +207,11 @@ fn resident_gpu_prefill_runs_four_dispatches_per_layer_per_chunk() {
         let before = gpu.context.dispatch_count();
         let result = prefill_on_gpu(&gpu, &tokens, &options).unwrap();
         let dispatches = gpu.context.dispatch_count() - before;
-        let want = chunks * model.config.n_layers * per_layer + 1;
+        let want = rows
+            .iter()
+            .map(|&r| model.config.n_layers * dispatches_per_layer(&gpu.context, &model, elem, r))
+            .sum::<usize>()
+            + 1;
         println!(
             "{weights:?} weights, unfused o {unfused}: {dispatches} dispatches for {chunks} chunks x {} layers ({per_layer} per layer and chunk)",
             model.config.n_layers

@@ -102,6 +102,9 @@ pub enum CliError {
     /// The sweep's rows could not be formatted as CSV.
     #[error("cannot write CSV: {0}")]
     Csv(#[from] csv::Error),
+    /// An option that `generate --n` above 1 cannot go with.
+    #[error("--n above 1 decodes the samples together in batched direct steps on the CPU: {0}")]
+    SamplesWith(&'static str),
     /// `--backends` names something other than cpu, gpu and npu.
     #[error("unknown backend `{0}`: use cpu, gpu and npu")]
     UnknownBackend(String),
@@ -157,4 +160,14 @@ pub enum CliError {
     /// A prompt length of zero tokens.
     #[error("--prompt-len must be at least 1")]
     EmptyPromptLen,
+    /// A `HETSCHED_GPU_*` variable the command cannot read.
+    #[error("{variable}={value}: expected {expected}")]
+    GpuEnvironment {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it takes.
+        expected: &'static str,
+    },
 }

@@ -6,9 +6,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use hetsched::exec::generate::bandwidth::{DEFAULT_PROBE_BYTES, measure_read_bandwidth};
 use hetsched::exec::generate::{
-    ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, Sampling,
-    Session,
+    ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, MAX_SAMPLES,
+    SamplesGenerated, Sampling, Session, WeightBytes,
 };
 use hetsched::exec::{ExecModel, GpuUse, LinearPrecision, PrefillOptions};
 use hetsched::import::GgufFile;
@@ -49,6 +50,11 @@ pub struct GenerateArgs {
     /// Stop before this string (repeat for several).
     #[arg(long, value_name = "STR")]
     stop: Vec<String>,
+    /// Samples of the prompt, decoded together in batched steps over the prompt's shared
+    /// KV cache (sample i seeded --seed + i); each is printed when it ends. Direct
+    /// decode on the CPU only.
+    #[arg(long, default_value_t = 1)]
+    n: usize,
     /// Go on past the end-of-sequence token (for benchmarks: always --max-tokens tokens).
     #[arg(long)]
     ignore_eos: bool,
@@ -67,8 +73,9 @@ pub struct GenerateArgs {
     /// Scheduling policy of the prefill (and of scheduled decode steps).
     #[arg(long, default_value = "balance", value_parser = crate::choices::policy_name)]
     policy: String,
-    /// How decode steps run: direct (one chain of kernels per token; an INT8 model's head
-    /// in INT8 too), direct-f32-head (the same with the f32 head the prefill uses) or
+    /// How decode steps run: direct (one chain of kernels per token; a quantized model's
+    /// head in INT8 too), direct-f32-head (the same with the f32 head the prefill uses),
+    /// direct-own-width-head (with the head at the precision's width: 4-bit for W4A8) or
     /// scheduled (each token a one-token plan through the engine and queues) [default:
     /// direct; scheduled with --backends gpu].
     #[arg(long, value_enum)]
@@ -102,6 +109,7 @@ pub struct GenerateArgs {
 enum DecodeChoice {
     Direct,
     DirectF32Head,
+    DirectOwnWidthHead,
     Scheduled,
 }
 
@@ -121,7 +129,17 @@ struct GenerateReport {
     prefill_plan_ms: f64,
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
-    /// Share of scheduled decode steps' wall time outside their stages.
+    /// Weight bytes a decode step reads: the layers' linears and the head as it runs.
+    weight_bytes_per_token: WeightBytes,
+    /// This machine's streaming-read bandwidth at the run's threads, measured after the
+    /// run (median pass over a buffer 8x a 32 MiB last-level cache), GB/s.
+    bandwidth_gb_s: f64,
+    /// `weight_bytes_per_token` (both parts) x `decode_tokens_per_s` / `bandwidth_gb_s`:
+    /// how close decoding streams its weights to the measured limit.
+    bandwidth_fraction: f64,
+    /// Share of decode steps' wall time outside their stages (scheduled steps: the
+    /// scheduler and queues) or outside the kernels' parallel regions (direct steps:
+    /// norms, activation quantization, RoPE, residual adds).
     decode_overhead: Option<f64>,
     /// The same share, step by step: the median over the steps (a step the operating
     /// system preempted between two stages does not move it, as it moves the total).
@@ -151,6 +169,24 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     crate::model::check_prefill_settings(args.threads, args.chunk_len)?;
     if args.stop.iter().any(String::is_empty) {
         return Err(CliError::EmptyStop);
+    }
+    if args.n == 0 || args.n > MAX_SAMPLES {
+        return Err(GenerateError::Samples {
+            n: args.n,
+            max: MAX_SAMPLES,
+        }
+        .into());
+    }
+    let batched = args.n > 1;
+    if batched && (args.decode == Some(DecodeChoice::Scheduled) || args.backends == ["gpu"]) {
+        return Err(CliError::SamplesWith(
+            "drop --decode scheduled and --backends gpu",
+        ));
+    }
+    if batched && (args.trace.is_some() || args.svg.is_some()) {
+        return Err(CliError::SamplesWith(
+            "--trace and --svg draw one sequence's decode steps; drop them",
+        ));
     }
     check_outputs([args.trace.as_deref(), args.svg.as_deref()])?;
     let gpu = crate::real::gpu_use(&args.backends)?;
@@ -182,6 +218,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         threads: args.threads.unwrap_or(defaults.threads),
         gpu,
         cancel: Some(cancel.clone()),
+        gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
     };
     let threads = options.threads;
@@ -189,6 +226,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         None if gpu == GpuUse::Resident => DecodePath::Scheduled,
         None | Some(DecodeChoice::Direct) => DecodePath::Direct,
         Some(DecodeChoice::DirectF32Head) => DecodePath::DirectF32Head,
+        Some(DecodeChoice::DirectOwnWidthHead) => DecodePath::DirectOwnWidthHead,
         Some(DecodeChoice::Scheduled) => DecodePath::Scheduled,
     };
     let mut session = Session::new(model.clone(), options, path)?;
@@ -201,6 +239,42 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         stop,
         ignore_eos: args.ignore_eos,
     };
+    if batched {
+        let samples = session.generate_samples(
+            &tokens,
+            &loaded.tokenizer,
+            &generate_options,
+            args.n,
+            cancel.shared(),
+            |_, _| {},
+        )?;
+        let report = samples_report(&model, threads, args.backends.join(","), &samples);
+        if args.json {
+            print_json_or(true, &report, String::new);
+        } else {
+            for (i, sample) in samples.samples.iter().enumerate() {
+                println!(
+                    "--- sample {i} ({:?}) ---\n{}",
+                    sample.finish_reason, sample.text
+                );
+            }
+            eprintln!(
+                "[{} ({}), {} threads: {} prompt tokens, first tokens after {:.1} ms; {} \
+                 samples, {} tokens at {:.1} tokens/s summed over the samples ({} batched \
+                 steps)]",
+                report.model,
+                report.precision,
+                threads,
+                report.prompt_tokens,
+                report.ttft_ms,
+                args.n,
+                report.generated_tokens,
+                report.decode_tokens_per_s,
+                report.decode_steps
+            );
+        }
+        return Ok(());
+    }
     let stream = !args.json;
     // Not locked for the whole turn: the callback runs on a pool thread.
     let mut stdout = std::io::stdout();
@@ -219,6 +293,13 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     )?;
     let mut report = report(&model, threads, path, &generated, session.decode_time());
     report.decode_instances_per_step = session.decode_instances();
+    report.weight_bytes_per_token = session.weight_bytes_per_token();
+    if args.json && path != DecodePath::Scheduled {
+        let probe = measure_read_bandwidth(threads, DEFAULT_PROBE_BYTES, 5)?;
+        let streamed = report.weight_bytes_per_token.total() as f64 * report.decode_tokens_per_s;
+        report.bandwidth_gb_s = probe.median_gb_s;
+        report.bandwidth_fraction = streamed / 1e9 / probe.median_gb_s;
+    }
     report.backends = args.backends.join(",");
     write_timelines(&args.trace, &args.svg, &report, &generated)?;
     if args.json {
@@ -276,6 +357,69 @@ fn write_timelines(
     Ok(())
 }
 
+/// The `--json` report of `--n` above 1.
+#[derive(Serialize)]
+struct SamplesReport {
+    model: String,
+    precision: &'static str,
+    threads: usize,
+    backends: String,
+    decode: &'static str,
+    n: usize,
+    prompt_tokens: usize,
+    /// Summed over the samples.
+    generated_tokens: usize,
+    ttft_ms: f64,
+    prefill_plan_ms: f64,
+    prefill_tokens_per_s: f64,
+    /// Tokens fed by the batched decode steps, summed over the samples, per second of
+    /// the steps' wall time.
+    decode_tokens_per_s: f64,
+    /// Batched decode steps (each feeds every live sample one token).
+    decode_steps: u64,
+    samples: Vec<SampleReport>,
+}
+
+/// One sample of a [`SamplesReport`].
+#[derive(Serialize)]
+struct SampleReport {
+    generated_tokens: usize,
+    text: String,
+    finish_reason: hetsched::exec::generate::FinishReason,
+}
+
+fn samples_report(
+    model: &ExecModel,
+    threads: usize,
+    backends: String,
+    s: &SamplesGenerated,
+) -> SamplesReport {
+    SamplesReport {
+        model: model.name.clone(),
+        precision: model.precision.as_str(),
+        threads,
+        backends,
+        decode: "direct-batched",
+        n: s.samples.len(),
+        prompt_tokens: s.prompt_tokens,
+        generated_tokens: s.samples.iter().map(|x| x.tokens.len()).sum(),
+        ttft_ms: s.ttft_ns as f64 / 1e6,
+        prefill_plan_ms: s.prefill_plan_ns as f64 / 1e6,
+        prefill_tokens_per_s: per_second(s.prompt_tokens as u64, s.prefill_ns),
+        decode_tokens_per_s: per_second(s.decode_tokens, s.decode_ns),
+        decode_steps: s.decode_steps,
+        samples: s
+            .samples
+            .iter()
+            .map(|x| SampleReport {
+                generated_tokens: x.tokens.len(),
+                text: x.text.clone(),
+                finish_reason: x.finish_reason,
+            })
+            .collect(),
+    }
+}
+
 /// The `--json` object of a finished turn.
 fn report(
     model: &ExecModel,
@@ -292,6 +436,7 @@ fn report(
         decode: match path {
             DecodePath::Direct => "direct",
             DecodePath::DirectF32Head => "direct-f32-head",
+            DecodePath::DirectOwnWidthHead => "direct-own-width-head",
             DecodePath::Scheduled => "scheduled",
         },
         prompt_tokens: generated.prompt_tokens,
@@ -300,17 +445,15 @@ fn report(
         prefill_plan_ms: generated.prefill_plan_ns as f64 / 1e6,
         prefill_tokens_per_s: per_second(generated.prompt_tokens as u64, generated.prefill_ns),
         decode_tokens_per_s: per_second(generated.decode_steps, generated.decode_ns),
-        decode_overhead: (path == DecodePath::Scheduled && time.wall_ns > 0)
-            .then(|| time.overhead()),
-        decode_overhead_median: (path == DecodePath::Scheduled
-            && !generated.decode_step_times.is_empty())
-        .then(|| {
+        weight_bytes_per_token: WeightBytes::default(),
+        bandwidth_gb_s: 0.0,
+        bandwidth_fraction: 0.0,
+        decode_overhead: (time.wall_ns > 0).then(|| time.overhead()),
+        decode_overhead_median: (!generated.decode_step_times.is_empty()).then(|| {
             let shares = generated.decode_step_times.iter().map(|t| t.overhead());
             crate::profile::median(shares.collect())
         }),
-        decode_overhead_us_median: (path == DecodePath::Scheduled
-            && !generated.decode_step_times.is_empty())
-        .then(|| {
+        decode_overhead_us_median: (!generated.decode_step_times.is_empty()).then(|| {
             let outside = generated
                 .decode_step_times
                 .iter()
@@ -334,7 +477,10 @@ fn per_second(count: u64, ns: u64) -> f64 {
 /// The figures after the streamed text.
 fn summary(r: &GenerateReport, g: &Generated) -> String {
     let overhead = r.decode_overhead.map_or(String::new(), |o| {
-        format!(", scheduling overhead {:.1}%", 100.0 * o)
+        format!(
+            ", {:.1}% of the steps outside their kernels or stages",
+            100.0 * o
+        )
     });
     format!(
         "[{} ({}), {} threads: {} prompt tokens, first token after {:.1} ms ({:.0} tokens/s \

@@ -2,9 +2,11 @@
 //! and maps errors to the exit code. The work itself is the `hetsched` library's; each
 //! module here holds one family of commands (their arguments and the glue).
 
+mod bench_memory;
 mod choices;
 mod error;
 mod generate;
+mod gpu_env;
 mod interrupt;
 mod model;
 mod offline;
@@ -56,6 +58,8 @@ enum Command {
     /// Measure every stage kind of a real model on this machine and write a measured
     /// device profile (fitted cost per stage kind and processor) with its raw samples.
     Profile(profile::ProfileArgs),
+    /// Measure this machine's streaming-read memory bandwidth (the decode speed limit).
+    BenchMemory(bench_memory::BenchMemoryArgs),
     /// Serve the model over HTTP: OpenAI-compatible chat completions and completions,
     /// streamed as server-sent events, with /health and Prometheus /metrics.
     Serve(serve::ServeArgs),
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => offline::sweep(args),
         Command::Scenes(args) => offline::scenes(args),
         Command::Profile(args) => profile::profile(args),
+        Command::BenchMemory(args) => bench_memory::bench_memory(args),
         Command::Serve(args) => serve::serve(args),
     };
     match result {

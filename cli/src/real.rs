@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use hetsched::adapt::{self, adapt_to_history};
 use hetsched::exec::{
-    self, ExecError, GpuUse, LinearPrecision, PrefillOptions, PrefillReport, PrefillResult,
+    self, ExecError, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport,
+    PrefillResult,
 };
 use hetsched::history::{
     HistoryScope, append_history, check_records, read_recent_history, records_on,
@@ -135,9 +136,76 @@ pub struct EvalArgs {
     threads: Option<usize>,
     #[command(flatten)]
     shadow: ShadowArgs,
+    /// Score the positions through direct decode steps instead of prefills, twice: with
+    /// the head at the precision's own width (4-bit for W4A8) and with an INT8 head; print
+    /// both perplexities and how often greedy decoding picks the same token under both.
+    #[arg(long)]
+    decode_heads: bool,
     /// Print one JSON object instead of the summary.
     #[arg(long)]
     json: bool,
+}
+
+/// `eval --decode-heads --json`.
+#[derive(serde::Serialize)]
+struct DecodeHeadsReport {
+    precision: &'static str,
+    ctx: usize,
+    scoring: &'static str,
+    tokens: usize,
+    /// Through decode steps, the head at the precision's own width.
+    perplexity_own_head: f64,
+    /// Through decode steps, an INT8 head.
+    perplexity_int8_head: f64,
+    /// `perplexity_own_head / perplexity_int8_head - 1`.
+    relative_difference: f64,
+    /// Share of positions where both heads' most likely token is the same.
+    greedy_agreement: f64,
+}
+
+/// `eval --decode-heads`: the head's own-width perplexity against an INT8 head's, both
+/// through decode steps over the same windows.
+fn eval_decode_heads(
+    model: &Arc<ExecModel>,
+    tokens: &[u32],
+    windows: &exec::EvalWindows,
+    options: &PrefillOptions,
+    json: bool,
+) -> Result<(), CliError> {
+    use hetsched::exec::generate::DecodePath;
+    use hetsched::exec::generate::decode_eval::decode_perplexity;
+    let own = decode_perplexity(
+        model,
+        options,
+        DecodePath::DirectOwnWidthHead,
+        tokens,
+        windows,
+    )?;
+    let int8 = decode_perplexity(model, options, DecodePath::Direct, tokens, windows)?;
+    let report = DecodeHeadsReport {
+        precision: model.precision.as_str(),
+        ctx: windows.ctx,
+        scoring: windows.scoring.as_str(),
+        tokens: own.tokens,
+        perplexity_own_head: own.perplexity,
+        perplexity_int8_head: int8.perplexity,
+        relative_difference: own.perplexity / int8.perplexity - 1.0,
+        greedy_agreement: own.agreement(&int8),
+    };
+    print_json_or(json, &report, || {
+        format!(
+            "{} ({}), decode steps over {} positions: perplexity {:.4} with its own head, \
+             {:.4} with an INT8 head ({:+.2}%); greedy picks agree at {:.2}%\n",
+            model.name,
+            report.precision,
+            report.tokens,
+            report.perplexity_own_head,
+            report.perplexity_int8_head,
+            100.0 * report.relative_difference,
+            100.0 * report.greedy_agreement
+        )
+    });
+    Ok(())
 }
 
 /// One real prefill: prints the report, then writes the timelines asked for.
@@ -210,11 +278,12 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         device,
         // A timeline asked for shows the device's times.
         gpu_timestamps: timelines.any(),
-        gpu_weights: match args.gpu_weights {
+        gpu_weights: crate::gpu_env::gpu_weights(match args.gpu_weights {
             GpuWeights::Auto => hetsched::exec::GpuWeights::Auto,
             GpuWeights::F32 => hetsched::exec::GpuWeights::F32,
             GpuWeights::F16 => hetsched::exec::GpuWeights::F16,
-        },
+        }),
+        gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
     };
     for _ in 0..args.warmup {
@@ -406,6 +475,9 @@ pub fn eval(args: EvalArgs) -> Result<(), CliError> {
         max_windows: args.max_windows.unwrap_or(usize::MAX),
         scoring,
     };
+    if args.decode_heads {
+        return eval_decode_heads(&model, &tokens, &windows, &options, args.json);
+    }
     let report = exec::evaluate_windows(
         &model,
         &reference,

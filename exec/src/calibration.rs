@@ -9,12 +9,11 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
 use hetsched_systems::shadow::ShadowSite;
 
+use super::error::CalibrationError;
 use super::shadow::{PrunedScale, QuantRule};
-use super::weights::ExecModel;
 use hetsched_import::limits;
 use hetsched_import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
 
@@ -23,72 +22,6 @@ pub const CALIBRATION_VERSION: u32 = 3;
 
 /// The share of a site's channels that Fig. 11's statistic calls "top" channels.
 pub const TOP_CHANNEL_SHARE: f64 = 0.03;
-
-/// Why a calibration could not be made, read or used.
-#[derive(Debug, Error)]
-pub enum CalibrationError {
-    /// The file cannot be read.
-    #[error(
-        "cannot read calibration file {path}: {source}; make one with `hetsched calibrate --model MODEL --corpus TEXT`"
-    )]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The system's reason.
-        source: std::io::Error,
-    },
-    /// The file cannot be written.
-    #[error("cannot write calibration file {path}: {source}")]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// The system's reason.
-        source: std::io::Error,
-    },
-    /// The file is not a calibration this build understands.
-    #[error(
-        "calibration file {path} is corrupt ({reason}): delete it and run `hetsched calibrate` again"
-    )]
-    Corrupt {
-        /// The file.
-        path: PathBuf,
-        /// What did not parse.
-        reason: String,
-    },
-    /// The file has another format version.
-    #[error(
-        "calibration file {path} has format version {found}, this build reads version {expected}: run `hetsched calibrate` again"
-    )]
-    Version {
-        /// The file.
-        path: PathBuf,
-        /// Its version.
-        found: u64,
-        /// Ours.
-        expected: u32,
-    },
-    /// The file was made for another model.
-    #[error(
-        "the calibration was made for model {expected}, not for {found}: run `hetsched calibrate` on this model, or pass the right --calibration FILE"
-    )]
-    ModelMismatch {
-        /// The model the calibration describes.
-        expected: String,
-        /// The model being loaded.
-        found: String,
-    },
-    /// A pruning rate outside 0..=1.
-    #[error(
-        "prune rate {0} is outside 0..=1: give the share of sites whose shadow is dropped, e.g. 0.85"
-    )]
-    InvalidPrune(f64),
-    /// The calibration has nothing to measure.
-    #[error("{0}")]
-    NoData(String),
-    /// The model could not be read.
-    #[error(transparent)]
-    Import(#[from] ImportError),
-}
 
 /// Which model a calibration belongs to: shapes, name and a fingerprint of its norm
 /// weights (FNV-1a over their bits; they differ between checkpoints of one architecture
@@ -124,7 +57,11 @@ impl std::fmt::Display for ModelIdentity {
 }
 
 impl ModelIdentity {
-    fn new<'a>(name: String, c: &LlamaConfig, norms: impl Iterator<Item = &'a [f32]>) -> Self {
+    pub(crate) fn new<'a>(
+        name: String,
+        c: &LlamaConfig,
+        norms: impl Iterator<Item = &'a [f32]>,
+    ) -> Self {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for v in norms.flatten() {
             for b in v.to_bits().to_le_bytes() {
@@ -140,16 +77,6 @@ impl ModelIdentity {
             vocab: c.vocab_size,
             fingerprint: format!("{hash:016x}"),
         }
-    }
-
-    /// The identity of a loaded model.
-    pub fn of_model(model: &ExecModel) -> Self {
-        let norms = model
-            .layers
-            .iter()
-            .flat_map(|l| [&l.attn_norm[..], &l.ffn_norm[..]])
-            .chain([&model.output_norm[..]]);
-        Self::new(model.name.clone(), &model.config, norms)
     }
 
     /// The identity of a model file, read from its norm weights only.

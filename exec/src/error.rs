@@ -4,10 +4,9 @@ use hetsched_systems::PlanError;
 use hetsched_systems::policy::UnknownPolicy;
 use thiserror::Error;
 
-use super::calibration::CalibrationError;
-use super::steps::Step;
 use hetsched_import::{ImportError, LayerTensor};
 use hetsched_runtime::engine::EngineError;
+use std::path::PathBuf;
 
 /// A real prefill's failure: bad input, a plan the executor cannot run, or a queue that
 /// failed a job.
@@ -227,13 +226,68 @@ pub enum KernelError {
     Device(Box<dyn std::error::Error + Send + Sync>),
 }
 
-impl ExecError {
-    /// `step` of chunk `chunk` found no `value` to read.
-    pub fn missing(step: Step, chunk: usize, value: &'static str) -> Self {
-        ExecError::MissingValue {
-            op: format!("{step:?}"),
-            chunk: chunk as u32,
-            value,
-        }
-    }
+/// Why a calibration could not be made, read or used.
+#[derive(Debug, Error)]
+pub enum CalibrationError {
+    /// The file cannot be read.
+    #[error(
+        "cannot read calibration file {path}: {source}; make one with `hetsched calibrate --model MODEL --corpus TEXT`"
+    )]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// The file cannot be written.
+    #[error("cannot write calibration file {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+    /// The file is not a calibration this build understands.
+    #[error(
+        "calibration file {path} is corrupt ({reason}): delete it and run `hetsched calibrate` again"
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What did not parse.
+        reason: String,
+    },
+    /// The file has another format version.
+    #[error(
+        "calibration file {path} has format version {found}, this build reads version {expected}: run `hetsched calibrate` again"
+    )]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: u64,
+        /// Ours.
+        expected: u32,
+    },
+    /// The file was made for another model.
+    #[error(
+        "the calibration was made for model {expected}, not for {found}: run `hetsched calibrate` on this model, or pass the right --calibration FILE"
+    )]
+    ModelMismatch {
+        /// The model the calibration describes.
+        expected: String,
+        /// The model being loaded.
+        found: String,
+    },
+    /// A pruning rate outside 0..=1.
+    #[error(
+        "prune rate {0} is outside 0..=1: give the share of sites whose shadow is dropped, e.g. 0.85"
+    )]
+    InvalidPrune(f64),
+    /// The calibration has nothing to measure.
+    #[error("{0}")]
+    NoData(String),
+    /// The model could not be read.
+    #[error(transparent)]
+    Import(#[from] ImportError),
 }

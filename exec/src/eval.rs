@@ -245,7 +245,7 @@ pub fn evaluate_windows(
 
 /// One window's tokens as scored: with its first token replaced by BOS where `scoring`
 /// asks for it (llama.cpp's `tokens[batch_start] = bos`).
-fn window_tokens(window: &[u32], scoring: Scoring) -> Vec<u32> {
+pub(crate) fn window_tokens(window: &[u32], scoring: Scoring) -> Vec<u32> {
     let mut w = window.to_vec();
     if let (Scoring::LlamaCpp { bos: Some(bos) }, Some(first)) = (scoring, w.first_mut()) {
         *first = bos;

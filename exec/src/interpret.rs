@@ -9,6 +9,7 @@ use hetsched_kernels::AttentionShape;
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::shadow::ShadowSite;
 
+use super::activation::Act;
 use super::blocks::for_each_block;
 use super::error::ExecError;
 use super::family::{self, add_bias, gated, norm_heads, norm_rows};
@@ -17,7 +18,7 @@ use super::lock_wait;
 use super::passes;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{FamilyStep, Step};
-use super::values::{Act, LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
+use super::values::{LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
 use super::weights::{ExecModel, LayerWeights, LinearWeights};
 use hetsched_systems::op::{Block, NormSite, Projection};
 

@@ -25,8 +25,11 @@ use thiserror::Error;
 
 use super::error::ExecError;
 use super::{linger, lock_wait};
+use crate::StageRunner;
 use hetsched_runtime::backends::{Backend, BackendError};
-use hetsched_runtime::engine::panic_message;
+use hetsched_runtime::engine::{self, RunOutcome, panic_message};
+use hetsched_systems::PrefillPlan;
+use hetsched_systems::policy::Policy;
 
 /// Why a job's work failed. The queue reports it as the job's [`BackendError`] reason.
 #[derive(Debug, Error)]
@@ -359,4 +362,46 @@ impl Drop for ThreadQueues {
             }
         }
     }
+}
+
+impl JobRunner for StageRunner {
+    fn run(&self, job: &Job) -> Result<(), JobError> {
+        Ok(StageRunner::run(self, job.key, job.processor)?)
+    }
+}
+
+/// Runs `plan` on one thread-backed queue per processor, every job through `runner`, with
+/// `threads` compute threads shared by the queues, scheduled by `policy`, stopped by
+/// `options.cancel`; with each job's queue wait.
+pub(crate) fn run_on_queues(
+    plan: Arc<PrefillPlan>,
+    policy: Box<dyn Policy>,
+    runner: Arc<dyn JobRunner>,
+    threads: usize,
+    options: &crate::PrefillOptions,
+) -> Result<(RunOutcome, Vec<QueueWait>), ExecError> {
+    let threads = threads.max(1);
+    let failed = |e: &dyn std::fmt::Display| ExecError::Threads {
+        threads,
+        reason: e.to_string(),
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("hetsched-worker-{i}"))
+        .build()
+        .map_err(|e| failed(&e))?;
+    let mut queues = ThreadQueues::start(plan.device.processors.len(), runner, Arc::new(pool))
+        .map_err(|e| failed(&e))?;
+    let outcome = engine::run_with(
+        plan,
+        policy,
+        &mut queues,
+        &engine::EngineOptions {
+            cancel: options.cancel.clone(),
+            ..engine::EngineOptions::real_queues()
+        },
+    )?;
+    let waits = queues.take_queue_waits();
+    drop(queues);
+    Ok((outcome, waits))
 }

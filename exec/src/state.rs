@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::calibrate::ActivationRecorder;
-use super::values::{Act, LinearOut, Outliers};
+use super::activation::{Act, Outliers};
+use super::recorder::ActivationRecorder;
+use super::values::LinearOut;
 use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::ShadowSite;
 

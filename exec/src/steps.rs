@@ -129,6 +129,17 @@ impl Step {
     }
 }
 
+impl ExecError {
+    /// `step` of chunk `chunk` found no `value` to read.
+    pub fn missing(step: Step, chunk: usize, value: &'static str) -> Self {
+        ExecError::MissingValue {
+            op: format!("{step:?}"),
+            chunk: chunk as u32,
+            value,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use hetsched_systems::graph::build_stages;

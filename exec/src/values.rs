@@ -17,47 +17,11 @@ use hetsched_kernels::{
 };
 use rayon::prelude::*;
 
+use super::activation::Act;
 use super::blocks::{ELEMENTS_PER_BLOCK, for_each_block};
 use super::error::KernelError;
-use super::shadow::{QuantRule, ShadowCounters};
-use super::shadow_quant::{cold_mask, quantize_clipped};
+use super::shadow::{QuantRule, ShadowCounters, cold_mask, quantize_clipped};
 use super::weights::LinearWeights;
-
-/// The outliers of a shadowed activation: flat index into the `[rows, k]` activation, and
-/// the part its saturated INT8 value misses.
-pub type Outliers = Vec<(u32, f32)>;
-
-/// An input of a linear layer.
-#[derive(Debug, Clone)]
-pub enum Act {
-    /// f32 rows (the float path).
-    F32(Vec<f32>),
-    /// INT8 rows with one per-tensor scale.
-    Int8 {
-        /// Quantized values.
-        q: Vec<i8>,
-        /// Scale: real value = q × scale.
-        scale: f32,
-        /// Outliers beyond the scale's range (shadowing only): flat index and the part
-        /// the saturated INT8 value misses.
-        outliers: Outliers,
-    },
-    /// INT8 rows with one scale per row and group of 32 inputs ([`QuantRule::Groups`]).
-    Int8Groups {
-        /// Quantized values, `[rows, k]`.
-        q: Vec<i8>,
-        /// `[rows, k / 32]` scales: real value = q × its group's scale.
-        scales: Vec<f32>,
-    },
-    /// INT8 rows with one scale per row and group of 128 inputs
-    /// ([`QuantRule::Groups128`]).
-    Int8Groups128 {
-        /// Quantized values, `[rows, k]`.
-        q: Vec<i8>,
-        /// `[rows, ceil(k / 128)]` scales: real value = q × its group's scale.
-        scales: Vec<f32>,
-    },
-}
 
 /// An output of a linear layer before dequantization.
 #[derive(Debug, Clone)]
@@ -78,18 +42,6 @@ pub enum LinearOut {
 /// Rows handed to one worker: small enough that two threads share a chunk's GEMM,
 /// large enough that every task streams the weights efficiently.
 const ROWS_PER_TASK: usize = 16;
-
-/// Outlier shadowing clips the activation range at this many root-mean-squares of the
-/// bulk (`clip_limit`): the bulk of an activation keeps INT8 resolution, the few values
-/// beyond go to the float shadow. On SmolLM2-135M, 4 bulk RMS sends as many values to the
-/// shadow as 3 plain RMS did, at a third of the KL divergence from f32
-/// (docs/outliers.md).
-pub const SHADOW_CLIP_RMS: f32 = 4.0;
-
-/// A pruned site's ceiling ([`QuantRule::HotMax`]), in RMS of the bulk: looser than
-/// [`SHADOW_CLIP_RMS`], so only the rare extreme values of the channels it keeps no row
-/// for go to the shadow (and read their row from the model file).
-pub const PRUNED_CLIP_RMS: f32 = 6.0;
 
 /// The quantize operator under `rule`: a pass-through for f32; per-tensor INT8 with the
 /// scale from max |x| or a static one; or, for outlier shadowing, from [`clip_limit`] (for
@@ -427,6 +379,7 @@ mod tests {
     use hetsched_kernels::seeded::SeededRng;
 
     use super::*;
+    use crate::shadow::{PRUNED_CLIP_RMS, SHADOW_CLIP_RMS};
 
     #[test]
     fn few_rows_split_by_columns_equal_the_row_split() {

@@ -9,7 +9,12 @@
 //! cargo run --release -p hetsched-gpu --example layer_bench            # H100: a few seconds
 //! cargo run --release -p hetsched-gpu --example layer_bench -- --quick # lavapipe: 2 calls
 //! cargo run --release -p hetsched-gpu --example layer_bench -- --attn-min-blocks 16,8,4
+//! cargo run --release -p hetsched-gpu --example layer_bench -- --decode-only
 //! ```
+//!
+//! First the decode rows: each fused GEMM of a layer at one row (the few-row kernel),
+//! attention of one token over 128 to 4096 keys (the decode kernel), the head, and the
+//! device time of a token they add up to.
 //!
 //! `--attn-min-blocks` times attention once per value of
 //! `GpuOptions::attention_min_key_blocks` (default: 8 only); the prefill sums use the first.
@@ -329,6 +334,65 @@ fn print_prefill(layer_gemm: &[(f64, f64, f64)], attn: &AttentionTimes) {
     }
 }
 
+/// Vocabulary of the head (SmolLM2).
+const VOCAB: usize = 49_152;
+
+/// One decode token: the four fused GEMMs at 1 row (f32 and f16 weights, the few-row
+/// kernel), attention of one token over 128 .. 4096 keys (the decode kernel), the head
+/// GEMM, and the device time of a token they add up to at 600 keys.
+fn time_decode(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) {
+    let w32 = weights(ctx, rng, Elem::F32);
+    let w16 = weights(ctx, rng, Elem::F16);
+    let one = acts(ctx, rng, 1);
+    println!("\ndecode, one token (device us per dispatch):");
+    let mut layer = (0.0, 0.0);
+    for ((name, r32), (_, r16)) in gemms(&w32, &one).iter().zip(&gemms(&w16, &one)) {
+        let (t32, t16) = (
+            time_us(ctx, r32, t.repeat, t.batches),
+            time_us(ctx, r16, t.repeat, t.batches),
+        );
+        layer = (layer.0 + t32, layer.1 + t16);
+        println!("{:<34} {t32:>10.1} {t16:>10.1}", format!("{name} 1 row"));
+    }
+    let mut at600 = 0.0;
+    for keys in [128, 600, 1024, 4096] {
+        let us = time_us(
+            ctx,
+            &attention(&one, 1, keys - 1, None),
+            t.repeat,
+            t.batches,
+        );
+        if keys == 600 {
+            at600 = us;
+        }
+        println!(
+            "{:<34} {us:>10.1}",
+            format!("attention 1 token, {keys} keys")
+        );
+    }
+    let head: Vec<f32> = rng.f32s(VOCAB * HIDDEN).iter().map(|v| v * 0.05).collect();
+    let head = ctx.upload_f32(&head, VOCAB, HIDDEN).expect("upload");
+    let logits = ctx.alloc_matrix(1, VOCAB, Elem::F32).expect("logits");
+    let record: Record<'_> = Box::new(|b| {
+        let f = FusedGemm {
+            norm_eps: Some(1e-5),
+            epilogue: GemmEpilogue::Store,
+        };
+        b.gemm_fused(&one.x, &head, &logits, f)
+    });
+    let t_head = time_us(ctx, &record, t.repeat, t.batches);
+    println!("{:<34} {t_head:>10.1}", "head f32 1 row");
+    let token = |gemm: f64| LAYERS as f64 * (gemm + at600) + t_head;
+    println!(
+        "a token at 600 keys, {LAYERS} layers + head: {:.1} us with f32 weights ({:.0} tokens/s), \
+         {:.1} us with f16 ({:.0} tokens/s), device time of the dispatches only",
+        token(layer.0),
+        1e6 / token(layer.0),
+        token(layer.1),
+        1e6 / token(layer.1)
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let t = if quick {
@@ -361,6 +425,10 @@ fn main() {
         ctx.attention_on_tensor_cores(&probe)
     );
     let mut rng = SeededRng::new(3);
+    time_decode(&ctx, &mut rng, t);
+    if std::env::args().any(|a| a == "--decode-only") {
+        return;
+    }
     let layer_gemm = time_gemms(&ctx, &mut rng, t);
     let blocks: Vec<usize> = std::env::args()
         .skip_while(|a| a != "--attn-min-blocks")

@@ -43,6 +43,13 @@ layout(push_constant) uniform Push {
     uint ldkv;     // mode 3: row stride of the caches in floats
 } p;
 
+// Row `row`'s RoPE table row and cache row: row and pos0 + row here; the small-m kernel
+// (gemv_fused.glsl) can take both from a positions buffer instead.
+#ifndef ANGLE_ROW
+#define ANGLE_ROW(row) (row)
+#define CACHE_ROW(row) (p.pos0 + (row))
+#endif
+
 // Stores the rotated pair (x0, x1) of GEMM columns (col, col + 1) of row `row` (mode 3).
 void store_qkv(uint row, uint col, float x0, float x1) {
     uint d = p.head_dim;
@@ -50,14 +57,14 @@ void store_qkv(uint row, uint col, float x0, float x1) {
     uint region = col < p.qcols ? 0 : (col < p.qcols + p.kvcols ? 1 : 2);
     uint local = col - (region == 0 ? 0 : (region == 1 ? p.qcols : p.qcols + p.kvcols));
     if (region == 2) {
-        uint dst = (p.pos0 + row) * p.ldkv + local;
+        uint dst = CACHE_ROW(row) * p.ldkv + local;
         vc[dst] = x0;
         vc[dst + 1] = x1;
         return;
     }
     uint head = local / d;
     uint i = (local % d) / 2;
-    vec2 r = cs[row * p.ldcs + i];
+    vec2 r = cs[ANGLE_ROW(row) * p.ldcs + i];
     float y0 = x0 * r.x - x1 * r.y;
     float y1 = x0 * r.y + x1 * r.x;
     bool split = (p.flags & 2u) != 0u;
@@ -67,7 +74,7 @@ void store_qkv(uint row, uint col, float x0, float x1) {
         c[row * p.ldc + ia] = y0;
         c[row * p.ldc + ib] = y1;
     } else {
-        uint base = (p.pos0 + row) * p.ldkv;
+        uint base = CACHE_ROW(row) * p.ldkv;
         kc[base + ia] = y0;
         kc[base + ib] = y1;
     }

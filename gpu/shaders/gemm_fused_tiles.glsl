@@ -10,12 +10,6 @@
 #extension GL_EXT_control_flow_attributes : require
 layout(local_size_x = 16, local_size_y = 16) in;
 
-layout(std430, binding = 0) readonly buffer A { vec4 a[]; };
-#ifdef W_F16
-layout(std430, binding = 1) readonly buffer W { uvec2 w[]; };
-#else
-layout(std430, binding = 1) readonly buffer W { vec4 w[]; };
-#endif
 
 #include "gemm_fused_epilogue.glsl"
 
@@ -28,25 +22,7 @@ shared vec4 Ws[BK4 * 4][BN / 4 + 1];
 shared float sq[256];
 shared float rstd[BM];
 
-// W's k-vec kk of row `row`, zeros outside.
-vec4 load_w(uint row, uint kk) {
-    if (row >= p.N || kk >= p.K4) return vec4(0.0);
-#ifdef W_F16
-    uvec2 h = w[row * p.ldw4 * 2 + kk];
-    return vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
-#else
-    return w[row * p.ldw4 + kk];
-#endif
-}
-
-// A value as the product sees it (rounded to f16 with f16 weights).
-vec4 operand_a(vec4 v) {
-#ifdef W_F16
-    return vec4(unpackHalf2x16(packHalf2x16(v.xy)), unpackHalf2x16(packHalf2x16(v.zw)));
-#else
-    return v;
-#endif
-}
+#include "gemm_fused_operands.glsl"
 
 void main() {
     uint tx = gl_LocalInvocationID.x;

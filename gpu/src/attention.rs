@@ -177,7 +177,8 @@ pub(crate) struct FusedOutput<'a> {
 }
 
 /// Records attention of shape `s` (already validated) over `[q, k_cache, v_cache, out]`:
-/// the tensor-core kernel where [`GpuContext::attention_on_tensor_cores`], else the plain one;
+/// the decode kernel for a few tokens (`attention_decode.comp`, unfused only), else the
+/// tensor-core kernel where [`GpuContext::attention_on_tensor_cores`], else the plain one;
 /// with `fused`, their variants that also add the output projection into the stream.
 pub(crate) fn record_attention<C: AsRef<GpuContext>>(
     job: &mut Job<C>,
@@ -186,6 +187,18 @@ pub(crate) fn record_attention<C: AsRef<GpuContext>>(
     fused: Option<&FusedOutput<'_>>,
 ) -> Result<()> {
     let ctx = job.ctx();
+    if fused.is_none() && crate::decode::decode_attention_fits(s) {
+        let push = crate::decode::decode_push(s);
+        let [q, k, v, out] = bufs;
+        let positions = ctx.unused_bindings()?[0].clone();
+        let groups = [s.n_heads as u32, s.n_tokens as u32, 1];
+        return job.dispatch(
+            Shader::AttentionDecode,
+            &[q, k, v, out, &positions],
+            push,
+            groups,
+        );
+    }
     if !ctx.attention_on_tensor_cores(s) {
         let (shader, mut push, groups) = plain_dispatch(s);
         let Some(f) = fused else {

@@ -426,6 +426,21 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         &mut self.job
     }
 
+    pub(crate) fn from_job(job: Job<C>) -> Self {
+        GpuBatch {
+            job,
+            reads: Vec::new(),
+        }
+    }
+
+    pub(crate) fn has_reads(&self) -> bool {
+        !self.reads.is_empty()
+    }
+
+    pub(crate) fn into_job(self) -> Job<C> {
+        self.job
+    }
+
     /// Submits everything recorded and returns at once. It runs after every earlier
     /// submission on this context and before every later one, so a later
     /// [`GpuBatch::submit`] (or [`GpuContext::wait_idle`]) sees its results; errors of the

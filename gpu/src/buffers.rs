@@ -244,6 +244,14 @@ impl GpuContext {
         })
     }
 
+    /// Uploads a row-major `[rows, cols]` matrix of u32 values (token ids, positions) as
+    /// [`Elem::I32`] words.
+    pub fn upload_u32(&self, data: &[u32], rows: usize, cols: usize) -> Result<GpuMatrix> {
+        check_len("upload_u32", data.len(), rows, cols)?;
+        let words = pack(data, rows, cols, Elem::I32, |v| v);
+        self.upload_words(&words, rows, cols, Elem::I32, "u32 matrix")
+    }
+
     /// Uploads a row-major `[rows, cols]` f32 matrix (e.g. weights `[n, k]`) to device memory.
     pub fn upload_f32(&self, data: &[f32], rows: usize, cols: usize) -> Result<GpuMatrix> {
         check_len("upload_f32", data.len(), rows, cols)?;

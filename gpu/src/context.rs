@@ -164,7 +164,7 @@ pub struct GpuContext {
     pub(crate) unfused_output_projection: bool,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
     /// that no buffer is bound twice in one dispatch).
-    unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 4]>,
+    unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 5]>,
     /// Dispatches recorded on this context (see [`GpuContext::dispatch_count`]).
     pub(crate) dispatches: std::sync::atomic::AtomicU64,
 }
@@ -353,13 +353,13 @@ impl GpuContext {
         }
     }
 
-    /// Four distinct one-word buffers for bindings a kernel's mode does not touch.
-    pub(crate) fn unused_bindings(&self) -> Result<[Subbuffer<[u32]>; 4]> {
+    /// Five distinct one-word buffers for bindings a kernel's mode does not touch.
+    pub(crate) fn unused_bindings(&self) -> Result<[Subbuffer<[u32]>; 5]> {
         if let Some(bufs) = self.unused_bindings.get() {
             return Ok(bufs.clone());
         }
         let one = || self.alloc_words(4, "an unused binding");
-        let bufs = [one()?, one()?, one()?, one()?];
+        let bufs = [one()?, one()?, one()?, one()?, one()?];
         Ok(self.unused_bindings.get_or_init(|| bufs).clone())
     }
 

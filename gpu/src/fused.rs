@@ -50,6 +50,26 @@ pub enum GemmEpilogue<'a> {
         /// Which dims RoPE pairs.
         style: RopeStyle,
     },
+    /// [`GemmEpilogue::QkvRope`] with each row's position read from `positions` when the
+    /// batch runs (so a recorded decode step replays at any position): row `r` is rotated
+    /// by row `positions[r]` of `angles` (a table of every position the caches hold,
+    /// [`GpuContext::rope_angles`] of `0..capacity`) and its k and v go to cache row
+    /// `positions[r]`. Only for up to [`crate::GEMV_MAX_ROWS`] rows. The kernel cannot check
+    /// positions it reads: each must be below the caches' and the table's rows.
+    QkvRopeAt {
+        /// RoPE's (cos, sin) table of every position, `[capacity, head_dim]`.
+        angles: &'a GpuMatrix,
+        /// The layer's key and value caches.
+        caches: (&'a GpuMatrix, &'a GpuMatrix),
+        /// `[1, m]` (or more) u32 positions ([`Elem::I32`]).
+        positions: &'a GpuMatrix,
+        /// Query heads.
+        n_heads: usize,
+        /// Key/value heads.
+        n_kv_heads: usize,
+        /// Which dims RoPE pairs.
+        style: RopeStyle,
+    },
 }
 
 /// One fused GEMM: the optional RMSNorm of `a`'s rows (its weight folded into `w` by
@@ -155,9 +175,9 @@ fn check_ab(a: &GpuMatrix, w: &GpuMatrix) -> Result<()> {
     Ok(())
 }
 
-/// Push constants and the four mode-dependent bindings (angles, k cache, v cache, flags;
-/// `None` where unused) of one fused GEMM, after checking its operands.
-type Plan<'a> = ([u32; PUSH_WORDS], [Option<&'a GpuMatrix>; 4]);
+/// Push constants and the five mode-dependent bindings (angles, k cache, v cache, flags,
+/// positions; `None` where unused) of one fused GEMM, after checking its operands.
+type Plan<'a> = ([u32; PUSH_WORDS], [Option<&'a GpuMatrix>; 5]);
 
 fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) -> Result<Plan<'a>> {
     check_ab(a, w)?;
@@ -170,7 +190,7 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
     p[7] = u32::from(f.norm_eps.is_some());
     p[8] = f.norm_eps.unwrap_or(0.0).to_bits();
     p[9] = a.cols() as u32;
-    let mut binds = [None; 4];
+    let mut binds = [None; 5];
     match f.epilogue {
         GemmEpilogue::Store | GemmEpilogue::Residual { .. } => {
             f32_shape("out", out, m, n)?;
@@ -191,6 +211,75 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
             f32_shape("out", out, m, n / 2)?;
             p[6] = 2;
         }
+        GemmEpilogue::QkvRopeAt {
+            angles,
+            caches,
+            positions,
+            n_heads,
+            n_kv_heads,
+            style,
+        } => {
+            if m > crate::GEMV_MAX_ROWS {
+                return Err(shape(
+                    OP,
+                    format!(
+                        "positions from a buffer take at most {} rows, a has {m}",
+                        crate::GEMV_MAX_ROWS
+                    ),
+                ));
+            }
+            if positions.elem() != Elem::I32 || positions.rows() * positions.cols() < m {
+                return Err(shape(
+                    OP,
+                    format!("positions must hold {m} u32 values (I32)"),
+                ));
+            }
+            let table_rows = angles.rows();
+            let at = GemmEpilogue::QkvRope {
+                angles,
+                caches,
+                pos0: 0,
+                n_heads,
+                n_kv_heads,
+                style,
+            };
+            // The table holds every position, not m rows: checked as a table of m rows
+            // (its columns and stride), and against the caches' rows.
+            let (kc, _) = caches;
+            if table_rows < m || table_rows > kc.rows() {
+                return Err(shape(
+                    OP,
+                    format!(
+                        "an angle table of {table_rows} positions for caches of {} rows",
+                        kc.rows()
+                    ),
+                ));
+            }
+            let mut planned = plan_qkv(&mut p, m, n, out, at, table_rows)?;
+            p[7] |= 4;
+            planned[4] = Some(positions);
+            binds = planned;
+        }
+        GemmEpilogue::QkvRope { .. } => {
+            binds = plan_qkv(&mut p, m, n, out, f.epilogue, m)?;
+        }
+    }
+    p[5] = out.ld_words() as u32;
+    Ok((p, binds))
+}
+
+/// The push constants and bindings of [`GemmEpilogue::QkvRope`] (`epilogue`), with an
+/// angle table of `table_rows` rows.
+fn plan_qkv<'a>(
+    p: &mut [u32; PUSH_WORDS],
+    m: usize,
+    n: usize,
+    out: &GpuMatrix,
+    epilogue: GemmEpilogue<'a>,
+    table_rows: usize,
+) -> Result<[Option<&'a GpuMatrix>; 5]> {
+    let mut binds = [None; 5];
+    match epilogue {
         GemmEpilogue::QkvRope {
             angles,
             caches: (kc, vc),
@@ -208,7 +297,7 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
                 ));
             }
             f32_shape("q out", out, m, qcols)?;
-            f32_shape("angles", angles, m, d)?;
+            f32_shape("angles", angles, table_rows, d)?;
             if kc.ld() != vc.ld() {
                 return Err(shape(OP, "the k and v caches' rows differ in stride"));
             }
@@ -237,9 +326,9 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
             binds[1] = Some(kc);
             binds[2] = Some(vc);
         }
+        _ => return Err(shape(OP, "not a q/k/v epilogue")),
     }
-    p[5] = out.ld_words() as u32;
-    Ok((p, binds))
+    Ok(binds)
 }
 
 impl GpuContext {
@@ -250,9 +339,12 @@ impl GpuContext {
         Shader::GemmF16FusedKhr.compiled() && self.check_coop(crate::CoopKernel::Khr64x64).is_ok()
     }
 
-    /// The kernel of a fused GEMM with weights of type `w`.
-    fn fused_shader(&self, w: Elem) -> Shader {
+    /// The kernel of a fused GEMM of `m` rows with weights of type `w`: the few-row
+    /// kernel up to [`crate::GEMV_MAX_ROWS`] rows, else the tiles.
+    fn fused_shader(&self, m: usize, w: Elem) -> Shader {
         match w {
+            Elem::F16 if m <= crate::GEMV_MAX_ROWS => Shader::GemvF16Fused,
+            _ if m <= crate::GEMV_MAX_ROWS => Shader::GemvF32Fused,
             Elem::F16 if self.fused_gemm_on_tensor_cores() => Shader::GemmF16FusedKhr,
             Elem::F16 => Shader::GemmF16Fused,
             _ => Shader::GemmF32Fused,
@@ -262,7 +354,8 @@ impl GpuContext {
 
 impl<C: AsRef<GpuContext>> GpuBatch<C> {
     /// One fused GEMM `a · wᵀ` (`a` `[m, k]` f32, `w` `[n, k]` f32 or f16) with the
-    /// prologue and epilogue `f` describes; one dispatch of 64x64 tiles. With f16 weights
+    /// prologue and epilogue `f` describes; one dispatch of 64x64 tiles, or for up to
+    /// [`crate::GEMV_MAX_ROWS`] rows of one workgroup per 4 columns. With f16 weights
     /// `a` is rounded to f16 on the way in and the sums stay f32 (see the module note).
     pub fn gemm_fused(
         &mut self,
@@ -279,15 +372,21 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             .zip(&unused)
             .map(|(m, u)| m.map_or_else(|| u.clone(), |m| m.buf.clone()))
             .collect();
-        let buffers = [
-            &a.buf, &w.buf, &out.buf, &extra[0], &extra[1], &extra[2], &extra[3],
-        ];
-        let groups = [
-            w.rows().div_ceil(64) as u32,
-            a.rows().div_ceil(64) as u32,
-            1,
-        ];
-        let shader = job.ctx().fused_shader(w.elem());
+        let shader = job.ctx().fused_shader(a.rows(), w.elem());
+        let few = matches!(shader, Shader::GemvF32Fused | Shader::GemvF16Fused);
+        let groups = match few {
+            true => [w.rows().div_ceil(4) as u32, 1, 1],
+            false => [
+                w.rows().div_ceil(64) as u32,
+                a.rows().div_ceil(64) as u32,
+                1,
+            ],
+        };
+        let mut buffers = vec![&a.buf, &w.buf, &out.buf];
+        buffers.extend(&extra[..4]);
+        if few {
+            buffers.push(&extra[4]);
+        }
         job.dispatch(shader, &buffers, push, groups)
     }
 }

@@ -32,6 +32,8 @@ pub(crate) struct Job<C: AsRef<GpuContext>> {
     builder: AutoCommandBufferBuilder<PrimaryAutoCommandBuffer>,
     timer: Option<Arc<QueryPool>>,
     dispatched: bool,
+    /// Dispatches recorded.
+    dispatches: usize,
     downloads: Vec<Subbuffer<[u32]>>,
 }
 
@@ -100,6 +102,19 @@ impl GpuContext {
             words.max(1),
         )
         .map_err(vk("allocating a staging buffer"))
+    }
+}
+
+/// A command buffer recorded once and submitted again and again.
+pub(crate) struct Replay {
+    cb: Arc<PrimaryAutoCommandBuffer>,
+}
+
+impl Replay {
+    /// Submits the command buffer on `ctx` (after every earlier submission); with `wait`,
+    /// waits for it.
+    pub(crate) fn submit(&self, ctx: &GpuContext, wait: bool) -> Result<()> {
+        ctx.submit(self.cb.clone(), wait)
     }
 }
 
@@ -174,13 +189,33 @@ impl<C: AsRef<GpuContext>> Job<C> {
         self.ctx.as_ref()
     }
 
+    /// How the job holds its context.
+    pub(crate) fn handle(&self) -> &C {
+        &self.ctx
+    }
+
+    /// Dispatches recorded so far.
+    pub(crate) fn dispatches(&self) -> usize {
+        self.dispatches
+    }
+
     /// A job that records no timestamps (when `timed` is false or the queue has none).
     pub(crate) fn with_timer(handle: C, timed: bool) -> Result<Self> {
+        Self::with_usage(handle, timed, CommandBufferUsage::OneTimeSubmit)
+    }
+
+    /// An untimed job whose command buffer can be submitted again and again
+    /// ([`Job::into_replay`]).
+    pub(crate) fn replayable(handle: C) -> Result<Self> {
+        Self::with_usage(handle, false, CommandBufferUsage::MultipleSubmit)
+    }
+
+    fn with_usage(handle: C, timed: bool, usage: CommandBufferUsage) -> Result<Self> {
         let ctx = handle.as_ref();
         let mut builder = AutoCommandBufferBuilder::primary(
             ctx.commands.clone(),
             ctx.queue.queue_family_index(),
-            CommandBufferUsage::OneTimeSubmit,
+            usage,
         )
         .map_err(vk("starting a command buffer"))?;
         let timer = match ctx.info.timestamp_period_ns {
@@ -205,6 +240,7 @@ impl<C: AsRef<GpuContext>> Job<C> {
             builder,
             timer,
             dispatched: false,
+            dispatches: 0,
             downloads: Vec::new(),
         })
     }
@@ -325,6 +361,7 @@ impl<C: AsRef<GpuContext>> Job<C> {
         // SAFETY: every shader bounds-checks its indices against the sizes pushed with it, and
         // the wrappers size the buffers from the same shape values (see each kernel module).
         unsafe { self.builder.dispatch(groups) }.map_err(vk("recording a dispatch"))?;
+        self.dispatches += 1;
         self.ctx()
             .dispatches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -349,6 +386,23 @@ impl<C: AsRef<GpuContext>> Job<C> {
         let Job { ctx, builder, .. } = self;
         let cb = builder.build().map_err(vk("finishing a command buffer"))?;
         ctx.as_ref().submit(cb, false)
+    }
+
+    /// Finishes the command buffer for submitting again and again ([`Replay::submit`]).
+    /// A job from [`Job::replayable`], with no downloads (a recorded batch copies its
+    /// results into host matrices instead).
+    pub(crate) fn into_replay(self) -> Result<Replay> {
+        if !self.downloads.is_empty() {
+            return Err(GpuError::Shape {
+                op: "replay",
+                problem: "a recorded batch returns results through host matrices, not reads".into(),
+            });
+        }
+        let cb = self
+            .builder
+            .build()
+            .map_err(vk("finishing a command buffer"))?;
+        Ok(Replay { cb })
     }
 
     /// Submits, waits, and reads downloads and timestamps.

@@ -25,6 +25,7 @@ mod batch;
 mod buffers;
 mod context;
 mod coopmat;
+mod decode;
 mod elementwise;
 mod error;
 mod fused;
@@ -42,6 +43,7 @@ pub use attention_o::AttentionOutput;
 pub use batch::{BatchOutput, GpuBatch};
 pub use buffers::{Elem, GpuArena, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
+pub use decode::{GEMV_MAX_ROWS, HostMatrix, RecordedBatch};
 pub use error::{GpuError, Result};
 pub use fused::{
     FusedGemm, GemmEpilogue, fold_norm, interleave_rows, reorder_rope_rows, rope_pair_rows,

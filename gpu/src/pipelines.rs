@@ -85,6 +85,11 @@ shaders! {
     AttentionFlashO => "attention_flash_o",
     AttentionFlashKhrO => "attention_flash_khr_o",
     Add => "add",
+    GemvF32Fused => "gemv_f32_fused",
+    GemvF16Fused => "gemv_f16_fused",
+    AttentionDecode => "attention_decode",
+    EmbedRows => "embed_rows",
+    ArgmaxRows => "argmax_rows",
     AddChecked => "add_checked",
 }
 

@@ -139,8 +139,14 @@ fn attention_with_the_output_projection_matches_attention_then_the_gemm() {
             fused += usize::from(compare(ctx, c, elem, 11 + i as u64).is_some());
         }
     }
+    // Up to 8 tokens run the decode kernel and the few-row o GEMM instead (refused
+    // here with Unsupported, checked in `compare`): the 3-token case.
     if ctx.info().kind == DeviceKind::Cpu {
-        assert_eq!(fused, 2 * cases.len(), "lavapipe must fuse every case");
+        assert_eq!(
+            fused,
+            2 * (cases.len() - 1),
+            "lavapipe must fuse every case of more than 8 tokens"
+        );
     }
 }
 

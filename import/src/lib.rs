@@ -33,7 +33,7 @@ pub mod family;
 pub mod forward;
 pub mod gguf;
 pub mod hf;
-pub mod limits;
+pub use hetsched_limits as limits;
 pub mod llama;
 pub mod source;
 pub mod spm;

@@ -5,21 +5,21 @@
 //! completions, which it puts in the inbox for the next tick's collect phase.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bevy_ecs::prelude::World;
 use bevy_ecs::schedule::Schedule;
-use hetsched_systems::resources::{Clock, Inbox, Outbox, RunStats, TimelineLog};
-use hetsched_systems::retry::{requeue_elsewhere, retry_lanes};
-use hetsched_systems::{LiveRuns, Policy, PrefillPlan, scheduler_schedule, spawn_world};
+use hetsched_systems::resources::{RunStats, TimelineLog};
+use hetsched_systems::{Policy, PrefillPlan, scheduler_schedule, spawn_world};
 use thiserror::Error;
 
 use crate::backends::{Backend, BackendError, sim::SimBackend};
 
 mod guard;
+mod step;
 
 pub use guard::panic_message;
 pub use guard::{BackendFault, Deadline, EngineOptions};
+pub use step::{RunState, Step, Stepper, Wait};
 
 /// Why a run stopped before every subgraph was done.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -104,76 +104,9 @@ pub fn run_world(
     backend: &mut dyn Backend,
     options: &EngineOptions,
 ) -> Result<Vec<u64>, EngineError> {
-    let mut guard = guard::Guard::new(plan, options);
-    let total = world.resource::<LiveRuns>().armed;
-    // A chain of instances (a decode step) takes one tick per instance and one more.
-    let mut tick_wall_ns = Vec::with_capacity(total + 1);
-    // The outbox's buffer goes back to it after each tick: no allocation per tick.
-    let mut jobs = Vec::new();
-    loop {
-        if options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
-            return Err(drain_cancelled(world, schedule, &mut guard, backend, total));
-        }
-        let started = Instant::now();
-        schedule.run(world);
-        tick_wall_ns.push(started.elapsed().as_nanos() as u64);
-        std::mem::swap(&mut jobs, &mut world.resource_mut::<Outbox>().0);
-        for job in jobs.drain(..) {
-            guard.submit(backend, job)?;
-        }
-        let outstanding = world.resource::<LiveRuns>().outstanding;
-        if outstanding == 0 {
-            break;
-        }
-        let done = total - outstanding;
-        if guard.in_flight() == 0 {
-            return Err(stalled(&guard, done, total));
-        }
-        let waited = guard.wait(backend)?;
-        for overdue in waited.overdue {
-            let retry = options.deadline.is_some_and(|d| d.retry)
-                && !retry_lanes(world, overdue.id).is_empty()
-                && guard.ask_abandon(backend, overdue.id, overdue.lane)?;
-            if !retry {
-                return Err(overdue.fault.into());
-            }
-            requeue_elsewhere(world, overdue.id);
-            guard.abandon(overdue.id, overdue.lane);
-        }
-        // An empty wait may report no time (0): the clock never runs backwards.
-        let mut clock = world.resource_mut::<Clock>();
-        clock.now_ns = clock.now_ns.max(waited.now_ns);
-        world.resource_mut::<Inbox>().0.extend(waited.completions);
-    }
-    Ok(tick_wall_ns)
-}
-
-/// Stops a cancelled run at a subgraph boundary: waits for the jobs in flight, lets one
-/// schedule tick record their completions (what it dispatches is dropped, not
-/// submitted), and says how far the run got.
-fn drain_cancelled(
-    world: &mut World,
-    schedule: &mut Schedule,
-    guard: &mut guard::Guard,
-    backend: &mut dyn Backend,
-    total: usize,
-) -> EngineError {
-    while guard.in_flight() > 0 {
-        let waited = match guard.wait(backend) {
-            Ok(waited) => waited,
-            Err(fault) => return fault,
-        };
-        if let Some(overdue) = waited.overdue.into_iter().next() {
-            return overdue.fault.into();
-        }
-        let mut clock = world.resource_mut::<Clock>();
-        clock.now_ns = clock.now_ns.max(waited.now_ns);
-        world.resource_mut::<Inbox>().0.extend(waited.completions);
-    }
-    schedule.run(world);
-    world.resource_mut::<Outbox>().0.clear();
-    let done = total - world.resource::<LiveRuns>().outstanding;
-    EngineError::Cancelled { done, total }
+    let mut state = RunState::new(plan, options);
+    while state.step(world, schedule, backend, Wait::Block)? != Step::Finished {}
+    Ok(state.into_tick_wall_ns())
 }
 
 /// Why nothing runs with work left: a processor given up that the rest of the work needs,

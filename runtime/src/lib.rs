@@ -18,7 +18,8 @@ pub mod profiling;
 pub mod progress;
 pub mod report;
 pub mod request_world;
+pub mod requests;
 pub mod scene;
 pub mod weight_reuse;
 
-pub use hetsched_import::limits;
+pub use hetsched_limits as limits;

@@ -183,9 +183,16 @@ fn instance_spans(run: &RunOutcome) -> Vec<Option<(u64, u64)>> {
     spans
 }
 
+/// Threads the memory planner spreads a run's regions over: each thread on a region's
+/// strategy holds an index of its own, and a few suffice (the work is a handful of
+/// strategies per region).
+fn planner_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
 /// Each region's planned memory for a finished run.
 pub fn region_memory(run: &RunOutcome) -> Vec<RegionMemory> {
-    plan_schedule(&run.plan, &instance_spans(run))
+    plan_schedule(&run.plan, &instance_spans(run), planner_threads())
         .expect("the plan's alignment was validated and its sizes fit its budgets")
         .into_iter()
         .map(|(summary, _, _)| summary)
@@ -201,7 +208,10 @@ fn ms(ns: u64) -> f64 {
 }
 
 impl RunReport {
-    /// Builds the report of a finished run.
+    /// Builds the report of a finished run, its lower bound priced by the plan's cost
+    /// model: right for a simulation. For a run on real queues use
+    /// [`RunReport::measured`], whose bound comes from the run's own measured durations
+    /// (a phone's model priced against a desktop's wall clock gives meaningless ratios).
     pub fn new(scene: &str, run: &RunOutcome) -> RunReport {
         let plan = &run.plan;
         let lanes = plan.device.processors.len();

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use hetsched_import::limits::{self, LimitError};
+use hetsched_limits::{self as limits, LimitError};
 
 /// The scene `hetsched simulate` runs when none is given.
 pub const DEFAULT_SCENE: &str = "qwen1.5-1.8b-xiaomi14";
@@ -216,6 +216,16 @@ enum Source {
 }
 
 impl Source {
+    /// Reads the file `path` on its own (a device profile, a model description).
+    fn read_alone(path: &Path) -> Result<(String, String), SceneError> {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Source::Disk(dir).read(&name)
+    }
+
     fn read(&self, relative: &str) -> Result<(String, String), SceneError> {
         match self {
             Source::Disk(dir) => {
@@ -321,15 +331,20 @@ impl Scene {
     /// scene loader's checks: TOML errors with file:line:column, unknown keys rejected,
     /// rates and latencies in range.
     pub fn load_device(path: &Path) -> Result<DeviceProfile, SceneError> {
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let (shown, text) = Source::Disk(dir).read(&name)?;
+        let (shown, text) = Source::read_alone(path)?;
         let device: DeviceProfile = parse(&shown, &text)?;
         device.validate()?;
         Ok(device)
+    }
+
+    /// Loads a model description file on its own (a scene's model TOML), with the scene
+    /// loader's checks: TOML errors with file:line:column, unknown keys rejected, sizes
+    /// within the limits.
+    pub fn load_model(path: &Path) -> Result<ModelConfig, SceneError> {
+        let (shown, text) = Source::read_alone(path)?;
+        let model: ModelConfig = parse(&shown, &text)?;
+        check_model(&model)?;
+        Ok(model)
     }
 
     /// Parses a scene held in memory, with the checks of [`Scene::load`]: `scene` is the

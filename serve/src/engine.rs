@@ -20,37 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use hetsched_exec::generate::{FinishReason, GenerateOptions};
+pub use hetsched_systems::Priority;
 use thiserror::Error;
 use tokio::sync::mpsc;
-
-/// How urgently a request runs, when several wait.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Priority {
-    /// A person is waiting for it (the default).
-    #[default]
-    Interactive,
-    /// Batch work: runs when no interactive request waits.
-    Background,
-}
-
-impl Priority {
-    /// Its name in requests and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::Interactive => "interactive",
-            Priority::Background => "background",
-        }
-    }
-
-    /// The priority named `name` (`interactive` or `background`).
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "interactive" => Some(Priority::Interactive),
-            "background" => Some(Priority::Background),
-            _ => None,
-        }
-    }
-}
 
 /// One request for the engine: checked by the server already (ranges, context).
 #[derive(Clone, Debug)]
@@ -62,7 +34,8 @@ pub struct EngineRequest {
     pub options: GenerateOptions,
     /// Independent samples of the prompt, at least 1.
     pub n: usize,
-    /// Scheduling class.
+    /// Scheduling class: larger is more urgent ([`Priority::INTERACTIVE`] by default,
+    /// [`Priority::BACKGROUND`]).
     pub priority: Priority,
 }
 

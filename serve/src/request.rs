@@ -8,7 +8,8 @@
 //! `model`, `messages` / `prompt`, `max_tokens` (or `max_completion_tokens`),
 //! `temperature` in [0, 2], `top_p` in (0, 1], `top_k` >= 1, `seed`, `stop` (a string or
 //! up to `max_stop` strings), `n`, `stream`, `stream_options.include_usage`, and the
-//! extension `priority` (`interactive`, the default, or `background`).
+//! extension `priority` (`interactive`, the default, `background`, or a class 0..=255,
+//! larger more urgent).
 
 use hetsched_exec::generate::{ChatTemplate, GenerateOptions, Sampling};
 use hetsched_import::GgufTokenizer;
@@ -153,12 +154,9 @@ pub fn prepare(
     };
     let priority = match common.priority.as_deref().or(header_priority) {
         None => Priority::default(),
-        Some(name) => Priority::parse(name).ok_or_else(|| {
-            ApiError::invalid(
-                "priority",
-                format!("priority {name:?}: give \"interactive\" or \"background\""),
-            )
-        })?,
+        Some(name) => name
+            .parse::<Priority>()
+            .map_err(|e| ApiError::invalid("priority", e.to_string()))?,
     };
     let prompt_tokens = prompt.len();
     Ok(Prepared {

@@ -1,5 +1,5 @@
 //! An [`Engine`] over today's single-request [`Session`]: one worker thread serves the
-//! accepted requests **one at a time**, interactive ones first, each sample in a fresh
+//! accepted requests **one at a time**, the most urgent priority first, each sample in a fresh
 //! session (its own KV cache, freed when the sample ends). Decode steps run direct on the
 //! CPU threads, or scheduled on the GPU lane when every stage is resident there.
 //!
@@ -22,8 +22,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::mpsc;
 
 use crate::engine::{
-    CancelOnDrop, Engine, EngineRequest, EngineSnapshot, Event, Priority, ProcessorBusy, Refusal,
-    Submitted,
+    CancelOnDrop, Engine, EngineRequest, EngineSnapshot, Event, ProcessorBusy, Refusal, Submitted,
 };
 
 /// A request waiting for the worker.
@@ -36,8 +35,8 @@ struct Queued {
 /// What the worker and the submitters share.
 #[derive(Default)]
 struct Waiting {
-    interactive: VecDeque<Queued>,
-    background: VecDeque<Queued>,
+    /// In arrival order; the most urgent is taken first.
+    queue: VecDeque<Queued>,
     running: usize,
     kv_bytes: u64,
     /// The running request's cancel flag (for [`Engine::cancel_all`]).
@@ -49,7 +48,14 @@ struct Waiting {
 
 impl Waiting {
     fn len(&self) -> usize {
-        self.interactive.len() + self.background.len()
+        self.queue.len()
+    }
+
+    /// The earliest of the most urgent requests.
+    fn take_next(&mut self) -> Option<Queued> {
+        let most = self.queue.iter().map(|q| q.request.priority).max()?;
+        let at = self.queue.iter().position(|q| q.request.priority == most)?;
+        self.queue.remove(at)
     }
 }
 
@@ -129,16 +135,11 @@ impl Engine for SessionEngine {
         }
         let (events, receiver) = mpsc::unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
-        let priority = request.priority;
-        let queued = Queued {
+        waiting.queue.push_back(Queued {
             request,
             events,
             cancel: cancel.clone(),
-        };
-        match priority {
-            Priority::Interactive => waiting.interactive.push_back(queued),
-            Priority::Background => waiting.background.push_back(queued),
-        }
+        });
         self.shared.wake.notify_one();
         Ok(Submitted {
             events: receiver,
@@ -170,12 +171,7 @@ impl Engine for SessionEngine {
     fn cancel_all(&self) {
         let mut waiting = self.shared.waiting.lock();
         waiting.stopping = true;
-        let Waiting {
-            interactive,
-            background,
-            ..
-        } = &mut *waiting;
-        for queued in interactive.drain(..).chain(background.drain(..)) {
+        for queued in waiting.queue.drain(..) {
             let _ = queued.events.send(Event::Failed {
                 message: "the server is shutting down".into(),
             });
@@ -187,7 +183,7 @@ impl Engine for SessionEngine {
     }
 }
 
-/// The worker: takes the next request (interactive first) until stopped.
+/// The worker: takes the next request (the most urgent first) until stopped.
 fn serve_requests(
     shared: &Shared,
     model: &Arc<ExecModel>,
@@ -201,11 +197,7 @@ fn serve_requests(
                 if waiting.stopping {
                     return;
                 }
-                let next = match waiting.interactive.pop_front() {
-                    Some(next) => Some(next),
-                    None => waiting.background.pop_front(),
-                };
-                if let Some(next) = next {
+                if let Some(next) = waiting.take_next() {
                     waiting.running += 1;
                     waiting.current = Some(next.cancel.clone());
                     break next;
@@ -309,5 +301,43 @@ fn add_busy(shared: &Shared, options: &PrefillOptions, generated: &Generated) {
         .unwrap_or(0);
     if let Some(busy) = waiting.busy.get_mut(cpu) {
         *busy += generated.decode_ns as f64 / 1e9;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_exec::generate::GenerateOptions;
+    use hetsched_systems::Priority;
+
+    fn queued(priority: Priority, first_token: u32) -> Queued {
+        Queued {
+            request: EngineRequest {
+                prompt: vec![first_token],
+                options: GenerateOptions::default(),
+                n: 1,
+                priority,
+            },
+            events: mpsc::unbounded_channel().0,
+            cancel: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    #[test]
+    fn the_most_urgent_request_goes_first_then_arrival_order() {
+        let mut waiting = Waiting::default();
+        for (priority, id) in [
+            (Priority::BACKGROUND, 0),
+            (Priority::INTERACTIVE, 1),
+            (Priority::BACKGROUND, 2),
+            (Priority::INTERACTIVE, 3),
+            (Priority(255), 4),
+        ] {
+            waiting.queue.push_back(queued(priority, id));
+        }
+        let order: Vec<u32> = std::iter::from_fn(|| waiting.take_next())
+            .map(|q| q.request.prompt[0])
+            .collect();
+        assert_eq!(order, [4, 1, 3, 0, 2]);
     }
 }

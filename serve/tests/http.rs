@@ -231,6 +231,27 @@ fn raw(addr: SocketAddr, raw: &[u8], wait: Duration) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Sends a `/v1/completions` request with `body` on a fresh connection, left open.
+fn send_completion(addr: SocketAddr, body: &str) -> TcpStream {
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    stream
+}
+
+/// Waits up to 5 s for `done`; fails naming `what` otherwise.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} never happened");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn fast() -> Limits {
     Limits {
         header_timeout: Duration::from_millis(500),
@@ -287,7 +308,7 @@ fn completions_and_chat_answer_in_openais_format_with_usage_and_n() {
     assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(
         *running.seen.last_priority.lock(),
-        Some(Priority::Background)
+        Some(Priority::BACKGROUND)
     );
     let (_, v) = post(
         &running,
@@ -298,7 +319,7 @@ fn completions_and_chat_answer_in_openais_format_with_usage_and_n() {
     assert_eq!(v["choices"][0]["text"], "s0t0 ");
     assert_eq!(
         *running.seen.last_priority.lock(),
-        Some(Priority::Background)
+        Some(Priority::BACKGROUND)
     );
 
     let (status, models) = curl(&["-s", &running.url("/v1/models")]);
@@ -520,25 +541,32 @@ fn the_api_key_guards_everything_but_health() {
 fn closing_a_stream_cancels_its_request() {
     let running = start(fast(), None, Duration::from_millis(20)).ready();
     let body = r#"{"prompt":"x","max_tokens":1000,"stream":true}"#;
-    let request = format!(
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let mut stream = TcpStream::connect(running.addr).unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
+    let mut stream = send_completion(running.addr, body);
     let mut first = [0u8; 256];
     let read = stream.read(&mut first).unwrap();
     assert!(String::from_utf8_lossy(&first[..read]).contains("200 OK"));
     drop(stream);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while running.seen.cancelled.load(Ordering::Relaxed) == 0 {
-        assert!(Instant::now() < deadline, "the request was never cancelled");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(running.seen.running.load(Ordering::Relaxed), 0);
+    let seen = running.seen.clone();
+    wait_for("the cancel", || seen.cancelled.load(Ordering::Relaxed) > 0);
+    wait_for("the engine idle", || {
+        seen.running.load(Ordering::Relaxed) == 0
+    });
     let metrics = curl(&["-s", &running.url("/metrics")]).1;
     assert!(metrics.contains(r#"outcome="cancelled"} 1"#), "{metrics}");
+    running.shut_down().unwrap();
+}
+
+#[test]
+fn a_client_gone_before_a_whole_answer_cancels_its_request() {
+    let running = start(fast(), None, Duration::from_millis(20)).ready();
+    let body = r#"{"prompt":"x","max_tokens":1000}"#;
+    let stream = send_completion(running.addr, body);
+    let seen = running.seen.clone();
+    wait_for("the request reaching the engine", || {
+        seen.submitted.load(Ordering::Relaxed) > 0
+    });
+    drop(stream);
+    wait_for("the cancel", || seen.cancelled.load(Ordering::Relaxed) > 0);
     running.shut_down().unwrap();
 }
 
@@ -584,11 +612,10 @@ fn shutdown_lets_a_stream_in_flight_finish() {
             &url,
         ])
     });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while running.seen.submitted.load(Ordering::Relaxed) == 0 {
-        assert!(Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let seen = running.seen.clone();
+    wait_for("the request reaching the engine", || {
+        seen.submitted.load(Ordering::Relaxed) > 0
+    });
     let addr = running.addr;
     running.shut_down().unwrap();
     let (status, text) = client.join().unwrap();

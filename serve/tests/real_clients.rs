@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use hetsched_exec::generate::{DecodePath, GenerateOptions, Session};
+use hetsched_exec::generate::{ChatTemplate, DecodePath, GenerateOptions, Session};
 use hetsched_exec::{ExecModel, LinearPrecision, PrefillOptions};
 use hetsched_import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
-use hetsched_serve::{Limits, ServeConfig, Server};
+use hetsched_serve::session_engine::SessionEngine;
+use hetsched_serve::{Limits, ServeConfig, Served, Server};
 
 fn model_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -40,12 +41,14 @@ fn options() -> PrefillOptions {
     }
 }
 
-/// What a session generates greedily after `prompt`'s text.
-fn greedy(prompt: &str, max_tokens: usize) -> String {
-    let file = GgufFile::open(model_path()).unwrap();
-    let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
-    let model = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
-    let mut session = Session::new(model, options(), DecodePath::Direct).unwrap();
+/// What a session of `model` generates greedily after `prompt`'s text.
+fn greedy(
+    model: &Arc<ExecModel>,
+    tokenizer: &GgufTokenizer,
+    prompt: &str,
+    max_tokens: usize,
+) -> String {
+    let mut session = Session::new(model.clone(), options(), DecodePath::Direct).unwrap();
     let generate = GenerateOptions {
         max_tokens,
         ..GenerateOptions::default()
@@ -53,7 +56,7 @@ fn greedy(prompt: &str, max_tokens: usize) -> String {
     let tokens = tokenizer.encode(prompt).unwrap();
     let never = AtomicBool::new(false);
     session
-        .generate(&tokens, &tokenizer, &generate, &never, |_| {})
+        .generate(&tokens, tokenizer, &generate, &never, |_| {})
         .unwrap()
         .text
 }
@@ -70,8 +73,26 @@ fn curl_and_the_openai_package_get_the_models_text() {
             ..Limits::default()
         },
     };
-    let loader =
-        hetsched_serve::load::session_loader(model_path(), LinearPrecision::W8a8, options(), 8);
+    // The model loads once: the server's engine and the reference session share it.
+    let file = GgufFile::open(model_path()).unwrap();
+    let tokenizer = Arc::new(GgufTokenizer::from_gguf(&file).unwrap());
+    let model = Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap());
+    let template = file
+        .metadata()
+        .get_str("tokenizer.chat_template")
+        .unwrap()
+        .map(|t| ChatTemplate::parse(t).unwrap());
+    let (engine_model, engine_tokenizer) = (model.clone(), tokenizer.clone());
+    let loader: hetsched_serve::Loader = Box::new(move || {
+        let context = engine_model.config.context_length;
+        let engine = SessionEngine::start(engine_model, engine_tokenizer.clone(), options(), 8);
+        Ok(Served {
+            tokenizer: engine_tokenizer,
+            chat: template,
+            context,
+            engine: Arc::new(engine),
+        })
+    });
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = std::thread::spawn(move || {
@@ -93,12 +114,6 @@ fn curl_and_the_openai_package_get_the_models_text() {
     let addr = addr_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     let base = format!("http://{addr}");
     let url = |path: &str| format!("{base}{path}");
-    // The listener answers while the model loads.
-    let (status, health) = curl(&[&url("/health")]);
-    assert!(
-        (status == 503 && health.contains("loading")) || status == 200,
-        "{status} {health}"
-    );
     let deadline = Instant::now() + Duration::from_secs(60);
     while curl(&[&url("/health")]).0 != 200 {
         assert!(Instant::now() < deadline, "the model never loaded");
@@ -116,7 +131,7 @@ fn curl_and_the_openai_package_get_the_models_text() {
     assert_eq!(status, 200, "{body}");
     let value: serde_json::Value = serde_json::from_str(&body).unwrap();
     let served = value["choices"][0]["text"].as_str().unwrap().to_string();
-    assert_eq!(served, greedy(prompt, 8));
+    assert_eq!(served, greedy(&model, &tokenizer, prompt, 8));
 
     let (status, stream) = curl(&[
         "-N",

@@ -47,6 +47,9 @@ pub fn dispatch_ready(
                 arrival_ns: r.arrival_ns,
                 phase: r.phase,
                 work_left_ns: run.work_left_ns,
+                work_total_ns: run.work_total_ns,
+                alone_bound_ns: run.alone_bound_ns,
+                armed_ns: run.armed_ns,
             }),
     );
     if live.is_empty() {
@@ -75,7 +78,7 @@ pub fn dispatch_ready(
         if slot.running.is_some() || offline {
             continue;
         }
-        for contender in live.iter() {
+        for (rank, contender) in live.iter().enumerate() {
             let (request, mut run) = runs.get_mut(contender.entity).expect("a live request");
             let run = &mut *run;
             let (candidates, held) = admitted(&run.ready.lanes[lane], &run.memory, &run.plan);
@@ -98,6 +101,16 @@ pub fn dispatch_ready(
                 continue;
             };
             drop(candidates);
+            if rank > 0 {
+                let job_ns = run.plan.cost_on(run.plan.key(id as usize), lane);
+                let job_ns = job_ns.unwrap_or(u64::MAX);
+                if !request_policy
+                    .0
+                    .may_fill(now_ns, &live[..rank], contender, job_ns)
+                {
+                    continue;
+                }
+            }
             launcher.launch(run, request.id, id, lane, &mut slot);
             times.free_at_ns[lane] = slot.expected_end_ns;
             break;

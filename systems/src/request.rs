@@ -166,6 +166,12 @@ pub struct RequestRun {
     pub(crate) work_left_ns: u64,
     /// Instances not yet dispatched.
     pub(crate) undispatched: usize,
+    /// Modeled work (ns, at home) of every instance of the run.
+    pub(crate) work_total_ns: u64,
+    /// The plan's lower bound alone on the device, ns.
+    pub(crate) alone_bound_ns: u64,
+    /// When the run was armed, ns on the world's clock.
+    pub(crate) armed_ns: u64,
 }
 
 impl RequestRun {
@@ -220,7 +226,7 @@ pub struct LiveRuns {
     pub requests: Vec<Entity>,
 }
 
-/// The request the world's current run serves (a world armed by [`spawn_world`] or
+/// The request the world's current run serves (a world armed by [`crate::spawn_world`] or
 /// [`rearm_world`]).
 #[derive(Resource, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunOf(pub Entity);
@@ -348,7 +354,11 @@ pub fn arm_request(
     };
     let count = plan.instance_count();
     let work_left_ns = plan.instances().map(|k| plan.cost_ns(k)).sum();
+    let armed_ns = world.resource::<Clock>().now_ns;
     world.entity_mut(request).insert(RequestRun {
+        alone_bound_ns: plan.lower_bound().ns(),
+        work_total_ns: work_left_ns,
+        armed_ns,
         progress: StageProgress::new(&plan),
         plan,
         base,

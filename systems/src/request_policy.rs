@@ -33,6 +33,24 @@ pub struct LiveRequest {
     pub phase: RequestPhase,
     /// Modeled work of its armed run not yet dispatched, ns (each instance at home).
     pub work_left_ns: u64,
+    /// Modeled work of its whole armed run, ns (each instance at home).
+    pub work_total_ns: u64,
+    /// The run's lower bound alone on the device, ns (`PrefillPlan::lower_bound`).
+    pub alone_bound_ns: u64,
+    /// When the run was armed, ns.
+    pub armed_ns: u64,
+}
+
+impl LiveRequest {
+    /// The modeled time the run still needs alone: its lower bound scaled by the share
+    /// of its work not yet dispatched.
+    pub fn remaining_ns(&self) -> u64 {
+        if self.work_total_ns == 0 {
+            return 0;
+        }
+        (u128::from(self.alone_bound_ns) * u128::from(self.work_left_ns)
+            / u128::from(self.work_total_ns)) as u64
+    }
 }
 
 /// Orders the live requests for the processors idle this tick.
@@ -44,6 +62,20 @@ pub trait RequestPolicy: Send + Sync + 'static {
     /// `now_ns`: idle processors are offered to the requests in the order left, and a
     /// request removed gets none this tick.
     fn order(&mut self, now_ns: u64, live: &mut Vec<LiveRequest>);
+
+    /// Whether `filler`, after `ahead` in the order, may take an idle processor with a job
+    /// modeled to take `job_ns` (the requests ahead had nothing there to run). The
+    /// default: always (work-conserving).
+    fn may_fill(
+        &self,
+        now_ns: u64,
+        ahead: &[LiveRequest],
+        filler: &LiveRequest,
+        job_ns: u64,
+    ) -> bool {
+        let _ = (now_ns, ahead, filler, job_ns);
+        true
+    }
 }
 
 /// The request policy a world dispatches with.
@@ -70,13 +102,93 @@ impl RequestPolicy for Fcfs {
     }
 }
 
-/// The request policies by name, and the default.
-pub const REQUEST_POLICIES: &[(&str, &str)] = &[(
-    "fcfs",
-    "one request at a time, in arrival order (the single-context baseline)",
-)];
+/// Strict priority: the most urgent class first, then arrival, then id. A less urgent
+/// request runs only on a processor the more urgent ones have nothing ready for, and
+/// yields at its next subgraph boundary.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StrictPriority;
 
-/// The request policy used when none is named.
+fn by_priority(live: &mut [LiveRequest]) {
+    live.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.arrival_ns, r.id));
+}
+
+impl RequestPolicy for StrictPriority {
+    fn name(&self) -> &str {
+        "priority"
+    }
+
+    fn order(&mut self, _now_ns: u64, live: &mut Vec<LiveRequest>) {
+        by_priority(live);
+    }
+}
+
+/// How far past its alone bound a more urgent run may be pushed by fill work when it has
+/// no target of its own: its deadline is `armed + SLACK_STRETCH x bound`.
+pub const SLACK_STRETCH: f64 = 1.2;
+
+/// Slack-driven: the order of [`StrictPriority`], and a less urgent request fills an idle
+/// processor only with a job that fits in the slack of every more urgent request ahead:
+/// its deadline (arrival + its TTFT target while in its prefill, else the run's arming
+/// time + [`SLACK_STRETCH`] x its alone bound) minus now minus the time it still needs
+/// alone. A job that would end after the urgent request needs the processor waits; a
+/// short one keeps the processor busy.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Slack;
+
+impl Slack {
+    /// `urgent`'s slack at `now_ns`, ns (negative: late).
+    pub fn slack_ns(now_ns: u64, urgent: &LiveRequest) -> i128 {
+        let deadline = match (urgent.phase, urgent.targets.ttft_ns) {
+            (RequestPhase::Prefill, Some(ttft)) => urgent.arrival_ns.saturating_add(ttft),
+            _ => urgent
+                .armed_ns
+                .saturating_add((urgent.alone_bound_ns as f64 * SLACK_STRETCH) as u64),
+        };
+        i128::from(deadline) - i128::from(now_ns) - i128::from(urgent.remaining_ns())
+    }
+}
+
+impl RequestPolicy for Slack {
+    fn name(&self) -> &str {
+        "slack"
+    }
+
+    fn order(&mut self, _now_ns: u64, live: &mut Vec<LiveRequest>) {
+        by_priority(live);
+    }
+
+    fn may_fill(
+        &self,
+        now_ns: u64,
+        ahead: &[LiveRequest],
+        filler: &LiveRequest,
+        job_ns: u64,
+    ) -> bool {
+        ahead
+            .iter()
+            .filter(|a| a.priority > filler.priority)
+            .all(|a| i128::from(job_ns) <= Slack::slack_ns(now_ns, a))
+    }
+}
+
+/// The request policies by name, and the default.
+pub const REQUEST_POLICIES: &[(&str, &str)] = &[
+    (
+        "fcfs",
+        "one request at a time, in arrival order (the single-context baseline)",
+    ),
+    (
+        "priority",
+        "strict priority class, then arrival; preempting at subgraph boundaries",
+    ),
+    (
+        "slack",
+        "priority order; less urgent work fills idle processors within the urgent requests' slack",
+    ),
+];
+
+/// The request policy used when none is named: `fcfs` keeps a world of one request
+/// scheduled exactly as before; a runtime serving several requests names `slack`.
 pub const DEFAULT_REQUEST_POLICY: &str = "fcfs";
 
 /// A request-policy name that does not exist.
@@ -102,6 +214,8 @@ impl fmt::Display for UnknownRequestPolicy {
 pub fn create_request_policy(name: &str) -> Result<Box<dyn RequestPolicy>, UnknownRequestPolicy> {
     match name {
         "fcfs" => Ok(Box::new(Fcfs)),
+        "priority" => Ok(Box::new(StrictPriority)),
+        "slack" => Ok(Box::new(Slack)),
         other => Err(UnknownRequestPolicy(other.to_string())),
     }
 }

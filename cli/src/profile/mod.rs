@@ -176,6 +176,7 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         policy: args.policy.clone(),
         threads: args.threads.unwrap_or(defaults.threads),
         gpu,
+        gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
     };
     let cache_bytes = host::last_level_cache_bytes();

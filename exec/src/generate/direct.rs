@@ -4,101 +4,268 @@
 //! over the KV cache, FFN), then the head. The arithmetic is the prefill's, operator for
 //! operator (the same quantize rules, INT8 products, outlier shadow and dequantize), so
 //! the step continues a scheduled prefill's cache exactly as a scheduled step would.
-//! One choice differs where the session asks for it: the head as an INT8 linear
-//! ([`int8_head`]) for INT8 models, since a token's step otherwise streams the f32 head
-//! (as many bytes as every INT8 layer together).
+//! One choice differs where the session asks for it: a quantized head ([`QuantizedHead`]:
+//! INT8, or 4-bit for W4A8 models on request), since a token's step otherwise streams
+//! the f32 head (as many bytes as every INT8 layer together). The
+//! kernels' time of each step (the linears' and attention's parallel regions) is kept
+//! in [`DecodeBuffers`], so that what a step spends outside them is known.
+
+use std::time::Instant;
 
 use hetsched_kernels::reference::quantize_weights_per_row;
-use hetsched_kernels::{PackedI8Weights, rms_norm};
+use hetsched_kernels::{PackedI8Weights, PackedW4Weights};
 use hetsched_systems::op::{Block, Projection};
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
 
-use super::linears::{self, Input, Matrix};
+use super::linears::{self, Batch, Matrix};
 use crate::family::{self, gated, norm_rows};
 use crate::state::KvCache;
 use crate::values::quantize;
-use crate::{ExecError, ExecModel, LayerWeights, LinearWeights, QuantRule};
+use crate::{ExecError, ExecModel, LayerWeights, LinearPrecision, LinearWeights, QuantRule};
 
-/// The LM head as a W8A8 linear (INT8 weights with a scale per vocabulary row, the
-/// activation quantized per tensor), the arithmetic the model's other linears use.
-pub fn int8_head(model: &ExecModel) -> LinearWeights {
-    let (n, k) = (model.output.n(), model.output.k());
-    let (q, scales) = quantize_weights_per_row(&model.output.to_rows(), n, k);
-    LinearWeights::Int8 {
-        packed: PackedI8Weights::pack(&q, n, k),
-        scales,
-        shadow: None,
+/// The LM head quantized for direct decode steps, and how its input is quantized.
+#[derive(Debug)]
+pub struct QuantizedHead {
+    /// The head's weights.
+    pub weights: LinearWeights,
+    /// The quantization of the final-normed hidden state it multiplies.
+    pub rule: QuantRule,
+}
+
+impl QuantizedHead {
+    /// The head as a W8A8 linear (INT8 weights with a scale per vocabulary row, the
+    /// activation quantized per tensor), the arithmetic the model's other linears use.
+    pub fn int8(model: &ExecModel) -> Self {
+        let (n, k) = (model.output.n(), model.output.k());
+        let (q, scales) = quantize_weights_per_row(&model.output.to_rows(), n, k);
+        Self {
+            weights: LinearWeights::Int8 {
+                packed: PackedI8Weights::pack(&q, n, k),
+                scales,
+                shadow: None,
+            },
+            rule: QuantRule::MaxAbs,
+        }
+    }
+
+    /// The head at the model's own width: 4-bit for the W4A8 precisions (the weights
+    /// quantized as every other W4 linear, the activation as the precision quantizes its
+    /// linears' inputs: per group of 32, of 128, or per tensor), INT8 for W8A8 ones,
+    /// `None` for f32 (whose head stays f32).
+    pub fn own_width(model: &ExecModel) -> Option<Self> {
+        let (n, k) = (model.output.n(), model.output.k());
+        let rule = match model.precision {
+            LinearPrecision::F32 => return None,
+            LinearPrecision::W8a8 | LinearPrecision::W8a8Shadow => return Some(Self::int8(model)),
+            LinearPrecision::W4a8G32 => QuantRule::Groups,
+            LinearPrecision::W4a8G128 => QuantRule::Groups128 { width: k },
+            LinearPrecision::W4a8 | LinearPrecision::W4a8Shadow => QuantRule::MaxAbs,
+        };
+        let weights = LinearWeights::Int4 {
+            packed: PackedW4Weights::quantize(&model.output.to_rows(), n, k),
+            shadow: None,
+        };
+        Some(Self { weights, rule })
+    }
+
+    /// Bytes of the weights a step reads.
+    pub fn bytes(&self) -> u64 {
+        self.weights.bytes()
     }
 }
 
 /// The buffers of decode steps, kept across steps so that a step allocates little: the
-/// prepared activations and the projections' outputs.
+/// prepared activations and the projections' outputs (`[sequences, n]` each).
 #[derive(Debug, Default)]
 pub struct DecodeBuffers {
-    input: Input,
+    input: Batch,
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
     out: Vec<f32>,
+    /// Wall time inside the kernels' parallel regions (the linears' products and
+    /// attention), summed over steps, ns.
+    kernel_ns: u64,
+}
+
+impl DecodeBuffers {
+    /// Wall time the steps run with these buffers spent inside the kernels' parallel
+    /// regions (the linears and attention, fork and join included), ns.
+    pub fn kernel_ns(&self) -> u64 {
+        self.kernel_ns
+    }
+}
+
+/// `f()`, its wall time added to `kernel_ns`.
+fn timed<T>(kernel_ns: &mut u64, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    *kernel_ns += started.elapsed().as_nanos() as u64;
+    out
+}
+
+/// The KV cache one sequence of a decode step reads and extends, per layer: positions
+/// `0..shared_len` in `shared` (a prompt's cache that parallel samples share, read only,
+/// never copied), the rest in `own` (row `p - shared_len` holds position `p`).
+#[derive(Debug)]
+pub struct SequenceKv<'a> {
+    shared: &'a [KvCache],
+    shared_len: usize,
+    own: &'a mut [KvCache],
+}
+
+impl<'a> SequenceKv<'a> {
+    /// A sequence with a cache of its own from position 0.
+    pub fn alone(own: &'a mut [KvCache]) -> Self {
+        Self {
+            shared: &[],
+            shared_len: 0,
+            own,
+        }
+    }
+
+    /// A sequence after `shared_len` positions of `shared` (per layer, as many layers as
+    /// `own`), its later positions in `own`.
+    pub fn after_prefix(shared: &'a [KvCache], shared_len: usize, own: &'a mut [KvCache]) -> Self {
+        Self {
+            shared,
+            shared_len,
+            own,
+        }
+    }
+
+    /// Layer `layer`'s rows as attention reads them.
+    fn rows(&self, layer: usize) -> KvRows<'_> {
+        KvRows {
+            shared: self.shared.get(layer),
+            shared_len: self.shared_len,
+            own: &self.own[layer],
+        }
+    }
+}
+
+/// One layer's keys and values of a sequence: a shared prefix, then its own rows.
+#[derive(Clone, Copy, Debug)]
+pub struct KvRows<'a> {
+    shared: Option<&'a KvCache>,
+    shared_len: usize,
+    own: &'a KvCache,
+}
+
+impl<'a> KvRows<'a> {
+    /// The rows of one cache from position 0.
+    pub fn of(cache: &'a KvCache) -> Self {
+        Self {
+            shared: None,
+            shared_len: 0,
+            own: cache,
+        }
+    }
+
+    /// Position `j`'s row of `kv_dim` values, keys or values.
+    fn row(&self, j: usize, kv_dim: usize, keys: bool) -> &'a [f32] {
+        let (cache, row) = match self.shared {
+            Some(shared) if j < self.shared_len => (shared, j),
+            _ => (self.own, j - self.shared_len),
+        };
+        let values = if keys { &cache.k } else { &cache.v };
+        &values[row * kv_dim..(row + 1) * kv_dim]
+    }
+}
+
+/// One sequence of a batched decode step: the token fed at `position` (the sequence's
+/// cache holds positions `0..position` and has room for one more).
+#[derive(Debug)]
+pub struct SequenceStep<'a> {
+    /// The token fed.
+    pub token: u32,
+    /// Its position.
+    pub position: usize,
+    /// The sequence's KV cache.
+    pub kv: SequenceKv<'a>,
 }
 
 /// Feeds `token` at `position` (the caches hold positions `0..position` and have room
-/// for one more) and returns the logits of the next token, from `head` if given (an
-/// [`int8_head`]) or the model's f32 head. Runs on the current pool; `buffers` are
-/// reused across steps.
+/// for one more) and returns the logits of the next token, from `head` if given (a
+/// [`QuantizedHead`]) or the model's f32 head. Runs on the current pool; `buffers` are
+/// reused across steps. A batch of one [`decode_batch`].
 pub fn decode_step(
     model: &ExecModel,
-    head: Option<&LinearWeights>,
+    head: Option<&QuantizedHead>,
     caches: &mut [KvCache],
     token: u32,
     position: usize,
     buffers: &mut DecodeBuffers,
 ) -> Result<Vec<f32>, ExecError> {
+    let mut one = [SequenceStep {
+        token,
+        position,
+        kv: SequenceKv::alone(caches),
+    }];
+    let mut logits = decode_batch(model, head, &mut one, buffers)?;
+    Ok(logits.pop().unwrap_or_default())
+}
+
+/// One decode step of several sequences of `model` together (batched decode): each
+/// linear one small GEMM over the sequences' rows (M = the sequences; the weights
+/// streamed once), attention per sequence over its own cache. Returns each sequence's
+/// logits in order. Every sequence's arithmetic is its step alone's (its own quantize
+/// scale per activation; exact INT32 products), so an INT8 model's logits equal
+/// [`decode_step`]'s for that sequence bit for bit (f32 products: up to summation order).
+pub fn decode_batch(
+    model: &ExecModel,
+    head: Option<&QuantizedHead>,
+    sequences: &mut [SequenceStep<'_>],
+    buffers: &mut DecodeBuffers,
+) -> Result<Vec<Vec<f32>>, ExecError> {
     let c = &model.config;
     let h = c.hidden;
-    let row = token as usize;
-    let mut x = model
-        .token_embd
-        .get(row * h..(row + 1) * h)
-        .ok_or(ExecError::TokenOutOfRange {
-            id: token,
-            vocab: c.vocab_size,
-        })?
-        .to_vec();
-    family::scale_embeddings(c, &mut x);
-    for (layer, (w, cache)) in model.layers.iter().zip(caches.iter_mut()).enumerate() {
-        attention_block(model, layer, w, cache, &mut x, position, buffers)?;
-        ffn_block(model, layer, w, &mut x, position, buffers)?;
+    let mut x = Vec::with_capacity(sequences.len() * h);
+    for s in sequences.iter() {
+        let row = s.token as usize;
+        let embedding =
+            model
+                .token_embd
+                .get(row * h..(row + 1) * h)
+                .ok_or(ExecError::TokenOutOfRange {
+                    id: s.token,
+                    vocab: c.vocab_size,
+                })?;
+        x.extend_from_slice(embedding);
     }
-    let normed = norm(model, &x, &model.output_norm);
+    family::scale_embeddings(c, &mut x);
+    for (layer, w) in model.layers.iter().enumerate() {
+        attention_block(model, layer, w, sequences, &mut x, buffers)?;
+        ffn_block(model, layer, w, sequences, &mut x, buffers)?;
+    }
+    let normed = norm_rows(&x, &model.output_norm, c.norm_eps);
     let (head, rule) = match head {
-        Some(head) => (Matrix::Linear(head), QuantRule::MaxAbs),
+        Some(head) => (Matrix::Linear(&head.weights), head.rule.clone()),
         None => (Matrix::F32(&model.output), QuantRule::PassThrough),
     };
-    buffers.input.set(quantize(normed, rule));
-    let mut logits = vec![0f32; head.n()];
-    linears::project(
-        &buffers.input,
-        &[head],
-        &mut [&mut logits],
-        &model.shadow_counters,
-    )?;
-    crate::take_logits(&parking_lot::Mutex::new(Some(logits)))
+    prepare_rows(&normed, h, rule, &mut buffers.input);
+    let n = head.n();
+    let mut logits = vec![0f32; sequences.len() * n];
+    let (input, counters) = (&buffers.input, &model.shadow_counters);
+    timed(&mut buffers.kernel_ns, || {
+        linears::project_batch(input, &[head], &mut [&mut logits], counters)
+    })?;
+    logits
+        .chunks_exact(n.max(1))
+        .map(|row| crate::take_logits(&parking_lot::Mutex::new(Some(row.to_vec()))))
+        .collect()
 }
 
-/// RMSNorm of one row.
-fn norm(model: &ExecModel, x: &[f32], weight: &[f32]) -> Vec<f32> {
-    let mut out = vec![0f32; x.len()];
-    rms_norm(x, weight, model.config.norm_eps, &mut out, 1, x.len());
-    out
-}
-
-/// Quantizes `x` under `layer`'s rule for `site` into `buffers.input`.
-fn prepare(model: &ExecModel, layer: usize, site: ShadowSite, x: Vec<f32>, b: &mut DecodeBuffers) {
-    b.input.set(quantize(x, model.quant_rule(layer, site)));
+/// Quantizes each `width`-wide row of `x` under `rule` on its own into `batch`.
+fn prepare_rows(x: &[f32], width: usize, rule: QuantRule, batch: &mut Batch) {
+    let acts = x
+        .chunks_exact(width.max(1))
+        .map(|row| quantize(row.to_vec(), rule.clone()))
+        .collect();
+    batch.set(acts);
 }
 
 /// Sizes `v` to `n` values (its capacity is kept across steps).
@@ -107,94 +274,122 @@ fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     v
 }
 
-/// `x += Wo · attention(q, cache)` for layer `layer`, after writing the token's key and
-/// value at `position`.
+/// `x += Wo · attention(q, cache)` for layer `layer` and every sequence, after writing
+/// each sequence's key and value at its position.
 fn attention_block(
     model: &ExecModel,
     layer: usize,
     w: &LayerWeights,
-    cache: &mut KvCache,
+    sequences: &mut [SequenceStep<'_>],
     x: &mut [f32],
-    position: usize,
     b: &mut DecodeBuffers,
 ) -> Result<(), ExecError> {
     let c = &model.config;
-    let kv_dim = c.kv_dim();
-    prepare(
-        model,
-        layer,
-        ShadowSite::Qkv,
-        norm(model, x, &w.attn_norm),
-        b,
-    );
+    let (m, kv_dim) = (sequences.len(), c.kv_dim());
+    let normed = norm_rows(x, &w.attn_norm, c.norm_eps);
+    let rule = model.quant_rule(layer, ShadowSite::Qkv);
+    prepare_rows(&normed, c.hidden, rule, &mut b.input);
     let counters = &model.shadow_counters;
     let [q, k, v, o] = [Projection::Q, Projection::K, Projection::V, Projection::O]
         .map(|p| Matrix::Linear(w.projection(p)));
+    let (q_n, k_n, v_n) = (q.n(), k.n(), v.n());
     let mut outs = [
-        sized(&mut b.q, q.n()),
-        sized(&mut b.k, k.n()),
-        sized(&mut b.v, v.n()),
+        sized(&mut b.q, m * q_n),
+        sized(&mut b.k, m * k_n),
+        sized(&mut b.v, m * v_n),
     ];
-    linears::project(&b.input, &[q, k, v], &mut outs, counters)?;
-    let here = position..position + 1;
-    family::finish_queries(model, layer, &mut b.q);
-    model
-        .rope_of(layer)
-        .apply(&mut b.q, here.clone(), c.n_heads);
-    family::finish_keys(model, layer, &mut b.k, &mut b.v, here);
-    let span = position * kv_dim..(position + 1) * kv_dim;
-    let room = cache.k.len().min(cache.v.len());
-    if span.end > room || b.k.len() != kv_dim || b.v.len() != kv_dim {
+    timed(&mut b.kernel_ns, || {
+        linears::project_batch(&b.input, &[q, k, v], &mut outs, counters)
+    })?;
+    if k_n != kv_dim || v_n != kv_dim {
         return Err(ExecError::Kernel(format!(
-            "the KV cache of layer {layer} holds {} positions; position {position} needs more",
-            room / kv_dim.max(1)
+            "layer {layer}'s K and V produce {k_n} and {v_n} values; the KV cache holds {kv_dim}"
         )));
     }
-    cache.k[span.clone()].copy_from_slice(&b.k);
-    cache.v[span].copy_from_slice(&b.v);
-    let attn = attend(model, &b.q, cache, position + 1, c.window_of(layer));
-    prepare(model, layer, ShadowSite::O, attn, b);
-    let out = sized(&mut b.out, o.n());
-    linears::project(&b.input, &[o], &mut [out], counters)?;
+    let mut attended = Vec::with_capacity(m * q_n);
+    for (r, s) in sequences.iter_mut().enumerate() {
+        let (qr, kr, vr) = (
+            &mut b.q[r * q_n..(r + 1) * q_n],
+            &mut b.k[r * kv_dim..(r + 1) * kv_dim],
+            &mut b.v[r * kv_dim..(r + 1) * kv_dim],
+        );
+        let position = s.position;
+        let here = position..position + 1;
+        family::finish_queries(model, layer, qr);
+        model.rope_of(layer).apply(qr, here.clone(), c.n_heads);
+        family::finish_keys(model, layer, kr, vr, here);
+        let own = position.checked_sub(s.kv.shared_len).ok_or_else(|| {
+            ExecError::Kernel(format!(
+                "position {position} lies inside the {} shared positions of the cache",
+                s.kv.shared_len
+            ))
+        })?;
+        let cache = &mut s.kv.own[layer];
+        let span = own * kv_dim..(own + 1) * kv_dim;
+        let room = cache.k.len().min(cache.v.len());
+        if span.end > room {
+            return Err(ExecError::Kernel(format!(
+                "the KV cache of layer {layer} holds {} positions; position {position} needs more",
+                s.kv.shared_len + room / kv_dim.max(1)
+            )));
+        }
+        cache.k[span.clone()].copy_from_slice(kr);
+        cache.v[span].copy_from_slice(vr);
+        let rows = s.kv.rows(layer);
+        let window = c.window_of(layer);
+        attended.extend(timed(&mut b.kernel_ns, || {
+            attend(model, qr, rows, position + 1, window)
+        }));
+    }
+    let normed_rule = model.quant_rule(layer, ShadowSite::O);
+    prepare_rows(&attended, q_n, normed_rule, &mut b.input);
+    let out = sized(&mut b.out, m * o.n());
+    timed(&mut b.kernel_ns, || {
+        linears::project_batch(&b.input, &[o], &mut [out], counters)
+    })?;
     let delta = post_normed(model, w, Block::Attention, std::mem::take(&mut b.out));
-    let added = add_finite(x, &delta, layer, "attention", position);
+    let added = add_finite(x, &delta, layer, "attention", sequences);
     b.out = delta;
     added
 }
 
-/// `x += Wdown · (SiLU(Wgate · h) ⊙ Wup · h)` with `h` the FFN-normed `x`.
+/// `x += Wdown · (SiLU(Wgate · h) ⊙ Wup · h)` with `h` the FFN-normed `x`, every sequence.
 fn ffn_block(
     model: &ExecModel,
     layer: usize,
     w: &LayerWeights,
+    sequences: &[SequenceStep<'_>],
     x: &mut [f32],
-    position: usize,
     b: &mut DecodeBuffers,
 ) -> Result<(), ExecError> {
-    prepare(
-        model,
-        layer,
-        ShadowSite::GateUp,
-        norm(model, x, &w.ffn_norm),
-        b,
-    );
+    let c = &model.config;
+    let m = sequences.len();
+    let normed = norm_rows(x, &w.ffn_norm, c.norm_eps);
+    let rule = model.quant_rule(layer, ShadowSite::GateUp);
+    prepare_rows(&normed, c.hidden, rule, &mut b.input);
     let counters = &model.shadow_counters;
     let [gate, up, down] = [Projection::Gate, Projection::Up, Projection::Down]
         .map(|p| Matrix::Linear(w.projection(p)));
-    let mut outs = [sized(&mut b.gate, gate.n()), sized(&mut b.up, up.n())];
-    linears::project(&b.input, &[gate, up], &mut outs, counters)?;
-    let hidden = gated(model.config.family.activation, &b.gate, &b.up);
-    prepare(model, layer, ShadowSite::Down, hidden, b);
-    let out = sized(&mut b.out, down.n());
-    linears::project(&b.input, &[down], &mut [out], counters)?;
+    let ffn = gate.n();
+    let mut outs = [sized(&mut b.gate, m * ffn), sized(&mut b.up, m * up.n())];
+    timed(&mut b.kernel_ns, || {
+        linears::project_batch(&b.input, &[gate, up], &mut outs, counters)
+    })?;
+    let hidden = gated(c.family.activation, &b.gate, &b.up);
+    let rule = model.quant_rule(layer, ShadowSite::Down);
+    prepare_rows(&hidden, ffn, rule, &mut b.input);
+    let out = sized(&mut b.out, m * down.n());
+    timed(&mut b.kernel_ns, || {
+        linears::project_batch(&b.input, &[down], &mut [out], counters)
+    })?;
     let delta = post_normed(model, w, Block::FeedForward, std::mem::take(&mut b.out));
-    let added = add_finite(x, &delta, layer, "feed-forward", position);
+    let added = add_finite(x, &delta, layer, "feed-forward", sequences);
     b.out = delta;
     added
 }
 
-/// A block's output RMS-normalized with its post-norm weight, for a family that has
-/// post-norms (Gemma); as it is otherwise.
+/// Every sequence's block output RMS-normalized with its post-norm weight, for a family
+/// that has post-norms (Gemma); as it is otherwise.
 fn post_normed(model: &ExecModel, w: &LayerWeights, block: Block, delta: Vec<f32>) -> Vec<f32> {
     match w.family.post_norm(block) {
         Some(weight) => norm_rows(&delta, weight, model.config.norm_eps),
@@ -202,20 +397,23 @@ fn post_normed(model: &ExecModel, w: &LayerWeights, block: Block, delta: Vec<f32
     }
 }
 
-/// The residual add, refusing a non-finite block output as the prefill does.
+/// The residual add of every sequence, refusing a non-finite block output as the prefill
+/// does (naming the sequence's position).
 fn add_finite(
     x: &mut [f32],
     delta: &[f32],
     layer: usize,
     block: &'static str,
-    position: usize,
+    sequences: &[SequenceStep<'_>],
 ) -> Result<(), ExecError> {
     if let Some(index) = delta.iter().position(|v| !v.is_finite()) {
+        let width = delta.len() / sequences.len().max(1);
+        let row = index / width.max(1);
         return Err(ExecError::NonFiniteActivation {
             layer,
             block,
-            chunk: position,
-            index,
+            chunk: sequences.get(row).map_or(0, |s| s.position),
+            index: index % width.max(1),
             value: delta[index],
         });
     }
@@ -226,12 +424,13 @@ fn add_finite(
 }
 
 /// Causal GQA attention of one query (`[n_heads, head_dim]`, RoPE applied) over the
-/// first `kv_len` positions of `cache`, or only the last `window` of them (a
-/// sliding-window layer; `usize::MAX`: all), heads split over the pool.
+/// first `kv_len` positions of `cache` ([`KvRows::of`] a cache, or a shared prefix and a
+/// sequence's own rows), or only the last `window` of them (a sliding-window layer;
+/// `usize::MAX`: all), heads split over the pool.
 pub fn attend(
     model: &ExecModel,
     q: &[f32],
-    cache: &KvCache,
+    cache: KvRows<'_>,
     kv_len: usize,
     window: usize,
 ) -> Vec<f32> {
@@ -246,7 +445,7 @@ pub fn attend(
         .enumerate()
         .for_each(|(head, (out, q))| {
             let offset = (head / group.max(1)) * d;
-            let key = |j: usize| &cache.k[j * kv_dim + offset..j * kv_dim + offset + d];
+            let key = |j: usize| &cache.row(j, kv_dim, true)[offset..offset + d];
             let mut scores: Vec<f32> = (first..kv_len)
                 .map(|j| scale * key(j).iter().zip(q).map(|(k, q)| k * q).sum::<f32>())
                 .collect();
@@ -257,7 +456,7 @@ pub fn attend(
                 total += *s;
             }
             for (j, p) in (first..).zip(&scores) {
-                let value = &cache.v[j * kv_dim + offset..j * kv_dim + offset + d];
+                let value = &cache.row(j, kv_dim, false)[offset..offset + d];
                 for (o, v) in out.iter_mut().zip(value) {
                     *o += p / total * v;
                 }

@@ -40,6 +40,14 @@ pub enum GenerateError {
     /// `max_tokens` 0.
     #[error("max tokens 0 generates nothing: give at least 1")]
     NoTokens,
+    /// A number of parallel samples out of range.
+    #[error("{n} samples: give between 1 and {max} samples of one prompt")]
+    Samples {
+        /// Samples asked for.
+        n: usize,
+        /// The most decoded together.
+        max: usize,
+    },
     /// A turn without prompt tokens.
     #[error("the turn's prompt is empty: give at least one token of text")]
     EmptyTurn,

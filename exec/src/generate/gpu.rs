@@ -3,10 +3,13 @@
 //! world by a [`GpuStageRunner`] that continues the session's KV cache on the device.
 //!
 //! The caches are one key and one value matrix per layer in device memory, with a row for
-//! every position the session reserved; each run (a prefill chunk by chunk, or a decode
-//! step: one chunk of one token) writes its rows in place and attends over the rows
-//! before them, so nothing of the cache ever crosses to the host. Only a run's token
-//! embeddings go up and its logits come down.
+//! every position the session reserved; each run writes its rows in place and attends
+//! over the rows before them, so nothing of the cache ever crosses to the host. A prefill
+//! uploads its token embeddings and reads the logits back. A decode step is recorded once
+//! per cache capacity and replayed (`GpuDecode`): the token and its position go
+//! up in two words, the greedy next token comes back in one (the logits too only when the
+//! caller samples on the host); its plan holds every decoder layer in one stage, then
+//! the head (each stage is one submission of its recording).
 
 #[cfg(feature = "gpu")]
 mod lane {
@@ -15,10 +18,13 @@ mod lane {
     use hetsched_gpu::GpuMatrix;
     use hetsched_runtime::engine::{EngineOptions, RunOutcome};
     use hetsched_runtime::request_world::RequestWorld;
-    use hetsched_systems::{Policy, PrefillPlan, Workload};
+    use hetsched_systems::{PlacementConfig, Policy, PrefillPlan, Workload};
 
     use crate::generate::inline::InlineQueue;
-    use crate::{ExecError, ExecModel, GpuModel, GpuStageRunner, Step, take_logits};
+    use crate::{
+        DecodeOutput, DecodeStages, ExecError, ExecModel, GpuDecode, GpuKernelOptions, GpuModel,
+        GpuStageRunner, Step, take_logits,
+    };
 
     /// The model's weights and the session's KV cache on the device.
     pub(in crate::generate) struct GpuLane {
@@ -27,12 +33,14 @@ mod lane {
         /// or after a failed run.
         caches: Option<Vec<(GpuMatrix, GpuMatrix)>>,
         capacity: usize,
-        /// The one-token plan of decode steps, compiled at the first step.
-        decode: Option<Plan>,
+        /// The decode steps' recordings and buffers, made at the first step (shared with
+        /// the step's stages while it runs).
+        decode: Option<Arc<GpuDecode>>,
+        /// The decode step's plan (every layer in one stage, then the head).
+        decode_plan: Option<Arc<PrefillPlan>>,
     }
 
     /// A plan for the GPU lane and its stages compiled.
-    #[derive(Clone)]
     struct Plan {
         plan: Arc<PrefillPlan>,
         steps: Vec<Vec<Step>>,
@@ -41,15 +49,22 @@ mod lane {
 
     impl GpuLane {
         /// Opens the GPU, uploads `model`'s (f32) weights and warms the device up.
-        pub(in crate::generate) fn open(model: &Arc<ExecModel>) -> Result<Self, ExecError> {
-            crate::gpu_computes(model)?;
-            let gpu = Arc::new(GpuModel::upload(crate::gpu_context()?, model.clone())?);
+        pub(in crate::generate) fn open(
+            model: &Arc<ExecModel>,
+            kernels: &GpuKernelOptions,
+        ) -> Result<Self, ExecError> {
+            crate::gpu_open::gpu_computes(model)?;
+            let gpu = Arc::new(GpuModel::upload(
+                crate::gpu_open::gpu_context(kernels)?,
+                model.clone(),
+            )?);
             gpu.warm_up()?;
             Ok(Self {
                 model: gpu,
                 caches: None,
                 capacity: 0,
                 decode: None,
+                decode_plan: None,
             })
         }
 
@@ -75,6 +90,12 @@ mod lane {
             }
             self.capacity = positions.max(self.capacity);
             self.caches = Some(grown);
+            // The recorded step wrote the old caches.
+            match self.decode.as_mut().map(Arc::get_mut) {
+                Some(Some(decode)) => decode.invalidate(),
+                Some(None) => self.decode = None,
+                None => {}
+            }
             Ok(())
         }
 
@@ -88,26 +109,59 @@ mod lane {
             (pos0, chunk_len): (usize, u32),
         ) -> Result<(RunOutcome, Vec<f32>), ExecError> {
             let plan = self.plan(tokens.len().saturating_sub(pos0) as u32, chunk_len)?;
-            let (outcome, logits, _) = self.run(world, (plan, policy, false), tokens, pos0)?;
-            Ok((outcome, logits))
+            self.run(world, (plan, policy), tokens, pos0)
         }
 
-        /// One decode step: `tokens`' last token as a one-token plan (built once) on the
-        /// GPU lane, continuing the device caches.
+        /// One decode step: `tokens`' last token at its position, the step's recording
+        /// replayed over the device caches (recorded at the first step of each cache
+        /// capacity) through the step's plan in `world`; returns the greedy next token, and
+        /// the logits with `want_logits`.
         pub(in crate::generate) fn step(
             &mut self,
             world: &mut RequestWorld,
             policy: Box<dyn Policy>,
             tokens: &[u32],
-        ) -> Result<(RunOutcome, Vec<f32>), ExecError> {
-            let plan = match self.decode.take() {
-                Some(p) => p,
-                None => self.plan(1, 1)?,
+            want_logits: bool,
+        ) -> Result<(RunOutcome, DecodeOutput), ExecError> {
+            let (Some(&token), Some(caches)) = (tokens.last(), self.caches.as_ref()) else {
+                return Err(lost());
             };
-            let pos0 = tokens.len().saturating_sub(1);
-            let (outcome, logits, plan) = self.run(world, (plan, policy, true), tokens, pos0)?;
-            self.decode = Some(plan);
-            Ok((outcome, logits))
+            let mut decode = match self.decode.take() {
+                Some(d) => d,
+                None => Arc::new(GpuDecode::new(self.model.clone())?),
+            };
+            let plan = match &self.decode_plan {
+                Some(p) => p.clone(),
+                None => {
+                    let layers = self.model.host.config.n_layers as u32;
+                    let plan = Arc::new(PrefillPlan::decode_step(
+                        self.model.host.model_config(),
+                        crate::resident_gpu_device(),
+                        PlacementConfig::default(),
+                        layers.max(1),
+                    )?);
+                    self.decode_plan = Some(plan.clone());
+                    plan
+                }
+            };
+            let prepared = match Arc::get_mut(&mut decode) {
+                Some(d) => d.prepare(caches, (token, tokens.len() - 1), want_logits),
+                None => Err(ExecError::Kernel(
+                    "a GPU decode step is still held by an earlier step's stages".into(),
+                )),
+            };
+            let outcome = prepared.and_then(|()| {
+                let stages = DecodeStages {
+                    decode: decode.clone(),
+                    stage_layers: plan.stages.iter().map(|s| s.layer).collect(),
+                };
+                let mut queue = InlineQueue::new(&stages);
+                let options = EngineOptions::default();
+                Ok(world.run(plan, policy, true, &mut queue, &options)?)
+            });
+            let out = outcome.and_then(|o| Ok((o, decode.finish()?)));
+            self.decode = Some(decode);
+            out
         }
 
         /// The plan of `tokens` new tokens in chunks of `chunk_len` on the GPU lane,
@@ -122,7 +176,7 @@ mod lane {
                     float_processor: None,
                 },
             )?;
-            let (steps, layers) = crate::compile(&plan)?;
+            let (steps, layers) = crate::prefill_parts::compile(&plan)?;
             Ok(Plan {
                 plan: Arc::new(plan),
                 steps,
@@ -131,15 +185,15 @@ mod lane {
         }
 
         /// Runs `plan` (of `tokens[pos0..]`) in `world`, its jobs recorded inline on this
-        /// thread, over the session's device caches; returns the outcome, the logits of
-        /// the token after `tokens`, and the plan.
+        /// thread, over the session's device caches; returns the outcome and the logits of
+        /// the token after `tokens`.
         fn run(
             &mut self,
             world: &mut RequestWorld,
-            (compiled, policy, decode): (Plan, Box<dyn Policy>, bool),
+            (compiled, policy): (Plan, Box<dyn Policy>),
             tokens: &[u32],
             pos0: usize,
-        ) -> Result<(RunOutcome, Vec<f32>, Plan), ExecError> {
+        ) -> Result<(RunOutcome, Vec<f32>), ExecError> {
             let caches = self.caches.take().ok_or_else(lost)?;
             let chunk_len = compiled.plan.workload.chunk_len as usize;
             let stages = (compiled.steps.clone(), compiled.layers.clone());
@@ -158,12 +212,12 @@ mod lane {
             let mut queue = InlineQueue::new(&runner);
             let options = EngineOptions::default();
             let plan = compiled.plan.clone();
-            let outcome = world.run(plan, policy, decode, &mut queue, &options);
+            let outcome = world.run(plan, policy, false, &mut queue, &options);
             // The head's submission waited for every stage: the caches are free again.
             self.caches = Some(runner.take_caches());
             let outcome = outcome?;
             runner.check_finite()?;
-            Ok((outcome, take_logits(&runner.logits)?, compiled))
+            Ok((outcome, take_logits(&runner.logits)?))
         }
     }
 
@@ -192,9 +246,18 @@ mod stub {
 
     type Ran = Result<(RunOutcome, Vec<f32>), ExecError>;
 
+    /// What a decode step gives: the greedy next token, and the logits when asked for.
+    pub(in crate::generate) struct DecodeOutput {
+        pub(in crate::generate) next: u32,
+        pub(in crate::generate) logits: Option<Vec<f32>>,
+    }
+
     impl super::GpuLane {
-        pub(in crate::generate) fn open(_: &std::sync::Arc<ExecModel>) -> Result<Self, ExecError> {
-            Err(crate::no_gpu_support())
+        pub(in crate::generate) fn open(
+            _: &std::sync::Arc<ExecModel>,
+            _: &crate::GpuKernelOptions,
+        ) -> Result<Self, ExecError> {
+            Err(crate::gpu_open::no_gpu_support())
         }
 
         pub(in crate::generate) fn reserve(&mut self, _: usize, _: usize) -> Result<(), ExecError> {
@@ -216,7 +279,8 @@ mod stub {
             _: &mut RequestWorld,
             _: Box<dyn Policy>,
             _: &[u32],
-        ) -> Ran {
+            _: bool,
+        ) -> Result<(RunOutcome, DecodeOutput), ExecError> {
             match *self {}
         }
     }

@@ -9,17 +9,25 @@
 //! prefill's: exact INT32 accumulators, dequantized by `acc × (a_scale × w_scale)`
 //! ([`dequantize_i32_acc`]), the outlier shadow added after, so that a direct step
 //! continues a scheduled prefill bit for bit on an INT8 model.
+//!
+//! A batched step ([`Batch`], [`project_batch`]: one row per sequence) runs the same
+//! columns as small GEMMs (M = the sequences), the weights streamed once for all of them.
+//! Each row keeps its own activation scale (a sequence's quantize is its own, as in a
+//! step alone), and INT32 accumulators are exact, so an INT8 row's output equals its
+//! one-row product bit for bit; f32 rows differ from the matrix-vector kernel's only in
+//! summation order.
 
 use hetsched_kernels::gemm_w4::act_groups;
 use hetsched_kernels::reference::dequantize_i32_acc;
 use hetsched_kernels::{
-    I8Vector, PackedF32Weights, gemm_w4_cols, gemm_w4_g128_cols, gemm_w4_grouped_cols, gemv_f32,
-    gemv_i8,
+    I8Vector, PackedF32Weights, gemm_i8_cols, gemm_w4_cols, gemm_w4_g128_cols,
+    gemm_w4_grouped_cols, gemv_f32, gemv_i8, matmul_f32_packed_cols,
 };
 use rayon::prelude::*;
 
+use crate::activation::{Act, Outliers};
 use crate::shadow::ShadowCounters;
-use crate::values::{Act, Outliers, shadow_product};
+use crate::values::shadow_product;
 use crate::{ExecError, KernelError, LinearWeights};
 
 /// Tasks per pool thread of one region (work stealing evens out a descheduled thread).
@@ -206,6 +214,185 @@ fn dequantized_tiles(
         product(cols.clone(), acc);
         dequantize_i32_acc(acc, 1, out.len(), a_scale, &row_scales[cols], out);
     }
+}
+
+/// Several activation rows, one per sequence of a batched decode step, all prepared under
+/// the same rule (the same layer and site): stacked `[rows, k]` for the GEMM kernels, each
+/// with its own per-tensor scale and outliers.
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    /// The one row of a batch of one, for the matrix-vector kernels.
+    single: Input,
+    rows: usize,
+    f32s: Vec<f32>,
+    int8: Vec<i8>,
+    /// Per row, with per-tensor INT8 rows.
+    scales: Vec<f32>,
+    /// Per row.
+    outliers: Vec<Outliers>,
+    /// `[rows, groups]` with INT8 rows scaled per group.
+    group_scales: Option<GroupScales>,
+}
+
+impl Batch {
+    /// The rows (one quantized activation per sequence, all of one rule).
+    pub(super) fn set(&mut self, mut acts: Vec<Act>) {
+        self.rows = acts.len();
+        self.f32s.clear();
+        self.int8.clear();
+        self.scales.clear();
+        self.outliers.clear();
+        self.group_scales = None;
+        if acts.len() == 1 {
+            self.single.set(acts.pop().expect("one row"));
+            return;
+        }
+        for act in acts {
+            match act {
+                Act::F32(x) => self.f32s.extend_from_slice(&x),
+                Act::Int8 { q, scale, outliers } => {
+                    self.int8.extend_from_slice(&q);
+                    self.scales.push(scale);
+                    self.outliers.push(outliers);
+                }
+                Act::Int8Groups { q, scales } => {
+                    self.int8.extend_from_slice(&q);
+                    match &mut self.group_scales {
+                        Some(GroupScales::Per32(all)) => all.extend_from_slice(&scales),
+                        _ => self.group_scales = Some(GroupScales::Per32(scales)),
+                    }
+                }
+                Act::Int8Groups128 { q, scales } => {
+                    self.int8.extend_from_slice(&q);
+                    match &mut self.group_scales {
+                        Some(GroupScales::Per128(all)) => all.extend_from_slice(&scales),
+                        _ => self.group_scales = Some(GroupScales::Per128(scales)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `outs[i] = rows · weights[i]ᵀ` (`outs[i]` is `[rows, n_i]`, dequantized per row, each
+/// row's shadow merged) in one parallel region on the current pool: one row through
+/// [`project`]'s matrix-vector kernels, several through the GEMM kernels, output columns
+/// split over the pool.
+pub(super) fn project_batch(
+    batch: &Batch,
+    weights: &[Matrix<'_>],
+    outs: &mut [&mut [f32]],
+    counters: &ShadowCounters,
+) -> Result<(), ExecError> {
+    let m = batch.rows;
+    if m == 1 {
+        return project(&batch.single, weights, outs, counters);
+    }
+    for (&w, out) in weights.iter().zip(outs.iter()) {
+        check(out.len(), m * w.n())?;
+    }
+    let total: usize = weights.iter().map(|w| w.n()).sum();
+    let tasks = rayon::current_num_threads().max(1) * TASKS_PER_THREAD;
+    let per_task = total.div_ceil(tasks).div_ceil(16).max(1) * 16;
+    let work: Vec<(usize, std::ops::Range<usize>)> = weights
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| {
+            (0..w.n())
+                .step_by(per_task)
+                .map(move |start| (i, start..(start + per_task).min(w.n())))
+        })
+        .collect();
+    let tiles = work
+        .into_par_iter()
+        .map(|(i, cols)| Ok((i, cols.clone(), run_rows(batch, weights[i], cols)?)))
+        .collect::<Result<Vec<_>, KernelError>>()?;
+    for (i, cols, tile) in tiles {
+        let (n, width) = (weights[i].n(), cols.len());
+        for (r, row) in tile.chunks_exact(width).enumerate() {
+            outs[i][r * n + cols.start..r * n + cols.end].copy_from_slice(row);
+        }
+    }
+    if batch.outliers.iter().any(|o| !o.is_empty()) {
+        for (&w, out) in weights.iter().zip(outs.iter_mut()) {
+            let Matrix::Linear(w) = w else { continue };
+            for (outliers, row) in batch.outliers.iter().zip(out.chunks_exact_mut(w.n())) {
+                if outliers.is_empty() {
+                    continue;
+                }
+                let shadow = shadow_product(outliers, 1, w, counters)?;
+                for (y, s) in row.iter_mut().zip(&shadow) {
+                    *y += s;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Columns `cols` of `weights` for every row of `batch`: a `[rows, cols.len()]` tile.
+fn run_rows(
+    batch: &Batch,
+    weights: Matrix<'_>,
+    cols: std::ops::Range<usize>,
+) -> Result<Vec<f32>, KernelError> {
+    let (m, width) = (batch.rows, cols.len());
+    let mut tile = vec![0f32; m * width];
+    let per_tensor = |row_scales: &[f32], product: &dyn Fn(&mut [i32])| {
+        let mut acc = vec![0i32; m * width];
+        product(&mut acc);
+        let mut tile = vec![0f32; m * width];
+        for ((acc, out), &a_scale) in acc
+            .chunks_exact(width)
+            .zip(tile.chunks_exact_mut(width))
+            .zip(&batch.scales)
+        {
+            dequantize_i32_acc(acc, 1, width, a_scale, &row_scales[cols.clone()], out);
+        }
+        tile
+    };
+    let int8 = &batch.int8;
+    match (
+        weights,
+        batch.scales.is_empty(),
+        batch.group_scales.as_ref(),
+    ) {
+        (Matrix::Linear(LinearWeights::F32(w)) | Matrix::F32(w), true, None) => {
+            check(batch.f32s.len(), m * w.k())?;
+            matmul_f32_packed_cols(&batch.f32s, m, w, cols, &mut tile);
+        }
+        (Matrix::Linear(LinearWeights::Int8 { packed, scales, .. }), false, None) => {
+            check(int8.len(), m * packed.k())?;
+            tile = per_tensor(scales, &|acc| {
+                gemm_i8_cols(int8, m, packed, cols.clone(), acc)
+            });
+        }
+        (Matrix::Linear(LinearWeights::Int4 { packed, .. }), false, None) => {
+            check(int8.len(), m * packed.k())?;
+            let product = |acc: &mut [i32]| gemm_w4_cols(int8, m, packed, cols.clone(), acc);
+            tile = per_tensor(packed.row_scales(), &product);
+        }
+        (
+            Matrix::Linear(LinearWeights::Int4 { packed, .. }),
+            true,
+            Some(GroupScales::Per32(scales)),
+        ) => {
+            check(int8.len(), m * packed.k())?;
+            check(scales.len(), m * packed.groups())?;
+            gemm_w4_grouped_cols(int8, scales, m, packed, cols, &mut tile);
+        }
+        (
+            Matrix::Linear(LinearWeights::Int4 { packed, .. }),
+            true,
+            Some(GroupScales::Per128(scales)),
+        ) => {
+            check(int8.len(), m * packed.k())?;
+            check(scales.len(), m * act_groups(packed.k()))?;
+            gemm_w4_g128_cols(int8, scales, m, packed, cols, &mut tile);
+        }
+        _ => return Err(KernelError::Precisions("activation and weight")),
+    }
+    Ok(tile)
 }
 
 fn check(found: usize, expected: usize) -> Result<(), KernelError> {

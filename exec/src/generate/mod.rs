@@ -36,22 +36,29 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod bandwidth;
 mod chat;
+pub mod decode_eval;
 mod decode_run;
 mod direct;
 mod error;
 mod gpu;
 mod inline;
 mod linears;
+pub mod requests;
+mod samples;
 mod sampling;
 mod session;
 mod text;
 mod turn;
 
 pub use chat::{ChatForm, ChatTemplate};
-pub use direct::{DecodeBuffers, decode_step, int8_head};
+pub use direct::{
+    DecodeBuffers, KvRows, QuantizedHead, SequenceKv, SequenceStep, decode_batch, decode_step,
+};
 pub use error::GenerateError;
+pub use samples::{MAX_SAMPLES, Sample, SamplesGenerated};
 pub use sampling::{Sampler, Sampling, argmax};
-pub use session::{DecodePath, DecodeTime, Session};
+pub use session::{DecodePath, DecodeTime, Session, WeightBytes};
 pub use text::{Pushed, TextStream};
 pub use turn::{FinishReason, GenerateOptions, Generated};

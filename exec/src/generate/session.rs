@@ -27,7 +27,7 @@ use hetsched_systems::{
 use parking_lot::RwLock;
 
 use super::decode_run::DecodeRun;
-use super::direct;
+use super::direct::{self, QuantizedHead};
 use super::error::GenerateError;
 use super::gpu::GpuLane;
 use super::inline::InlineQueue;
@@ -44,12 +44,32 @@ pub enum DecodePath {
     /// Each step a one-token plan through the engine and the queues (subgraph instances
     /// resolved and dispatched by the scheduler's systems).
     Scheduled,
-    /// Each step one chain of the same kernels on the session's pool; an INT8 model's
-    /// head runs as an INT8 linear too ([`super::int8_head`]).
+    /// Each step one chain of the same kernels on the session's pool; a quantized
+    /// model's head runs as an INT8 linear ([`QuantizedHead::int8`]).
     #[default]
     Direct,
     /// [`DecodePath::Direct`] with the model's f32 head.
     DirectF32Head,
+    /// [`DecodePath::Direct`] with the head at the model's own width
+    /// ([`QuantizedHead::own_width`]: 4-bit for W4A8). Not the default: on SmolLM2 a
+    /// 4-bit head reads 8% higher perplexity than the INT8 head (docs/generation.md).
+    DirectOwnWidthHead,
+}
+
+/// Weight bytes one decode step reads: every layer's linears, and the head.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WeightBytes {
+    /// The decoder layers' linears (packed values and their scales).
+    pub layers: u64,
+    /// The LM head as the step runs it.
+    pub head: u64,
+}
+
+impl WeightBytes {
+    /// Layers and head.
+    pub fn total(self) -> u64 {
+        self.layers + self.head
+    }
 }
 
 /// Time spent in decode steps.
@@ -60,7 +80,8 @@ pub struct DecodeTime {
     /// Wall time of the steps, ns.
     pub wall_ns: u64,
     /// Of which the stages themselves ran (scheduled steps; the rest is the scheduler's
-    /// and the queues' overhead), ns. Direct steps count entirely.
+    /// and the queues' overhead), or the kernels' parallel regions (direct steps; the rest
+    /// is norms, activation quantization, RoPE and the residual adds), ns.
     pub busy_ns: u64,
 }
 
@@ -136,8 +157,13 @@ pub struct Session {
     /// With [`GpuUse::Resident`]: the weights and KV cache on the GPU, where every run
     /// of the session goes (the host `caches` stay empty).
     gpu: Option<GpuLane>,
-    /// The INT8 head of direct steps of an INT8 model.
-    head: Option<LinearWeights>,
+    /// The greedy next token a GPU decode step chose on the device.
+    gpu_next: Option<u32>,
+    /// Whether GPU decode steps read the logits back (off while a greedy turn samples
+    /// on the device).
+    gpu_logits: bool,
+    /// The quantized head of direct steps (none: the model's f32 head).
+    head: Option<QuantizedHead>,
     buffers: direct::DecodeBuffers,
     decode_time: DecodeTime,
 }
@@ -161,6 +187,17 @@ impl Session {
         options: PrefillOptions,
         path: DecodePath,
     ) -> Result<Self, GenerateError> {
+        Self::with_pool(model, options, path, None)
+    }
+
+    /// [`Session::new`] whose kernels run on `pool` (shared by the sessions of one
+    /// engine) rather than a pool of its own of `options.threads` threads.
+    pub fn with_pool(
+        model: Arc<ExecModel>,
+        options: PrefillOptions,
+        path: DecodePath,
+        pool: Option<Arc<rayon::ThreadPool>>,
+    ) -> Result<Self, GenerateError> {
         options.validate()?;
         let gpu = match options.gpu {
             GpuUse::Resident if path != DecodePath::Scheduled => {
@@ -173,19 +210,23 @@ impl Session {
                 }
                 .into());
             }
-            GpuUse::Resident => Some(GpuLane::open(&model)?),
+            GpuUse::Resident => Some(GpuLane::open(&model, &options.gpu_kernels)?),
             _ => None,
         };
         let threads = options.threads;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("hetsched-worker-{i}"))
-            .build()
-            .map_err(|e| ExecError::Threads {
-                threads,
-                reason: e.to_string(),
-            })?;
-        let pool = Arc::new(pool);
+        let pool = match pool {
+            Some(pool) => pool,
+            None => Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("hetsched-worker-{i}"))
+                    .build()
+                    .map_err(|e| ExecError::Threads {
+                        threads,
+                        reason: e.to_string(),
+                    })?,
+            ),
+        };
         let device = crate::prefill_device(&options);
         let current = Arc::new(CurrentRun::default());
         let queues = ThreadQueues::start(device.processors.len(), current.clone(), pool.clone())
@@ -194,8 +235,13 @@ impl Session {
                 reason: e.to_string(),
             })?;
         let layers = model.layers.len();
-        let head = (path == DecodePath::Direct && model.precision != LinearPrecision::F32)
-            .then(|| direct::int8_head(&model));
+        let head = match path {
+            DecodePath::Direct => {
+                (model.precision != LinearPrecision::F32).then(|| QuantizedHead::int8(&model))
+            }
+            DecodePath::DirectOwnWidthHead => QuantizedHead::own_width(&model),
+            DecodePath::DirectF32Head | DecodePath::Scheduled => None,
+        };
         Ok(Self {
             head,
             model,
@@ -214,6 +260,8 @@ impl Session {
             decode_layers: DEFAULT_DECODE_LAYERS_PER_STAGE,
             world: RequestWorld::new(0),
             gpu,
+            gpu_next: None,
+            gpu_logits: true,
             buffers: direct::DecodeBuffers::default(),
             decode_time: DecodeTime::default(),
         })
@@ -229,7 +277,9 @@ impl Session {
         &self.tokens
     }
 
-    /// Logits of the token after [`Self::tokens`], once anything ran.
+    /// Logits of the token after [`Self::tokens`], once anything ran (not after a GPU
+    /// decode step of a greedy turn of [`Self::generate`], which reads back only the
+    /// token the device chose).
     pub fn logits(&self) -> Option<&[f32]> {
         self.logits.as_deref()
     }
@@ -263,6 +313,24 @@ impl Session {
     /// Time spent in decode steps so far.
     pub fn decode_time(&self) -> DecodeTime {
         self.decode_time
+    }
+
+    /// Weight bytes one decode step reads: the layers' linears, and the head the
+    /// session's decode path runs (quantized, or the model's f32 head). The outlier
+    /// shadow's float rows are not counted (read only for outlier channels).
+    pub fn weight_bytes_per_token(&self) -> WeightBytes {
+        let layers = self.model.layers.iter();
+        let head = match &self.head {
+            Some(head) => head.bytes(),
+            None => 4 * (self.model.output.n() * self.model.output.k()) as u64,
+        };
+        WeightBytes {
+            layers: layers
+                .flat_map(|l| &l.linears)
+                .map(LinearWeights::bytes)
+                .sum(),
+            head,
+        }
     }
 
     /// Makes room in the KV cache for `positions` positions in all (it grows in place;
@@ -352,8 +420,9 @@ impl Session {
                     .map(|s| s.end_ns.saturating_sub(s.start_ns))
                     .sum()
             }
-            DecodePath::Direct | DecodePath::DirectF32Head => {
+            DecodePath::Direct | DecodePath::DirectF32Head | DecodePath::DirectOwnWidthHead => {
                 let position = self.tokens.len();
+                let kernel_ns = self.buffers.kernel_ns();
                 let caches = self.caches.as_mut().ok_or_else(broken)?;
                 let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
                 let logits = self.pool.install(|| {
@@ -361,13 +430,78 @@ impl Session {
                 })?;
                 self.tokens.push(token);
                 self.logits = Some(logits);
-                started.elapsed().as_nanos() as u64
+                self.buffers.kernel_ns() - kernel_ns
             }
         };
         self.decode_time.steps += 1;
         self.decode_time.wall_ns += started.elapsed().as_nanos() as u64;
         self.decode_time.busy_ns += busy_ns;
         Ok(())
+    }
+
+    /// The history's KV cache (per layer) and the positions it holds, which batched
+    /// steps of sequences after the history read as their shared prefix.
+    pub(crate) fn history_cache(&self) -> Result<(&[KvCache], usize), GenerateError> {
+        Ok((
+            self.caches.as_deref().ok_or_else(broken)?,
+            self.tokens.len(),
+        ))
+    }
+
+    /// Refuses batched decode steps on a session whose steps are scheduled or on the GPU.
+    pub(super) fn check_batched(&self) -> Result<(), GenerateError> {
+        if self.path == DecodePath::Scheduled || self.gpu.is_some() {
+            return Err(ExecError::InvalidOption {
+                option: "decode",
+                message: "batched decode steps (parallel samples) run on the direct path; \
+                          use the direct decode path on the CPU"
+                    .into(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// One batched decode step of sequences that continue the session's history (parallel
+    /// samples): `sequences[i]` is a token, its position (at or after the history's
+    /// end) and the sequence's own cache for the positions after the history, per layer.
+    /// The history's cache is shared, read only. Returns each sequence's logits.
+    pub(super) fn step_after_history(
+        &mut self,
+        sequences: &mut [(u32, usize, &mut [KvCache])],
+    ) -> Result<Vec<Vec<f32>>, GenerateError> {
+        if self.path == DecodePath::Scheduled || self.gpu.is_some() {
+            return Err(ExecError::InvalidOption {
+                option: "decode",
+                message: "batched decode steps (parallel samples) run on the direct path;                           use the direct decode path on the CPU"
+                    .into(),
+            }
+            .into());
+        }
+        let vocab = self.model.config.vocab_size;
+        if let Some(&(id, ..)) = sequences.iter().find(|s| s.0 as usize >= vocab) {
+            return Err(ExecError::TokenOutOfRange { id, vocab }.into());
+        }
+        let started = Instant::now();
+        let shared_len = self.tokens.len();
+        let shared = self.caches.as_deref().ok_or_else(broken)?;
+        let mut steps: Vec<_> = sequences
+            .iter_mut()
+            .map(|(token, position, own)| direct::SequenceStep {
+                token: *token,
+                position: *position,
+                kv: direct::SequenceKv::after_prefix(shared, shared_len, own),
+            })
+            .collect();
+        let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
+        let logits = self
+            .pool
+            .install(|| direct::decode_batch(model, head, &mut steps, buffers))?;
+        let wall_ns = started.elapsed().as_nanos() as u64;
+        self.decode_time.steps += 1;
+        self.decode_time.wall_ns += wall_ns;
+        self.decode_time.busy_ns += wall_ns;
+        Ok(logits)
     }
 
     /// The plan of `tokens` new tokens in chunks of `chunk_len` on `device`, compiled.
@@ -383,7 +517,7 @@ impl Session {
             .iter()
             .any(|p| p.kind == ProcessorKind::Gpu);
         let float_processor = (o.gpu == GpuUse::FloatLane && gpu).then(|| "gpu".to_string());
-        let lanes = lane_kernels(&self.model, &device)?;
+        let lanes = lane_kernels(&self.model, &device, &o.gpu_kernels)?;
         let plan = PrefillPlan::placed(
             self.model.model_config(),
             device,
@@ -418,7 +552,7 @@ impl Session {
         let gpu = self.gpu.as_mut().ok_or_else(broken)?;
         let at = (pos0, self.options.chunk_len);
         let (outcome, logits) = gpu.prefill(&mut self.world, policy, &tokens, at)?;
-        self.finish_gpu_run(tokens, logits);
+        self.finish_gpu_run(tokens, Some(logits), None);
         Ok((outcome, 0))
     }
 
@@ -431,15 +565,29 @@ impl Session {
         let mut tokens = self.tokens.clone();
         tokens.push(token);
         let gpu = self.gpu.as_mut().ok_or_else(broken)?;
-        let (outcome, logits) = gpu.step(&mut self.world, policy, &tokens)?;
-        self.finish_gpu_run(tokens, logits);
+        let want_logits = self.gpu_logits;
+        let (outcome, out) = gpu.step(&mut self.world, policy, &tokens, want_logits)?;
+        self.finish_gpu_run(tokens, out.logits, Some(out.next));
         Ok(outcome)
     }
 
-    fn finish_gpu_run(&mut self, tokens: Vec<u32>, logits: Vec<f32>) {
+    fn finish_gpu_run(&mut self, tokens: Vec<u32>, logits: Option<Vec<f32>>, next: Option<u32>) {
         self.tokens = tokens;
-        self.logits = Some(logits);
+        self.logits = logits;
+        self.gpu_next = next;
         self.world.set_cached_tokens(self.tokens.len());
+    }
+
+    /// The greedy next token a GPU decode step chose on the device, if the last run was
+    /// one.
+    pub(super) fn gpu_greedy_next(&self) -> Option<u32> {
+        self.gpu_next
+    }
+
+    /// Whether GPU decode steps read the logits back; a greedy turn turns it off (the
+    /// device chooses the token).
+    pub(super) fn set_gpu_logits(&mut self, read: bool) {
+        self.gpu_logits = read;
     }
 
     /// One scheduled decode step of `token`: the step's plan (compiled at the first step)

@@ -64,11 +64,99 @@ struct TurnInputs<'a> {
 /// What a turn's decode loop produces, token by token.
 #[derive(Default)]
 struct TurnTokens {
-    tokens: Vec<u32>,
-    text: String,
     ttft_ns: u64,
     decode_spans_ns: Vec<(u64, u64)>,
     decode_step_times: Vec<super::DecodeTime>,
+}
+
+/// What ends a sequence besides a cancel: the model's EOS (unless ignored), stop strings
+/// and `max_tokens`.
+pub(super) struct Limits<'a> {
+    pub(super) tokenizer: &'a GgufTokenizer,
+    pub(super) eos: u32,
+    pub(super) options: &'a GenerateOptions,
+}
+
+/// What a sequence does after a sampled token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Feed the token: generation goes on.
+    Feed(u32),
+    /// The sequence ended.
+    Done(FinishReason),
+}
+
+/// One generated sequence's progress: its sampler, its text stream and what it produced.
+/// The stop conditions of a turn, a parallel sample and an engine request are this one
+/// type's.
+#[derive(Debug)]
+pub(super) struct Continuation {
+    sampler: Sampler,
+    stream: TextStream,
+    /// Tokens sampled (an end-of-sequence token included).
+    pub(super) tokens: Vec<u32>,
+    /// Their final text.
+    pub(super) text: String,
+}
+
+impl Continuation {
+    pub(super) fn new(sampler: Sampler, stops: &[String]) -> Self {
+        Self {
+            sampler,
+            stream: TextStream::new(stops),
+            tokens: Vec::new(),
+            text: String::new(),
+        }
+    }
+
+    /// Samples the next token from `logits`, streams its text through `on_text` and
+    /// says whether to feed it or why the sequence ended.
+    pub(super) fn take(
+        &mut self,
+        logits: &[f32],
+        limits: &Limits<'_>,
+        cancel: &AtomicBool,
+        on_text: &mut impl FnMut(&str),
+    ) -> Result<Next, GenerateError> {
+        let token = self.sampler.sample(logits);
+        self.accept(token, limits, cancel, on_text)
+    }
+
+    /// Takes `token`, chosen elsewhere (greedy sampling on the GPU lane), as
+    /// [`Self::take`] takes a sampled one.
+    pub(super) fn accept(
+        &mut self,
+        token: u32,
+        limits: &Limits<'_>,
+        cancel: &AtomicBool,
+        on_text: &mut impl FnMut(&str),
+    ) -> Result<Next, GenerateError> {
+        self.tokens.push(token);
+        let options = limits.options;
+        if token == limits.eos && !options.ignore_eos {
+            return Ok(Next::Done(FinishReason::Eos));
+        }
+        let pushed = self.stream.push(&limits.tokenizer.token_bytes(token)?);
+        on_text(&pushed.text);
+        self.text += &pushed.text;
+        if pushed.stopped {
+            return Ok(Next::Done(FinishReason::Stop));
+        }
+        if self.tokens.len() >= options.max_tokens {
+            return Ok(Next::Done(FinishReason::Length));
+        }
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(Next::Done(FinishReason::Cancelled));
+        }
+        Ok(Next::Feed(token))
+    }
+
+    /// Hands out the text held back at the end (an unfinished stop-string prefix).
+    pub(super) fn finish(&mut self, on_text: &mut impl FnMut(&str)) {
+        let rest = self.stream.finish();
+        on_text(&rest);
+        self.text += &rest;
+    }
 }
 
 /// A finished turn.
@@ -122,27 +210,12 @@ impl Session {
         mut on_text: impl FnMut(&str) + Send,
     ) -> Result<Generated, GenerateError> {
         let eos = tokenizer.eos_id().ok_or(GenerateError::NoEos)?;
-        let mut sampler = Sampler::new(options.sampling)?;
+        let sampler = Sampler::new(options.sampling)?;
         if options.max_tokens == 0 {
             return Err(GenerateError::NoTokens);
         }
-        let turn = self.pending_turn(prompt);
-        let (history, context) = (self.tokens().len(), self.model().config.context_length);
-        // Saturating: `max_tokens` comes from the caller and may be anything.
-        let needed = history
-            .saturating_add(turn.len())
-            .saturating_add(options.max_tokens);
-        if needed > context {
-            return Err(GenerateError::BeyondContext {
-                history,
-                prompt: turn.len(),
-                max_tokens: options.max_tokens,
-                context,
-            });
-        }
-        if turn.is_empty() {
-            return Err(GenerateError::EmptyTurn);
-        }
+        let turn = self.checked_turn(prompt, options.max_tokens)?;
+        let needed = self.tokens().len() + turn.len() + options.max_tokens;
         self.reserve(needed)?;
         let started = Instant::now();
         let (prefill_run, plan_ns) = self.prefill(&turn)?;
@@ -156,23 +229,24 @@ impl Session {
             cancel,
             started,
         };
-        let mut stream = TextStream::new(&options.stop);
+        let mut continuation = Continuation::new(sampler, &options.stop);
         let mut out = TurnTokens::default();
         // The loop runs on one of the session's pool threads: each step's `pool.install`
         // is then a plain call, not a hand-off to a pool thread and a wake-up back (two
         // thread wake-ups a token, outside any stage, which the step's wall time counted).
         let pool = self.pool.clone();
-        let finish_reason = pool.install(|| {
-            self.decode_loop(&inputs, &mut sampler, &mut stream, &mut out, &mut on_text)
-        })?;
-        let rest = stream.finish();
-        on_text(&rest);
-        out.text += &rest;
+        // A greedy turn on the GPU lane reads back only the token the device chose.
+        self.set_gpu_logits(!options.sampling.is_greedy());
+        let finish_reason =
+            pool.install(|| self.decode_loop(&inputs, &mut continuation, &mut out, &mut on_text));
+        self.set_gpu_logits(true);
+        let finish_reason = finish_reason?;
+        continuation.finish(&mut on_text);
         let decoded = self.decode_time();
         Ok(Generated {
             prompt_tokens: prompt.len(),
-            tokens: out.tokens,
-            text: out.text,
+            tokens: continuation.tokens,
+            text: continuation.text,
             finish_reason,
             ttft_ns: out.ttft_ns,
             prefill_ns,
@@ -189,36 +263,43 @@ impl Session {
     fn decode_loop(
         &mut self,
         inputs: &TurnInputs<'_>,
-        sampler: &mut Sampler,
-        stream: &mut TextStream,
+        continuation: &mut Continuation,
         out: &mut TurnTokens,
         on_text: &mut (impl FnMut(&str) + Send),
     ) -> Result<FinishReason, GenerateError> {
-        let options = inputs.options;
         let prefilled = Instant::now();
+        let limits = Limits {
+            tokenizer: inputs.tokenizer,
+            eos: inputs.eos,
+            options: inputs.options,
+        };
         loop {
-            let logits = self.logits().expect("a prefill or step left logits");
-            let token = sampler.sample(logits);
-            if out.tokens.is_empty() {
+            let greedy = inputs.options.sampling.is_greedy();
+            let next = match (self.gpu_greedy_next(), self.logits()) {
+                // The GPU lane's step chose the token on the device (greedy).
+                (Some(token), _) if greedy => {
+                    continuation.accept(token, &limits, inputs.cancel, &mut *on_text)?
+                }
+                (_, Some(logits)) => {
+                    continuation.take(logits, &limits, inputs.cancel, &mut *on_text)?
+                }
+                (_, None) => {
+                    return Err(crate::ExecError::MissingValue {
+                        op: "decode step".into(),
+                        chunk: 0,
+                        value: "logits",
+                    }
+                    .into());
+                }
+            };
+            if continuation.tokens.len() == 1 {
                 out.ttft_ns = inputs.started.elapsed().as_nanos() as u64;
             }
-            out.tokens.push(token);
-            self.pending = Some(token);
-            if token == inputs.eos && !options.ignore_eos {
-                return Ok(FinishReason::Eos);
-            }
-            let pushed = stream.push(&inputs.tokenizer.token_bytes(token)?);
-            on_text(&pushed.text);
-            out.text += &pushed.text;
-            if pushed.stopped {
-                return Ok(FinishReason::Stop);
-            }
-            if out.tokens.len() >= options.max_tokens {
-                return Ok(FinishReason::Length);
-            }
-            if inputs.cancel.load(Ordering::Relaxed) {
-                return Ok(FinishReason::Cancelled);
-            }
+            self.pending = continuation.tokens.last().copied();
+            let token = match next {
+                Next::Feed(token) => token,
+                Next::Done(reason) => return Ok(reason),
+            };
             self.pending = None;
             let start = prefilled.elapsed().as_nanos() as u64;
             let before = self.decode_time();
@@ -227,6 +308,33 @@ impl Session {
             out.decode_spans_ns.push((start, end));
             out.decode_step_times.push(self.decode_time().since(before));
         }
+    }
+
+    /// This turn's tokens to prefill ([`Self::pending_turn`]), checked: not empty, and
+    /// with `max_tokens` more within the context after the history.
+    pub(super) fn checked_turn(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+    ) -> Result<Vec<u32>, GenerateError> {
+        let turn = self.pending_turn(prompt);
+        let (history, context) = (self.tokens().len(), self.model().config.context_length);
+        // Saturating: `max_tokens` comes from the caller and may be anything.
+        let needed = history
+            .saturating_add(turn.len())
+            .saturating_add(max_tokens);
+        if needed > context {
+            return Err(GenerateError::BeyondContext {
+                history,
+                prompt: turn.len(),
+                max_tokens,
+                context,
+            });
+        }
+        if turn.is_empty() {
+            return Err(GenerateError::EmptyTurn);
+        }
+        Ok(turn)
     }
 
     /// This turn's tokens to prefill: the token the last turn ended on (sampled, not yet

@@ -20,6 +20,7 @@
 //! before chunk j < i rotated its keys): whichever stage needs chunk j's rows of a layer
 //! first rotates and copies them into the cache, once.
 
+mod decode;
 mod model;
 mod record;
 mod tensors;
@@ -35,6 +36,7 @@ use super::ActivationBytes;
 use super::error::ExecError;
 use super::queues::{JobError, JobRunner};
 use super::steps::Step;
+pub use decode::{DecodeOutput, DecodeStages, GpuDecode};
 use model::GpuLayer;
 pub use model::{GpuModel, ResidentWeights};
 use tensors::{ChunkTensors, NonFiniteFlags, RunState, alloc_caches};

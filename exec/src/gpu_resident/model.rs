@@ -160,15 +160,4 @@ impl GpuModel {
         let c = &self.host.config;
         super::tensors::alloc_caches(&self.context, c, self.layers.len(), positions)
     }
-
-    /// Runs a one-token prefill, so that what a first prefill pays for beyond
-    /// [`GpuContext::prepare`] (descriptor pools, memory blocks of activation-sized buffers,
-    /// the first open command buffer) stays out of a measured run.
-    pub fn warm_up(self: &Arc<Self>) -> Result<(), ExecError> {
-        let options = crate::PrefillOptions {
-            chunk_len: 1,
-            ..crate::PrefillOptions::default()
-        };
-        crate::prefill_on_gpu(self, &[0], &options).map(drop)
-    }
 }

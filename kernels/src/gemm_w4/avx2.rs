@@ -17,7 +17,8 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
+use super::avx2_groups::{fold_pairs, group_pairs};
+use super::packed::{PackedW4Weights, pad_activations};
 use super::quant::GROUP_K;
 use crate::cpu::I8Kernel;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
@@ -52,34 +53,6 @@ fn gemm_impl(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &
             }
         }
     });
-}
-
-/// Folds the pair sums of 8 columns (`lo`: columns 0..4, `hi`: 4..8, two partial
-/// sums each) into the 8 column sums in order.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn fold_pairs(lo: __m256i, hi: __m256i) -> __m256i {
-    let h = _mm256_hadd_epi32(lo, hi);
-    _mm256_permute4x64_epi64::<0b11_01_10_00>(h)
-}
-
-/// Widened i16 weights of one 32-byte vector: `[quad v cols 0..4, quad v cols 4..8,
-/// quad v+4 cols 0..4, quad v+4 cols 4..8]`.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn unpack(bytes: &[u8]) -> [__m256i; 4] {
-    debug_assert_eq!(bytes.len(), 32);
-    // SAFETY: `bytes` is exactly 32 readable bytes; loadu has no alignment requirement.
-    let x = unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) };
-    let (mask, eight) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(8));
-    let lo = _mm256_sub_epi8(_mm256_and_si256(x, mask), eight);
-    let hi = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(x), mask), eight);
-    [
-        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo)),
-        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(lo)),
-        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi)),
-        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(hi)),
-    ]
 }
 
 /// The sub-scales of 8 columns, each repeated twice, as two vectors of 8 i32
@@ -120,23 +93,7 @@ fn micro<const R: usize>(
     // acc[r][q]: columns 4q..4q+4 of the half, two partial sums each.
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for g in 0..groups {
-        let mut part = [[_mm256_setzero_si256(); 2]; R];
-        for v in 0..VECS {
-            let at = g * GROUP_BYTES + v * VEC_BYTES + half * 32;
-            let wv = unpack(&block[at..at + 32]);
-            for r in 0..R {
-                let quads = &rows[r][g * 8..g * 8 + 8];
-                let lo = _mm256_cvtepi8_epi16(_mm_set1_epi32(i32::from_le_bytes(quads[v])));
-                let hi = _mm256_cvtepi8_epi16(_mm_set1_epi32(i32::from_le_bytes(quads[v + VECS])));
-                for q in 0..2 {
-                    let sum = _mm256_add_epi32(
-                        _mm256_madd_epi16(wv[q], lo),
-                        _mm256_madd_epi16(wv[2 + q], hi),
-                    );
-                    part[r][q] = _mm256_add_epi32(part[r][q], sum);
-                }
-            }
-        }
+        let part = group_pairs(block, &rows, g, half);
         let at = g * BLOCK + half * HALF;
         let s = pair_scales(&subs[at..at + HALF]);
         for r in 0..R {

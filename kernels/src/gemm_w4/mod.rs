@@ -14,12 +14,15 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_groups;
+#[cfg(target_arch = "x86_64")]
 mod avx512vnni;
 mod g128;
 mod grouped;
 mod packed;
 mod quant;
 mod scalar;
+mod scaled;
 
 use std::ops::Range;
 

@@ -32,6 +32,25 @@ pub struct BackendError {
 }
 
 /// Processor queues behind the scheduler.
+///
+/// # The contract
+/// - [`Backend::submit`] gets each [`Job`] once, on an idle processor: `id` (the instance
+///   to report back), `key` (its chunk and stage), `processor` (the lane it must run on),
+///   `estimated_ns` (its modeled cost there: a simulated queue takes exactly this long,
+///   a real one may use it for a deadline) and `dispatched_ns` (the engine's clock when it
+///   was dispatched). Return quickly: run the job elsewhere (a thread, a device queue)
+///   and report it through `wait`. An `Err` fails the run.
+/// - [`Backend::wait`] blocks until at least one job has finished and returns
+///   `(now_ns, completions)`: each [`Completion`] names the job's `id` and its own
+///   `processor`, with `start_ns <= end_ns`. Every time is on one clock of the
+///   backend's choosing whose origin is the run's start (the engine's clock starts at 0
+///   and `dispatched_ns` is read from it; a simulation's virtual clock, or wall time
+///   since the first submit); `now_ns` never runs behind the completions it returns.
+/// - Failures: one job's failure is a [`BackendError`] naming it, returned from `submit`
+///   or `wait`; a failure not tied to one job (a device lost) is returned from `wait`
+///   naming any job it stops, and ends the run. The engine checks everything it is told
+///   ([`crate::engine::BackendFault`]: unknown or duplicate completions, wrong lanes,
+///   time reversed, panics, waits without progress, jobs past their deadline).
 pub trait Backend {
     /// Starts `job` on its processor. The scheduler guarantees the processor is idle.
     fn submit(&mut self, job: Job) -> Result<(), BackendError>;

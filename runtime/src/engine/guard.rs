@@ -306,7 +306,13 @@ impl Guard {
             .options
             .deadline
             .map(|d| Instant::now() + d.allowance(job.estimated_ns));
-        self.slots[job.id as usize] = Slot::Running {
+        // Ids are global in a world that holds several runs: a later run's range may lie
+        // past this plan's id space, so the slots grow to the ids the engine submits.
+        let id = job.id as usize;
+        if id >= self.slots.len() {
+            self.slots.resize(id + 1, Slot::Idle);
+        }
+        self.slots[id] = Slot::Running {
             lane: job.processor,
             estimated_ns: job.estimated_ns,
             due,
@@ -319,13 +325,44 @@ impl Guard {
     /// Waits for completions (at most until the earliest deadline) and checks each; a
     /// late completion of a job given up is dropped.
     pub(super) fn wait(&mut self, backend: &mut dyn Backend) -> Result<Waited, EngineError> {
-        let (now_ns, mut completions) = match self.earliest_due() {
+        let (now_ns, completions) = match self.earliest_due() {
             Some(due) => {
                 let timeout = due.saturating_duration_since(Instant::now());
                 guarded("wait", || backend.wait_for(timeout))??
             }
             None => guarded("wait", || backend.wait())??,
         };
+        self.check(now_ns, completions, true)
+    }
+
+    /// Takes the completions the backend already has, without blocking
+    /// ([`Backend::wait_for`] with a zero timeout), and checks each. An empty poll is no
+    /// sign of a lost job: a host that owns its event loop polls before its jobs end.
+    pub(super) fn poll(&mut self, backend: &mut dyn Backend) -> Result<Waited, EngineError> {
+        let (now_ns, completions) = guarded("wait", || backend.wait_for(Duration::ZERO))??;
+        self.check(now_ns, completions, false)
+    }
+
+    /// Jobs submitted and not yet completed, as (id, lane), in id order.
+    pub(super) fn running(&self) -> Vec<(u32, usize)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(id, slot)| match *slot {
+                Slot::Running { lane, .. } => Some((id as u32, lane)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Checks what one wait or poll brought; `count_empty`: whether a wait that brought
+    /// nothing counts towards [`BackendFault::NoProgress`].
+    fn check(
+        &mut self,
+        now_ns: u64,
+        mut completions: Vec<Completion>,
+        count_empty: bool,
+    ) -> Result<Waited, EngineError> {
         // Filtered in place: the backend's vector goes on to the inbox.
         let mut kept = 0;
         for i in 0..completions.len() {
@@ -338,6 +375,13 @@ impl Guard {
         let kept = completions;
         let overdue = self.overdue();
         if kept.is_empty() && overdue.is_empty() {
+            if !count_empty {
+                return Ok(Waited {
+                    now_ns,
+                    completions: kept,
+                    overdue,
+                });
+            }
             self.empty_waits += 1;
             if self.empty_waits >= self.options.max_empty_waits.max(1) {
                 return Err(BackendFault::NoProgress {

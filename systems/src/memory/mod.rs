@@ -1,6 +1,8 @@
 //! Memory planning: tensor lifetimes and offsets in per-processor regions.
 //!
-//! A pure, ECS-free offset planner. Each [`Buffer`] has a size and a lifetime, the
+//! The offset planner itself is the `hetsched-memplan` crate (re-exported here), which
+//! may run its strategies on threads: this crate starts none. A pure, ECS-free offset
+//! planner. Each [`Buffer`] has a size and a lifetime, the
 //! half-open time interval `[start, end)` (any `u64` unit; the scheduler uses ns).
 //! Two buffers of one region *conflict* iff their lifetimes intersect; conflicting
 //! buffers must not overlap in address. The planner gives every buffer an aligned
@@ -38,36 +40,19 @@
 //! assert!(fits(&plan, 1024).is_err());
 //! ```
 
-mod align;
-mod bound;
-mod budget;
-mod buffer;
-mod check;
-mod error;
-mod occupancy;
-mod order;
-mod parallel;
-mod place;
 mod profile;
 mod region;
 mod schedule;
 mod sharing;
-mod strategy;
-mod sweep;
 mod tensors;
 
-pub use align::{align_up, validate_alignment};
-pub use bound::{aligned_lower_bound, lower_bound};
-pub use budget::fits;
-pub use buffer::{Buffer, MemoryPlan, Placement};
-pub use check::check_plan;
-pub use error::MemoryError;
-pub use parallel::plan_offsets_each;
+pub use hetsched_memplan::{
+    Buffer, MemoryError, MemoryPlan, Placement, PlanEffort, SWEEPS_MARGIN, SWEEPS_ONLY_ABOVE,
+    Strategy, align_up, aligned_lower_bound, check_plan, fits, lower_bound, plan_offsets,
+    plan_offsets_each, plan_with, validate_alignment,
+};
 pub use profile::{ChunkProfile, MemoryProfile};
 pub use region::{DEFAULT_ALIGNMENT, MemoryConfig, Region};
 pub use schedule::{RegionMemory, plan_schedule, schedule_buffers};
 pub use sharing::{ChunkSharing, chunk_sharing};
-pub use strategy::{
-    PlanEffort, SWEEPS_MARGIN, SWEEPS_ONLY_ABOVE, Strategy, plan_offsets, plan_with,
-};
 pub use tensors::{KvCache, TensorKind, TensorTemplate, chunk_tensors};

@@ -10,8 +10,8 @@
 //! Every table has one column per region and a last column for the whole device (the sum),
 //! which the device budget (`MemoryConfig::device_budget_bytes`) limits.
 
-use super::align::align_up;
-use super::error::MemoryError;
+use super::MemoryError;
+use super::align_up;
 use super::region::Region;
 use super::tensors::{KvCache, TensorTemplate, chunk_tensors};
 use crate::plan::{InstanceKey, PrefillPlan};

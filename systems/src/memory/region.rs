@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::align::validate_alignment;
-use super::strategy::PlanEffort;
+use super::PlanEffort;
+use super::validate_alignment;
 use crate::device::DeviceProfile;
 use crate::error::PlanError;
 

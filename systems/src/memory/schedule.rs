@@ -2,12 +2,8 @@
 
 use serde::Serialize;
 
-use super::bound::lower_bound;
-use super::buffer::{Buffer, MemoryPlan};
-use super::error::MemoryError;
-use super::parallel::plan_offsets_each;
-use super::strategy::Strategy;
 use super::tensors::KvCache;
+use super::{Buffer, MemoryError, MemoryPlan, Strategy, lower_bound, plan_offsets_each};
 use crate::plan::{InstanceKey, PrefillPlan};
 
 /// The buffers of a finished run, per region (lane order).
@@ -112,15 +108,17 @@ pub struct RegionMemory {
 /// plans kept only past [`SWEEPS_MARGIN`](super::SWEEPS_MARGIN)); returns each region's
 /// summary, buffers and plan.
 ///
-/// The regions share no buffer, so their strategies are spread over the cores
-/// ([`plan_offsets_each`]): the plans are those of one thread, and the wall time is about
-/// the planner's CPU time over the cores where they are free.
+/// The regions share no buffer, so their strategies are spread over up to `threads`
+/// threads ([`plan_offsets_each`], which the caller sizes: this crate starts none
+/// itself): the plans are those of one thread, and the wall time is about the planner's
+/// CPU time over the cores where they are free.
 ///
 /// # Errors
 /// As [`plan_offsets`](super::plan_offsets) (an invalid alignment, or sizes overflowing `u64`).
 pub fn plan_schedule(
     plan: &PrefillPlan,
     spans: &[Option<(u64, u64)>],
+    threads: usize,
 ) -> Result<Vec<(RegionMemory, Vec<Buffer>, MemoryPlan)>, MemoryError> {
     let regions = &plan.memory_profile().regions;
     let kv = KvCache::of(plan);
@@ -130,9 +128,6 @@ pub fn plan_schedule(
         .zip(regions)
         .map(|(list, region)| (list.as_slice(), region.alignment))
         .collect();
-    // Each thread on a region's strategy holds an index of its own: a few suffice (the
-    // work is a handful of strategies per region).
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
     let offsets = plan_offsets_each(&sets, threads, plan.memory().plan_effort);
     buffers
         .into_iter()

@@ -22,12 +22,7 @@
 //! activation group, the row scale last): all are bit-identical, and
 //! [`gemm_w4_g128_reference`] computes the definition in f64.
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx512vnni;
 mod quantize;
-mod scalar;
 
 use std::ops::Range;
 
@@ -99,15 +94,7 @@ pub fn gemm_w4_g128_with(
         !has_minus_128(a),
         "activations must be in -127..=127 (w4a8-g128 never quantizes to -128)"
     );
-    match kernel {
-        I8Kernel::Scalar => scalar::gemm(a, a_scales, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        I8Kernel::Avx2 => avx2::gemm(a, a_scales, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        I8Kernel::Avx512Vnni => avx512vnni::gemm(a, a_scales, m, w, cols, out),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("x86 kernels are never available here"),
-    }
+    super::scaled::gemm_with::<SPAN>(kernel, a, a_scales, m, w, cols, out);
 }
 
 /// Whether any value is −128: a fold without early exit, which vectorizes (compare and

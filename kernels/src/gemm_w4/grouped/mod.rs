@@ -21,12 +21,7 @@
 //! all of them return bit-identical results; [`gemm_w4_grouped_reference`] computes the
 //! definition in f64 and the kernels agree with it within f32 rounding.
 
-#[cfg(target_arch = "x86_64")]
-pub(super) mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub(super) mod avx512vnni;
 pub(super) mod quantize;
-pub(super) mod scalar;
 
 use std::ops::Range;
 
@@ -80,15 +75,7 @@ pub fn gemm_w4_grouped_with(
         m * w.groups(),
         "a_scales must be [m, groups]"
     );
-    match kernel {
-        I8Kernel::Scalar => scalar::gemm(a, a_scales, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        I8Kernel::Avx2 => avx2::gemm(a, a_scales, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        I8Kernel::Avx512Vnni => avx512vnni::gemm(a, a_scales, m, w, cols, out),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("x86 kernels are never available here"),
-    }
+    super::scaled::gemm_with::<1>(kernel, a, a_scales, m, w, cols, out);
 }
 
 /// The definition, in f64 over unpacked rows: `out[m, n] = d[n] · Σ_g a_scale[m, g] ·
@@ -131,15 +118,6 @@ pub fn gemm_w4_grouped_reference(
 pub fn matmul_w4a8_grouped(x: &[f32], m: usize, w: &PackedW4Weights, out: &mut [f32]) {
     let (a, scales) = quantize_groups(x, m, w.k());
     gemm_w4_grouped(&a, &scales, m, w, out);
-}
-
-/// `8 · Σ a` of every row and group of the zero-padded activation rows `padded`
-/// (`[m, 32 · groups]`): what the unsigned `q + 8` weights add to a group's product.
-pub(crate) fn group_bias(padded: &[u8]) -> Vec<i32> {
-    padded
-        .chunks_exact(GROUP_K)
-        .map(|g| 8 * g.iter().map(|&b| i32::from(b as i8)).sum::<i32>())
-        .collect()
 }
 
 #[cfg(test)]

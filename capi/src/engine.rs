@@ -1,0 +1,665 @@
+//! Runs on the host's own queues.
+//!
+//! The host registers one queue per processor lane of the plan: a `submit` callback the
+//! engine calls with each job it dispatches there, and an optional `cancel` callback. The
+//! host runs the job however it likes (its own threads, a DSP queue, a GPU stream) and
+//! reports the end from any of its threads with `hs_engine_complete` (or
+//! `hs_engine_fail`). The engine starts no thread: it calls the callbacks on the thread
+//! that drives it, through `hs_engine_run` (blocks until the run ends) or
+//! `hs_engine_step` (runs what the reports so far allow, returns at once).
+//!
+//! Two clocks. `HS_CLOCK_WALL`: times are ns since the first `hs_engine_run` /
+//! `hs_engine_step` (`hs_engine_now_ns`), completions are taken as they come, and a job
+//! that runs far past its modeled cost fails the run (the engine's deadline check).
+//! `HS_CLOCK_VIRTUAL`: the host reports modeled times (a job starting at its
+//! `dispatched_ns` ends `estimated_ns` later on a simulated queue); the engine releases
+//! completions in end-time order once every running job is reported, as its own
+//! simulated queues do, so the schedule equals `hs_simulate`'s.
+//!
+//! The engine trusts no host: a completion for a job not running (never submitted,
+//! reported twice, after its run ended) is refused at the call with
+//! `HS_ERR_UNKNOWN_JOB`; everything that does reach the scheduler passes the engine's own
+//! guard as any Rust backend's does.
+
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hetsched_runtime::backends::{Backend, BackendError};
+use hetsched_runtime::engine::{EngineOptions, RunOutcome, Step, Stepper, Wait};
+use hetsched_systems::resources::{Completion, Job};
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{CapiError, guarded, hs_status};
+use crate::handles::{self, HandleKind};
+use crate::run::{RunObject, hs_run, policy_for};
+use crate::scene::{PlanObject, hs_plan};
+use crate::strings::{optional_str_arg, out_arg};
+
+/// The host reports modeled (virtual) times: the schedule equals the simulation's.
+pub const HS_CLOCK_VIRTUAL: u32 = 0;
+/// The host reports wall-clock times, ns since the run started (`hs_engine_now_ns`).
+pub const HS_CLOCK_WALL: u32 = 1;
+
+/// A job the engine hands a host queue: one subgraph instance of the plan.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct hs_job {
+    /// The job's id: pass it to `hs_engine_complete` / `hs_engine_fail`.
+    pub id: u32,
+    /// The prompt chunk it belongs to.
+    pub chunk: u32,
+    /// Its stage (subgraph) within the chunk.
+    pub stage: u32,
+    /// The processor lane (the queue it was submitted to).
+    pub processor: u32,
+    /// The request it serves (one per run on this engine).
+    pub request: u64,
+    /// Its modeled duration on this processor, ns (a prediction).
+    pub estimated_ns: u64,
+    /// The engine's time when it was dispatched, ns (on the engine's clock).
+    pub dispatched_ns: u64,
+}
+
+/// Starts `job` on the host's queue; returns 0 if it was accepted, anything else to fail
+/// the run. Called on the thread driving the engine; `job` is valid for the call only
+/// (copy what you keep). It may call `hs_engine_complete` itself (a synchronous queue).
+pub type hs_submit_fn =
+    Option<unsafe extern "C" fn(job: *const hs_job, user_data: *mut c_void) -> i32>;
+
+/// Asks the host to drop `job`, which the engine no longer waits for (its run failed).
+/// Called on the thread driving the engine; `job` is valid for the call only.
+pub type hs_cancel_fn = Option<unsafe extern "C" fn(job: *const hs_job, user_data: *mut c_void)>;
+
+/// A host queue behind one processor lane.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct hs_queue {
+    /// Required.
+    pub submit: hs_submit_fn,
+    /// Optional (NULL: the host has nothing to cancel).
+    pub cancel: hs_cancel_fn,
+    /// Passed back to both callbacks unchanged; the library never reads it.
+    pub user_data: *mut c_void,
+}
+
+/// A run on host queues. Opaque; from `hs_engine_create`, ended with `hs_engine_destroy`.
+pub struct hs_engine {
+    _opaque: [u8; 0],
+}
+
+#[derive(Debug, Clone, Copy)]
+struct HostQueue(hs_queue);
+
+// SAFETY: the library never dereferences `user_data`; it hands it back to the host's own
+// callbacks, on the thread that drives the engine, which the host chose by calling
+// `hs_engine_run` / `hs_engine_step` there. The function pointers are plain code.
+unsafe impl Send for HostQueue {}
+// SAFETY: as above: shared only to be copied and passed back.
+unsafe impl Sync for HostQueue {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Clock {
+    Virtual,
+    Wall,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Free,
+    Running { job: hs_job, reported: bool },
+}
+
+/// The record host threads and the engine share: jobs running and what was reported.
+#[derive(Debug)]
+struct Record {
+    slots: Vec<Slot>,
+    running: usize,
+    unreported: usize,
+    /// Reported, not yet handed to the scheduler.
+    done: Vec<Completion>,
+    failure: Option<BackendError>,
+    /// Wall clock: when the run started.
+    origin: Option<Instant>,
+    /// Virtual clock: the latest time handed to the scheduler.
+    virtual_now: u64,
+}
+
+impl Record {
+    fn now_ns(&self, clock: Clock) -> u64 {
+        match (clock, self.origin) {
+            (Clock::Wall, Some(origin)) => origin.elapsed().as_nanos() as u64,
+            (Clock::Wall, None) => 0,
+            (Clock::Virtual, _) => self.virtual_now,
+        }
+    }
+
+    /// The completions the scheduler may see now, and the time they bring.
+    fn release(&mut self, clock: Clock) -> Option<(u64, Vec<Completion>)> {
+        if self.done.is_empty() {
+            return None;
+        }
+        let (now, batch) = match clock {
+            Clock::Wall => {
+                let batch = std::mem::take(&mut self.done);
+                let last_end = batch.iter().map(|c| c.end_ns).max().unwrap_or(0);
+                (self.now_ns(clock).max(last_end), batch)
+            }
+            // As the simulated queues: the earliest end, once no running job could still
+            // report an earlier one; ties in lane order.
+            Clock::Virtual => {
+                if self.unreported > 0 {
+                    return None;
+                }
+                let now = self.done.iter().map(|c| c.end_ns).min()?;
+                let (mut batch, rest): (Vec<_>, Vec<_>) =
+                    self.done.drain(..).partition(|c| c.end_ns == now);
+                self.done = rest;
+                batch.sort_by_key(|c| c.processor);
+                self.virtual_now = self.virtual_now.max(now);
+                (now, batch)
+            }
+        };
+        for c in &batch {
+            self.slots[c.id as usize] = Slot::Free;
+        }
+        self.running -= batch.len();
+        Some((now, batch))
+    }
+
+    /// Ends the record's run: every job still running on the host, to cancel.
+    fn close(&mut self) -> Vec<hs_job> {
+        let to_cancel = self
+            .slots
+            .iter()
+            .filter_map(|slot| match *slot {
+                Slot::Running {
+                    job,
+                    reported: false,
+                } => Some(job),
+                _ => None,
+            })
+            .collect();
+        self.slots.fill(Slot::Free);
+        self.running = 0;
+        self.unreported = 0;
+        self.done.clear();
+        to_cancel
+    }
+
+    /// The running, unreported job `id`, marked reported.
+    fn take_report(&mut self, id: u32) -> Result<hs_job, CapiError> {
+        match self.slots.get_mut(id as usize) {
+            Some(Slot::Running { job, reported }) if !*reported => {
+                *reported = true;
+                self.unreported -= 1;
+                Ok(*job)
+            }
+            Some(Slot::Running { .. }) => Err(CapiError::UnknownJob(format!(
+                "job {id} was already reported: a job is reported once"
+            ))),
+            _ => Err(CapiError::UnknownJob(format!(
+                "job {id} is not running: never submitted, or its run is over"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Reports {
+    clock: Clock,
+    record: Mutex<Record>,
+    changed: Condvar,
+}
+
+impl Reports {
+    fn complete(&self, id: u32, start_ns: u64, end_ns: u64) -> Result<(), CapiError> {
+        let mut record = self.record.lock();
+        let job = record.take_report(id)?;
+        record.done.push(Completion {
+            id,
+            processor: job.processor as usize,
+            start_ns,
+            end_ns,
+        });
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn fail(&self, id: u32, reason: String) -> Result<(), CapiError> {
+        let mut record = self.record.lock();
+        let job = record.take_report(id)?;
+        record.failure.get_or_insert(BackendError {
+            processor: job.processor as usize,
+            job: id,
+            reason,
+        });
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// Blocks until completions may be released, a failure was reported, or `until`.
+    fn take(&self, until: Option<Instant>) -> Result<(u64, Vec<Completion>), BackendError> {
+        let mut record = self.record.lock();
+        loop {
+            if let Some(failure) = record.failure.take() {
+                return Err(failure);
+            }
+            if let Some(batch) = record.release(self.clock) {
+                return Ok(batch);
+            }
+            let timed_out = match until {
+                None => {
+                    self.changed.wait(&mut record);
+                    false
+                }
+                Some(until) => self.changed.wait_until(&mut record, until).timed_out(),
+            };
+            if timed_out {
+                if let Some(failure) = record.failure.take() {
+                    return Err(failure);
+                }
+                let now = record.now_ns(self.clock);
+                return Ok(record.release(self.clock).unwrap_or((now, Vec::new())));
+            }
+        }
+    }
+}
+
+/// The engine's [`Backend`]: jobs go to the host's callbacks, completions come from
+/// [`Reports`].
+struct HostQueues {
+    reports: Arc<Reports>,
+    queues: Vec<Option<HostQueue>>,
+}
+
+impl Backend for HostQueues {
+    fn submit(&mut self, job: Job) -> Result<(), BackendError> {
+        let failed = |reason: String| BackendError {
+            processor: job.processor,
+            job: job.id,
+            reason,
+        };
+        let descriptor = hs_job {
+            id: job.id,
+            chunk: job.key.chunk,
+            stage: job.key.stage,
+            processor: job.processor as u32,
+            request: job.request.0,
+            estimated_ns: job.estimated_ns,
+            dispatched_ns: job.dispatched_ns,
+        };
+        let Some(HostQueue(queue)) = self.queues.get(job.processor).copied().flatten() else {
+            return Err(failed(
+                "no host queue is registered for this processor".into(),
+            ));
+        };
+        let Some(submit) = queue.submit else {
+            return Err(failed("the host queue has no submit callback".into()));
+        };
+        {
+            let mut record = self.reports.record.lock();
+            record.slots[job.id as usize] = Slot::Running {
+                job: descriptor,
+                reported: false,
+            };
+            record.running += 1;
+            record.unreported += 1;
+        }
+        // Recorded before the call: a queue may complete the job inside `submit`.
+        // SAFETY: `submit` is the host's callback, registered non-null with
+        // `hs_engine_set_queue`; the descriptor lives across the call and `user_data` is
+        // the host's own pointer, passed back unread.
+        let code = unsafe { submit(&descriptor, queue.user_data) };
+        if code != 0 {
+            let mut record = self.reports.record.lock();
+            if let Slot::Running { reported, .. } = record.slots[job.id as usize] {
+                if !reported {
+                    record.unreported -= 1;
+                }
+                record.running -= 1;
+                record.done.retain(|c| c.id != job.id);
+                record.slots[job.id as usize] = Slot::Free;
+            }
+            return Err(failed(format!(
+                "the host's submit callback returned {code}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.reports.record.lock().running
+    }
+
+    fn wait(&mut self) -> Result<(u64, Vec<Completion>), BackendError> {
+        self.reports.take(None)
+    }
+
+    fn wait_for(&mut self, timeout: Duration) -> Result<(u64, Vec<Completion>), BackendError> {
+        self.reports.take(Some(Instant::now() + timeout))
+    }
+}
+
+enum Phase {
+    Ready(Stepper),
+    Running(Stepper),
+    Finished(RunOutcome),
+    Failed(String),
+}
+
+struct Driver {
+    phase: Phase,
+    queues: HostQueues,
+}
+
+/// An engine: the run's driver (taken by the thread driving it) and the record host
+/// threads report to.
+pub(crate) struct EngineObject {
+    scene_name: String,
+    lanes: usize,
+    reports: Arc<Reports>,
+    driver: Mutex<Driver>,
+}
+
+impl HandleKind for EngineObject {
+    const KIND: &'static str = "engine";
+    type C = hs_engine;
+}
+
+impl EngineObject {
+    fn driver(&self) -> Result<parking_lot::MutexGuard<'_, Driver>, CapiError> {
+        self.driver.try_lock().ok_or_else(|| {
+            CapiError::State(
+                "the engine is being driven on another thread, or this call came from one of its queue callbacks".into(),
+            )
+        })
+    }
+
+    /// Runs or steps the run; `Ok(true)` once it finished.
+    fn advance(&self, wait: Wait) -> Result<bool, CapiError> {
+        let mut driver = self.driver()?;
+        let Driver { phase, queues } = &mut *driver;
+        if let Phase::Ready(_) = phase {
+            if let Some(lane) = queues.queues.iter().position(Option::is_none) {
+                return Err(CapiError::State(format!(
+                    "processor {lane} has no queue: register one with hs_engine_set_queue for each of the plan's {} processors",
+                    self.lanes
+                )));
+            }
+            self.reports.record.lock().origin = Some(Instant::now());
+            let Phase::Ready(stepper) = std::mem::replace(phase, Phase::Failed(String::new()))
+            else {
+                unreachable!("matched above");
+            };
+            *phase = Phase::Running(stepper);
+        }
+        let stepper = match phase {
+            Phase::Running(stepper) => stepper,
+            Phase::Finished(_) => return Ok(true),
+            Phase::Failed(message) => {
+                return Err(CapiError::State(format!(
+                    "the run already failed: {message}"
+                )));
+            }
+            Phase::Ready(_) => unreachable!("started above"),
+        };
+        match stepper.step(queues, wait) {
+            Ok(Step::Running { .. }) => Ok(false),
+            Ok(Step::Finished) => {
+                let Phase::Running(stepper) =
+                    std::mem::replace(phase, Phase::Failed(String::new()))
+                else {
+                    unreachable!("running");
+                };
+                let outcome = stepper
+                    .finish()
+                    .ok_or_else(|| CapiError::Internal("a finished run had no outcome".into()))?;
+                *phase = Phase::Finished(outcome);
+                self.reports.record.lock().close();
+                Ok(true)
+            }
+            Err(error) => {
+                *phase = Phase::Failed(error.to_string());
+                let to_cancel = self.reports.record.lock().close();
+                for job in to_cancel {
+                    let queue = queues.queues.get(job.processor as usize).copied().flatten();
+                    if let Some(HostQueue(hs_queue {
+                        cancel: Some(cancel),
+                        user_data,
+                        ..
+                    })) = queue
+                    {
+                        // SAFETY: the host's own callback and pointer, as for `submit`;
+                        // the descriptor lives across the call.
+                        unsafe { cancel(&job, user_data) };
+                    }
+                }
+                Err(CapiError::Run(error))
+            }
+        }
+    }
+}
+
+/// A run of `plan` on host queues under the policy `policy` (a name from
+/// `hs_policy_names`, or NULL for the scene's own), with `clock` `HS_CLOCK_VIRTUAL` or
+/// `HS_CLOCK_WALL`. `policy` is the caller's, only read. `*out`: a new engine the caller
+/// ends with `hs_engine_destroy`; register a queue for every processor
+/// (`hs_engine_set_queue`) before running it.
+///
+/// # Safety
+/// `policy` is NULL or NUL-terminated; `out` is NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_engine_create(
+    plan: *const hs_plan,
+    policy: *const c_char,
+    clock: u32,
+    out: *mut *mut hs_engine,
+) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<PlanObject>(plan, "plan")?;
+        // SAFETY: the contract above.
+        let (name, out) = unsafe { (optional_str_arg(policy, "policy")?, out_arg(out, "out")?) };
+        let (clock, options) = match clock {
+            HS_CLOCK_VIRTUAL => (Clock::Virtual, EngineOptions::default()),
+            HS_CLOCK_WALL => (Clock::Wall, EngineOptions::real_queues()),
+            other => {
+                return Err(CapiError::InvalidArgument(format!(
+                    "clock {other} is neither HS_CLOCK_VIRTUAL (0) nor HS_CLOCK_WALL (1)"
+                )));
+            }
+        };
+        let plan = object.plan.clone();
+        let lanes = plan.lanes();
+        let reports = Arc::new(Reports {
+            clock,
+            record: Mutex::new(Record {
+                slots: vec![Slot::Free; plan.id_space()],
+                running: 0,
+                unreported: 0,
+                done: Vec::new(),
+                failure: None,
+                origin: None,
+                virtual_now: 0,
+            }),
+            changed: Condvar::new(),
+        });
+        let stepper = Stepper::new(plan, policy_for(&object, name)?, &options);
+        *out = handles::register(EngineObject {
+            scene_name: object.scene_name.clone(),
+            lanes,
+            reports: reports.clone(),
+            driver: Mutex::new(Driver {
+                phase: Phase::Ready(stepper),
+                queues: HostQueues {
+                    reports,
+                    queues: vec![None; lanes],
+                },
+            }),
+        });
+        Ok(())
+    })
+}
+
+/// Registers the host queue behind processor lane `processor` (copied; `submit`
+/// required). Only before the run starts.
+///
+/// # Safety
+/// `queue` is NULL or points to a readable `hs_queue` whose callbacks, if non-NULL, are
+/// functions of the signatures declared here.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_engine_set_queue(
+    engine: *const hs_engine,
+    processor: u32,
+    queue: *const hs_queue,
+) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<EngineObject>(engine, "engine")?;
+        // SAFETY: the contract above: NULL or readable.
+        let queue = unsafe { queue.as_ref() }
+            .copied()
+            .ok_or(CapiError::Null("queue"))?;
+        if queue.submit.is_none() {
+            return Err(CapiError::Null("queue->submit"));
+        }
+        if processor as usize >= object.lanes {
+            return Err(CapiError::InvalidArgument(format!(
+                "processor {processor} is not a lane of the plan, which has {}",
+                object.lanes
+            )));
+        }
+        let mut driver = object.driver()?;
+        if !matches!(driver.phase, Phase::Ready(_)) {
+            return Err(CapiError::State(
+                "queues are registered before the run starts".into(),
+            ));
+        }
+        driver.queues.queues[processor as usize] = Some(HostQueue(queue));
+        Ok(())
+    })
+}
+
+/// Runs the plan to its end on the host queues, blocking the calling thread, which the
+/// callbacks are called on; host threads report with `hs_engine_complete`. On
+/// `HS_ERR_RUN_FAILED` every job still running was passed to its queue's `cancel`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hs_engine_run(engine: *const hs_engine) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<EngineObject>(engine, "engine")?;
+        object.advance(Wait::Block).map(|_| ())
+    })
+}
+
+/// Runs whatever the reports so far allow (scheduling, submitting through the callbacks
+/// on the calling thread) and returns without waiting; `*finished` is 1 once the run is
+/// over, else 0. For hosts that own their event loop: call it again after
+/// `hs_engine_complete`. On `HS_ERR_RUN_FAILED`, as for `hs_engine_run`.
+///
+/// # Safety
+/// `finished` is NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_engine_step(engine: *const hs_engine, finished: *mut i32) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<EngineObject>(engine, "engine")?;
+        // SAFETY: the contract above.
+        let finished = unsafe { out_arg(finished, "finished") }?;
+        *finished = i32::from(object.advance(Wait::Poll)?);
+        Ok(())
+    })
+}
+
+/// Reports that job `job` ran from `start_ns` to `end_ns` (on the engine's clock: ns
+/// since the run started for `HS_CLOCK_WALL`, modeled times for `HS_CLOCK_VIRTUAL`).
+/// Callable from any thread, also from inside `submit`. A job not running, or reported
+/// before, is `HS_ERR_UNKNOWN_JOB`; `end_ns < start_ns` is `HS_ERR_INVALID_ARGUMENT`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hs_engine_complete(
+    engine: *const hs_engine,
+    job: u32,
+    start_ns: u64,
+    end_ns: u64,
+) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<EngineObject>(engine, "engine")?;
+        if end_ns < start_ns {
+            return Err(CapiError::InvalidArgument(format!(
+                "job {job} ends at {end_ns} ns, before its start at {start_ns} ns"
+            )));
+        }
+        object.reports.complete(job, start_ns, end_ns)
+    })
+}
+
+/// Reports that job `job` failed, with `reason` (UTF-8, the caller's, only read; NULL for
+/// none). The run then fails: its driver returns `HS_ERR_RUN_FAILED` and cancels the
+/// other running jobs. Callable from any thread; errors as `hs_engine_complete`.
+///
+/// # Safety
+/// `reason` is NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_engine_fail(
+    engine: *const hs_engine,
+    job: u32,
+    reason: *const c_char,
+) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<EngineObject>(engine, "engine")?;
+        // SAFETY: the contract above.
+        let reason = unsafe { optional_str_arg(reason, "reason") }?;
+        let reason = reason.unwrap_or("the host reported a failure").to_string();
+        object.reports.fail(job, reason)
+    })
+}
+
+/// The engine's time, ns, written to `*out`: since the run started for `HS_CLOCK_WALL`
+/// (0 before), the latest modeled time handed to the scheduler for `HS_CLOCK_VIRTUAL`.
+/// Callable from any thread.
+///
+/// # Safety
+/// `out` is NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_engine_now_ns(engine: *const hs_engine, out: *mut u64) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<EngineObject>(engine, "engine")?;
+        // SAFETY: the contract above.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = object.reports.record.lock().now_ns(object.reports.clock);
+        Ok(())
+    })
+}
+
+/// The finished run. `*out`: a new run the caller ends with `hs_run_destroy` (its report
+/// is measured for `HS_CLOCK_WALL`: the bound from its own durations). Before the run
+/// finished, or after it failed, `HS_ERR_STATE`.
+///
+/// # Safety
+/// `out` is NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn hs_engine_result(
+    engine: *const hs_engine,
+    out: *mut *mut hs_run,
+) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<EngineObject>(engine, "engine")?;
+        // SAFETY: the contract above.
+        let out = unsafe { out_arg(out, "out") }?;
+        let driver = object.driver()?;
+        let Phase::Finished(outcome) = &driver.phase else {
+            return Err(CapiError::State("the run has not finished".into()));
+        };
+        *out = handles::register(RunObject {
+            scene_name: object.scene_name.clone(),
+            outcome: outcome.clone(),
+            measured: object.reports.clock == Clock::Wall,
+        });
+        Ok(())
+    })
+}
+
+/// Ends an engine. NULL is a no-op; a handle already destroyed is
+/// `HS_ERR_INVALID_HANDLE`. A run still being driven on another thread keeps the engine
+/// alive until that call returns; later reports for it are `HS_ERR_INVALID_HANDLE`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hs_engine_destroy(engine: *mut hs_engine) -> hs_status {
+    guarded(|| handles::destroy::<EngineObject>(engine, "engine"))
+}

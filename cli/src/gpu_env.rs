@@ -1,0 +1,46 @@
+//! The `HETSCHED_GPU_*` environment variables: the Vulkan kernels' A/B switches and
+//! tuning knobs (docs/gpu.md), which the benchmark scripts set without a flag of their
+//! own. The library reads no environment; these map the variables onto its options.
+
+use hetsched::exec::{GpuKernelOptions, GpuWeights};
+
+use crate::CliError;
+
+/// The kernel variants the variables ask for: `HETSCHED_GPU_F32_ATTENTION=1`,
+/// `HETSCHED_GPU_UNFUSED_O=1`, `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N` (N ≥ 1).
+pub fn gpu_kernels() -> Result<GpuKernelOptions, CliError> {
+    let min_blocks = "HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS";
+    let attention_min_key_blocks = match std::env::var(min_blocks) {
+        Err(_) => None,
+        Ok(value) => match value.parse::<usize>() {
+            Ok(n) if n >= 1 => Some(n),
+            _ => {
+                return Err(CliError::GpuEnvironment {
+                    variable: min_blocks,
+                    value,
+                    expected: "a whole number of key blocks, at least 1",
+                });
+            }
+        },
+    };
+    Ok(GpuKernelOptions {
+        f32_attention: is_one("HETSCHED_GPU_F32_ATTENTION"),
+        unfused_output_projection: is_one("HETSCHED_GPU_UNFUSED_O"),
+        attention_min_key_blocks,
+    })
+}
+
+/// `asked`, except that `auto` becomes f16 or f32 with `HETSCHED_GPU_F16_WEIGHTS=1` or
+/// `=0`.
+pub fn gpu_weights(asked: GpuWeights) -> GpuWeights {
+    match (asked, std::env::var("HETSCHED_GPU_F16_WEIGHTS").as_deref()) {
+        (GpuWeights::Auto, Ok("1")) => GpuWeights::F16,
+        (GpuWeights::Auto, Ok("0")) => GpuWeights::F32,
+        _ => asked,
+    }
+}
+
+/// Whether `variable` is set to `1`.
+fn is_one(variable: &str) -> bool {
+    std::env::var(variable).is_ok_and(|v| v == "1")
+}

@@ -1,0 +1,525 @@
+//! The engine thread: its loop over live requests (take, admit, one prefill chunk, one
+//! batched decode step), the only place requests' sessions and caches live.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use hetsched_import::GgufTokenizer;
+
+use super::{
+    EngineLimits, Priority, RequestEvent, RequestId, RequestMetrics, Shared, Submitted,
+    request_session,
+};
+use crate::generate::direct::{
+    DecodeBuffers, QuantizedHead, SequenceKv, SequenceStep, decode_batch,
+};
+use crate::generate::error::GenerateError;
+use crate::generate::turn::{Continuation, GenerateOptions, Limits, Next};
+use crate::generate::{FinishReason, Sampler, Sampling, Session};
+use crate::state::KvCache;
+use crate::{ExecModel, LinearPrecision, PrefillOptions};
+
+/// A sample decoding: its progress, the token to feed, its own cache after the prompt.
+struct LiveSample {
+    index: usize,
+    continuation: Continuation,
+    next: u32,
+    caches: Vec<KvCache>,
+    first_token: Instant,
+}
+
+/// A live request on the engine thread.
+struct Live {
+    id: RequestId,
+    priority: Priority,
+    prompt: Vec<u32>,
+    options: GenerateOptions,
+    n: usize,
+    kv_bytes: usize,
+    arrival: Instant,
+    events: Sender<RequestEvent>,
+    cancel: Arc<AtomicBool>,
+    /// Created when the request is admitted (its KV memory reserved).
+    session: Option<Session>,
+    /// Prompt tokens prefilled so far.
+    prefilled: usize,
+    samples: Vec<LiveSample>,
+    /// Per sample: tokens generated and when it ended.
+    ended: Vec<Option<(usize, Instant, Instant)>>,
+    first_token: Option<Instant>,
+}
+
+impl Live {
+    fn prefilling(&self) -> bool {
+        self.session.is_some() && self.prefilled < self.prompt.len()
+    }
+}
+
+/// The engine thread's state.
+pub(super) struct Worker {
+    model: Arc<ExecModel>,
+    tokenizer: Arc<GgufTokenizer>,
+    eos: u32,
+    options: PrefillOptions,
+    pool: Arc<rayon::ThreadPool>,
+    limits: EngineLimits,
+    shared: Arc<Shared>,
+    started: Instant,
+    head: Option<QuantizedHead>,
+    buffers: DecodeBuffers,
+    /// Requests in arrival order (waiting ones have no session yet).
+    live: VecDeque<Live>,
+}
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        model: Arc<ExecModel>,
+        tokenizer: Arc<GgufTokenizer>,
+        eos: u32,
+        options: PrefillOptions,
+        pool: Arc<rayon::ThreadPool>,
+        limits: EngineLimits,
+        shared: Arc<Shared>,
+        started: Instant,
+    ) -> Self {
+        let head = (model.precision != LinearPrecision::F32).then(|| QuantizedHead::int8(&model));
+        Self {
+            model,
+            tokenizer,
+            eos,
+            options,
+            pool,
+            limits,
+            shared,
+            started,
+            head,
+            buffers: DecodeBuffers::default(),
+            live: VecDeque::new(),
+        }
+    }
+
+    /// The loop, until the engine is dropped (its channel closed).
+    pub(super) fn run(mut self, inbox: Receiver<Submitted>) {
+        loop {
+            if self.live.is_empty() {
+                match inbox.recv() {
+                    Ok(s) => self.take(s),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match inbox.try_recv() {
+                    Ok(s) => self.take(s),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        self.stop_all();
+                        return;
+                    }
+                }
+            }
+            self.end_cancelled();
+            self.admit_waiting();
+            self.prefill_chunk();
+            self.decode_step();
+            self.publish();
+        }
+    }
+
+    fn take(&mut self, s: Submitted) {
+        let spec = s.spec;
+        let options = GenerateOptions {
+            max_tokens: spec.max_tokens,
+            sampling: spec.sampling,
+            stop: spec.stop,
+            ignore_eos: spec.ignore_eos,
+        };
+        let mut live = Live {
+            id: s.id,
+            priority: spec.priority,
+            prompt: spec.prompt,
+            options,
+            n: spec.n,
+            kv_bytes: s.kv_bytes,
+            arrival: s.arrival,
+            events: s.events,
+            cancel: s.cancel,
+            session: None,
+            prefilled: 0,
+            samples: Vec::new(),
+            ended: vec![None; spec.n],
+            first_token: None,
+        };
+        let opened = match s.admitted {
+            true => open(&self.model, &self.options, &self.pool, &mut live),
+            false => Ok(()),
+        };
+        self.live.push_back(live);
+        if let Err(e) = opened {
+            self.fail(self.live.len() - 1, e);
+        }
+    }
+
+    /// Admits waiting requests whose caches fit now, most urgent first.
+    fn admit_waiting(&mut self) {
+        let mut order: Vec<usize> = (0..self.live.len())
+            .filter(|&i| self.live[i].session.is_none())
+            .collect();
+        order.sort_by_key(|&i| urgency(&self.live[i]));
+        let mut failed = Vec::new();
+        for i in order {
+            let needed = self.live[i].kv_bytes;
+            if !self
+                .shared
+                .ledger
+                .lock()
+                .reserve(needed, self.limits.kv_budget_bytes)
+            {
+                break;
+            }
+            if let Err(e) = open(&self.model, &self.options, &self.pool, &mut self.live[i]) {
+                failed.push((i, e.to_string()));
+            }
+        }
+        self.fail_all(failed);
+    }
+
+    /// Runs one prefill chunk of the most urgent request in its prefill.
+    fn prefill_chunk(&mut self) {
+        let pick = (0..self.live.len())
+            .filter(|&i| self.live[i].prefilling())
+            .min_by_key(|&i| urgency(&self.live[i]));
+        let Some(i) = pick else { return };
+        let chunk = self.options.chunk_len.max(1) as usize;
+        let live = &mut self.live[i];
+        let end = (live.prefilled + chunk).min(live.prompt.len());
+        let session = live.session.as_mut().expect("prefilling has a session");
+        let ran = session.prefill(&live.prompt[live.prefilled..end]);
+        live.prefilled = end;
+        let complete = end == live.prompt.len();
+        let done = ran.and_then(|_| match complete {
+            true => self.first_tokens(i),
+            false => Ok(()),
+        });
+        if let Err(e) = done {
+            self.fail(i, e);
+        }
+    }
+
+    /// After the prompt's prefill: each sample's first token from the prompt's logits.
+    fn first_tokens(&mut self, i: usize) -> Result<(), GenerateError> {
+        let (kv_dim, layers) = (self.model.config.kv_dim(), self.model.layers.len());
+        let tokenizer = self.tokenizer.clone();
+        let live = &mut self.live[i];
+        let session = live.session.as_ref().expect("prefilled has a session");
+        let logits = session.logits().ok_or(GenerateError::EmptyTurn)?.to_vec();
+        let limits = Limits {
+            tokenizer: &tokenizer,
+            eos: self.eos,
+            options: &live.options,
+        };
+        let own = live.options.max_tokens.saturating_sub(1).max(1) * kv_dim;
+        let now = Instant::now();
+        live.first_token = Some(now);
+        for index in 0..live.n {
+            let sampling = Sampling {
+                seed: live.options.sampling.seed.wrapping_add(index as u64),
+                ..live.options.sampling
+            };
+            let mut continuation = Continuation::new(Sampler::new(sampling)?, &live.options.stop);
+            let next = take(&mut continuation, &logits, &limits, index, &live.events)?;
+            match next {
+                Next::Feed(next) => live.samples.push(LiveSample {
+                    index,
+                    continuation,
+                    next,
+                    caches: (0..layers)
+                        .map(|_| KvCache {
+                            k: vec![0.0; own],
+                            v: vec![0.0; own],
+                        })
+                        .collect(),
+                    first_token: now,
+                }),
+                Next::Done(reason) => {
+                    let ended = &mut live.ended[index];
+                    *ended = Some(end_sample(continuation, index, reason, now, &live.events));
+                }
+            }
+        }
+        self.finish_if_done(i);
+        Ok(())
+    }
+
+    /// One batched decode step of every decoding sample of every request.
+    fn decode_step(&mut self) {
+        let mut steps = Vec::new();
+        let mut owners = Vec::new();
+        for (r, live) in self.live.iter_mut().enumerate() {
+            let Some(session) = live.session.as_ref() else {
+                continue;
+            };
+            if live.samples.is_empty() {
+                continue;
+            }
+            let Ok((shared, shared_len)) = session.history_cache() else {
+                continue;
+            };
+            for s in live.samples.iter_mut() {
+                let position = shared_len + s.continuation.tokens.len() - 1;
+                owners.push((r, s.index));
+                steps.push(SequenceStep {
+                    token: s.next,
+                    position,
+                    kv: SequenceKv::after_prefix(shared, shared_len, &mut s.caches),
+                });
+            }
+        }
+        if steps.is_empty() {
+            return;
+        }
+        let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
+        let ran = self
+            .pool
+            .install(|| decode_batch(model, head, &mut steps, buffers));
+        drop(steps);
+        let logits = match ran {
+            Ok(logits) => logits,
+            Err(e) => {
+                let message = e.to_string();
+                let failed = owners.iter().map(|o| (o.0, message.clone())).collect();
+                self.fail_all(failed);
+                return;
+            }
+        };
+        let tokenizer = self.tokenizer.clone();
+        let mut touched = Vec::new();
+        let mut failed = Vec::new();
+        for ((r, index), logits) in owners.into_iter().zip(logits) {
+            let live = &mut self.live[r];
+            let limits = Limits {
+                tokenizer: &tokenizer,
+                eos: self.eos,
+                options: &live.options,
+            };
+            let at = live.samples.iter().position(|s| s.index == index);
+            let Some(at) = at else { continue };
+            let sample = &mut live.samples[at];
+            match take(
+                &mut sample.continuation,
+                &logits,
+                &limits,
+                index,
+                &live.events,
+            ) {
+                Ok(Next::Feed(next)) => sample.next = next,
+                Ok(Next::Done(reason)) => {
+                    let s = live.samples.remove(at);
+                    let end =
+                        end_sample(s.continuation, index, reason, s.first_token, &live.events);
+                    live.ended[index] = Some(end);
+                }
+                Err(e) => failed.push((r, e.to_string())),
+            }
+            touched.push(r);
+        }
+        if !failed.is_empty() {
+            self.fail_all(failed);
+            return;
+        }
+        touched.dedup();
+        for r in touched.into_iter().rev() {
+            self.finish_if_done(r);
+        }
+    }
+
+    /// Fails the requests at the given indices (each once, whatever the order).
+    fn fail_all(&mut self, mut failed: Vec<(usize, String)>) {
+        failed.sort_by_key(|f| std::cmp::Reverse(f.0));
+        failed.dedup_by_key(|f| f.0);
+        for (i, message) in failed {
+            self.fail(i, message);
+        }
+    }
+
+    /// Ends every sample of cancelled requests and frees their caches.
+    fn end_cancelled(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.live.len() {
+            let live = &mut self.live[i];
+            if !live.cancel.load(Ordering::Acquire) {
+                i += 1;
+                continue;
+            }
+            let samples = std::mem::take(&mut live.samples);
+            let started: Vec<usize> = samples.iter().map(|s| s.index).collect();
+            for s in samples {
+                let reason = FinishReason::Cancelled;
+                let end = end_sample(s.continuation, s.index, reason, s.first_token, &live.events);
+                live.ended[s.index] = Some(end);
+            }
+            for index in 0..live.n {
+                if live.ended[index].is_none() && !started.contains(&index) {
+                    let _ = live.events.send(RequestEvent::SampleFinished {
+                        sample: index,
+                        reason: FinishReason::Cancelled,
+                        text: String::new(),
+                    });
+                    live.ended[index] = Some((0, now, now));
+                }
+            }
+            let mut snapshot = self.shared.snapshot.lock();
+            snapshot.cancelled += 1;
+            drop(snapshot);
+            self.finish(i);
+        }
+    }
+
+    /// Finishes request `i` if every sample ended.
+    fn finish_if_done(&mut self, i: usize) {
+        if self.live[i].ended.iter().all(Option::is_some) {
+            self.finish(i);
+        }
+    }
+
+    /// Request `i` ended: its metrics sent, its caches and its place freed.
+    fn finish(&mut self, i: usize) {
+        let Some(live) = self.live.remove(i) else {
+            return;
+        };
+        let end = live
+            .ended
+            .iter()
+            .flatten()
+            .map(|e| e.2)
+            .max()
+            .unwrap_or_else(Instant::now);
+        let ms =
+            |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64() * 1e3;
+        let tpots: Vec<f64> = live
+            .ended
+            .iter()
+            .flatten()
+            .filter(|e| e.0 > 1)
+            .map(|&(tokens, first, last)| ms(first, last) / (tokens - 1) as f64)
+            .collect();
+        let metrics = RequestMetrics {
+            id: live.id,
+            priority: live.priority,
+            arrival_ms: ms(self.started, live.arrival),
+            ttft_ms: live.first_token.map_or(0.0, |t| ms(live.arrival, t)),
+            tpot_ms: match tpots.len() {
+                0 => 0.0,
+                k => tpots.iter().sum::<f64>() / k as f64,
+            },
+            e2e_ms: ms(live.arrival, end),
+            prompt_tokens: live.prompt.len(),
+            generated_tokens: live.ended.iter().flatten().map(|e| e.0).sum(),
+        };
+        // Freed before the last event: a caller that saw it sees the memory free.
+        self.release(&live);
+        self.shared.snapshot.lock().finished += 1;
+        let _ = live.events.send(RequestEvent::Finished(metrics));
+    }
+
+    /// Request `i` failed: the error sent, its caches and its place freed.
+    fn fail(&mut self, i: usize, error: impl std::fmt::Display) {
+        let Some(live) = self.live.remove(i) else {
+            return;
+        };
+        self.release(&live);
+        self.shared.snapshot.lock().failed += 1;
+        let _ = live.events.send(RequestEvent::Failed(error.to_string()));
+    }
+
+    fn release(&self, live: &Live) {
+        self.shared.live.lock().remove(&live.id);
+        let held = if live.session.is_some() {
+            live.kv_bytes
+        } else {
+            0
+        };
+        self.shared.ledger.lock().release(held);
+    }
+
+    /// The engine was dropped: every live request fails.
+    fn stop_all(&mut self) {
+        while !self.live.is_empty() {
+            self.fail(0, "the request engine stopped");
+        }
+        self.publish();
+    }
+
+    /// Publishes the counts by state.
+    fn publish(&self) {
+        let mut snapshot = self.shared.snapshot.lock();
+        snapshot.waiting = self.live.iter().filter(|l| l.session.is_none()).count();
+        snapshot.prefilling = self.live.iter().filter(|l| l.prefilling()).count();
+        snapshot.decoding = self.live.iter().filter(|l| !l.samples.is_empty()).count();
+    }
+}
+
+/// The order in which requests get a prefill chunk and memory: the highest priority
+/// class first, then the earliest arrival (the smallest key first).
+fn urgency(live: &Live) -> (std::cmp::Reverse<Priority>, Instant) {
+    (std::cmp::Reverse(live.priority), live.arrival)
+}
+
+/// Samples one token of `sample` and sends its event.
+fn take(
+    continuation: &mut Continuation,
+    logits: &[f32],
+    limits: &Limits<'_>,
+    sample: usize,
+    events: &Sender<RequestEvent>,
+) -> Result<Next, GenerateError> {
+    let mut piece = String::new();
+    let next = continuation.take(logits, limits, &AtomicBool::new(false), &mut |t| {
+        piece.push_str(t)
+    })?;
+    let token = *continuation.tokens.last().expect("a token was taken");
+    if token != limits.eos || limits.options.ignore_eos {
+        let _ = events.send(RequestEvent::Token {
+            sample,
+            token,
+            text: piece,
+        });
+    }
+    Ok(next)
+}
+
+/// Sample `index` ended for `reason` (its first token at `first`): its held-back text
+/// and its end sent; returns its tokens, first token and end.
+fn end_sample(
+    mut continuation: Continuation,
+    index: usize,
+    reason: FinishReason,
+    first: Instant,
+    events: &Sender<RequestEvent>,
+) -> (usize, Instant, Instant) {
+    let mut text = String::new();
+    continuation.finish(&mut |t| text.push_str(t));
+    let _ = events.send(RequestEvent::SampleFinished {
+        sample: index,
+        reason,
+        text,
+    });
+    (continuation.tokens.len(), first, Instant::now())
+}
+
+/// Gives an admitted request its session, the prompt's cache reserved.
+fn open(
+    model: &Arc<ExecModel>,
+    options: &PrefillOptions,
+    pool: &Arc<rayon::ThreadPool>,
+    live: &mut Live,
+) -> Result<(), GenerateError> {
+    let mut session = request_session(model, options, pool)?;
+    session.reserve(live.prompt.len())?;
+    live.session = Some(session);
+    Ok(())
+}

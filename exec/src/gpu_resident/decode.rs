@@ -1,0 +1,391 @@
+//! A decode step recorded once and replayed: the host writes the token and its position
+//! into two host matrices, submits the recording, and reads back the token the device
+//! chose (greedy), and the logits only when asked.
+//!
+//! The step is two recordings, the two stages of the step's plan
+//! ([`hetsched_systems::PrefillPlan::decode_step`] with every decoder layer in one
+//! stage): the layers (the token's embedding gathered on the device, then per layer the
+//! few-row q/k/v GEMM writing the cache row the position names, attention over the keys
+//! up to it, o, gate/up and down), submitted without waiting; and the head (the
+//! few-row head GEMM, greedy sampling, the copies of the chosen token and the non-finite
+//! flags to the host), submitted and waited for. Every value that changes from step to
+//! step is read by the kernels from device buffers that the recordings fill from the
+//! host matrices, so a recording holds for every position its caches have rows for: it
+//! is made once per cache capacity (the session's context bucket: the caches double when
+//! they fill) and dropped when the caches move.
+
+use std::sync::Arc;
+
+use hetsched_gpu::{
+    AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, HostMatrix,
+    RecordedBatch,
+};
+use hetsched_systems::plan::InstanceKey;
+use hetsched_systems::resources::Job;
+
+use super::tensors::NonFiniteFlags;
+use super::{GpuModel, gpu_err};
+use crate::error::ExecError;
+use crate::queues::{JobError, JobRunner};
+
+/// The device buffers of one token's step and the host matrices around them.
+struct StepTensors {
+    /// Token id in, position in (host side, written before each replay).
+    token_in: HostMatrix,
+    position_in: HostMatrix,
+    /// Their device copies, `[1, 4]` u32 (one used).
+    token: GpuMatrix,
+    position: GpuMatrix,
+    x: GpuMatrix,
+    q: GpuMatrix,
+    attn: GpuMatrix,
+    hidden: GpuMatrix,
+    logits: GpuMatrix,
+    /// The chosen token on the device and on the host.
+    next: GpuMatrix,
+    next_out: HostMatrix,
+    /// Non-finite flags of the step's residual adds, and their host copy.
+    flags: GpuMatrix,
+    flags_out: HostMatrix,
+    /// The logits' host copy (the head recording that reads them).
+    logits_out: HostMatrix,
+}
+
+/// The recordings of one cache capacity.
+struct Recorded {
+    capacity: usize,
+    layers: RecordedBatch,
+    head: RecordedBatch,
+    /// The head that also copies the logits out, recorded on first use.
+    head_logits: Option<RecordedBatch>,
+}
+
+/// What one step produced.
+#[derive(Debug)]
+pub struct DecodeOutput {
+    /// The greedy next token (the largest logit, the lower id on a tie).
+    pub next: u32,
+    /// The logits, when asked for.
+    pub logits: Option<Vec<f32>>,
+}
+
+/// Replays decode steps of one session on the device; see the module note.
+pub struct GpuDecode {
+    model: Arc<GpuModel>,
+    /// The token embeddings, `[vocab, hidden]` f32.
+    embeddings: GpuMatrix,
+    t: StepTensors,
+    recorded: Option<Recorded>,
+    /// What the step's stages ran: set by [`JobRunner::run`] of the head.
+    out: parking_lot::Mutex<Option<Result<DecodeOutput, ExecError>>>,
+    /// Whether this step's head reads the logits.
+    want_logits: bool,
+}
+
+impl std::fmt::Debug for GpuDecode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuDecode")
+            .field("capacity", &self.recorded.as_ref().map(|r| r.capacity))
+            .finish()
+    }
+}
+
+fn alloc(ctx: &GpuContext, rows: usize, cols: usize, elem: Elem) -> Result<GpuMatrix, ExecError> {
+    ctx.alloc_matrix(rows, cols, elem).map_err(gpu_err)
+}
+
+impl GpuDecode {
+    /// Uploads the token embeddings and allocates one token's buffers.
+    pub fn new(model: Arc<GpuModel>) -> Result<Self, ExecError> {
+        let ctx = &model.context;
+        let c = &model.host.config;
+        let embeddings = ctx
+            .upload_f32(&model.host.token_embd, c.vocab_size, c.hidden)
+            .map_err(gpu_err)?;
+        let flag_rows = NonFiniteFlags::rows(1, model.layers.len());
+        let host = |rows, cols| ctx.host_matrix(rows, cols).map_err(gpu_err);
+        let t = StepTensors {
+            token_in: host(1, 1)?,
+            position_in: host(1, 1)?,
+            token: alloc(ctx, 1, 4, Elem::I32)?,
+            position: alloc(ctx, 1, 4, Elem::I32)?,
+            x: alloc(ctx, 1, c.hidden, Elem::F32)?,
+            q: alloc(ctx, 1, c.n_heads * c.head_dim, Elem::F32)?,
+            attn: alloc(ctx, 1, c.n_heads * c.head_dim, Elem::F32)?,
+            hidden: alloc(ctx, 1, c.ffn, Elem::F32)?,
+            logits: alloc(ctx, 1, c.vocab_size, Elem::F32)?,
+            next: alloc(ctx, 1, 4, Elem::I32)?,
+            next_out: host(1, 1)?,
+            flags: ctx
+                .upload_f32(
+                    &vec![0.0; flag_rows * NonFiniteFlags::COLS],
+                    flag_rows,
+                    NonFiniteFlags::COLS,
+                )
+                .map_err(gpu_err)?,
+            flags_out: host(flag_rows, NonFiniteFlags::COLS)?,
+            logits_out: host(1, c.vocab_size)?,
+        };
+        Ok(Self {
+            model,
+            embeddings,
+            t,
+            recorded: None,
+            out: parking_lot::Mutex::new(None),
+            want_logits: true,
+        })
+    }
+
+    /// Forgets the recordings (the caches they write moved); the next step records anew.
+    pub fn invalidate(&mut self) {
+        self.recorded = None;
+    }
+
+    /// Dispatches one step replays (layers and head), once recorded.
+    pub fn dispatches(&self) -> Option<usize> {
+        let r = self.recorded.as_ref()?;
+        Some(r.layers.dispatches() + r.head.dispatches())
+    }
+
+    /// Prepares the step of `token` at `position` over `caches` (one key and value cache
+    /// per layer, rows for `position`): records for this capacity if not yet done, and
+    /// writes the token and the position for the replay. Run the step's stages next
+    /// ([`JobRunner::run`]), then [`Self::finish`].
+    pub fn prepare(
+        &mut self,
+        caches: &[(GpuMatrix, GpuMatrix)],
+        (token, position): (u32, usize),
+        want_logits: bool,
+    ) -> Result<(), ExecError> {
+        let c = &self.model.host.config;
+        let capacity = caches.first().map_or(0, |(k, _)| k.rows());
+        if token as usize >= c.vocab_size {
+            return Err(ExecError::TokenOutOfRange {
+                id: token,
+                vocab: c.vocab_size,
+            });
+        }
+        if caches.len() != self.model.layers.len() || position >= capacity {
+            return Err(ExecError::Kernel(format!(
+                "a decode step at position {position} needs {} layer caches with a row for it \
+                 ({} of {capacity} rows given)",
+                self.model.layers.len(),
+                caches.len()
+            )));
+        }
+        if self.recorded.as_ref().map(|r| r.capacity) != Some(capacity) {
+            self.recorded = Some(self.record(caches, capacity)?);
+        }
+        if want_logits {
+            let r = self.recorded.as_mut().ok_or_else(not_recorded)?;
+            if r.head_logits.is_none() {
+                r.head_logits = Some(record_head(&self.model, &self.t, true)?);
+            }
+        }
+        self.want_logits = want_logits;
+        self.t.token_in.write(&[token]).map_err(gpu_err)?;
+        self.t
+            .position_in
+            .write(&[position as u32])
+            .map_err(gpu_err)?;
+        *self.out.lock() = None;
+        Ok(())
+    }
+
+    /// What the step's head produced, after the step's stages ran.
+    pub fn finish(&self) -> Result<DecodeOutput, ExecError> {
+        self.out.lock().take().unwrap_or_else(|| {
+            Err(ExecError::MissingValue {
+                op: "decode step".into(),
+                chunk: 0,
+                value: "next token",
+            })
+        })
+    }
+
+    fn record(
+        &self,
+        caches: &[(GpuMatrix, GpuMatrix)],
+        capacity: usize,
+    ) -> Result<Recorded, ExecError> {
+        let m = &self.model;
+        let c = &m.host.config;
+        let t = &self.t;
+        let ctx = &m.context;
+        let positions: Vec<usize> = (0..capacity).collect();
+        let angles = ctx
+            .rope_angles(&positions, c.head_dim, c.rope_base)
+            .map_err(gpu_err)?;
+        let mut b = GpuBatch::replayable(ctx.clone()).map_err(gpu_err)?;
+        b.upload_host(&t.token_in, &t.token).map_err(gpu_err)?;
+        b.upload_host(&t.position_in, &t.position)
+            .map_err(gpu_err)?;
+        b.embed_rows(&self.embeddings, &t.token, &t.x)
+            .map_err(gpu_err)?;
+        let flags = NonFiniteFlags {
+            layers: m.layers.len(),
+        };
+        let eps = Some(c.norm_eps);
+        let shape = AttentionShape {
+            n_tokens: 1,
+            pos0: 0,
+            kv_len: capacity,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+        };
+        for (layer, (w, (kc, vc))) in m.layers.iter().zip(caches).enumerate() {
+            let residual = |block| GemmEpilogue::Residual {
+                flags: &t.flags,
+                slot: flags.slot(0, layer, block),
+            };
+            let qkv = FusedGemm {
+                norm_eps: eps,
+                epilogue: GemmEpilogue::QkvRopeAt {
+                    angles: &angles,
+                    caches: (kc, vc),
+                    positions: &t.position,
+                    n_heads: c.n_heads,
+                    n_kv_heads: c.n_kv_heads,
+                    style: c.rope_style,
+                },
+            };
+            b.gemm_fused(&t.x, &w.qkv, &t.q, qkv).map_err(gpu_err)?;
+            b.attention_at(&t.q, (kc, vc), &shape, &t.position, &t.attn)
+                .map_err(gpu_err)?;
+            let o = FusedGemm {
+                norm_eps: None,
+                epilogue: residual(0),
+            };
+            b.gemm_fused(&t.attn, &w.o, &t.x, o).map_err(gpu_err)?;
+            let gate_up = FusedGemm {
+                norm_eps: eps,
+                epilogue: GemmEpilogue::SiluMul,
+            };
+            b.gemm_fused(&t.x, &w.gate_up, &t.hidden, gate_up)
+                .map_err(gpu_err)?;
+            let down = FusedGemm {
+                norm_eps: None,
+                epilogue: residual(1),
+            };
+            b.gemm_fused(&t.hidden, &w.down, &t.x, down)
+                .map_err(gpu_err)?;
+        }
+        Ok(Recorded {
+            capacity,
+            layers: b.record().map_err(gpu_err)?,
+            head: record_head(m, t, false)?,
+            head_logits: None,
+        })
+    }
+
+    /// Runs the decoder layers' recording, without waiting.
+    fn run_layers(&self) -> Result<(), ExecError> {
+        let r = self.recorded.as_ref().ok_or_else(not_recorded)?;
+        r.layers.submit_async().map_err(gpu_err)
+    }
+
+    /// Runs the head's recording, waits, and reads the token (and the logits).
+    fn run_head(&self) -> Result<DecodeOutput, ExecError> {
+        let r = self.recorded.as_ref().ok_or_else(not_recorded)?;
+        let head = match (self.want_logits, &r.head_logits) {
+            (true, Some(h)) => h,
+            (true, None) => return Err(not_recorded()),
+            (false, _) => &r.head,
+        };
+        head.submit().map_err(gpu_err)?;
+        let flags = self.t.flags_out.read().map_err(gpu_err)?;
+        let flags: Vec<f32> = flags.into_iter().map(f32::from_bits).collect();
+        let layers = self.model.layers.len();
+        if let Some((_, layer, block)) = (NonFiniteFlags { layers }).first_raised(&flags) {
+            return Err(ExecError::NonFiniteOnDevice {
+                layer,
+                block,
+                chunk: 0,
+            });
+        }
+        let next = self.t.next_out.read().map_err(gpu_err)?[0];
+        let logits = match self.want_logits {
+            true => Some(
+                self.t
+                    .logits_out
+                    .read()
+                    .map_err(gpu_err)?
+                    .into_iter()
+                    .map(f32::from_bits)
+                    .collect(),
+            ),
+            false => None,
+        };
+        if next as usize >= self.model.host.config.vocab_size {
+            return Err(ExecError::Kernel(
+                "the decode step's logits hold no number (greedy sampling found none)".into(),
+            ));
+        }
+        Ok(DecodeOutput { next, logits })
+    }
+}
+
+/// The head's recording: the final norm and the head GEMM, greedy sampling, and the
+/// copies of the chosen token and the flags (and with `logits`, the logits) to the host.
+fn record_head(m: &GpuModel, t: &StepTensors, logits: bool) -> Result<RecordedBatch, ExecError> {
+    let mut b = GpuBatch::replayable(m.context.clone()).map_err(gpu_err)?;
+    let head = FusedGemm {
+        norm_eps: Some(m.host.config.norm_eps),
+        epilogue: GemmEpilogue::Store,
+    };
+    b.gemm_fused(&t.x, &m.output, &t.logits, head)
+        .map_err(gpu_err)?;
+    b.argmax_rows(&t.logits, &t.next).map_err(gpu_err)?;
+    b.download_host(&t.next, &t.next_out).map_err(gpu_err)?;
+    b.download_host(&t.flags, &t.flags_out).map_err(gpu_err)?;
+    if logits {
+        b.download_host(&t.logits, &t.logits_out).map_err(gpu_err)?;
+    }
+    b.record().map_err(gpu_err)
+}
+
+fn not_recorded() -> ExecError {
+    ExecError::Kernel("the decode step ran before it was prepared".into())
+}
+
+/// The step's stages: a stage of decoder layers replays the layers' recording, the head
+/// the head's (and keeps what it produced for [`GpuDecode::finish`]). The step's plan must
+/// hold every layer in one stage (the recording is one piece).
+pub struct DecodeStages {
+    /// The step.
+    pub decode: Arc<GpuDecode>,
+    /// Per stage of the plan, its first layer (`None`: the head).
+    pub stage_layers: Vec<Option<u32>>,
+}
+
+impl JobRunner for DecodeStages {
+    fn run(&self, job: &Job) -> Result<(), JobError> {
+        let InstanceKey { stage, .. } = job.key;
+        let layer = self
+            .stage_layers
+            .get(stage as usize)
+            .ok_or_else(|| format!("no stage {stage} in this decode step's plan"))?;
+        match layer {
+            Some(0) => Ok(self.decode.run_layers()?),
+            Some(first) => Err(format!(
+                "the recorded decode step runs every layer in one stage, and stage {stage} \
+                 starts at layer {first}"
+            )
+            .into()),
+            None => {
+                let out = self.decode.run_head();
+                let failed = out.as_ref().err().map(ToString::to_string);
+                *self.decode.out.lock() = Some(out);
+                match failed {
+                    Some(e) => Err(e.into()),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    fn uses_pool(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,111 @@
+#version 450
+#extension GL_EXT_control_flow_attributes : require
+// Causal grouped-query attention for few query tokens (decode): one workgroup of 256
+// threads per (head, token) walks the token's keys in blocks of 256, one key per thread:
+// its score q·k, the block's max and sum (shared-memory trees), an online softmax across
+// blocks (running max m and sum l), then O = corr·O + P·V with each thread owning one
+// vec4 of the head's dims over a slice of the block's keys (reads of V rows coalesced),
+// the slices summed at the end. The prefill kernels (attention_flash.comp) give one token
+// one workgroup per head that walks 32 keys at a time with 32-row tiles almost empty.
+//
+// Token t sits at position pos0 + t and sees keys 0 ..= pos0 + t; with flags bit 0 its
+// position is positions[t] instead, so a recorded decode step attends over however many
+// keys the cache holds when it is replayed. Layouts as attention_flash.comp: q, out
+// [n_tokens, n_heads, head_dim]; k, v [kv, n_kv_heads, head_dim]; head_dim a multiple of
+// 4, at most 256.
+layout(local_size_x = 256) in;
+
+layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
+layout(std430, binding = 1) readonly buffer K { vec4 k[]; };
+layout(std430, binding = 2) readonly buffer V { vec4 v[]; };
+layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };
+layout(std430, binding = 4) readonly buffer Positions { uint positions[]; };
+
+layout(push_constant) uniform Push {
+    uint n_tokens;
+    uint pos0;
+    uint kv_len;   // keys the caches hold (a bound on every position + 1)
+    uint n_heads;
+    uint n_kv_heads;
+    uint head_dim;
+    float scale;
+    uint flags;    // bit 0: positions from the buffer
+    uint pad[8];
+} p;
+
+const uint T = 256;
+const uint MAX_D4 = 64;
+const float NEG_INF = -1.0 / 0.0;
+
+shared vec4 qs[MAX_D4];
+shared float ps[T];
+shared float red[T];
+shared vec4 acc_red[T];
+
+// Reduces red[0 .. T) into red[0]: max when `is_max`, else the sum.
+void reduce(bool is_max) {
+    [[unroll]] for (uint s = T / 2; s > 0; s >>= 1) {
+        uint tid = gl_LocalInvocationID.x;
+        if (tid < s) red[tid] = is_max ? max(red[tid], red[tid + s]) : red[tid] + red[tid + s];
+        barrier();
+    }
+}
+
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint h = gl_WorkGroupID.x;
+    uint t = gl_WorkGroupID.y;
+    uint d4 = p.head_dim / 4;
+    uint g = h / (p.n_heads / p.n_kv_heads);
+    uint kv_tok4 = p.n_kv_heads * d4;
+    uint q_tok4 = p.n_heads * d4;
+    uint pos = (p.flags & 1u) != 0u ? positions[t] : p.pos0 + t;
+    uint keys = min(pos + 1, p.kv_len);
+    if (tid < d4) qs[tid] = q[t * q_tok4 + h * d4 + tid];
+    // PV layout: lane = dims vec4, slice = which keys of a block.
+    uint slices = T / d4;
+    uint lane = tid % d4;
+    uint slice = tid / d4;
+    vec4 acc = vec4(0.0);
+    float m = NEG_INF;
+    float l = 0.0;
+    barrier();
+    for (uint k0 = 0; k0 < keys; k0 += T) {
+        uint j = k0 + tid;
+        float s = NEG_INF;
+        if (j < keys) {
+            uint base = j * kv_tok4 + g * d4;
+            float dotp = 0.0;
+            for (uint c = 0; c < d4; c++) dotp += dot(qs[c], k[base + c]);
+            s = dotp * p.scale;
+        }
+        red[tid] = s;
+        barrier();
+        reduce(true);
+        float m_new = max(m, red[0]);
+        barrier();
+        float e = j < keys ? exp(s - m_new) : 0.0;
+        ps[tid] = e;
+        red[tid] = e;
+        barrier();
+        reduce(false);
+        float corr = exp(m - m_new);
+        l = l * corr + red[0];
+        m = m_new;
+        acc *= corr;
+        if (slice < slices) {
+            uint end = min(T, keys - k0);
+            for (uint jj = slice; jj < end; jj += slices) {
+                acc += ps[jj] * v[(k0 + jj) * kv_tok4 + g * d4 + lane];
+            }
+        }
+        barrier();
+    }
+    acc_red[tid] = slice < slices ? acc : vec4(0.0);
+    barrier();
+    if (slice == 0 && tid < d4) {
+        vec4 sum = vec4(0.0);
+        for (uint s = 0; s < slices; s++) sum += acc_red[s * d4 + lane];
+        o[t * q_tok4 + h * d4 + lane] = sum / l;
+    }
+}

@@ -1,0 +1,222 @@
+//! What a decode step recorded once and replayed needs: attention over positions read from
+//! a buffer (`GpuBatch::attention_at`) and the few-token kernel against the reference, the
+//! q/k/v GEMM taking its positions from a buffer (`GemmEpilogue::QkvRopeAt`) against the
+//! same GEMM given them as push constants, the embedding gather, greedy sampling (ties to
+//! the lower id, NaN never chosen), and a recorded batch replayed with new inputs.
+//! Tolerances: attention `1e-5 · (max|v| + 0.1)` (as the other f32 attention kernels);
+//! the rest exact.
+
+mod common;
+
+use std::sync::Arc;
+
+use hetsched_gpu::{
+    AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuError, GpuOptions, RopeStyle,
+};
+use hetsched_kernels::{reference, seeded::SeededRng};
+
+fn reference_attention(q: &[f32], k: &[f32], v: &[f32], s: &AttentionShape) -> Vec<f32> {
+    let mut out = vec![0.0; q.len()];
+    reference::attention_causal_gqa(q, k, v, &mut out, s);
+    out
+}
+
+#[test]
+fn decode_attention_matches_the_reference_at_any_position() {
+    let Some(ctx) = common::gpu() else { return };
+    let mut rng = SeededRng::new(41);
+    // (tokens, pos0, heads, kv heads, head_dim, cache rows): one and several tokens, pasts
+    // across the 256-key blocks, head_dim 8 to 256.
+    let cases = [
+        (1, 0, 4, 2, 8, 1),
+        (1, 300, 9, 3, 64, 301),
+        (3, 510, 9, 3, 64, 600),
+        (8, 17, 2, 1, 256, 40),
+        (2, 700, 4, 4, 20, 702),
+    ];
+    for (n, pos0, heads, kv_heads, d, rows) in cases {
+        let s = AttentionShape {
+            n_tokens: n,
+            pos0,
+            kv_len: pos0 + n,
+            n_heads: heads,
+            n_kv_heads: kv_heads,
+            head_dim: d,
+        };
+        let (qc, kvc) = (heads * d, kv_heads * d);
+        let q = rng.f32s(n * qc);
+        let k = rng.f32s(rows * kvc);
+        let v = rng.f32s(rows * kvc);
+        let want = reference_attention(&q, &k[..s.kv_len * kvc], &v[..s.kv_len * kvc], &s);
+        let vmax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let tol = vec![vmax + 0.1; want.len()];
+        let qm = ctx.upload_f32(&q, n, qc).unwrap();
+        let km = ctx.upload_f32(&k, rows, kvc).unwrap();
+        let vm = ctx.upload_f32(&v, rows, kvc).unwrap();
+        let what = format!("{s:?}");
+        // Positions as push constants (GpuBatch::attention picks the decode kernel)...
+        let out = ctx.alloc_matrix(n, qc, Elem::F32).unwrap();
+        common::run_batch(ctx, |b| b.attention(&qm, (&km, &vm), &s, &out));
+        common::assert_close(&what, &ctx.download_f32(&out).unwrap(), &want, &tol, 1e-5);
+        // ... and from a buffer, over caches with more rows than the keys attended.
+        let pos: Vec<u32> = (pos0..pos0 + n).map(|p| p as u32).collect();
+        let positions = ctx.upload_u32(&pos, 1, n).unwrap();
+        let at = AttentionShape { kv_len: rows, ..s };
+        let out_at = ctx.alloc_matrix(n, qc, Elem::F32).unwrap();
+        common::run_batch(ctx, |b| {
+            b.attention_at(&qm, (&km, &vm), &at, &positions, &out_at)
+        });
+        let got = ctx.download_f32(&out_at).unwrap();
+        common::assert_same(
+            &format!("{what} from a buffer"),
+            &got,
+            &ctx.download_f32(&out).unwrap(),
+        );
+    }
+}
+
+#[test]
+fn qkv_from_positions_in_a_buffer_equals_pushed_positions() {
+    let Some(ctx) = common::gpu() else { return };
+    let mut rng = SeededRng::new(43);
+    let (heads, kv_heads, d, k, capacity) = (4, 2, 8, 36, 50);
+    let (qc, kvc) = (heads * d, kv_heads * d);
+    let n = qc + 2 * kvc;
+    let w = ctx.upload_f32(&rng.f32s(n * k), n, k).unwrap();
+    let table: Vec<usize> = (0..capacity).collect();
+    let angles_all = ctx.rope_angles(&table, d, 10_000.0).unwrap();
+    for style in [RopeStyle::Adjacent, RopeStyle::HalfSplit] {
+        for pos in [0, 7, capacity - 1] {
+            let x = ctx.upload_f32(&rng.f32s(k), 1, k).unwrap();
+            let run = |at: bool| {
+                let q = ctx.alloc_matrix(1, qc, Elem::F32).unwrap();
+                let kc = ctx
+                    .upload_f32(&vec![0.0; capacity * kvc], capacity, kvc)
+                    .unwrap();
+                let vc = ctx
+                    .upload_f32(&vec![0.0; capacity * kvc], capacity, kvc)
+                    .unwrap();
+                let one = ctx.rope_angles(&[pos], d, 10_000.0).unwrap();
+                let positions = ctx.upload_u32(&[pos as u32], 1, 1).unwrap();
+                let epilogue = match at {
+                    true => GemmEpilogue::QkvRopeAt {
+                        angles: &angles_all,
+                        caches: (&kc, &vc),
+                        positions: &positions,
+                        n_heads: heads,
+                        n_kv_heads: kv_heads,
+                        style,
+                    },
+                    false => GemmEpilogue::QkvRope {
+                        angles: &one,
+                        caches: (&kc, &vc),
+                        pos0: pos,
+                        n_heads: heads,
+                        n_kv_heads: kv_heads,
+                        style,
+                    },
+                };
+                let f = FusedGemm {
+                    norm_eps: Some(1e-5),
+                    epilogue,
+                };
+                common::run_batch(ctx, |b| b.gemm_fused(&x, &w, &q, f));
+                [&q, &kc, &vc].map(|m| ctx.download_f32(m).unwrap())
+            };
+            let (want, got) = (run(false), run(true));
+            for (i, what) in ["q", "k cache", "v cache"].iter().enumerate() {
+                common::assert_same(&format!("{style:?} at {pos}: {what}"), &got[i], &want[i]);
+            }
+        }
+    }
+    // More rows than the few-row kernel takes, and an angle table past the caches.
+    let x9 = ctx.alloc_matrix(9, k, Elem::F32).unwrap();
+    let q9 = ctx.alloc_matrix(9, qc, Elem::F32).unwrap();
+    let kc = ctx.alloc_matrix(capacity, kvc, Elem::F32).unwrap();
+    let positions = ctx.upload_u32(&[0; 9], 1, 9).unwrap();
+    let f = FusedGemm {
+        norm_eps: None,
+        epilogue: GemmEpilogue::QkvRopeAt {
+            angles: &angles_all,
+            caches: (&kc, &kc),
+            positions: &positions,
+            n_heads: heads,
+            n_kv_heads: kv_heads,
+            style: RopeStyle::Adjacent,
+        },
+    };
+    let mut b = ctx.batch().unwrap();
+    let err = b.gemm_fused(&x9, &w, &q9, f);
+    assert!(matches!(err, Err(GpuError::Shape { .. })), "{err:?}");
+}
+
+#[test]
+fn embedding_gather_and_greedy_sampling_replay_with_new_inputs() {
+    let Some(ctx) = common::gpu_with(GpuOptions::default()) else {
+        return;
+    };
+    let ctx = Arc::new(ctx);
+    let mut rng = SeededRng::new(47);
+    let (vocab, cols) = (37, 12);
+    let table_host = rng.f32s(vocab * cols);
+    let table = ctx.upload_f32(&table_host, vocab, cols).unwrap();
+    // The gathered rows are read as "logits": each row's argmax is known on the host.
+    let ids_in = ctx.host_matrix(1, 3).unwrap();
+    let ids = ctx.alloc_matrix(1, 4, Elem::I32).unwrap();
+    let rows = ctx.alloc_matrix(3, cols, Elem::F32).unwrap();
+    let best = ctx.alloc_matrix(1, 4, Elem::I32).unwrap();
+    let best_out = ctx.host_matrix(1, 3).unwrap();
+    let rows_out = ctx.host_matrix(3, cols).unwrap();
+    let mut b = GpuBatch::replayable(ctx.clone()).unwrap();
+    b.upload_host(&ids_in, &ids).unwrap();
+    b.embed_rows(&table, &ids, &rows).unwrap();
+    b.argmax_rows(&rows, &best).unwrap();
+    b.download_host(&best, &best_out).unwrap();
+    b.download_host(&rows, &rows_out).unwrap();
+    let step = b.record().unwrap();
+    assert_eq!(step.dispatches(), 2);
+    for ids_host in [[3u32, 0, 36], [36, 36, 5], [vocab as u32, 1, 2]] {
+        ids_in.write(&ids_host).unwrap();
+        step.submit().unwrap();
+        let got_rows: Vec<f32> = rows_out
+            .read()
+            .unwrap()
+            .into_iter()
+            .map(f32::from_bits)
+            .collect();
+        let got_best = best_out.read().unwrap();
+        for (r, &id) in ids_host.iter().enumerate() {
+            let want: Vec<f32> = match (id as usize) < vocab {
+                true => table_host[id as usize * cols..][..cols].to_vec(),
+                false => vec![0.0; cols], // an id past the table gathers zeros
+            };
+            let got = &got_rows[r * cols..][..cols];
+            common::assert_same(&format!("row {r} of {ids_host:?}"), got, &want);
+            let argmax = (0..cols).fold(0, |b, c| if want[c] > want[b] { c } else { b });
+            assert_eq!(
+                got_best[r], argmax as u32,
+                "argmax of row {r} of {ids_host:?}"
+            );
+        }
+    }
+    // Ties go to the lower column, NaN is never chosen, a row of NaN has no answer.
+    let nan = f32::NAN;
+    let x = [
+        [1.0, 5.0, 5.0, -1.0, 5.0],
+        [nan, 2.0, nan, 3.0, 3.0],
+        [nan, nan, nan, nan, nan],
+        [-7.0, -3.0, -3.5, -3.0, -9.0],
+    ];
+    let flat: Vec<f32> = x.iter().flatten().copied().collect();
+    let xm = ctx.upload_f32(&flat, 4, 5).unwrap();
+    let out = ctx.alloc_matrix(1, 4, Elem::I32).unwrap();
+    common::run_batch(&ctx, |b| b.argmax_rows(&xm, &out));
+    let got = ctx.download_i32(&out).unwrap();
+    assert_eq!(got, vec![1, 3, -1, 1]);
+    // A recorded batch gives its results through host matrices, not reads.
+    let mut b = GpuBatch::replayable(ctx.clone()).unwrap();
+    b.read(&rows, 0..1).unwrap();
+    assert!(matches!(b.record(), Err(GpuError::Shape { .. })));
+    // A host matrix takes exactly its words.
+    assert!(ids_in.write(&[1, 2]).is_err());
+}

@@ -1,0 +1,148 @@
+//! AVX2 variant.
+//!
+//! The integer products are those of [`super::super::gemm_w4`]'s AVX2 kernel (both
+//! operands widened to i16, `vpmaddwd`, two partial sums per column folded with
+//! `vphaddd`). `SPAN = 1`: each group's product is converted to f32 and
+//! fused-multiply-added with the sub-scales times the group's activation scale.
+//! `SPAN > 1`: the products are multiplied by the sub-scales in i32 (`vpmulld`) and
+//! added to the span's i32 sum, converted and fused-multiply-added with the span's
+//! activation scale after its groups. The row scales multiply the accumulators at the
+//! end. Same operations and order as [`super::scalar`]: bit-identical results. Needs
+//! FMA besides AVX2 (every AVX2 CPU of note has it); a CPU without it runs the scalar
+//! variant.
+
+// reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
+// `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::super::avx2_groups::{fold_pairs, group_pairs};
+use super::super::packed::{PackedW4Weights, pad_activations};
+use super::super::quant::GROUP_K;
+use super::spans_of;
+use crate::cpu::I8Kernel;
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
+
+/// Rows per microtile.
+const MR: usize = 2;
+/// Columns per half block.
+const HALF: usize = BLOCK / 2;
+
+/// `out[m, cols]` (compact tile) with AVX2 and FMA (scalar without FMA). Shapes are
+/// checked by the caller.
+///
+/// # Panics
+/// If the CPU lacks avx2.
+pub(super) fn gemm<const SPAN: usize>(
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &PackedW4Weights,
+    cols: Range<usize>,
+    out: &mut [f32],
+) {
+    assert!(I8Kernel::Avx2.is_available(), "CPU lacks avx2");
+    if !is_x86_feature_detected!("fma") {
+        return super::scalar::gemm::<SPAN>(a, a_scales, m, w, cols, out);
+    }
+    // SAFETY: avx2 and fma were detected just above.
+    unsafe { gemm_impl::<SPAN>(a, a_scales, m, w, cols, out) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+fn gemm_impl<const SPAN: usize>(
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &PackedW4Weights,
+    cols: Range<usize>,
+    out: &mut [f32],
+) {
+    let groups = w.groups();
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
+    let padded = pad_activations(a, m, w.k(), groups, 0);
+    for_each_tile(m, cols, out, MR, 1, |r0, rows, b0, _nb, tile| {
+        let a_rows = &padded[r0 * kp..(r0 + rows) * kp];
+        let scales = &a_scales[r0 * spans..(r0 + rows) * spans];
+        for half in 0..2 {
+            match rows {
+                1 => micro::<SPAN, 1>((a_rows, scales), w, b0, half, tile),
+                2 => micro::<SPAN, 2>((a_rows, scales), w, b0, half, tile),
+                _ => unreachable!("rows must be in 1..=MR"),
+            }
+        }
+    });
+}
+
+/// `Σ q a` of group `g` for `R` rows and the 8 columns of half `half` of a block.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn group_products<const R: usize>(
+    block: &[u8],
+    rows: &[&[[u8; 4]]; R],
+    g: usize,
+    half: usize,
+) -> [__m256i; R] {
+    let part = group_pairs(block, rows, g, half);
+    std::array::from_fn(|r| fold_pairs(part[r][0], part[r][1]))
+}
+
+/// Computes `R` rows × half `half` (8 columns) of block `b0` into `tile`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn micro<const SPAN: usize, const R: usize>(
+    (a_rows, scales): (&[u8], &[f32]),
+    w: &PackedW4Weights,
+    b0: usize,
+    half: usize,
+    tile: &mut Tile<f32>,
+) {
+    let groups = w.groups();
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
+    debug_assert_eq!(a_rows.len(), R * kp);
+    let (block, subs) = (w.block(b0), w.block_sub_scales(b0));
+    let rows: [&[[u8; 4]]; R] =
+        std::array::from_fn(|r| a_rows[r * kp..(r + 1) * kp].as_chunks::<4>().0);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for span in 0..spans {
+        let mut sum = [_mm256_setzero_si256(); R];
+        for g in span * SPAN..((span + 1) * SPAN).min(groups) {
+            let dots = group_products(block, &rows, g, half);
+            let at = g * BLOCK + half * HALF;
+            let s8: [u8; HALF] = std::array::from_fn(|i| subs[at + i] as u8);
+            let s = _mm256_cvtepi8_epi32(_mm_set_epi64x(0, i64::from_le_bytes(s8)));
+            if SPAN == 1 {
+                let s = _mm256_cvtepi32_ps(s);
+                for r in 0..R {
+                    let scale = _mm256_mul_ps(s, _mm256_set1_ps(scales[r * spans + span]));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
+                }
+            } else {
+                for r in 0..R {
+                    sum[r] = _mm256_add_epi32(sum[r], _mm256_mullo_epi32(dots[r], s));
+                }
+            }
+        }
+        if SPAN > 1 {
+            for r in 0..R {
+                let a_scale = _mm256_set1_ps(scales[r * spans + span]);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), a_scale, acc[r]);
+            }
+        }
+    }
+    let mut d = [0f32; HALF];
+    let all = w.row_scales();
+    let start = (b0 * BLOCK + half * HALF).min(all.len());
+    let have = &all[start..(start + HALF).min(all.len())];
+    d[..have.len()].copy_from_slice(have);
+    // SAFETY: `d` is exactly 8 readable f32.
+    let d = unsafe { _mm256_loadu_ps(d.as_ptr()) };
+    for (r, acc) in acc.iter().enumerate() {
+        let at = r * TILE_COLS + half * HALF;
+        let dst = &mut tile[at..at + HALF];
+        // SAFETY: `dst` is exactly 8 writable f32; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), _mm256_mul_ps(*acc, d)) };
+    }
+}

@@ -1,0 +1,299 @@
+//! AVX-512 VNNI variant.
+//!
+//! The products are those of [`super::super::gemm_w4`]'s VNNI kernel with the operands'
+//! roles swapped: the stored nibbles `q + 8` (0..=15) are `vpdpbusd`'s unsigned operand,
+//! as they are (no subtraction per load), and the activations its signed one, so a
+//! group's product is `Σ (q + 8) a = Σ q a + 8 Σ a`. The second term depends only on
+//! the row and group ([`super::group_bias`], computed once per call): the group's i32
+//! partials start from `-8 Σ a` instead of zero, so it costs nothing in the loop.
+//!
+//! `SPAN = 1`: the group's product is converted and fused-multiply-added with
+//! `s · a_scale` (the sub-scales converted to f32 once per group and block, times the
+//! row's activation scale: off the accumulation chain, where an integer `vpmulld` sat in
+//! a first version, 15-20% slower). `SPAN > 1`: the product fits an i16 (the g128 module
+//! docs), so one `vpdpwssd` with the sub-scales as `(s, 0)` word pairs multiplies it by
+//! the sub-scale and adds it to the span's i32 sum, converted and fused-multiply-added
+//! with the span's activation scale after its groups. The row scales multiply the f32
+//! accumulators at the end. Same operations and order as [`super::scalar`]:
+//! bit-identical results.
+//!
+//! Why the swap here and not in the integer W4A8 kernel: there the bias of the
+//! activations could be removed once per column at the end; with a float scale per
+//! group it would need a per-column, per-group correction stored beside the weights
+//! (one more bit per weight), while `8 Σ a` is one i32 per row and group.
+
+// reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
+// `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
+use super::super::quant::GROUP_K;
+use super::{group_bias, spans_of};
+use crate::cpu::I8Kernel;
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
+
+/// Rows per microtile (as the integer W4A8 kernel: 8 partials, 8 accumulators, 4
+/// unpacked weight vectors and the broadcasts fit the 32 zmm registers).
+const MR: usize = 4;
+/// Blocks of 16 columns per microtile.
+const NB: usize = 2;
+/// Groups ahead of the one multiplied whose weight bytes are prefetched (2 KiB a block).
+/// A one-row product (a decode step's) does little arithmetic per byte, so without it the
+/// loads wait on memory: in a profile of `generate --precision w4a8-g32` the first use
+/// of each group's first load took a third of the kernel's samples.
+const PREFETCH_GROUPS: usize = 8;
+
+/// `out[m, cols]` (compact tile) with AVX-512 VNNI. Shapes are checked by the caller.
+///
+/// # Panics
+/// If the CPU lacks avx512f, avx512bw or avx512vnni.
+pub(super) fn gemm<const SPAN: usize>(
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &PackedW4Weights,
+    cols: Range<usize>,
+    out: &mut [f32],
+) {
+    assert!(
+        I8Kernel::Avx512Vnni.is_available(),
+        "CPU lacks avx512f/avx512bw/avx512vnni"
+    );
+    // SAFETY: the required target features were detected just above.
+    unsafe { gemm_impl::<SPAN>(a, a_scales, m, w, cols, out) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn gemm_impl<const SPAN: usize>(
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &PackedW4Weights,
+    cols: Range<usize>,
+    out: &mut [f32],
+) {
+    let groups = w.groups();
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
+    let padded = pad_activations(a, m, w.k(), groups, 0);
+    let bias = bias_of(&padded);
+    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
+        let rows_in = Rows {
+            a: &padded[r0 * kp..(r0 + rows) * kp],
+            scales: &a_scales[r0 * spans..(r0 + rows) * spans],
+            bias: &bias[r0 * groups..(r0 + rows) * groups],
+        };
+        if nb == 2 {
+            by_rows::<SPAN, 2>(rows, &rows_in, w, b0, tile);
+        } else {
+            by_rows::<SPAN, 1>(rows, &rows_in, w, b0, tile);
+        }
+    });
+}
+
+/// [`group_bias`] with `vpsadbw`: per 64 bytes (two groups), the sums of `a + 128` of
+/// each 8 bytes, four of them per group, less `128 · 32`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn bias_of(padded: &[u8]) -> Vec<i32> {
+    let mut out = Vec::with_capacity(padded.len() / GROUP_K);
+    let (pairs, rest) = padded.as_chunks::<{ 2 * GROUP_K }>();
+    let flip = _mm512_set1_epi8(i8::MIN);
+    for pair in pairs {
+        // SAFETY: `pair` is exactly 64 readable bytes; loadu has no alignment requirement.
+        let x = unsafe { _mm512_loadu_si512(pair.as_ptr().cast()) };
+        let sums = _mm512_sad_epu8(_mm512_xor_si512(x, flip), _mm512_setzero_si512());
+        let mut lanes = [0u64; 8];
+        // SAFETY: `lanes` is exactly 64 writable bytes.
+        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), sums) };
+        for group in lanes.chunks_exact(4) {
+            let biased = group.iter().sum::<u64>() as i32;
+            out.push(8 * (biased - 128 * GROUP_K as i32));
+        }
+    }
+    out.extend(group_bias(rest));
+    out
+}
+
+/// A microtile's activation rows: padded values, scales per span and `8 Σ a` per group.
+struct Rows<'a> {
+    a: &'a [u8],
+    scales: &'a [f32],
+    bias: &'a [i32],
+}
+
+/// Picks the microkernel instantiation for `rows` rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn by_rows<const SPAN: usize, const N: usize>(
+    rows: usize,
+    a: &Rows<'_>,
+    w: &PackedW4Weights,
+    b0: usize,
+    tile: &mut Tile<f32>,
+) {
+    match rows {
+        1 => micro::<SPAN, 1, N>(a, w, b0, tile),
+        2 => micro::<SPAN, 2, N>(a, w, b0, tile),
+        3 => micro::<SPAN, 3, N>(a, w, b0, tile),
+        4 => micro::<SPAN, 4, N>(a, w, b0, tile),
+        _ => unreachable!("rows must be in 1..=MR"),
+    }
+}
+
+/// The stored `q + 8` of quads `v` (low nibbles) and `v + 4` (high) of one vector.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn unpack(bytes: &[u8]) -> (__m512i, __m512i) {
+    debug_assert_eq!(bytes.len(), VEC_BYTES);
+    // SAFETY: `bytes` is exactly 64 readable bytes; loadu has no alignment requirement.
+    let x = unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) };
+    let mask = _mm512_set1_epi8(0x0f);
+    (
+        _mm512_and_si512(x, mask),
+        _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask),
+    )
+}
+
+/// The row scales of block `b` (0 for padding columns).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn block_row_scales(w: &PackedW4Weights, b: usize) -> __m512 {
+    let mut d = [0f32; BLOCK];
+    let all = w.row_scales();
+    let start = (b * BLOCK).min(all.len());
+    let have = &all[start..((b + 1) * BLOCK).min(all.len())];
+    d[..have.len()].copy_from_slice(have);
+    // SAFETY: `d` is exactly 16 readable f32.
+    unsafe { _mm512_loadu_ps(d.as_ptr()) }
+}
+
+/// The 16 sub-scales at `s` widened to i32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn sub_scales_i32(s: &[i8]) -> __m512i {
+    debug_assert_eq!(s.len(), BLOCK);
+    // SAFETY: `s` is exactly 16 readable bytes.
+    _mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(s.as_ptr().cast()) })
+}
+
+/// The 16 sub-scales at `s` as `(s, 0)` i16 pairs: `vpdpwssd` with a partial that fits
+/// an i16 (its high word 0 or −1) then adds exactly `s · partial`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn sub_scale_words(s: &[i8]) -> __m512i {
+    debug_assert_eq!(s.len(), BLOCK);
+    // SAFETY: `s` is exactly 16 readable bytes.
+    let s = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
+    _mm512_cvtepu16_epi32(s)
+}
+
+/// `Σ q a` of group `g` for `R` rows and `N` blocks (the partials start from `-8 Σ a`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn group_products<const R: usize, const N: usize>(
+    a: &Rows<'_>,
+    rows: &[&[[u8; 4]]; R],
+    blocks: &[&[u8]; N],
+    groups: usize,
+    g: usize,
+) -> [[__m512i; N]; R] {
+    let mut part: [[__m512i; N]; R] =
+        std::array::from_fn(|r| [_mm512_set1_epi32(-a.bias[r * groups + g]); N]);
+    for v in 0..VECS {
+        let wv: [(__m512i, __m512i); N] = std::array::from_fn(|j| {
+            let at = g * GROUP_BYTES + v * VEC_BYTES;
+            unpack(&blocks[j][at..at + VEC_BYTES])
+        });
+        for r in 0..R {
+            let quads = &rows[r][g * 8..g * 8 + 8];
+            let lo = _mm512_set1_epi32(i32::from_le_bytes(quads[v]));
+            let hi = _mm512_set1_epi32(i32::from_le_bytes(quads[v + VECS]));
+            for j in 0..N {
+                part[r][j] = _mm512_dpbusd_epi32(part[r][j], wv[j].0, lo);
+                part[r][j] = _mm512_dpbusd_epi32(part[r][j], wv[j].1, hi);
+            }
+        }
+    }
+    part
+}
+
+/// Asks for the group at byte `at` of each block (the next block's start, when past
+/// the end: blocks are contiguous) to be brought to the L1 cache.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn prefetch<const N: usize>(blocks: &[&[u8]; N], at: usize) {
+    for block in blocks {
+        let group = block.as_ptr().wrapping_add(at);
+        for line in (0..GROUP_BYTES).step_by(64) {
+            // A hint: it never faults, so an address past the weights is harmless.
+            _mm_prefetch::<_MM_HINT_T0>(group.wrapping_add(line).cast());
+        }
+    }
+}
+
+/// Computes `R` rows × `N` blocks into `tile`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn micro<const SPAN: usize, const R: usize, const N: usize>(
+    a: &Rows<'_>,
+    w: &PackedW4Weights,
+    b0: usize,
+    tile: &mut Tile<f32>,
+) {
+    let groups = w.groups();
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
+    debug_assert_eq!(a.a.len(), R * kp);
+    debug_assert!(N * BLOCK <= TILE_COLS);
+    let blocks: [&[u8]; N] = std::array::from_fn(|j| w.block(b0 + j));
+    let subs: [&[i8]; N] = std::array::from_fn(|j| w.block_sub_scales(b0 + j));
+    let rows: [&[[u8; 4]]; R] =
+        std::array::from_fn(|r| a.a[r * kp..(r + 1) * kp].as_chunks::<4>().0);
+    let mut acc = [[_mm512_setzero_ps(); N]; R];
+    for span in 0..spans {
+        let mut sum = [[_mm512_setzero_si512(); N]; R];
+        for g in span * SPAN..((span + 1) * SPAN).min(groups) {
+            prefetch(&blocks, (g + PREFETCH_GROUPS) * GROUP_BYTES);
+            let part = group_products(a, &rows, &blocks, groups, g);
+            let at = g * BLOCK..(g + 1) * BLOCK;
+            if SPAN == 1 {
+                let s: [__m512; N] = std::array::from_fn(|j| {
+                    _mm512_cvtepi32_ps(sub_scales_i32(&subs[j][at.clone()]))
+                });
+                for r in 0..R {
+                    let a_scale = _mm512_set1_ps(a.scales[r * spans + span]);
+                    for j in 0..N {
+                        let scale = _mm512_mul_ps(s[j], a_scale);
+                        let dot = _mm512_cvtepi32_ps(part[r][j]);
+                        acc[r][j] = _mm512_fmadd_ps(dot, scale, acc[r][j]);
+                    }
+                }
+            } else {
+                let s: [__m512i; N] =
+                    std::array::from_fn(|j| sub_scale_words(&subs[j][at.clone()]));
+                for r in 0..R {
+                    for j in 0..N {
+                        sum[r][j] = _mm512_dpwssd_epi32(sum[r][j], part[r][j], s[j]);
+                    }
+                }
+            }
+        }
+        if SPAN > 1 {
+            for r in 0..R {
+                let a_scale = _mm512_set1_ps(a.scales[r * spans + span]);
+                for j in 0..N {
+                    acc[r][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][j]), a_scale, acc[r][j]);
+                }
+            }
+        }
+    }
+    for j in 0..N {
+        let d = block_row_scales(w, b0 + j);
+        for (r, acc) in acc.iter().enumerate() {
+            let dst = &mut tile[r * TILE_COLS + j * BLOCK..r * TILE_COLS + (j + 1) * BLOCK];
+            // SAFETY: `dst` is exactly 16 writable f32; storeu has no alignment
+            // requirement.
+            unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), _mm512_mul_ps(acc[j], d)) };
+        }
+    }
+}

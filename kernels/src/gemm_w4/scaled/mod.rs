@@ -1,0 +1,65 @@
+//! The W4A8 products whose activations carry a float scale per row and span of inputs:
+//! one kernel driver per instruction set for both spans ([`super::gemm_w4_grouped`]'s 32
+//! inputs, `SPAN = 1` weight group; [`super::gemm_w4_g128`]'s 128, `SPAN = 4`).
+//!
+//! Every variant forms a weight group's exact i32 product `Σ_{p ∈ g} a[p] · q[p]` the
+//! same way; what differs between the spans is how the products become floats:
+//!
+//! - `SPAN = 1`: the product is converted and fused-multiply-added with
+//!   `s[n, g] · a_scale[m, g]` (the scale product rounded once);
+//! - `SPAN > 1`: the products of a span's groups, each times its integer sub-scale, add
+//!   up in i32 (exact: below 2²⁴, [`super::g128`]) and only their sum is converted and
+//!   fused-multiply-added with the span's activation scale.
+//!
+//! In both, the row scale multiplies last. Every variant (scalar, AVX2, AVX-512 VNNI)
+//! performs these float operations in this order, so all are bit-identical.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512vnni;
+mod scalar;
+
+use std::ops::Range;
+
+use super::PackedW4Weights;
+use super::quant::GROUP_K;
+use crate::cpu::I8Kernel;
+
+/// `out[m, cols]` (compact tile) of activations `a[m, k]` with one scale per row and
+/// `SPAN · 32` inputs (`a_scales[m, ceil(groups / SPAN)]`) through `w`, with `kernel`.
+/// Shapes, the kernel's availability and the activations' range are checked by the
+/// caller.
+pub(super) fn gemm_with<const SPAN: usize>(
+    kernel: I8Kernel,
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &PackedW4Weights,
+    cols: Range<usize>,
+    out: &mut [f32],
+) {
+    match kernel {
+        I8Kernel::Scalar => scalar::gemm::<SPAN>(a, a_scales, m, w, cols, out),
+        #[cfg(target_arch = "x86_64")]
+        I8Kernel::Avx2 => avx2::gemm::<SPAN>(a, a_scales, m, w, cols, out),
+        #[cfg(target_arch = "x86_64")]
+        I8Kernel::Avx512Vnni => avx512vnni::gemm::<SPAN>(a, a_scales, m, w, cols, out),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("x86 kernels are never available here"),
+    }
+}
+
+/// Activation scales per row: one per `SPAN` weight groups.
+fn spans_of<const SPAN: usize>(groups: usize) -> usize {
+    groups.div_ceil(SPAN)
+}
+
+/// `8 · Σ a` of every row and group of the zero-padded activation rows `padded`
+/// (`[m, 32 · groups]`): what the unsigned `q + 8` weights add to a group's product.
+fn group_bias(padded: &[u8]) -> Vec<i32> {
+    padded
+        .chunks_exact(GROUP_K)
+        .map(|g| 8 * g.iter().map(|&b| i32::from(b as i8)).sum::<i32>())
+        .collect()
+}

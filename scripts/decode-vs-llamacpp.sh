@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Side-by-side decode speed: hetsched `generate` (direct decode steps) against llama.cpp's
+# `llama-bench` tg128, on the same model file and thread count, interleaved round by round;
+# prints medians, ranges and the goal ratios as a markdown table, and the measured memory
+# bandwidth with each precision's achieved fraction of it (docs/generation.md keeps one,
+# with date and machine).
+#
+#   scripts/decode-vs-llamacpp.sh [-n TOKENS] [-t THREADS] [-r ROUNDS]
+#       defaults: -n 128 -t 2 -r 5
+#
+# llama.cpp is built once by scripts/build-llamacpp.sh (or $LLAMACPP_BUILD); its Q8_0 and
+# Q4_0 files are made from the test model with llama-quantize (cached in
+# target/decode-vs-llamacpp/). llama-bench runs `-n TOKENS -p 0 -t THREADS -r 1`: one
+# warm-up, then TOKENS generated tokens timed. hetsched runs the release binary
+# (`cargo build --release` first): a 16-token prompt, then TOKENS tokens with
+# --ignore-eos, --decode direct (each precision's head at its own width), its
+# `decode_tokens_per_s`, `weight_bytes_per_token` and `bandwidth_fraction` from --json.
+# On a machine others load, read the ranges: a round where another process ran shows
+# as the minimum, and the medians and ratios are what to quote.
+set -euo pipefail
+
+TOKENS=128 THREADS=2 ROUNDS=5
+while getopts "n:t:r:" opt; do
+  case $opt in
+    n) TOKENS=$OPTARG ;; t) THREADS=$OPTARG ;; r) ROUNDS=$OPTARG ;;
+    *) sed -n 2,19p "$0"; exit 2 ;;
+  esac
+done
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+BIN=target/release/hetsched
+WORK=target/decode-vs-llamacpp
+mkdir -p "$WORK"
+[ -s "$MODEL" ] || scripts/fetch-model.sh
+[ -x "$BIN" ] || cargo build --release
+BUILD_SCRIPT="${LLAMACPP_BUILD:-$ROOT/scripts/build-llamacpp.sh}"
+LLAMA="$("$BUILD_SCRIPT" | tail -1)/build/bin"
+
+for q in Q8_0 Q4_0; do
+  [ -s "$WORK/model.$q.gguf" ] ||
+    "$LLAMA/llama-quantize" --allow-requantize "$MODEL" "$WORK/model.$q.gguf" "$q" >"$WORK/quantize.$q.log" 2>&1
+done
+
+PROMPT="The history of the printing press begins in the fifteenth century, when"
+hetsched_row() { # precision -> "tok/s fraction bytes"
+  "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --max-tokens "$TOKENS" --ignore-eos \
+    --precision "$1" --threads "$THREADS" --decode direct --json |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); b=d["weight_bytes_per_token"]
+print(d["decode_tokens_per_s"], d["bandwidth_fraction"], b["layers"] + b["head"], d["bandwidth_gb_s"])'
+}
+llama_row() { # quant -> "tok/s"
+  "$LLAMA/llama-bench" -m "$WORK/model.$1.gguf" -n "$TOKENS" -p 0 -t "$THREADS" -r 1 -o json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
+}
+
+ROWS="hetsched:w8a8 hetsched:w4a8-g32 hetsched:w4a8-g128 hetsched:f32 llama.cpp:Q8_0 llama.cpp:Q4_0"
+RESULTS="$WORK/results.$TOKENS.$THREADS.txt"
+: >"$RESULTS"
+for round in $(seq "$ROUNDS"); do
+  for row in $ROWS; do
+    tool=${row%%:*} what=${row#*:}
+    if [ "$tool" = hetsched ]; then line=$(hetsched_row "$what"); else line=$(llama_row "$what"); fi
+    echo "$row $line" >>"$RESULTS"
+    echo "round $round/$ROUNDS  $row  $line" >&2
+  done
+done
+
+python3 - "$RESULTS" "$TOKENS" "$THREADS" "$ROUNDS" <<'PY'
+import statistics, sys
+path, tokens, threads, rounds = sys.argv[1:]
+runs, fraction, nbytes, bandwidth = {}, {}, {}, []
+for line in open(path):
+    row, *v = line.split()
+    runs.setdefault(row, []).append(float(v[0]))
+    if len(v) > 1:
+        fraction.setdefault(row, []).append(float(v[1]))
+        nbytes[row] = int(v[2])
+        bandwidth.append(float(v[3]))
+med = {row: statistics.median(v) for row, v in runs.items()}
+print(f"tg{tokens}, {threads} threads, {rounds} interleaved rounds, medians (measured)")
+print(f"streaming-read bandwidth at {threads} threads: median {statistics.median(bandwidth):.1f} GB/s over the hetsched rows")
+print()
+print("| row | tok/s (median) | min-max | weight MB/token | bandwidth fraction (median) |")
+print("|---|---|---|---|---|")
+for row, v in runs.items():
+    mb = f"{nbytes[row] / 1e6:.1f}" if row in nbytes else "-"
+    fr = f"{statistics.median(fraction[row]):.2f}" if row in fraction else "-"
+    print(f"| {row} | {med[row]:.1f} | {min(v):.1f}-{max(v):.1f} | {mb} | {fr} |")
+print()
+def ratio(a, b, goal):
+    r = med[a] / med[b]
+    print(f"- {a} / {b}: {r:.2f}x (goal {goal}x)")
+ratio("hetsched:w4a8-g32", "llama.cpp:Q4_0", 1.25)
+ratio("hetsched:w8a8", "llama.cpp:Q8_0", 1.1)
+ratio("hetsched:w4a8-g32", "hetsched:w8a8", 1.7)
+PY

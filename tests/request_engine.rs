@@ -1,0 +1,260 @@
+//! The multi-request engine on SmolLM2-135M (W8A8): an interactive request preempts a
+//! background prefill at a chunk boundary and both requests' greedy tokens equal their
+//! tokens alone; samples decode together; cancel frees the KV caches and a second cancel
+//! is an error; admission refuses (or queues) by the KV budget and the request limit with
+//! typed errors; bad requests are refused before anything runs.
+//!
+//! Needs the model: run `scripts/fetch-model.sh` first (these tests fail, not skip,
+//! without it), as tests/real_prefill.rs.
+
+// The shared loader also holds the f32 reference, which these tests do not read.
+#[allow(dead_code)]
+mod common;
+
+use common::loaded;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hetsched::exec::PrefillOptions;
+use hetsched::exec::generate::requests::{
+    Admission, CancelError, EngineLimits, Priority, RequestEngine, RequestEvent, RequestHandle,
+    RequestMetrics, RequestSpec, SubmitError, kv_bytes,
+};
+use hetsched::exec::generate::{FinishReason, GenerateError};
+
+fn engine(limits: EngineLimits) -> RequestEngine {
+    let l = loaded();
+    let options = PrefillOptions {
+        threads: 2,
+        chunk_len: 8,
+        ..PrefillOptions::default()
+    };
+    RequestEngine::start(
+        l.w8a8.clone(),
+        Arc::new(l.tokenizer.clone()),
+        options,
+        limits,
+    )
+    .unwrap()
+}
+
+fn spec(text: &str, max_tokens: usize, priority: Priority) -> RequestSpec {
+    RequestSpec {
+        prompt: loaded().tokenizer.encode(text).unwrap(),
+        max_tokens,
+        priority,
+        ignore_eos: true,
+        ..RequestSpec::default()
+    }
+}
+
+/// What one request produced: tokens per sample, finish reasons, metrics, and when its
+/// first token and its end arrived.
+#[derive(Debug)]
+struct Outcome {
+    tokens: Vec<Vec<u32>>,
+    reasons: Vec<Option<FinishReason>>,
+    metrics: Option<RequestMetrics>,
+    first_token: Option<Instant>,
+    finished: Instant,
+}
+
+fn collect(handle: RequestHandle, n: usize) -> Outcome {
+    let mut out = Outcome {
+        tokens: vec![Vec::new(); n],
+        reasons: vec![None; n],
+        metrics: None,
+        first_token: None,
+        finished: Instant::now(),
+    };
+    for event in handle.events() {
+        match event {
+            RequestEvent::Token { sample, token, .. } => {
+                out.first_token.get_or_insert_with(Instant::now);
+                out.tokens[sample].push(token);
+            }
+            RequestEvent::SampleFinished { sample, reason, .. } => {
+                out.reasons[sample] = Some(reason)
+            }
+            RequestEvent::Finished(m) => out.metrics = Some(m),
+            RequestEvent::Failed(e) => panic!("request failed: {e}"),
+        }
+    }
+    out.finished = Instant::now();
+    out
+}
+
+fn alone(engine: &RequestEngine, spec: RequestSpec) -> Vec<Vec<u32>> {
+    let n = spec.n;
+    collect(engine.submit(spec).unwrap(), n).tokens
+}
+
+const BACKGROUND: &str = "The history of the printing press begins with movable type in \
+    East Asia and continues through Gutenberg's workshop in Mainz, where metal type, oil-based \
+    ink and a screw press made books cheap enough for merchants, students and clerks across \
+    Europe to own, changing how knowledge spread between cities and generations.";
+
+#[test]
+fn an_interactive_request_preempts_a_background_prefill_without_changing_tokens() {
+    let engine = engine(EngineLimits::default());
+    let background = spec(BACKGROUND, 6, Priority::BACKGROUND);
+    let interactive = spec("The capital of France is", 4, Priority::INTERACTIVE);
+    assert!(background.prompt.len() >= 48, "a prefill of several chunks");
+    let bg_alone = alone(&engine, background.clone());
+    let fg_alone = alone(&engine, interactive.clone());
+    let bg = engine.submit(background).unwrap();
+    let fg = engine.submit(interactive).unwrap();
+    let bg = std::thread::spawn(move || collect(bg, 1));
+    let fg = collect(fg, 1);
+    let bg = bg.join().unwrap();
+    assert_eq!(
+        fg.tokens, fg_alone,
+        "the interactive request's greedy tokens"
+    );
+    assert_eq!(bg.tokens, bg_alone, "the preempted request's greedy tokens");
+    assert!(
+        fg.finished < bg.first_token.unwrap(),
+        "the interactive request ends before the background prefill does"
+    );
+    let m = fg.metrics.unwrap();
+    assert_eq!((m.priority, m.generated_tokens), (Priority::INTERACTIVE, 4));
+    assert!(
+        m.ttft_ms > 0.0 && m.e2e_ms >= m.ttft_ms && m.tpot_ms > 0.0,
+        "{m:?}"
+    );
+    let snapshot = engine.metrics();
+    assert_eq!(snapshot.kv_bytes_in_use, 0);
+    assert_eq!(snapshot.finished, 4);
+}
+
+#[test]
+fn samples_of_one_request_decode_together() {
+    let engine = engine(EngineLimits::default());
+    let one = spec("Once upon a time", 5, Priority::INTERACTIVE);
+    let single = alone(&engine, one.clone());
+    let three = RequestSpec { n: 3, ..one };
+    let out = collect(engine.submit(three).unwrap(), 3);
+    for tokens in &out.tokens {
+        assert_eq!(
+            tokens, &single[0],
+            "greedy samples are the single continuation"
+        );
+    }
+    assert!(out.reasons.iter().all(|r| *r == Some(FinishReason::Length)));
+    assert_eq!(out.metrics.unwrap().generated_tokens, 15);
+}
+
+#[test]
+fn cancel_frees_the_caches_and_twice_is_an_error() {
+    let engine = engine(EngineLimits::default());
+    let handle = engine
+        .submit(spec(BACKGROUND, 200, Priority::BACKGROUND))
+        .unwrap();
+    handle.cancel().unwrap();
+    assert_eq!(handle.cancel(), Err(CancelError::NotLive(handle.id())));
+    let id = handle.id();
+    let out = collect(handle, 1);
+    assert_eq!(out.reasons, vec![Some(FinishReason::Cancelled)]);
+    assert_eq!(engine.cancel(id), Err(CancelError::NotLive(id)));
+    let snapshot = engine.metrics();
+    assert_eq!((snapshot.kv_bytes_in_use, snapshot.cancelled), (0, 1));
+}
+
+#[test]
+fn admission_refuses_or_queues_by_the_kv_budget() {
+    let l = loaded();
+    let c = &l.w8a8.config;
+    let request = spec("Hello there", 4, Priority::INTERACTIVE);
+    let one = kv_bytes(&request, l.w8a8.layers.len(), c.kv_dim());
+    let refusing = engine(EngineLimits {
+        kv_budget_bytes: one,
+        max_requests: 8,
+        admission: Admission::Refuse,
+    });
+    let first = refusing.submit(request.clone()).unwrap();
+    match refusing.submit(request.clone()) {
+        Err(SubmitError::KvBudgetFull { needed, .. }) => assert_eq!(needed, one),
+        other => panic!("expected a full budget, got {other:?}"),
+    }
+    let bigger = RequestSpec {
+        max_tokens: 40,
+        ..request.clone()
+    };
+    assert!(matches!(
+        refusing.submit(bigger),
+        Err(SubmitError::KvNeverFits { .. })
+    ));
+    collect(first, 1);
+    // Memory freed: the same request fits again.
+    collect(refusing.submit(request.clone()).unwrap(), 1);
+
+    let waiting = engine(EngineLimits {
+        kv_budget_bytes: one,
+        max_requests: 2,
+        admission: Admission::Wait,
+    });
+    let a = waiting.submit(request.clone()).unwrap();
+    let b = waiting.submit(request.clone()).unwrap();
+    assert!(matches!(
+        waiting.submit(request.clone()),
+        Err(SubmitError::TooManyRequests { limit: 2 })
+    ));
+    let (a, b) = (collect(a, 1), collect(b, 1));
+    assert_eq!(a.tokens, b.tokens);
+    assert!(
+        a.finished <= b.finished,
+        "the second waited for the first's memory"
+    );
+}
+
+#[test]
+fn bad_requests_are_refused_before_they_run() {
+    let engine = engine(EngineLimits::default());
+    let good = spec("Hi", 4, Priority::INTERACTIVE);
+    let cases = [
+        RequestSpec {
+            prompt: Vec::new(),
+            ..good.clone()
+        },
+        RequestSpec {
+            n: 0,
+            ..good.clone()
+        },
+        RequestSpec {
+            max_tokens: 0,
+            ..good.clone()
+        },
+        RequestSpec {
+            max_tokens: 1 << 20,
+            ..good.clone()
+        },
+    ];
+    for case in cases {
+        let e = engine.submit(case).unwrap_err();
+        assert!(matches!(e, SubmitError::Invalid(_)), "{e}");
+    }
+    let e = engine
+        .submit(RequestSpec {
+            prompt: vec![u32::MAX],
+            ..good.clone()
+        })
+        .unwrap_err();
+    assert!(matches!(e, SubmitError::TokenOutOfRange { .. }), "{e}");
+    let e = engine
+        .submit(RequestSpec {
+            sampling: hetsched::exec::generate::Sampling {
+                top_p: 2.0,
+                ..good.sampling
+            },
+            ..good.clone()
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SubmitError::Invalid(GenerateError::InvalidSampling { .. })
+        ),
+        "{e}"
+    );
+    assert_eq!(engine.metrics().kv_bytes_in_use, 0);
+}
