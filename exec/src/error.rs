@@ -295,6 +295,18 @@ pub enum CalibrationError {
         /// The model being loaded.
         found: String,
     },
+    /// A site's shapes are not the loaded model's.
+    #[error(
+        "the calibration's {at} has {found}, the model's has {expected}: run `hetsched calibrate` on this model again"
+    )]
+    Shape {
+        /// The site and layer.
+        at: String,
+        /// The file's channels and row bytes.
+        found: String,
+        /// The model's.
+        expected: String,
+    },
     /// A pruning rate outside 0..=1.
     #[error(
         "prune rate {0} is outside 0..=1: give the share of sites whose shadow is dropped, e.g. 0.85"
