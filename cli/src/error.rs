@@ -65,6 +65,12 @@ pub enum CliError {
     /// The server could not start or stopped with an error.
     #[error(transparent)]
     Serve(#[from] hetsched_serve::ServeError),
+    /// A request trace that cannot be used.
+    #[error(transparent)]
+    RequestTrace(#[from] hetsched::request_trace::TraceError),
+    /// A request mix that cannot be simulated.
+    #[error(transparent)]
+    Requests(#[from] hetsched::requests::RequestsError),
     /// A number of seconds that is not a time.
     #[error("{name} {value}: give a number of seconds, 0 or more")]
     InvalidSeconds {

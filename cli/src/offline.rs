@@ -8,8 +8,11 @@ use hetsched::budget::{BudgetSpec, apply_budget};
 use hetsched::engine;
 use hetsched::progress::Progress;
 use hetsched::report::RunReport;
+use hetsched::request_trace::load_trace;
+use hetsched::requests::{MixReport, simulate_requests};
 use hetsched::scene::{DEFAULT_SCENE, Scene, SceneError, shipped_scenes};
 use hetsched::systems::{DecodeEstimate, estimate_decode};
+use hetsched::timeline::Trace;
 
 use crate::CliError;
 use crate::choices::{MemoryPlan, policies_or_all, policy_name};
@@ -55,7 +58,19 @@ pub struct SimulateArgs {
     /// `[memory] plan_effort`, scaled unless it says].
     #[arg(long, value_enum)]
     memory_plan: Option<MemoryPlan>,
+    /// Simulate the requests of this trace file together on the scene (TOML, format in
+    /// docs/requests.md; shipped ones in scenes/traces/): per request its time to first
+    /// token beside alone, per priority class p50/p99; prompt lengths come from the trace.
+    #[arg(long, value_name = "TRACE", conflicts_with_all = ["prompt_len", "decode_tokens"])]
+    requests: Option<PathBuf>,
+    /// With --requests: the policy across requests: fcfs, priority or slack.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_MIX_REQUEST_POLICY, requires = "requests")]
+    request_policy: String,
 }
+
+/// `simulate --requests` without `--request-policy`: the policy that fills idle
+/// processors within the urgent requests' slack.
+const DEFAULT_MIX_REQUEST_POLICY: &str = "slack";
 
 /// `simulate --decode-tokens`: the prefill's report, the modelled decode, end to end.
 #[derive(serde::Serialize)]
@@ -185,6 +200,9 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     if let Some(budget) = &args.memory_budget {
         apply_budget(&mut scene, budget)?;
     }
+    if let Some(trace) = &args.requests {
+        return simulate_mix(&scene, trace, &args.request_policy, args.json, &timelines);
+    }
     let plan = Arc::new(scene.plan()?);
     let decode = args
         .decode_tokens
@@ -210,6 +228,33 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         scene.name, report.policy, report.prompt_len, report.chunk_len
     );
     timelines.write(&title, &run)
+}
+
+/// `simulate --requests`: the trace's requests together on `scene`, reported per request
+/// and per class, and the timelines coloured by request.
+fn simulate_mix(
+    scene: &Scene,
+    trace: &std::path::Path,
+    request_policy: &str,
+    json: bool,
+    timelines: &Timelines,
+) -> Result<(), CliError> {
+    let trace = load_trace(trace)?;
+    let specs: Vec<_> = trace.iter().map(|t| t.spec.clone()).collect();
+    let run = simulate_requests(scene, &specs, request_policy)?;
+    let report = MixReport::new(scene, request_policy, &trace, &run);
+    print_json_or(json, &report, || report.summary());
+    if timelines.any() {
+        let title = format!(
+            "{}: {} requests, {} across, {} within",
+            scene.name,
+            trace.len(),
+            request_policy,
+            scene.policy
+        );
+        timelines.write_trace(&Trace::of_requests(&title, &run))?;
+    }
+    Ok(())
 }
 
 /// Every policy over scenes and prompt lengths, as a table or JSON.

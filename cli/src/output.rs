@@ -56,12 +56,16 @@ impl Timelines {
         if !self.any() {
             return Ok(());
         }
-        let timeline = Trace::new(title, run);
+        self.write_trace(&Trace::new(title, run))
+    }
+
+    /// Writes the timelines of `timeline`.
+    pub fn write_trace(&self, timeline: &Trace) -> Result<(), CliError> {
         if let Some(path) = &self.trace {
-            write_file(path, &to_chrome_json(&timeline))?;
+            write_file(path, &to_chrome_json(timeline))?;
         }
         if let Some(path) = &self.svg {
-            write_file(path, &to_svg(&timeline))?;
+            write_file(path, &to_svg(timeline))?;
         }
         Ok(())
     }

@@ -60,13 +60,38 @@ fn events(trace: &Trace, pid: u32, process: &str) -> Vec<Value> {
         }));
     }
     for s in &trace.slices {
+        // In a trace of several requests, a slice is named by its request first: the
+        // viewer colours slices by name, so each request gets its colour.
+        let (name, cat) = match s.request {
+            Some(r) => (format!("r{r} {}", s.template), format!("request {r}")),
+            None => (s.template.clone(), format!("chunk {}", s.key.chunk)),
+        };
         events.push(json!({
-            "ph": "X", "name": s.template, "cat": format!("chunk {}", s.key.chunk),
+            "ph": "X", "name": name, "cat": cat,
             "pid": pid, "tid": tid(s.lane), "ts": us(s.start_ns), "dur": us(s.end_ns - s.start_ns),
             "args": {
                 "chunk": s.key.chunk, "stage": s.key.stage, "template": s.template,
-                "ops": s.ops, "shared": s.shared,
+                "ops": s.ops, "shared": s.shared, "request": s.request,
             },
+        }));
+    }
+    // A track per request below the processors: its span from arrival to first token,
+    // with a flow from its arrival to the first token.
+    for (i, r) in trace.requests.iter().enumerate() {
+        let track = tid(trace.lanes.len() + i);
+        events.push(json!({
+            "ph": "M", "name": "thread_name", "pid": pid, "tid": track,
+            "args": { "name": format!("request {} ({})", r.id, r.priority) },
+        }));
+        events.push(json!({
+            "ph": "M", "name": "thread_sort_index", "pid": pid, "tid": track,
+            "args": { "sort_index": trace.lanes.len() + i },
+        }));
+        events.push(json!({
+            "ph": "X", "name": format!("r{} to first token", r.id), "cat": format!("request {}", r.id),
+            "pid": pid, "tid": track, "ts": us(r.arrival_ns),
+            "dur": us(r.first_token_ns.saturating_sub(r.arrival_ns)),
+            "args": { "request": r.id, "priority": r.priority },
         }));
     }
     for (id, f) in trace.flows.iter().enumerate() {

@@ -31,6 +31,7 @@ pub fn with_decode_steps(
             shared: false,
             start_ns: offset_ns.saturating_add(start),
             end_ns: offset_ns.saturating_add(end.max(start)),
+            request: None,
         }));
     let mut order: Vec<usize> = (0..trace.slices.len()).collect();
     // Decode slices after every prefill slice of the same start (stable, by index).
@@ -78,6 +79,7 @@ mod tests {
             shared: false,
             start_ns,
             end_ns,
+            request: None,
         }
     }
 
@@ -95,6 +97,7 @@ mod tests {
             flows: vec![Flow { from: 0, to: 1 }],
             counters: Vec::new(),
             makespan_ns: 30,
+            requests: Vec::new(),
         };
         let with = with_decode_steps(trace, 0, 30, &[(0, 5), (6, 12)]);
         let names: Vec<&str> = with.slices.iter().map(|s| s.template.as_str()).collect();

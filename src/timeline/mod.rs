@@ -13,6 +13,8 @@ use hetsched_systems::resources::CounterSample;
 use hetsched_systems::{InstanceKey, PrefillPlan};
 
 use crate::engine::RunOutcome;
+use hetsched_runtime::requests::RequestsRun;
+use hetsched_systems::RequestId;
 
 /// A processor lane.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +44,23 @@ pub struct Slice {
     pub start_ns: u64,
     /// End, ns.
     pub end_ns: u64,
+    /// The request it belongs to, in a trace of several requests ([`Trace::of_requests`]);
+    /// `None` in a single run's.
+    pub request: Option<u64>,
+}
+
+/// A request's way to its first token, in a trace of several requests: drawn as a track
+/// of its own in the Chrome trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestSpan {
+    /// The request's id.
+    pub id: u64,
+    /// Its priority class (`interactive`, `background` or the number).
+    pub priority: String,
+    /// Arrival, ns.
+    pub arrival_ns: u64,
+    /// First token ready (its prefill's end), ns.
+    pub first_token_ns: u64,
 }
 
 /// A dependency from one slice to another on a different lane.
@@ -68,6 +87,8 @@ pub struct Trace {
     pub counters: Vec<(String, Vec<CounterSample>)>,
     /// Makespan, ns.
     pub makespan_ns: u64,
+    /// In a trace of several requests, each request's span to its first token.
+    pub requests: Vec<RequestSpan>,
 }
 
 impl Trace {
@@ -89,6 +110,7 @@ impl Trace {
                     shared: stage.sharing == hetsched_systems::graph::Sharing::Static,
                     start_ns: r.start_ns,
                     end_ns: r.end_ns,
+                    request: None,
                 }
             })
             .collect();
@@ -130,6 +152,63 @@ impl Trace {
             flows,
             counters: run.timeline.counters.clone(),
             makespan_ns: run.makespan_ns,
+            requests: Vec::new(),
+        }
+    }
+
+    /// The trace of several requests simulated together: every job as a slice on its
+    /// processor's lane, tagged with its request (coloured by request in the SVG, named
+    /// by it in the Chrome trace), and each request's span from arrival to first token.
+    /// No dependency flows: they cross requests' plans.
+    pub fn of_requests(title: &str, run: &RequestsRun) -> Trace {
+        let index_of = |id: RequestId| run.outcomes.iter().position(|o| o.id == id);
+        let mut slices: Vec<Slice> = run
+            .slices
+            .iter()
+            .filter_map(|r| {
+                let plan = &run.plans[index_of(r.request)?];
+                let stage = &plan.stages[r.key.stage as usize];
+                Some(Slice {
+                    lane: r.lane,
+                    key: r.key,
+                    template: stage.name.clone(),
+                    ops: stage.op_names().into_iter().map(String::from).collect(),
+                    shadow: stage.is_shadow(),
+                    shared: stage.sharing == hetsched_systems::graph::Sharing::Static,
+                    start_ns: r.start_ns,
+                    end_ns: r.end_ns,
+                    request: Some(r.request.0),
+                })
+            })
+            .collect();
+        slices.sort_by_key(|s| (s.lane, s.start_ns, s.request, s.key));
+        let lanes = run.plans.first().map_or_else(Vec::new, |plan| {
+            plan.device
+                .processors
+                .iter()
+                .map(|p| Lane {
+                    name: p.name.clone(),
+                    kind: p.kind.as_str(),
+                })
+                .collect()
+        });
+        Trace {
+            title: title.to_string(),
+            lanes,
+            slices,
+            flows: Vec::new(),
+            counters: Vec::new(),
+            makespan_ns: run.makespan_ns,
+            requests: run
+                .outcomes
+                .iter()
+                .map(|o| RequestSpan {
+                    id: o.id.0,
+                    priority: o.priority.label(),
+                    arrival_ns: o.arrival_ns,
+                    first_token_ns: o.arrival_ns + o.ttft_ns,
+                })
+                .collect(),
         }
     }
 }
@@ -179,12 +258,53 @@ impl Trace {
             slices: slices.into_iter().map(|(_, s)| s).collect(),
             counters: self.counters.clone(),
             makespan_ns: self.makespan_ns.max(predicted.makespan_ns),
+            requests: self.requests.clone(),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_trace_of_requests_tags_every_job_and_gives_each_request_a_track() {
+        use crate::requests::{RequestSpec as Spec, simulate_requests};
+        use hetsched_systems::{Priority, SloTargets};
+        let scene = crate::scene::Scene::default_scene();
+        let specs = [
+            (0, Priority::BACKGROUND, 0, 256),
+            (1, Priority::INTERACTIVE, 20, 64),
+        ]
+        .map(|(id, priority, arrival_ms, prompt_len)| Spec {
+            id: RequestId(id),
+            priority,
+            targets: SloTargets::default(),
+            arrival_ns: arrival_ms * 1_000_000,
+            prompt_len,
+        });
+        let run = simulate_requests(&scene, &specs, "priority").unwrap();
+        let trace = Trace::of_requests("mix", &run);
+        assert_eq!(trace.slices.len(), run.slices.len());
+        for id in [0, 1] {
+            assert!(trace.slices.iter().any(|s| s.request == Some(id)));
+        }
+        assert_eq!(trace.requests.len(), 2);
+        let json: serde_json::Value =
+            serde_json::from_str(&chrome::to_chrome_json(&trace)).unwrap();
+        let tracks = json["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .count();
+        assert_eq!(
+            tracks,
+            trace.lanes.len() + 2,
+            "a track per processor and request"
+        );
+        let picture = svg::to_svg(&trace);
+        assert!(picture.contains("request 1") && !picture.contains(">chunk 0<"));
+    }
+
     use std::sync::Arc;
 
     use hetsched_systems::PolicyRegistry;

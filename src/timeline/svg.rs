@@ -1,4 +1,5 @@
-//! A self-contained SVG picture of a run: a lane per processor, a colour per chunk, idle
+//! A self-contained SVG picture of a run: a lane per processor, a colour per chunk (per
+//! request in a trace of several requests), idle
 //! time as the grey lane background, and a time axis in milliseconds.
 
 use std::fmt::Write as _;
@@ -59,12 +60,17 @@ pub fn to_svg(trace: &Trace) -> String {
     let x = |ns: u64| LEFT + ns as f64 / span_ns * plot;
     let lanes_bottom = TOP + trace.lanes.len() as f64 * (LANE_HEIGHT + LANE_GAP);
     let axis_y = lanes_bottom + 4.0;
-    let chunks = trace
+    let by_request = trace.slices.iter().any(|s| s.request.is_some());
+    let swatches = trace
         .slices
         .iter()
-        .map(|s| s.key.chunk + 1)
+        .map(|s| match s.request {
+            Some(r) => u32::try_from(r).unwrap_or(u32::MAX).saturating_add(1),
+            None => s.key.chunk + 1,
+        })
         .max()
         .unwrap_or(0);
+    let coloured_by = if by_request { "request" } else { "chunk" };
     let legend_y = axis_y + 40.0;
     let height = legend_y + 30.0;
 
@@ -87,7 +93,7 @@ pub fn to_svg(trace: &Trace) -> String {
         slice_svg(&mut svg, s, &x);
     }
     axis_svg(&mut svg, span_ns, plot, axis_y);
-    legend_svg(&mut svg, trace, chunks, legend_y);
+    legend_svg(&mut svg, trace, (coloured_by, swatches), legend_y);
     svg.push_str("\n</svg>\n");
     svg
 }
@@ -111,12 +117,12 @@ fn lanes_svg(svg: &mut String, trace: &Trace, plot: f64) {
     }
 }
 
-/// One slice as a bar in its lane, coloured by chunk, with a hover title; `x` maps a time
+/// One slice as a bar in its lane, coloured by request or else by chunk, with a hover title; `x` maps a time
 /// to the plot's x.
 fn slice_svg(svg: &mut String, s: &super::Slice, x: &impl Fn(u64) -> f64) {
     let y = TOP + s.lane as f64 * (LANE_HEIGHT + LANE_GAP);
     let (x0, x1) = (x(s.start_ns), x(s.end_ns));
-    let colour = PALETTE[s.key.chunk as usize % PALETTE.len()];
+    let colour = PALETTE[s.request.unwrap_or(u64::from(s.key.chunk)) as usize % PALETTE.len()];
     // An outlier shadow is drawn as a short outlined bar, to tell it from the float
     // work around it.
     let (y, height, stroke) = if s.shadow {
@@ -126,8 +132,10 @@ fn slice_svg(svg: &mut String, s: &super::Slice, x: &impl Fn(u64) -> f64) {
     };
     let _ = writeln!(
         svg,
-        r##"<rect x="{x0:.2}" y="{y:.1}" width="{:.2}" height="{height:.1}" fill="{colour}" stroke="{stroke}" stroke-width="0.3"><title>{} chunk {} stage {}: {:.3}-{:.3} ms</title></rect>"##,
+        r##"<rect x="{x0:.2}" y="{y:.1}" width="{:.2}" height="{height:.1}" fill="{colour}" stroke="{stroke}" stroke-width="0.3"><title>{}{} chunk {} stage {}: {:.3}-{:.3} ms</title></rect>"##,
         (x1 - x0).max(0.2),
+        s.request
+            .map_or_else(String::new, |r| format!("request {r}: ")),
         escape(&s.template),
         s.key.chunk,
         s.key.stage,
@@ -165,8 +173,9 @@ fn axis_svg(svg: &mut String, span_ns: f64, plot: f64, axis_y: f64) {
     );
 }
 
-/// The legend: idle, one swatch per chunk colour, the shadow bar where the trace has one.
-fn legend_svg(svg: &mut String, trace: &Trace, chunks: u32, legend_y: f64) {
+/// The legend: idle, one swatch per colour (`coloured_by` chunk or request, `chunks` of
+/// them), the shadow bar where the trace has one.
+fn legend_svg(svg: &mut String, trace: &Trace, (coloured_by, chunks): (&str, u32), legend_y: f64) {
     let _ = write!(
         svg,
         r##"<rect x="{LEFT}" y="{:.1}" width="14" height="14" fill="#e6e6e6"/><text x="{:.1}" y="{:.1}">idle</text>"##,
@@ -178,7 +187,7 @@ fn legend_svg(svg: &mut String, trace: &Trace, chunks: u32, legend_y: f64) {
         let lx = LEFT + 60.0 + f64::from(chunk) * 80.0;
         let _ = write!(
             svg,
-            r##"<rect x="{lx:.1}" y="{:.1}" width="14" height="14" fill="{}"/><text x="{:.1}" y="{legend_y:.1}">chunk {chunk}</text>"##,
+            r##"<rect x="{lx:.1}" y="{:.1}" width="14" height="14" fill="{}"/><text x="{:.1}" y="{legend_y:.1}">{coloured_by} {chunk}</text>"##,
             legend_y - 11.0,
             PALETTE[chunk as usize],
             lx + 18.0
@@ -198,7 +207,7 @@ fn legend_svg(svg: &mut String, trace: &Trace, chunks: u32, legend_y: f64) {
     if chunks as usize > PALETTE.len() {
         let _ = write!(
             svg,
-            r#"<text x="{next_x:.1}" y="{legend_y:.1}">colours repeat every {} chunks</text>"#,
+            r#"<text x="{next_x:.1}" y="{legend_y:.1}">colours repeat every {} {coloured_by}s</text>"#,
             PALETTE.len()
         );
     }
