@@ -274,9 +274,9 @@ impl Grid<'_> {
     ///
     /// The models take turns at each setting (rep, prompt length, chunk length): a slow
     /// spell of the machine (another process, a noisy neighbour) then spreads over every
-    /// precision instead of skewing the one measured during it (session 9: a profile that
-    /// ran each precision's grid in one block priced w8a8's stages 15-60% above the
-    /// previous session's on the same build).
+    /// precision instead of skewing the one measured during it (a profile that
+    /// ran each precision's grid in one block priced w8a8's stages 15-60% above an
+    /// earlier one on the same build).
     fn measure(
         &self,
         models: &[Arc<ExecModel>],
