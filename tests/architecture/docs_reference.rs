@@ -43,9 +43,9 @@ fn numbered_word(lower: &str) -> Option<String> {
             // "session-" carries its separator; the others are followed by one space.
             let number_at = at + word.len() + usize::from(!word.ends_with('-'));
             let separated = word.ends_with('-') || lower[at + word.len()..].starts_with(' ');
-            let digits = lower
-                .get(number_at..)
-                .map_or(0, |rest| rest.chars().take_while(char::is_ascii_digit).count());
+            let digits = lower.get(number_at..).map_or(0, |rest| {
+                rest.chars().take_while(char::is_ascii_digit).count()
+            });
             if starts_word && separated && digits > 0 {
                 return Some(format!("\"{}\"", &lower[at..number_at + digits]));
             }
@@ -94,7 +94,11 @@ fn the_docs_name_no_work_session_issue_or_device_tool() {
     let mut found = Vec::new();
     for file in reference_docs(root) {
         let text = std::fs::read_to_string(&file).expect("a readable doc");
-        let name = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+        let name = file
+            .strip_prefix(root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         for (n, line) in text.lines().enumerate() {
             if let Some(what) = diary_reference(line) {
                 found.push(format!("{name}:{}: {what}", n + 1));
