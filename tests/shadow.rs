@@ -1,4 +1,4 @@
-//! Outlier shadowing with a calibration (issue 6): the calibration file round-trips and
+//! Outlier shadowing with a calibration: the calibration file round-trips and
 //! refuses another model, another version or a corrupt file; pruning every site is plain
 //! W8A8 under the max scale and reads few cold rows under hot-max; keeping every site with
 //! every channel hot is the full shadow; cold rows read from the model file equal
@@ -469,7 +469,7 @@ fn calibrated_shadow_perplexity_is_near_f32() {
     );
 }
 
-/// Issue 6's goal, measured as docs/outliers.md does: `hetsched calibrate`'s defaults on
+/// The accuracy goal of the calibrated shadow, measured as docs/outliers.md does: `hetsched calibrate`'s defaults on
 /// all of Apache-2.0 (9 windows of 256), 85% of the sites pruned, perplexity on 8 windows
 /// of 256 GPL-3 tokens within 1% of f32's (measured +0.30%, KL 0.0043).
 #[test]
