@@ -28,6 +28,8 @@ gcc -std=c11 -O1 examples/c/host_queues.c -o "$out/host_queues" "${flags[@]}"
 "$out/host_queues" --json-out "$out/hosted.json" --trace "$out/hosted.trace.json" --svg "$out/hosted.svg"
 "$out/host_queues" --step
 "$out/host_queues" --wall --step
+"$out/host_queues" --cancel-after 10
+"$out/host_queues" --step --cancel-after 10
 
 echo "== C: every function with bad input"
 gcc -std=c11 -O1 examples/c/abuse.c -o "$out/abuse" "${flags[@]}"

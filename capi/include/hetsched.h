@@ -54,6 +54,9 @@ typedef enum hs_status {
   HS_ERR_STATE = 12,
   // A bug in the library, caught before it reached the caller.
   HS_ERR_INTERNAL = 13,
+  // A run the host cancelled (`hs_engine_cancel`): it stopped at a subgraph boundary
+  // after the jobs already on the host's queues were reported.
+  HS_ERR_CANCELLED = 14,
 } hs_status;
 
 // A run on host queues. Opaque; from `hs_engine_create`, ended with `hs_engine_destroy`.
@@ -175,6 +178,17 @@ enum hs_status hs_engine_run(const struct hs_engine *engine);
 // # Safety
 // `finished` is NULL or valid for writes.
 enum hs_status hs_engine_step(const struct hs_engine *engine, int32_t *finished);
+
+// Cancels the run from any thread (a host thread, a signal-handling thread, one of the
+// queue callbacks): no job is dispatched after the driver sees it, the jobs already on
+// the host's queues run to their end and are reported with `hs_engine_complete` as
+// usual, and the driver (`hs_engine_run`, or the `hs_engine_step` after the last of
+// those reports) returns `HS_ERR_CANCELLED`, its message saying how many subgraphs were
+// done. Should one of those jobs fail instead, the run fails as any run does
+// (`HS_ERR_RUN_FAILED`, the others passed to `cancel`). A cancel before the first run
+// or step ends the run there, with nothing dispatched; a cancel of a run that already
+// ended does nothing. Asking twice is asking once.
+enum hs_status hs_engine_cancel(const struct hs_engine *engine);
 
 // Reports that job `job` ran from `start_ns` to `end_ns` (on the engine's clock: ns
 // since the run started for `HS_CLOCK_WALL`, modeled times for `HS_CLOCK_VIRTUAL`).

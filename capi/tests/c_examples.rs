@@ -148,6 +148,26 @@ fn c_host_queues_equal_the_simulation_under_asan() {
 }
 
 #[test]
+fn a_host_thread_cancels_the_c_hosts_run_under_asan() {
+    let dir = scratch("cancel");
+    let Some(exe) = build("gcc", "-std=c11", "examples/c/host_queues.c", &dir) else {
+        return;
+    };
+    for args in [
+        &["--cancel-after", "10"][..],
+        &["--step", "--cancel-after", "10"],
+        &["--wall", "--cancel-after", "5"],
+    ] {
+        let out = run(&exe, args);
+        assert!(
+            out.contains("cancelled after") && out.contains("cancelled with"),
+            "{out}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn every_function_survives_bad_input_under_asan() {
     let dir = scratch("abuse");
     if let Some(exe) = build("gcc", "-std=c11", "examples/c/abuse.c", &dir) {

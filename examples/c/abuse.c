@@ -102,6 +102,7 @@ int main(void) {
     EXPECT(hs_engine_fail(NULL, 0, NULL), HS_ERR_NULL_ARGUMENT);
     EXPECT(hs_engine_now_ns(NULL, &number), HS_ERR_NULL_ARGUMENT);
     EXPECT(hs_engine_result(NULL, &run), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_engine_cancel(NULL), HS_ERR_NULL_ARGUMENT);
     EXPECT(hs_engine_destroy(NULL), HS_OK);
     EXPECT(hs_string_free(NULL), HS_OK);
 
@@ -146,6 +147,7 @@ int main(void) {
     EXPECT(hs_engine_step((hs_engine *)run, &finished), HS_ERR_WRONG_HANDLE_KIND);
     EXPECT(hs_engine_complete((hs_engine *)scene, 0, 0, 1), HS_ERR_WRONG_HANDLE_KIND);
     EXPECT(hs_engine_destroy((hs_engine *)plan), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_engine_cancel((hs_engine *)plan), HS_ERR_WRONG_HANDLE_KIND);
 
     /* Integers that were never handles; a pointer to the host's own memory. */
     EXPECT(hs_plan_get_info((hs_plan *)(uintptr_t)8, &info), HS_ERR_INVALID_HANDLE);
@@ -179,6 +181,7 @@ int main(void) {
     /* Destroyed: every later use is refused. */
     EXPECT(hs_engine_destroy(engine), HS_ERR_INVALID_HANDLE);
     EXPECT(hs_engine_complete(engine, 0, 0, 1), HS_ERR_INVALID_HANDLE);
+    EXPECT(hs_engine_cancel(engine), HS_ERR_INVALID_HANDLE);
 
     /* A host failure reported from inside submit: the run fails, the rest is cancelled. */
     EXPECT(hs_engine_create(plan, "inorder", HS_CLOCK_VIRTUAL, &sync_engine), HS_OK);
