@@ -50,6 +50,10 @@ pub enum hs_status {
     /// A run the host cancelled (`hs_engine_cancel`): it stopped at a subgraph boundary
     /// after the jobs already on the host's queues were reported.
     HS_ERR_CANCELLED = 14,
+    /// A request id that is not live (finished, cancelled before, or never submitted).
+    HS_ERR_UNKNOWN_REQUEST = 15,
+    /// The request engine is full (its KV budget, or its request limit): retry later.
+    HS_ERR_BUSY = 16,
 }
 
 /// Why a call failed; its text becomes `hs_last_error()`.
@@ -86,6 +90,15 @@ pub(crate) enum CapiError {
     Predict(String),
     #[error("{0}")]
     UnknownJob(String),
+    #[cfg(feature = "models")]
+    #[error("the model could not be loaded: {0}")]
+    LoadModel(String),
+    #[cfg(feature = "models")]
+    #[error("{0}")]
+    UnknownRequest(String),
+    #[cfg(feature = "models")]
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     State(String),
     #[error("internal error (a bug in hetsched): {0}")]
@@ -110,6 +123,12 @@ impl CapiError {
             CapiError::Utf8 { .. } => HS_ERR_INVALID_UTF8,
             CapiError::InvalidArgument(_) => HS_ERR_INVALID_ARGUMENT,
             CapiError::Load(_) => HS_ERR_LOAD,
+            #[cfg(feature = "models")]
+            CapiError::LoadModel(_) => HS_ERR_LOAD,
+            #[cfg(feature = "models")]
+            CapiError::UnknownRequest(_) => HS_ERR_UNKNOWN_REQUEST,
+            #[cfg(feature = "models")]
+            CapiError::Busy(_) => HS_ERR_BUSY,
             CapiError::Plan(_) => HS_ERR_PLAN,
             CapiError::UnknownPolicy(_) => HS_ERR_UNKNOWN_POLICY,
             CapiError::Io { .. } => HS_ERR_IO,
@@ -192,6 +211,8 @@ pub extern "C" fn hs_status_name(status: i32) -> *const c_char {
         HS_ERR_STATE,
         HS_ERR_INTERNAL,
         HS_ERR_CANCELLED,
+        HS_ERR_UNKNOWN_REQUEST,
+        HS_ERR_BUSY,
     ];
     let name: &'static std::ffi::CStr = match all.into_iter().find(|s| *s as i32 == status) {
         Some(HS_OK) => c"HS_OK",
@@ -209,6 +230,8 @@ pub extern "C" fn hs_status_name(status: i32) -> *const c_char {
         Some(HS_ERR_STATE) => c"HS_ERR_STATE",
         Some(HS_ERR_INTERNAL) => c"HS_ERR_INTERNAL",
         Some(HS_ERR_CANCELLED) => c"HS_ERR_CANCELLED",
+        Some(HS_ERR_UNKNOWN_REQUEST) => c"HS_ERR_UNKNOWN_REQUEST",
+        Some(HS_ERR_BUSY) => c"HS_ERR_BUSY",
         None => c"HS_UNKNOWN_STATUS",
     };
     name.as_ptr()

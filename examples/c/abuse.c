@@ -210,6 +210,29 @@ int main(void) {
     EXPECT(hs_engine_destroy(engine), HS_OK); /* mid-run: nothing leaks */
     if (cancelled != before) failures++;
 
+    /* The request engine: NULLs, wrong kinds, bad limits and files that are no model
+     * (each refused before anything loads or starts). */
+    hs_requests *requests = NULL;
+    hs_request_options options = {.max_tokens = 4, .top_p = 1.0f};
+    hs_requests_limits bad_limits = {.refuse_when_full = 7};
+    uint64_t request_id = 0;
+    EXPECT(hs_requests_open(NULL, NULL, &requests), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_open("no/such/model.gguf", NULL, NULL), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_open(BAD_UTF8, NULL, &requests), HS_ERR_INVALID_UTF8);
+    EXPECT(hs_requests_open("no/such/model.gguf", NULL, &requests), HS_ERR_LOAD);
+    EXPECT(hs_requests_open("/proc/self/exe", NULL, &requests), HS_ERR_LOAD);
+    EXPECT(hs_requests_open("no/such/model.gguf", &bad_limits, &requests), HS_ERR_INVALID_ARGUMENT);
+    if (requests != NULL) failures++;
+    EXPECT(hs_requests_submit(NULL, "x", &options, &request_id), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_submit((hs_requests *)plan, "x", &options, &request_id), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_requests_cancel(NULL, 0), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_cancel((hs_requests *)run, 0), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_requests_cancel((hs_requests *)&info, 0), HS_ERR_INVALID_HANDLE);
+    EXPECT(hs_requests_metrics_json(NULL, &text), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_metrics_json((hs_requests *)scene, &text), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_requests_close(NULL), HS_OK);
+    EXPECT(hs_requests_close((hs_requests *)plan), HS_ERR_WRONG_HANDLE_KIND);
+
     EXPECT(hs_run_destroy(run), HS_OK);
     EXPECT(hs_run_destroy(run), HS_ERR_INVALID_HANDLE);
     EXPECT(hs_plan_destroy(plan), HS_OK);
