@@ -157,6 +157,19 @@ fn a_nan_weight_is_refused_at_load_naming_its_tensor() {
 
 /// The tiny model with finite weights whose activations overflow in layer 0's FFN.
 fn overflowing_ffn_model() -> Arc<ExecModel> {
+    overflowing_model(
+        |name| name.ends_with("ffn_down.weight") || name.ends_with("ffn_up.weight"),
+        1e30,
+        LinearPrecision::F32,
+    )
+}
+
+/// The tiny model at `precision` with the tensors `scaled` names multiplied by `factor`.
+fn overflowing_model(
+    scaled: impl Fn(&str) -> bool,
+    factor: f32,
+    precision: LinearPrecision,
+) -> Arc<ExecModel> {
     let mut w = GgufWriter::new();
     let base = GgufFile::from_bytes(tiny_gguf(64, None)).unwrap();
     for (key, value) in base.metadata().iter() {
@@ -165,13 +178,38 @@ fn overflowing_ffn_model() -> Arc<ExecModel> {
     for view in base.tensors() {
         let mut values = view.to_f32().unwrap();
         let name = view.name();
-        if name.ends_with("ffn_down.weight") || name.ends_with("ffn_up.weight") {
-            values.iter_mut().for_each(|v| *v *= 1e30);
+        if scaled(name) {
+            values.iter_mut().for_each(|v| *v *= factor);
         }
         w.tensor_f32(name, &view.shape(), &values);
     }
     let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
-    Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap())
+    Arc::new(ExecModel::load(&file, precision).unwrap())
+}
+
+/// Norm weights of 3e38 overflow the normalized rows to infinity before any linear: every
+/// precision refuses, naming the layer, where an INT8 quantizer would otherwise saturate
+/// the infinities into plausible integers. (The tiny model's widths are too narrow for
+/// the grouped W4 precisions.)
+#[test]
+fn an_overflowing_norm_is_an_error_at_every_precision() {
+    for precision in [
+        LinearPrecision::F32,
+        LinearPrecision::W8a8,
+        LinearPrecision::W4a8,
+    ] {
+        let model = overflowing_model(|name| name.ends_with("attn_norm.weight"), 3e38, precision);
+        match prefill(model, &[1, 2, 3], &PrefillOptions::default()) {
+            Ok(result) => panic!(
+                "{precision:?}: an overflowing norm gave an answer (first logits {:?})",
+                &result.logits[..4]
+            ),
+            Err(err) => {
+                let message = err.to_string();
+                assert!(message.contains("layer 0"), "{precision:?}: {message}");
+            }
+        }
+    }
 }
 
 #[test]

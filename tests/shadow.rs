@@ -190,6 +190,28 @@ fn calibration_round_trips_and_refuses_another_model() {
     assert!(err.to_string().contains("hetsched calibrate"), "{err}");
 }
 
+/// A site's row bytes sizes what a pruned site keeps resident: a file whose figures are
+/// not the model's shapes (row bytes of 0 or 2^50, another channel count) is refused, not
+/// run with a changed answer.
+#[test]
+fn calibration_shapes_must_be_the_models() {
+    let c = &loaded().calibration;
+    let edits: [(&str, fn(&mut Calibration)); 3] = [
+        ("row_bytes 0", |c| c.sites[5].row_bytes = 0),
+        ("row_bytes 2^50", |c| c.sites[5].row_bytes = 1 << 50),
+        ("channels", |c| c.sites[2].channels -= 1),
+    ];
+    for (what, edit) in edits {
+        let mut bad = c.clone();
+        edit(&mut bad);
+        let err = calibrated(&bad).unwrap_err();
+        assert!(
+            matches!(err, ExecError::Calibration(CalibrationError::Shape { .. })),
+            "{what}: {err}"
+        );
+    }
+}
+
 #[test]
 fn missing_or_corrupt_calibration_files_are_clear_errors() {
     let missing = Calibration::load(&temp_path("does-not-exist.json")).unwrap_err();

@@ -14,8 +14,10 @@ use hetsched_systems::shadow::ShadowSite;
 
 use super::error::CalibrationError;
 use super::shadow::{PrunedScale, QuantRule};
+use super::steps::projection_tensor;
 use hetsched_import::limits;
 use hetsched_import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
+use hetsched_systems::op::Projection;
 
 /// The calibration file format this build reads and writes.
 pub const CALIBRATION_VERSION: u32 = 3;
@@ -301,6 +303,27 @@ impl Calibration {
         }
     }
 
+    /// Fails unless every site's input channels and float-row bytes are `config`'s: a
+    /// site's `row_bytes` sizes the rows a pruned site keeps, so a wrong one would change
+    /// the answer without a word. (The fingerprint in [`Self::check_model`] ties the file
+    /// to the model's tensors; this ties the figures in it to the model's shapes.)
+    pub fn check_shapes(&self, config: &LlamaConfig) -> Result<(), CalibrationError> {
+        let channels = site_channels(config);
+        let row_bytes = site_row_bytes(config);
+        for s in &self.sites {
+            let (expected_channels, expected_bytes) =
+                (channels[s.site.index()], row_bytes[s.site.index()]);
+            if s.channels != expected_channels || s.row_bytes != expected_bytes {
+                return Err(CalibrationError::Shape {
+                    at: format!("site {} of layer {}", s.site.as_str(), s.layer),
+                    found: format!("{} channels, row_bytes {}", s.channels, s.row_bytes),
+                    expected: format!("{expected_channels} channels, row_bytes {expected_bytes}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Keeps the shadow of the `1 - rate` most important sites under
     /// [`Self::importance`] and drops the rest (ties: earlier layer and site first).
     pub fn prune(&mut self, rate: f64) -> Result<(), CalibrationError> {
@@ -486,6 +509,26 @@ impl Calibration {
             }
         })
     }
+}
+
+/// Input channels of each site's linears (in [`ShadowSite::index`] order).
+pub(crate) fn site_channels(c: &LlamaConfig) -> [usize; 4] {
+    ShadowSite::ALL.map(|site| match site {
+        ShadowSite::Qkv | ShadowSite::GateUp => c.hidden,
+        ShadowSite::O => c.q_dim(),
+        ShadowSite::Down => c.ffn,
+    })
+}
+
+/// Bytes of one input channel's float row over each site's linears: 4 × their outputs.
+pub(crate) fn site_row_bytes(c: &LlamaConfig) -> [u64; 4] {
+    ShadowSite::ALL.map(|site| {
+        let outputs: usize = Projection::of_site(site)
+            .iter()
+            .map(|&p| projection_tensor(p).shape(c)[0])
+            .sum();
+        4 * outputs as u64
+    })
 }
 
 /// Whether `rms` can be a pruned site's ceiling: finite and at least one RMS (below that

@@ -27,7 +27,7 @@ pub enum ExecError {
     /// A block's output held a NaN or an infinity: named by layer and block, so that the
     /// run stops where the numbers broke, not with an answer computed from garbage.
     #[error(
-        "layer {layer}'s {block} block produced a non-finite value ({value} at index {index}, chunk {chunk}): an activation overflowed; try `--precision f32`, or check that layer's weights"
+        "layer {layer}'s {block} block produced a non-finite value ({value} at index {index}, chunk {chunk}): an activation overflowed; check that layer's weights"
     )]
     NonFiniteActivation {
         /// Decoder layer.
@@ -37,6 +37,22 @@ pub enum ExecError {
         /// Chunk.
         chunk: usize,
         /// Index of the first non-finite value in the block's output (row-major).
+        index: usize,
+        /// Its value.
+        value: f32,
+    },
+    /// The input of a layer's INT8 linears held a NaN or an infinity (an overflowing norm
+    /// weight, say): refused before it is quantized, since a per-tensor quantizer turns
+    /// infinities into a scale that makes every value a plausible integer.
+    #[error(
+        "the input of {linears} holds a non-finite value ({value} at index {index}, chunk {chunk}) before it is quantized: an activation overflowed; check the norm weights before it and the layers before those"
+    )]
+    NonFiniteQuantizeInput {
+        /// Which linears: `layer 3's qkv linears`, `the LM head`.
+        linears: String,
+        /// Chunk (a decode step: the sequence's position).
+        chunk: usize,
+        /// Index of the first non-finite value (row-major).
         index: usize,
         /// Its value.
         value: f32,
@@ -68,7 +84,7 @@ pub enum ExecError {
     },
     /// The run produced NaN or infinite logits.
     #[error(
-        "the prefill produced {count} non-finite logits (first: {value} at index {index}): an activation overflowed; try `--precision f32`, or check the model's weights"
+        "the prefill produced {count} non-finite logits (first: {value} at index {index}): an activation overflowed; check the model's weights"
     )]
     NonFiniteLogits {
         /// Index of the first (row-major over the returned rows).
@@ -278,6 +294,18 @@ pub enum CalibrationError {
         expected: String,
         /// The model being loaded.
         found: String,
+    },
+    /// A site's shapes are not the loaded model's.
+    #[error(
+        "the calibration's {at} has {found}, the model's has {expected}: run `hetsched calibrate` on this model again"
+    )]
+    Shape {
+        /// The site and layer.
+        at: String,
+        /// The file's channels and row bytes.
+        found: String,
+        /// The model's.
+        expected: String,
     },
     /// A pruning rate outside 0..=1.
     #[error(

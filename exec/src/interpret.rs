@@ -16,6 +16,7 @@ use super::family::{self, add_bias, gated, norm_heads, norm_rows};
 use super::float_kernels::FloatKernels;
 use super::lock_wait;
 use super::passes;
+use super::shadow::QuantRule;
 use super::state::{ChunkValues, KvRows, PrefillState};
 use super::steps::{FamilyStep, Step};
 use super::values::{LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
@@ -122,11 +123,11 @@ impl StageRunner {
             Step::Norm(site) => self.norm(kernels, site, layer, chunk, v)?,
             Step::QuantizeNormed(site) => {
                 let x = v.normed.take().ok_or_else(|| missing("normed"))?;
-                v.act = Some(self.quantize(layer, chunk, site, x));
+                v.act = Some(self.quantize(layer, chunk, site, x)?);
             }
             Step::QuantizeAttention => {
                 let x = v.attn.take().ok_or_else(|| missing("attention"))?;
-                v.act = Some(self.quantize(layer, chunk, ShadowSite::O, x));
+                v.act = Some(self.quantize(layer, chunk, ShadowSite::O, x)?);
             }
             Step::Linear(p) => self.linear_step(p, layer, chunk, v, missing)?,
             Step::DequantizeQkv => {
@@ -333,7 +334,7 @@ impl StageRunner {
                 &dequantize(up, up_w)?,
             ),
         };
-        v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h));
+        v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h)?);
         Ok(())
     }
 
@@ -346,19 +347,29 @@ impl StageRunner {
 
     /// The quantize operator of `site` in layer `layer`, after the calibration recorder
     /// (if any) has seen the activation. A shadowed site's outliers go to the chunk's
-    /// shadow slot, for the shadow stage beside the INT8 linears.
-    fn quantize(&self, layer: usize, chunk: usize, site: ShadowSite, x: Vec<f32>) -> Act {
+    /// shadow slot, for the shadow stage beside the INT8 linears. A non-finite input is
+    /// refused before it is quantized.
+    fn quantize(
+        &self,
+        layer: usize,
+        chunk: usize,
+        site: ShadowSite,
+        x: Vec<f32>,
+    ) -> Result<Act, ExecError> {
         if let Some(recorder) = &self.state.recorder {
             recorder.observe(layer, site, &x);
         }
         let rule = self.model.quant_rule(layer, site);
+        if rule != QuantRule::PassThrough {
+            passes::finite_quantize_input(&x, Some((layer, site)), chunk)?;
+        }
         let shadows = rule.shadows();
         let mut act = quantize(x, rule);
         if shadows && let Act::Int8 { outliers, .. } = &mut act {
             let outliers = Arc::new(std::mem::take(outliers));
             lock_wait::lock(&self.state.shadow[chunk]).pending = Some((site, outliers));
         }
-        act
+        Ok(act)
     }
 
     /// The weights of projection `p` in layer `layer`.

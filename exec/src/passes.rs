@@ -14,9 +14,35 @@ use std::cell::RefCell;
 use hetsched_import::Activation;
 use hetsched_kernels::{dequantize_i32_acc_fast, gelu_tanh_mul_fast, silu_mul_fast};
 
+use hetsched_systems::shadow::ShadowSite;
+
 use super::blocks::{ELEMENTS_PER_BLOCK, for_each_block};
+use super::error::ExecError;
 use super::values::LinearOut;
 use super::weights::LinearWeights;
+
+/// `Ok` when `x`, the input of INT8 linears about to be quantized (`site` of `layer`, or
+/// the LM head for `None`), is finite; otherwise the error naming where it broke. The
+/// quantizer's scale comes from max |x|: an infinity makes it infinite and every quantized
+/// value zero, an answer computed from nothing that looks like any other.
+pub fn finite_quantize_input(
+    x: &[f32],
+    at: Option<(usize, ShadowSite)>,
+    chunk: usize,
+) -> Result<(), ExecError> {
+    match first_non_finite(x) {
+        None => Ok(()),
+        Some(index) => Err(ExecError::NonFiniteQuantizeInput {
+            linears: match at {
+                Some((layer, site)) => format!("layer {layer}'s {} linears", site.as_str()),
+                None => "the LM head".to_string(),
+            },
+            chunk,
+            index,
+            value: x[index],
+        }),
+    }
+}
 
 /// `x[i] += d[i]` for every `i` (over the shorter of the two), in blocks over the pool.
 pub fn add_assign(x: &mut [f32], d: &[f32]) {

@@ -3,12 +3,10 @@
 //! histogram of |x| for the percentile scale, outliers beyond the run-time clip per
 //! channel, the channels ranked by max |x|).
 
-use hetsched_systems::op::Projection;
 use hetsched_systems::shadow::ShadowSite;
 use parking_lot::Mutex;
 
-use crate::calibration::{HotChannel, SiteCalibration};
-use crate::steps::projection_tensor;
+use crate::calibration::{HotChannel, SiteCalibration, site_channels, site_row_bytes};
 use crate::values::clip_limit;
 use crate::weights::ExecModel;
 
@@ -173,19 +171,8 @@ pub struct ActivationRecorder {
 impl ActivationRecorder {
     /// A recorder for `model`'s layers, counting values beyond `clip` RMS as outliers.
     pub fn new(model: &ExecModel, clip: f32) -> Self {
-        let c = &model.config;
-        let channels = ShadowSite::ALL.map(|site| match site {
-            ShadowSite::Qkv | ShadowSite::GateUp => c.hidden,
-            ShadowSite::O => c.q_dim(),
-            ShadowSite::Down => c.ffn,
-        });
-        let row_bytes = ShadowSite::ALL.map(|site| {
-            let outputs: usize = Projection::of_site(site)
-                .iter()
-                .map(|&p| projection_tensor(p).shape(c)[0])
-                .sum();
-            4 * outputs as u64
-        });
+        let channels = site_channels(&model.config);
+        let row_bytes = site_row_bytes(&model.config);
         Self {
             clip,
             channels,

@@ -42,7 +42,7 @@ const KHR_TARGET_WORKGROUPS: usize = 512;
 /// line-wise partials, 8 beat 16 on an H100 (layer_bench: the 8 attention dispatches of a
 /// 4096-token prompt 501 us against 559; 4 gave 512; end to end +5% at 4096 tokens, +7% at
 /// 2048, docs/gpu.md). [`crate::GpuOptions::attention_min_key_blocks`] overrides it.
-pub(crate) const KHR_MIN_BLOCKS_PER_RANGE: usize = 8;
+const KHR_MIN_BLOCKS_PER_RANGE: usize = 8;
 
 /// Most key ranges one query block is split into.
 const KHR_MAX_SPLITS: usize = 32;
@@ -187,8 +187,8 @@ pub(crate) fn record_attention<C: AsRef<GpuContext>>(
     fused: Option<&FusedOutput<'_>>,
 ) -> Result<()> {
     let ctx = job.ctx();
-    if fused.is_none() && crate::decode::decode_attention_fits(s) {
-        let push = crate::decode::decode_push(s);
+    if fused.is_none() && decode_attention_fits(s) {
+        let push = decode_push(s);
         let [q, k, v, out] = bufs;
         let positions = ctx.unused_bindings()?[0].clone();
         let groups = [s.n_heads as u32, s.n_tokens as u32, 1];
@@ -219,7 +219,11 @@ pub(crate) fn record_attention<C: AsRef<GpuContext>>(
         );
     }
     let max_words = (ctx.info.max_storage_buffer_range / 4) as usize;
-    let split = khr_split(s, max_words, ctx.attention_min_key_blocks);
+    let min_blocks = ctx
+        .attention_min_key_blocks
+        .unwrap_or(KHR_MIN_BLOCKS_PER_RANGE)
+        .max(1);
+    let split = khr_split(s, max_words, min_blocks);
     let scratch = if split.splits > 1 {
         ctx.attention_scratch(split.words)?
     } else {
@@ -327,6 +331,33 @@ impl GpuContext {
         let got = job.finish()?.downloads;
         Ok(got[0].iter().map(|&b| f32::from_bits(b)).collect())
     }
+}
+
+/// Most query tokens the decode attention kernel (`attention_decode.comp`) takes: one
+/// workgroup per (head, token) pays off while the prefill kernels' 32-row tiles would be
+/// mostly empty.
+pub(crate) const DECODE_ATTENTION_MAX_TOKENS: usize = 8;
+
+/// Whether [`crate::GpuBatch::attention`] runs `s` on the decode kernel.
+pub(crate) fn decode_attention_fits(s: &AttentionShape) -> bool {
+    s.n_tokens <= DECODE_ATTENTION_MAX_TOKENS
+        && s.head_dim.is_multiple_of(4)
+        && s.head_dim <= crate::MAX_HEAD_DIM
+}
+
+/// The decode attention kernel's push constants for `s` (positions from pos0).
+pub(crate) fn decode_push(s: &AttentionShape) -> [u32; PUSH_WORDS] {
+    let mut p = [0u32; PUSH_WORDS];
+    p[..7].copy_from_slice(&[
+        s.n_tokens as u32,
+        s.pos0 as u32,
+        s.kv_len as u32,
+        s.n_heads as u32,
+        s.n_kv_heads as u32,
+        s.head_dim as u32,
+        s.scale().to_bits(),
+    ]);
+    p
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ impl GpuContext {
         // A few tokens run the decode kernel and the few-row GEMM for o: one workgroup per
         // head and token, where the fused kernels' 32-row tiles would be almost empty.
         if self.unfused_output_projection
-            || crate::decode::decode_attention_fits(s)
+            || crate::attention::decode_attention_fits(s)
             || !self.info.float_atomic_add
             || s.head_dim > FLASH_MAX_HEAD_DIM
             || !matches!(w_o, Elem::F32 | Elem::F16)

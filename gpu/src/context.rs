@@ -158,8 +158,8 @@ pub struct GpuContext {
     pub(crate) attention_scratch: Mutex<Option<Subbuffer<[u32]>>>,
     /// [`GpuOptions::f32_attention`].
     pub(crate) f32_attention: bool,
-    /// [`GpuOptions::attention_min_key_blocks`], resolved (at least 1).
-    pub(crate) attention_min_key_blocks: usize,
+    /// [`GpuOptions::attention_min_key_blocks`] (the attention resolves the default).
+    pub(crate) attention_min_key_blocks: Option<usize>,
     /// [`GpuOptions::unfused_output_projection`].
     pub(crate) unfused_output_projection: bool,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
@@ -267,10 +267,7 @@ impl GpuContext {
             attention_scratch: Mutex::new(None),
             f32_attention: options.f32_attention,
             unfused_output_projection: options.unfused_output_projection,
-            attention_min_key_blocks: options
-                .attention_min_key_blocks
-                .unwrap_or(crate::attention::KHR_MIN_BLOCKS_PER_RANGE)
-                .max(1),
+            attention_min_key_blocks: options.attention_min_key_blocks,
             unused_bindings: std::sync::OnceLock::new(),
             dispatches: std::sync::atomic::AtomicU64::new(0),
         })

@@ -18,6 +18,7 @@ use hetsched_kernels::reference::AttentionShape;
 use vulkano::buffer::{Buffer, BufferCreateInfo, BufferUsage, Subbuffer};
 use vulkano::memory::allocator::{AllocationCreateInfo, MemoryTypeFilter};
 
+use crate::attention::{DECODE_ATTENTION_MAX_TOKENS, decode_attention_fits, decode_push};
 use crate::batch::{GpuBatch, check_attention, dense};
 use crate::buffers::{Elem, GpuMatrix};
 use crate::context::GpuContext;
@@ -27,18 +28,6 @@ use crate::pipelines::{PUSH_WORDS, Shader};
 
 /// Most rows of A the few-row fused GEMM (`gemv_fused.glsl`) takes; more go to the tiles.
 pub const GEMV_MAX_ROWS: usize = 8;
-
-/// Most query tokens the decode attention kernel (`attention_decode.comp`) takes: one
-/// workgroup per (head, token) pays off while the prefill kernels' 32-row tiles would be
-/// mostly empty.
-pub(crate) const DECODE_ATTENTION_MAX_TOKENS: usize = 8;
-
-/// Whether [`GpuBatch::attention`] runs `s` on the decode kernel.
-pub(crate) fn decode_attention_fits(s: &AttentionShape) -> bool {
-    s.n_tokens <= DECODE_ATTENTION_MAX_TOKENS
-        && s.head_dim.is_multiple_of(4)
-        && s.head_dim <= crate::MAX_HEAD_DIM
-}
 
 fn push(words: &[u32]) -> [u32; PUSH_WORDS] {
     let mut p = [0u32; PUSH_WORDS];
@@ -316,18 +305,4 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             [at.n_heads as u32, at.n_tokens as u32, 1],
         )
     }
-}
-
-/// The decode attention kernel's push constants for `s` (positions from pos0).
-pub(crate) fn decode_push(s: &AttentionShape) -> [u32; PUSH_WORDS] {
-    push(&[
-        s.n_tokens as u32,
-        s.pos0 as u32,
-        s.kv_len as u32,
-        s.n_heads as u32,
-        s.n_kv_heads as u32,
-        s.head_dim as u32,
-        s.scale().to_bits(),
-        0,
-    ])
 }

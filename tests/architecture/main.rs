@@ -38,7 +38,6 @@ fn crate_sources() -> Vec<PathBuf> {
 const KNOWN_CIRCLES: &[&[&str]] = &[
     &["cli/src/profile/mod.rs", "cli/src/real.rs"],
     &[
-        "gpu/src/attention.rs",
         "gpu/src/buffers.rs",
         "gpu/src/context.rs",
         "gpu/src/gemm/coop.rs",

@@ -246,7 +246,7 @@ pub fn decode_batch(
         Some(head) => (Matrix::Linear(&head.weights), head.rule.clone()),
         None => (Matrix::F32(&model.output), QuantRule::PassThrough),
     };
-    prepare_rows(&normed, h, rule, &mut buffers.input);
+    prepare_rows(&normed, h, rule, None, sequences, &mut buffers.input)?;
     let n = head.n();
     let mut logits = vec![0f32; sequences.len() * n];
     let (input, counters) = (&buffers.input, &model.shadow_counters);
@@ -259,13 +259,28 @@ pub fn decode_batch(
         .collect()
 }
 
-/// Quantizes each `width`-wide row of `x` under `rule` on its own into `batch`.
-fn prepare_rows(x: &[f32], width: usize, rule: QuantRule, batch: &mut Batch) {
+/// Quantizes each `width`-wide row of `x` under `rule` on its own into `batch`; a
+/// non-finite row, the input of `site`'s linears in `layer` (the LM head: `None`), is refused
+/// as the prefill refuses it (naming the sequence's position).
+fn prepare_rows(
+    x: &[f32],
+    width: usize,
+    rule: QuantRule,
+    at: Option<(usize, ShadowSite)>,
+    sequences: &[SequenceStep<'_>],
+    batch: &mut Batch,
+) -> Result<(), ExecError> {
+    if rule != QuantRule::PassThrough {
+        for (row, sequence) in x.chunks_exact(width.max(1)).zip(sequences) {
+            crate::passes::finite_quantize_input(row, at, sequence.position)?;
+        }
+    }
     let acts = x
         .chunks_exact(width.max(1))
         .map(|row| quantize(row.to_vec(), rule.clone()))
         .collect();
     batch.set(acts);
+    Ok(())
 }
 
 /// Sizes `v` to `n` values (its capacity is kept across steps).
@@ -288,7 +303,14 @@ fn attention_block(
     let (m, kv_dim) = (sequences.len(), c.kv_dim());
     let normed = norm_rows(x, &w.attn_norm, c.norm_eps);
     let rule = model.quant_rule(layer, ShadowSite::Qkv);
-    prepare_rows(&normed, c.hidden, rule, &mut b.input);
+    prepare_rows(
+        &normed,
+        c.hidden,
+        rule,
+        Some((layer, ShadowSite::Qkv)),
+        sequences,
+        &mut b.input,
+    )?;
     let counters = &model.shadow_counters;
     let [q, k, v, o] = [Projection::Q, Projection::K, Projection::V, Projection::O]
         .map(|p| Matrix::Linear(w.projection(p)));
@@ -342,7 +364,14 @@ fn attention_block(
         }));
     }
     let normed_rule = model.quant_rule(layer, ShadowSite::O);
-    prepare_rows(&attended, q_n, normed_rule, &mut b.input);
+    prepare_rows(
+        &attended,
+        q_n,
+        normed_rule,
+        Some((layer, ShadowSite::O)),
+        sequences,
+        &mut b.input,
+    )?;
     let out = sized(&mut b.out, m * o.n());
     timed(&mut b.kernel_ns, || {
         linears::project_batch(&b.input, &[o], &mut [out], counters)
@@ -366,7 +395,14 @@ fn ffn_block(
     let m = sequences.len();
     let normed = norm_rows(x, &w.ffn_norm, c.norm_eps);
     let rule = model.quant_rule(layer, ShadowSite::GateUp);
-    prepare_rows(&normed, c.hidden, rule, &mut b.input);
+    prepare_rows(
+        &normed,
+        c.hidden,
+        rule,
+        Some((layer, ShadowSite::GateUp)),
+        sequences,
+        &mut b.input,
+    )?;
     let counters = &model.shadow_counters;
     let [gate, up, down] = [Projection::Gate, Projection::Up, Projection::Down]
         .map(|p| Matrix::Linear(w.projection(p)));
@@ -377,7 +413,14 @@ fn ffn_block(
     })?;
     let hidden = gated(c.family.activation, &b.gate, &b.up);
     let rule = model.quant_rule(layer, ShadowSite::Down);
-    prepare_rows(&hidden, ffn, rule, &mut b.input);
+    prepare_rows(
+        &hidden,
+        ffn,
+        rule,
+        Some((layer, ShadowSite::Down)),
+        sequences,
+        &mut b.input,
+    )?;
     let out = sized(&mut b.out, m * down.n());
     timed(&mut b.kernel_ns, || {
         linears::project_batch(&b.input, &[down], &mut [out], counters)

@@ -314,6 +314,7 @@ impl ExecModel {
         cold_cache_bytes: u64,
     ) -> Result<Self, ExecError> {
         calibration.check_model(&ModelIdentity::of_source(source)?)?;
+        calibration.check_shapes(source.config())?;
         let setup = ShadowSetup::Calibrated {
             calibration,
             columns,
