@@ -712,7 +712,7 @@ fn calibrate_writes_a_file_that_run_follows_and_outliers_reads() {
     );
 }
 
-/// Issue 18: an output path that cannot be written is an error before any work, and
+/// An output path that cannot be written is an error before any work, and
 /// nothing is left behind.
 #[test]
 fn missing_output_directory_fails_before_any_work() {
@@ -779,7 +779,7 @@ fn every_listing_command_has_json() {
     );
 }
 
-/// Issue 17: help is plain text (no rustdoc links, no `usize::MAX` shown as a default,
+/// Help is plain text (no rustdoc links, no `usize::MAX` shown as a default,
 /// no flag that does not exist).
 #[test]
 fn help_text_is_plain() {
