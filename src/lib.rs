@@ -38,6 +38,6 @@ pub use hetsched_import as import;
 pub use hetsched_import::limits;
 pub use hetsched_runtime::{
     adapt, backends, cancel, engine, fsutil, history, prediction, profiling, progress, report,
-    request_trace, requests, scene, weight_reuse,
+    request_report, request_trace, requests, scene, weight_reuse,
 };
 pub use hetsched_systems as systems;

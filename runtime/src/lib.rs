@@ -17,6 +17,7 @@ pub mod prediction;
 pub mod profiling;
 pub mod progress;
 pub mod report;
+pub mod request_report;
 pub mod request_trace;
 pub mod request_world;
 pub mod requests;
