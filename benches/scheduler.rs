@@ -1,6 +1,7 @@
 //! Scheduler speed on the default scene (Qwen1.5-1.8B on a Snapdragon 8 Gen 3, chunk 256):
 //! one policy decision over a full ready queue, one scheduler tick, and a whole simulated
-//! prefill, at 1K, 4K and 32K-token prompts. The median tick time of a run is in `simulate --json`
+//! prefill, at 1K, 4K and 32K-token prompts; and one tick of a world of 1 and of 16 live
+//! requests (`tick/requests`). The median tick time of a run is in `simulate --json`
 //! (`scheduler_us_per_tick`).
 
 use std::collections::BTreeSet;
@@ -12,8 +13,12 @@ use bevy_ecs::prelude::World;
 use bevy_ecs::schedule::Schedule;
 use hetsched::backends::Backend;
 use hetsched::backends::sim::SimBackend;
+use hetsched::systems::request_policy::create_request_policy;
 use hetsched::systems::resources::{Clock, Inbox, Outbox};
-use hetsched::systems::{scheduler_schedule, spawn_world};
+use hetsched::systems::{
+    ActiveRequestPolicy, Priority, Request, RequestId, RequestPhase, SloTargets, arm_request,
+    disarm_request, scheduler_schedule, spawn_request_entity, spawn_request_world, spawn_world,
+};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use hetsched::engine::simulate;
@@ -166,5 +171,100 @@ fn simulated_prefill(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, policy_decision, one_tick, simulated_prefill);
+/// `live` requests' 1K-token prefills in one world, every one live all the time (a
+/// request whose prefill ends is armed again at once), one in four interactive and the
+/// rest background, ordered across by `request_policy`, `balance` within each.
+struct RequestsStepper {
+    plan: Arc<PrefillPlan>,
+    live: usize,
+    request_policy: String,
+    world: World,
+    schedule: Schedule,
+    backend: SimBackend,
+}
+
+impl RequestsStepper {
+    fn new(plan: Arc<PrefillPlan>, live: usize, request_policy: &str) -> Self {
+        let mut world = spawn_request_world(&plan.device);
+        let policy = create_request_policy(request_policy).expect("a request policy");
+        world.insert_resource(ActiveRequestPolicy(policy));
+        for i in 0..live {
+            let priority = match i % 4 {
+                0 => Priority::INTERACTIVE,
+                _ => Priority::BACKGROUND,
+            };
+            let request = Request::new(RequestId(i as u64), priority, SloTargets::default(), 0);
+            let entity = spawn_request_entity(&mut world, request);
+            arm(&mut world, entity, &plan);
+        }
+        Self {
+            plan,
+            live,
+            request_policy: request_policy.to_string(),
+            world,
+            schedule: scheduler_schedule(),
+            backend: SimBackend::default(),
+        }
+    }
+
+    /// Runs one tick (timed), then (untimed) hands its jobs to the simulated queues,
+    /// arms every finished request again and delivers the next completions.
+    fn tick(&mut self) -> Duration {
+        let started = Instant::now();
+        self.schedule.run(&mut self.world);
+        let elapsed = started.elapsed();
+        for job in std::mem::take(&mut self.world.resource_mut::<Outbox>().0) {
+            self.backend
+                .submit(job)
+                .expect("the simulated queue accepts jobs");
+        }
+        let finished = std::mem::take(&mut self.world.resource_mut::<LiveRuns>().finished);
+        for &entity in &finished {
+            disarm_request(&mut self.world, entity).expect("a finished run has no jobs");
+            arm(&mut self.world, entity, &self.plan);
+        }
+        if self.backend.in_flight() > 0 {
+            let (now, completions) = self.backend.wait().expect("simulated queues never fail");
+            self.world.resource_mut::<Clock>().now_ns = now;
+            self.world.resource_mut::<Inbox>().0.extend(completions);
+        } else if finished.is_empty() {
+            *self = RequestsStepper::new(self.plan.clone(), self.live, &self.request_policy);
+        }
+        elapsed
+    }
+}
+
+fn arm(world: &mut World, request: bevy_ecs::entity::Entity, plan: &Arc<PrefillPlan>) {
+    arm_request(
+        world,
+        request,
+        plan.clone(),
+        builtin("balance"),
+        RequestPhase::Prefill,
+    )
+    .expect("the request arms");
+}
+
+/// One scheduler tick with 1 and with 16 live requests, under each request policy.
+fn requests_tick(c: &mut Criterion) {
+    let mut group = c.benchmark_group("tick/requests");
+    let plan = plan(1024);
+    for request_policy in ["fcfs", "priority", "slack"] {
+        for live in [1, 16] {
+            let mut stepper = RequestsStepper::new(plan.clone(), live, request_policy);
+            group.bench_with_input(BenchmarkId::new(request_policy, live), &live, |b, _| {
+                b.iter_custom(|iters| (0..iters).map(|_| stepper.tick()).sum())
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    policy_decision,
+    one_tick,
+    requests_tick,
+    simulated_prefill
+);
 criterion_main!(benches);
