@@ -196,7 +196,8 @@ fn calibration_round_trips_and_refuses_another_model() {
 #[test]
 fn calibration_shapes_must_be_the_models() {
     let c = &loaded().calibration;
-    let edits: [(&str, fn(&mut Calibration)); 3] = [
+    type Edit = (&'static str, fn(&mut Calibration));
+    let edits: [Edit; 3] = [
         ("row_bytes 0", |c| c.sites[5].row_bytes = 0),
         ("row_bytes 2^50", |c| c.sites[5].row_bytes = 1 << 50),
         ("channels", |c| c.sites[2].channels -= 1),
