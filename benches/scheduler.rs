@@ -124,21 +124,31 @@ impl TickStepper {
         let started = Instant::now();
         self.schedule.run(&mut self.world);
         let elapsed = started.elapsed();
-        for job in std::mem::take(&mut self.world.resource_mut::<Outbox>().0) {
-            self.backend
-                .submit(job)
-                .expect("the simulated queue accepts jobs");
-        }
+        submit_jobs(&mut self.world, &mut self.backend);
         let outstanding = self.world.resource::<LiveRuns>().outstanding;
         if outstanding == 0 || self.backend.in_flight() == 0 {
             *self = TickStepper::new(self.plan.clone(), &self.policy);
         } else {
-            let (now, completions) = self.backend.wait().expect("simulated queues never fail");
-            self.world.resource_mut::<Clock>().now_ns = now;
-            self.world.resource_mut::<Inbox>().0.extend(completions);
+            deliver_next(&mut self.world, &mut self.backend);
         }
         elapsed
     }
+}
+
+/// Hands the tick's jobs to the simulated queues.
+fn submit_jobs(world: &mut World, backend: &mut SimBackend) {
+    for job in std::mem::take(&mut world.resource_mut::<Outbox>().0) {
+        backend
+            .submit(job)
+            .expect("the simulated queue accepts jobs");
+    }
+}
+
+/// Moves the clock to the next completions and delivers them to the inbox.
+fn deliver_next(world: &mut World, backend: &mut SimBackend) {
+    let (now, completions) = backend.wait().expect("simulated queues never fail");
+    world.resource_mut::<Clock>().now_ns = now;
+    world.resource_mut::<Inbox>().0.extend(completions);
 }
 
 fn one_tick(c: &mut Criterion) {
@@ -213,20 +223,14 @@ impl RequestsStepper {
         let started = Instant::now();
         self.schedule.run(&mut self.world);
         let elapsed = started.elapsed();
-        for job in std::mem::take(&mut self.world.resource_mut::<Outbox>().0) {
-            self.backend
-                .submit(job)
-                .expect("the simulated queue accepts jobs");
-        }
+        submit_jobs(&mut self.world, &mut self.backend);
         let finished = std::mem::take(&mut self.world.resource_mut::<LiveRuns>().finished);
         for &entity in &finished {
             disarm_request(&mut self.world, entity).expect("a finished run has no jobs");
             arm(&mut self.world, entity, &self.plan);
         }
         if self.backend.in_flight() > 0 {
-            let (now, completions) = self.backend.wait().expect("simulated queues never fail");
-            self.world.resource_mut::<Clock>().now_ns = now;
-            self.world.resource_mut::<Inbox>().0.extend(completions);
+            deliver_next(&mut self.world, &mut self.backend);
         } else if finished.is_empty() {
             *self = RequestsStepper::new(self.plan.clone(), self.live, &self.request_policy);
         }

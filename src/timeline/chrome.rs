@@ -66,13 +66,18 @@ fn events(trace: &Trace, pid: u32, process: &str) -> Vec<Value> {
             Some(r) => (format!("r{r} {}", s.template), format!("request {r}")),
             None => (s.template.clone(), format!("chunk {}", s.key.chunk)),
         };
+        let mut args = json!({
+            "chunk": s.key.chunk, "stage": s.key.stage, "template": s.template,
+            "ops": s.ops, "shared": s.shared,
+        });
+        // Only a trace of several requests names them: a single run's bytes stay as they were.
+        if let Some(r) = s.request {
+            args["request"] = json!(r);
+        }
         events.push(json!({
             "ph": "X", "name": name, "cat": cat,
             "pid": pid, "tid": tid(s.lane), "ts": us(s.start_ns), "dur": us(s.end_ns - s.start_ns),
-            "args": {
-                "chunk": s.key.chunk, "stage": s.key.stage, "template": s.template,
-                "ops": s.ops, "shared": s.shared, "request": s.request,
-            },
+            "args": args,
         }));
     }
     // A track per request below the processors: its span from arrival to first token,

@@ -49,6 +49,30 @@ pub struct Slice {
     pub request: Option<u64>,
 }
 
+impl Slice {
+    /// `plan`'s instance `key` run on `lane` over `(start, end)` ns, of `request`.
+    fn of(
+        plan: &PrefillPlan,
+        lane: usize,
+        key: InstanceKey,
+        (start_ns, end_ns): (u64, u64),
+        request: Option<u64>,
+    ) -> Slice {
+        let stage = &plan.stages[key.stage as usize];
+        Slice {
+            lane,
+            key,
+            template: stage.name.clone(),
+            ops: stage.op_names().into_iter().map(String::from).collect(),
+            shadow: stage.is_shadow(),
+            shared: stage.sharing == hetsched_systems::graph::Sharing::Static,
+            start_ns,
+            end_ns,
+            request,
+        }
+    }
+}
+
 /// A request's way to its first token, in a trace of several requests: drawn as a track
 /// of its own in the Chrome trace.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,20 +123,7 @@ impl Trace {
             .timeline
             .slices
             .iter()
-            .map(|r| {
-                let stage = &plan.stages[r.key.stage as usize];
-                Slice {
-                    lane: r.processor,
-                    key: r.key,
-                    template: stage.name.clone(),
-                    ops: stage.op_names().into_iter().map(String::from).collect(),
-                    shadow: stage.is_shadow(),
-                    shared: stage.sharing == hetsched_systems::graph::Sharing::Static,
-                    start_ns: r.start_ns,
-                    end_ns: r.end_ns,
-                    request: None,
-                }
-            })
+            .map(|r| Slice::of(plan, r.processor, r.key, (r.start_ns, r.end_ns), None))
             .collect();
         slices.sort_by_key(|s| (s.lane, s.start_ns, s.key));
         let mut slice_of = vec![usize::MAX; plan.id_space()];
@@ -167,18 +178,8 @@ impl Trace {
             .iter()
             .filter_map(|r| {
                 let plan = &run.plans[index_of(r.request)?];
-                let stage = &plan.stages[r.key.stage as usize];
-                Some(Slice {
-                    lane: r.lane,
-                    key: r.key,
-                    template: stage.name.clone(),
-                    ops: stage.op_names().into_iter().map(String::from).collect(),
-                    shadow: stage.is_shadow(),
-                    shared: stage.sharing == hetsched_systems::graph::Sharing::Static,
-                    start_ns: r.start_ns,
-                    end_ns: r.end_ns,
-                    request: Some(r.request.0),
-                })
+                let span = (r.start_ns, r.end_ns);
+                Some(Slice::of(plan, r.lane, r.key, span, Some(r.request.0)))
             })
             .collect();
         slices.sort_by_key(|s| (s.lane, s.start_ns, s.request, s.key));
