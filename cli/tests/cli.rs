@@ -145,6 +145,66 @@ fn overrides_and_timeline_files() {
 }
 
 #[test]
+fn a_request_trace_reports_each_request_and_refuses_bad_input() {
+    let dir = scratch("requests");
+    let trace = dir.join("mix.json");
+    let out = hetsched(&[
+        "simulate",
+        "--requests",
+        "agent-burst",
+        "--request-policy",
+        "fcfs",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let requests = report["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 2);
+    let interactive = &requests[1];
+    assert_eq!(interactive["priority"], "interactive");
+    // fcfs: the interactive request waits for the whole background prefill.
+    let ttft = interactive["ttft_ms"].as_f64().unwrap();
+    assert!(ttft > requests[0]["ttft_ms"].as_f64().unwrap() - 100.0);
+    assert_eq!(interactive["slo_met"], false);
+    assert_eq!(report["classes"][0]["priority"], "interactive");
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
+    let tracks: Vec<&str> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert!(tracks.contains(&"request 1 (interactive)"), "{tracks:?}");
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[request]]\narrival_ms = 0\nprompt_tokens = 8\nmax_tokens = 1\npriority = \"urgent\"\n",
+    )
+    .unwrap();
+    let out = hetsched(&["simulate", "--requests", bad.to_str().unwrap()]);
+    assert_clear_failure(&out, "priority `urgent` does not exist");
+    let out = hetsched(&[
+        "simulate",
+        "--requests",
+        "agent-burst",
+        "--request-policy",
+        "x",
+    ]);
+    assert_clear_failure(&out, "unknown request policy `x`");
+    let out = hetsched(&["simulate", "--requests", "no-such-trace"]);
+    assert_clear_failure(&out, "nor a shipped trace");
+}
+
+#[test]
 fn missing_scene_file() {
     assert_clear_failure(&hetsched(&["simulate", "no/such/scene.toml"]), "not found");
 }
