@@ -42,6 +42,16 @@ fn scene_with_model(name: &str, model: &str, workload: &str) -> PathBuf {
 const GOOD_MODEL: &str = "name = \"m\"\nlayers = 2\nhidden = 256\nheads = 4\nkv_heads = 2\nffn = 512\nvocab = 1000\ncontext = 4096\nweight_precision = \"int8\"\nactivation_precision = \"int8\"\n";
 const GOOD_WORKLOAD: &str = "prompt_len = 512\nchunk_len = 128";
 
+/// The JSON a successful run printed (fails the test, with its stderr, otherwise).
+fn succeeded_json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn assert_clear_failure(out: &Output, expected: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -60,12 +70,7 @@ fn assert_clear_failure(out: &Output, expected: &str) {
 #[test]
 fn default_scene_json_has_every_field() {
     let out = hetsched(&["simulate", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = succeeded_json(&out);
     for field in [
         "scene",
         "model",
@@ -158,12 +163,7 @@ fn a_request_trace_reports_each_request_and_refuses_bad_input() {
         "--trace",
         trace.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = succeeded_json(&out);
     let requests = report["requests"].as_array().unwrap();
     assert_eq!(requests.len(), 2);
     let interactive = &requests[1];
@@ -460,12 +460,7 @@ fn run_prefills_the_test_model_and_reports_json() {
             trace.to_str().unwrap(),
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = succeeded_json(&out);
     for field in [
         "prompt_tokens",
         "prefill_ms",
@@ -615,12 +610,7 @@ fn eval_reports_perplexity_and_agreement_as_json() {
         "2",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = succeeded_json(&out);
     for field in ["perplexity", "tokens", "kl_divergence", "top1_agreement"] {
         assert!(report.get(field).is_some(), "missing {field}: {report}");
     }
@@ -707,12 +697,7 @@ fn calibrate_writes_a_file_that_run_follows_and_outliers_reads() {
         hetsched(&args)
     };
     let out = run(&["--calibration", cal, "--prune", "0.5"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = succeeded_json(&out);
     let shadow = &report["shadow"];
     assert_eq!(shadow["kept_sites"], 60, "{shadow}");
     assert_eq!(shadow["calibration"], cal);
