@@ -28,10 +28,21 @@ gcc -std=c11 -O1 examples/c/host_queues.c -o "$out/host_queues" "${flags[@]}"
 "$out/host_queues" --json-out "$out/hosted.json" --trace "$out/hosted.trace.json" --svg "$out/hosted.svg"
 "$out/host_queues" --step
 "$out/host_queues" --wall --step
+"$out/host_queues" --cancel-after 10
+"$out/host_queues" --step --cancel-after 10
 
 echo "== C: every function with bad input"
 gcc -std=c11 -O1 examples/c/abuse.c -o "$out/abuse" "${flags[@]}"
 "$out/abuse"
+
+echo "== C: many requests on the test model (skipped without it)"
+model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+gcc -std=c11 -O1 examples/c/requests.c -o "$out/requests" "${flags[@]}"
+if [ -f "$model" ]; then
+  "$out/requests" "$model"
+else
+  echo "skipped: no $model (scripts/fetch-model.sh fetches it)"
+fi
 
 echo "== C++: the RAII wrapper"
 g++ -std=c++17 -O1 examples/c/simulate.cpp -o "$out/simulate_cpp" "${flags[@]}"

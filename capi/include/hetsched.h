@@ -19,6 +19,14 @@
 // The host reports wall-clock times, ns since the run started (`hs_engine_now_ns`).
 #define HS_CLOCK_WALL 1
 
+// The priority class of a request a user waits on (its first token first): the
+// engine's `Priority::INTERACTIVE` (a literal, for the header; a test checks it).
+#define HS_PRIORITY_INTERACTIVE 200
+
+// The priority class of a request nobody watches token by token
+// (`Priority::BACKGROUND`).
+#define HS_PRIORITY_BACKGROUND 50
+
 // What a call did. `HS_OK` is 0; every other value comes with a message from
 // `hs_last_error()` on the same thread.
 typedef enum hs_status {
@@ -54,6 +62,13 @@ typedef enum hs_status {
   HS_ERR_STATE = 12,
   // A bug in the library, caught before it reached the caller.
   HS_ERR_INTERNAL = 13,
+  // A run the host cancelled (`hs_engine_cancel`): it stopped at a subgraph boundary
+  // after the jobs already on the host's queues were reported.
+  HS_ERR_CANCELLED = 14,
+  // A request id that is not live (finished, cancelled before, or never submitted).
+  HS_ERR_UNKNOWN_REQUEST = 15,
+  // The request engine is full (its KV budget, or its request limit): retry later.
+  HS_ERR_BUSY = 16,
 } hs_status;
 
 // A run on host queues. Opaque; from `hs_engine_create`, ended with `hs_engine_destroy`.
@@ -63,6 +78,10 @@ typedef struct hs_engine hs_engine;
 // Opaque; create with `hs_plan_create`, end with `hs_plan_destroy`. A plan is immutable
 // and may be used from several threads at once.
 typedef struct hs_plan hs_plan;
+
+// A request engine on one model. Opaque; from `hs_requests_open`, ended with
+// `hs_requests_close`. Usable from any thread.
+typedef struct hs_requests hs_requests;
 
 // A finished run (simulated, or on the host's queues). Opaque; from `hs_simulate` or
 // `hs_engine_result`, ended with `hs_run_destroy`. Immutable: usable from any thread.
@@ -109,6 +128,64 @@ typedef struct hs_queue {
   // Passed back to both callbacks unchanged; the library never reads it.
   void *user_data;
 } hs_queue;
+
+// The engine's bounds and threads (`hs_requests_open`); a 0 field takes its default.
+typedef struct hs_requests_limits {
+  // Bytes all live requests' KV caches may take together (default 1 GiB).
+  uint64_t kv_budget_bytes;
+  // Requests live or waiting at most (default 64).
+  uint32_t max_requests;
+  // 0: a request whose KV caches do not fit now waits until they do; 1: it is refused
+  // with `HS_ERR_BUSY`.
+  uint32_t refuse_when_full;
+  // Compute threads shared by every request (default: the machine's cores).
+  uint32_t threads;
+  // Prompt tokens per prefill chunk: the granularity at which an interactive request
+  // preempts a background prefill (default 128).
+  uint32_t chunk_len;
+} hs_requests_limits;
+
+// A piece of a request's text: `len` bytes of UTF-8 at `text`, followed by a NUL (so it
+// may be printed as a C string), valid for the call only. `request` is the id
+// `hs_requests_submit` returned. Called on the library's event thread.
+typedef void (*hs_token_fn)(void *user_data, uint64_t request, const char *text, size_t len);
+
+// The end of a request, its last callback: `status` `HS_OK` (it ended by its end of
+// sequence, a stop string or its token limit), `HS_ERR_CANCELLED` (cancelled; what it
+// generated was delivered) or `HS_ERR_RUN_FAILED` (a kernel error, or the engine
+// stopped). `result_json` (NUL-terminated, valid for the call only):
+// `{"finish_reason": "eos"|"stop"|"length"|"cancelled", "metrics": {...}}`, the metrics
+// measured (ttft_ms, tpot_ms, e2e_ms, tokens), or `{"error": "..."}` for a failure.
+// Called on the library's event thread.
+typedef void (*hs_finish_fn)(void *user_data,
+                             uint64_t request,
+                             enum hs_status status,
+                             const char *result_json);
+
+// One request (`hs_requests_submit`).
+typedef struct hs_request_options {
+  // New tokens at most (at least 1).
+  uint32_t max_tokens;
+  // Softmax temperature; 0 is greedy (the most probable token each step).
+  float temperature;
+  // Keep the `top_k` most probable tokens; 0 keeps all.
+  uint32_t top_k;
+  // Keep the most probable tokens whose probabilities sum to at least this, in (0, 1];
+  // 1 keeps all.
+  float top_p;
+  // Seed of the sampler.
+  uint64_t seed;
+  // Priority class: `HS_PRIORITY_INTERACTIVE`, `HS_PRIORITY_BACKGROUND` or any
+  // number 0..=255 (larger is more urgent).
+  uint8_t priority;
+  // Called with each piece of generated text (optional).
+  hs_token_fn on_token;
+  // Called once at the end (optional).
+  hs_finish_fn on_finish;
+  // Passed back to both callbacks unchanged; the library never reads it. It must stay
+  // valid until `on_finish` was called (or `hs_requests_close` returned).
+  void *user_data;
+} hs_request_options;
 
 // What a plan holds, by value (`hs_plan_get_info`).
 typedef struct hs_plan_info {
@@ -176,6 +253,17 @@ enum hs_status hs_engine_run(const struct hs_engine *engine);
 // `finished` is NULL or valid for writes.
 enum hs_status hs_engine_step(const struct hs_engine *engine, int32_t *finished);
 
+// Cancels the run from any thread (a host thread, a signal-handling thread, one of the
+// queue callbacks): no job is dispatched after the driver sees it, the jobs already on
+// the host's queues run to their end and are reported with `hs_engine_complete` as
+// usual, and the driver (`hs_engine_run`, or the `hs_engine_step` after the last of
+// those reports) returns `HS_ERR_CANCELLED`, its message saying how many subgraphs were
+// done. Should one of those jobs fail instead, the run fails as any run does
+// (`HS_ERR_RUN_FAILED`, the others passed to `cancel`). A cancel before the first run
+// or step ends the run there, with nothing dispatched; a cancel of a run that already
+// ended does nothing. Asking twice is asking once.
+enum hs_status hs_engine_cancel(const struct hs_engine *engine);
+
 // Reports that job `job` ran from `start_ns` to `end_ns` (on the engine's clock: ns
 // since the run started for `HS_CLOCK_WALL`, modeled times for `HS_CLOCK_VIRTUAL`).
 // Callable from any thread, also from inside `submit`. A job not running, or reported
@@ -223,6 +311,57 @@ const char *hs_last_error(void);
 // A static name of `status` (`"HS_ERR_NULL_ARGUMENT"`), or `"HS_UNKNOWN_STATUS"` for a
 // value that is none. Ownership: static; never free it.
 const char *hs_status_name(int32_t status);
+
+// Loads the GGUF model at `model_path` (UTF-8, the caller's, only read; its tokenizer
+// and weights, linears in 8-bit) and starts a request engine on it within `limits`
+// (NULL: every default). `*out`: a new engine the caller ends with `hs_requests_close`.
+// A file that is no model is `HS_ERR_LOAD`; a bad limit `HS_ERR_INVALID_ARGUMENT`; a
+// library built without the `models` feature `HS_ERR_STATE`.
+//
+// # Safety
+// `model_path` is NULL or NUL-terminated; `limits` is NULL or readable; `out` is NULL or
+// valid for writes.
+enum hs_status hs_requests_open(const char *model_path,
+                                const struct hs_requests_limits *limits,
+                                struct hs_requests **out);
+
+// Submits `prompt` (UTF-8 text, the caller's, only read; tokenized here) with
+// `options` (read during the call) as a request of one sample. `*request_id`: the
+// request's id, also passed to its callbacks, which start on the event thread at once
+// (possibly before this call returns). Errors, nothing of the request having run:
+// `HS_ERR_INVALID_ARGUMENT` (an empty prompt, one longer than the model's context, a
+// bad sampling setting, `max_tokens` 0, a request whose KV caches exceed the whole
+// budget), `HS_ERR_BUSY` (the KV budget is full with `refuse_when_full`, or
+// `max_requests` are live: retry later), `HS_ERR_STATE` (the engine is closing or
+// stopped).
+//
+// # Safety
+// `prompt` is NULL or NUL-terminated; `options` is NULL or readable, its callbacks NULL
+// or functions of the declared signatures; `request_id` is NULL or valid for writes.
+enum hs_status hs_requests_submit(const struct hs_requests *requests,
+                                  const char *prompt,
+                                  const struct hs_request_options *options,
+                                  uint64_t *request_id);
+
+// Cancels request `request_id` from any thread (also from its own callbacks): it ends
+// at the engine's next turn, its `on_finish` called with `HS_ERR_CANCELLED`, and its KV
+// caches are freed. A request that finished, was cancelled before, or was never
+// submitted is `HS_ERR_UNKNOWN_REQUEST`.
+enum hs_status hs_requests_cancel(const struct hs_requests *requests, uint64_t request_id);
+
+// The engine's counters as JSON (`{"waiting", "prefilling", "decoding", "finished",
+// "cancelled", "failed", "kv_bytes_in_use", "kv_budget_bytes"}`, as of its last turn).
+// `*out`: a new string the caller frees with `hs_string_free`.
+//
+// # Safety
+// `out` is NULL or valid for writes.
+enum hs_status hs_requests_metrics_json(const struct hs_requests *requests, char **out);
+
+// Ends the engine: cancels every request still live (each gets its `on_finish`, with
+// `HS_ERR_CANCELLED`), waits until every request's `on_finish` was called, stops the
+// engine's threads and joins them all; then the handle is gone. NULL is a no-op; from
+// inside a callback `HS_ERR_STATE` (the event thread cannot join itself).
+enum hs_status hs_requests_close(struct hs_requests *requests);
 
 // Simulates the plan on a virtual clock under the policy `policy` (a name from
 // `hs_policy_names`, or NULL for the scene's own), as `hetsched simulate` does (a

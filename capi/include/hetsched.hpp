@@ -183,6 +183,9 @@ class Engine {
     void complete(std::uint32_t job, std::uint64_t start_ns, std::uint64_t end_ns) const {
         check(hs_engine_complete(handle_.get(), job, start_ns, end_ns), "hs_engine_complete");
     }
+    /// Callable from any thread: the run stops at the next subgraph boundary and run()
+    /// or step() throws an Error whose status() is HS_ERR_CANCELLED.
+    void cancel() const { check(hs_engine_cancel(handle_.get()), "hs_engine_cancel"); }
     Run result() const {
         hs_run *raw = nullptr;
         check(hs_engine_result(handle_.get(), &raw), "hs_engine_result");

@@ -16,6 +16,13 @@
 //! completions in end-time order once every running job is reported, as its own
 //! simulated queues do, so the schedule equals `hs_simulate`'s.
 //!
+//! Cancel. `hs_engine_cancel`, from any thread, stops the run at the next subgraph
+//! boundary: no job is dispatched once the driver sees it, the jobs already on the host's
+//! queues run to their end and are reported as usual (their slices are kept), and the
+//! driver returns `HS_ERR_CANCELLED`. A blocking `hs_engine_run` sees the cancel at its
+//! next wake-up; a stepped engine at its next `hs_engine_step`, which never waits for
+//! the jobs still running: it returns at once (`*finished` 0) until they are reported.
+//!
 //! The engine trusts no host: a completion for a job not running (never submitted,
 //! reported twice, after its run ended) is refused at the call with
 //! `HS_ERR_UNKNOWN_JOB`; everything that does reach the scheduler passes the engine's own
@@ -23,9 +30,11 @@
 
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hetsched_runtime::backends::{Backend, BackendError};
+use hetsched_runtime::cancel::CancelFlag;
 use hetsched_runtime::engine::{EngineOptions, RunOutcome, Step, Stepper, Wait};
 use hetsched_systems::resources::{Completion, Job};
 use parking_lot::{Condvar, Mutex};
@@ -353,12 +362,55 @@ struct Driver {
     queues: HostQueues,
 }
 
+/// A cancel asked for by the host, and when the run's own flag takes it.
+///
+/// The run checks its [`CancelFlag`] before every tick and then drains the jobs in
+/// flight, blocking until the host reports them. A blocking driver may block, so the
+/// flag is set at once; a stepped driver must not (a host that reports from its own
+/// event loop would never get back to it), so the flag waits until every running job is
+/// reported and the drain finds them all. `requested` and `blocking` are each written by
+/// one side and read by the other (sequentially consistent): whichever side comes second
+/// sets the flag.
+#[derive(Debug, Default)]
+struct CancelRequest {
+    requested: AtomicBool,
+    /// Whether the driver is inside a blocking `hs_engine_run`.
+    blocking: AtomicBool,
+    /// The run's flag ([`EngineOptions::cancel`]).
+    flag: CancelFlag,
+}
+
+impl CancelRequest {
+    /// The host's side (`hs_engine_cancel`).
+    fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        if self.blocking.load(Ordering::SeqCst) {
+            self.flag.cancel();
+        }
+    }
+
+    /// The driver's side, before a step: whether the run may step now. A stepped run
+    /// with a cancel pending and jobs unreported waits for their reports.
+    fn before_step(&self, wait: Wait, reports: &Reports) -> bool {
+        self.blocking.store(wait == Wait::Block, Ordering::SeqCst);
+        if !self.requested.load(Ordering::SeqCst) {
+            return true;
+        }
+        if wait == Wait::Poll && reports.record.lock().unreported > 0 {
+            return false;
+        }
+        self.flag.cancel();
+        true
+    }
+}
+
 /// An engine: the run's driver (taken by the thread driving it) and the record host
 /// threads report to.
 pub(crate) struct EngineObject {
     scene_name: String,
     lanes: usize,
     reports: Arc<Reports>,
+    cancel: CancelRequest,
     driver: Mutex<Driver>,
 }
 
@@ -399,12 +451,17 @@ impl EngineObject {
             Phase::Finished(_) => return Ok(true),
             Phase::Failed(message) => {
                 return Err(CapiError::State(format!(
-                    "the run already failed: {message}"
+                    "the run already ended: {message}"
                 )));
             }
             Phase::Ready(_) => unreachable!("started above"),
         };
-        match stepper.step(queues, wait) {
+        if !self.cancel.before_step(wait, &self.reports) {
+            return Ok(false);
+        }
+        let stepped = stepper.step(queues, wait);
+        self.cancel.blocking.store(false, Ordering::SeqCst);
+        match stepped {
             Ok(Step::Running { .. }) => Ok(false),
             Ok(Step::Finished) => {
                 let Phase::Running(stepper) =
@@ -460,7 +517,7 @@ pub unsafe extern "C" fn hs_engine_create(
         let object = handles::get::<PlanObject>(plan, "plan")?;
         // SAFETY: the contract above.
         let (name, out) = unsafe { (optional_str_arg(policy, "policy")?, out_arg(out, "out")?) };
-        let (clock, options) = match clock {
+        let (clock, mut options) = match clock {
             HS_CLOCK_VIRTUAL => (Clock::Virtual, EngineOptions::default()),
             HS_CLOCK_WALL => (Clock::Wall, EngineOptions::real_queues()),
             other => {
@@ -484,11 +541,14 @@ pub unsafe extern "C" fn hs_engine_create(
             }),
             changed: Condvar::new(),
         });
+        let cancel = CancelRequest::default();
+        options.cancel = Some(cancel.flag.clone());
         let stepper = Stepper::new(plan, policy_for(&object, name)?, &options);
         *out = handles::register(EngineObject {
             scene_name: object.scene_name.clone(),
             lanes,
             reports: reports.clone(),
+            cancel,
             driver: Mutex::new(Driver {
                 phase: Phase::Ready(stepper),
                 queues: HostQueues {
@@ -564,6 +624,26 @@ pub unsafe extern "C" fn hs_engine_step(engine: *const hs_engine, finished: *mut
         // SAFETY: the contract above.
         let finished = unsafe { out_arg(finished, "finished") }?;
         *finished = i32::from(object.advance(Wait::Poll)?);
+        Ok(())
+    })
+}
+
+/// Cancels the run from any thread (a host thread, a signal-handling thread, one of the
+/// queue callbacks): no job is dispatched after the driver sees it, the jobs already on
+/// the host's queues run to their end and are reported with `hs_engine_complete` as
+/// usual, and the driver (`hs_engine_run`, or the `hs_engine_step` after the last of
+/// those reports) returns `HS_ERR_CANCELLED`, its message saying how many subgraphs were
+/// done. Should one of those jobs fail instead, the run fails as any run does
+/// (`HS_ERR_RUN_FAILED`, the others passed to `cancel`). A cancel before the first run
+/// or step ends the run there, with nothing dispatched; a cancel of a run that already
+/// ended does nothing. Asking twice is asking once.
+#[unsafe(no_mangle)]
+pub extern "C" fn hs_engine_cancel(engine: *const hs_engine) -> hs_status {
+    guarded(|| {
+        let object = handles::get::<EngineObject>(engine, "engine")?;
+        // A blocked driver sees the flag when its wait returns: the drain needs the
+        // reports it waits for anyway, so there is nothing to wake it for.
+        object.cancel.request();
         Ok(())
     })
 }

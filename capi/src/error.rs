@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::ffi::{CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use hetsched_runtime::engine::panic_message;
+use hetsched_runtime::engine::{EngineError, panic_message};
 use thiserror::Error;
 
 /// What a call did. `HS_OK` is 0; every other value comes with a message from
@@ -47,6 +47,13 @@ pub enum hs_status {
     HS_ERR_STATE = 12,
     /// A bug in the library, caught before it reached the caller.
     HS_ERR_INTERNAL = 13,
+    /// A run the host cancelled (`hs_engine_cancel`): it stopped at a subgraph boundary
+    /// after the jobs already on the host's queues were reported.
+    HS_ERR_CANCELLED = 14,
+    /// A request id that is not live (finished, cancelled before, or never submitted).
+    HS_ERR_UNKNOWN_REQUEST = 15,
+    /// The request engine is full (its KV budget, or its request limit): retry later.
+    HS_ERR_BUSY = 16,
 }
 
 /// Why a call failed; its text becomes `hs_last_error()`.
@@ -77,16 +84,33 @@ pub(crate) enum CapiError {
     UnknownPolicy(#[from] hetsched_systems::policy::UnknownPolicy),
     #[error("cannot write {path}: {message}")]
     Io { path: String, message: String },
-    #[error("the run failed: {0}")]
-    Run(#[from] hetsched_runtime::engine::EngineError),
+    #[error("the run {verb}: {error}", verb = run_verb(.0), error = .0)]
+    Run(#[from] EngineError),
     #[error("the simulation of a measured profile failed: {0}")]
     Predict(String),
     #[error("{0}")]
     UnknownJob(String),
+    #[cfg(feature = "models")]
+    #[error("the model could not be loaded: {0}")]
+    LoadModel(String),
+    #[cfg(feature = "models")]
+    #[error("{0}")]
+    UnknownRequest(String),
+    #[cfg(feature = "models")]
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     State(String),
     #[error("internal error (a bug in hetsched): {0}")]
     Internal(String),
+}
+
+/// How a run that did not finish ended, for its message.
+fn run_verb(error: &EngineError) -> &'static str {
+    match error {
+        EngineError::Cancelled { .. } => "was cancelled",
+        _ => "failed",
+    }
 }
 
 impl CapiError {
@@ -99,9 +123,16 @@ impl CapiError {
             CapiError::Utf8 { .. } => HS_ERR_INVALID_UTF8,
             CapiError::InvalidArgument(_) => HS_ERR_INVALID_ARGUMENT,
             CapiError::Load(_) => HS_ERR_LOAD,
+            #[cfg(feature = "models")]
+            CapiError::LoadModel(_) => HS_ERR_LOAD,
+            #[cfg(feature = "models")]
+            CapiError::UnknownRequest(_) => HS_ERR_UNKNOWN_REQUEST,
+            #[cfg(feature = "models")]
+            CapiError::Busy(_) => HS_ERR_BUSY,
             CapiError::Plan(_) => HS_ERR_PLAN,
             CapiError::UnknownPolicy(_) => HS_ERR_UNKNOWN_POLICY,
             CapiError::Io { .. } => HS_ERR_IO,
+            CapiError::Run(EngineError::Cancelled { .. }) => HS_ERR_CANCELLED,
             CapiError::Run(_) | CapiError::Predict(_) => HS_ERR_RUN_FAILED,
             CapiError::UnknownJob(_) => HS_ERR_UNKNOWN_JOB,
             CapiError::State(_) => HS_ERR_STATE,
@@ -179,6 +210,9 @@ pub extern "C" fn hs_status_name(status: i32) -> *const c_char {
         HS_ERR_UNKNOWN_JOB,
         HS_ERR_STATE,
         HS_ERR_INTERNAL,
+        HS_ERR_CANCELLED,
+        HS_ERR_UNKNOWN_REQUEST,
+        HS_ERR_BUSY,
     ];
     let name: &'static std::ffi::CStr = match all.into_iter().find(|s| *s as i32 == status) {
         Some(HS_OK) => c"HS_OK",
@@ -195,6 +229,9 @@ pub extern "C" fn hs_status_name(status: i32) -> *const c_char {
         Some(HS_ERR_UNKNOWN_JOB) => c"HS_ERR_UNKNOWN_JOB",
         Some(HS_ERR_STATE) => c"HS_ERR_STATE",
         Some(HS_ERR_INTERNAL) => c"HS_ERR_INTERNAL",
+        Some(HS_ERR_CANCELLED) => c"HS_ERR_CANCELLED",
+        Some(HS_ERR_UNKNOWN_REQUEST) => c"HS_ERR_UNKNOWN_REQUEST",
+        Some(HS_ERR_BUSY) => c"HS_ERR_BUSY",
         None => c"HS_UNKNOWN_STATUS",
     };
     name.as_ptr()

@@ -148,11 +148,65 @@ fn c_host_queues_equal_the_simulation_under_asan() {
 }
 
 #[test]
+fn a_host_thread_cancels_the_c_hosts_run_under_asan() {
+    let dir = scratch("cancel");
+    let Some(exe) = build("gcc", "-std=c11", "examples/c/host_queues.c", &dir) else {
+        return;
+    };
+    for args in [
+        &["--cancel-after", "10"][..],
+        &["--step", "--cancel-after", "10"],
+        &["--wall", "--cancel-after", "5"],
+    ] {
+        let out = run(&exe, args);
+        assert!(
+            out.contains("cancelled after") && out.contains("cancelled with"),
+            "{out}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn every_function_survives_bad_input_under_asan() {
     let dir = scratch("abuse");
     if let Some(exe) = build("gcc", "-std=c11", "examples/c/abuse.c", &dir) {
         let out = run(&exe, &[]);
         assert!(out.contains("abuse: 0 failed expectations"), "{out}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// The test model, or `None` with a note where it was not fetched.
+fn test_model() -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "skipped: no test model at {} (scripts/fetch-model.sh fetches it)",
+            path.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn c_requests_stream_and_cancel_under_asan() {
+    let Some(model) = test_model() else {
+        return;
+    };
+    let dir = scratch("requests");
+    if let Some(exe) = build("gcc", "-std=c11", "examples/c/requests.c", &dir) {
+        let out = run(&exe, &[model.to_str().unwrap()]);
+        assert!(
+            out.contains("requests: 3 requests ended as expected"),
+            "{out}"
+        );
+        // The interactive request's greedy answer.
+        assert!(out.contains("Paris"), "{out}");
     }
     std::fs::remove_dir_all(dir).ok();
 }

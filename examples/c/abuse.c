@@ -102,6 +102,7 @@ int main(void) {
     EXPECT(hs_engine_fail(NULL, 0, NULL), HS_ERR_NULL_ARGUMENT);
     EXPECT(hs_engine_now_ns(NULL, &number), HS_ERR_NULL_ARGUMENT);
     EXPECT(hs_engine_result(NULL, &run), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_engine_cancel(NULL), HS_ERR_NULL_ARGUMENT);
     EXPECT(hs_engine_destroy(NULL), HS_OK);
     EXPECT(hs_string_free(NULL), HS_OK);
 
@@ -146,6 +147,7 @@ int main(void) {
     EXPECT(hs_engine_step((hs_engine *)run, &finished), HS_ERR_WRONG_HANDLE_KIND);
     EXPECT(hs_engine_complete((hs_engine *)scene, 0, 0, 1), HS_ERR_WRONG_HANDLE_KIND);
     EXPECT(hs_engine_destroy((hs_engine *)plan), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_engine_cancel((hs_engine *)plan), HS_ERR_WRONG_HANDLE_KIND);
 
     /* Integers that were never handles; a pointer to the host's own memory. */
     EXPECT(hs_plan_get_info((hs_plan *)(uintptr_t)8, &info), HS_ERR_INVALID_HANDLE);
@@ -179,6 +181,7 @@ int main(void) {
     /* Destroyed: every later use is refused. */
     EXPECT(hs_engine_destroy(engine), HS_ERR_INVALID_HANDLE);
     EXPECT(hs_engine_complete(engine, 0, 0, 1), HS_ERR_INVALID_HANDLE);
+    EXPECT(hs_engine_cancel(engine), HS_ERR_INVALID_HANDLE);
 
     /* A host failure reported from inside submit: the run fails, the rest is cancelled. */
     EXPECT(hs_engine_create(plan, "inorder", HS_CLOCK_VIRTUAL, &sync_engine), HS_OK);
@@ -206,6 +209,29 @@ int main(void) {
     EXPECT(hs_engine_complete(engine, job, 0, 1), HS_ERR_UNKNOWN_JOB);
     EXPECT(hs_engine_destroy(engine), HS_OK); /* mid-run: nothing leaks */
     if (cancelled != before) failures++;
+
+    /* The request engine: NULLs, wrong kinds, bad limits and files that are no model
+     * (each refused before anything loads or starts). */
+    hs_requests *requests = NULL;
+    hs_request_options options = {.max_tokens = 4, .top_p = 1.0f};
+    hs_requests_limits bad_limits = {.refuse_when_full = 7};
+    uint64_t request_id = 0;
+    EXPECT(hs_requests_open(NULL, NULL, &requests), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_open("no/such/model.gguf", NULL, NULL), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_open(BAD_UTF8, NULL, &requests), HS_ERR_INVALID_UTF8);
+    EXPECT(hs_requests_open("no/such/model.gguf", NULL, &requests), HS_ERR_LOAD);
+    EXPECT(hs_requests_open("/proc/self/exe", NULL, &requests), HS_ERR_LOAD);
+    EXPECT(hs_requests_open("no/such/model.gguf", &bad_limits, &requests), HS_ERR_INVALID_ARGUMENT);
+    if (requests != NULL) failures++;
+    EXPECT(hs_requests_submit(NULL, "x", &options, &request_id), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_submit((hs_requests *)plan, "x", &options, &request_id), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_requests_cancel(NULL, 0), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_cancel((hs_requests *)run, 0), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_requests_cancel((hs_requests *)&info, 0), HS_ERR_INVALID_HANDLE);
+    EXPECT(hs_requests_metrics_json(NULL, &text), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_requests_metrics_json((hs_requests *)scene, &text), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_requests_close(NULL), HS_OK);
+    EXPECT(hs_requests_close((hs_requests *)plan), HS_ERR_WRONG_HANDLE_KIND);
 
     EXPECT(hs_run_destroy(run), HS_OK);
     EXPECT(hs_run_destroy(run), HS_ERR_INVALID_HANDLE);

@@ -5,13 +5,16 @@
  * hs_engine_complete from that thread. Afterwards the schedule is compared with the
  * library's own simulation of the same plan.
  *
- *   host_queues [--wall] [--step] [--json-out FILE] [--trace FILE] [--svg FILE] [SCENE]
+ *   host_queues [--wall] [--step] [--cancel-after N] [--json-out FILE] [--trace FILE]
+ *               [--svg FILE] [SCENE]
  *
  * Default: HS_CLOCK_VIRTUAL, the jobs report their modeled times, and the run must equal
  * the simulation (makespan and report; exit 1 otherwise). --wall: jobs sleep
  * modeled / 1000 and report wall-clock times; the measured makespan is printed beside
  * the prediction. --step: the main thread drives the engine with hs_engine_step from its
- * own event loop instead of the blocking hs_engine_run. */
+ * own event loop instead of the blocking hs_engine_run. --cancel-after N: the lane thread
+ * that reports the N-th job cancels the run with hs_engine_cancel; the run must end with
+ * HS_ERR_CANCELLED after every job it dispatched was reported, and have no result. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +39,11 @@
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t loop_wake = PTHREAD_COND_INITIALIZER;
 static unsigned loop_reports = 0;
+
+/* --cancel-after: jobs reported so far (all lanes), and the report that cancels. */
+static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned reported = 0, submitted = 0;
+static unsigned cancel_after = 0;
 
 typedef struct lane {
     pthread_t thread;
@@ -77,6 +85,11 @@ static void *lane_main(void *arg) {
             CHECK(hs_engine_complete(self->engine, job.id, job.dispatched_ns,
                                      job.dispatched_ns + job.estimated_ns));
         }
+        pthread_mutex_lock(&count_lock);
+        int cancel_now = ++reported == cancel_after;
+        pthread_mutex_unlock(&count_lock);
+        /* From a host thread, while the engine's thread drives the run. */
+        if (cancel_now) CHECK(hs_engine_cancel(self->engine));
         pthread_mutex_lock(&loop_lock);
         loop_reports++;
         pthread_cond_signal(&loop_wake);
@@ -90,6 +103,9 @@ static int32_t submit(const hs_job *job, void *user_data) {
     pthread_mutex_lock(&self->lock);
     int busy = self->has_job;
     if (!busy) {
+        pthread_mutex_lock(&count_lock);
+        submitted++;
+        pthread_mutex_unlock(&count_lock);
         self->job = *job;
         self->has_job = 1;
         pthread_cond_signal(&self->wake);
@@ -112,6 +128,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--wall")) wall = 1;
         else if (!strcmp(argv[i], "--step")) step = 1;
+        else if (!strcmp(argv[i], "--cancel-after") && i + 1 < argc) cancel_after = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json-out") && i + 1 < argc) json_out = argv[++i];
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
         else if (!strcmp(argv[i], "--svg") && i + 1 < argc) svg = argv[++i];
@@ -145,21 +162,30 @@ int main(int argc, char **argv) {
         CHECK(hs_engine_set_queue(engine, p, &queue));
     }
 
+    hs_status ended = HS_OK;
     if (step) {
         /* The host's own event loop: step, then sleep until a lane reports. */
         int32_t finished = 0;
         unsigned seen = 0;
         for (;;) {
-            CHECK(hs_engine_step(engine, &finished));
-            if (finished) break;
+            ended = hs_engine_step(engine, &finished);
+            if (ended != HS_OK || finished) break;
             pthread_mutex_lock(&loop_lock);
             while (loop_reports == seen) pthread_cond_wait(&loop_wake, &loop_lock);
             seen = loop_reports;
             pthread_mutex_unlock(&loop_lock);
         }
     } else {
-        CHECK(hs_engine_run(engine));
+        ended = hs_engine_run(engine);
     }
+    if (ended != HS_OK && !(cancel_after && ended == HS_ERR_CANCELLED)) CHECK(ended);
+    if (cancel_after && ended != HS_ERR_CANCELLED) {
+        fprintf(stderr, "the run ended with %s, not cancelled\n", hs_status_name(ended));
+        return 1;
+    }
+    const char *why = ended == HS_OK ? NULL : hs_last_error();
+    char why_copy[256] = "";
+    if (why) snprintf(why_copy, sizeof why_copy, "%s", why);
 
     for (uint32_t p = 0; p < info.processors; p++) {
         pthread_mutex_lock(&lanes[p].lock);
@@ -171,6 +197,20 @@ int main(int argc, char **argv) {
         pthread_cond_destroy(&lanes[p].wake);
     }
     free(lanes);
+
+    if (cancel_after) {
+        /* Every job dispatched was reported (the run drained them), and it has no result. */
+        hs_run *none = NULL;
+        int failed = submitted != reported || submitted < cancel_after ||
+                     hs_engine_result(engine, &none) != HS_ERR_STATE;
+        printf("cancelled after %u of %u jobs reported (%u dispatched): %s\n", cancel_after,
+               info.instances, submitted, why_copy);
+        if (failed) fprintf(stderr, "%u jobs dispatched, %u reported\n", submitted, reported);
+        CHECK(hs_engine_destroy(engine));
+        CHECK(hs_plan_destroy(plan));
+        CHECK(hs_scene_destroy(scene));
+        return failed || hs_live_handles() != 0;
+    }
 
     hs_run *hosted = NULL, *simulated = NULL;
     CHECK(hs_engine_result(engine, &hosted));
