@@ -15,8 +15,9 @@
 # tokens. LOAD_ARGS go to every scripts/load.py run (see its --help). Both servers run
 # side by side for the whole measurement (an idle server takes no CPU): ours once, one
 # llama-server per client count. llama.cpp is built once by scripts/build-llamacpp.sh (or
-# $LLAMACPP_BUILD); the Q8_0 file is cached in target/serve-vs-llama-server/. hetsched is
-# the release binary (`cargo build --release` first). -p POLL is llama-server's --poll (how
+# $LLAMACPP_BUILD) and the Q8_0 file cached in target/serve-vs-llama-server/, as
+# scripts/setup-vs-llamacpp.sh does for every side-by-side script; hetsched is the release
+# binary (built when missing). -p POLL is llama-server's --poll (how
 # hard its threads spin waiting for work, 0 to 100): on a machine other processes load,
 # -p 0 lets them sleep instead.
 set -euo pipefail
@@ -32,18 +33,9 @@ done
 shift $((OPTIND - 1))
 LOAD_ARGS=("$@")
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
-BIN=target/release/hetsched
-WORK=target/serve-vs-llama-server
-mkdir -p "$WORK"
-[ -s "$MODEL" ] || scripts/fetch-model.sh
-[ -x "$BIN" ] || cargo build --release
-BUILD_SCRIPT="${LLAMACPP_BUILD:-$ROOT/scripts/build-llamacpp.sh}"
-LLAMA="$("$BUILD_SCRIPT" | tail -1)/build/bin"
-[ -s "$WORK/model.Q8_0.gguf" ] ||
-  "$LLAMA/llama-quantize" --allow-requantize "$MODEL" "$WORK/model.Q8_0.gguf" Q8_0 >"$WORK/quantize.log" 2>&1
+WORK=target/serve-vs-llama-server QUANTS="Q8_0"
+# shellcheck source=scripts/setup-vs-llamacpp.sh
+. "$(dirname "${BASH_SOURCE[0]}")/setup-vs-llamacpp.sh"
 
 PIDS=()
 stop_servers() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
