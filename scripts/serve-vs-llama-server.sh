@@ -5,8 +5,8 @@
 # swapped every round); prints medians over the rounds and the ratios ours / llama's as a
 # markdown table (docs/serving.md keeps one, with date, machine and commit).
 #
-#   scripts/serve-vs-llama-server.sh [-r ROUNDS] [-t THREADS] [-c "CLIENTS ..."] [-m MAX_TOKENS] [-- LOAD_ARGS]
-#       defaults: -r 3 -t 2 -c "1 4 8" -m 32
+#   scripts/serve-vs-llama-server.sh [-r ROUNDS] [-t THREADS] [-c "CLIENTS ..."] [-m MAX_TOKENS] [-p POLL] [-- LOAD_ARGS]
+#       defaults: -r 3 -t 2 -c "1 4 8" -m 32, -p: llama-server's own (50)
 #
 # Loads: `chat` at each client count (closed loop, 2 x clients requests, at least 4) and
 # `agent-burst` (a background summary, then five interactive requests while it runs;
@@ -15,32 +15,27 @@
 # tokens. LOAD_ARGS go to every scripts/load.py run (see its --help). Both servers run
 # side by side for the whole measurement (an idle server takes no CPU): ours once, one
 # llama-server per client count. llama.cpp is built once by scripts/build-llamacpp.sh (or
-# $LLAMACPP_BUILD); the Q8_0 file is cached in target/serve-vs-llama-server/. hetsched is
-# the release binary (`cargo build --release` first).
+# $LLAMACPP_BUILD) and the Q8_0 file cached in target/serve-vs-llama-server/, as
+# scripts/setup-vs-llamacpp.sh does for every side-by-side script; hetsched is the release
+# binary (built when missing). -p POLL is llama-server's --poll (how
+# hard its threads spin waiting for work, 0 to 100): on a machine other processes load,
+# -p 0 lets them sleep instead.
 set -euo pipefail
 
-ROUNDS=3 THREADS=2 CLIENTS="1 4 8" MAX_TOKENS=32
-while getopts "r:t:c:m:" opt; do
+ROUNDS=3 THREADS=2 CLIENTS="1 4 8" MAX_TOKENS=32 POLL=()
+while getopts "r:t:c:m:p:" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; t) THREADS=$OPTARG ;; c) CLIENTS=$OPTARG ;; m) MAX_TOKENS=$OPTARG ;;
-    *) sed -n 2,19p "$0"; exit 2 ;;
+    p) POLL=(--poll "$OPTARG") ;;
+    *) sed -n 2,21p "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 LOAD_ARGS=("$@")
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
-BIN=target/release/hetsched
-WORK=target/serve-vs-llama-server
-mkdir -p "$WORK"
-[ -s "$MODEL" ] || scripts/fetch-model.sh
-[ -x "$BIN" ] || cargo build --release
-BUILD_SCRIPT="${LLAMACPP_BUILD:-$ROOT/scripts/build-llamacpp.sh}"
-LLAMA="$("$BUILD_SCRIPT" | tail -1)/build/bin"
-[ -s "$WORK/model.Q8_0.gguf" ] ||
-  "$LLAMA/llama-quantize" --allow-requantize "$MODEL" "$WORK/model.Q8_0.gguf" Q8_0 >"$WORK/quantize.log" 2>&1
+WORK=target/serve-vs-llama-server QUANTS="Q8_0"
+# shellcheck source=scripts/setup-vs-llamacpp.sh
+. "$(dirname "${BASH_SOURCE[0]}")/setup-vs-llamacpp.sh"
 
 PIDS=()
 stop_servers() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -67,7 +62,7 @@ for n in $CLIENTS 8; do
   port=$(llama_port "$n")
   curl -sf "http://127.0.0.1:$port/health" >/dev/null && continue
   start_server "$port" "$LLAMA/llama-server" -m "$WORK/model.Q8_0.gguf" -t "$THREADS" -tb "$THREADS" \
-    --parallel "$n" -c $((1024 * n)) --host 127.0.0.1 --port "$port"
+    --parallel "$n" -c $((1024 * n)) "${POLL[@]}" --host 127.0.0.1 --port "$port"
 done
 
 load() { # port scenario clients
