@@ -20,6 +20,7 @@ pub mod report;
 pub mod request_world;
 pub mod requests;
 pub mod scene;
+pub mod timeline;
 pub mod weight_reuse;
 
 pub use hetsched_limits as limits;
