@@ -24,21 +24,9 @@ while getopts "p:t:r:c:" opt; do
   esac
 done
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
-BIN=target/release/hetsched
-WORK=target/bench-vs-llamacpp
-mkdir -p "$WORK"
-[ -s "$MODEL" ] || scripts/fetch-model.sh
-[ -x "$BIN" ] || cargo build --release
-BUILD_SCRIPT="${LLAMACPP_BUILD:-$ROOT/scripts/build-llamacpp.sh}"
-LLAMA="$("$BUILD_SCRIPT" | tail -1)/build/bin"
-
-for q in Q8_0 F32; do
-  [ -s "$WORK/model.$q.gguf" ] ||
-    "$LLAMA/llama-quantize" --allow-requantize "$MODEL" "$WORK/model.$q.gguf" "$q" >"$WORK/quantize.$q.log" 2>&1
-done
+WORK=target/bench-vs-llamacpp QUANTS="Q8_0 F32"
+# shellcheck source=scripts/setup-vs-llamacpp.sh
+. "$(dirname "${BASH_SOURCE[0]}")/setup-vs-llamacpp.sh"
 
 # The prompt: GPL-3's tokens cut to exactly TOKENS (`run --prompt-len`).
 PROMPT=/usr/share/common-licenses/GPL-3

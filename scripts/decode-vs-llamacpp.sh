@@ -27,21 +27,9 @@ while getopts "n:t:r:" opt; do
   esac
 done
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
-BIN=target/release/hetsched
-WORK=target/decode-vs-llamacpp
-mkdir -p "$WORK"
-[ -s "$MODEL" ] || scripts/fetch-model.sh
-[ -x "$BIN" ] || cargo build --release
-BUILD_SCRIPT="${LLAMACPP_BUILD:-$ROOT/scripts/build-llamacpp.sh}"
-LLAMA="$("$BUILD_SCRIPT" | tail -1)/build/bin"
-
-for q in Q8_0 Q4_0; do
-  [ -s "$WORK/model.$q.gguf" ] ||
-    "$LLAMA/llama-quantize" --allow-requantize "$MODEL" "$WORK/model.$q.gguf" "$q" >"$WORK/quantize.$q.log" 2>&1
-done
+WORK=target/decode-vs-llamacpp QUANTS="Q8_0 Q4_0"
+# shellcheck source=scripts/setup-vs-llamacpp.sh
+. "$(dirname "${BASH_SOURCE[0]}")/setup-vs-llamacpp.sh"
 
 PROMPT="The history of the printing press begins in the fifteenth century, when"
 hetsched_row() { # precision -> "tok/s fraction bytes"

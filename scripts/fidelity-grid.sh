@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Predicted against measured prefill makespan over a grid (issue 14's goal): for each
+# Predicted against measured prefill makespan over a grid (docs/calibration.md): for each
 # prompt length x chunk length x policy x precision, one real `hetsched run --predict`
 # (after one warm-up prefill) with a measured profile; prints one row per run, then the
 # median and worst absolute error of the makespan and of each processor's busy time, each
@@ -108,7 +108,7 @@ for prof, rows in groups.items():
              statistics.median(busy), max(busy), within, len(busy)))
 # The machine's own noise: per setting, the spread of every measured makespan (every round,
 # every profile) as largest over smallest. Where it passes 15% for most settings, two runs
-# a setting cannot check a 15% goal (session 11: a median of 18-22% on a 2-core EPYC).
+# a setting cannot check a 15% goal (a median of 18-22% on a 2-core EPYC, 2026-11-25).
 spread = collections.defaultdict(list)
 for key, rs in runs.items():
     spread[key[1:]].extend(float(r[6]) for r in rs)

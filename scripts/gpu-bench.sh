@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# GEMM benchmark (and the GPU tests) on the remote GPU machine of the device tool.
+# GEMM benchmark (and the GPU tests) on a machine with an NVIDIA GPU that has neither cargo
+# nor a Vulkan loader: the build machine prepares everything, the GPU machine only runs it.
 #
 #   scripts/gpu-bench.sh prepare   # here: build gpu_bench and the GPU test binaries, strip
 #                                  # them into target/gpu-carry/, fetch the Vulkan loader debs into
 #                                  # target/gl/ (the remote machine has neither cargo nor a loader)
 #   scripts/gpu-bench.sh remote [--no-tests] [gpu_bench args]
-#                                  # there (carry target/gpu-carry, target/gl), from the repo root: unpack the loader,
+#                                  # on the GPU machine, with target/gpu-carry and target/gl copied
+#                                  # into the repository root, from there: unpack the loader,
 #                                  # run the GPU tests with HETSCHED_REQUIRE_GPU=1 (unless
 #                                  # --no-tests), then the benchmark (table on stdout and
 #                                  # $OUT/bench.txt, JSON lines in $OUT/bench.json), e.g.
 #                                  # `remote --no-tests --kernels f16-coopmat-khr,f16-coopmat-khr-64x64`
 #
-# The device tool's call that produced docs/gpu.md's figures:
-#   run(command="bash target/gpu-carry/gpu-bench.sh remote", carry=["target/gpu-carry", "target/gl"])
+# docs/gpu.md's figures: copy target/gpu-carry and target/gl into the repository root of the
+# GPU machine, then there: OUT=results bash target/gpu-carry/gpu-bench.sh remote
 set -euo pipefail
 
 case "${1:-}" in

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# SmolLM2-135M real prefill with the Vulkan GPU lane on the remote GPU machine of the device
-# tool (no cargo, no Vulkan loader, at most 64 MiB carried per call there).
+# SmolLM2-135M real prefill with the Vulkan GPU lane on a machine with an NVIDIA GPU that
+# has neither cargo nor a Vulkan loader: the build machine prepares everything, the GPU
+# machine only runs it.
 #
-#   scripts/gpu-prefill.sh prepare   # here: release build with --features gpu, strip it into
-#                                    # target/gpu-run/, split the test model in two (the first
-#                                    # part into target/model-a/), fetch the loader debs
-#   device call 1: run(command="ls -l target/model-a", carry=["target/model-a"])
-#   device call 2: run(command="bash target/gpu-run/gpu-prefill.sh remote",
-#                      carry=["target/gpu-run", "target/gl"])
-#                                    # there: join the model, unpack the loader, run prefills
+#   scripts/gpu-prefill.sh prepare   # on the build machine: release build with --features
+#                                    # gpu, strip it into target/gpu-run/, split the test model
+#                                    # in two (the first part into target/model-a/, each part
+#                                    # under 64 MiB), fetch the loader debs into target/gl/
+#   # copy target/model-a, target/gpu-run and target/gl into the repository root of the GPU
+#   # machine, then, there:
+#   OUT=results bash target/gpu-run/gpu-prefill.sh remote
+#                                    # join the model, unpack the loader, run prefills
 #                                    # (GPU lane vs CPU only, stall vs inorder; every stage
 #                                    # resident on the GPU), JSON and traces into $OUT;
 #                                    # `remote resident` runs the resident ones only;
@@ -47,7 +49,7 @@ remote)
   cat target/model-a/part-a target/gpu-run/part-b > /tmp/model.gguf
   out=${OUT:-/tmp}
   bin=target/gpu-run/hetsched
-  # Output names avoid `+` and `,` (the device tool only returns plain names).
+  # Output names avoid `+` and `,` (plain names survive any copy tool).
   prefill() { # threads backends policy precision [chunk_len] [prompt file] [name suffix]
     local chunk="${5:-128}" prompt="${6:-target/gpu-run/prompt.txt}"
     local name="t$1-${2//,/_}-$3-$4-c$chunk${7:-}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side-by-side prefill on the device tool's GPU machine (an H100): hetsched's resident Vulkan
+# Side-by-side prefill on a machine with an NVIDIA GPU (measured on an H100): hetsched's resident Vulkan
 # path (`run --backends gpu --precision f32 --chunk-len 512`; row `hetsched` with the
 # default weights (f16 where the fused GEMMs run on tensor cores, as on an H100) and the
 # output projection inside attention (4 dispatches a layer); row `hetsched-unfused-o` the
@@ -11,8 +11,9 @@
 # CUDA there (llama-bench, F16 and F32 files made from the same Q4_1 test model with
 # llama-quantize, so both sides run the same dequantized weights), at 557, 2048 and 4096
 # prompt tokens, interleaved round by round; medians and ratios as a markdown table.
-# That machine has no cargo, no Vulkan loader and no internet, and a call carries at most
-# 64 MiB, so the work is split:
+# The GPU machine needs no cargo, no Vulkan loader and no internet: the build machine
+# prepares two folders (each under 64 MiB, so they travel in small pieces), the GPU
+# machine builds llama.cpp and runs the rows:
 #
 #   scripts/gpu-vs-llamacpp.sh prepare DEST [OLD_BIN]
 #       here: release build with --features gpu, the binary (and OLD_BIN, an older build to
@@ -23,17 +24,14 @@
 #       first part of the model and llama.cpp's source (from the llama-cpp-python 0.3.36
 #       sdist that build-llamacpp.sh caches in ~/.cache/llamacpp-0.3.36, CUDA-irrelevant
 #       parts left out) into DEST/gpu-vs-llamacpp-a/; the Vulkan loader debs into
-#       DEST/gl/. DEST must be an ignored folder of the repository the device tool sends
-#       (e.g. its target/).
-#   device call 1 (DEST = target/x, say; part A is 52 MiB of model and 5 MiB of source):
-#       run(command="bash target/x/gpu-vs-llamacpp-a/gpu-vs-llamacpp.sh start",
-#           carry=["target/x/gpu-vs-llamacpp-a"])
-#       there: starts the llama.cpp CUDA build (sm_90, llama-bench and llama-quantize only)
-#       in its own session, so it outlives the call.
-#   device call 2, at once (the machine stays warm 30 s):
-#       run(command="bash target/x/gpu-vs-llamacpp-b/gpu-vs-llamacpp.sh remote [ROUNDS] [hetsched-only|llama-only]",
-#           carry=["target/x/gpu-vs-llamacpp-b", "target/x/gl"])
-#       there: joins the model, runs the GPU tests (unless RUN_TESTS=0), the attention
+#       DEST/gl/. DEST is a folder inside the repository (e.g. target/x; part A is 52 MiB
+#       of model and 5 MiB of source). Copy DEST into the same path under the repository
+#       root of the GPU machine, then, there:
+#   bash DEST/gpu-vs-llamacpp-a/gpu-vs-llamacpp.sh start
+#       starts the llama.cpp CUDA build (sm_90, llama-bench and llama-quantize only)
+#       detached (setsid), so it outlives the shell.
+#   OUT=results bash DEST/gpu-vs-llamacpp-b/gpu-vs-llamacpp.sh remote [ROUNDS] [hetsched-only|llama-only]
+#       joins the model, runs the GPU tests (unless RUN_TESTS=0), the attention
 #       benchmark and layer_bench (device time per dispatch of a layer, attention at every
 #       chunk position) while llama.cpp builds, waits for the build, makes the F16/F32
 #       files, then ROUNDS (default 5) rounds of every row, interleaved; results in $OUT.

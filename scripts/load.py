@@ -19,7 +19,13 @@ Workloads:
 
 Hostile mix (for soak runs): --cancel-share P closes a share P of the streams after their
 first token (the server should cancel them); --malformed-share P sends a share P of the
-requests with a broken JSON body (a 400 is the right answer, not an error).
+requests with a broken JSON body (a 400 is the right answer, not an error); --slow-share P
+sends a share P of the bodies half, then stalls --slow-stall seconds (past the server's
+body timeout: a 408, or the connection closed, is the right answer).
+Soak checks: --rss-pid PID samples the server's resident memory each second (reported at
+the start and the end of the run, and the largest); --expect-idle waits after the run
+for hetsched's /metrics to show no request in the engine and no KV memory held (an error
+if that does not come within 30 s).
 
 Examples:
   scripts/load.py --url http://127.0.0.1:8080 --scenario chat --clients 4 --max-requests 32
@@ -120,9 +126,37 @@ class Result:
         self.start = None
 
 
-def run_one(url, body, timeout, api_key, model, kind="normal"):
+def run_slow(parts, endpoint, payload, headers, stall, timeout, result):
+    """Sends half of the body, stalls `stall` seconds, then the rest; a 408 or a closed
+    connection is the right answer."""
+    head = f"POST {endpoint} HTTP/1.1\r\nHost: {parts.hostname}\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in headers.items()
+    )
+    data = payload.encode()
+    head += f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    status = None
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as sock:
+        try:
+            sock.sendall(head.encode() + data[: len(data) // 2])
+            time.sleep(stall)
+            sock.sendall(data[len(data) // 2:])
+        except OSError:
+            pass  # the server closed the connection: an answer the stall deserves
+        try:
+            line = sock.makefile("rb").readline().decode("latin-1")
+            status = int(line.split()[1]) if line.startswith("HTTP/") else None
+        except (OSError, ValueError, IndexError):
+            status = None
+    if status not in (None, 408):
+        result.error = f"slow body answered HTTP {status}"
+    result.end = time.monotonic() - result.start
+    return result
+
+
+def run_one(url, body, timeout, api_key, model, kind="normal", stall=0.0):
     """One streamed request on this thread; returns a Result. `kind`: normal, cancel
-    (close after the first token) or malformed (a broken body; 400 expected)."""
+    (close after the first token), malformed (a broken body; 400 expected) or slow (a
+    body stalled `stall` seconds halfway; 408 or a closed connection expected)."""
     parts = urllib.parse.urlsplit(url)
     result = Result(body.get("priority", "interactive"))
     result.kind = kind
@@ -134,6 +168,12 @@ def run_one(url, body, timeout, api_key, model, kind="normal"):
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     result.start = time.monotonic()
+    if kind == "slow":
+        try:
+            return run_slow(parts, endpoint, json.dumps(body), headers, stall, timeout, result)
+        except OSError as e:
+            result.error = f"{type(e).__name__}: {e}"
+            return result
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         payload = json.dumps(body)
@@ -198,10 +238,13 @@ async def replay(args, trace):
             kind = "cancel"
         elif draw < args.cancel_share + args.malformed_share:
             kind = "malformed"
+        elif draw < args.cancel_share + args.malformed_share + args.slow_share:
+            kind = "slow"
         timeout = min(remaining, args.timeout)
         results.append(
             await asyncio.to_thread(
-                run_one, args.url, body, timeout, args.api_key, args.model, kind
+                run_one, args.url, body, timeout, args.api_key, args.model, kind,
+                args.slow_stall,
             )
         )
 
@@ -217,11 +260,68 @@ async def replay(args, trace):
         await asyncio.sleep(max(0.0, start + at - time.monotonic()))
         await send(body)
 
+    rss = []
+
+    async def sample_rss():
+        while True:
+            kib = resident_kib(args.rss_pid)
+            if kib is not None:
+                rss.append(kib)
+            await asyncio.sleep(1.0)
+
+    sampler = asyncio.create_task(sample_rss()) if args.rss_pid else None
     clients = sorted({entry[0] for entry in closed})
     await asyncio.gather(
         *(client(i) for i in clients), *(arrival(at, body) for _, at, body in open_loop)
     )
-    return results, time.monotonic() - start
+    wall = time.monotonic() - start
+    if sampler:
+        sampler.cancel()
+        kib = resident_kib(args.rss_pid)
+        if kib is not None:
+            rss.append(kib)
+    return results, wall, rss
+
+
+def resident_kib(pid):
+    """The process's resident memory (VmRSS), KiB; None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def wait_idle(url, api_key, seconds=30.0):
+    """Polls hetsched's /metrics until no request is in the engine and no KV memory is
+    held; returns (seconds waited, None) or (None, what was still held)."""
+    parts = urllib.parse.urlsplit(url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    start = time.monotonic()
+    held = "no answer"
+    while time.monotonic() - start < seconds:
+        try:
+            connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
+            connection.request("GET", "/metrics", headers=headers)
+            text = connection.getresponse().read().decode()
+            connection.close()
+            gauges = {}
+            for line in text.splitlines():
+                for name in ("hetsched_kv_cache_bytes ",
+                             'hetsched_requests_in_engine{state="queued"} ',
+                             'hetsched_requests_in_engine{state="running"} '):
+                    if line.startswith(name):
+                        gauges[name.strip()] = float(line[len(name):])
+            held = ", ".join(f"{k} = {v:g}" for k, v in gauges.items() if v)
+            if len(gauges) == 3 and not held:
+                return round(time.monotonic() - start, 2), None
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            held = f"{type(e).__name__}: {e}"
+        time.sleep(0.2)
+    return None, held
 
 
 def percentile(values, q):
@@ -248,6 +348,10 @@ def summarise(results, wall):
     report = {
         "requests": len(results),
         "hostile_requests": len(hostile),
+        "hostile_by_kind": {
+            kind: sum(r.kind == kind for r in hostile)
+            for kind in sorted({r.kind for r in hostile})
+        },
         "errors": len(results) - len(ok),
         "error_kinds": sorted({r.error for r in results if r.error}),
         "wall_s": round(wall, 3),
@@ -297,14 +401,36 @@ def main():
     parser.add_argument("--model", help="model name to send (llama-server ignores it)")
     parser.add_argument("--cancel-share", type=float, default=0.0)
     parser.add_argument("--malformed-share", type=float, default=0.0)
+    parser.add_argument("--slow-share", type=float, default=0.0)
+    parser.add_argument(
+        "--slow-stall", type=float, default=11.0,
+        help="seconds a slow body stalls halfway (past the server's body timeout)",
+    )
+    parser.add_argument("--rss-pid", type=int, help="the server's process id (soak)")
+    parser.add_argument(
+        "--expect-idle", action="store_true",
+        help="after the run, wait for hetsched's /metrics to show nothing held",
+    )
+    parser.add_argument(
+        "--temperature", type=float, help="sent with every request (default: the server's)"
+    )
+    parser.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="send ignore_eos (llama-server's and hetsched's extension): every request "
+        "generates its max_tokens, so both servers produce the same token counts",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
     for name in ("clients", "max_requests", "max_tokens"):
         if not 1 <= getattr(args, name) <= 10_000:
             sys.exit(f"--{name.replace('_', '-')}: give 1 to 10000")
-    if not (0 <= args.cancel_share and 0 <= args.malformed_share
-            and args.cancel_share + args.malformed_share <= 1):
-        sys.exit("--cancel-share and --malformed-share: shares in [0, 1], summing to 1 at most")
+    shares = (args.cancel_share, args.malformed_share, args.slow_share)
+    if not (all(0 <= share for share in shares) and sum(shares) <= 1):
+        sys.exit("--cancel-share, --malformed-share and --slow-share: shares in [0, 1], "
+                 "summing to 1 at most")
+    if not 0 <= args.slow_stall <= 60:
+        sys.exit("--slow-stall: give 0 to 60 seconds")
     if not 0 < args.duration <= 3600:
         sys.exit("--duration: give 0 to 3600 seconds")
     check_loopback(args.url)
@@ -314,8 +440,27 @@ def main():
         trace = scenario_chat(args.clients, args.max_requests, args.max_tokens, args.seed)
     else:
         trace = scenario_agent_burst(args.max_tokens)
-    results, wall = asyncio.run(replay(args, trace))
+    for _, _, body in trace:
+        if args.temperature is not None:
+            body["temperature"] = args.temperature
+        if args.ignore_eos:
+            body["ignore_eos"] = True
+    results, wall, rss = asyncio.run(replay(args, trace))
     report = summarise(results, wall)
+    if args.rss_pid:
+        if rss:
+            report["rss_start_kib"], report["rss_end_kib"] = rss[0], rss[-1]
+            report["rss_max_kib"] = max(rss)
+            report["rss_change_pct"] = round(100 * (rss[-1] - rss[0]) / rss[0], 2)
+        else:
+            report["errors"] += 1
+            report["error_kinds"].append(f"process {args.rss_pid} not found")
+    if args.expect_idle:
+        waited, held = wait_idle(args.url, args.api_key)
+        report["idle_after_s"] = waited
+        if held is not None:
+            report["errors"] += 1
+            report["error_kinds"].append(f"not idle 30 s after the run: {held}")
     if args.json:
         print(json.dumps(report))
     else:

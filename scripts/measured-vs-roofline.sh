@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Does scheduling with measured costs ever lose to scheduling with the roofline costs?
-# (issue 14's third goal.) For each prompt length x chunk length x policy, one real
+# (docs/calibration.md, "Deciding with measured costs".) For each prompt length x chunk length x policy, one real
 # `hetsched run` with the measured profile (`--profile`: the policy decides with the cost
 # table its model predicts faster, named in the last column) and one with the built-in
 # roofline host profile, interleaved, ROUNDS times each after one warm-up; prints the

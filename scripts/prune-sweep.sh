@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pruning-rate sweep of the calibrated outlier shadow (issue 6, docs/outliers.md):
+# Pruning-rate sweep of the calibrated outlier shadow (docs/outliers.md):
 # perplexity, KL and top-1 against f32, resident shadow bytes, hits/misses (eval on a
 # held-out text), and prefill speed (run on a prompt), per prune rate.
 #

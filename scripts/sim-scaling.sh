@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Simulation cost against its work (issue 19): `hetsched simulate` as a whole process
+# Simulation cost against its work: `hetsched simulate` as a whole process
 # (plan, world, simulated run, memory plan, report) on the default scene, per prompt
 # length and chunk length, with the instances (subgraphs) each run schedules.
 #

@@ -2,7 +2,8 @@
 //! background prefill at a chunk boundary and both requests' greedy tokens equal their
 //! tokens alone; samples decode together; cancel frees the KV caches and a second cancel
 //! is an error; admission refuses (or queues) by the KV budget and the request limit with
-//! typed errors; bad requests are refused before anything runs.
+//! typed errors; bad requests are refused before anything runs; under each request
+//! policy the engine prefills a fixed mix in the order the policy's pick function gives.
 //!
 //! Needs the model: run `scripts/fetch-model.sh` first (these tests fail, not skip,
 //! without it), as tests/real_prefill.rs.
@@ -21,19 +22,31 @@ use hetsched::exec::generate::requests::{
     RequestMetrics, RequestSpec, SubmitError, kv_bytes,
 };
 use hetsched::exec::generate::{FinishReason, GenerateError};
+use hetsched::systems::request_policy::{
+    LiveRequest, REQUEST_POLICIES, create_request_policy, pick_next,
+};
+use hetsched::systems::{RequestId, RequestPhase, SloTargets};
+
+/// The prefill chunk of these tests' engines, tokens.
+const CHUNK: usize = 8;
 
 fn engine(limits: EngineLimits) -> RequestEngine {
+    engine_with(limits, "priority")
+}
+
+fn engine_with(limits: EngineLimits, request_policy: &str) -> RequestEngine {
     let l = loaded();
     let options = PrefillOptions {
         threads: 2,
-        chunk_len: 8,
+        chunk_len: CHUNK as u32,
         ..PrefillOptions::default()
     };
-    RequestEngine::start(
+    RequestEngine::start_with_policy(
         l.w8a8.clone(),
         Arc::new(l.tokenizer.clone()),
         options,
         limits,
+        request_policy,
     )
     .unwrap()
 }
@@ -257,4 +270,110 @@ fn bad_requests_are_refused_before_they_run() {
         "{e}"
     );
     assert_eq!(engine.metrics().kv_bytes_in_use, 0);
+}
+
+/// The order (indices into `mix`, submitted in that order) in which `mix` gets its first
+/// tokens when every request is prefilling at once, as `policy`'s pick function says:
+/// each prefill chunk goes to the request `pick_next` puts first among those with
+/// prompt tokens left.
+fn policy_order(policy: &str, mix: &[RequestSpec]) -> Vec<usize> {
+    let mut policy = create_request_policy(policy).unwrap();
+    let mut left: Vec<usize> = mix.iter().map(|s| s.prompt.len()).collect();
+    let mut order = Vec::new();
+    loop {
+        let mut live: Vec<LiveRequest> = (0..mix.len())
+            .filter(|&i| left[i] > 0)
+            .map(|i| LiveRequest {
+                entity: bevy_ecs::entity::Entity::PLACEHOLDER,
+                id: RequestId(i as u64),
+                priority: mix[i].priority,
+                targets: SloTargets::default(),
+                arrival_ns: i as u64,
+                phase: RequestPhase::Prefill,
+                work_left_ns: left[i] as u64,
+                work_total_ns: mix[i].prompt.len() as u64,
+                alone_bound_ns: mix[i].prompt.len() as u64,
+                armed_ns: 0,
+            })
+            .collect();
+        let Some(first) = pick_next(policy.as_mut(), 0, &mut live) else {
+            return order;
+        };
+        let i = first.id.0 as usize;
+        left[i] = left[i].saturating_sub(CHUNK);
+        if left[i] == 0 {
+            order.push(i);
+        }
+    }
+}
+
+#[test]
+fn the_engine_prefills_a_mix_in_each_request_policys_order() {
+    let l = loaded();
+    let (layers, kv_dim) = (l.w8a8.layers.len(), l.w8a8.config.kv_dim());
+    let mix = [
+        spec(BACKGROUND, 1, Priority::BACKGROUND),
+        spec(
+            "The capital of France is Paris, and the capital of Italy is",
+            1,
+            Priority::INTERACTIVE,
+        ),
+        spec("Water boils at", 1, Priority(120)),
+        spec("Once upon a", 1, Priority::INTERACTIVE),
+    ];
+    assert!(mix[0].prompt.len() > 2 * CHUNK && mix[1].prompt.len() > CHUNK);
+    // A request that holds the whole KV budget while the mix is submitted: the mix waits
+    // for memory, is admitted in one turn when it ends, and prefills together.
+    let blocker = spec("Count to one hundred:", 96, Priority::BACKGROUND);
+    let budget = kv_bytes(&blocker, layers, kv_dim);
+    let mix_bytes: usize = mix.iter().map(|s| kv_bytes(s, layers, kv_dim)).sum();
+    assert!(mix_bytes <= budget, "the mix fits once the blocker ends");
+    let limits = EngineLimits {
+        kv_budget_bytes: budget,
+        max_requests: 8,
+        admission: Admission::Wait,
+    };
+    let mut orders = Vec::new();
+    for &(policy, _) in REQUEST_POLICIES {
+        let engine = engine_with(limits, policy);
+        let blocking = engine.submit(blocker.clone()).unwrap();
+        let handles: Vec<RequestHandle> = mix
+            .iter()
+            .map(|s| engine.submit(s.clone()).unwrap())
+            .collect();
+        assert_eq!(engine.metrics().kv_bytes_in_use, budget, "{policy}");
+        collect(blocking, 1);
+        let first_token_ms: Vec<f64> = handles
+            .into_iter()
+            .map(|h| {
+                let m = collect(h, 1).metrics.unwrap();
+                m.arrival_ms + m.ttft_ms
+            })
+            .collect();
+        let mut ran: Vec<usize> = (0..mix.len()).collect();
+        ran.sort_by(|&a, &b| first_token_ms[a].total_cmp(&first_token_ms[b]));
+        let expected = policy_order(policy, &mix);
+        assert_eq!(
+            ran, expected,
+            "{policy}: first tokens in the policy's order"
+        );
+        orders.push((policy, expected));
+    }
+    let order_of = |name: &str| &orders.iter().find(|o| o.0 == name).unwrap().1;
+    assert_eq!(order_of("fcfs"), &vec![0, 1, 2, 3]);
+    assert_eq!(order_of("priority"), &vec![1, 3, 2, 0]);
+}
+
+#[test]
+fn an_unknown_request_policy_is_refused_at_start() {
+    let l = loaded();
+    let e = RequestEngine::start_with_policy(
+        l.w8a8.clone(),
+        Arc::new(l.tokenizer.clone()),
+        PrefillOptions::default(),
+        EngineLimits::default(),
+        "nonesuch",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("unknown request policy"), "{e}");
 }

@@ -1,4 +1,4 @@
-//! Outlier shadowing with a calibration (issue 6): the calibration file round-trips and
+//! Outlier shadowing with a calibration: the calibration file round-trips and
 //! refuses another model, another version or a corrupt file; pruning every site is plain
 //! W8A8 under the max scale and reads few cold rows under hot-max; keeping every site with
 //! every channel hot is the full shadow; cold rows read from the model file equal
@@ -196,7 +196,8 @@ fn calibration_round_trips_and_refuses_another_model() {
 #[test]
 fn calibration_shapes_must_be_the_models() {
     let c = &loaded().calibration;
-    let edits: [(&str, fn(&mut Calibration)); 3] = [
+    type Edit = (&'static str, fn(&mut Calibration));
+    let edits: [Edit; 3] = [
         ("row_bytes 0", |c| c.sites[5].row_bytes = 0),
         ("row_bytes 2^50", |c| c.sites[5].row_bytes = 1 << 50),
         ("channels", |c| c.sites[2].channels -= 1),
@@ -468,7 +469,7 @@ fn calibrated_shadow_perplexity_is_near_f32() {
     );
 }
 
-/// Issue 6's goal, measured as docs/outliers.md does: `hetsched calibrate`'s defaults on
+/// The accuracy goal of the calibrated shadow, measured as docs/outliers.md does: `hetsched calibrate`'s defaults on
 /// all of Apache-2.0 (9 windows of 256), 85% of the sites pruned, perplexity on 8 windows
 /// of 256 GPL-3 tokens within 1% of f32's (measured +0.30%, KL 0.0043).
 #[test]

@@ -160,6 +160,9 @@ pub enum CliError {
     /// A prompt length of zero tokens.
     #[error("--prompt-len must be at least 1")]
     EmptyPromptLen,
+    /// A profile could not be measured (what no other variant names).
+    #[error(transparent)]
+    Profile(hetsched::exec::profile::ProfileError),
     /// A `HETSCHED_GPU_*` variable the command cannot read.
     #[error("{variable}={value}: expected {expected}")]
     GpuEnvironment {
@@ -170,4 +173,20 @@ pub enum CliError {
         /// What it takes.
         expected: &'static str,
     },
+}
+
+impl From<hetsched::exec::profile::ProfileError> for CliError {
+    /// The profile method's errors as the command's own, so that their messages stay
+    /// those of the flags they are about.
+    fn from(e: hetsched::exec::profile::ProfileError) -> Self {
+        use hetsched::exec::profile::ProfileError;
+        match e {
+            ProfileError::EmptyPrompt => Self::EmptyPromptLen,
+            ProfileError::NoChunkLens => Self::NoChunkLens,
+            ProfileError::Exec(e) => Self::Exec(e),
+            ProfileError::Import(e) => Self::Import(e),
+            ProfileError::History(e) => Self::History(e),
+            other => Self::Profile(other),
+        }
+    }
 }

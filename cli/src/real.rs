@@ -7,13 +7,11 @@ use std::time::Instant;
 
 use hetsched::adapt::{self, adapt_to_history};
 use hetsched::exec::{
-    self, ExecError, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport,
-    PrefillResult,
+    self, ExecModel, GpuUse, LinearPrecision, PrefillOptions, PrefillReport, PrefillResult, profile,
 };
 use hetsched::history::{
     HistoryScope, append_history, check_records, read_recent_history, records_on,
 };
-use hetsched::import::GgufTokenizer;
 use hetsched::prediction::Prediction;
 use hetsched::profiling;
 use hetsched::scene::Scene;
@@ -237,7 +235,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let loaded = load_one(&args.model, precision, &args.shadow)?;
     let context = loaded.models[0].config.context_length;
     let tokens = match args.prompt_len {
-        Some(n) => prompt_tokens(&loaded.tokenizer, &text, n, context)?,
+        Some(n) => profile::prompt_tokens(&loaded.tokenizer, &text, n, context)?,
         None => loaded.tokenizer.encode(&text)?,
     };
     let model = Arc::new(
@@ -300,7 +298,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     if let Some(path) = &args.history {
         // The results are printed already: a history that cannot be written is reported
         // without losing them.
-        let cache = crate::profile::host::last_level_cache_bytes();
+        let cache = profile::last_level_cache_bytes();
         let records = records_on(&result.outcome, options.threads, cache);
         if let Err(e) = append_history(path, &records) {
             eprintln!("warning: {e}");
@@ -354,33 +352,6 @@ fn write_timelines(
     Ok(())
 }
 
-/// `text`'s tokens cut or repeated to exactly `n` (a prompt of a chosen length).
-pub(crate) fn prompt_tokens(
-    tokenizer: &GgufTokenizer,
-    text: &str,
-    n: usize,
-    context: usize,
-) -> Result<Vec<u32>, CliError> {
-    if n == 0 {
-        return Err(CliError::EmptyPromptLen);
-    }
-    // Checked before the text is repeated to that length: `--prompt-len 10^12` would
-    // otherwise allocate terabytes before the prefill refuses it.
-    if n > context {
-        return Err(ExecError::PromptTooLong { tokens: n, context }.into());
-    }
-    let once = tokenizer.encode(text)?.len().max(1);
-    let mut tokens = tokenizer.encode(&text.repeat(n.div_ceil(once) + 1))?;
-    if tokens.is_empty() {
-        return Err(CliError::EmptyPromptLen);
-    }
-    while tokens.len() < n {
-        tokens.extend_from_within(..tokens.len().min(n - tokens.len()));
-    }
-    tokens.truncate(n);
-    Ok(tokens)
-}
-
 /// The device profile `device`, read from `path` (its ranges checked then, before the
 /// weights load), checked against `model`: a profile of another model is refused; one
 /// measured on another CPU is used with a warning.
@@ -400,7 +371,7 @@ fn measured_device(
                 shape,
             });
         }
-        let features = crate::profile::host_features();
+        let features = profile::cpu_features();
         if origin.cpu_features != features {
             eprintln!(
                 "warning: {} was measured on {} ({}); this machine has {}: its costs may not hold here",

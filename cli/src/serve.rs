@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hetsched::exec::{LinearPrecision, PrefillOptions};
-use hetsched_serve::{Limits, ServeConfig};
+use hetsched_serve::load::EngineBounds;
+use hetsched_serve::{ConfigError, Limits, ServeConfig};
 
 use crate::CliError;
 use crate::choices::Precision;
@@ -79,6 +80,11 @@ struct LimitArgs {
     /// Requests queued and running at most (503 with Retry-After beyond).
     #[arg(long, default_value_t = Limits::default().max_requests)]
     max_requests: usize,
+    /// MiB of KV cache the running requests may hold together: a request whose cache
+    /// (prompt + n x max_tokens positions) does not fit now gets 503 with Retry-After, one
+    /// that never fits 400.
+    #[arg(long, default_value_t = 1024)]
+    kv_budget_mib: usize,
     /// Seconds a client has to send a request's headers (also the idle keep-alive time).
     #[arg(long, default_value_t = Limits::default().header_timeout.as_secs_f64())]
     header_timeout: f64,
@@ -94,6 +100,18 @@ struct LimitArgs {
 }
 
 impl LimitArgs {
+    fn kv_budget_bytes(&self) -> Result<usize, CliError> {
+        match self.kv_budget_mib.checked_mul(1 << 20) {
+            Some(bytes) if bytes > 0 => Ok(bytes),
+            _ => Err(hetsched_serve::ServeError::from(ConfigError::Limit {
+                name: "--kv-budget-mib",
+                value: self.kv_budget_mib as u64,
+                why: "give at least 1 MiB, within the address space",
+            })
+            .into()),
+        }
+    }
+
     fn limits(&self) -> Result<Limits, CliError> {
         let seconds = |name: &'static str, s: f64| {
             Duration::try_from_secs_f64(s).map_err(|_| CliError::InvalidSeconds { name, value: s })
@@ -146,8 +164,11 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     };
     options.validate()?;
     let precision = LinearPrecision::from(args.precision);
-    let max_requests = config.limits.max_requests;
-    let loader = hetsched_serve::load::session_loader(args.model, precision, options, max_requests);
+    let bounds = EngineBounds {
+        max_requests: config.limits.max_requests,
+        kv_budget_bytes: args.limits.kv_budget_bytes()?,
+    };
+    let loader = hetsched_serve::load::loader(args.model, precision, options, bounds);
     hetsched_serve::run_until_signal(config, loader, |addr| {
         eprintln!("hetsched serve: listening on http://{addr} (loading the model)");
     })?;

@@ -361,6 +361,15 @@ fn run_short_prompt(model: &str, args: &[&str]) -> Output {
     hetsched(&all)
 }
 
+/// The history at `path` written out as many times over as a fit needs records of every
+/// stage kind (a prefill runs the head once): these tests are about how a history is
+/// split and read, and one short run per thread count keeps them fast; the fit's own
+/// statistics are tested in the library.
+fn repeat_history(path: &Path) {
+    let once = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, once.repeat(hetsched::history::MIN_SAMPLES_PER_KIND)).unwrap();
+}
+
 /// `hetsched profile --from-history` of `model` on 2 threads, written to `out`.
 fn refit_from_history(model: &str, history: &Path, out: &Path) -> Output {
     hetsched(&[
@@ -712,7 +721,7 @@ fn calibrate_writes_a_file_that_run_follows_and_outliers_reads() {
     );
 }
 
-/// Issue 18: an output path that cannot be written is an error before any work, and
+/// An output path that cannot be written is an error before any work, and
 /// nothing is left behind.
 #[test]
 fn missing_output_directory_fails_before_any_work() {
@@ -779,7 +788,7 @@ fn every_listing_command_has_json() {
     );
 }
 
-/// Issue 17: help is plain text (no rustdoc links, no `usize::MAX` shown as a default,
+/// Help is plain text (no rustdoc links, no `usize::MAX` shown as a default,
 /// no flag that does not exist).
 #[test]
 fn help_text_is_plain() {
@@ -893,6 +902,7 @@ fn a_history_of_one_and_two_thread_runs_refits_a_profile_with_its_one_thread_tab
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    repeat_history(&history);
     let lines = std::fs::read_to_string(&history).unwrap();
     let threads: Vec<u64> = lines
         .lines()
@@ -990,6 +1000,7 @@ fn a_run_adapts_a_profile_to_its_history() {
         out
     };
     ok(run(&[]));
+    repeat_history(&history);
     ok(refit_from_history(&model, &history, &profile));
     let out = ok(run(&["--profile", profile.to_str().unwrap(), "--adapt"]));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -5,7 +5,7 @@
 //! size sets how often each core reads it from memory; column blocks (4 or 8, every row)
 //! read each weight once in all, at the cost of biasing the activations once per block
 //! and placing each block's columns. Measured in docs/real-execution.md ("Thread
-//! scaling", session 7): row blocks of 16 scale 1.95x with cold weights, column blocks
+//! scaling"): row blocks of 16 scale 1.95x with cold weights, column blocks
 //! 2.1-2.2x.
 
 mod common;

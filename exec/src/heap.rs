@@ -8,7 +8,7 @@
 //! prefill, every freed mapping a TLB shootdown of the other worker's core, and the next
 //! job zeroing fresh pages. With the thresholds raised it takes ~750, and 1 thread ran
 //! 3-4% faster, 2 threads within the noise of a shared machine (docs/real-execution.md,
-//! "Thread scaling", session 7). The cost: up to [`TRIM_THRESHOLD`] of freed memory
+//! "Thread scaling"). The cost: up to [`TRIM_THRESHOLD`] of freed memory
 //! stays with the process.
 //! Both thresholds must be set: setting one turns off glibc's adaptive rule for both,
 //! and either alone faulted 5-7x *more*.

@@ -44,6 +44,7 @@ mod options;
 mod passes;
 mod prefill;
 mod prefill_parts;
+pub mod profile;
 mod queues;
 mod recorder;
 mod report;

@@ -35,7 +35,7 @@ pub enum LoadError {
         error: Box<ExecError>,
     },
     /// The tokenizer's vocabulary does not fit the model's embedding rows: it names ids
-    /// past them, or covers less than [`MIN_VOCAB_COVER`] of them (another model's).
+    /// past them, or covers less than 7/8 of them (`MIN_VOCAB_COVER`: another model's).
     #[error(
         "{}: the tokenizer has {tokens} tokens but the model {rows} embedding rows; a tokenizer of another model?",
         path.display()

@@ -79,7 +79,7 @@ impl Strategy {
 /// [`SWEEPS_ONLY_ABOVE`], the sweeps' plan (the lower of greedy by start and by end) is
 /// what [`PlanEffort::Scaled`] keeps. On the shipped scenes' regions above it (prompt
 /// 1024, chunk 1: 137 000-334 000 buffers; prompt 8192, chunk 16) that costs 0-1.1% of
-/// the peak (docs/memory.md, session 11).
+/// the peak (docs/memory.md).
 ///
 /// # Examples
 /// ```
@@ -115,7 +115,7 @@ pub const SWEEPS_ONLY_ABOVE: usize = 1 << 17;
 /// plan is within the margin of the bound ([`PlanEffort::settled_by_sweeps`]: the
 /// regions that hold the KV cache, whose activations are a sliver beside it). The plan
 /// kept is never more than the margin above the one trying every strategy to the end
-/// would keep (docs/memory.md, session 12).
+/// would keep (docs/memory.md).
 pub const SWEEPS_MARGIN: u64 = 200;
 
 impl PlanEffort {

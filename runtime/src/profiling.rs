@@ -118,7 +118,7 @@ pub fn job_gap_ns(run: &RunOutcome) -> f64 {
 /// running. Why not per span: a job that starts beside a running one (a w8a8-shadow
 /// stage beside its INT8 stage, even under `inorder`) adds no hand-off of its own, and
 /// in the simulation its gap runs beside the other's too; dividing by every span priced
-/// w8a8-shadow's gap a third low (session 8: 1441 jobs, 1044 hand-offs in a 512/128 run).
+/// w8a8-shadow's gap a third low (1441 jobs, 1044 hand-offs in a 512/128 run).
 fn idle_per_handoff(mut spans: Vec<(u64, u64)>, makespan: u64) -> f64 {
     spans.sort_unstable();
     let (mut covered, mut reach, mut handoffs) = (0u64, 0u64, 0usize);
@@ -378,7 +378,7 @@ pub fn parallel_fractions(plan: &PrefillPlan, sharing: &PoolSharing) -> Option<P
 /// of the first of `lanes` that prices them all: the stage's measured cost is one
 /// number, but where its loops end decides when a job arriving from another lane gets a
 /// worker (an attention stage at a long context is mostly its attention loop; re-predicting
-/// session 6's quiet grid, lane busy times within 15% went from 80 to 88 of 108 against
+/// a quiet grid, lane busy times within 15% went from 80 to 88 of 108 against
 /// equal shares, docs/calibration.md).
 fn loop_shares(
     plan: &PrefillPlan,

@@ -4,7 +4,7 @@
 //! starts, so by the time a stage runs again its weights were pushed out by the rest of
 //! the model (SmolLM2-135M at w8a8: 107 MB of linears against a 32 MiB cache). Under
 //! `balance` and `stall` a few chunks follow each other a few stages apart, so a stage's
-//! weights were read a few megabytes ago. Traced on session 10's machine (w8a8, prompt
+//! weights were read a few megabytes ago. Traced on a 2-core AMD EPYC (w8a8, prompt
 //! 512, chunk 64, jobs that ran alone): the INT8 stages took 0.73-0.75 of their `inorder`
 //! time (FFN 506 against 693 us, QKV 106 against 143, O 63 against 87), about 70 us
 //! saved per megabyte of weights for all three. Without it the model priced every
@@ -15,8 +15,8 @@
 //! is then its measured (cold) cost less `ns_per_byte` per weight byte, at most half of
 //! it. [`ReuseTracker`] applies the rule in start order; [`warm_saving_per_byte`]
 //! measures `ns_per_byte` from `layerwise` runs, whose jobs run alone, each stage's
-//! first chunk cold and the rest warm (session 10 measured it from pairs of an `inorder`
-//! and a `balance` run: the two sides minutes apart, and few of `balance`'s warm jobs
+//! first chunk cold and the rest warm (measuring it from pairs of an `inorder` and a
+//! `balance` run failed: the two sides minutes apart, and few of `balance`'s warm jobs
 //! alone; its figure moved 4x between profiles).
 
 use std::collections::BTreeMap;
@@ -111,7 +111,7 @@ impl ReuseTracker {
             self.last.resize(stage + 1, None);
         }
         // `last` is where the stage's previous job finished streaming: what came after
-        // is the other stages' weights only (session 10 counted its own twice).
+        // is the other stages' weights only (counting its own again would count it twice).
         let since = self.last[stage].map(|end| self.streamed - end);
         self.streamed = self.streamed.saturating_add(bytes);
         self.last[stage] = Some(self.streamed);

@@ -15,6 +15,7 @@ use parking_lot::RwLock;
 use serde_json::json;
 
 use crate::config::ServeConfig;
+use crate::engine::Refusal;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::reply;
@@ -229,10 +230,16 @@ async fn accept(
         context: served.context,
     };
     let prepared = request::prepare(endpoint, &bytes, priority, &info, limits)?;
-    let submitted = served
-        .engine
-        .submit(prepared.request.clone())
-        .map_err(|refusal| ApiError::unavailable(refusal.to_string(), retry))?;
+    let submitted =
+        served
+            .engine
+            .submit(prepared.request.clone())
+            .map_err(|refusal| match refusal {
+                Refusal::Invalid { message } => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+                }
+                refusal => ApiError::unavailable(refusal.to_string(), retry),
+            })?;
     Ok((served, prepared, submitted))
 }
 

@@ -4,7 +4,7 @@
 //! `n` samples, a [`Priority`]) from any thread and answers at once: either a
 //! [`Submitted`] handle whose channel carries the request's [`Event`]s (text pieces per
 //! sample, then each sample's finish), or a [`Refusal`] the server turns into
-//! `503 Service Unavailable` with `Retry-After`. Dropping the handle cancels the request:
+//! `503 Service Unavailable` with `Retry-After` (or 400 for a request that can never run). Dropping the handle cancels the request:
 //! the engine stops it after the token in progress and frees its KV memory. The server
 //! never looks inside an engine beyond this trait and its [`EngineSnapshot`].
 //!
@@ -67,20 +67,32 @@ pub enum Event {
     },
 }
 
-/// Sets a request's cancel flag when dropped: the HTTP side drops it when the client goes.
-#[derive(Debug)]
-pub struct CancelOnDrop(Arc<AtomicBool>);
+/// Cancels a request when dropped: the HTTP side drops it when the client goes.
+pub struct CancelOnDrop(Option<Box<dyn FnOnce() + Send + Sync>>);
 
 impl CancelOnDrop {
-    /// A guard over `flag`.
+    /// A guard that sets `flag`.
     pub fn new(flag: Arc<AtomicBool>) -> Self {
-        Self(flag)
+        Self::with(move || flag.store(true, Ordering::Relaxed))
+    }
+
+    /// A guard that runs `cancel` once, when dropped.
+    pub fn with(cancel: impl FnOnce() + Send + Sync + 'static) -> Self {
+        Self(Some(Box::new(cancel)))
+    }
+}
+
+impl std::fmt::Debug for CancelOnDrop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CancelOnDrop")
     }
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+        if let Some(cancel) = self.0.take() {
+            cancel();
+        }
     }
 }
 
@@ -93,8 +105,8 @@ pub struct Submitted {
     pub cancel: CancelOnDrop,
 }
 
-/// Why an engine would not take a request now (the server answers 503 with
-/// `Retry-After`).
+/// Why an engine would not take a request: now (the server answers 503 with
+/// `Retry-After`), or ever as asked ([`Refusal::Invalid`]: 400).
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum Refusal {
     /// The engine holds as many requests (queued and running) as it may.
@@ -117,6 +129,13 @@ pub enum Refusal {
     /// The engine is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The request can never run as asked (its KV memory exceeds the whole budget, a
+    /// setting the engine refuses): a client error, retrying does not help.
+    #[error("{message}")]
+    Invalid {
+        /// What is wrong and what to change.
+        message: String,
+    },
 }
 
 /// A processor's busy time so far.
@@ -139,6 +158,8 @@ pub struct EngineSnapshot {
     pub running: usize,
     /// KV cache bytes held by running requests.
     pub kv_bytes_in_use: u64,
+    /// KV cache bytes running requests may hold together (0: no budget).
+    pub kv_budget_bytes: u64,
     /// Per processor.
     pub processors: Vec<ProcessorBusy>,
     /// Seconds since the engine started.

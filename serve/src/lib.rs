@@ -8,8 +8,10 @@
 //!
 //! Layers, each in one module: [`config`] (address, key, every limit), [`request`] (a
 //! body checked and turned into an [`EngineRequest`]; [`chat`] renders `messages`),
-//! [`engine`] (the seam: submit, events, cancel on drop, refusals), [`session_engine`]
-//! (an engine over today's single-request session: one request at a time), `app` (the
+//! [`engine`] (the seam: submit, events, cancel on drop, refusals), [`concurrent_engine`]
+//! (the engine `hetsched serve` runs: exec's many-requests engine), [`session_engine`]
+//! (an engine over a single-request session, one request at a time: for a GPU lane, which
+//! the many-requests engine does not drive), `app` (the
 //! routes), `reply` (JSON or SSE answers), [`server`] (listener, limits on connections
 //! and slow clients, background loading, graceful shutdown), [`load`] (the model and its
 //! engine from a file).
@@ -19,6 +21,7 @@
 
 mod app;
 pub mod chat;
+pub mod concurrent_engine;
 pub mod config;
 pub mod engine;
 mod error;

@@ -10,6 +10,7 @@
 //! | `hetsched_processor_busy_seconds_total{processor, kind}` | counter | time each processor ran work |
 //! | `hetsched_processor_utilization{processor, kind}` | gauge | busy seconds over the engine's uptime |
 //! | `hetsched_kv_cache_bytes` | gauge | KV cache bytes held by running requests |
+//! | `hetsched_kv_cache_budget_bytes` | gauge | KV cache bytes running requests may hold together (0: no budget) |
 //! | `hetsched_model_ready` | gauge | 1 once the model is loaded |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -51,6 +52,7 @@ pub struct Metrics {
     busy: Family<Processor, Counter<f64, AtomicU64>>,
     utilization: Family<Processor, Gauge<f64, AtomicU64>>,
     kv_bytes: Gauge,
+    kv_budget: Gauge,
     ready: Gauge,
 }
 
@@ -67,6 +69,7 @@ impl Default for Metrics {
         let busy = Family::<Processor, Counter<f64, AtomicU64>>::default();
         let utilization = Family::<Processor, Gauge<f64, AtomicU64>>::default();
         let kv_bytes = Gauge::default();
+        let kv_budget = Gauge::default();
         let ready = Gauge::default();
         registry.register(
             "requests",
@@ -104,6 +107,11 @@ impl Default for Metrics {
             "KV cache bytes held by running requests",
             kv_bytes.clone(),
         );
+        registry.register(
+            "kv_cache_budget_bytes",
+            "KV cache bytes running requests may hold together (0: no budget)",
+            kv_budget.clone(),
+        );
         registry.register("model_ready", "1 once the model is loaded", ready.clone());
         Self {
             registry,
@@ -115,6 +123,7 @@ impl Default for Metrics {
             busy,
             utilization,
             kv_bytes,
+            kv_budget,
             ready,
         }
     }
@@ -155,6 +164,8 @@ impl Metrics {
                 .set(s.running as i64);
             self.kv_bytes
                 .set(i64::try_from(s.kv_bytes_in_use).unwrap_or(i64::MAX));
+            self.kv_budget
+                .set(i64::try_from(s.kv_budget_bytes).unwrap_or(i64::MAX));
             for p in &s.processors {
                 let labels = Processor {
                     processor: p.name.clone(),

@@ -8,8 +8,9 @@
 //! `model`, `messages` / `prompt`, `max_tokens` (or `max_completion_tokens`),
 //! `temperature` in [0, 2], `top_p` in (0, 1], `top_k` >= 1, `seed`, `stop` (a string or
 //! up to `max_stop` strings), `n`, `stream`, `stream_options.include_usage`, and the
-//! extension `priority` (`interactive`, the default, `background`, or a class 0..=255,
-//! larger more urgent).
+//! extensions `priority` (`interactive`, the default, `background`, or a class 0..=255,
+//! larger more urgent) and `ignore_eos` (go on past the end-of-sequence token, as
+//! llama-server's field of that name: benchmarks that need each request's length fixed).
 
 use hetsched_exec::generate::{ChatTemplate, GenerateOptions, Sampling};
 use hetsched_import::GgufTokenizer;
@@ -45,6 +46,7 @@ struct Common {
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
     priority: Option<String>,
+    ignore_eos: Option<bool>,
     logprobs: Option<Value>,
     tools: Option<Value>,
     echo: Option<bool>,
@@ -140,7 +142,7 @@ pub fn prepare(
         max_tokens,
         sampling: sampling(&common)?,
         stop,
-        ignore_eos: false,
+        ignore_eos: common.ignore_eos.unwrap_or(false),
     };
     let n = match common.n {
         None => 1,

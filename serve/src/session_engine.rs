@@ -1,7 +1,11 @@
-//! An [`Engine`] over today's single-request [`Session`]: one worker thread serves the
+//! An [`Engine`] over a single-request [`Session`]: one worker thread serves the
 //! accepted requests **one at a time**, the most urgent priority first, each sample in a fresh
 //! session (its own KV cache, freed when the sample ends). Decode steps run direct on the
 //! CPU threads, or scheduled on the GPU lane when every stage is resident there.
+//!
+//! Its purpose: serving with a GPU lane (`--backends gpu` or `cpu,gpu,npu`), which the
+//! many-requests engine ([`crate::concurrent_engine`]) does not drive (it decodes in
+//! batched steps on the CPU only). Without a GPU lane the server uses that engine.
 //!
 //! What it is not: it does not batch decode steps of several requests, nor preempt a
 //! running request for a newer interactive one; a queued request waits for the running
@@ -153,6 +157,7 @@ impl Engine for SessionEngine {
             queued: waiting.len(),
             running: waiting.running,
             kv_bytes_in_use: waiting.kv_bytes,
+            kv_budget_bytes: 0,
             processors: self
                 .shared
                 .lanes

@@ -27,6 +27,7 @@ struct Seen {
     running: AtomicUsize,
     refuse: AtomicBool,
     last_priority: parking_lot::Mutex<Option<Priority>>,
+    last_ignore_eos: AtomicBool,
 }
 
 /// Writes `tok0 tok1 ...` one word per token, `delay` apart, until `max_tokens` or a
@@ -43,6 +44,10 @@ impl Engine for Scripted {
         }
         self.seen.submitted.fetch_add(1, Ordering::Relaxed);
         *self.seen.last_priority.lock() = Some(request.priority);
+        let ignore_eos = request.options.ignore_eos;
+        self.seen
+            .last_ignore_eos
+            .store(ignore_eos, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
         let (seen, flag, delay) = (self.seen.clone(), cancel.clone(), self.delay);
@@ -310,10 +315,11 @@ fn completions_and_chat_answer_in_openais_format_with_usage_and_n() {
         *running.seen.last_priority.lock(),
         Some(Priority::BACKGROUND)
     );
+    assert!(!running.seen.last_ignore_eos.load(Ordering::Relaxed));
     let (_, v) = post(
         &running,
         "/v1/completions",
-        r#"{"prompt":"x","max_tokens":1}"#,
+        r#"{"prompt":"x","max_tokens":1,"ignore_eos":true}"#,
         &["-H", "X-Hetsched-Priority: background"],
     );
     assert_eq!(v["choices"][0]["text"], "s0t0 ");
@@ -321,6 +327,7 @@ fn completions_and_chat_answer_in_openais_format_with_usage_and_n() {
         *running.seen.last_priority.lock(),
         Some(Priority::BACKGROUND)
     );
+    assert!(running.seen.last_ignore_eos.load(Ordering::Relaxed));
 
     let (status, models) = curl(&["-s", &running.url("/v1/models")]);
     assert_eq!(status, 200);

@@ -159,7 +159,7 @@ pub struct ProfileOrigin {
     #[serde(default)]
     pub job_gap_us: f64,
     /// The same gap measured per precision (the f32 path's hand-offs are longer than the
-    /// INT8 path's: 1.25-1.6x in session 6's grid); a precision without an entry takes
+    /// INT8 path's: 1.25-1.6x in a quiet grid, docs/calibration.md); a precision without an entry takes
     /// `job_gap_us`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub job_gaps: Vec<PrecisionGap>,

@@ -8,12 +8,14 @@ use bevy_ecs::prelude::{Commands, Has, Local, Query, Res, ResMut};
 use bevy_ecs::system::SystemParam;
 
 use crate::components::{BusySlot, Offline, Processor, Running};
+use crate::device::ProcessorKind;
 use crate::memory_dispatch::MemoryLedger;
 use crate::plan::PrefillPlan;
 use crate::policy::{LaneTimes, PickContext};
+use crate::progress::StageProgress;
 use crate::request::{LiveRuns, Request, RequestId, RequestRun};
 use crate::request_policy::{ActiveRequestPolicy, LiveRequest};
-use crate::resources::{Clock, Index, Job, Outbox, RunStats};
+use crate::resources::{Clock, Index, Job, Outbox, ReadyQueues, RunStats};
 
 /// Lists the armed requests whose run is not done and lets the
 /// [`ActiveRequestPolicy`] order them; then for every idle processor, in lane order,
@@ -86,17 +88,15 @@ pub fn dispatch_ready(
             if candidates.is_empty() {
                 continue;
             }
-            let ctx = PickContext {
-                plan: &run.plan,
-                progress: &run.progress,
-                ready: &run.ready.lanes,
-                backlog: run.ready.backlog(),
-                arrivals: run.ready.arrivals(),
-                times: &times,
+            let ctx = pick_context(
+                &run.plan,
+                &run.progress,
+                &run.ready,
+                request,
+                &times,
                 lane,
-                kind: processor.kind,
-                request: Some(request),
-            };
+                processor.kind,
+            );
             let Some(id) = run.policy.pick(&ctx, &candidates) else {
                 continue;
             };
@@ -144,23 +144,46 @@ pub fn dispatch_ready(
         if run.policy.strict_chunk_order() {
             // Such a policy never needs this (its next job is the first chunk's); if it ever
             // does, the job must be the one it would run next.
-            let ctx = PickContext {
-                plan: &run.plan,
-                progress: &run.progress,
-                ready: &run.ready.lanes,
-                backlog: run.ready.backlog(),
-                arrivals: run.ready.arrivals(),
-                times: &times,
+            let ctx = pick_context(
+                &run.plan,
+                &run.progress,
+                &run.ready,
+                request,
+                &times,
                 lane,
-                kind: processor.kind,
-                request: Some(request),
-            };
+                processor.kind,
+            );
             if run.policy.pick(&ctx, &BTreeSet::from([id])) != Some(id) {
                 continue;
             }
         }
         launcher.launch(run, request.id, id, lane, &mut slot);
         return;
+    }
+}
+
+/// What a run's policy decides from when the idle `lane` (of `kind`) asks it for a job:
+/// the run's plan, progress and ready queues, borrowed apart from its policy, which then
+/// picks.
+fn pick_context<'a>(
+    plan: &'a PrefillPlan,
+    progress: &'a StageProgress,
+    ready: &'a ReadyQueues,
+    request: &'a Request,
+    times: &'a LaneTimes,
+    lane: usize,
+    kind: ProcessorKind,
+) -> PickContext<'a> {
+    PickContext {
+        plan,
+        progress,
+        ready: &ready.lanes,
+        backlog: ready.backlog(),
+        arrivals: ready.arrivals(),
+        times,
+        lane,
+        kind,
+        request: Some(request),
     }
 }
 

@@ -78,6 +78,21 @@ pub trait RequestPolicy: Send + Sync + 'static {
     }
 }
 
+/// The request that takes a single free slot at `now_ns`: `live` ordered by `policy`,
+/// then the first left. For a runner with one slot whose every request has work ready
+/// (the real request engine's next prefill chunk, the next request to admit), this is
+/// the dispatch system's rule: the slot goes to the first request in the policy's order,
+/// and [`RequestPolicy::may_fill`] never applies (no request ahead lacks work). `live` is
+/// left in the policy's order (requests dropped by it removed).
+pub fn pick_next(
+    policy: &mut dyn RequestPolicy,
+    now_ns: u64,
+    live: &mut Vec<LiveRequest>,
+) -> Option<LiveRequest> {
+    policy.order(now_ns, live);
+    live.first().copied()
+}
+
 /// The request policy a world dispatches with.
 #[derive(Resource)]
 pub struct ActiveRequestPolicy(pub Box<dyn RequestPolicy>);

@@ -4,18 +4,18 @@
 //! and writes a device profile that `simulate` and `run --profile` load, with the raw
 //! samples beside it (docs/calibration.md, "Measured profiles").
 
-pub(crate) mod host;
 mod samples;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use hetsched::exec::{self, ExecModel, GpuUse, LinearPrecision, PrefillOptions};
+use hetsched::exec::profile::{self as method, MeasuredProfile, ProfileGrid, ProfileSetup};
+use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
+use hetsched::history::read_history;
+use hetsched::profiling::StageFit;
 use hetsched::progress::Progress;
 use hetsched::scene::toml_text;
-use hetsched::systems::{DeviceProfile, ProfileOrigin, precision_label};
 use serde::Serialize;
 
 use crate::CliError;
@@ -23,20 +23,8 @@ use crate::choices::Precision;
 use crate::model::{ShadowArgs, find_calibration, load, read_text};
 use crate::output::{check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
-use crate::real::{gpu_use, prompt_tokens};
-use hetsched::history::{
-    HistoryRecord, HistoryScope, HistoryTally, check_records, read_history, records_on,
-    require_samples,
-};
-use hetsched::profiling::{StageFit, fit_profile_alone, job_gap_ns, two_job_rate};
-use hetsched::systems::{OneThreadCost, PrecisionGap, PrecisionWarm};
-use hetsched::weight_reuse::warm_saving_per_byte;
+use crate::real::gpu_use;
 use samples::to_csv;
-
-/// The host's SIMD features, as a measured profile records them.
-pub fn host_features() -> Vec<String> {
-    host::cpu_features()
-}
 
 /// `hetsched profile`.
 #[derive(clap::Args)]
@@ -134,7 +122,8 @@ struct ProfileSummary {
     fits: Vec<StageFit>,
 }
 
-/// Measures, fits, writes; prints the summary.
+/// Measures (or refits from a history), fits, writes; prints the summary. The method is
+/// the library's (`hetsched::exec::profile`); this parses, draws progress and writes files.
 pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
     let started = Instant::now();
     let files = ProfileFiles::beside(&args.out);
@@ -144,9 +133,12 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         Some(files.model.as_path()),
         Some(files.scene.as_path()),
     ])?;
-    if args.chunk_lens.is_empty() || args.chunk_lens.contains(&0) {
-        return Err(CliError::NoChunkLens);
-    }
+    let grid = ProfileGrid {
+        chunk_lens: args.chunk_lens.clone(),
+        prompt_lens: args.prompt_lens.clone(),
+        reps: args.reps,
+    };
+    grid.check()?;
     let gpu = gpu_use(&args.backends)?;
     crate::model::check_prefill_settings(args.threads, 1)?;
     // Read before the model loads: a missing or corrupt history fails at once.
@@ -179,182 +171,55 @@ pub fn profile(args: ProfileArgs) -> Result<(), CliError> {
         gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
     };
-    let cache_bytes = host::last_level_cache_bytes();
-    let grid = Grid {
-        chunk_lens: &args.chunk_lens,
-        prompt_lens: &args.prompt_lens,
-        reps: args.reps.max(1),
-        cache_bytes,
+    let setup = ProfileSetup {
+        models: &models,
+        tokenizer: &loaded.tokenizer,
+        text: &text,
+        options: &options,
+        grid: &grid,
+        cache_bytes: method::last_level_cache_bytes(),
     };
-    let text = text.as_str();
-    let (two_job_rate, warm_weights) = match &args.from_history {
-        Some(_) => (None, Vec::new()),
-        None => grid.sharing(&models, &loaded.tokenizer, text, &options)?,
-    };
-    let (samples, device, gaps, one_thread) = match history {
+    let measurement = match history {
         Some((path, records)) => {
-            let device = match gpu {
-                GpuUse::Off => options.device.clone(),
-                _ => exec::with_gpu_lane(options.device.clone()),
-            };
-            let scope = HistoryScope::of(&models[0].model_config(), &device)
-                .map_err(hetsched::exec::ExecError::from)?;
-            check_records(path, &records, &scope)?;
-            let (samples, on_one, tally) = split_history(records, &models[0].name, options.threads);
-            require_samples(path, &samples, &tally)?;
+            let (measurement, tally) = method::from_history(&setup, path, records)?;
             eprintln!("{}: {tally}", path.display());
-            let one_thread = one_thread_costs(&device, &on_one);
-            (samples, device, Vec::new(), one_thread)
+            measurement
         }
-        None => {
-            let (samples, device, gaps) =
-                grid.measure(&models, &loaded.tokenizer, text, &options)?;
-            let one_thread =
-                grid.one_thread(&models, &loaded.tokenizer, text, &options, &device)?;
-            (samples, device, gaps, one_thread)
-        }
+        None => method::measure(&setup, &mut |unit| -> Box<dyn Progress> {
+            Box::new(Bar::new(unit))
+        })?,
     };
-    let prefills = gaps.len();
-    let mut device = device;
-    let fits = fit_profile_alone(&mut device, &samples, &one_thread, options.threads);
+    let measured = measurement.fit(&setup, &args.backends.join(","), &file_name(&files.samples))?;
     let first = &models[0];
-    device.name = format!("{} (measured by hetsched profile)", host::cpu_name());
-    device.measured = Some(ProfileOrigin {
-        model: first.name.clone(),
-        model_shape: ProfileOrigin::shape_of(&first.model_config()),
-        precisions: models
-            .iter()
-            .map(|m| precision_label(&m.model_config()))
-            .collect(),
-        cpu: host::cpu_name(),
-        cpu_features: host::cpu_features(),
-        threads: options.threads,
-        backends: args.backends.join(","),
-        samples: file_name(&files.samples),
-        job_gap_us: median(gaps.iter().map(|g| g.1).collect()) / 1e3,
-        job_gaps: gaps_by_precision(&gaps),
-        two_job_rate: two_job_rate.unwrap_or(0.0),
-        one_thread,
-        adapted: Vec::new(),
-        cache_bytes: cache_bytes.unwrap_or(0),
-        warm_weights,
-    });
-    // A fit that came out absurd (a cost past its range) is refused, not written: the
-    // same check every reader of the profile applies.
-    device.validate().map_err(hetsched::exec::ExecError::from)?;
-    let summary = ProfileSummary {
-        model: first.name.clone(),
-        device: files.device.display().to_string(),
-        samples_file: files.samples.display().to_string(),
-        scene_file: files.scene.display().to_string(),
-        prefills,
-        samples: samples.len(),
-        seconds: started.elapsed().as_secs_f64(),
-        worst_fit_error: fits.iter().map(|f| f.cost.fit_error).fold(0.0, f64::max),
-        two_job_rate,
-        fits,
-    };
+    let summary = ProfileSummary::of(&measured, first, &files, started);
     print_json_or(args.json, &summary, || summary_text(&summary));
-    write_profile(&files, &device, first, &samples, &args.prompt_lens)
+    write_profile(&files, &measured, first, &args.prompt_lens)
 }
 
-/// The prefills a profile runs: every chunk length x prompt length, `reps` times.
-struct Grid<'a> {
-    chunk_lens: &'a [u32],
-    prompt_lens: &'a [u32],
-    reps: u32,
-    /// The host's last-level cache, if known: which jobs ran with their weights cached.
-    cache_bytes: Option<u64>,
-}
-
-impl Grid<'_> {
-    /// Runs the grid for every model (one per precision) after one warm-up prefill each;
-    /// returns the samples, the device the prefills ran on and each prefill's precision
-    /// and hand-off gap (its idle time per hand-off, `profiling::job_gap_ns`), ns.
-    ///
-    /// The models take turns at each setting (rep, prompt length, chunk length): a slow
-    /// spell of the machine (another process, a noisy neighbour) then spreads over every
-    /// precision instead of skewing the one measured during it (session 9: a profile that
-    /// ran each precision's grid in one block priced w8a8's stages 15-60% above the
-    /// previous session's on the same build).
-    fn measure(
-        &self,
-        models: &[Arc<ExecModel>],
-        tokenizer: &hetsched::import::GgufTokenizer,
-        text: &str,
-        options: &PrefillOptions,
-    ) -> Result<(Vec<HistoryRecord>, DeviceProfile, Vec<PrefillGap>), CliError> {
-        let settings = self.chunk_lens.len() * self.prompt_lens.len() * self.reps as usize;
-        let mut bar = Bar::new("prefills");
-        bar.set_len((models.len() * (settings + 1)) as u64);
-        let (mut samples, mut device, mut gaps) = (Vec::new(), None, Vec::new());
-        let context = |model: &ExecModel| model.config.context_length;
-        for model in models {
-            bar.set_message(model.precision.as_str());
-            let warm = prompt_tokens(
-                tokenizer,
-                text,
-                self.prompt_lens.first().map_or(256, |&p| p.min(256)) as usize,
-                context(model),
-            )?;
-            exec::prefill(model.clone(), &warm, options)?;
-            bar.inc(1);
+impl ProfileSummary {
+    fn of(
+        measured: &MeasuredProfile,
+        model: &ExecModel,
+        files: &ProfileFiles,
+        started: Instant,
+    ) -> Self {
+        Self {
+            model: model.name.clone(),
+            device: files.device.display().to_string(),
+            samples_file: files.samples.display().to_string(),
+            scene_file: files.scene.display().to_string(),
+            prefills: measured.prefills,
+            samples: measured.samples.len(),
+            seconds: started.elapsed().as_secs_f64(),
+            worst_fit_error: measured
+                .fits
+                .iter()
+                .map(|f| f.cost.fit_error)
+                .fold(0.0, f64::max),
+            two_job_rate: measured.two_job_rate,
+            fits: measured.fits.clone(),
         }
-        for _ in 0..self.reps {
-            for &prompt in self.prompt_lens {
-                // Tokenized once per prompt length and model, not per chunk length.
-                let prompts = models
-                    .iter()
-                    .map(|model| prompt_tokens(tokenizer, text, prompt as usize, context(model)))
-                    .collect::<Result<Vec<_>, _>>()?;
-                for &chunk_len in self.chunk_lens {
-                    let options = PrefillOptions {
-                        chunk_len,
-                        ..options.clone()
-                    };
-                    for (model, tokens) in models.iter().zip(&prompts) {
-                        bar.set_message(model.precision.as_str());
-                        let result = exec::prefill(model.clone(), tokens, &options)?;
-                        device.get_or_insert_with(|| result.outcome.plan.device.clone());
-                        samples.extend(records_on(
-                            &result.outcome,
-                            options.threads,
-                            self.cache_bytes,
-                        ));
-                        gaps.push((
-                            precision_label(&model.model_config()),
-                            job_gap_ns(&result.outcome),
-                        ));
-                        bar.inc(1);
-                    }
-                }
-            }
-        }
-        bar.finish();
-        let device = device.unwrap_or_else(|| match options.gpu {
-            GpuUse::Off => options.device.clone(),
-            _ => exec::with_gpu_lane(options.device.clone()),
-        });
-        Ok((samples, device, gaps))
     }
-}
-
-/// One prefill's precision and its hand-off gap, ns.
-type PrefillGap = (String, f64);
-
-/// The median gap of each precision's prefills, in microseconds.
-fn gaps_by_precision(gaps: &[PrefillGap]) -> Vec<PrecisionGap> {
-    let mut by_precision: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for (precision, ns) in gaps {
-        by_precision.entry(precision).or_default().push(*ns);
-    }
-    by_precision
-        .into_iter()
-        .map(|(precision, ns)| PrecisionGap {
-            precision: precision.to_string(),
-            us: median(ns) / 1e3,
-        })
-        .collect()
 }
 
 /// The median of `values` (the upper middle of an even count; 0 if empty).
@@ -368,203 +233,15 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-impl Grid<'_> {
-    /// `text`'s tokens cut to the first prompt length (512 without one): the prompt of the
-    /// sharing runs.
-    fn first_prompt(
-        &self,
-        model: &ExecModel,
-        tokenizer: &hetsched::import::GgufTokenizer,
-        text: &str,
-    ) -> Result<Vec<u32>, CliError> {
-        let prompt = self.prompt_lens.first().copied().unwrap_or(512);
-        prompt_tokens(
-            tokenizer,
-            text,
-            prompt as usize,
-            model.config.context_length,
-        )
-    }
-
-    /// How two jobs share the pool, and what cached weights save: at the first prompt
-    /// length, each chunk length `reps` times. The first model runs once with `inorder`
-    /// (jobs alone, every weight read from memory) and once with `balance` (jobs
-    /// overlapping): the two-job rate is the median of `profiling::two_job_rate` over
-    /// those pairs (one pair is noisy: a few hundred overlaps of a few milliseconds).
-    /// Every model (precision) runs once with `layerwise` (jobs alone, each stage's
-    /// first chunk cold and the rest warm): its saving per cached weight byte is
-    /// `weight_reuse::warm_saving_per_byte` over those runs, with the host's cache (none
-    /// measured without a known one).
-    fn sharing(
-        &self,
-        models: &[Arc<ExecModel>],
-        tokenizer: &hetsched::import::GgufTokenizer,
-        text: &str,
-        options: &PrefillOptions,
-    ) -> Result<(Option<f64>, Vec<PrecisionWarm>), CliError> {
-        let cache_bytes = self.cache_bytes;
-        let mut rates = Vec::new();
-        let mut warm = Vec::new();
-        for (k, model) in models.iter().enumerate() {
-            let tokens = self.first_prompt(model, tokenizer, text)?;
-            let mut layerwise = Vec::new();
-            for _ in 0..self.reps {
-                for &chunk_len in self.chunk_lens {
-                    let run = |policy: &str| {
-                        let options = PrefillOptions {
-                            chunk_len,
-                            policy: policy.into(),
-                            ..options.clone()
-                        };
-                        exec::prefill(model.clone(), &tokens, &options)
-                    };
-                    if k == 0 {
-                        let alone = run("inorder")?;
-                        let shared = run("balance")?;
-                        rates.extend(two_job_rate(&alone.outcome, &shared.outcome));
-                    }
-                    if cache_bytes.is_some() {
-                        layerwise.push(run("layerwise")?.outcome);
-                    }
-                }
-            }
-            if let Some(ns_per_byte) = cache_bytes.and_then(|c| warm_saving_per_byte(&layerwise, c))
-            {
-                warm.push(PrecisionWarm {
-                    precision: precision_label(&model.model_config()),
-                    ns_per_byte,
-                });
-            }
-        }
-        Ok(((!rates.is_empty()).then(|| median(rates)), warm))
-    }
-}
-
-impl Grid<'_> {
-    /// Every stage's cost on one compute thread: each model's prefill of the first prompt
-    /// length at every chunk length, and of the longest prompt length at the middle chunk
-    /// length (the attention contexts the grid covers: a windowed layer's cost changes
-    /// slope past its window), once each, on a one-worker pool (where jobs never overlap),
-    /// fitted like the grid. With the costs on the profile's threads it gives each stage's
-    /// speed-up, which says how two jobs share the pool (`run --predict`).
-    fn one_thread(
-        &self,
-        models: &[Arc<ExecModel>],
-        tokenizer: &hetsched::import::GgufTokenizer,
-        text: &str,
-        options: &PrefillOptions,
-        device: &DeviceProfile,
-    ) -> Result<Vec<OneThreadCost>, CliError> {
-        if options.threads <= 1 {
-            return Ok(Vec::new());
-        }
-        let settings = self.one_thread_settings();
-        let mut bar = Bar::new("one thread");
-        bar.set_len((models.len() * settings.len()) as u64);
-        let mut samples = Vec::new();
-        // The models take turns at each setting, as in `measure`.
-        for &(prompt, chunk_len) in &settings {
-            for model in models {
-                let tokens = prompt_tokens(
-                    tokenizer,
-                    text,
-                    prompt as usize,
-                    model.config.context_length,
-                )?;
-                let options = PrefillOptions {
-                    chunk_len,
-                    threads: 1,
-                    ..options.clone()
-                };
-                let result = exec::prefill(model.clone(), &tokens, &options)?;
-                samples.extend(records_on(&result.outcome, 1, self.cache_bytes));
-                bar.inc(1);
-            }
-        }
-        bar.finish();
-        Ok(one_thread_costs(device, &samples))
-    }
-
-    /// The one-thread pass's (prompt, chunk) prefills: the first prompt length at every
-    /// chunk length, then the longest prompt length (when longer) at the middle chunk
-    /// length.
-    fn one_thread_settings(&self) -> Vec<(u32, u32)> {
-        let first = self.prompt_lens.first().copied().unwrap_or(512);
-        let mut settings: Vec<(u32, u32)> = self.chunk_lens.iter().map(|&c| (first, c)).collect();
-        let longest = self.prompt_lens.iter().copied().max().unwrap_or(first);
-        if longest > first {
-            let mut chunks = self.chunk_lens.to_vec();
-            chunks.sort_unstable();
-            if let Some(&middle) = chunks.get(chunks.len() / 2) {
-                settings.push((longest, middle));
-            }
-        }
-        settings
-    }
-}
-
-/// A history's records of `model` that ran alone, split into those of runs on `threads`
-/// compute threads (or of unrecorded threads, as in older files), which the profile's
-/// costs are fitted from, and those of runs on one thread (when `threads` > 1), which its
-/// one-thread table is; records of other thread counts are left out. The tally counts
-/// what was used and left out, and why.
-fn split_history(
-    records: Vec<HistoryRecord>,
-    model: &str,
-    threads: usize,
-) -> (Vec<HistoryRecord>, Vec<HistoryRecord>, HistoryTally) {
-    let threads = u32::try_from(threads).ok();
-    let (mut fit, mut on_one) = (Vec::new(), Vec::new());
-    let mut tally = HistoryTally::default();
-    for r in records {
-        // A job that shared the cores with another lane's ran slower than alone; the
-        // profile's costs are of jobs alone (the pool model adds the sharing), so only
-        // those (and records of older files, which do not say) are fitted. Warm ones
-        // are left out by the fit itself, and counted here.
-        if r.model != model {
-            tally.other_model += 1;
-            continue;
-        }
-        if r.alone == Some(false) {
-            tally.shared += 1;
-            continue;
-        }
-        if r.warm == Some(true) {
-            tally.warm += 1;
-        }
-        match r.threads {
-            None => fit.push(r),
-            t if t == threads => fit.push(r),
-            Some(1) => on_one.push(r),
-            Some(_) => tally.other_threads += 1,
-        }
-    }
-    tally.used = (fit.len() + on_one.len()).saturating_sub(tally.warm);
-    (fit, on_one, tally)
-}
-
-/// Stage costs fitted from one-thread `samples` (on a copy of `device`), as the profile's
-/// one-thread table.
-fn one_thread_costs(device: &DeviceProfile, samples: &[HistoryRecord]) -> Vec<OneThreadCost> {
-    fit_profile_alone(&mut device.clone(), samples, &[], 1)
-        .into_iter()
-        .map(|f| OneThreadCost {
-            processor: f.processor,
-            cost: f.cost,
-        })
-        .collect()
-}
-
 /// Writes the device profile, the samples, the model file and a scene naming both.
 fn write_profile(
     files: &ProfileFiles,
-    device: &DeviceProfile,
+    measured: &MeasuredProfile,
     model: &ExecModel,
-    samples: &[HistoryRecord],
     prompt_lens: &[u32],
 ) -> Result<(), CliError> {
-    write_file(&files.device, &toml(device)?)?;
-    write_file(&files.samples, &to_csv(samples)?)?;
+    write_file(&files.device, &toml(&measured.device)?)?;
+    write_file(&files.samples, &to_csv(&measured.samples)?)?;
     write_file(&files.model, &toml(&model.model_config())?)?;
     let scene = format!(
         "# Written by `hetsched profile`: the measured device profile with the model it was\n\
@@ -628,75 +305,4 @@ fn summary_text(s: &ProfileSummary) -> String {
         s.device, s.samples_file, s.scene_file
     ));
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Grid;
-
-    #[test]
-    fn each_precision_gets_the_median_of_its_prefills_gaps() {
-        let gaps: Vec<(String, f64)> = [("f32", 9e4), ("w8a8", 5e4), ("f32", 7e4), ("f32", 8e4)]
-            .into_iter()
-            .map(|(p, ns)| (p.to_string(), ns))
-            .collect();
-        let by = super::gaps_by_precision(&gaps);
-        let pairs: Vec<(&str, f64)> = by.iter().map(|g| (g.precision.as_str(), g.us)).collect();
-        assert_eq!(pairs, [("f32", 80.0), ("w8a8", 50.0)]);
-    }
-
-    #[test]
-    fn the_one_thread_pass_covers_the_longest_prompt_at_the_middle_chunk() {
-        let grid = Grid {
-            chunk_lens: &[256, 64, 128],
-            prompt_lens: &[512, 2048],
-            reps: 2,
-            cache_bytes: None,
-        };
-        assert_eq!(
-            grid.one_thread_settings(),
-            [(512, 256), (512, 64), (512, 128), (2048, 128)]
-        );
-        let one_prompt = Grid {
-            prompt_lens: &[512],
-            ..grid
-        };
-        assert_eq!(one_prompt.one_thread_settings().len(), 3);
-    }
-
-    /// `--from-history` fits only records alone, of the model, on the profile's threads
-    /// (one-thread ones apart); a record that does not say counts.
-    #[test]
-    fn from_history_leaves_out_shared_jobs() {
-        use hetsched::history::HistoryRecord;
-        let record = |alone, warm, threads| HistoryRecord {
-            model: "m".into(),
-            precision: "w8a8".into(),
-            stage: "q_proj".into(),
-            processor: "npu-emu".into(),
-            tokens: 64,
-            past: 0,
-            ns: 1000,
-            attention: false,
-            window: None,
-            prompt_len: 512,
-            chunk_len: 64,
-            threads,
-            alone,
-            overlapped_ns: None,
-            warm,
-        };
-        let records = vec![
-            record(Some(true), Some(false), Some(2)),
-            record(Some(true), None, None),
-            record(Some(false), Some(false), Some(2)),
-            record(Some(true), Some(false), Some(1)),
-            record(Some(true), Some(false), Some(4)),
-        ];
-        let (fit, on_one, tally) = super::split_history(records.clone(), "m", 2);
-        assert_eq!(fit, records[..2]);
-        assert_eq!(on_one, records[3..4]);
-        assert_eq!((tally.used, tally.shared, tally.other_threads), (3, 1, 1));
-        assert!(super::split_history(records, "other", 2).0.is_empty());
-    }
 }

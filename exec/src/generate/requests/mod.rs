@@ -6,10 +6,14 @@
 //! scheduler on the CPU and emulated-NPU queues) and, once prefilled, a KV cache of its
 //! own per sample. Each turn of the engine's loop
 //! 1. takes new requests and cancels, admits waiting requests whose KV caches now fit;
-//! 2. runs one prefill chunk (`chunk_len` tokens, a scheduled run) of the most urgent
-//!    request still in its prefill: the highest priority class, then by arrival, so
-//!    an interactive request preempts a background prefill at the next chunk boundary
-//!    and the background request resumes where it was (its cache keeps every chunk);
+//! 2. runs one prefill chunk (`chunk_len` tokens, a scheduled run) of the request still
+//!    in its prefill that the engine's request policy puts first
+//!    ([`hetsched_systems::request_policy::pick_next`], the rule and the policy objects
+//!    a world's dispatch uses). The default, `priority`: the highest priority class, then
+//!    by arrival, so an interactive request preempts a background prefill at the next
+//!    chunk boundary and the background request resumes where it was (its cache keeps
+//!    every chunk); `fcfs` prefills in arrival order; `slack` orders as `priority` (its
+//!    fill rule needs a second processor, and the engine runs one chunk at a time);
 //! 3. runs one batched decode step of every sequence that is decoding, across requests
 //!    and samples ([`crate::generate::decode_batch`]: one small GEMM per linear, attention
 //!    per sequence over its own cache; samples share their prompt's cache).
@@ -17,6 +21,8 @@
 //! A request's tokens do not depend on what else runs: its prefill chunks are the same
 //! whatever preempts them, and a batched step gives each sequence the logits of its step
 //! alone, so a greedy request's tokens are its tokens alone.
+//!
+//! Waiting requests are admitted to memory in the same policy's order.
 //!
 //! **Admission**: a request's KV bytes (prompt plus `n` × `max_tokens` positions, see
 //! [`kv_bytes`]) are reserved against [`EngineLimits::kv_budget_bytes`] at submit; when
@@ -81,8 +87,13 @@ use super::error::GenerateError;
 use super::{FinishReason, Sampling, Session};
 use crate::{ExecError, ExecModel, PrefillOptions};
 use admission::Ledger;
+use hetsched_systems::request_policy::create_request_policy;
 
 pub use hetsched_systems::{Priority, RequestId};
+
+/// The request policy [`RequestEngine::start`] orders prefill chunks and admission by:
+/// strict priority class, then arrival.
+pub const DEFAULT_ENGINE_REQUEST_POLICY: &str = "priority";
 
 /// What to generate for one request.
 #[derive(Clone, Debug, PartialEq)]
@@ -321,7 +332,8 @@ impl std::fmt::Debug for RequestEngine {
 impl RequestEngine {
     /// Starts the engine's thread for `model`: prefills scheduled under `options` (its
     /// `chunk_len` is the preemption granularity), kernels on one pool of
-    /// `options.threads` threads shared by every request.
+    /// `options.threads` threads shared by every request; requests ordered by the
+    /// [`DEFAULT_ENGINE_REQUEST_POLICY`].
     ///
     /// # Errors
     /// Bad options, a tokenizer without an end-of-sequence token, threads that cannot
@@ -332,6 +344,34 @@ impl RequestEngine {
         options: PrefillOptions,
         limits: EngineLimits,
     ) -> Result<Self, GenerateError> {
+        Self::start_with_policy(
+            model,
+            tokenizer,
+            options,
+            limits,
+            DEFAULT_ENGINE_REQUEST_POLICY,
+        )
+    }
+
+    /// [`RequestEngine::start`] with the request policy named `request_policy` (one of
+    /// [`hetsched_systems::request_policy::REQUEST_POLICIES`]: `fcfs`, `priority`,
+    /// `slack`) ordering the prefill chunks and admission.
+    ///
+    /// # Errors
+    /// As [`RequestEngine::start`]; an unknown policy name is
+    /// [`ExecError::InvalidOption`].
+    pub fn start_with_policy(
+        model: Arc<ExecModel>,
+        tokenizer: Arc<GgufTokenizer>,
+        options: PrefillOptions,
+        limits: EngineLimits,
+        request_policy: &str,
+    ) -> Result<Self, GenerateError> {
+        let policy =
+            create_request_policy(request_policy).map_err(|e| ExecError::InvalidOption {
+                option: "request_policy",
+                message: e.to_string(),
+            })?;
         options.validate()?;
         if options.gpu != crate::GpuUse::Off {
             return Err(ExecError::InvalidOption {
@@ -372,6 +412,7 @@ impl RequestEngine {
             limits,
             shared.clone(),
             started,
+            policy,
         );
         let thread = std::thread::Builder::new()
             .name("hetsched-requests".into())

@@ -6,8 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use bevy_ecs::entity::Entity;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use hetsched_import::GgufTokenizer;
+use hetsched_systems::request_policy::{LiveRequest, RequestPolicy, pick_next};
+use hetsched_systems::{RequestPhase, SloTargets};
 
 use super::{
     EngineLimits, Priority, RequestEvent, RequestId, RequestMetrics, Shared, Submitted,
@@ -40,6 +43,8 @@ struct Live {
     n: usize,
     kv_bytes: usize,
     arrival: Instant,
+    /// When its KV memory was reserved (its arrival until then).
+    armed: Instant,
     events: Sender<RequestEvent>,
     cancel: Arc<AtomicBool>,
     /// Created when the request is admitted (its KV memory reserved).
@@ -72,6 +77,12 @@ pub(super) struct Worker {
     buffers: DecodeBuffers,
     /// Requests in arrival order (waiting ones have no session yet).
     live: VecDeque<Live>,
+    /// Orders the requests for the next prefill chunk and for memory, as a world's
+    /// dispatch does ([`pick_next`]).
+    policy: Box<dyn RequestPolicy>,
+    /// Measured prefill time per prompt token, ns (0 until a chunk ran): the requests'
+    /// work as the policy sees it.
+    prefill_ns_per_token: u64,
 }
 
 impl Worker {
@@ -85,6 +96,7 @@ impl Worker {
         limits: EngineLimits,
         shared: Arc<Shared>,
         started: Instant,
+        policy: Box<dyn RequestPolicy>,
     ) -> Self {
         let head = (model.precision != LinearPrecision::F32).then(|| QuantizedHead::int8(&model));
         Self {
@@ -99,6 +111,8 @@ impl Worker {
             head,
             buffers: DecodeBuffers::default(),
             live: VecDeque::new(),
+            policy,
+            prefill_ns_per_token: 0,
         }
     }
 
@@ -145,6 +159,7 @@ impl Worker {
             n: spec.n,
             kv_bytes: s.kv_bytes,
             arrival: s.arrival,
+            armed: s.arrival,
             events: s.events,
             cancel: s.cancel,
             session: None,
@@ -163,14 +178,13 @@ impl Worker {
         }
     }
 
-    /// Admits waiting requests whose caches fit now, most urgent first.
+    /// Admits waiting requests whose caches fit now, in the request policy's order; the
+    /// first that does not fit stops the rest (no request overtakes it for memory).
     fn admit_waiting(&mut self) {
-        let mut order: Vec<usize> = (0..self.live.len())
-            .filter(|&i| self.live[i].session.is_none())
-            .collect();
-        order.sort_by_key(|&i| urgency(&self.live[i]));
         let mut failed = Vec::new();
-        for i in order {
+        let mut tried = Vec::new();
+        while let Some(i) = self.pick(|l| l.session.is_none() && !tried.contains(&l.id)) {
+            tried.push(self.live[i].id);
             let needed = self.live[i].kv_bytes;
             if !self
                 .shared
@@ -187,17 +201,24 @@ impl Worker {
         self.fail_all(failed);
     }
 
-    /// Runs one prefill chunk of the most urgent request in its prefill.
+    /// Runs one prefill chunk of the request in its prefill that the request policy
+    /// puts first.
     fn prefill_chunk(&mut self) {
-        let pick = (0..self.live.len())
-            .filter(|&i| self.live[i].prefilling())
-            .min_by_key(|&i| urgency(&self.live[i]));
-        let Some(i) = pick else { return };
+        let Some(i) = self.pick(Live::prefilling) else {
+            return;
+        };
         let chunk = self.options.chunk_len.max(1) as usize;
         let live = &mut self.live[i];
         let end = (live.prefilled + chunk).min(live.prompt.len());
         let session = live.session.as_mut().expect("prefilling has a session");
+        let began = Instant::now();
         let ran = session.prefill(&live.prompt[live.prefilled..end]);
+        let per_token = began.elapsed().as_nanos() as u64 / (end - live.prefilled) as u64;
+        self.prefill_ns_per_token = match self.prefill_ns_per_token {
+            0 => per_token,
+            // Smoothed: one slow chunk (a loaded machine) does not swing the policy.
+            old => (3 * old + per_token) / 4,
+        };
         live.prefilled = end;
         let complete = end == live.prompt.len();
         let done = ran.and_then(|_| match complete {
@@ -454,6 +475,42 @@ impl Worker {
         self.publish();
     }
 
+    /// The live request among those `eligible` that the request policy puts first now.
+    fn pick(&mut self, eligible: impl Fn(&Live) -> bool) -> Option<usize> {
+        let mut views: Vec<LiveRequest> = self
+            .live
+            .iter()
+            .filter(|l| eligible(l))
+            .map(|l| self.view(l))
+            .collect();
+        let now_ns = ns_since(self.started, Instant::now());
+        let first = pick_next(self.policy.as_mut(), now_ns, &mut views)?;
+        self.live.iter().position(|l| l.id == first.id)
+    }
+
+    /// `live` as a request policy sees it: its work in prompt tokens left, at the
+    /// measured prefill time per token (1 ns before any chunk ran, which keeps the
+    /// ratios). The engine's requests are no world's entities, and carry no targets.
+    fn view(&self, live: &Live) -> LiveRequest {
+        let per_token = self.prefill_ns_per_token.max(1);
+        let work = |tokens: usize| (tokens as u64).saturating_mul(per_token);
+        LiveRequest {
+            entity: Entity::PLACEHOLDER,
+            id: live.id,
+            priority: live.priority,
+            targets: SloTargets::default(),
+            arrival_ns: ns_since(self.started, live.arrival),
+            phase: match live.session {
+                Some(_) => RequestPhase::Prefill,
+                None => RequestPhase::Waiting,
+            },
+            work_left_ns: work(live.prompt.len() - live.prefilled),
+            work_total_ns: work(live.prompt.len()),
+            alone_bound_ns: work(live.prompt.len()),
+            armed_ns: ns_since(self.started, live.armed),
+        }
+    }
+
     /// Publishes the counts by state.
     fn publish(&self) {
         let mut snapshot = self.shared.snapshot.lock();
@@ -461,12 +518,6 @@ impl Worker {
         snapshot.prefilling = self.live.iter().filter(|l| l.prefilling()).count();
         snapshot.decoding = self.live.iter().filter(|l| !l.samples.is_empty()).count();
     }
-}
-
-/// The order in which requests get a prefill chunk and memory: the highest priority
-/// class first, then the earliest arrival (the smallest key first).
-fn urgency(live: &Live) -> (std::cmp::Reverse<Priority>, Instant) {
-    (std::cmp::Reverse(live.priority), live.arrival)
 }
 
 /// Samples one token of `sample` and sends its event.
@@ -521,5 +572,11 @@ fn open(
     let mut session = request_session(model, options, pool)?;
     session.reserve(live.prompt.len())?;
     live.session = Some(session);
+    live.armed = Instant::now();
     Ok(())
+}
+
+/// Nanoseconds from `origin` to `at` (0 before it).
+fn ns_since(origin: Instant, at: Instant) -> u64 {
+    at.saturating_duration_since(origin).as_nanos() as u64
 }

@@ -1,5 +1,6 @@
 //! What a measured profile records about the machine it was measured on: the CPU's model
-//! name and the SIMD features the kernels choose from at run time.
+//! name, its last-level cache (which jobs find their weights cached) and the SIMD features
+//! the kernels choose from at run time.
 
 /// The CPU's model name (`/proc/cpuinfo`), or `unknown`.
 pub fn cpu_name() -> String {

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Side-by-side serving: `hetsched serve` (w8a8, the many-requests engine) against llama.cpp's
+# `llama-server --parallel N` (Q8_0 made from the same GGUF), the same load from
+# scripts/load.py against each, alternating server by server within each round (the order
+# swapped every round); prints medians over the rounds and the ratios ours / llama's as a
+# markdown table (docs/serving.md keeps one, with date, machine and commit).
+#
+#   scripts/serve-vs-llama-server.sh [-r ROUNDS] [-t THREADS] [-c "CLIENTS ..."] [-m MAX_TOKENS] [-- LOAD_ARGS]
+#       defaults: -r 3 -t 2 -c "1 4 8" -m 32
+#
+# Loads: `chat` at each client count (closed loop, 2 x clients requests, at least 4) and
+# `agent-burst` (a background summary, then five interactive requests while it runs;
+# llama-server gets --parallel 8 there and ignores the priority field). Every request is
+# greedy with ignore_eos (both servers' extension), so both generate the same number of
+# tokens. LOAD_ARGS go to every scripts/load.py run (see its --help). Both servers run
+# side by side for the whole measurement (an idle server takes no CPU): ours once, one
+# llama-server per client count. llama.cpp is built once by scripts/build-llamacpp.sh (or
+# $LLAMACPP_BUILD); the Q8_0 file is cached in target/serve-vs-llama-server/. hetsched is
+# the release binary (`cargo build --release` first).
+set -euo pipefail
+
+ROUNDS=3 THREADS=2 CLIENTS="1 4 8" MAX_TOKENS=32
+while getopts "r:t:c:m:" opt; do
+  case $opt in
+    r) ROUNDS=$OPTARG ;; t) THREADS=$OPTARG ;; c) CLIENTS=$OPTARG ;; m) MAX_TOKENS=$OPTARG ;;
+    *) sed -n 2,19p "$0"; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+LOAD_ARGS=("$@")
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+BIN=target/release/hetsched
+WORK=target/serve-vs-llama-server
+mkdir -p "$WORK"
+[ -s "$MODEL" ] || scripts/fetch-model.sh
+[ -x "$BIN" ] || cargo build --release
+BUILD_SCRIPT="${LLAMACPP_BUILD:-$ROOT/scripts/build-llamacpp.sh}"
+LLAMA="$("$BUILD_SCRIPT" | tail -1)/build/bin"
+[ -s "$WORK/model.Q8_0.gguf" ] ||
+  "$LLAMA/llama-quantize" --allow-requantize "$MODEL" "$WORK/model.Q8_0.gguf" Q8_0 >"$WORK/quantize.log" 2>&1
+
+PIDS=()
+stop_servers() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap stop_servers EXIT
+
+# Starts a server in the background on port $1 (the rest: its command line) and waits for
+# its /health to answer 200.
+start_server() {
+  local port=$1; shift
+  "$@" >"$WORK/server.$port.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "the server on port $port never became ready: see $WORK/server.$port.log" >&2
+  exit 1
+}
+
+OURS=18480
+start_server $OURS "$BIN" serve --model "$MODEL" --precision w8a8 --threads "$THREADS" --port $OURS
+llama_port() { echo $((18490 + $1)); }
+for n in $CLIENTS 8; do
+  port=$(llama_port "$n")
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null && continue
+  start_server "$port" "$LLAMA/llama-server" -m "$WORK/model.Q8_0.gguf" -t "$THREADS" -tb "$THREADS" \
+    --parallel "$n" -c $((1024 * n)) --host 127.0.0.1 --port "$port"
+done
+
+load() { # port scenario clients
+  local requests=$(($3 * 2)); [ $requests -ge 4 ] || requests=4
+  scripts/load.py --url "http://127.0.0.1:$1" --scenario "$2" --clients "$3" \
+    --max-requests $requests --max-tokens "$MAX_TOKENS" --temperature 0 --ignore-eos \
+    --duration 120 --json "${LOAD_ARGS[@]}"
+}
+
+# One warm-up request on each server (first-request costs are not what is compared).
+for n in $CLIENTS 8; do load "$(llama_port "$n")" chat 1 >/dev/null || true; done
+load $OURS chat 1 >/dev/null || true
+
+RESULTS="$WORK/results.txt"
+: >"$RESULTS"
+for round in $(seq "$ROUNDS"); do
+  for load_case in $(for c in $CLIENTS; do echo "chat:$c"; done) agent-burst:8; do
+    scenario=${load_case%:*} clients=${load_case#*:}
+    sides="hetsched llama-server"
+    [ $((round % 2)) -eq 0 ] && sides="llama-server hetsched"
+    for side in $sides; do
+      port=$OURS
+      [ "$side" = hetsched ] || port=$(llama_port "$clients")
+      report=$(load "$port" "$scenario" "$clients") || true
+      echo "$side $scenario $clients $round $report" | tee -a "$RESULTS" >&2
+    done
+  done
+done
+
+python3 - "$RESULTS" <<'EOF'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    side, scenario, clients, _round, report = line.split(" ", 4)
+    rows.setdefault((scenario, int(clients)), {}).setdefault(side, []).append(json.loads(report))
+figures = [("ttft_p50_ms", "TTFT p50"), ("ttft_p99_ms", "TTFT p99"),
+           ("tpot_median_ms", "time per output token"), ("tokens_per_s", "tokens/s")]
+print("| load | clients | figure | hetsched (median) | llama-server (median) | ratio ours/llama |")
+print("|---|---|---|---|---|---|")
+for (scenario, clients), sides in sorted(rows.items()):
+    keys = figures + ([("ttft_p99_ms_interactive", "interactive TTFT p99")]
+                      if scenario == "agent-burst" else [])
+    errors = {s: sum(r["errors"] for r in runs) for s, runs in sides.items()}
+    for key, name in keys:
+        med = {}
+        for side in ("hetsched", "llama-server"):
+            values = [r[key] for r in sides.get(side, []) if r.get(key) is not None]
+            med[side] = statistics.median(values) if values else None
+        ours, theirs = med["hetsched"], med["llama-server"]
+        ratio = f"{ours / theirs:.2f}" if ours and theirs else "-"
+        fmt = lambda v: "-" if v is None else f"{v:.1f}"
+        print(f"| {scenario} | {clients} | {name} | {fmt(ours)} | {fmt(theirs)} | {ratio} |")
+    print(f"| {scenario} | {clients} | errors | {errors.get('hetsched', 0)} | "
+          f"{errors.get('llama-server', 0)} | |")
+EOF
