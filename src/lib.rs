@@ -31,13 +31,12 @@ pub mod compare;
 pub mod outliers;
 pub mod prelude;
 pub mod sweep;
-pub mod timeline;
 
 pub use hetsched_exec as exec;
 pub use hetsched_import as import;
 pub use hetsched_import::limits;
 pub use hetsched_runtime::{
     adapt, backends, cancel, engine, fsutil, history, prediction, profiling, progress, report,
-    request_report, request_trace, requests, scene, weight_reuse,
+    request_report, request_trace, requests, scene, timeline, weight_reuse,
 };
 pub use hetsched_systems as systems;

@@ -3,11 +3,11 @@
 use std::ffi::c_char;
 use std::path::Path;
 
-use hetsched::timeline::{Trace, chrome::to_chrome_json, svg::to_svg};
 use hetsched_runtime::engine::{self, RunOutcome};
 use hetsched_runtime::fsutil::write_atomic;
 use hetsched_runtime::profiling;
 use hetsched_runtime::report::RunReport;
+use hetsched_runtime::timeline::{Trace, chrome::to_chrome_json, svg::to_svg};
 use hetsched_systems::policy::PolicyRegistry;
 
 use crate::error::{CapiError, guarded, hs_status};

@@ -14,6 +14,9 @@ use hetsched_runtime::engine;
 use hetsched_runtime::report::RunReport;
 use hetsched_runtime::scene::Scene;
 
+mod common;
+use common::test_model;
+
 /// The folder holding libhetsched_capi.so, built for these tests: cargo builds only the
 /// rlib for an integration test, so the shared library is built here, once, by the same
 /// cargo, profile and features (`--lib --tests`: only the link step is new).
@@ -175,22 +178,6 @@ fn every_function_survives_bad_input_under_asan() {
         assert!(out.contains("abuse: 0 failed expectations"), "{out}");
     }
     std::fs::remove_dir_all(dir).ok();
-}
-
-/// The test model, or `None` with a note where it was not fetched.
-fn test_model() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipped: no test model at {} (scripts/fetch-model.sh fetches it)",
-            path.display()
-        );
-        None
-    }
 }
 
 #[test]

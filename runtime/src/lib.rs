@@ -22,6 +22,7 @@ pub mod request_trace;
 pub mod request_world;
 pub mod requests;
 pub mod scene;
+pub mod timeline;
 pub mod weight_reuse;
 
 pub use hetsched_limits as limits;

@@ -14,13 +14,15 @@ const LANE_HEIGHT: f64 = 44.0;
 /// How far below a lane's top an outlier shadow's bar starts.
 const SHADOW_INSET: f64 = 18.0;
 const LANE_GAP: f64 = 10.0;
-/// Tableau 10: distinguishable, and readable on white.
-pub(crate) const PALETTE: [&str; 10] = [
+/// Tableau 10: distinguishable, and readable on white (the facade's plots share it).
+pub const PALETTE: [&str; 10] = [
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
     "#9c755f", "#bab0ac",
 ];
 
-pub(crate) fn escape(text: &str) -> String {
+/// `text` with the characters XML gives a meaning to escaped, for SVG text and
+/// attributes.
+pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -29,7 +31,7 @@ pub(crate) fn escape(text: &str) -> String {
 
 /// Opens a `width` x `height` SVG document on a white background with `title` at the top
 /// left (x = `left`): the start every plot of ours shares.
-pub(crate) fn open_document(s: &mut String, width: f64, height: f64, left: f64, title: &str) {
+pub fn open_document(s: &mut String, width: f64, height: f64, left: f64, title: &str) {
     let _ = writeln!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
