@@ -230,20 +230,13 @@ fn prefilling(pid: u32) -> bool {
     })
 }
 
-/// Starts `hetsched COMMAND --model MODEL ARGS.. FILE_FLAG <long text>` on one thread (tens
-/// of seconds of prefills), waits until its prefill runs and `after` more, sends `signals`
-/// SIGINTs, and returns how long it took to exit after the first, its status and its
-/// stderr.
+/// Starts `run` on a long prompt on one thread (tens of seconds of prefill), waits until
+/// its prefill runs and `after` more, sends `signals` SIGINTs, and returns how long it
+/// took to exit after the first, its status and its stderr.
 #[cfg(target_os = "linux")]
-fn interrupted(
-    command: &str,
-    file_flag: &str,
-    args: &[&str],
-    after: Duration,
-    signals: usize,
-) -> Option<(Duration, Output)> {
+fn interrupted_run(after: Duration, signals: usize) -> Option<(Duration, Output)> {
     let model = test_model()?;
-    let dir = scratch(&format!("ctrl-c-{command}-{signals}"));
+    let dir = scratch(&format!("ctrl-c-{signals}"));
     let prompt = dir.join("prompt.txt");
     std::fs::write(
         &prompt,
@@ -251,11 +244,9 @@ fn interrupted(
     )
     .unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args([command, "--model", model.to_str().unwrap(), file_flag])
+        .args(["run", "--model", model.to_str().unwrap(), "--prompt-file"])
         .arg(&prompt)
-        .args(["--threads", "1"])
-        .args(args)
-        .current_dir(&dir)
+        .args(["--threads", "1", "--chunk-len", "32"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -272,59 +263,6 @@ fn interrupted(
     }
     let out = child.wait_with_output().unwrap();
     Some((signalled.elapsed(), out))
-}
-
-/// [`interrupted`] for `run` on a long prompt in chunks of 32.
-#[cfg(target_os = "linux")]
-fn interrupted_run(after: Duration, signals: usize) -> Option<(Duration, Output)> {
-    interrupted(
-        "run",
-        "--prompt-file",
-        &["--chunk-len", "32"],
-        after,
-        signals,
-    )
-}
-
-/// The exit status as a shell reports it: the code, or 128 + the signal that ended it.
-#[cfg(target_os = "linux")]
-fn shell_status(status: std::process::ExitStatus) -> Option<i32> {
-    use std::os::unix::process::ExitStatusExt;
-    status.code().or(status.signal().map(|s| 128 + s))
-}
-
-/// The commands that hold no partial result worth printing (an evaluation's score, a
-/// calibration's statistics are only meaningful whole) keep SIGINT's default: they end at
-/// once with status 130, and what they write (atomically, at the end) is not left half
-/// written.
-#[cfg(target_os = "linux")]
-#[test]
-fn ctrl_c_ends_eval_and_calibrate_within_a_second_leaving_no_file() {
-    let runs = [
-        ("eval", "--text", vec!["--ctx", "512"]),
-        (
-            "calibrate",
-            "--corpus",
-            vec!["--ctx", "512", "--out", "calibration.json"],
-        ),
-    ];
-    for (command, flag, args) in runs {
-        let Some((took, out)) = interrupted(command, flag, &args, Duration::from_millis(300), 1)
-        else {
-            println!("skipped: no test model in models/");
-            return;
-        };
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(shell_status(out.status), Some(130), "{command}: {stderr}");
-        assert!(took < Duration::from_secs(1), "{command} took {took:?}");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join("hostile")
-            .join(format!("ctrl-c-{command}-1"));
-        assert!(
-            !dir.join("calibration.json").exists(),
-            "{command} left a calibration behind"
-        );
-    }
 }
 
 #[cfg(target_os = "linux")]
@@ -348,10 +286,12 @@ fn ctrl_c_stops_a_prefill_within_a_second() {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_second_ctrl_c_exits_at_once() {
+    use std::os::unix::process::ExitStatusExt;
     let Some((took, out)) = interrupted_run(Duration::from_millis(500), 2) else {
         println!("skipped: no test model in models/");
         return;
     };
-    assert_eq!(shell_status(out.status), Some(130), "{:?}", out.status);
+    let code = out.status.code().or(out.status.signal().map(|s| 128 + s));
+    assert_eq!(code, Some(130), "{:?}", out.status);
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }
