@@ -13,7 +13,7 @@ use hetsched_systems::resources::CounterSample;
 use hetsched_systems::{InstanceKey, PrefillPlan};
 
 use crate::engine::RunOutcome;
-use hetsched_runtime::requests::RequestsRun;
+use crate::requests::RequestsRun;
 use hetsched_systems::RequestId;
 
 /// A processor lane.
