@@ -35,11 +35,13 @@ echo "== C: every function with bad input"
 gcc -std=c11 -O1 examples/c/abuse.c -o "$out/abuse" "${flags[@]}"
 "$out/abuse"
 
-echo "== C: many requests on the test model (skipped without it)"
+echo "== C and C++: many requests on the test model (skipped without it)"
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 gcc -std=c11 -O1 examples/c/requests.c -o "$out/requests" "${flags[@]}"
+g++ -std=c++17 -O1 examples/c/requests.cpp -o "$out/requests_cpp" "${flags[@]}"
 if [ -f "$model" ]; then
   "$out/requests" "$model"
+  "$out/requests_cpp" "$model"
 else
   echo "skipped: no $model (scripts/fetch-model.sh fetches it)"
 fi

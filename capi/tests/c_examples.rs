@@ -210,6 +210,22 @@ fn cpp_wrapper_runs_under_asan() {
 }
 
 #[test]
+fn cpp_requests_wrapper_streams_cancels_and_throws_under_asan() {
+    let Some(model) = test_model() else {
+        return;
+    };
+    let dir = scratch("cpp-requests");
+    if let Some(exe) = build("g++", "-std=c++17", "examples/c/requests.cpp", &dir) {
+        let out = run(&exe, &[model.to_str().unwrap()]);
+        assert!(
+            out.contains("requests_cpp: every expectation held"),
+            "{out}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn python_ctypes_script_simulates() {
     if !have("python3") {
         eprintln!("skipped: no python3");
