@@ -225,24 +225,50 @@ fn cpp_requests_wrapper_streams_cancels_and_throws_under_asan() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-#[test]
-fn python_ctypes_script_simulates() {
+/// Runs a script of `examples/python/` (the ctypes binding beside it) on the shared
+/// library with `args`; its stdout, or `None` without python3.
+fn run_python(script: &str, args: &[&str]) -> Option<String> {
     if !have("python3") {
         eprintln!("skipped: no python3");
-        return;
+        return None;
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/simulate.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/python")
+        .join(script);
     let lib = library_dir().join("libhetsched_capi.so");
     let output = Command::new("python3")
-        .arg(script)
+        .arg(&script)
         .arg(lib)
+        .args(args)
         .output()
         .expect("python3");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
-        "{stdout}\n{}",
+        "{} failed:\n{stdout}\n{}",
+        script.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(stdout.contains("makespan"), "{stdout}");
+    Some(stdout)
+}
+
+#[test]
+fn python_ctypes_script_simulates() {
+    if let Some(out) = run_python("simulate.py", &[]) {
+        assert!(out.contains("makespan"), "{out}");
+    }
+}
+
+#[test]
+fn python_ctypes_requests_stream_cancel_and_raise() {
+    let Some(model) = test_model() else {
+        return;
+    };
+    if let Some(out) = run_python("stream_requests.py", &[model.to_str().unwrap()]) {
+        assert!(
+            out.contains("stream_requests: every expectation held"),
+            "{out}"
+        );
+        assert!(out.contains("Paris"), "{out}");
+    }
 }
