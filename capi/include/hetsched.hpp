@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "hetsched.h"
 
@@ -202,7 +203,7 @@ class Engine {
 };
 
 /// How one request is generated (`hs_request_options` without its callbacks). The
-/// defaults: 128 tokens, greedy, interactive.
+/// defaults: 128 tokens, greedy, interactive, one sample, no stop strings.
 struct RequestOptions {
     std::uint32_t max_tokens = 128;
     /// 0: greedy.
@@ -213,6 +214,11 @@ struct RequestOptions {
     float top_p = 1.0f;
     std::uint64_t seed = 0;
     std::uint8_t priority = HS_PRIORITY_INTERACTIVE;
+    /// Samples of the prompt, 1 to HS_MAX_SAMPLES; sample i seeds with seed + i.
+    std::uint32_t n = 1;
+    /// Each sample ends before the first of these (at most HS_MAX_STOP_STRINGS, each 1
+    /// to HS_MAX_STOP_BYTES bytes); a stop string never reaches the token callback.
+    std::vector<std::string> stop;
 };
 
 /// How a request ended: its status (`HS_OK`, `HS_ERR_CANCELLED` or
@@ -223,10 +229,12 @@ struct RequestEnd {
     std::string result_json;
 };
 
-/// A request's whole text and its end (Requests::generate).
+/// A request's whole text, one string per sample, and its end (Requests::generate).
 struct Generated {
-    std::string text;
+    std::vector<std::string> samples;
     RequestEnd end;
+    /// Sample 0's text.
+    const std::string &text() const { return samples.at(0); }
 };
 
 /// Many generation requests on one model (hs_requests_*): open loads the model and
@@ -240,8 +248,9 @@ struct Generated {
 /// the request is cancelled, and its end reports HS_ERR_CANCELLED.
 class Requests {
   public:
-    /// Each piece of generated text (valid for the call only).
-    using TokenFn = std::function<void(std::uint64_t request, std::string_view text)>;
+    /// Each piece of a sample's generated text (valid for the call only).
+    using TokenFn =
+        std::function<void(std::uint64_t request, std::uint32_t sample, std::string_view text)>;
     /// The request's last callback.
     using FinishFn = std::function<void(std::uint64_t request, const RequestEnd &end)>;
 
@@ -266,6 +275,13 @@ class Requests {
         raw.top_p = options.top_p;
         raw.seed = options.seed;
         raw.priority = options.priority;
+        raw.n = options.n;
+        // Read during the submit only: pointers into `options.stop` suffice.
+        std::vector<const char *> stop;
+        stop.reserve(options.stop.size());
+        for (const std::string &s : options.stop) stop.push_back(s.c_str());
+        raw.stop = stop.data();
+        raw.stop_count = stop.size();
         raw.on_token = &Requests::token_trampoline;
         raw.on_finish = &Requests::finish_trampoline;
         raw.user_data = state.get();
@@ -281,16 +297,20 @@ class Requests {
     /// Submits `prompt` and blocks until it ended: its text and end. Not from a
     /// callback (it would wait on the thread that delivers its own callbacks).
     Generated generate(const std::string &prompt, const RequestOptions &options) {
-        auto text = std::make_shared<std::string>();
+        auto samples =
+            std::make_shared<std::vector<std::string>>(options.n > 1 ? options.n : 1);
         auto ended = std::make_shared<std::promise<RequestEnd>>();
         std::future<RequestEnd> end = ended->get_future();
         submit(
-            prompt, options, [text](std::uint64_t, std::string_view piece) { text->append(piece); },
+            prompt, options,
+            [samples](std::uint64_t, std::uint32_t sample, std::string_view piece) {
+                samples->at(sample).append(piece);
+            },
             [ended](std::uint64_t, const RequestEnd &e) { ended->set_value(e); });
         Generated result;
         result.end = end.get();
-        // The last callback happened before set_value: no callback touches text now.
-        result.text = std::move(*text);
+        // The last callback happened before set_value: no callback touches samples now.
+        result.samples = std::move(*samples);
         return result;
     }
 
@@ -313,14 +333,16 @@ class Requests {
         FinishFn on_finish;
     };
 
-    static void token_trampoline(void *user_data, std::uint64_t request, const char *text,
-                                 std::size_t len) {
+    static void token_trampoline(void *user_data, std::uint64_t request, std::uint32_t sample,
+                                 const char *text, std::size_t len) {
         auto *callbacks = static_cast<Callbacks *>(user_data);
         if (!callbacks->on_token) return;
         try {
-            callbacks->on_token(request, std::string_view(text, len));
+            callbacks->on_token(request, sample, std::string_view(text, len));
         } catch (...) {
-            // No exception may unwind through the library: end the request instead.
+            // No exception may unwind through the library: end the request instead, and
+            // give the callback no more text (pieces already on their way still come).
+            callbacks->on_token = nullptr;
             hs_requests_cancel(callbacks->engine, request);
         }
     }

@@ -60,7 +60,9 @@ int main(int argc, char **argv) {
             "Once upon a time, in a small village by the sea, there lived an old fisherman "
             "who every morning",
             background,
-            [&](std::uint64_t, std::string_view piece) { background_text.append(piece); },
+            [&](std::uint64_t, std::uint32_t, std::string_view piece) {
+                background_text.append(piece);
+            },
             [&](std::uint64_t, const hetsched::RequestEnd &end) { background_end.set_value(end); });
 
         // Interactive, blocking: submitted while the background one runs.
@@ -68,9 +70,25 @@ int main(int argc, char **argv) {
         interactive.max_tokens = 12;
         hetsched::Generated answer = engine.generate("The capital of France is", interactive);
         std::printf("[interactive] %s: \"%s\"\n  %s\n", hs_status_name(answer.end.status),
-                    answer.text.c_str(), answer.end.result_json.c_str());
+                    answer.text().c_str(), answer.end.result_json.c_str());
         expect(answer.end.status == HS_OK, "the interactive request ends HS_OK");
-        expect(answer.text.find("Paris") != std::string::npos, "the greedy answer names Paris");
+        expect(answer.text().find("Paris") != std::string::npos, "the greedy answer names Paris");
+
+        // Two greedy samples with a stop string: both end before it, with equal text.
+        hetsched::RequestOptions sampled = interactive;
+        sampled.n = 2;
+        sampled.stop = {"French"};
+        hetsched::Generated two = engine.generate("The capital of France is", sampled);
+        std::printf("[2 samples, stop \"French\"] \"%s\" | \"%s\"\n  %s\n",
+                    two.samples.at(0).c_str(), two.samples.at(1).c_str(),
+                    two.end.result_json.c_str());
+        std::size_t cut = answer.text().find("French");
+        expect(cut != std::string::npos && two.samples.at(0) == answer.text().substr(0, cut) &&
+                   two.samples.at(1) == two.samples.at(0),
+               "both samples end before the stop string");
+        expect(two.end.result_json.find("\"finish_reasons\":[\"stop\",\"stop\"]") !=
+                   std::string::npos,
+               "both samples end by the stop string");
         expect(answer.end.result_json.find("ttft_ms") != std::string::npos,
                "the result holds the metrics");
 
@@ -79,7 +97,9 @@ int main(int argc, char **argv) {
         long_request.max_tokens = 200;
         engine.submit(
             "Count from one to one hundred:", long_request,
-            [](std::uint64_t, std::string_view) { throw std::runtime_error("host gave up"); },
+            [](std::uint64_t, std::uint32_t, std::string_view) {
+                throw std::runtime_error("host gave up");
+            },
             [&](std::uint64_t, const hetsched::RequestEnd &end) { thrown_end.set_value(end); });
         hetsched::RequestEnd ended = thrown_end.get_future().get();
         std::printf("[throwing callback] %s\n  %s\n", hs_status_name(ended.status),
@@ -100,6 +120,11 @@ int main(int argc, char **argv) {
         expect(thrown_status([&] { engine.submit("Hello", no_tokens); }) ==
                    HS_ERR_INVALID_ARGUMENT,
                "max_tokens 0 is HS_ERR_INVALID_ARGUMENT");
+        hetsched::RequestOptions empty_stop;
+        empty_stop.stop = {""};
+        expect(thrown_status([&] { engine.submit("Hello", empty_stop); }) ==
+                   HS_ERR_INVALID_ARGUMENT,
+               "an empty stop string is HS_ERR_INVALID_ARGUMENT");
         expect(thrown_status([&] { engine.cancel(12345); }) == HS_ERR_UNKNOWN_REQUEST,
                "cancelling an unknown request is HS_ERR_UNKNOWN_REQUEST");
         std::printf("engine: %s\n", engine.metrics_json().c_str());

@@ -26,14 +26,17 @@ import traceback
 HS_OK = 0
 HS_PRIORITY_INTERACTIVE = 200
 HS_PRIORITY_BACKGROUND = 50
+HS_MAX_SAMPLES = 64
+HS_MAX_STOP_STRINGS = 16
+HS_MAX_STOP_BYTES = 256
 
 _handle = ctypes.c_void_p
 _status = ctypes.c_int32
 
 # hs_token_fn and hs_finish_fn. The text arrives as a raw pointer: it is `len` bytes of
 # UTF-8, read with string_at.
-TOKEN_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p,
-                            ctypes.c_size_t)
+TOKEN_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32,
+                            ctypes.c_void_p, ctypes.c_size_t)
 FINISH_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, _status, ctypes.c_char_p)
 
 
@@ -49,7 +52,8 @@ class RequestOptions(ctypes.Structure):
     _fields_ = [("max_tokens", ctypes.c_uint32), ("temperature", ctypes.c_float),
                 ("top_k", ctypes.c_uint32), ("top_p", ctypes.c_float),
                 ("seed", ctypes.c_uint64), ("priority", ctypes.c_uint8),
-                ("on_token", TOKEN_FN), ("on_finish", FINISH_FN),
+                ("n", ctypes.c_uint32), ("stop", ctypes.POINTER(ctypes.c_char_p)),
+                ("stop_count", ctypes.c_size_t), ("on_token", TOKEN_FN), ("on_finish", FINISH_FN),
                 ("user_data", ctypes.c_void_p)]
 
 
@@ -87,13 +91,19 @@ _SIGNATURES = {
 class Library:
     """The loaded shared library, its functions declared."""
 
+    # The ABI this binding declares (HS_ABI_VERSION of its header).
+    ABI_VERSION = 2
+
     def __init__(self, path: str):
         self.c = ctypes.CDLL(path)
+        self.c.hs_abi_version.restype = ctypes.c_uint32
+        if self.c.hs_abi_version() != self.ABI_VERSION:
+            raise Error("HS_ERR_STATE", f"{path} has ABI version {self.c.hs_abi_version()}, "
+                        f"this binding declares {self.ABI_VERSION}")
         for name, argtypes in _SIGNATURES.items():
             function = getattr(self.c, name)
             function.argtypes = argtypes
             function.restype = _status
-        self.c.hs_abi_version.restype = ctypes.c_uint32
         self.c.hs_last_error.restype = ctypes.c_char_p
         self.c.hs_status_name.argtypes = [_status]
         self.c.hs_status_name.restype = ctypes.c_char_p
@@ -222,14 +232,19 @@ class Requests(_Handle):
 
     def submit(self, prompt: str, max_tokens: int = 128, temperature: float = 0.0,
                top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-               priority: int = HS_PRIORITY_INTERACTIVE, on_token=None, on_finish=None) -> int:
-        """Submits `prompt`; returns its id. `on_token(id, text)` for each piece of text,
+               priority: int = HS_PRIORITY_INTERACTIVE, n: int = 1, stop=(), on_token=None,
+               on_finish=None) -> int:
+        """Submits `prompt` for `n` samples ending before any of the `stop` strings;
+        returns its id. `on_token(id, sample, text)` for each piece of a sample's text,
         `on_finish(id, status_name, result)` once at the end (result: the parsed JSON)."""
         key = next(self._keys)
         with self._lock:
             self._callbacks[key] = [on_token, on_finish]
+        stop = [s.encode() for s in stop]
+        stop_array = (ctypes.c_char_p * len(stop))(*stop)
         options = RequestOptions(max_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                                 top_p=top_p, seed=seed, priority=priority,
+                                 top_p=top_p, seed=seed, priority=priority, n=n,
+                                 stop=stop_array, stop_count=len(stop),
                                  on_token=self._on_token, on_finish=self._on_finish,
                                  user_data=key)
         request = ctypes.c_uint64()
@@ -243,18 +258,21 @@ class Requests(_Handle):
         return request.value
 
     def generate(self, prompt: str, **options):
-        """Submits `prompt` and blocks until it ended: (text, (status_name, result)).
-        Not from a callback (it would wait on its own thread)."""
-        pieces, ended, end = [], threading.Event(), []
+        """Submits `prompt` and blocks until it ended: (texts, (status_name, result)),
+        one text per sample. Not from a callback (it would wait on its own thread)."""
+        texts = [""] * max(options.get("n", 1), 1)
+        ended, end = threading.Event(), []
+
+        def token(_request, sample, text):
+            texts[sample] += text
 
         def finish(_request, status, result):
             end.append((status, result))
             ended.set()
 
-        self.submit(prompt, on_token=lambda _request, text: pieces.append(text),
-                    on_finish=finish, **options)
+        self.submit(prompt, on_token=token, on_finish=finish, **options)
         ended.wait()
-        return "".join(pieces), end[0]
+        return texts, end[0]
 
     def cancel(self, request: int) -> None:
         self.lib.check(self.lib.c.hs_requests_cancel(self.handle, request),
@@ -266,13 +284,13 @@ class Requests(_Handle):
                        "hs_requests_metrics_json")
         return json.loads(self.lib.take_string(text))
 
-    def _token_trampoline(self, user_data, request, text, length):
+    def _token_trampoline(self, user_data, request, sample, text, length):
         with self._lock:
             on_token = self._callbacks[user_data][0]
         if on_token is None:
             return
         try:
-            on_token(request, ctypes.string_at(text, length).decode())
+            on_token(request, sample, ctypes.string_at(text, length).decode())
         except Exception:  # pylint: disable=broad-except
             # No exception may unwind into the library: end the request instead, and
             # give its callback no more text (pieces already on their way still come).

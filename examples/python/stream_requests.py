@@ -49,17 +49,26 @@ def main() -> int:
         engine.submit("Once upon a time, in a small village by the sea, there lived an old "
                       "fisherman who every morning", max_tokens=24,
                       priority=hetsched.HS_PRIORITY_BACKGROUND,
-                      on_token=lambda _request, text: background_text.append(text),
+                      on_token=lambda _request, _sample, text: background_text.append(text),
                       on_finish=background_finish)
 
-        text, (status, result) = engine.generate("The capital of France is", max_tokens=12)
+        texts, (status, result) = engine.generate("The capital of France is", max_tokens=12)
+        text = texts[0]
         print(f"[interactive] {status}: {text!r}\n  {result}")
         expect(status == "HS_OK", "the interactive request ends HS_OK")
         expect("Paris" in text, "the greedy answer names Paris")
         expect(result.get("finish_reason") == "length", "it ends at its token limit")
         expect(result.get("metrics", {}).get("generated_tokens") == 12, "12 tokens generated")
 
-        def give_up(_request, _text):
+        # Two greedy samples with a stop string: equal, each cut before it.
+        texts, (status, result) = engine.generate("The capital of France is", max_tokens=12,
+                                                  n=2, stop=["French"])
+        print(f"[2 samples, stop 'French'] {status}: {texts}\n  {result}")
+        expect("French" in text and texts == [text[:text.index("French")]] * 2,
+               "both samples end before the stop string")
+        expect(result.get("finish_reasons") == ["stop", "stop"], "both stopped by it")
+
+        def give_up(_request, _sample, _text):
             raise RuntimeError("the host gave up (raised on purpose)")
 
         thrown_done, thrown_end = threading.Event(), []
@@ -80,12 +89,16 @@ def main() -> int:
                == "HS_ERR_INVALID_ARGUMENT", "an empty prompt is HS_ERR_INVALID_ARGUMENT")
         expect(raised_status(lambda: engine.submit("Hello", max_tokens=0))
                == "HS_ERR_INVALID_ARGUMENT", "max_tokens 0 is HS_ERR_INVALID_ARGUMENT")
+        expect(raised_status(lambda: engine.submit("Hello", stop=[""]))
+               == "HS_ERR_INVALID_ARGUMENT", "an empty stop string is HS_ERR_INVALID_ARGUMENT")
+        expect(raised_status(lambda: engine.submit("Hello", n=hetsched.HS_MAX_SAMPLES + 1))
+               == "HS_ERR_INVALID_ARGUMENT", "too many samples is HS_ERR_INVALID_ARGUMENT")
         expect(raised_status(lambda: engine.cancel(12345)) == "HS_ERR_UNKNOWN_REQUEST",
                "cancelling an unknown request is HS_ERR_UNKNOWN_REQUEST")
         metrics = engine.metrics()
         print(f"engine: {metrics}")
-        expect(metrics["finished"] == 3 and metrics["cancelled"] == 1,
-               "3 requests finished, 1 of them cancelled")
+        expect(metrics["finished"] == 4 and metrics["cancelled"] == 1,
+               "4 requests finished, 1 of them cancelled")
         # A request still live when the engine closes ends cancelled, its callback called.
         closed_end = []
         engine.submit("Write a long story about the sea.", max_tokens=500,
