@@ -69,6 +69,7 @@ pub use eval::{
 };
 #[cfg(feature = "gpu")]
 pub use float_kernels::GpuFloat;
+pub use heap::release_free_memory;
 pub use float_kernels::{CpuFloat, FloatKernels};
 #[cfg(feature = "gpu")]
 pub use gpu_resident::{
