@@ -210,23 +210,65 @@ fn cpp_wrapper_runs_under_asan() {
 }
 
 #[test]
-fn python_ctypes_script_simulates() {
+fn cpp_requests_wrapper_streams_cancels_and_throws_under_asan() {
+    let Some(model) = test_model() else {
+        return;
+    };
+    let dir = scratch("cpp-requests");
+    if let Some(exe) = build("g++", "-std=c++17", "examples/c/requests.cpp", &dir) {
+        let out = run(&exe, &[model.to_str().unwrap()]);
+        assert!(
+            out.contains("requests_cpp: every expectation held"),
+            "{out}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Runs a script of `examples/python/` (the ctypes binding beside it) on the shared
+/// library with `args`; its stdout, or `None` without python3.
+fn run_python(script: &str, args: &[&str]) -> Option<String> {
     if !have("python3") {
         eprintln!("skipped: no python3");
-        return;
+        return None;
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/simulate.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/python")
+        .join(script);
     let lib = library_dir().join("libhetsched_capi.so");
     let output = Command::new("python3")
-        .arg(script)
+        .arg(&script)
         .arg(lib)
+        .args(args)
         .output()
         .expect("python3");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
-        "{stdout}\n{}",
+        "{} failed:\n{stdout}\n{}",
+        script.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(stdout.contains("makespan"), "{stdout}");
+    Some(stdout)
+}
+
+#[test]
+fn python_ctypes_script_simulates() {
+    if let Some(out) = run_python("simulate.py", &[]) {
+        assert!(out.contains("makespan"), "{out}");
+    }
+}
+
+#[test]
+fn python_ctypes_requests_stream_cancel_and_raise() {
+    let Some(model) = test_model() else {
+        return;
+    };
+    if let Some(out) = run_python("stream_requests.py", &[model.to_str().unwrap()]) {
+        assert!(
+            out.contains("stream_requests: every expectation held"),
+            "{out}"
+        );
+        assert!(out.contains("Paris"), "{out}");
+    }
 }

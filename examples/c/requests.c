@@ -43,9 +43,11 @@ static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t done_wake = PTHREAD_COND_INITIALIZER;
 static int done = 0;
 
-/* hs_token_fn: `len` bytes of UTF-8 (NUL-terminated too), valid for the call only. */
-static void on_token(void *user_data, uint64_t id, const char *text, size_t len) {
+/* hs_token_fn: `len` bytes of UTF-8 (NUL-terminated too), valid for the call only;
+ * `sample` is always 0 here (each request asks for one sample). */
+static void on_token(void *user_data, uint64_t id, uint32_t sample, const char *text, size_t len) {
     request *r = user_data;
+    (void)sample;
     if (r->len + len < sizeof r->text) {
         memcpy(r->text + r->len, text, len);
         r->len += len;
@@ -79,6 +81,9 @@ static uint64_t submit(hs_requests *engine, request *r, const char *prompt, uint
         .top_p = 1.0f,
         .seed = 0,
         .priority = priority,
+        .n = 1,
+        .stop = NULL, /* no stop strings */
+        .stop_count = 0,
         .on_token = on_token,
         .on_finish = on_finish,
         .user_data = r,
