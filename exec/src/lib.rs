@@ -69,12 +69,12 @@ pub use eval::{
 };
 #[cfg(feature = "gpu")]
 pub use float_kernels::GpuFloat;
-pub use heap::release_free_memory;
 pub use float_kernels::{CpuFloat, FloatKernels};
 #[cfg(feature = "gpu")]
 pub use gpu_resident::{
     DecodeOutput, DecodeStages, DeviceTime, GpuDecode, GpuModel, GpuStageRunner, ResidentWeights,
 };
+pub use heap::release_free_memory;
 pub use interpret::StageRunner;
 pub use load::{LoadError, LoadedModels, load_models};
 pub use options::{GpuKernelOptions, GpuUse, GpuWeights, PrefillOptions};
