@@ -79,7 +79,7 @@ fn build(compiler: &str, standard: &str, source: &str, out: &Path) -> Option<Pat
         .arg(&exe)
         .arg(format!("-L{}", lib.display()))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-lhetsched_capi", "-pthread"])
+        .args(["-lhetsched_capi", "-pthread", "-lm"])
         .status()
         .expect("run the compiler");
     assert!(status.success(), "{compiler} failed on {source}");
@@ -165,6 +165,30 @@ fn a_host_thread_cancels_the_c_hosts_run_under_asan() {
         assert!(
             out.contains("cancelled after") && out.contains("cancelled with"),
             "{out}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn c_host_profiles_its_device_and_predicts_held_out_workloads_under_asan() {
+    let dir = scratch("profile");
+    if let Some(exe) = build("gcc", "-std=c11", "examples/c/profile_device.c", &dir) {
+        let out = run(&exe, &[dir.to_str().unwrap()]);
+        assert!(
+            out.contains("every held-out workload predicted within 5%"),
+            "{out}"
+        );
+        // The carried files load on their own, with the measured costs.
+        let scene = Scene::load(&dir.join("scene.toml")).expect("the written scene loads");
+        let measured = scene.device.measured.expect("a measured device profile");
+        assert_eq!(measured.model, scene.model.name);
+        assert!(
+            scene
+                .device
+                .processors
+                .iter()
+                .all(|p| !p.cost.stages.is_empty())
         );
     }
     std::fs::remove_dir_all(dir).ok();
