@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::{
-    DecodePath, FinishReason, GenerateError, GenerateOptions, Generated, Sampling, Session, argmax,
+    DecodePath, FinishReason, GenerateError, GenerateOptions, Generated, Sampling, Session,
+    WeightBytes, argmax,
 };
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
 use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
@@ -192,6 +193,64 @@ fn four_bit_models_decode_on_the_direct_path() {
             let token = argmax(direct.logits().unwrap());
             direct.step(token).unwrap();
         }
+        // Every W4 precision packs its weights alike: half a byte a weight, a sub-scale
+        // byte a group of 32, a row scale and a column correction (8 bytes) a row.
+        let layers = LINEAR_WEIGHTS * 17 / 32 + 8 * LINEAR_ROWS;
+        assert_eq!(layers, 57_646_080);
+        let bytes = |path| session(&model, path).weight_bytes_per_token();
+        let four_bit_head = HEAD_WEIGHTS * 17 / 32 + 8 * VOCAB;
+        assert_eq!(four_bit_head, 15_433_728);
+        for (path, head) in [
+            (DecodePath::Direct, INT8_HEAD),
+            (DecodePath::DirectOwnWidthHead, four_bit_head),
+            (DecodePath::DirectF32Head, 4 * HEAD_WEIGHTS),
+        ] {
+            let want = WeightBytes { layers, head };
+            assert_eq!(bytes(path), want, "{precision:?} {path:?}");
+        }
+    }
+}
+
+/// SmolLM2-135M's shapes: 30 layers of Q and O (576 x 576), K and V (192 x 576), gate and
+/// up (1536 x 576) and down (576 x 1536); the head 49152 x 576 (the tied embedding).
+const LINEAR_WEIGHTS: u64 = 30 * (2 * 576 * 576 + 2 * 192 * 576 + 3 * 1536 * 576);
+/// Output rows of every layer's linears.
+const LINEAR_ROWS: u64 = 30 * (576 + 192 + 192 + 576 + 1536 + 1536 + 576);
+const VOCAB: u64 = 49_152;
+const HEAD_WEIGHTS: u64 = VOCAB * 576;
+/// The INT8 head: a byte a weight, an f32 scale and an i32 column sum a row.
+const INT8_HEAD: u64 = HEAD_WEIGHTS + 8 * VOCAB;
+
+/// The weight bytes a decode step reports, against SmolLM2-135M's shapes by hand (the
+/// W4 precisions' in [`four_bit_models_decode_on_the_direct_path`], which loads them).
+#[test]
+fn weight_bytes_per_token_are_the_shapes_by_hand() {
+    assert_eq!((LINEAR_WEIGHTS, LINEAR_ROWS), (106_168_320, 155_520));
+    let l = loaded();
+    let bytes = |model, path| session(model, path).weight_bytes_per_token();
+    // f32: 4 bytes a weight; its direct steps run the f32 head.
+    let f32_layers = 4 * LINEAR_WEIGHTS;
+    assert_eq!((f32_layers, 4 * HEAD_WEIGHTS), (424_673_280, 113_246_208));
+    for path in [DecodePath::Direct, DecodePath::DirectF32Head] {
+        let want = WeightBytes {
+            layers: f32_layers,
+            head: 4 * HEAD_WEIGHTS,
+        };
+        assert_eq!(bytes(&l.f32, path), want, "f32 {path:?}");
+    }
+    // W8A8: a byte a weight, an f32 scale and an i32 column sum a row.
+    let int8_layers = LINEAR_WEIGHTS + 8 * LINEAR_ROWS;
+    assert_eq!((int8_layers, INT8_HEAD), (107_412_480, 28_704_768));
+    for (path, head) in [
+        (DecodePath::Direct, INT8_HEAD),
+        (DecodePath::DirectOwnWidthHead, INT8_HEAD),
+        (DecodePath::DirectF32Head, 4 * HEAD_WEIGHTS),
+    ] {
+        let want = WeightBytes {
+            layers: int8_layers,
+            head,
+        };
+        assert_eq!(bytes(&l.w8a8, path), want, "w8a8 {path:?}");
     }
 }
 

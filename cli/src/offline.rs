@@ -12,6 +12,7 @@ use hetsched::request_report::MixReport;
 use hetsched::request_trace::load_trace;
 use hetsched::requests::simulate_requests;
 use hetsched::scene::{DEFAULT_SCENE, Scene, SceneError, shipped_scenes};
+use hetsched::systems::request_policy::DEFAULT_REQUEST_POLICY;
 use hetsched::systems::{DecodeEstimate, estimate_decode};
 use hetsched::timeline::Trace;
 
@@ -65,13 +66,9 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "TRACE", conflicts_with_all = ["prompt_len", "decode_tokens"])]
     requests: Option<PathBuf>,
     /// With --requests: the policy across requests: fcfs, priority or slack.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_MIX_REQUEST_POLICY, requires = "requests")]
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_REQUEST_POLICY, requires = "requests")]
     request_policy: String,
 }
-
-/// `simulate --requests` without `--request-policy`: the policy that fills idle
-/// processors within the urgent requests' slack.
-const DEFAULT_MIX_REQUEST_POLICY: &str = "slack";
 
 /// `simulate --decode-tokens`: the prefill's report, the modelled decode, end to end.
 #[derive(serde::Serialize)]

@@ -4,7 +4,12 @@
 //! inputs; their f32 output dequantized by the kernel; the per-tensor rows leave the
 //! dequantization out). Criterion's
 //! throughput is set in operations (2·m·k·n), so "elem/s" reads as ops/s (GOPS). A second
-//! group times the activation quantizers in front of them (values/s).
+//! group times the activation quantizers in front of them (values/s). A third,
+//! `decode_gemv`, times the one-row products of a decode step, one thread, in weight bytes
+//! per second: every FFN matrix of SmolLM2's 30 layers in turn (W8A8 80 MB, W4A8 42 MB:
+//! streamed from memory, past the 32 MiB last-level cache), and one matrix again and
+//! again (from the cache: the kernel's own speed), so that the two say whether a kernel
+//! is bound by memory or by its instructions (compare `hetsched bench-memory --threads 1`).
 
 use std::hint::black_box;
 
@@ -12,7 +17,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use hetsched_kernels::gemm_w4::{gemm_w4_g128, quantize_groups_into, quantize_groups128_into};
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{
-    PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4, gemm_w4_grouped, quantize_per_tensor_fast,
+    I8Vector, PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4, gemm_w4_g128_cols,
+    gemm_w4_grouped, gemm_w4_grouped_cols, gemv_i8, quantize_per_tensor_fast,
     scale_for_max_abs_fast,
 };
 
@@ -83,5 +89,82 @@ fn act_quantize(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, w4a8_vs_w8a8, act_quantize);
+/// SmolLM2's FFN matrices, `(k, n)`: gate, up, down.
+const FFN: [(usize, usize); 3] = [(576, 1536), (576, 1536), (1536, 576)];
+/// Decoder layers of SmolLM2-135M.
+const LAYERS: usize = 30;
+
+fn decode_gemv(c: &mut Criterion) {
+    let mut rng = SeededRng::new(38);
+    let shapes: Vec<(usize, usize)> = (0..LAYERS).flat_map(|_| FFN).collect();
+    let int8: Vec<PackedI8Weights> = shapes
+        .iter()
+        .map(|&(k, n)| PackedI8Weights::pack(&rng.i8s(n * k), n, k))
+        .collect();
+    let int4: Vec<PackedW4Weights> = shapes
+        .iter()
+        .map(|&(k, n)| PackedW4Weights::quantize(&rng.f32s(n * k), n, k))
+        .collect();
+    let acts = |k: usize, rng: &mut SeededRng| {
+        let a: Vec<i8> = rng.i8s(k).iter().map(|&v| v.max(-127)).collect();
+        let scales: Vec<f32> = rng.f32s(k / 32).iter().map(|v| v.abs()).collect();
+        (a, scales)
+    };
+    let (a576, s576) = acts(576, &mut rng);
+    let (a1536, s1536) = acts(1536, &mut rng);
+    let act = |k: usize| {
+        if k == 576 {
+            (&a576, &s576)
+        } else {
+            (&a1536, &s1536)
+        }
+    };
+    let (v576, v1536) = (I8Vector::new(&a576), I8Vector::new(&a1536));
+    let mut acc = vec![0i32; 1536];
+    let mut out = vec![0f32; 1536];
+    let mut group = c.benchmark_group("decode_gemv");
+    group.sample_size(20);
+    for (place, cached) in [("memory", false), ("cache", true)] {
+        // In the cache: the first matrix (gate, 0.9 MB at INT8) every time.
+        let pick = |i: usize| if cached { 0 } else { i };
+        let read = |bytes: &dyn Fn(usize) -> usize| {
+            (0..shapes.len()).map(|i| bytes(pick(i))).sum::<usize>() as u64
+        };
+        let int8_bytes = read(&|i| int8[i].n() * int8[i].k());
+        let int4_bytes = read(&|i| int4[i].bytes());
+        group.throughput(Throughput::Bytes(int8_bytes));
+        group.bench_function(BenchmarkId::new("w8a8", place), |b| {
+            b.iter(|| {
+                for i in 0..shapes.len() {
+                    let w = &int8[pick(i)];
+                    let x = if w.k() == 576 { &v576 } else { &v1536 };
+                    gemv_i8(x, w, 0..w.n(), &mut acc[..w.n()]);
+                }
+            })
+        });
+        group.throughput(Throughput::Bytes(int4_bytes));
+        group.bench_function(BenchmarkId::new("w4a8-g32", place), |b| {
+            b.iter(|| {
+                for i in 0..shapes.len() {
+                    let w = &int4[pick(i)];
+                    let (a, scales) = act(w.k());
+                    gemm_w4_grouped_cols(a, scales, 1, w, 0..w.n(), &mut out[..w.n()]);
+                }
+            })
+        });
+        group.bench_function(BenchmarkId::new("w4a8-g128", place), |b| {
+            b.iter(|| {
+                for i in 0..shapes.len() {
+                    let w = &int4[pick(i)];
+                    let (a, scales) = act(w.k());
+                    let scales = &scales[..w.k().div_ceil(128)];
+                    gemm_w4_g128_cols(a, scales, 1, w, 0..w.n(), &mut out[..w.n()]);
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, w4a8_vs_w8a8, act_quantize, decode_gemv);
 criterion_main!(benches);

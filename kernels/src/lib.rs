@@ -81,6 +81,7 @@
 //! ```
 
 pub mod attention;
+pub mod attention_decode;
 pub mod attention_flash;
 pub mod clip_stats;
 pub mod convert;
@@ -101,6 +102,7 @@ pub mod vector;
 pub mod widest;
 
 pub use attention::{AttentionKv, attention_causal_gqa_gemm};
+pub use attention_decode::{add_weighted_rows, scaled_dots};
 pub use attention_flash::{
     FlashKeys, attention_causal_gqa_flash, attention_windowed_gqa_flash, flash_supported,
 };

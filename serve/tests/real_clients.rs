@@ -328,6 +328,15 @@ fn openai_package(base: &str) {
     assert_eq!(got["unknown_model"], 404, "{got}");
 }
 
+/// The value of the sample `name` (labels included) in a `/metrics` text.
+fn metric(text: &str, name: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .unwrap_or_else(|| panic!("no {name} in {text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 /// A streamed greedy completion of `prompt`, `max_tokens` at most, at `priority`.
 fn streamed(prompt: &str, max_tokens: usize, priority: &str) -> String {
     serde_json::json!({
@@ -425,11 +434,27 @@ fn kv_admission_refuses_then_frees_a_cancelled_requests_memory() {
     let body = streamed("Once upon a time", 150, "interactive");
     let mut holder = Stream::open(running.addr, &body);
     holder.next_text().expect("a first token");
+    // Held: the prompt's positions and the 149 the sample may feed after it.
+    let prompt = m.tokenizer.encode("Once upon a time").unwrap().len();
     let metrics = running.metrics();
-    assert!(
-        !metrics.contains("hetsched_kv_cache_bytes 0\n"),
+    assert_eq!(
+        metric(&metrics, "hetsched_kv_cache_bytes"),
+        ((prompt + 149) * per_position) as f64,
         "{metrics}"
     );
+    assert_eq!(
+        metric(&metrics, "hetsched_kv_cache_budget_bytes"),
+        (200 * per_position) as f64
+    );
+    // The engine's kernel threads ran the prefill: busy time counted, within capacity.
+    let pool = r#"{processor="engine-pool",kind="cpu"}"#;
+    let busy = metric(
+        &metrics,
+        &format!("hetsched_processor_busy_seconds_total{pool}"),
+    );
+    let utilization = metric(&metrics, &format!("hetsched_processor_utilization{pool}"));
+    assert!(busy > 0.0, "{metrics}");
+    assert!(utilization > 0.0 && utilization <= 1.05, "{metrics}");
     // Full now: 503 with Retry-After.
     let url = running.url("/v1/completions");
     let (status, answer) = curl(&[

@@ -202,9 +202,20 @@ pub const REQUEST_POLICIES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The request policy used when none is named: `fcfs` keeps a world of one request
-/// scheduled exactly as before; a runtime serving several requests names `slack`.
-pub const DEFAULT_REQUEST_POLICY: &str = "fcfs";
+/// The request policy used wherever none is named: a request world
+/// ([`crate::spawn_request_world`]), the real request engine and
+/// `hetsched simulate --requests`. `slack`, because it is the one built-in that meets
+/// targets: an urgent request takes each processor at its next subgraph boundary, and
+/// less urgent work still fills the processors it leaves idle within the urgent
+/// requests' slack. It costs nothing where there is nothing to trade: with one live
+/// request it schedules exactly as that request alone (as `fcfs` does), and a runner
+/// with one slot (the real engine's prefill) orders as `priority`.
+pub const DEFAULT_REQUEST_POLICY: &str = "slack";
+
+/// A fresh [`DEFAULT_REQUEST_POLICY`].
+pub fn default_request_policy() -> Box<dyn RequestPolicy> {
+    Box::new(Slack)
+}
 
 /// A request-policy name that does not exist.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -232,5 +243,21 @@ pub fn create_request_policy(name: &str) -> Result<Box<dyn RequestPolicy>, Unkno
         "priority" => Ok(Box::new(StrictPriority)),
         "slack" => Ok(Box::new(Slack)),
         other => Err(UnknownRequestPolicy(other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_the_named_built_in() {
+        assert_eq!(default_request_policy().name(), DEFAULT_REQUEST_POLICY);
+        assert!(create_request_policy(DEFAULT_REQUEST_POLICY).is_ok());
+        assert!(
+            REQUEST_POLICIES
+                .iter()
+                .any(|(n, _)| *n == DEFAULT_REQUEST_POLICY)
+        );
     }
 }

@@ -10,10 +10,11 @@
 //! kernels' time of each step (the linears' and attention's parallel regions) is kept
 //! in [`DecodeBuffers`], so that what a step spends outside them is known.
 
+use std::ops::Range;
 use std::time::Instant;
 
 use hetsched_kernels::reference::quantize_weights_per_row;
-use hetsched_kernels::{PackedI8Weights, PackedW4Weights};
+use hetsched_kernels::{PackedI8Weights, PackedW4Weights, add_weighted_rows, scaled_dots};
 use hetsched_systems::op::{Block, Projection};
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
@@ -165,14 +166,25 @@ impl<'a> KvRows<'a> {
         }
     }
 
-    /// Position `j`'s row of `kv_dim` values, keys or values.
-    fn row(&self, j: usize, kv_dim: usize, keys: bool) -> &'a [f32] {
-        let (cache, row) = match self.shared {
-            Some(shared) if j < self.shared_len => (shared, j),
-            _ => (self.own, j - self.shared_len),
+    /// The keys and values of positions `range` as contiguous runs of `kv_dim`-wide rows:
+    /// the shared prefix's part, then the sequence's own (either may be empty).
+    fn runs(&self, range: Range<usize>, kv_dim: usize) -> [(&'a [f32], &'a [f32]); 2] {
+        let rows = |cache: &'a KvCache, rows: Range<usize>| {
+            let span = rows.start * kv_dim..rows.end * kv_dim;
+            (&cache.k[span.clone()], &cache.v[span])
         };
-        let values = if keys { &cache.k } else { &cache.v };
-        &values[row * kv_dim..(row + 1) * kv_dim]
+        let (shared, own_from) = match self.shared {
+            Some(shared) => {
+                let end = range.end.min(self.shared_len);
+                (rows(shared, range.start.min(end)..end), self.shared_len)
+            }
+            None => ((&[][..], &[][..]), self.shared_len),
+        };
+        let own = range.start.max(own_from)..range.end.max(own_from);
+        [
+            shared,
+            rows(self.own, own.start - own_from..own.end - own_from),
+        ]
     }
 }
 
@@ -483,26 +495,33 @@ pub fn attend(
     let group = c.n_heads / c.n_kv_heads.max(1);
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0f32; q.len()];
+    let runs = cache.runs(first..kv_len, kv_dim);
     out.par_chunks_mut(d)
         .zip(q.par_chunks(d))
         .enumerate()
         .for_each(|(head, (out, q))| {
             let offset = (head / group.max(1)) * d;
-            let key = |j: usize| &cache.row(j, kv_dim, true)[offset..offset + d];
-            let mut scores: Vec<f32> = (first..kv_len)
-                .map(|j| scale * key(j).iter().zip(q).map(|(k, q)| k * q).sum::<f32>())
-                .collect();
+            let mut scores = vec![0f32; kv_len - first];
+            let mut at = 0;
+            for (keys, _) in runs {
+                let n = keys.len() / kv_dim.max(1);
+                scaled_dots(q, keys, kv_dim, offset, scale, &mut scores[at..at + n]);
+                at += n;
+            }
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
             let mut total = 0f32;
             for s in &mut scores {
                 *s = (*s - max).exp();
                 total += *s;
             }
-            for (j, p) in (first..).zip(&scores) {
-                let value = &cache.row(j, kv_dim, false)[offset..offset + d];
-                for (o, v) in out.iter_mut().zip(value) {
-                    *o += p / total * v;
-                }
+            for s in &mut scores {
+                *s /= total;
+            }
+            let mut at = 0;
+            for (_, values) in runs {
+                let n = values.len() / kv_dim.max(1);
+                add_weighted_rows(&scores[at..at + n], values, kv_dim, offset, out);
+                at += n;
             }
         });
     out

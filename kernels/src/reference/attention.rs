@@ -117,6 +117,42 @@ pub fn attention_causal_gqa(
     }
 }
 
+/// One head's attention scores over cached keys, the twin of
+/// [`crate::attention_decode::scaled_dots`]: `out[j] = scale · Σ_i q[i] · key_j[i]` with
+/// `key_j` the `q.len()` values at `j · stride + offset`, summed left to right.
+///
+/// # Panics
+/// If `rows` is not `out.len()` rows of `stride` or a head at `offset` overruns a row.
+pub fn scaled_dots(
+    q: &[f32],
+    rows: &[f32],
+    stride: usize,
+    offset: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    crate::attention_decode::check_rows(rows, out.len(), stride, offset, q.len());
+    for (j, o) in out.iter_mut().enumerate() {
+        let key = &rows[j * stride + offset..j * stride + offset + q.len()];
+        *o = scale * q.iter().zip(key).map(|(a, b)| a * b).sum::<f32>();
+    }
+}
+
+/// One head's probability-weighted values, the twin of
+/// [`crate::attention_decode::add_weighted_rows`]: `acc[i] += Σ_j p[j] · value_j[i]` with
+/// `value_j` the `acc.len()` values at `j · stride + offset`, rows in order.
+///
+/// # Panics
+/// If `rows` is not `p.len()` rows of `stride` or a head at `offset` overruns a row.
+pub fn add_weighted_rows(p: &[f32], rows: &[f32], stride: usize, offset: usize, acc: &mut [f32]) {
+    crate::attention_decode::check_rows(rows, p.len(), stride, offset, acc.len());
+    for (j, &p) in p.iter().enumerate() {
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a += p * rows[j * stride + offset + i];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
