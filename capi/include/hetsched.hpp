@@ -297,20 +297,23 @@ class Requests {
     /// Submits `prompt` and blocks until it ended: its text and end. Not from a
     /// callback (it would wait on the thread that delivers its own callbacks).
     Generated generate(const std::string &prompt, const RequestOptions &options) {
-        auto samples =
-            std::make_shared<std::vector<std::string>>(options.n > 1 ? options.n : 1);
+        // Grown as text comes: `options.n` is only trusted once the library accepted it.
+        auto samples = std::make_shared<std::vector<std::string>>();
         auto ended = std::make_shared<std::promise<RequestEnd>>();
         std::future<RequestEnd> end = ended->get_future();
         submit(
             prompt, options,
             [samples](std::uint64_t, std::uint32_t sample, std::string_view piece) {
-                samples->at(sample).append(piece);
+                if (sample >= samples->size()) samples->resize(sample + 1);
+                (*samples)[sample].append(piece);
             },
             [ended](std::uint64_t, const RequestEnd &e) { ended->set_value(e); });
         Generated result;
         result.end = end.get();
         // The last callback happened before set_value: no callback touches samples now.
         result.samples = std::move(*samples);
+        // A sample that ended before any text (its first token the end of sequence).
+        result.samples.resize(options.n > 1 ? options.n : 1);
         return result;
     }
 

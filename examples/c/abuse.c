@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hetsched.h"
+#include "example.h"
 
 static int failures = 0;
 
@@ -259,10 +259,7 @@ int main(void) {
     EXPECT(hs_plan_destroy(plan), HS_OK);
     EXPECT(hs_scene_destroy(scene), HS_OK);
     EXPECT(hs_scene_destroy(scene), HS_ERR_INVALID_HANDLE);
-    if (hs_live_handles() != 0) {
-        fprintf(stderr, "%zu handles left alive\n", hs_live_handles());
-        failures++;
-    }
+    failures += example_handles_left();
     if (strcmp(hs_status_name(9999), "HS_UNKNOWN_STATUS") != 0) failures++;
     printf("abuse: %d failed expectations\n", failures);
     return failures != 0;
