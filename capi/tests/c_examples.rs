@@ -229,6 +229,10 @@ fn cpp_wrapper_runs_under_asan() {
         let out = run(&exe, &[dir.to_str().unwrap()]);
         assert!(out.contains("equal to the simulation"), "{out}");
         assert!(dir.join("run.trace.json").is_file() && dir.join("run.svg").is_file());
+        assert!(
+            out.contains("loaded `the C++ host's queue (measured)`"),
+            "{out}"
+        );
     }
     std::fs::remove_dir_all(dir).ok();
 }
