@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the C ABI library, compiles every C and C++ example with AddressSanitizer
-# (leak checking on) and runs them, then the Python ctypes script; exits non-zero on any
+# (leak checking on) and runs them, then the Python ctypes scripts; exits non-zero on any
 # failure or sanitizer report. Needs gcc, g++ and python3.
 #
 #   scripts/c-examples.sh [--release]
@@ -31,15 +31,22 @@ gcc -std=c11 -O1 examples/c/host_queues.c -o "$out/host_queues" "${flags[@]}"
 "$out/host_queues" --cancel-after 10
 "$out/host_queues" --step --cancel-after 10
 
+echo "== C: profile a device through host queues, predict held-out workloads"
+gcc -std=c11 -O1 examples/c/profile_device.c -o "$out/profile_device" "${flags[@]}" -lm
+mkdir "$out/profile"
+"$out/profile_device" "$out/profile"
+
 echo "== C: every function with bad input"
 gcc -std=c11 -O1 examples/c/abuse.c -o "$out/abuse" "${flags[@]}"
 "$out/abuse"
 
-echo "== C: many requests on the test model (skipped without it)"
+echo "== C and C++: many requests on the test model (skipped without it)"
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 gcc -std=c11 -O1 examples/c/requests.c -o "$out/requests" "${flags[@]}"
+g++ -std=c++17 -O1 examples/c/requests.cpp -o "$out/requests_cpp" "${flags[@]}"
 if [ -f "$model" ]; then
   "$out/requests" "$model"
+  "$out/requests_cpp" "$model"
 else
   echo "skipped: no $model (scripts/fetch-model.sh fetches it)"
 fi
@@ -48,7 +55,10 @@ echo "== C++: the RAII wrapper"
 g++ -std=c++17 -O1 examples/c/simulate.cpp -o "$out/simulate_cpp" "${flags[@]}"
 "$out/simulate_cpp" "$out"
 
-echo "== Python: ctypes"
-python3 examples/c/simulate.py "$lib/libhetsched_capi.so"
+echo "== Python: the ctypes binding (examples/python/hetsched.py)"
+python3 examples/python/simulate.py "$lib/libhetsched_capi.so"
+if [ -f "$model" ]; then
+  python3 examples/python/stream_requests.py "$lib/libhetsched_capi.so" "$model"
+fi
 
 echo "all C examples passed"

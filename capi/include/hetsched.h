@@ -11,13 +11,16 @@
 // The ABI version this header describes: bumped on any incompatible change to a
 // signature, a struct layout or a status value. Compare with `hs_abi_version()` at
 // start-up.
-#define HS_ABI_VERSION 1
+#define HS_ABI_VERSION 2
 
 // The host reports modeled (virtual) times: the schedule equals the simulation's.
 #define HS_CLOCK_VIRTUAL 0
 
 // The host reports wall-clock times, ns since the run started (`hs_engine_now_ns`).
 #define HS_CLOCK_WALL 1
+
+// Runs a profile holds at most (each keeps its timeline until the handle is destroyed).
+#define HS_MAX_PROFILE_RUNS 256
 
 // The priority class of a request a user waits on (its first token first): the
 // engine's `Priority::INTERACTIVE` (a literal, for the header; a test checks it).
@@ -26,6 +29,16 @@
 // The priority class of a request nobody watches token by token
 // (`Priority::BACKGROUND`).
 #define HS_PRIORITY_BACKGROUND 50
+
+// Stop strings one request may give at most (`hs_request_options.stop_count`).
+#define HS_MAX_STOP_STRINGS 16
+
+// Bytes one stop string may hold at most.
+#define HS_MAX_STOP_BYTES 256
+
+// Samples one request may ask for at most (`hs_request_options.n`): the engine's
+// `MAX_SAMPLES` (a literal, for the header; a test checks it).
+#define HS_MAX_SAMPLES 64
 
 // What a call did. `HS_OK` is 0; every other value comes with a message from
 // `hs_last_error()` on the same thread.
@@ -78,6 +91,10 @@ typedef struct hs_engine hs_engine;
 // Opaque; create with `hs_plan_create`, end with `hs_plan_destroy`. A plan is immutable
 // and may be used from several threads at once.
 typedef struct hs_plan hs_plan;
+
+// Measured runs gathered into a device profile. Opaque; from `hs_profile_create`, ended
+// with `hs_profile_destroy`. Usable from any thread.
+typedef struct hs_profile hs_profile;
 
 // A request engine on one model. Opaque; from `hs_requests_open`, ended with
 // `hs_requests_close`. Usable from any thread.
@@ -145,18 +162,27 @@ typedef struct hs_requests_limits {
   uint32_t chunk_len;
 } hs_requests_limits;
 
-// A piece of a request's text: `len` bytes of UTF-8 at `text`, followed by a NUL (so it
-// may be printed as a C string), valid for the call only. `request` is the id
-// `hs_requests_submit` returned. Called on the library's event thread.
-typedef void (*hs_token_fn)(void *user_data, uint64_t request, const char *text, size_t len);
+// A piece of one sample's text: `len` bytes of UTF-8 at `text`, followed by a NUL (so
+// it may be printed as a C string), valid for the call only. `request` is the id
+// `hs_requests_submit` returned; `sample` the sample it belongs to, from 0 to `n - 1`
+// (always 0 for a request of one sample). Each sample's pieces come in order; pieces
+// of different samples interleave. Called on the library's event thread.
+typedef void (*hs_token_fn)(void *user_data,
+                            uint64_t request,
+                            uint32_t sample,
+                            const char *text,
+                            size_t len);
 
-// The end of a request, its last callback: `status` `HS_OK` (it ended by its end of
-// sequence, a stop string or its token limit), `HS_ERR_CANCELLED` (cancelled; what it
-// generated was delivered) or `HS_ERR_RUN_FAILED` (a kernel error, or the engine
-// stopped). `result_json` (NUL-terminated, valid for the call only):
-// `{"finish_reason": "eos"|"stop"|"length"|"cancelled", "metrics": {...}}`, the metrics
-// measured (ttft_ms, tpot_ms, e2e_ms, tokens), or `{"error": "..."}` for a failure.
-// Called on the library's event thread.
+// The end of a request, its last callback (after every sample ended): `status` `HS_OK`
+// (each sample ended by its end of sequence, a stop string or its token limit),
+// `HS_ERR_CANCELLED` (cancelled; what it generated was delivered) or
+// `HS_ERR_RUN_FAILED` (a kernel error, or the engine stopped). `result_json`
+// (NUL-terminated, valid for the call only): `{"finish_reason": R, "finish_reasons":
+// [R, ...], "metrics": {...}}` with R one of `"eos"`, `"stop"`, `"length"`,
+// `"cancelled"`: `finish_reasons` one per sample, `finish_reason` sample 0's (or
+// `"cancelled"` for a cancelled request), the metrics measured (ttft_ms, tpot_ms,
+// e2e_ms, tokens of every sample); or `{"error": "..."}` for a failure. Called on the
+// library's event thread.
 typedef void (*hs_finish_fn)(void *user_data,
                              uint64_t request,
                              enum hs_status status,
@@ -178,6 +204,18 @@ typedef struct hs_request_options {
   // Priority class: `HS_PRIORITY_INTERACTIVE`, `HS_PRIORITY_BACKGROUND` or any
   // number 0..=255 (larger is more urgent).
   uint8_t priority;
+  // Samples of the prompt, generated together (one prefill, a KV cache each): 0 or 1
+  // is one, at most `HS_MAX_SAMPLES`. Sample `i` samples with seed `seed + i` (so
+  // greedy samples are equal).
+  uint32_t n;
+  // `stop_count` stop strings (UTF-8, NUL-terminated, the caller's, read during the
+  // call): each sample ends before the first of them it generates, which never
+  // reaches `on_token` (text that may begin one is held back until it cannot). NULL
+  // with `stop_count` 0 for none; at most `HS_MAX_STOP_STRINGS`, each 1 to
+  // `HS_MAX_STOP_BYTES` bytes.
+  const char *const *stop;
+  // How many strings `stop` holds.
+  size_t stop_count;
   // Called with each piece of generated text (optional).
   hs_token_fn on_token;
   // Called once at the end (optional).
@@ -312,6 +350,47 @@ const char *hs_last_error(void);
 // value that is none. Ownership: static; never free it.
 const char *hs_status_name(int32_t status);
 
+// A new, empty profile. `*out`: a new handle the caller ends with `hs_profile_destroy`.
+//
+// # Safety
+// `out` is NULL or valid for writes.
+enum hs_status hs_profile_create(struct hs_profile **out);
+
+// Adds a run measured on the host's queues (from `hs_engine_result` of an engine on
+// `HS_CLOCK_WALL`): each job's measured duration becomes a sample. The run stays the
+// caller's (copied here; destroy it as usual). Errors: a run that was not measured
+// (`hs_simulate`, `HS_CLOCK_VIRTUAL`), one of another model or device than the runs
+// before, or more than `HS_MAX_PROFILE_RUNS` runs: `HS_ERR_INVALID_ARGUMENT`.
+//
+// Profile with `inorder` (jobs never overlap): only jobs that ran alone are fitted. A
+// run of the same workload under a policy that overlaps jobs (`balance`) beside an
+// `inorder` one also measures how two jobs share the processors (`two_job_rate`: 1
+// when they do not slow each other, 1/2 when they share one pool with no gain).
+enum hs_status hs_profile_add_run(const struct hs_profile *profile, const struct hs_run *run);
+
+// Fits the profile and writes it into the folder `dir` (UTF-8, the caller's, only read;
+// it must exist): `device.toml` (the runs' device profile with a cost per (processor,
+// precision, stage kind) fitted from the measured jobs, and where they were measured),
+// `model.toml` (the runs' model) and `scene.toml` (names both, with the first run's
+// workload and policy), each replaced whole or left as it was. `name` (UTF-8, or NULL
+// for the runs' device's name) names the device. `hs_scene_load("DIR/scene.toml")`
+// loads them anywhere, the model's weights not needed; `hs_simulate` then predicts from
+// the measured costs. `*summary_json` (NULL: not wanted): a new string the caller frees
+// with `hs_string_free`: `{"runs", "jobs", "jobs_alone", "job_gap_us", "two_job_rate",
+// "fits": [{"processor", "stage", "precision", "fit_error", ...}]}`. Errors: no run
+// added (`HS_ERR_STATE`), nothing to fit (`HS_ERR_INVALID_ARGUMENT`), a file that could
+// not be written (`HS_ERR_IO`).
+//
+// # Safety
+// `dir` and `name` are NULL or NUL-terminated; `summary_json` is NULL or valid for writes.
+enum hs_status hs_profile_write(const struct hs_profile *profile,
+                                const char *dir,
+                                const char *name,
+                                char **summary_json);
+
+// Ends the profile. NULL is a no-op.
+enum hs_status hs_profile_destroy(struct hs_profile *profile);
+
 // Loads the GGUF model at `model_path` (UTF-8, the caller's, only read; its tokenizer
 // and weights, linears in 8-bit) and starts a request engine on it within `limits`
 // (NULL: every default). `*out`: a new engine the caller ends with `hs_requests_close`.
@@ -326,18 +405,21 @@ enum hs_status hs_requests_open(const char *model_path,
                                 struct hs_requests **out);
 
 // Submits `prompt` (UTF-8 text, the caller's, only read; tokenized here) with
-// `options` (read during the call) as a request of one sample. `*request_id`: the
+// `options` (read during the call, its stop strings too). `*request_id`: the
 // request's id, also passed to its callbacks, which start on the event thread at once
 // (possibly before this call returns). Errors, nothing of the request having run:
-// `HS_ERR_INVALID_ARGUMENT` (an empty prompt, one longer than the model's context, a
-// bad sampling setting, `max_tokens` 0, a request whose KV caches exceed the whole
-// budget), `HS_ERR_BUSY` (the KV budget is full with `refuse_when_full`, or
+// `HS_ERR_NULL_ARGUMENT` (`stop` NULL with `stop_count` above 0, or a NULL stop
+// string), `HS_ERR_INVALID_UTF8` (a stop string), `HS_ERR_INVALID_ARGUMENT` (an empty
+// prompt, one longer than the model's context, a bad sampling setting, `max_tokens` 0,
+// `n` above `HS_MAX_SAMPLES`, an empty stop string or too many or too long ones, a
+// request whose KV caches exceed the whole budget), `HS_ERR_BUSY` (the KV budget is full with `refuse_when_full`, or
 // `max_requests` are live: retry later), `HS_ERR_STATE` (the engine is closing or
 // stopped).
 //
 // # Safety
 // `prompt` is NULL or NUL-terminated; `options` is NULL or readable, its callbacks NULL
-// or functions of the declared signatures; `request_id` is NULL or valid for writes.
+// or functions of the declared signatures, its `stop` NULL or `stop_count` readable
+// pointers, each NULL or NUL-terminated; `request_id` is NULL or valid for writes.
 enum hs_status hs_requests_submit(const struct hs_requests *requests,
                                   const char *prompt,
                                   const struct hs_request_options *options,

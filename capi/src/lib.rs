@@ -21,6 +21,7 @@
 pub mod engine;
 pub mod error;
 mod handles;
+pub mod profile;
 pub mod requests;
 pub mod run;
 pub mod scene;
@@ -31,7 +32,7 @@ pub use error::hs_status;
 /// The ABI version this header describes: bumped on any incompatible change to a
 /// signature, a struct layout or a status value. Compare with `hs_abi_version()` at
 /// start-up.
-pub const HS_ABI_VERSION: u32 = 1;
+pub const HS_ABI_VERSION: u32 = 2;
 
 /// The ABI version of the loaded library (`HS_ABI_VERSION` of the header it was built
 /// with).

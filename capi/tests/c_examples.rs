@@ -79,7 +79,7 @@ fn build(compiler: &str, standard: &str, source: &str, out: &Path) -> Option<Pat
         .arg(&exe)
         .arg(format!("-L{}", lib.display()))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-lhetsched_capi", "-pthread"])
+        .args(["-lhetsched_capi", "-pthread", "-lm"])
         .status()
         .expect("run the compiler");
     assert!(status.success(), "{compiler} failed on {source}");
@@ -171,6 +171,30 @@ fn a_host_thread_cancels_the_c_hosts_run_under_asan() {
 }
 
 #[test]
+fn c_host_profiles_its_device_and_predicts_held_out_workloads_under_asan() {
+    let dir = scratch("profile");
+    if let Some(exe) = build("gcc", "-std=c11", "examples/c/profile_device.c", &dir) {
+        let out = run(&exe, &[dir.to_str().unwrap()]);
+        assert!(
+            out.contains("every held-out workload predicted within 5%"),
+            "{out}"
+        );
+        // The carried files load on their own, with the measured costs.
+        let scene = Scene::load(&dir.join("scene.toml")).expect("the written scene loads");
+        let measured = scene.device.measured.expect("a measured device profile");
+        assert_eq!(measured.model, scene.model.name);
+        assert!(
+            scene
+                .device
+                .processors
+                .iter()
+                .all(|p| !p.cost.stages.is_empty())
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn every_function_survives_bad_input_under_asan() {
     let dir = scratch("abuse");
     if let Some(exe) = build("gcc", "-std=c11", "examples/c/abuse.c", &dir) {
@@ -205,28 +229,74 @@ fn cpp_wrapper_runs_under_asan() {
         let out = run(&exe, &[dir.to_str().unwrap()]);
         assert!(out.contains("equal to the simulation"), "{out}");
         assert!(dir.join("run.trace.json").is_file() && dir.join("run.svg").is_file());
+        assert!(
+            out.contains("loaded `the C++ host's queue (measured)`"),
+            "{out}"
+        );
     }
     std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
-fn python_ctypes_script_simulates() {
+fn cpp_requests_wrapper_streams_cancels_and_throws_under_asan() {
+    let Some(model) = test_model() else {
+        return;
+    };
+    let dir = scratch("cpp-requests");
+    if let Some(exe) = build("g++", "-std=c++17", "examples/c/requests.cpp", &dir) {
+        let out = run(&exe, &[model.to_str().unwrap()]);
+        assert!(
+            out.contains("requests_cpp: every expectation held"),
+            "{out}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Runs a script of `examples/python/` (the ctypes binding beside it) on the shared
+/// library with `args`; its stdout, or `None` without python3.
+fn run_python(script: &str, args: &[&str]) -> Option<String> {
     if !have("python3") {
         eprintln!("skipped: no python3");
-        return;
+        return None;
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/simulate.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/python")
+        .join(script);
     let lib = library_dir().join("libhetsched_capi.so");
     let output = Command::new("python3")
-        .arg(script)
+        .arg(&script)
         .arg(lib)
+        .args(args)
         .output()
         .expect("python3");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
-        "{stdout}\n{}",
+        "{} failed:\n{stdout}\n{}",
+        script.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(stdout.contains("makespan"), "{stdout}");
+    Some(stdout)
+}
+
+#[test]
+fn python_ctypes_script_simulates() {
+    if let Some(out) = run_python("simulate.py", &[]) {
+        assert!(out.contains("makespan"), "{out}");
+    }
+}
+
+#[test]
+fn python_ctypes_requests_stream_cancel_and_raise() {
+    let Some(model) = test_model() else {
+        return;
+    };
+    if let Some(out) = run_python("stream_requests.py", &[model.to_str().unwrap()]) {
+        assert!(
+            out.contains("stream_requests: every expectation held"),
+            "{out}"
+        );
+        assert!(out.contains("Paris"), "{out}");
+    }
 }

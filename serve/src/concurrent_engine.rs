@@ -13,14 +13,21 @@
 //!   but counts, as `usage` expects);
 //! * cancel on drop: the handle the server drops when a client leaves cancels the request
 //!   in the engine, which ends its samples at its next turn and frees its KV memory;
+//! * memory back to the operating system when the engine goes idle (the same forwarding
+//!   thread, a second after the last request ended);
 //! * the snapshot for `/metrics` from [`RequestEngine::metrics`] (requests waiting for
-//!   memory are `queued`, those prefilling or decoding `running`).
+//!   memory are `queued`, those prefilling or decoding `running`), and the engine's busy
+//!   time: the CPU time of its kernel pool's threads (`engine-pool`: prefill chunks of
+//!   both the CPU and the emulated-NPU lane, which compute on that one pool, and the
+//!   batched decode steps) and of its loop's thread (`engine-loop`: admission, sampling,
+//!   text), read from the operating system (`thread_time`): the engine reports
+//!   no busy time per lane itself.
 //!
 //! The engine decodes on the CPU threads only: `hetsched serve` uses the
 //! [`crate::session_engine::SessionEngine`] when a GPU lane is asked for.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
 use hetsched_exec::generate::FinishReason;
@@ -31,8 +38,17 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use crate::engine::{
-    CancelOnDrop, Engine, EngineRequest, EngineSnapshot, Event, Refusal, Submitted,
+    CancelOnDrop, Engine, EngineRequest, EngineSnapshot, Event, ProcessorBusy, Refusal, Submitted,
 };
+use crate::thread_time::cpu_time_by_prefix;
+
+/// Names of the engine's threads, as exec's request engine gives them: its kernel pool's
+/// workers (`hetsched-engine-{i}`) and its loop (`hetsched-requests`). A rename there
+/// shows as no busy time here (the server's tests check there is some).
+const ENGINE_THREADS: [(&str, &str); 2] = [
+    ("engine-pool", "hetsched-engine-"),
+    ("engine-loop", "hetsched-requests"),
+];
 
 /// What the forwarding thread is told.
 enum Control {
@@ -143,7 +159,7 @@ impl Engine for ConcurrentEngine {
             running: m.prefilling + m.decoding,
             kv_bytes_in_use: m.kv_bytes_in_use as u64,
             kv_budget_bytes: m.kv_budget_bytes as u64,
-            processors: Vec::new(),
+            processors: engine_busy(),
             uptime_seconds: self.started.elapsed().as_secs_f64(),
         }
     }
@@ -153,6 +169,25 @@ impl Engine for ConcurrentEngine {
         gate.stopping = true;
         let _ = gate.control.send(Control::CancelAll);
     }
+}
+
+/// The engine's threads' CPU time so far, per group of [`ENGINE_THREADS`] (none off Linux).
+fn engine_busy() -> Vec<ProcessorBusy> {
+    let prefixes = ENGINE_THREADS.map(|(_, prefix)| prefix);
+    let Some(groups) = cpu_time_by_prefix(&prefixes) else {
+        return Vec::new();
+    };
+    ENGINE_THREADS
+        .iter()
+        .zip(groups)
+        .filter(|(_, group)| group.threads > 0)
+        .map(|((name, _), group)| ProcessorBusy {
+            name: (*name).to_string(),
+            kind: "cpu".to_string(),
+            busy_seconds: group.cpu_seconds,
+            capacity: group.threads as f64,
+        })
+        .collect()
 }
 
 /// The server's refusal for the engine's `error`: 503 for what may pass later, 400 for
@@ -177,22 +212,46 @@ fn refusal(error: SubmitError) -> Refusal {
     }
 }
 
+/// How long the engine stays without requests before the allocator's kept-back memory is
+/// returned to the operating system: long enough for the engine thread to have dropped
+/// the last request's session after its final event, short enough that an idle server's
+/// resident memory is its idle size again within a second or two.
+const IDLE_BEFORE_RELEASE: Duration = Duration::from_secs(1);
+
 /// The forwarding thread: waits on the control channel and every forwarded request's
-/// events at once, until the control channel closes and every request ended.
+/// events at once, until the control channel closes and every request ended. Once no
+/// request has been live for [`IDLE_BEFORE_RELEASE`], it releases the allocator's free
+/// memory (exec keeps freed job buffers for the next job, which a server between
+/// bursts would otherwise hold at its busiest size for good).
 fn forward(inbox: &Receiver<Control>) {
     let mut live: Vec<Forwarded> = Vec::new();
     let mut open = true;
+    // Whether requests ran since the memory was last released.
+    let mut release_due = false;
     while open || !live.is_empty() {
         let mut select = Select::new();
         for f in &live {
             select.recv(f.handle.receiver());
         }
         let control = open.then(|| select.recv(inbox));
-        let ready = select.select();
+        let ready = match live.is_empty() && release_due {
+            true => match select.select_timeout(IDLE_BEFORE_RELEASE) {
+                Ok(ready) => ready,
+                Err(_) => {
+                    hetsched_exec::release_free_memory();
+                    release_due = false;
+                    continue;
+                }
+            },
+            false => select.select(),
+        };
         let index = ready.index();
         if Some(index) == control {
             match ready.recv(inbox) {
-                Ok(Control::Forward(f)) => live.push(f),
+                Ok(Control::Forward(f)) => {
+                    live.push(f);
+                    release_due = true;
+                }
                 Ok(Control::CancelAll) => {
                     for f in &live {
                         let _ = f.handle.cancel();

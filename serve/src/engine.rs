@@ -145,8 +145,12 @@ pub struct ProcessorBusy {
     pub name: String,
     /// Its kind: `cpu`, `gpu` or `npu`.
     pub kind: String,
-    /// Time it ran work since the engine started, seconds.
+    /// Time it ran work since the engine started, seconds (summed over its threads
+    /// where it has several).
     pub busy_seconds: f64,
+    /// Busy seconds per second when fully used: its threads (1 for a queue lane, which
+    /// runs one piece of work at a time).
+    pub capacity: f64,
 }
 
 /// The engine's state at one moment, for `/metrics`.

@@ -14,7 +14,8 @@
 //! the many-requests engine does not drive), `app` (the
 //! routes), `reply` (JSON or SSE answers), [`server`] (listener, limits on connections
 //! and slow clients, background loading, graceful shutdown), [`load`] (the model and its
-//! engine from a file).
+//! engine from a file), `thread_time` (CPU time of the engine's threads, for its busy
+//! time in `/metrics`).
 //!
 //! **Architecture invariant:** the server knows the engine only through [`Engine`]; the
 //! engine knows nothing of HTTP.
@@ -31,6 +32,7 @@ mod reply;
 pub mod request;
 pub mod server;
 pub mod session_engine;
+mod thread_time;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

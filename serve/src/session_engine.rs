@@ -167,6 +167,7 @@ impl Engine for SessionEngine {
                     name: name.clone(),
                     kind: kind.clone(),
                     busy_seconds: *busy,
+                    capacity: 1.0,
                 })
                 .collect(),
             uptime_seconds: self.shared.started.elapsed().as_secs_f64(),

@@ -26,7 +26,7 @@ use crate::memory_dispatch::MemoryLedger;
 use crate::plan::PrefillPlan;
 use crate::policy::Policy;
 use crate::progress::StageProgress;
-use crate::request_policy::{ActiveRequestPolicy, Fcfs};
+use crate::request_policy::{ActiveRequestPolicy, default_request_policy};
 use crate::resources::{
     Clock, Inbox, Index, Outbox, ReadyQueues, RunStats, SubgraphFinished, TimelineLog,
 };
@@ -257,7 +257,9 @@ pub enum RequestError {
 }
 
 /// An empty world for requests on `device`'s processors: the processors, every shared
-/// resource, the default request policy ([`Fcfs`]); no request yet.
+/// resource, the default request policy
+/// ([`DEFAULT_REQUEST_POLICY`](crate::request_policy::DEFAULT_REQUEST_POLICY)); no
+/// request yet.
 pub fn spawn_request_world(device: &crate::device::DeviceProfile) -> World {
     let mut world = World::new();
     world.init_resource::<Messages<SubgraphFinished>>();
@@ -267,7 +269,7 @@ pub fn spawn_request_world(device: &crate::device::DeviceProfile) -> World {
         processors,
         free: Vec::new(),
     });
-    world.insert_resource(ActiveRequestPolicy(Box::new(Fcfs)));
+    world.insert_resource(ActiveRequestPolicy(default_request_policy()));
     reset_run_resources(&mut world);
     world
 }

@@ -117,14 +117,21 @@ impl RequestPolicy for Fcfs {
     }
 }
 
-/// Strict priority: the most urgent class first, then arrival, then id. A less urgent
-/// request runs only on a processor the more urgent ones have nothing ready for, and
-/// yields at its next subgraph boundary.
+/// Strict priority: the most urgent class first; within a class a prefill before a
+/// decode step, then arrival, then id. A less urgent request runs only on a processor
+/// the more urgent ones have nothing ready for, and yields at its next subgraph
+/// boundary.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StrictPriority;
 
+/// The most urgent class first; within a class a prefill before a decode step (a
+/// prompt's first token waits for no one else's next token, as continuous-batching
+/// servers order them), then arrival, then id.
 fn by_priority(live: &mut [LiveRequest]) {
-    live.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.arrival_ns, r.id));
+    live.sort_by_key(|r| {
+        let decoding = matches!(r.phase, RequestPhase::Decode { .. });
+        (std::cmp::Reverse(r.priority), decoding, r.arrival_ns, r.id)
+    });
 }
 
 impl RequestPolicy for StrictPriority {
@@ -202,9 +209,20 @@ pub const REQUEST_POLICIES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The request policy used when none is named: `fcfs` keeps a world of one request
-/// scheduled exactly as before; a runtime serving several requests names `slack`.
-pub const DEFAULT_REQUEST_POLICY: &str = "fcfs";
+/// The request policy used wherever none is named: a request world
+/// ([`crate::spawn_request_world`]), the real request engine and
+/// `hetsched simulate --requests`. `slack`, because it is the one built-in that meets
+/// targets: an urgent request takes each processor at its next subgraph boundary, and
+/// less urgent work still fills the processors it leaves idle within the urgent
+/// requests' slack. It costs nothing where there is nothing to trade: with one live
+/// request it schedules exactly as that request alone (as `fcfs` does), and a runner
+/// with one slot (the real engine's prefill) orders as `priority`.
+pub const DEFAULT_REQUEST_POLICY: &str = "slack";
+
+/// A fresh [`DEFAULT_REQUEST_POLICY`].
+pub fn default_request_policy() -> Box<dyn RequestPolicy> {
+    Box::new(Slack)
+}
 
 /// A request-policy name that does not exist.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -232,5 +250,53 @@ pub fn create_request_policy(name: &str) -> Result<Box<dyn RequestPolicy>, Unkno
         "priority" => Ok(Box::new(StrictPriority)),
         "slack" => Ok(Box::new(Slack)),
         other => Err(UnknownRequestPolicy(other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_the_named_built_in() {
+        assert_eq!(default_request_policy().name(), DEFAULT_REQUEST_POLICY);
+        assert!(create_request_policy(DEFAULT_REQUEST_POLICY).is_ok());
+        assert!(
+            REQUEST_POLICIES
+                .iter()
+                .any(|(n, _)| *n == DEFAULT_REQUEST_POLICY)
+        );
+    }
+
+    #[test]
+    fn priority_orders_class_then_prefill_before_decode_then_arrival() {
+        let live = |id: u64, priority, arrival_ns, phase| LiveRequest {
+            entity: Entity::from_raw_u32(id as u32 + 1).unwrap(),
+            id: RequestId(id),
+            priority,
+            targets: SloTargets::default(),
+            arrival_ns,
+            phase,
+            work_left_ns: 1,
+            work_total_ns: 1,
+            alone_bound_ns: 1,
+            armed_ns: 0,
+        };
+        let decode = RequestPhase::Decode { step: 3 };
+        let mut requests = vec![
+            live(0, Priority::INTERACTIVE, 0, decode),
+            live(1, Priority::BACKGROUND, 0, RequestPhase::Prefill),
+            live(2, Priority::INTERACTIVE, 9, RequestPhase::Prefill),
+            live(3, Priority::INTERACTIVE, 5, RequestPhase::Prefill),
+        ];
+        for policy in ["priority", "slack"] {
+            let mut order = requests.clone();
+            create_request_policy(policy).unwrap().order(0, &mut order);
+            let ids: Vec<u64> = order.iter().map(|r| r.id.0).collect();
+            assert_eq!(ids, [3, 2, 0, 1], "{policy}");
+        }
+        Fcfs.order(0, &mut requests);
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].id, RequestId(0), "fcfs: the earliest arrival");
     }
 }

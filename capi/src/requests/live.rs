@@ -40,6 +40,8 @@ unsafe impl Send for Callbacks {}
 struct Watched {
     handle: RequestHandle,
     callbacks: Callbacks,
+    /// Each sample's finish reason once it ended (`"eos"`, `"stop"`, ...).
+    reasons: Vec<Option<String>>,
 }
 
 /// The engine and its event thread while the handle is open.
@@ -148,11 +150,14 @@ impl RequestsObject {
         })
     }
 
-    /// Tokenizes `prompt`, submits it and hands its events to the event thread.
+    /// Tokenizes `prompt`, submits it as `samples` samples stopping at `stop`, and hands
+    /// its events to the event thread.
     pub(super) fn submit(
         &self,
         prompt: &str,
         options: hs_request_options,
+        samples: usize,
+        stop: Vec<String>,
     ) -> Result<u64, CapiError> {
         let tokens = self
             .tokenizer
@@ -168,7 +173,9 @@ impl RequestsObject {
                 seed: options.seed,
             },
             priority: Priority(options.priority),
-            ..RequestSpec::default()
+            n: samples,
+            stop,
+            ignore_eos: false,
         };
         let callbacks = Callbacks {
             on_token: options.on_token,
@@ -181,7 +188,11 @@ impl RequestsObject {
             let id = handle.id();
             self.unfinished.lock().insert(id);
             open.watch
-                .send(Watched { handle, callbacks })
+                .send(Watched {
+                    handle,
+                    callbacks,
+                    reasons: vec![None; samples],
+                })
                 .map_err(|_| CapiError::Internal("the event thread has ended".into()))?;
             Ok(id.0)
         })
@@ -239,8 +250,9 @@ fn submit_error(error: SubmitError) -> CapiError {
     }
 }
 
-/// Calls `on_token` with `text` (skipped when empty or without a callback).
-fn deliver_text(callbacks: &Callbacks, id: RequestId, text: &str) {
+/// Calls `on_token` with sample `sample`'s `text` (skipped when empty or without a
+/// callback).
+fn deliver_text(callbacks: &Callbacks, id: RequestId, sample: usize, text: &str) {
     let Some(on_token) = callbacks.on_token else {
         return;
     };
@@ -252,7 +264,18 @@ fn deliver_text(callbacks: &Callbacks, id: RequestId, text: &str) {
     bytes.push(0);
     // SAFETY: the host's callback with its own pointer; `bytes` holds `text.len()` bytes
     // and a NUL and lives across the call.
-    unsafe { on_token(callbacks.user_data, id.0, bytes.as_ptr().cast(), text.len()) };
+    // `sample` < `HS_MAX_SAMPLES`, checked at submit: the cast keeps it.
+    let sample = sample as u32;
+    // SAFETY: as above.
+    unsafe {
+        on_token(
+            callbacks.user_data,
+            id.0,
+            sample,
+            bytes.as_ptr().cast(),
+            text.len(),
+        )
+    };
 }
 
 /// Calls `on_finish` (if any) with `status` and `result`.
@@ -267,31 +290,47 @@ fn deliver_finish(callbacks: &Callbacks, id: RequestId, status: hs_status, resul
 }
 
 /// Hands one event to the request's callbacks; `true` once it was the last.
-fn deliver(watched: &Watched, reason: &mut Option<String>, event: RequestEvent) -> bool {
+fn deliver(watched: &mut Watched, event: RequestEvent) -> bool {
     let (id, callbacks) = (watched.handle.id(), &watched.callbacks);
     match event {
-        RequestEvent::Token { text, .. } => {
-            deliver_text(callbacks, id, &text);
+        RequestEvent::Token { sample, text, .. } => {
+            deliver_text(callbacks, id, sample, &text);
             false
         }
-        // One sample per request from C: its reason is the request's.
         RequestEvent::SampleFinished {
-            reason: why, text, ..
+            sample,
+            reason,
+            text,
         } => {
-            deliver_text(callbacks, id, &text);
-            *reason = serde_json::to_value(why)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string));
+            deliver_text(callbacks, id, sample, &text);
+            if let Some(slot) = watched.reasons.get_mut(sample) {
+                *slot = serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string));
+            }
             false
         }
         RequestEvent::Finished(metrics) => {
-            let cancelled = reason.as_deref() == Some("cancelled");
+            // A cancel ends every sample: any one cancelled is the request cancelled.
+            let cancelled = watched
+                .reasons
+                .iter()
+                .any(|r| r.as_deref() == Some("cancelled"));
             let status = if cancelled {
                 hs_status::HS_ERR_CANCELLED
             } else {
                 hs_status::HS_OK
             };
-            let result = json!({ "finish_reason": reason, "metrics": metrics });
+            let reason = if cancelled {
+                Some("cancelled".to_string())
+            } else {
+                watched.reasons.first().cloned().flatten()
+            };
+            let result = json!({
+                "finish_reason": reason,
+                "finish_reasons": watched.reasons,
+                "metrics": metrics,
+            });
             deliver_finish(callbacks, id, status, result.to_string());
             true
         }
@@ -313,8 +352,6 @@ fn deliver(watched: &Watched, reason: &mut Option<String>, event: RequestEvent) 
 /// watched request has had its last event.
 fn serve_events(watch: Receiver<Watched>, unfinished: Arc<Mutex<HashSet<RequestId>>>) {
     let mut watched: Vec<Watched> = Vec::new();
-    // Each watched request's finish reason, once its sample ended.
-    let mut reasons: Vec<Option<String>> = Vec::new();
     let mut accepting = true;
     while accepting || !watched.is_empty() {
         let mut select = Select::new();
@@ -328,28 +365,21 @@ fn serve_events(watch: Receiver<Watched>, unfinished: Arc<Mutex<HashSet<RequestI
             let received = ready.recv(&watch);
             drop(select);
             match received {
-                Ok(w) => {
-                    watched.push(w);
-                    reasons.push(None);
-                }
+                Ok(w) => watched.push(w),
                 Err(_) => accepting = false,
             }
             continue;
         }
-        let w = &watched[index];
-        let last = match ready.recv(w.handle.receiver()) {
-            Ok(event) => deliver(w, &mut reasons[index], event),
-            // The engine dropped the request's channel without a last event: report it.
-            Err(_) => deliver(
-                w,
-                &mut reasons[index],
-                RequestEvent::Failed("the request engine stopped".into()),
-            ),
-        };
+        let received = ready.recv(watched[index].handle.receiver());
         drop(select);
+        let w = &mut watched[index];
+        let last = match received {
+            Ok(event) => deliver(w, event),
+            // The engine dropped the request's channel without a last event: report it.
+            Err(_) => deliver(w, RequestEvent::Failed("the request engine stopped".into())),
+        };
         if last {
             let w = watched.swap_remove(index);
-            reasons.swap_remove(index);
             unfinished.lock().remove(&w.handle.id());
         }
     }
@@ -357,12 +387,20 @@ fn serve_events(watch: Receiver<Watched>, unfinished: Arc<Mutex<HashSet<RequestI
 
 #[cfg(test)]
 mod tests {
-    use super::super::{HS_PRIORITY_BACKGROUND, HS_PRIORITY_INTERACTIVE};
+    use super::super::{HS_MAX_SAMPLES, HS_PRIORITY_BACKGROUND, HS_PRIORITY_INTERACTIVE};
     use super::*;
 
     #[test]
     fn the_header_priorities_are_the_engines() {
         assert_eq!(HS_PRIORITY_INTERACTIVE, Priority::INTERACTIVE.0);
         assert_eq!(HS_PRIORITY_BACKGROUND, Priority::BACKGROUND.0);
+    }
+
+    #[test]
+    fn the_header_sample_limit_is_the_engines() {
+        assert_eq!(
+            HS_MAX_SAMPLES as usize,
+            hetsched_exec::generate::MAX_SAMPLES
+        );
     }
 }

@@ -4,8 +4,8 @@
 //! `hs_requests_open` loads a GGUF model and starts the engine (its scheduling thread and
 //! a pool of compute threads, which the library owns: unlike the host queues of
 //! [`crate::engine`], generation runs on the library's own CPU queues). Any thread
-//! submits a prompt (`hs_requests_submit`: text, token limit, sampling, priority and two
-//! callbacks), cancels one (`hs_requests_cancel`) or reads the engine's counters as JSON
+//! submits a prompt (`hs_requests_submit`: text, token limit, sampling, `n` samples,
+//! stop strings, priority and two callbacks), cancels one (`hs_requests_cancel`) or reads the engine's counters as JSON
 //! (`hs_requests_metrics_json`). `hs_requests_close` cancels what is still live and joins
 //! every thread the handle started.
 //!
@@ -22,6 +22,7 @@
 //! no `hs_requests` handle can exist there.
 
 use std::ffi::{c_char, c_void};
+use std::slice;
 
 use crate::error::{CapiError, guarded, hs_status};
 use crate::handles;
@@ -42,6 +43,14 @@ pub const HS_PRIORITY_INTERACTIVE: u8 = 200;
 /// The priority class of a request nobody watches token by token
 /// (`Priority::BACKGROUND`).
 pub const HS_PRIORITY_BACKGROUND: u8 = 50;
+
+/// Stop strings one request may give at most (`hs_request_options.stop_count`).
+pub const HS_MAX_STOP_STRINGS: usize = 16;
+/// Bytes one stop string may hold at most.
+pub const HS_MAX_STOP_BYTES: usize = 256;
+/// Samples one request may ask for at most (`hs_request_options.n`): the engine's
+/// `MAX_SAMPLES` (a literal, for the header; a test checks it).
+pub const HS_MAX_SAMPLES: u32 = 64;
 
 /// A request engine on one model. Opaque; from `hs_requests_open`, ended with
 /// `hs_requests_close`. Usable from any thread.
@@ -67,20 +76,31 @@ pub struct hs_requests_limits {
     pub chunk_len: u32,
 }
 
-/// A piece of a request's text: `len` bytes of UTF-8 at `text`, followed by a NUL (so it
-/// may be printed as a C string), valid for the call only. `request` is the id
-/// `hs_requests_submit` returned. Called on the library's event thread.
+/// A piece of one sample's text: `len` bytes of UTF-8 at `text`, followed by a NUL (so
+/// it may be printed as a C string), valid for the call only. `request` is the id
+/// `hs_requests_submit` returned; `sample` the sample it belongs to, from 0 to `n - 1`
+/// (always 0 for a request of one sample). Each sample's pieces come in order; pieces
+/// of different samples interleave. Called on the library's event thread.
 pub type hs_token_fn = Option<
-    unsafe extern "C" fn(user_data: *mut c_void, request: u64, text: *const c_char, len: usize),
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        request: u64,
+        sample: u32,
+        text: *const c_char,
+        len: usize,
+    ),
 >;
 
-/// The end of a request, its last callback: `status` `HS_OK` (it ended by its end of
-/// sequence, a stop string or its token limit), `HS_ERR_CANCELLED` (cancelled; what it
-/// generated was delivered) or `HS_ERR_RUN_FAILED` (a kernel error, or the engine
-/// stopped). `result_json` (NUL-terminated, valid for the call only):
-/// `{"finish_reason": "eos"|"stop"|"length"|"cancelled", "metrics": {...}}`, the metrics
-/// measured (ttft_ms, tpot_ms, e2e_ms, tokens), or `{"error": "..."}` for a failure.
-/// Called on the library's event thread.
+/// The end of a request, its last callback (after every sample ended): `status` `HS_OK`
+/// (each sample ended by its end of sequence, a stop string or its token limit),
+/// `HS_ERR_CANCELLED` (cancelled; what it generated was delivered) or
+/// `HS_ERR_RUN_FAILED` (a kernel error, or the engine stopped). `result_json`
+/// (NUL-terminated, valid for the call only): `{"finish_reason": R, "finish_reasons":
+/// [R, ...], "metrics": {...}}` with R one of `"eos"`, `"stop"`, `"length"`,
+/// `"cancelled"`: `finish_reasons` one per sample, `finish_reason` sample 0's (or
+/// `"cancelled"` for a cancelled request), the metrics measured (ttft_ms, tpot_ms,
+/// e2e_ms, tokens of every sample); or `{"error": "..."}` for a failure. Called on the
+/// library's event thread.
 pub type hs_finish_fn = Option<
     unsafe extern "C" fn(
         user_data: *mut c_void,
@@ -108,6 +128,18 @@ pub struct hs_request_options {
     /// Priority class: `HS_PRIORITY_INTERACTIVE`, `HS_PRIORITY_BACKGROUND` or any
     /// number 0..=255 (larger is more urgent).
     pub priority: u8,
+    /// Samples of the prompt, generated together (one prefill, a KV cache each): 0 or 1
+    /// is one, at most `HS_MAX_SAMPLES`. Sample `i` samples with seed `seed + i` (so
+    /// greedy samples are equal).
+    pub n: u32,
+    /// `stop_count` stop strings (UTF-8, NUL-terminated, the caller's, read during the
+    /// call): each sample ends before the first of them it generates, which never
+    /// reaches `on_token` (text that may begin one is held back until it cannot). NULL
+    /// with `stop_count` 0 for none; at most `HS_MAX_STOP_STRINGS`, each 1 to
+    /// `HS_MAX_STOP_BYTES` bytes.
+    pub stop: *const *const c_char,
+    /// How many strings `stop` holds.
+    pub stop_count: usize,
     /// Called with each piece of generated text (optional).
     pub on_token: hs_token_fn,
     /// Called once at the end (optional).
@@ -147,18 +179,21 @@ pub unsafe extern "C" fn hs_requests_open(
 }
 
 /// Submits `prompt` (UTF-8 text, the caller's, only read; tokenized here) with
-/// `options` (read during the call) as a request of one sample. `*request_id`: the
+/// `options` (read during the call, its stop strings too). `*request_id`: the
 /// request's id, also passed to its callbacks, which start on the event thread at once
 /// (possibly before this call returns). Errors, nothing of the request having run:
-/// `HS_ERR_INVALID_ARGUMENT` (an empty prompt, one longer than the model's context, a
-/// bad sampling setting, `max_tokens` 0, a request whose KV caches exceed the whole
-/// budget), `HS_ERR_BUSY` (the KV budget is full with `refuse_when_full`, or
+/// `HS_ERR_NULL_ARGUMENT` (`stop` NULL with `stop_count` above 0, or a NULL stop
+/// string), `HS_ERR_INVALID_UTF8` (a stop string), `HS_ERR_INVALID_ARGUMENT` (an empty
+/// prompt, one longer than the model's context, a bad sampling setting, `max_tokens` 0,
+/// `n` above `HS_MAX_SAMPLES`, an empty stop string or too many or too long ones, a
+/// request whose KV caches exceed the whole budget), `HS_ERR_BUSY` (the KV budget is full with `refuse_when_full`, or
 /// `max_requests` are live: retry later), `HS_ERR_STATE` (the engine is closing or
 /// stopped).
 ///
 /// # Safety
 /// `prompt` is NULL or NUL-terminated; `options` is NULL or readable, its callbacks NULL
-/// or functions of the declared signatures; `request_id` is NULL or valid for writes.
+/// or functions of the declared signatures, its `stop` NULL or `stop_count` readable
+/// pointers, each NULL or NUL-terminated; `request_id` is NULL or valid for writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hs_requests_submit(
     requests: *const hs_requests,
@@ -179,9 +214,59 @@ pub unsafe extern "C" fn hs_requests_submit(
                 out_arg(request_id, "request_id")?,
             )
         };
-        *request_id = object.submit(prompt, options)?;
+        // SAFETY: `options.stop` as the contract above.
+        let stop = unsafe { stop_strings(options.stop, options.stop_count) }?;
+        let samples = match options.n {
+            0 => 1,
+            n if n > HS_MAX_SAMPLES => {
+                return Err(CapiError::InvalidArgument(format!(
+                    "n is {n} samples: at most {HS_MAX_SAMPLES}"
+                )));
+            }
+            n => n as usize,
+        };
+        *request_id = object.submit(prompt, options, samples, stop)?;
         Ok(())
     })
+}
+
+/// Reads `count` stop strings at `strings`, their count and sizes checked before
+/// anything is copied.
+///
+/// # Safety
+/// `strings` is NULL or points to `count` readable pointers, each NULL or NUL-terminated.
+unsafe fn stop_strings(
+    strings: *const *const c_char,
+    count: usize,
+) -> Result<Vec<String>, CapiError> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if count > HS_MAX_STOP_STRINGS {
+        return Err(CapiError::InvalidArgument(format!(
+            "{count} stop strings: at most {HS_MAX_STOP_STRINGS}"
+        )));
+    }
+    if strings.is_null() {
+        return Err(CapiError::Null("options.stop"));
+    }
+    // SAFETY: non-null, and the caller promises `count` readable pointers.
+    let pointers = unsafe { slice::from_raw_parts(strings, count) };
+    pointers
+        .iter()
+        .enumerate()
+        .map(|(i, &pointer)| {
+            // SAFETY: each pointer NULL or NUL-terminated, as the contract says.
+            let text = unsafe { str_arg(pointer, "options.stop[i]") }?;
+            if text.is_empty() || text.len() > HS_MAX_STOP_BYTES {
+                return Err(CapiError::InvalidArgument(format!(
+                    "stop string {i} has {} bytes: give 1 to {HS_MAX_STOP_BYTES}",
+                    text.len()
+                )));
+            }
+            Ok(text.to_string())
+        })
+        .collect()
 }
 
 /// Cancels request `request_id` from any thread (also from its own callbacks): it ends

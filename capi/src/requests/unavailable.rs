@@ -20,7 +20,13 @@ impl RequestsObject {
         ))
     }
 
-    pub(super) fn submit(&self, _: &str, _: hs_request_options) -> Result<u64, CapiError> {
+    pub(super) fn submit(
+        &self,
+        _: &str,
+        _: hs_request_options,
+        _: usize,
+        _: Vec<String>,
+    ) -> Result<u64, CapiError> {
         match *self {}
     }
 

@@ -92,8 +92,10 @@ use hetsched_systems::request_policy::create_request_policy;
 pub use hetsched_systems::{Priority, RequestId};
 
 /// The request policy [`RequestEngine::start`] orders prefill chunks and admission by:
-/// strict priority class, then arrival.
-pub const DEFAULT_ENGINE_REQUEST_POLICY: &str = "priority";
+/// the one default of every request path
+/// ([`hetsched_systems::request_policy::DEFAULT_REQUEST_POLICY`]).
+pub const DEFAULT_ENGINE_REQUEST_POLICY: &str =
+    hetsched_systems::request_policy::DEFAULT_REQUEST_POLICY;
 
 /// What to generate for one request.
 #[derive(Clone, Debug, PartialEq)]
