@@ -196,8 +196,8 @@ pub(crate) fn pad_activations(a: &[i8], m: usize, k: usize, groups: usize, xor: 
 /// The activations `a[m, k]` as rows of `32 · groups` bytes ([`pad_activations`] with
 /// `xor` 0, the layout of the per-group-scaled kernels): borrowed as they are when `k` is
 /// whole groups (nothing to pad), copied and zero-padded otherwise. A decode step's
-/// product runs as a few column tasks per thread, each calling its kernel, and copying
-/// the row in each was 4% of a W4A8 step's profile.
+/// product runs as a few column tasks per thread, each calling its kernel: borrowing
+/// took `memmove` from 3.8% to 2.7% of a W4A8 step's samples (1 thread, 300 tokens).
 pub(crate) fn activation_rows(a: &[i8], m: usize, k: usize, groups: usize) -> Cow<'_, [u8]> {
     if k == GROUP_K * groups {
         Cow::Borrowed(as_bytes(a))
