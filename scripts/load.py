@@ -4,7 +4,8 @@ token (p50, p99), time per output token, throughput and errors.
 
 Python 3.9+ standard library only: asyncio schedules the requests, each runs on a worker
 thread with http.client (streamed chat completions, server-sent events). Bounded: at most
---max-requests requests and --duration seconds, loopback addresses only.
+--max-requests requests, started within --duration seconds, each given --timeout
+seconds; loopback addresses only.
 
 Workloads:
   --scenario chat --clients N    N clients in a closed loop, each sending the next chat
@@ -12,6 +13,11 @@ Workloads:
   --scenario agent-burst         one long background request, then, while it runs, a
                                  burst of short interactive requests (an assistant's tool
                                  calls); reports TTFT per priority class.
+  --scenario soak --rss-pid PID  the chat loop with the hostile mix below (defaults: 10%
+                                 cancelled, 5% malformed, 2% slow) and the soak checks,
+                                 resident memory measured from the end of --warmup
+                                 seconds; run it with --clients 16 --duration 600
+                                 --max-requests 10000.
   --trace FILE                   a JSON-lines trace, one request a line, replayed open-loop
                                  at its arrival times: {"at": seconds from start,
                                  "messages": [...] or "prompt": "...", "max_tokens": N,
@@ -22,14 +28,17 @@ first token (the server should cancel them); --malformed-share P sends a share P
 requests with a broken JSON body (a 400 is the right answer, not an error); --slow-share P
 sends a share P of the bodies half, then stalls --slow-stall seconds (past the server's
 body timeout: a 408, or the connection closed, is the right answer).
-Soak checks: --rss-pid PID samples the server's resident memory each second (reported at
-the start and the end of the run, and the largest); --expect-idle waits after the run
-for hetsched's /metrics to show no request in the engine and no KV memory held (an error
-if that does not come within 30 s).
+Soak checks: --rss-pid PID samples the server's resident memory each second (reported
+as medians over the minute after --warmup seconds and over the last minute, the largest,
+and a median per minute); --expect-idle waits after the run for hetsched's /metrics to
+show no request in the engine and no KV memory held (an error if that does not come
+within 30 s), then samples the idle resident memory 3 s later.
 
 Examples:
   scripts/load.py --url http://127.0.0.1:8080 --scenario chat --clients 4 --max-requests 32
   scripts/load.py --url http://127.0.0.1:8080 --scenario agent-burst --json
+  scripts/load.py --url http://127.0.0.1:8080 --scenario soak --clients 16 --duration 600 \
+      --max-requests 10000 --max-tokens 16 --rss-pid PID
 """
 
 import argparse
@@ -37,6 +46,7 @@ import asyncio
 import http.client
 import ipaddress
 import json
+import math
 import random
 import socket
 import statistics
@@ -240,7 +250,9 @@ async def replay(args, trace):
             kind = "malformed"
         elif draw < args.cancel_share + args.malformed_share + args.slow_share:
             kind = "slow"
-        timeout = min(remaining, args.timeout)
+        # A request started before the deadline keeps its whole --timeout: the run is
+        # bounded by --duration plus one --timeout.
+        timeout = args.timeout
         results.append(
             await asyncio.to_thread(
                 run_one, args.url, body, timeout, args.api_key, args.model, kind,
@@ -266,7 +278,7 @@ async def replay(args, trace):
         while True:
             kib = resident_kib(args.rss_pid)
             if kib is not None:
-                rss.append(kib)
+                rss.append((time.monotonic() - start, kib))
             await asyncio.sleep(1.0)
 
     sampler = asyncio.create_task(sample_rss()) if args.rss_pid else None
@@ -279,7 +291,7 @@ async def replay(args, trace):
         sampler.cancel()
         kib = resident_kib(args.rss_pid)
         if kib is not None:
-            rss.append(kib)
+            rss.append((wall, kib))
     return results, wall, rss
 
 
@@ -322,6 +334,32 @@ def wait_idle(url, api_key, seconds=30.0):
             held = f"{type(e).__name__}: {e}"
         time.sleep(0.2)
     return None, held
+
+
+def rss_report(rss, warmup, wall):
+    """Resident memory from (seconds, KiB) samples taken under load. A server's resident
+    memory under load follows the requests it holds at the moment, so single samples
+    are compared as medians: over the minute after the warm-up and over the run's last
+    minute (the change between them says whether it grows), the largest, and a median
+    per minute."""
+    def median_between(start, end):
+        inside = [kib for at, kib in rss if start <= at < end]
+        return int(statistics.median(inside)) if inside else None
+
+    settled = median_between(warmup, warmup + 60) or rss[-1][1]
+    last = median_between(max(warmup, wall - 60), wall + 1) or rss[-1][1]
+    report = {
+        "rss_start_kib": rss[0][1],
+        "rss_after_warmup_kib": settled,
+        "rss_last_minute_kib": last,
+        "rss_max_kib": max(kib for _, kib in rss),
+        "rss_change_pct": round(100 * (last - settled) / settled, 2),
+    }
+    minutes = max(1, math.ceil(wall / 60))
+    report["rss_by_minute_kib"] = [
+        median_between(60 * m, 60 * (m + 1)) for m in range(minutes)
+    ]
+    return report
 
 
 def percentile(values, q):
@@ -389,7 +427,7 @@ def main():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--url", default="http://127.0.0.1:8080")
-    parser.add_argument("--scenario", choices=["chat", "agent-burst"], default="chat")
+    parser.add_argument("--scenario", choices=["chat", "agent-burst", "soak"], default="chat")
     parser.add_argument("--trace", help="JSON-lines trace (replaces --scenario)")
     parser.add_argument("--clients", type=int, default=4, help="chat: concurrent clients")
     parser.add_argument("--max-requests", type=int, default=32)
@@ -399,9 +437,13 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--api-key")
     parser.add_argument("--model", help="model name to send (llama-server ignores it)")
-    parser.add_argument("--cancel-share", type=float, default=0.0)
-    parser.add_argument("--malformed-share", type=float, default=0.0)
-    parser.add_argument("--slow-share", type=float, default=0.0)
+    parser.add_argument("--cancel-share", type=float, help="default 0 (soak: 0.1)")
+    parser.add_argument("--malformed-share", type=float, help="default 0 (soak: 0.05)")
+    parser.add_argument("--slow-share", type=float, help="default 0 (soak: 0.02)")
+    parser.add_argument(
+        "--warmup", type=float, default=0.0,
+        help="seconds before resident memory counts as settled (soak: default 60)",
+    )
     parser.add_argument(
         "--slow-stall", type=float, default=11.0,
         help="seconds a slow body stalls halfway (past the server's body timeout)",
@@ -422,6 +464,19 @@ def main():
     )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
+    soak = args.scenario == "soak"
+    for name, soak_default in (("cancel_share", 0.1), ("malformed_share", 0.05),
+                               ("slow_share", 0.02)):
+        if getattr(args, name) is None:
+            setattr(args, name, soak_default if soak else 0.0)
+    if soak:
+        if not args.rss_pid:
+            sys.exit("--scenario soak: give the server's --rss-pid")
+        args.expect_idle = True
+        if args.warmup == 0.0:
+            args.warmup = min(60.0, args.duration / 4)
+    if not 0 <= args.warmup < args.duration:
+        sys.exit("--warmup: give 0 seconds up to the --duration")
     for name in ("clients", "max_requests", "max_tokens"):
         if not 1 <= getattr(args, name) <= 10_000:
             sys.exit(f"--{name.replace('_', '-')}: give 1 to 10000")
@@ -436,7 +491,7 @@ def main():
     check_loopback(args.url)
     if args.trace:
         trace = read_trace(args.trace, args.max_requests)
-    elif args.scenario == "chat":
+    elif args.scenario in ("chat", "soak"):
         trace = scenario_chat(args.clients, args.max_requests, args.max_tokens, args.seed)
     else:
         trace = scenario_agent_burst(args.max_tokens)
@@ -449,9 +504,7 @@ def main():
     report = summarise(results, wall)
     if args.rss_pid:
         if rss:
-            report["rss_start_kib"], report["rss_end_kib"] = rss[0], rss[-1]
-            report["rss_max_kib"] = max(rss)
-            report["rss_change_pct"] = round(100 * (rss[-1] - rss[0]) / rss[0], 2)
+            report.update(rss_report(rss, args.warmup, wall))
         else:
             report["errors"] += 1
             report["error_kinds"].append(f"process {args.rss_pid} not found")
@@ -461,6 +514,11 @@ def main():
         if held is not None:
             report["errors"] += 1
             report["error_kinds"].append(f"not idle 30 s after the run: {held}")
+        elif args.rss_pid:
+            # Idle: what the server holds with no request (hetsched returns freed memory
+            # a second after its last request).
+            time.sleep(3.0)
+            report["rss_idle_after_kib"] = resident_kib(args.rss_pid)
     if args.json:
         print(json.dumps(report))
     else:

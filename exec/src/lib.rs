@@ -74,6 +74,7 @@ pub use float_kernels::{CpuFloat, FloatKernels};
 pub use gpu_resident::{
     DecodeOutput, DecodeStages, DeviceTime, GpuDecode, GpuModel, GpuStageRunner, ResidentWeights,
 };
+pub use heap::release_free_memory;
 pub use interpret::StageRunner;
 pub use load::{LoadError, LoadedModels, load_models};
 pub use options::{GpuKernelOptions, GpuUse, GpuWeights, PrefillOptions};

@@ -13,6 +13,8 @@
 //!   but counts, as `usage` expects);
 //! * cancel on drop: the handle the server drops when a client leaves cancels the request
 //!   in the engine, which ends its samples at its next turn and frees its KV memory;
+//! * memory back to the operating system when the engine goes idle (the same forwarding
+//!   thread, a second after the last request ended);
 //! * the snapshot for `/metrics` from [`RequestEngine::metrics`] (requests waiting for
 //!   memory are `queued`, those prefilling or decoding `running`), and the engine's busy
 //!   time: the CPU time of its kernel pool's threads (`engine-pool`: prefill chunks of
@@ -25,7 +27,7 @@
 //! [`crate::session_engine::SessionEngine`] when a GPU lane is asked for.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender};
 use hetsched_exec::generate::FinishReason;
@@ -210,22 +212,46 @@ fn refusal(error: SubmitError) -> Refusal {
     }
 }
 
+/// How long the engine stays without requests before the allocator's kept-back memory is
+/// returned to the operating system: long enough for the engine thread to have dropped
+/// the last request's session after its final event, short enough that an idle server's
+/// resident memory is its idle size again within a second or two.
+const IDLE_BEFORE_RELEASE: Duration = Duration::from_secs(1);
+
 /// The forwarding thread: waits on the control channel and every forwarded request's
-/// events at once, until the control channel closes and every request ended.
+/// events at once, until the control channel closes and every request ended. Once no
+/// request has been live for [`IDLE_BEFORE_RELEASE`], it releases the allocator's free
+/// memory (exec keeps freed job buffers for the next job, which a server between
+/// bursts would otherwise hold at its busiest size for good).
 fn forward(inbox: &Receiver<Control>) {
     let mut live: Vec<Forwarded> = Vec::new();
     let mut open = true;
+    // Whether requests ran since the memory was last released.
+    let mut release_due = false;
     while open || !live.is_empty() {
         let mut select = Select::new();
         for f in &live {
             select.recv(f.handle.receiver());
         }
         let control = open.then(|| select.recv(inbox));
-        let ready = select.select();
+        let ready = match live.is_empty() && release_due {
+            true => match select.select_timeout(IDLE_BEFORE_RELEASE) {
+                Ok(ready) => ready,
+                Err(_) => {
+                    hetsched_exec::release_free_memory();
+                    release_due = false;
+                    continue;
+                }
+            },
+            false => select.select(),
+        };
         let index = ready.index();
         if Some(index) == control {
             match ready.recv(inbox) {
-                Ok(Control::Forward(f)) => live.push(f),
+                Ok(Control::Forward(f)) => {
+                    live.push(f);
+                    release_due = true;
+                }
                 Ok(Control::CancelAll) => {
                     for f in &live {
                         let _ = f.handle.cancel();

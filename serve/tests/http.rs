@@ -4,20 +4,20 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use hetsched_exec::generate::{ChatTemplate, FinishReason};
-use hetsched_import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
+use hetsched_exec::generate::FinishReason;
+use hetsched_import::GgufTokenizer;
 use hetsched_serve::engine::CancelOnDrop;
 use hetsched_serve::{
-    Engine, EngineRequest, EngineSnapshot, Event, Limits, Priority, Refusal, ServeConfig, Served,
-    Server, Submitted,
+    Engine, EngineRequest, EngineSnapshot, Event, Limits, Priority, Refusal, Served, Submitted,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
+
+mod support;
+use support::{ServerThread, curl};
 
 /// What the scripted engine saw.
 #[derive(Default)]
@@ -95,29 +95,22 @@ impl Engine for Scripted {
 fn tokenizer() -> Arc<GgufTokenizer> {
     static TOKENIZER: OnceLock<Arc<GgufTokenizer>> = OnceLock::new();
     TOKENIZER
-        .get_or_init(|| {
-            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join(TEST_MODEL_PATH);
-            let file = GgufFile::open(&path).expect("the test model: run scripts/fetch-model.sh");
-            Arc::new(GgufTokenizer::from_gguf(&file).unwrap())
-        })
+        .get_or_init(|| Arc::new(GgufTokenizer::from_gguf(&support::model_file()).unwrap()))
         .clone()
 }
 
 /// A running server and the handles a test needs.
 struct Running {
+    server: ServerThread,
     addr: SocketAddr,
     seen: Arc<Seen>,
-    stop: Option<oneshot::Sender<()>>,
-    done: std::sync::mpsc::Receiver<Result<(), hetsched_serve::ServeError>>,
     /// Lets the loader finish.
     load: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl Running {
     fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        self.server.url(path)
     }
 
     fn ready(mut self) -> Self {
@@ -138,37 +131,19 @@ impl Running {
     }
 
     fn shut_down(mut self) -> Result<(), hetsched_serve::ServeError> {
-        self.stop.take().unwrap().send(()).unwrap();
-        self.done.recv_timeout(Duration::from_secs(10)).unwrap()
+        self.server.stop()
     }
 }
 
 fn start(limits: Limits, api_key: Option<&str>, delay: Duration) -> Running {
-    let config = ServeConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        allow_remote: false,
-        api_key: api_key.map(str::to_owned),
-        model_id: "test-model".into(),
-        limits,
-    };
     let seen = Arc::new(Seen::default());
     let engine_seen = seen.clone();
     let (load_tx, load_rx) = std::sync::mpsc::channel::<()>();
     let loader: hetsched_serve::Loader = Box::new(move || {
         load_rx.recv().map_err(|e| e.to_string())?;
-        let template = GgufFile::open(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join(TEST_MODEL_PATH),
-        )
-        .unwrap()
-        .metadata()
-        .get_str("tokenizer.chat_template")
-        .unwrap()
-        .map(|t| ChatTemplate::parse(t).unwrap());
         Ok(Served {
             tokenizer: tokenizer(),
-            chat: template,
+            chat: support::chat_template(&support::model_file()),
             context: 2048,
             engine: Arc::new(Scripted {
                 seen: engine_seen,
@@ -176,45 +151,13 @@ fn start(limits: Limits, api_key: Option<&str>, delay: Duration) -> Running {
             }),
         })
     });
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let result = runtime.block_on(async move {
-            let server = Server::bind(config).await?;
-            addr_tx.send(server.local_addr()).unwrap();
-            server
-                .run(loader, async move {
-                    let _ = stop_rx.await;
-                })
-                .await
-        });
-        let _ = done_tx.send(result);
-    });
+    let server = ServerThread::start(support::config("test-model", limits, api_key), loader);
     Running {
-        addr: addr_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        addr: server.addr,
+        server,
         seen,
-        stop: Some(stop_tx),
-        done: done_rx,
         load: Some(load_tx),
     }
-}
-
-/// Runs curl with `args`; (HTTP status, body). `-w` appends the status on a last line.
-fn curl(args: &[&str]) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "20", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl runs");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let (body, status) = text.rsplit_once('\n').unwrap();
-    (status.parse().unwrap_or(0), body.to_string())
 }
 
 fn post(running: &Running, path: &str, body: &str, extra: &[&str]) -> (u16, serde_json::Value) {

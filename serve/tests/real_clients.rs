@@ -20,15 +20,12 @@ use std::time::{Duration, Instant};
 use hetsched_exec::generate::requests::RequestEngine;
 use hetsched_exec::generate::{ChatTemplate, DecodePath, GenerateOptions, Session};
 use hetsched_exec::{ExecModel, LinearPrecision, PrefillOptions};
-use hetsched_import::{GgufFile, GgufTokenizer, TEST_MODEL_PATH};
+use hetsched_import::GgufTokenizer;
 use hetsched_serve::concurrent_engine::{ConcurrentEngine, server_limits};
-use hetsched_serve::{Limits, ServeConfig, Served, Server};
+use hetsched_serve::{Limits, Served};
 
-fn model_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(TEST_MODEL_PATH)
-}
+mod support;
+use support::{ServerThread, curl, metric};
 
 /// The test model, loaded once for every test of this file.
 struct Model {
@@ -40,28 +37,13 @@ struct Model {
 fn model() -> &'static Model {
     static MODEL: OnceLock<Model> = OnceLock::new();
     MODEL.get_or_init(|| {
-        let file = GgufFile::open(model_path()).unwrap();
+        let file = support::model_file();
         Model {
             tokenizer: Arc::new(GgufTokenizer::from_gguf(&file).unwrap()),
             model: Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap()),
-            template: file
-                .metadata()
-                .get_str("tokenizer.chat_template")
-                .unwrap()
-                .map(|t| ChatTemplate::parse(t).unwrap()),
+            template: support::chat_template(&file),
         }
     })
-}
-
-fn curl(args: &[&str]) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "60", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl runs");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let (body, status) = text.rsplit_once('\n').unwrap();
-    (status.parse().unwrap_or(0), body.to_string())
 }
 
 fn options() -> PrefillOptions {
@@ -93,23 +75,16 @@ fn greedy(
 
 /// A server over the test model on a [`ConcurrentEngine`], until dropped.
 struct Running {
+    server: ServerThread,
     addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<std::thread::JoinHandle<Result<(), hetsched_serve::ServeError>>>,
 }
 
 impl Running {
     /// Serves the test model with prefills under `prefill` and `kv_budget_bytes` of KV.
     fn start(prefill: PrefillOptions, kv_budget_bytes: usize) -> Self {
-        let config = ServeConfig {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            allow_remote: false,
-            api_key: None,
-            model_id: "smollm2".into(),
-            limits: Limits {
-                shutdown_grace: Duration::from_secs(2),
-                ..Limits::default()
-            },
+        let limits = Limits {
+            shutdown_grace: Duration::from_secs(2),
+            ..Limits::default()
         };
         let loader: hetsched_serve::Loader = Box::new(move || {
             let m = model();
@@ -124,28 +99,10 @@ impl Running {
                 engine: Arc::new(ConcurrentEngine::new(engine).map_err(|e| e.to_string())?),
             })
         });
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let server = Server::bind(config).await?;
-                addr_tx.send(server.local_addr()).unwrap();
-                server
-                    .run(loader, async move {
-                        let _ = stop_rx.await;
-                    })
-                    .await
-            })
-        });
+        let server = ServerThread::start(support::config("smollm2", limits, None), loader);
         let running = Self {
-            addr: addr_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
-            stop: Some(stop_tx),
-            server: Some(server),
+            addr: server.addr,
+            server,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
         while curl(&[&running.url("/health")]).0 != 200 {
@@ -156,7 +113,7 @@ impl Running {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        self.server.url(path)
     }
 
     fn metrics(&self) -> String {
@@ -181,16 +138,7 @@ impl Running {
 
     /// Stops the server and checks it exits cleanly.
     fn shut_down(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        self.server.take().unwrap().join().unwrap().unwrap();
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.server.stop().unwrap();
     }
 }
 
@@ -326,15 +274,6 @@ fn openai_package(base: &str) {
     assert_eq!(got["n"].as_array().unwrap().len(), 2, "{got}");
     assert_eq!(got["closed_after_chunks"], 2, "{got}");
     assert_eq!(got["unknown_model"], 404, "{got}");
-}
-
-/// The value of the sample `name` (labels included) in a `/metrics` text.
-fn metric(text: &str, name: &str) -> f64 {
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .unwrap_or_else(|| panic!("no {name} in {text}"));
-    line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
 /// A streamed greedy completion of `prompt`, `max_tokens` at most, at `priority`.
