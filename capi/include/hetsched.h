@@ -362,7 +362,8 @@ enum hs_status hs_profile_create(struct hs_profile **out);
 // (`hs_simulate`, `HS_CLOCK_VIRTUAL`), one of another model or device than the runs
 // before, or more than `HS_MAX_PROFILE_RUNS` runs: `HS_ERR_INVALID_ARGUMENT`.
 //
-// Profile with `inorder` (jobs never overlap): only jobs that ran alone are fitted. A
+// Profile with `inorder` (jobs never overlap): a stage is fitted from its jobs that ran
+// alone (from its overlapped ones where none did). A
 // run of the same workload under a policy that overlaps jobs (`balance`) beside an
 // `inorder` one also measures how two jobs share the processors (`two_job_rate`: 1
 // when they do not slow each other, 1/2 when they share one pool with no gain).
@@ -377,7 +378,10 @@ enum hs_status hs_profile_add_run(const struct hs_profile *profile, const struct
 // loads them anywhere, the model's weights not needed; `hs_simulate` then predicts from
 // the measured costs. `*summary_json` (NULL: not wanted): a new string the caller frees
 // with `hs_string_free`: `{"runs", "jobs", "jobs_alone", "job_gap_us", "two_job_rate",
-// "fits": [{"processor", "stage", "precision", "fit_error", ...}]}`. Errors: no run
+// "fitted_from_overlapped": [{"processor", "stage"}], "not_fitted": [...], "fits":
+// [{"processor", "stage", "precision", "fit_error", ...}]}` (`fitted_from_overlapped`:
+// stages none of whose jobs ran alone, fitted from jobs that ran beside another;
+// `not_fitted`: stages that keep the device's modeled cost). Errors: no run
 // added (`HS_ERR_STATE`), nothing to fit (`HS_ERR_INVALID_ARGUMENT`), a file that could
 // not be written (`HS_ERR_IO`).
 //

@@ -8,6 +8,7 @@
 //! files (device, model, and a scene naming both) that `hs_scene_load` reads anywhere,
 //! and `hs_simulate` then predicts from (as queues that share what the runs measured).
 
+use std::collections::HashSet;
 use std::ffi::c_char;
 use std::path::Path;
 use std::sync::Arc;
@@ -100,23 +101,34 @@ impl ProfileObject {
         let first = runs.first().ok_or_else(|| {
             CapiError::State("the profile has no run: add measured runs first".into())
         })?;
-        // Only jobs that ran alone: a job that shared its processors with another
-        // lane's ran slower by that sharing, which the prediction adds on its own.
+        // The jobs that ran alone: one that shared the processors with another lane's
+        // job may have run slower by that sharing, which the prediction adds on its own.
+        // A stage none of whose jobs ran alone (w8a8-shadow's pairs run side by side even
+        // under `inorder`) is fitted from its overlapped jobs, its only samples.
         let records: Vec<HistoryRecord> = runs.iter().flat_map(|r| records_of(r)).collect();
         let total = records.len();
-        let alone: Vec<HistoryRecord> = records
+        let kind = |r: &HistoryRecord| (r.processor.clone(), r.stage.clone());
+        let ran_alone = |r: &HistoryRecord| r.alone != Some(false);
+        let mut kinds: Vec<(String, String)> = records.iter().map(kind).collect();
+        kinds.sort();
+        kinds.dedup();
+        let alone_kinds: HashSet<(String, String)> =
+            records.iter().filter(|r| ran_alone(r)).map(kind).collect();
+        let jobs_alone = records.iter().filter(|r| ran_alone(r)).count();
+        let samples: Vec<HistoryRecord> = records
             .into_iter()
-            .filter(|r| r.alone != Some(false))
+            .filter(|r| ran_alone(r) || !alone_kinds.contains(&kind(r)))
             .collect();
         let mut device = first.plan.device.clone();
-        let fits = fit_profile(&mut device, &alone);
+        let fits = fit_profile(&mut device, &samples);
         if fits.is_empty() {
             return Err(CapiError::InvalidArgument(format!(
-                "no stage cost could be fitted from {} jobs that ran alone (of {total}): \
-                 add runs under `inorder`, whose jobs do not overlap",
-                alone.len()
+                "no stage cost could be fitted from the {total} jobs of {} runs: every \
+                 duration must be positive, on a processor of the runs' device",
+                runs.len()
             )));
         }
+        let named = |(p, stage): &(String, String)| json!({"processor": p, "stage": stage});
         let mut gaps: Vec<f64> = runs.iter().map(|r| job_gap_ns(r)).collect();
         gaps.sort_by(f64::total_cmp);
         let rate = sharing_rate(&runs);
@@ -151,9 +163,24 @@ impl ProfileObject {
         let summary = json!({
             "runs": runs.len(),
             "jobs": total,
-            "jobs_alone": alone.len(),
+            "jobs_alone": jobs_alone,
             "job_gap_us": gaps[gaps.len() / 2] / 1e3,
             "two_job_rate": rate,
+            "fitted_from_overlapped": kinds
+                .iter()
+                .filter(|k| !alone_kinds.contains(*k))
+                .map(named)
+                .collect::<Vec<_>>(),
+            // Stages with no fitted cost keep the device's modeled cost.
+            "not_fitted": kinds
+                .iter()
+                .filter(|(p, stage)| {
+                    !fits
+                        .iter()
+                        .any(|f| &f.processor == p && &f.cost.stage == stage)
+                })
+                .map(named)
+                .collect::<Vec<_>>(),
             "fits": fits,
         });
         Ok(Fitted {
@@ -210,7 +237,8 @@ pub unsafe extern "C" fn hs_profile_create(out: *mut *mut hs_profile) -> hs_stat
 /// (`hs_simulate`, `HS_CLOCK_VIRTUAL`), one of another model or device than the runs
 /// before, or more than `HS_MAX_PROFILE_RUNS` runs: `HS_ERR_INVALID_ARGUMENT`.
 ///
-/// Profile with `inorder` (jobs never overlap): only jobs that ran alone are fitted. A
+/// Profile with `inorder` (jobs never overlap): a stage is fitted from its jobs that ran
+/// alone (from its overlapped ones where none did). A
 /// run of the same workload under a policy that overlaps jobs (`balance`) beside an
 /// `inorder` one also measures how two jobs share the processors (`two_job_rate`: 1
 /// when they do not slow each other, 1/2 when they share one pool with no gain).
@@ -232,7 +260,10 @@ pub extern "C" fn hs_profile_add_run(profile: *const hs_profile, run: *const hs_
 /// loads them anywhere, the model's weights not needed; `hs_simulate` then predicts from
 /// the measured costs. `*summary_json` (NULL: not wanted): a new string the caller frees
 /// with `hs_string_free`: `{"runs", "jobs", "jobs_alone", "job_gap_us", "two_job_rate",
-/// "fits": [{"processor", "stage", "precision", "fit_error", ...}]}`. Errors: no run
+/// "fitted_from_overlapped": [{"processor", "stage"}], "not_fitted": [...], "fits":
+/// [{"processor", "stage", "precision", "fit_error", ...}]}` (`fitted_from_overlapped`:
+/// stages none of whose jobs ran alone, fitted from jobs that ran beside another;
+/// `not_fitted`: stages that keep the device's modeled cost). Errors: no run
 /// added (`HS_ERR_STATE`), nothing to fit (`HS_ERR_INVALID_ARGUMENT`), a file that could
 /// not be written (`HS_ERR_IO`).
 ///

@@ -190,6 +190,16 @@ fn c_host_profiles_its_device_and_predicts_held_out_workloads_under_asan() {
                 .iter()
                 .all(|p| !p.cost.stages.is_empty())
         );
+        // w8a8-shadow's pair never runs alone, even under inorder: fitted from its
+        // overlapped jobs rather than left to the modeled cost.
+        let fitted = |processor: &str, stage: &str| {
+            scene
+                .device
+                .processors
+                .iter()
+                .any(|p| p.name == processor && p.cost.stages.iter().any(|c| c.stage == stage))
+        };
+        assert!(fitted("cpu", "down_shadow") && fitted("hexagon", "down_proj"));
     }
     std::fs::remove_dir_all(dir).ok();
 }
