@@ -19,6 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             targets: SloTargets::default(),
             arrival_ns: 0,
             prompt_len: 4096,
+            max_tokens: 1,
+            samples: 1,
         },
         RequestSpec {
             id: RequestId(1),
@@ -26,6 +28,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             targets: SloTargets::default(),
             arrival_ns: 100_000_000,
             prompt_len: 64,
+            max_tokens: 1,
+            samples: 1,
         },
     ];
     println!(
@@ -36,7 +40,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for policy in ["fcfs", "priority", "slack"] {
             let out = simulate_prefills(&scene, &burst, policy)?;
             let ms = |ns: u64| ns as f64 / 1e6;
-            let (bg, fg) = (&out[0], &out[1]);
+            let (Some(bg), Some(fg)) = (out[0].served, out[1].served) else {
+                return Err("no KV budget: every request is served".into());
+            };
             println!(
                 "{name:28} {policy:9} {:8.1} / {:7.1} = {:5.2}x        {:8.1} / {:8.1} = {:5.3}x",
                 ms(fg.ttft_ns),

@@ -31,6 +31,11 @@ gcc -std=c11 -O1 examples/c/host_queues.c -o "$out/host_queues" "${flags[@]}"
 "$out/host_queues" --cancel-after 10
 "$out/host_queues" --step --cancel-after 10
 
+echo "== C: profile a device through host queues, predict held-out workloads"
+gcc -std=c11 -O1 examples/c/profile_device.c -o "$out/profile_device" "${flags[@]}" -lm
+mkdir "$out/profile"
+"$out/profile_device" "$out/profile"
+
 echo "== C: every function with bad input"
 gcc -std=c11 -O1 examples/c/abuse.c -o "$out/abuse" "${flags[@]}"
 "$out/abuse"

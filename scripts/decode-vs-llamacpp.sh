@@ -13,8 +13,9 @@
 # target/decode-vs-llamacpp/). llama-bench runs `-n TOKENS -p 0 -t THREADS -r 1`: one
 # warm-up, then TOKENS generated tokens timed. hetsched runs the release binary
 # (`cargo build --release` first): a 16-token prompt, then TOKENS tokens with
-# --ignore-eos, --decode direct (each precision's head at its own width), its
-# `decode_tokens_per_s`, `weight_bytes_per_token` and `bandwidth_fraction` from --json.
+# --ignore-eos, --decode direct (the INT8 head for the quantized precisions, the f32 head
+# for f32), its `decode_tokens_per_s`, `weight_bytes_per_token`, `bandwidth_fraction`
+# and `decode_overhead` (the share of a step outside the kernels) from --json.
 # On a machine others load, read the ranges: a round where another process ran shows
 # as the minimum, and the medians and ratios are what to quote.
 set -euo pipefail
@@ -32,11 +33,11 @@ WORK=target/decode-vs-llamacpp QUANTS="Q8_0 Q4_0"
 . "$(dirname "${BASH_SOURCE[0]}")/setup-vs-llamacpp.sh"
 
 PROMPT="The history of the printing press begins in the fifteenth century, when"
-hetsched_row() { # precision -> "tok/s fraction bytes"
+hetsched_row() { # precision -> "tok/s fraction bytes bandwidth overhead"
   "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --max-tokens "$TOKENS" --ignore-eos \
     --precision "$1" --threads "$THREADS" --decode direct --json |
     python3 -c 'import json,sys; d=json.load(sys.stdin); b=d["weight_bytes_per_token"]
-print(d["decode_tokens_per_s"], d["bandwidth_fraction"], b["layers"] + b["head"], d["bandwidth_gb_s"])'
+print(d["decode_tokens_per_s"], d["bandwidth_fraction"], b["layers"] + b["head"], d["bandwidth_gb_s"], d["decode_overhead"])'
 }
 llama_row() { # quant -> "tok/s"
   "$LLAMA/llama-bench" -m "$WORK/model.$1.gguf" -n "$TOKENS" -p 0 -t "$THREADS" -r 1 -o json 2>/dev/null |
@@ -58,7 +59,7 @@ done
 python3 - "$RESULTS" "$TOKENS" "$THREADS" "$ROUNDS" <<'PY'
 import statistics, sys
 path, tokens, threads, rounds = sys.argv[1:]
-runs, fraction, nbytes, bandwidth = {}, {}, {}, []
+runs, fraction, nbytes, bandwidth, overhead = {}, {}, {}, [], {}
 for line in open(path):
     row, *v = line.split()
     runs.setdefault(row, []).append(float(v[0]))
@@ -66,16 +67,18 @@ for line in open(path):
         fraction.setdefault(row, []).append(float(v[1]))
         nbytes[row] = int(v[2])
         bandwidth.append(float(v[3]))
+        overhead.setdefault(row, []).append(float(v[4]))
 med = {row: statistics.median(v) for row, v in runs.items()}
 print(f"tg{tokens}, {threads} threads, {rounds} interleaved rounds, medians (measured)")
 print(f"streaming-read bandwidth at {threads} threads: median {statistics.median(bandwidth):.1f} GB/s over the hetsched rows")
 print()
-print("| row | tok/s (median) | min-max | weight MB/token | bandwidth fraction (median) |")
-print("|---|---|---|---|---|")
+print("| row | tok/s (median) | min-max | weight MB/token | bandwidth fraction (median) | step outside kernels (median) |")
+print("|---|---|---|---|---|---|")
 for row, v in runs.items():
     mb = f"{nbytes[row] / 1e6:.1f}" if row in nbytes else "-"
     fr = f"{statistics.median(fraction[row]):.2f}" if row in fraction else "-"
-    print(f"| {row} | {med[row]:.1f} | {min(v):.1f}-{max(v):.1f} | {mb} | {fr} |")
+    oh = f"{100 * statistics.median(overhead[row]):.1f}%" if row in overhead else "-"
+    print(f"| {row} | {med[row]:.1f} | {min(v):.1f}-{max(v):.1f} | {mb} | {fr} | {oh} |")
 print()
 def ratio(a, b, goal):
     r = med[a] / med[b]

@@ -155,7 +155,11 @@ remote)
     "$1" generate --model /tmp/model.gguf --prompt "The capital of France is" \
       --backends gpu --precision f32 --max-tokens "$2" --ignore-eos --json 2>/dev/null |
       tee -a "$out/generate.jsonl" |
-      python3 -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["decode_tokens_per_s"])'
+      python3 -c 'import json,sys
+text, dec, at, last = sys.stdin.read(), json.JSONDecoder(), 0, None
+while text[at:].strip():  # the report is pretty-printed: take the last JSON value
+    last, at = dec.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+print(last["decode_tokens_per_s"])'
   }
   llama_tg() { # quant tokens
     "$bin/llama-bench" -m "/tmp/model.$1.gguf" -p 0 -n "$2" -ngl 99 -r 1 -o json 2>/dev/null |

@@ -46,7 +46,9 @@ pub enum BudgetError {
     Engine(#[from] EngineError),
 }
 
-fn bytes(text: &str) -> Option<u64> {
+/// A byte count as written on the command line: a whole number, with a `KiB`, `MiB` or
+/// `GiB` suffix allowed (`None`: not one, or beyond u64).
+pub fn parse_bytes(text: &str) -> Option<u64> {
     let text = text.trim();
     let (number, unit) = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
         .into_iter()
@@ -79,13 +81,13 @@ impl FromStr for BudgetSpec {
                 .split(',')
                 .map(|pair| {
                     let (name, value) = pair.split_once('=')?;
-                    Some((name.trim().to_string(), bytes(value)?))
+                    Some((name.trim().to_string(), parse_bytes(value)?))
                 })
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(bad)?;
             return Ok(BudgetSpec::PerRegion(pairs));
         }
-        bytes(s).map(BudgetSpec::Bytes).ok_or_else(bad)
+        parse_bytes(s).map(BudgetSpec::Bytes).ok_or_else(bad)
     }
 }
 

@@ -19,6 +19,9 @@
 // The host reports wall-clock times, ns since the run started (`hs_engine_now_ns`).
 #define HS_CLOCK_WALL 1
 
+// Runs a profile holds at most (each keeps its timeline until the handle is destroyed).
+#define HS_MAX_PROFILE_RUNS 256
+
 // The priority class of a request a user waits on (its first token first): the
 // engine's `Priority::INTERACTIVE` (a literal, for the header; a test checks it).
 #define HS_PRIORITY_INTERACTIVE 200
@@ -88,6 +91,10 @@ typedef struct hs_engine hs_engine;
 // Opaque; create with `hs_plan_create`, end with `hs_plan_destroy`. A plan is immutable
 // and may be used from several threads at once.
 typedef struct hs_plan hs_plan;
+
+// Measured runs gathered into a device profile. Opaque; from `hs_profile_create`, ended
+// with `hs_profile_destroy`. Usable from any thread.
+typedef struct hs_profile hs_profile;
 
 // A request engine on one model. Opaque; from `hs_requests_open`, ended with
 // `hs_requests_close`. Usable from any thread.
@@ -342,6 +349,51 @@ const char *hs_last_error(void);
 // A static name of `status` (`"HS_ERR_NULL_ARGUMENT"`), or `"HS_UNKNOWN_STATUS"` for a
 // value that is none. Ownership: static; never free it.
 const char *hs_status_name(int32_t status);
+
+// A new, empty profile. `*out`: a new handle the caller ends with `hs_profile_destroy`.
+//
+// # Safety
+// `out` is NULL or valid for writes.
+enum hs_status hs_profile_create(struct hs_profile **out);
+
+// Adds a run measured on the host's queues (from `hs_engine_result` of an engine on
+// `HS_CLOCK_WALL`): each job's measured duration becomes a sample. The run stays the
+// caller's (copied here; destroy it as usual). Errors: a run that was not measured
+// (`hs_simulate`, `HS_CLOCK_VIRTUAL`), one of another model or device than the runs
+// before, or more than `HS_MAX_PROFILE_RUNS` runs: `HS_ERR_INVALID_ARGUMENT`.
+//
+// Profile with `inorder` (jobs never overlap): a stage is fitted from its jobs that ran
+// alone (from its overlapped ones where none did). A
+// run of the same workload under a policy that overlaps jobs (`balance`) beside an
+// `inorder` one also measures how two jobs share the processors (`two_job_rate`: 1
+// when they do not slow each other, 1/2 when they share one pool with no gain).
+enum hs_status hs_profile_add_run(const struct hs_profile *profile, const struct hs_run *run);
+
+// Fits the profile and writes it into the folder `dir` (UTF-8, the caller's, only read;
+// it must exist): `device.toml` (the runs' device profile with a cost per (processor,
+// precision, stage kind) fitted from the measured jobs, and where they were measured),
+// `model.toml` (the runs' model) and `scene.toml` (names both, with the first run's
+// workload and policy), each replaced whole or left as it was. `name` (UTF-8, or NULL
+// for the runs' device's name) names the device. `hs_scene_load("DIR/scene.toml")`
+// loads them anywhere, the model's weights not needed; `hs_simulate` then predicts from
+// the measured costs. `*summary_json` (NULL: not wanted): a new string the caller frees
+// with `hs_string_free`: `{"runs", "jobs", "jobs_alone", "job_gap_us", "two_job_rate",
+// "fitted_from_overlapped": [{"processor", "stage"}], "not_fitted": [...], "fits":
+// [{"processor", "stage", "precision", "fit_error", ...}]}` (`fitted_from_overlapped`:
+// stages none of whose jobs ran alone, fitted from jobs that ran beside another;
+// `not_fitted`: stages that keep the device's modeled cost). Errors: no run
+// added (`HS_ERR_STATE`), nothing to fit (`HS_ERR_INVALID_ARGUMENT`), a file that could
+// not be written (`HS_ERR_IO`).
+//
+// # Safety
+// `dir` and `name` are NULL or NUL-terminated; `summary_json` is NULL or valid for writes.
+enum hs_status hs_profile_write(const struct hs_profile *profile,
+                                const char *dir,
+                                const char *name,
+                                char **summary_json);
+
+// Ends the profile. NULL is a no-op.
+enum hs_status hs_profile_destroy(struct hs_profile *profile);
 
 // Loads the GGUF model at `model_path` (UTF-8, the caller's, only read; its tokenizer
 // and weights, linears in 8-bit) and starts a request engine on it within `limits`

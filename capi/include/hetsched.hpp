@@ -79,6 +79,7 @@ template <typename T, hs_status (*Destroy)(T *)> class Handle {
 class Run {
   public:
     explicit Run(hs_run *raw) : handle_(raw) {}
+    hs_run *get() const noexcept { return handle_.get(); }
     std::uint64_t makespan_ns() const {
         std::uint64_t ns = 0;
         check(hs_run_makespan_ns(handle_.get(), &ns), "hs_run_makespan_ns");
@@ -202,6 +203,33 @@ class Engine {
     detail::Handle<hs_engine, hs_engine_destroy> handle_;
 };
 
+/// Runs measured on the host's queues (HS_CLOCK_WALL) gathered into a device profile
+/// (hs_profile_*; docs/embedding.md, "Profiling a device through the host's queues").
+class Profile {
+  public:
+    Profile() {
+        hs_profile *raw = nullptr;
+        check(hs_profile_create(&raw), "hs_profile_create");
+        handle_ = detail::Handle<hs_profile, hs_profile_destroy>(raw);
+    }
+    /// Adds a measured run (copied: `run` stays the caller's).
+    void add_run(const Run &run) {
+        check(hs_profile_add_run(handle_.get(), run.get()), "hs_profile_add_run");
+    }
+    /// Fits and writes device.toml, model.toml and scene.toml into the folder `dir`
+    /// (empty `name`: the runs' device's name); returns the summary JSON.
+    std::string write(const std::string &dir, const std::string &name = "") const {
+        char *summary = nullptr;
+        check(hs_profile_write(handle_.get(), dir.c_str(), name.empty() ? nullptr : name.c_str(),
+                               &summary),
+              "hs_profile_write");
+        return take_string(summary);
+    }
+
+  private:
+    detail::Handle<hs_profile, hs_profile_destroy> handle_;
+};
+
 /// How one request is generated (`hs_request_options` without its callbacks). The
 /// defaults: 128 tokens, greedy, interactive, one sample, no stop strings.
 struct RequestOptions {
@@ -297,20 +325,23 @@ class Requests {
     /// Submits `prompt` and blocks until it ended: its text and end. Not from a
     /// callback (it would wait on the thread that delivers its own callbacks).
     Generated generate(const std::string &prompt, const RequestOptions &options) {
-        auto samples =
-            std::make_shared<std::vector<std::string>>(options.n > 1 ? options.n : 1);
+        // Grown as text comes: `options.n` is only trusted once the library accepted it.
+        auto samples = std::make_shared<std::vector<std::string>>();
         auto ended = std::make_shared<std::promise<RequestEnd>>();
         std::future<RequestEnd> end = ended->get_future();
         submit(
             prompt, options,
             [samples](std::uint64_t, std::uint32_t sample, std::string_view piece) {
-                samples->at(sample).append(piece);
+                if (sample >= samples->size()) samples->resize(sample + 1);
+                (*samples)[sample].append(piece);
             },
             [ended](std::uint64_t, const RequestEnd &e) { ended->set_value(e); });
         Generated result;
         result.end = end.get();
         // The last callback happened before set_value: no callback touches samples now.
         result.samples = std::move(*samples);
+        // A sample that ended before any text (its first token the end of sequence).
+        result.samples.resize(options.n > 1 ? options.n : 1);
         return result;
     }
 

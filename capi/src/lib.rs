@@ -21,6 +21,7 @@
 pub mod engine;
 pub mod error;
 mod handles;
+pub mod profile;
 pub mod requests;
 pub mod run;
 pub mod scene;

@@ -79,7 +79,7 @@ fn build(compiler: &str, standard: &str, source: &str, out: &Path) -> Option<Pat
         .arg(&exe)
         .arg(format!("-L{}", lib.display()))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-lhetsched_capi", "-pthread"])
+        .args(["-lhetsched_capi", "-pthread", "-lm"])
         .status()
         .expect("run the compiler");
     assert!(status.success(), "{compiler} failed on {source}");
@@ -171,6 +171,40 @@ fn a_host_thread_cancels_the_c_hosts_run_under_asan() {
 }
 
 #[test]
+fn c_host_profiles_its_device_and_predicts_held_out_workloads_under_asan() {
+    let dir = scratch("profile");
+    if let Some(exe) = build("gcc", "-std=c11", "examples/c/profile_device.c", &dir) {
+        let out = run(&exe, &[dir.to_str().unwrap()]);
+        assert!(
+            out.contains("every held-out workload predicted within 5%"),
+            "{out}"
+        );
+        // The carried files load on their own, with the measured costs.
+        let scene = Scene::load(&dir.join("scene.toml")).expect("the written scene loads");
+        let measured = scene.device.measured.expect("a measured device profile");
+        assert_eq!(measured.model, scene.model.name);
+        assert!(
+            scene
+                .device
+                .processors
+                .iter()
+                .all(|p| !p.cost.stages.is_empty())
+        );
+        // w8a8-shadow's pair never runs alone, even under inorder: fitted from its
+        // overlapped jobs rather than left to the modeled cost.
+        let fitted = |processor: &str, stage: &str| {
+            scene
+                .device
+                .processors
+                .iter()
+                .any(|p| p.name == processor && p.cost.stages.iter().any(|c| c.stage == stage))
+        };
+        assert!(fitted("cpu", "down_shadow") && fitted("hexagon", "down_proj"));
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn every_function_survives_bad_input_under_asan() {
     let dir = scratch("abuse");
     if let Some(exe) = build("gcc", "-std=c11", "examples/c/abuse.c", &dir) {
@@ -205,6 +239,10 @@ fn cpp_wrapper_runs_under_asan() {
         let out = run(&exe, &[dir.to_str().unwrap()]);
         assert!(out.contains("equal to the simulation"), "{out}");
         assert!(dir.join("run.trace.json").is_file() && dir.join("run.svg").is_file());
+        assert!(
+            out.contains("loaded `the C++ host's queue (measured)`"),
+            "{out}"
+        );
     }
     std::fs::remove_dir_all(dir).ok();
 }

@@ -254,8 +254,13 @@ fn run_looper(looper: &mut Looper, cancel_between_at: Option<usize>) -> (hs_stat
     }
 }
 
-fn cancel_a_stepped_run(cancel_in_submit_at: Option<usize>, cancel_between_at: Option<usize>) {
-    let (plan, info) = default_plan();
+/// A host event loop (boxed: the engine keeps its address as the queues' user data)
+/// with an engine on `plan` in virtual time whose every queue hands jobs to it.
+fn looper_on(
+    plan: *mut hs_plan,
+    processors: u32,
+    cancel_in_submit_at: Option<usize>,
+) -> Box<Looper> {
     let mut looper = Box::new(Looper {
         engine: ptr::null_mut(),
         pending: Vec::new(),
@@ -265,11 +270,17 @@ fn cancel_a_stepped_run(cancel_in_submit_at: Option<usize>, cancel_between_at: O
     let user_data: *mut Looper = &mut *looper;
     looper.engine = engine_with(
         plan,
-        info.processors,
+        processors,
         HS_CLOCK_VIRTUAL,
         to_looper,
         user_data.cast(),
     );
+    looper
+}
+
+fn cancel_a_stepped_run(cancel_in_submit_at: Option<usize>, cancel_between_at: Option<usize>) {
+    let (plan, info) = default_plan();
+    let mut looper = looper_on(plan, info.processors, cancel_in_submit_at);
     let (status, submitted_at_between) = run_looper(&mut looper, cancel_between_at);
     assert_ended_cancelled(looper.engine, status);
     // A cancel made inside a callback lets the step it came in finish its tick's
@@ -302,20 +313,7 @@ fn a_stepped_run_cancelled_inside_a_submit_callback_ends_at_the_next_step() {
 #[test]
 fn a_run_cancelled_before_it_starts_dispatches_nothing() {
     let (plan, info) = default_plan();
-    let mut looper = Box::new(Looper {
-        engine: ptr::null_mut(),
-        pending: Vec::new(),
-        submitted: 0,
-        cancel_in_submit_at: None,
-    });
-    let user_data: *mut Looper = &mut *looper;
-    looper.engine = engine_with(
-        plan,
-        info.processors,
-        HS_CLOCK_VIRTUAL,
-        to_looper,
-        user_data.cast(),
-    );
+    let looper = looper_on(plan, info.processors, None);
     assert_eq!(hs_engine_cancel(looper.engine), HS_OK);
     assert_eq!(hs_engine_cancel(looper.engine), HS_OK);
     let status = hs_engine_run(looper.engine);

@@ -10,7 +10,7 @@
 
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::ptr;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 mod common;
 use common::test_model;
@@ -120,13 +120,27 @@ fn submit(
     (status, id)
 }
 
+/// The test model opened within `limits`, and this test's turn (held until it ends);
+/// `None`, with a note, without the model.
+fn open_test_model(
+    limits: &hs_requests_limits,
+) -> Option<(MutexGuard<'static, ()>, *mut hs_requests)> {
+    let model = test_model()?;
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let path = CString::new(model.to_str().unwrap()).unwrap();
+    let mut engine = ptr::null_mut();
+    // SAFETY: valid string, limits and out-pointer.
+    assert_eq!(
+        unsafe { hs_requests_open(path.as_ptr(), limits, &mut engine) },
+        HS_OK,
+        "{}",
+        last_error()
+    );
+    Some((turn, engine))
+}
+
 #[test]
 fn bad_requests_busy_engines_and_closing_with_a_request_live() {
-    let Some(model) = test_model() else {
-        return;
-    };
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let path = CString::new(model.to_str().unwrap()).unwrap();
     // One request at a time, refused when full, two threads, small chunks.
     let limits = hs_requests_limits {
         kv_budget_bytes: 64 << 20,
@@ -135,14 +149,9 @@ fn bad_requests_busy_engines_and_closing_with_a_request_live() {
         threads: 2,
         chunk_len: 8,
     };
-    let mut engine = ptr::null_mut();
-    // SAFETY: valid string, limits and out-pointer.
-    assert_eq!(
-        unsafe { hs_requests_open(path.as_ptr(), &limits, &mut engine) },
-        HS_OK,
-        "{}",
-        last_error()
-    );
+    let Some((_turn, engine)) = open_test_model(&limits) else {
+        return;
+    };
     let seen = Mutex::new(Seen {
         engine: engine.addr(),
         ..Seen::default()
@@ -215,23 +224,13 @@ fn finished(seen: &Mutex<Seen>) -> (hs_status, serde_json::Value) {
 
 #[test]
 fn samples_and_stop_strings_through_c() {
-    let Some(model) = test_model() else {
-        return;
-    };
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let path = CString::new(model.to_str().unwrap()).unwrap();
     let limits = hs_requests_limits {
         threads: 2,
         ..hs_requests_limits::default()
     };
-    let mut engine = ptr::null_mut();
-    // SAFETY: valid string, limits and out-pointer.
-    assert_eq!(
-        unsafe { hs_requests_open(path.as_ptr(), &limits, &mut engine) },
-        HS_OK,
-        "{}",
-        last_error()
-    );
+    let Some((_turn, engine)) = open_test_model(&limits) else {
+        return;
+    };
     let prompt = "The capital of France is";
 
     // One greedy sample: the reference text.

@@ -119,6 +119,17 @@ pub fn policy_name(name: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A positive byte count (`--kv-budget`): BYTES, or with a KiB, MiB or GiB suffix.
+pub fn byte_count(text: &str) -> Result<u64, String> {
+    match hetsched::budget::parse_bytes(text) {
+        Some(0) => Err("0 bytes: give a budget above 0".into()),
+        Some(bytes) => Ok(bytes),
+        None => Err(format!(
+            "`{text}` is not a byte count: write BYTES, e.g. 3000000000 or 512MiB"
+        )),
+    }
+}
+
 /// Which positions `eval` scores (`--scoring`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ScoringChoice {

@@ -10,14 +10,14 @@ use hetsched::progress::Progress;
 use hetsched::report::RunReport;
 use hetsched::request_report::MixReport;
 use hetsched::request_trace::load_trace;
-use hetsched::requests::simulate_requests;
+use hetsched::requests::{KvFull, MixOptions, simulate_requests};
 use hetsched::scene::{DEFAULT_SCENE, Scene, SceneError, shipped_scenes};
 use hetsched::systems::request_policy::DEFAULT_REQUEST_POLICY;
 use hetsched::systems::{DecodeEstimate, estimate_decode};
 use hetsched::timeline::Trace;
 
 use crate::CliError;
-use crate::choices::{MemoryPlan, policies_or_all, policy_name};
+use crate::choices::{MemoryPlan, byte_count, policies_or_all, policy_name};
 use crate::output::{Timelines, check_outputs, print_json_or, write_file};
 use crate::progress::Bar;
 
@@ -61,13 +61,22 @@ pub struct SimulateArgs {
     #[arg(long, value_enum)]
     memory_plan: Option<MemoryPlan>,
     /// Simulate the requests of this trace file together on the scene (TOML, format in
-    /// docs/requests.md; shipped ones in scenes/traces/): per request its time to first
-    /// token beside alone, per priority class p50/p99; prompt lengths come from the trace.
+    /// docs/requests.md; shipped ones in scenes/traces/): prefills and batched decode
+    /// steps; per request its time to first token, per output token and end to end beside
+    /// alone; per priority class p50/p95/p99; prompt lengths come from the trace.
     #[arg(long, value_name = "TRACE", conflicts_with_all = ["prompt_len", "decode_tokens"])]
     requests: Option<PathBuf>,
     /// With --requests: the policy across requests: fcfs, priority or slack.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_REQUEST_POLICY, requires = "requests")]
     request_policy: String,
+    /// With --requests: bytes of KV cache the live requests may hold together (BYTES, or
+    /// with a KiB, MiB or GiB suffix) [default: no limit].
+    #[arg(long, value_name = "BYTES", value_parser = byte_count, requires = "requests")]
+    kv_budget: Option<u64>,
+    /// With --requests and --kv-budget: a request whose KV cache does not fit beside the
+    /// live ones waits, or is refused.
+    #[arg(long, value_name = "WHAT", default_value = "wait", value_parser = ["wait", "refuse"], requires = "kv_budget")]
+    kv_full: String,
 }
 
 /// `simulate --decode-tokens`: the prefill's report, the modelled decode, end to end.
@@ -199,7 +208,16 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
         apply_budget(&mut scene, budget)?;
     }
     if let Some(trace) = &args.requests {
-        return simulate_mix(&scene, trace, &args.request_policy, args.json, &timelines);
+        let options = MixOptions {
+            request_policy: args.request_policy.clone(),
+            kv_budget_bytes: args.kv_budget,
+            kv_full: if args.kv_full == "refuse" {
+                KvFull::Refuse
+            } else {
+                KvFull::Wait
+            },
+        };
+        return simulate_mix(&scene, trace, &options, args.json, &timelines);
     }
     let plan = Arc::new(scene.plan()?);
     let decode = args
@@ -233,13 +251,14 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
 fn simulate_mix(
     scene: &Scene,
     trace: &std::path::Path,
-    request_policy: &str,
+    options: &MixOptions,
     json: bool,
     timelines: &Timelines,
 ) -> Result<(), CliError> {
     let trace = load_trace(trace)?;
     let specs: Vec<_> = trace.iter().map(|t| t.spec.clone()).collect();
-    let run = simulate_requests(scene, &specs, request_policy)?;
+    let run = simulate_requests(scene, &specs, options)?;
+    let request_policy = options.request_policy.as_str();
     let report = MixReport::new(scene, request_policy, &trace, &run);
     print_json_or(json, &report, || report.summary());
     if timelines.any() {

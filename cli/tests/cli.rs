@@ -173,6 +173,20 @@ fn a_request_trace_reports_each_request_and_refuses_bad_input() {
     assert!(ttft > requests[0]["ttft_ms"].as_f64().unwrap() - 100.0);
     assert_eq!(interactive["slo_met"], false);
     assert_eq!(report["classes"][0]["priority"], "interactive");
+    // Decode is simulated: 31 steps after the first token, and fcfs serves the
+    // background request to its last token first.
+    let (e2e, tpot) = (
+        interactive["e2e_ms"].as_f64().unwrap(),
+        interactive["tpot_ms"].as_f64().unwrap(),
+    );
+    assert!(
+        (ttft + 31.0 * tpot - e2e).abs() < 0.1,
+        "{ttft} {tpot} {e2e}"
+    );
+    assert!(ttft > requests[0]["e2e_ms"].as_f64().unwrap() - 100.0);
+    assert!(interactive["alone_e2e_ms"].as_f64().unwrap() < e2e);
+    assert!(report["all"]["ttft_ms"]["p95"].as_f64().is_some());
+    assert!(report["processors"][0]["utilization"].as_f64().unwrap() > 0.0);
     let trace: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
     let tracks: Vec<&str> = trace["traceEvents"]
@@ -202,6 +216,19 @@ fn a_request_trace_reports_each_request_and_refuses_bad_input() {
     assert_clear_failure(&out, "unknown request policy `x`");
     let out = hetsched(&["simulate", "--requests", "no-such-trace"]);
     assert_clear_failure(&out, "nor a shipped trace");
+    let out = hetsched(&[
+        "simulate",
+        "--requests",
+        "agent-burst",
+        "--kv-budget",
+        "1MiB",
+    ]);
+    assert_clear_failure(
+        &out,
+        "give a budget of at least the largest request's caches",
+    );
+    let out = hetsched(&["simulate", "--requests", "agent-burst", "--kv-budget", "0"]);
+    assert_clear_failure(&out, "give a budget above 0");
 }
 
 #[test]

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hetsched.h"
+#include "example.h"
 
 static int failures = 0;
 
@@ -233,15 +233,33 @@ int main(void) {
     EXPECT(hs_requests_close(NULL), HS_OK);
     EXPECT(hs_requests_close((hs_requests *)plan), HS_ERR_WRONG_HANDLE_KIND);
 
+    /* Profiles: NULLs, wrong kinds, a simulated run (its times are predictions), a write
+     * with nothing measured, into no folder. */
+    hs_profile *profile = NULL;
+    EXPECT(hs_profile_create(NULL), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_profile_add_run(NULL, run), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_profile_write(NULL, "/tmp", NULL, NULL), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_profile_destroy(NULL), HS_OK);
+    EXPECT(hs_profile_create(&profile), HS_OK);
+    EXPECT(hs_profile_add_run(profile, NULL), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_profile_add_run((hs_profile *)run, run), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_profile_add_run(profile, (hs_run *)plan), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_profile_add_run(profile, run), HS_ERR_INVALID_ARGUMENT);
+    EXPECT(hs_profile_write(profile, NULL, NULL, NULL), HS_ERR_NULL_ARGUMENT);
+    EXPECT(hs_profile_write(profile, BAD_UTF8, NULL, NULL), HS_ERR_INVALID_UTF8);
+    EXPECT(hs_profile_write(profile, "/tmp", BAD_UTF8, NULL), HS_ERR_INVALID_UTF8);
+    EXPECT(hs_profile_write(profile, "/nonexistent/dir", NULL, NULL), HS_ERR_IO);
+    EXPECT(hs_profile_write(profile, "/tmp", NULL, &text), HS_ERR_STATE);
+    EXPECT(hs_profile_destroy((hs_profile *)scene), HS_ERR_WRONG_HANDLE_KIND);
+    EXPECT(hs_profile_destroy(profile), HS_OK);
+    EXPECT(hs_profile_add_run(profile, run), HS_ERR_INVALID_HANDLE);
+
     EXPECT(hs_run_destroy(run), HS_OK);
     EXPECT(hs_run_destroy(run), HS_ERR_INVALID_HANDLE);
     EXPECT(hs_plan_destroy(plan), HS_OK);
     EXPECT(hs_scene_destroy(scene), HS_OK);
     EXPECT(hs_scene_destroy(scene), HS_ERR_INVALID_HANDLE);
-    if (hs_live_handles() != 0) {
-        fprintf(stderr, "%zu handles left alive\n", hs_live_handles());
-        failures++;
-    }
+    failures += example_handles_left();
     if (strcmp(hs_status_name(9999), "HS_UNKNOWN_STATUS") != 0) failures++;
     printf("abuse: %d failed expectations\n", failures);
     return failures != 0;

@@ -22,18 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "hetsched.h"
-
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        hs_status status_ = (call);                                                      \
-        if (status_ != HS_OK) {                                                          \
-            const char *message_ = hs_last_error();                                      \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,            \
-                    hs_status_name(status_), message_ ? message_ : "(no message)");      \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "example.h"
 
 /* The main thread's event loop (--step) sleeps on this until some lane reports. */
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -134,10 +123,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--svg") && i + 1 < argc) svg = argv[++i];
         else scene_name = argv[i];
     }
-    if (hs_abi_version() != HS_ABI_VERSION) {
-        fprintf(stderr, "library ABI %u, header %u\n", hs_abi_version(), HS_ABI_VERSION);
-        return 1;
-    }
+    if (example_abi_mismatch()) return 1;
 
     hs_scene *scene = NULL;
     if (scene_name) CHECK(hs_scene_load(scene_name, &scene));
@@ -209,7 +195,7 @@ int main(int argc, char **argv) {
         CHECK(hs_engine_destroy(engine));
         CHECK(hs_plan_destroy(plan));
         CHECK(hs_scene_destroy(scene));
-        return failed || hs_live_handles() != 0;
+        return failed | example_handles_left();
     }
 
     hs_run *hosted = NULL, *simulated = NULL;
@@ -239,9 +225,6 @@ int main(int argc, char **argv) {
     CHECK(hs_engine_destroy(engine));
     CHECK(hs_plan_destroy(plan));
     CHECK(hs_scene_destroy(scene));
-    if (hs_live_handles() != 0) {
-        fprintf(stderr, "%zu handles left alive\n", hs_live_handles());
-        failed = 1;
-    }
+    failed |= example_handles_left();
     return failed;
 }

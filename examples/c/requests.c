@@ -14,18 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hetsched.h"
-
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        hs_status status_ = (call);                                                      \
-        if (status_ != HS_OK) {                                                          \
-            const char *message_ = hs_last_error();                                      \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,            \
-                    hs_status_name(status_), message_ ? message_ : "(no message)");      \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "example.h"
 
 /* One request's state, its callbacks' user data. */
 typedef struct request {
@@ -103,6 +92,7 @@ int main(int argc, char **argv) {
      * preempts the background prefill at the next 8-token boundary. */
     hs_requests_limits limits = {.kv_budget_bytes = 0, .max_requests = 8, .refuse_when_full = 0,
                                  .threads = 2, .chunk_len = 8};
+    if (example_abi_mismatch()) return 1;
     hs_requests *engine = NULL;
     CHECK(hs_requests_open(argv[1], &limits, &engine));
 
@@ -131,10 +121,7 @@ int main(int argc, char **argv) {
     failed |= background.status != HS_OK || background.len == 0;
     failed |= cancelled.status != HS_ERR_CANCELLED || !strstr(cancelled.result, "\"cancelled\"");
     failed |= strstr(interactive.result, "ttft_ms") == NULL;
-    if (hs_live_handles() != 0) {
-        fprintf(stderr, "%zu handles left alive\n", hs_live_handles());
-        failed = 1;
-    }
+    failed |= example_handles_left();
     if (failed) fprintf(stderr, "requests: an expectation failed\n");
     else printf("requests: 3 requests ended as expected\n");
     return failed;

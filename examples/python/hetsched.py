@@ -260,11 +260,11 @@ class Requests(_Handle):
     def generate(self, prompt: str, **options):
         """Submits `prompt` and blocks until it ended: (texts, (status_name, result)),
         one text per sample. Not from a callback (it would wait on its own thread)."""
-        texts = [""] * max(options.get("n", 1), 1)
-        ended, end = threading.Event(), []
+        # By sample, as text comes: `n` is only trusted once the library accepted it.
+        pieces, ended, end = {}, threading.Event(), []
 
         def token(_request, sample, text):
-            texts[sample] += text
+            pieces.setdefault(sample, []).append(text)
 
         def finish(_request, status, result):
             end.append((status, result))
@@ -272,7 +272,8 @@ class Requests(_Handle):
 
         self.submit(prompt, on_token=token, on_finish=finish, **options)
         ended.wait()
-        return texts, end[0]
+        samples = max(options.get("n", 1), 1)
+        return ["".join(pieces.get(i, [])) for i in range(samples)], end[0]
 
     def cancel(self, request: int) -> None:
         self.lib.check(self.lib.c.hs_requests_cancel(self.handle, request),

@@ -345,6 +345,12 @@ fn time_decode(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) {
     let w16 = weights(ctx, rng, Elem::F16);
     let one = acts(ctx, rng, 1);
     println!("\ndecode, one token (device us per dispatch):");
+    // What any dispatch costs here, barrier included: one 4-float add in place.
+    let tiny = ctx.upload_f32(&[1.0; 4], 1, 4).expect("upload");
+    let delta = ctx.upload_f32(&[0.5; 4], 1, 4).expect("upload");
+    let floor: Record<'_> = Box::new(|b| b.add_assign(&tiny, &delta));
+    let t_floor = time_us(ctx, &floor, t.repeat, t.batches);
+    println!("{:<34} {t_floor:>10.1}", "floor: add of 4 floats");
     let mut layer = (0.0, 0.0);
     for ((name, r32), (_, r16)) in gemms(&w32, &one).iter().zip(&gemms(&w16, &one)) {
         let (t32, t16) = (

@@ -1,7 +1,7 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
-// Causal grouped-query attention for few query tokens (decode): one workgroup of 256
-// threads per (head, token) walks the token's keys in blocks of 256, one key per thread:
+// Causal grouped-query attention for few query tokens (decode): one workgroup of 64
+// threads per (head, token) walks the token's keys in blocks of 64, one key per thread:
 // its score q·k, the block's max and sum (shared-memory trees), an online softmax across
 // blocks (running max m and sum l), then O = corr·O + P·V with each thread owning one
 // vec4 of the head's dims over a slice of the block's keys (reads of V rows coalesced),
@@ -13,13 +13,21 @@
 // keys the cache holds when it is replayed. Layouts as attention_flash.comp: q, out
 // [n_tokens, n_heads, head_dim]; k, v [kv, n_kv_heads, head_dim]; head_dim a multiple of
 // 4, at most 256.
-layout(local_size_x = 256) in;
+//
+// Split over keys (flash decoding): with splits > 1 the workgroups of z = 0 .. splits
+// each walk their own run of blocks (the runs fixed by kv_len, so a recording replays at
+// any position) and write their running max, sum and unnormalized output to part
+// ([n_tokens, n_heads, splits] records of head_dim + 4 floats: m, l, two unused, the
+// output); attention_decode_combine.comp merges them. One (head, token) alone is a
+// handful of workgroups on a GPU with a hundred cores, each walking every block.
+layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
 layout(std430, binding = 1) readonly buffer K { vec4 k[]; };
 layout(std430, binding = 2) readonly buffer V { vec4 v[]; };
 layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };
 layout(std430, binding = 4) readonly buffer Positions { uint positions[]; };
+layout(std430, binding = 5) writeonly buffer Part { vec4 part[]; };
 
 layout(push_constant) uniform Push {
     uint n_tokens;
@@ -30,10 +38,11 @@ layout(push_constant) uniform Push {
     uint head_dim;
     float scale;
     uint flags;    // bit 0: positions from the buffer
-    uint pad[8];
+    uint splits;   // workgroups along z, each over its own run of key blocks
+    uint pad[7];
 } p;
 
-const uint T = 256;
+const uint T = 64;
 const uint MAX_D4 = 64;
 const float NEG_INF = -1.0 / 0.0;
 
@@ -69,11 +78,15 @@ void main() {
     vec4 acc = vec4(0.0);
     float m = NEG_INF;
     float l = 0.0;
+    uint split = gl_WorkGroupID.z;
+    uint run = ((p.kv_len + T - 1) / T + p.splits - 1) / p.splits * T;
+    uint first = split * run;
+    uint end = min(keys, first + run);
     barrier();
-    for (uint k0 = 0; k0 < keys; k0 += T) {
+    for (uint k0 = first; k0 < end; k0 += T) {
         uint j = k0 + tid;
         float s = NEG_INF;
-        if (j < keys) {
+        if (j < end) {
             uint base = j * kv_tok4 + g * d4;
             float dotp = 0.0;
             for (uint c = 0; c < d4; c++) dotp += dot(qs[c], k[base + c]);
@@ -84,7 +97,7 @@ void main() {
         reduce(true);
         float m_new = max(m, red[0]);
         barrier();
-        float e = j < keys ? exp(s - m_new) : 0.0;
+        float e = j < end ? exp(s - m_new) : 0.0;
         ps[tid] = e;
         red[tid] = e;
         barrier();
@@ -94,8 +107,8 @@ void main() {
         m = m_new;
         acc *= corr;
         if (slice < slices) {
-            uint end = min(T, keys - k0);
-            for (uint jj = slice; jj < end; jj += slices) {
+            uint block = min(T, end - k0);
+            for (uint jj = slice; jj < block; jj += slices) {
                 acc += ps[jj] * v[(k0 + jj) * kv_tok4 + g * d4 + lane];
             }
         }
@@ -106,6 +119,12 @@ void main() {
     if (slice == 0 && tid < d4) {
         vec4 sum = vec4(0.0);
         for (uint s = 0; s < slices; s++) sum += acc_red[s * d4 + lane];
-        o[t * q_tok4 + h * d4 + lane] = sum / l;
+        if (p.splits == 1) {
+            o[t * q_tok4 + h * d4 + lane] = sum / l;
+        } else {
+            uint rec = ((t * p.n_heads + h) * p.splits + split) * (d4 + 1);
+            if (tid == 0) part[rec] = vec4(m, l, 0.0, 0.0);
+            part[rec + 1 + lane] = sum;
+        }
     }
 }

@@ -20,7 +20,11 @@ layout(std430, binding = 7) readonly buffer Positions { uint positions[]; };
 #define CACHE_ROW(row) ((p.flags & 4u) != 0u ? positions[row] : p.pos0 + (row))
 #include "gemm_fused_epilogue.glsl"
 
-const uint GEMV_ROWS = 8;
+// Rows of A one dispatch takes: the including kernel may fix it (1 for a single
+// sequence's decode step: no accumulator array to index, so no loop over rows at all).
+#ifndef GEMV_ROWS
+#define GEMV_ROWS 8
+#endif
 const uint THREADS = 64;
 
 shared vec4 red[GEMV_ROWS][THREADS];

@@ -188,16 +188,7 @@ pub(crate) fn record_attention<C: AsRef<GpuContext>>(
 ) -> Result<()> {
     let ctx = job.ctx();
     if fused.is_none() && decode_attention_fits(s) {
-        let push = decode_push(s);
-        let [q, k, v, out] = bufs;
-        let positions = ctx.unused_bindings()?[0].clone();
-        let groups = [s.n_heads as u32, s.n_tokens as u32, 1];
-        return job.dispatch(
-            Shader::AttentionDecode,
-            &[q, k, v, out, &positions],
-            push,
-            groups,
-        );
+        return record_decode_attention(job, bufs, None, s);
     }
     if !ctx.attention_on_tensor_cores(s) {
         let (shader, mut push, groups) = plain_dispatch(s);
@@ -345,10 +336,28 @@ pub(crate) fn decode_attention_fits(s: &AttentionShape) -> bool {
         && s.head_dim <= crate::MAX_HEAD_DIM
 }
 
+/// Keys a workgroup of the decode attention kernel takes at a time (its threads, one key
+/// each: `T` in `attention_decode.comp`).
+const DECODE_KEY_BLOCK: usize = 64;
+
+/// Most workgroups one (head, token) of the decode kernel is split into along its keys;
+/// past `DECODE_KEY_BLOCK · DECODE_MAX_SPLITS` keys each walks several blocks.
+const DECODE_MAX_SPLITS: usize = 128;
+
+/// How many workgroups one (head, token) of decode attention over `kv_len` keys is split
+/// into: one per key block, up to [`DECODE_MAX_SPLITS`]. A single sequence's step has only
+/// `n_heads` (head, token) pairs, a few workgroups on a GPU of a hundred cores, so each
+/// takes a run of the keys and a second kernel merges their softmax states.
+pub(crate) fn decode_splits(kv_len: usize) -> usize {
+    kv_len
+        .div_ceil(DECODE_KEY_BLOCK)
+        .clamp(1, DECODE_MAX_SPLITS)
+}
+
 /// The decode attention kernel's push constants for `s` (positions from pos0).
 pub(crate) fn decode_push(s: &AttentionShape) -> [u32; PUSH_WORDS] {
     let mut p = [0u32; PUSH_WORDS];
-    p[..7].copy_from_slice(&[
+    p[..9].copy_from_slice(&[
         s.n_tokens as u32,
         s.pos0 as u32,
         s.kv_len as u32,
@@ -356,8 +365,63 @@ pub(crate) fn decode_push(s: &AttentionShape) -> [u32; PUSH_WORDS] {
         s.n_kv_heads as u32,
         s.head_dim as u32,
         s.scale().to_bits(),
+        0,
+        decode_splits(s.kv_len) as u32,
     ]);
     p
+}
+
+/// Records the decode attention kernel over `[q, k_cache, v_cache, out]` for `s` (already
+/// validated), token positions from `positions` when given (else `s.pos0 + t`), split
+/// along the keys ([`decode_splits`]) and merged by `attention_decode_combine.comp` when
+/// there is more than one block of keys.
+pub(crate) fn record_decode_attention<C: AsRef<GpuContext>>(
+    job: &mut Job<C>,
+    [q, k, v, out]: [&Subbuffer<[u32]>; 4],
+    positions: Option<&Subbuffer<[u32]>>,
+    s: &AttentionShape,
+) -> Result<()> {
+    let mut push = decode_push(s);
+    let unused = job.ctx().unused_bindings()?;
+    let positions = match positions {
+        Some(buf) => {
+            push[7] = 1;
+            buf
+        }
+        None => &unused[0],
+    };
+    let splits = decode_splits(s.kv_len);
+    let (n_heads, n_tokens) = (s.n_heads as u32, s.n_tokens as u32);
+    if splits == 1 {
+        return job.dispatch(
+            Shader::AttentionDecode,
+            &[q, k, v, out, positions, &unused[1]],
+            push,
+            [n_heads, n_tokens, 1],
+        );
+    }
+    // Every (token, head, split) record is written before the merge reads it, so the
+    // partials need no zeroing; a buffer of their own per recording, so that replays of
+    // different steps never share one.
+    let record_words = s.head_dim + 4;
+    let words = s.n_tokens * s.n_heads * splits * record_words;
+    let part = job
+        .ctx()
+        .alloc_words(words as u64, "decode attention partials")?;
+    job.dispatch(
+        Shader::AttentionDecode,
+        &[q, k, v, out, positions, &part],
+        push,
+        [n_heads, n_tokens, splits as u32],
+    )?;
+    let mut merge = [0u32; PUSH_WORDS];
+    merge[..4].copy_from_slice(&[n_tokens, n_heads, s.head_dim as u32, splits as u32]);
+    job.dispatch(
+        Shader::AttentionDecodeCombine,
+        &[&part, out],
+        merge,
+        [n_heads, n_tokens, 1],
+    )
 }
 
 #[cfg(test)]

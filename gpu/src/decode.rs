@@ -18,7 +18,9 @@ use hetsched_kernels::reference::AttentionShape;
 use vulkano::buffer::{Buffer, BufferCreateInfo, BufferUsage, Subbuffer};
 use vulkano::memory::allocator::{AllocationCreateInfo, MemoryTypeFilter};
 
-use crate::attention::{DECODE_ATTENTION_MAX_TOKENS, decode_attention_fits, decode_push};
+use crate::attention::{
+    DECODE_ATTENTION_MAX_TOKENS, decode_attention_fits, record_decode_attention,
+};
 use crate::batch::{GpuBatch, check_attention, dense};
 use crate::buffers::{Elem, GpuMatrix};
 use crate::context::GpuContext;
@@ -295,14 +297,12 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
                 format!("positions must hold {} u32 values (I32)", at.n_tokens),
             ));
         }
-        let mut p = decode_push(&at);
-        p[7] = 1;
         let (k, v) = caches;
-        self.job_mut().dispatch(
-            Shader::AttentionDecode,
-            &[&q.buf, &k.buf, &v.buf, &out.buf, &positions.buf],
-            p,
-            [at.n_heads as u32, at.n_tokens as u32, 1],
+        record_decode_attention(
+            self.job_mut(),
+            [&q.buf, &k.buf, &v.buf, &out.buf],
+            Some(&positions.buf),
+            &at,
         )
     }
 }

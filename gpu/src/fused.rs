@@ -339,10 +339,13 @@ impl GpuContext {
         Shader::GemmF16FusedKhr.compiled() && self.check_coop(crate::CoopKernel::Khr64x64).is_ok()
     }
 
-    /// The kernel of a fused GEMM of `m` rows with weights of type `w`: the few-row
-    /// kernel up to [`crate::GEMV_MAX_ROWS`] rows, else the tiles.
+    /// The kernel of a fused GEMM of `m` rows with weights of type `w`: the one-row
+    /// kernel for one row (a single sequence's decode step), the few-row kernel up to
+    /// [`crate::GEMV_MAX_ROWS`] rows, else the tiles.
     fn fused_shader(&self, m: usize, w: Elem) -> Shader {
         match w {
+            Elem::F16 if m == 1 => Shader::Gemv1F16Fused,
+            _ if m == 1 => Shader::Gemv1F32Fused,
             Elem::F16 if m <= crate::GEMV_MAX_ROWS => Shader::GemvF16Fused,
             _ if m <= crate::GEMV_MAX_ROWS => Shader::GemvF32Fused,
             Elem::F16 if self.fused_gemm_on_tensor_cores() => Shader::GemmF16FusedKhr,
@@ -373,7 +376,13 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             .map(|(m, u)| m.map_or_else(|| u.clone(), |m| m.buf.clone()))
             .collect();
         let shader = job.ctx().fused_shader(a.rows(), w.elem());
-        let few = matches!(shader, Shader::GemvF32Fused | Shader::GemvF16Fused);
+        let few = matches!(
+            shader,
+            Shader::GemvF32Fused
+                | Shader::GemvF16Fused
+                | Shader::Gemv1F32Fused
+                | Shader::Gemv1F16Fused
+        );
         let groups = match few {
             true => [w.rows().div_ceil(4) as u32, 1, 1],
             false => [

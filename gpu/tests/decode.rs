@@ -26,8 +26,10 @@ fn decode_attention_matches_the_reference_at_any_position() {
     let Some(ctx) = common::gpu() else { return };
     let mut rng = SeededRng::new(41);
     // (tokens, pos0, heads, kv heads, head_dim, cache rows): one and several tokens, pasts
-    // across the 256-key blocks, head_dim 8 to 256.
+    // across the 64-key blocks (one workgroup each, merged), head_dim 8 to 256, and a past
+    // long enough that each of the most workgroups walks two blocks.
     let cases = [
+        (1, 9000, 2, 1, 8, 9001),
         (1, 0, 4, 2, 8, 1),
         (1, 300, 9, 3, 64, 301),
         (3, 510, 9, 3, 64, 600),

@@ -5,8 +5,9 @@
 //! [[request]]
 //! arrival_ms = 0          # ms from the start, >= 0, not before the request above
 //! prompt_tokens = 4096    # prompt length, >= 1 (and within the scene's context)
-//! max_tokens = 64         # new tokens at most, >= 1
+//! max_tokens = 64         # new tokens at most (per sample), >= 1
 //! priority = "background" # "interactive", "background" or a number 0..=255
+//! n = 1                   # optional: samples of the prompt, 1..=64 (default 1)
 //!
 //! [[request]]
 //! arrival_ms = 100
@@ -20,7 +21,8 @@
 //! The file is read through [`limits::read_text`] (at most
 //! [`limits::MAX_TEXT_FILE_BYTES`]) and holds at most [`MAX_REQUESTS`] requests; every
 //! other mistake (an unknown key, a priority name that does not exist, arrivals out of
-//! order or negative, a zero count, a target that is not a positive number) is a
+//! order or negative, a zero count, samples beyond [`MAX_SAMPLES`], a target that is not
+//! a positive number) is a
 //! [`TraceError`] naming the request, checked before anything is simulated.
 
 use std::path::{Path, PathBuf};
@@ -30,16 +32,14 @@ use hetsched_systems::{Priority, RequestId, SloTargets};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::requests::{MAX_REQUESTS, RequestSpec};
+use crate::requests::{MAX_REQUESTS, MAX_SAMPLES, RequestSpec};
 
 /// One request of a trace, as checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceRequest {
     /// What the simulation arms: id (its position in the file, from 0), priority,
-    /// targets, arrival and prompt length.
+    /// targets, arrival, prompt length, new tokens and samples.
     pub spec: RequestSpec,
-    /// New tokens at most.
-    pub max_tokens: u32,
 }
 
 /// A request trace that could not be used.
@@ -110,6 +110,7 @@ struct RawRequest {
     priority: RawPriority,
     ttft_ms: Option<f64>,
     tpot_ms: Option<f64>,
+    n: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -126,6 +127,10 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../scenes/traces/agent-burst.toml"),
     ),
     ("chat", include_str!("../../scenes/traces/chat.toml")),
+    (
+        "best-of-8",
+        include_str!("../../scenes/traces/best-of-8.toml"),
+    ),
 ];
 
 /// Names of the shipped request traces.
@@ -200,6 +205,12 @@ pub fn parse_trace(text: &str, path: &Path) -> Result<Vec<TraceRequest>, TraceEr
             if raw.max_tokens == 0 {
                 return Err(wrong("max_tokens = 0: give at least one token".into()));
             }
+            let samples = raw.n.unwrap_or(1);
+            if samples == 0 || samples > MAX_SAMPLES {
+                return Err(wrong(format!(
+                    "n = {samples}: give 1 to {MAX_SAMPLES} samples of the prompt"
+                )));
+            }
             let priority = priority(&raw.priority).map_err(wrong)?;
             let target =
                 |name, ms: Option<f64>| ms.map(|ms| positive_ns(name, ms, false)).transpose();
@@ -214,8 +225,9 @@ pub fn parse_trace(text: &str, path: &Path) -> Result<Vec<TraceRequest>, TraceEr
                     targets,
                     arrival_ns,
                     prompt_len: raw.prompt_tokens,
+                    max_tokens: raw.max_tokens,
+                    samples,
                 },
-                max_tokens: raw.max_tokens,
             })
         })
         .collect()
@@ -276,7 +288,11 @@ mod tests {
         assert_eq!(trace[1].spec.arrival_ns, 100_500_000);
         assert_eq!(trace[1].spec.priority, Priority(120));
         assert_eq!(trace[1].spec.targets.ttft_ns, Some(250_000_000));
-        assert_eq!((trace[1].spec.prompt_len, trace[1].max_tokens), (32, 4));
+        assert_eq!(
+            (trace[1].spec.prompt_len, trace[1].spec.max_tokens),
+            (32, 4)
+        );
+        assert_eq!(trace[1].spec.samples, 1, "n defaults to one sample");
     }
 
     #[test]
@@ -303,6 +319,16 @@ mod tests {
         assert!(request(1, &zero), "{zero}");
         let target = parse(&format!("{ONE}priority = 1\nttft_ms = 0\n")).unwrap_err();
         assert!(request(1, &target), "{target}");
+        for n in [0, MAX_SAMPLES + 1] {
+            let samples = parse(&format!("{ONE}priority = 1\nn = {n}\n")).unwrap_err();
+            assert!(request(1, &samples), "{samples}");
+        }
+        assert_eq!(
+            parse(&format!("{ONE}priority = 1\nn = 8\n")).unwrap()[0]
+                .spec
+                .samples,
+            8
+        );
         let unknown = parse(&format!("{ONE}priority = 1\nsamples = 8\n")).unwrap_err();
         assert!(matches!(unknown, TraceError::Parse { .. }), "{unknown}");
         assert!(matches!(parse(""), Err(TraceError::Empty(_))));

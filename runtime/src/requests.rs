@@ -1,36 +1,61 @@
-//! Several requests' prefills simulated together in one world on a scene's device: each
-//! request's prefill is armed at its arrival ([`hetsched_systems::arm_request`]) beside
-//! the others, a request policy orders them, and every job takes its modeled time on a
-//! virtual clock. The outcome per request: when its first token is ready (its prefill's
-//! end), beside the same prefill alone on the same scene and policy.
+//! Several requests simulated together in one world on a scene's device: each request
+//! is a request entity spawned at its arrival, admitted against the KV budget, its
+//! prefill armed beside the others' runs ([`hetsched_systems::arm_request`]); after its
+//! prefill (its first token) its decode steps are armed as runs of the decode-step plan
+//! on the decode processor, the steps of every request decoding at the time batched into
+//! one job per stage. A request policy orders the requests; every job takes its modeled
+//! time on a virtual clock. The outcome per request: time to first token, time per output
+//! token and end to end, beside the same request alone on the same scene and policy.
 //!
-//! Decode steps are not simulated here yet: a request's time to first token is its
-//! prefill's end, and `e2e` figures need decode runs in the same world.
+//! **Decode.** A request of `max_tokens` new tokens gets its first from its prefill and
+//! `max_tokens - 1` decode steps after it, each of its `samples` sequences one row of the
+//! step. The decode-step plan is [`PrefillPlan::decode_step_on`] the decode processor
+//! ([`decode_lane`]: the first CPU), its stages priced together by
+//! [`batched_decode_step_ns`] (the scene's decode costs, batched as a small GEMM). One
+//! batch runs at a time: when it ends, every request ready to decode (in the request
+//! policy's order, up to [`MAX_DECODE_BATCH`] sequences) joins the next, armed on the
+//! first of them, so its priority class and arrival are what the request policy sees.
+//! Under `fcfs` the order holds one request, so a batch holds one request's samples.
+//!
+//! **KV memory.** A request holds its KV caches ([`kv_cache_bytes`]: the prompt's, shared
+//! by its samples, and each sample's own) from admission to its last token. With a budget
+//! ([`MixOptions::kv_budget_bytes`]), a request whose caches do not fit beside the live
+//! ones waits (the waiting requests are admitted in the request policy's order, the first
+//! of them before any behind it) or is refused at arrival ([`KvFull`]); one that could
+//! not fit even alone is an error before anything runs.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::str::FromStr;
 use std::sync::Arc;
 
-use hetsched_systems::request_policy::{UnknownRequestPolicy, create_request_policy};
+use bevy_ecs::prelude::{Entity, World};
+use hetsched_systems::request_policy::{
+    LiveRequest, RequestPolicy, UnknownRequestPolicy, create_request_policy, pick_next,
+};
 use hetsched_systems::resources::{Clock, Completion, Inbox, Outbox};
 use hetsched_systems::{
-    ActiveRequestPolicy, InstanceKey, LiveRuns, PlanError, PrefillPlan, Priority, Request,
-    RequestError, RequestId, RequestPhase, SloTargets, Workload, arm_request, scheduler_schedule,
-    spawn_request_entity, spawn_request_world,
+    ActiveRequestPolicy, DEFAULT_DECODE_LAYERS_PER_STAGE, InstanceKey, LiveRuns, MAX_DECODE_BATCH,
+    PlanError, PrefillPlan, Priority, Request, RequestError, RequestId, RequestPhase, SloTargets,
+    Workload, arm_request, batched_decode_step_ns, decode_lane, disarm_request, kv_cache_bytes,
+    scheduler_schedule_halves, spawn_request_entity, spawn_request_world,
 };
 use thiserror::Error;
 
-use crate::engine::{self, EngineError};
 use crate::scene::{Scene, SceneError};
 
 /// At most this many requests in one simulation; more is refused
 /// ([`RequestsError::TooMany`]).
 pub const MAX_REQUESTS: usize = 1024;
 
+/// Samples of one prompt in one request at most (the real request engine's limit); each
+/// is one sequence of the decode batch.
+pub const MAX_SAMPLES: u32 = MAX_DECODE_BATCH as u32;
+
 /// One request to simulate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestSpec {
-    /// Caller's id.
+    /// Caller's id (unique in a mix).
     pub id: RequestId,
     /// Priority class.
     pub priority: Priority,
@@ -40,30 +65,56 @@ pub struct RequestSpec {
     pub arrival_ns: u64,
     /// Prompt length, tokens.
     pub prompt_len: u32,
+    /// New tokens per sample, at least 1: the first from the prefill, the rest from
+    /// decode steps.
+    pub max_tokens: u32,
+    /// Samples of the prompt (1 to [`MAX_SAMPLES`]), sharing its KV cache.
+    pub samples: u32,
+}
+
+/// What a request that was admitted got, ns on the simulated clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// When its KV caches were admitted (its arrival, or later under a budget).
+    pub admitted_ns: u64,
+    /// Time to first token: its prefill's end minus its arrival.
+    pub ttft_ns: u64,
+    /// End to end: its last token minus its arrival.
+    pub e2e_ns: u64,
+    /// Time per output token after the first (`None` for one token).
+    pub tpot_ns: Option<u64>,
+    /// The same request alone on the same scene and policy: time to first token.
+    pub alone_ttft_ns: u64,
+    /// The same request alone: end to end.
+    pub alone_e2e_ns: u64,
 }
 
 /// What one request got.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PrefillOutcome {
+pub struct RequestOutcome {
     /// Caller's id.
     pub id: RequestId,
     /// Priority class.
     pub priority: Priority,
     /// Arrival, ns.
     pub arrival_ns: u64,
-    /// Time to first token (its prefill's end minus its arrival), ns.
-    pub ttft_ns: u64,
-    /// The same prefill alone on the same scene and policy, ns.
-    pub alone_ttft_ns: u64,
+    /// Its KV caches, bytes.
+    pub kv_bytes: u64,
+    /// Its figures; `None` when it was refused for KV memory ([`KvFull::Refuse`]).
+    pub served: Option<Served>,
 }
 
 /// One job of a simulated mix: which request's instance ran where and when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestSlice {
-    /// The request.
+    /// The request (for a decode batch, the one it is armed on).
     pub request: RequestId,
-    /// (chunk, stage) in the request's plan.
+    /// The plan of the job's run, an index into [`RequestsRun::plans`].
+    pub plan: usize,
+    /// (chunk, stage) in that plan.
     pub key: InstanceKey,
+    /// Sequences in the job: 0 for a prefill job, the batch's rows for a decode step.
+    pub decode_rows: u32,
     /// Processor lane.
     pub lane: usize,
     /// Start, ns.
@@ -72,18 +123,79 @@ pub struct RequestSlice {
     pub end_ns: u64,
 }
 
-/// A simulated mix: per request its outcome (in the order given), every job run, and
-/// each request's plan (for the jobs' templates).
+/// A simulated mix: per request its outcome (in the order given), every job run, the
+/// plans of the jobs, the peak of the KV caches held together and how busy each
+/// processor was.
 #[derive(Clone, Debug)]
 pub struct RequestsRun {
     /// Per request.
-    pub outcomes: Vec<PrefillOutcome>,
+    pub outcomes: Vec<RequestOutcome>,
     /// Every job, in dispatch order.
     pub slices: Vec<RequestSlice>,
-    /// Per request, its prefill's plan.
+    /// Per request (same index), its prefill's plan; then the decode step's plan.
     pub plans: Vec<Arc<PrefillPlan>>,
     /// When the last job ended, ns.
     pub makespan_ns: u64,
+    /// Most bytes of KV caches held at once across the requests.
+    pub peak_kv_bytes: u64,
+    /// The KV budget simulated under, bytes (`None`: no budget).
+    pub kv_budget_bytes: Option<u64>,
+    /// Per processor lane, the time its jobs ran, ns.
+    pub busy_ns: Vec<u64>,
+}
+
+/// What a request whose KV caches do not fit beside the live requests' gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvFull {
+    /// It waits until enough caches are freed.
+    #[default]
+    Wait,
+    /// It is refused at arrival (reported without figures).
+    Refuse,
+}
+
+impl KvFull {
+    /// `wait` or `refuse`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvFull::Wait => "wait",
+            KvFull::Refuse => "refuse",
+        }
+    }
+}
+
+impl FromStr for KvFull {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "wait" => Ok(KvFull::Wait),
+            "refuse" => Ok(KvFull::Refuse),
+            other => Err(format!("`{other}`: give wait or refuse")),
+        }
+    }
+}
+
+/// How a mix is simulated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MixOptions {
+    /// The policy across requests (`fcfs`, `priority`, `slack`).
+    pub request_policy: String,
+    /// Bytes of KV caches the live requests may hold together (`None`: no limit).
+    pub kv_budget_bytes: Option<u64>,
+    /// What a request that does not fit gets.
+    pub kv_full: KvFull,
+}
+
+impl MixOptions {
+    /// `request_policy`, no KV budget.
+    pub fn new(request_policy: &str) -> Self {
+        MixOptions {
+            request_policy: request_policy.to_string(),
+            kv_budget_bytes: None,
+            kv_full: KvFull::Wait,
+        }
+    }
 }
 
 /// Why a simulation of requests could not run.
@@ -104,6 +216,50 @@ pub enum RequestsError {
         /// Its arrival.
         arrival_ns: u64,
     },
+    /// Two requests with one id.
+    #[error("request id {0} is given twice")]
+    DuplicateId(RequestId),
+    /// No new token asked for, or samples 0 or beyond [`MAX_SAMPLES`].
+    #[error(
+        "request {id}: {max_tokens} new tokens and {samples} samples; give at least 1 token \
+         and 1 to {MAX_SAMPLES} samples"
+    )]
+    Tokens {
+        /// The request.
+        id: RequestId,
+        /// Its new tokens.
+        max_tokens: u32,
+        /// Its samples.
+        samples: u32,
+    },
+    /// The prompt and the tokens to generate do not fit the model's context.
+    #[error(
+        "request {id}: a prompt of {prompt_len} tokens and {max_tokens} new tokens exceed \
+         the context of {context} tokens"
+    )]
+    Context {
+        /// The request.
+        id: RequestId,
+        /// Its prompt.
+        prompt_len: u32,
+        /// Its new tokens.
+        max_tokens: u32,
+        /// The model's context.
+        context: u32,
+    },
+    /// A request's KV caches exceed the whole budget: it could never run.
+    #[error(
+        "request {id} needs {need} bytes of KV cache and the KV budget is {budget} bytes: \
+         give a budget of at least the largest request's caches"
+    )]
+    KvBudgetTooSmall {
+        /// The request.
+        id: RequestId,
+        /// Its caches, bytes.
+        need: u64,
+        /// The budget, bytes.
+        budget: u64,
+    },
     /// A request's prefill cannot be planned (prompt 0 or beyond the context, ...).
     #[error("request {id}: {source}")]
     Plan {
@@ -112,6 +268,9 @@ pub enum RequestsError {
         /// Why.
         source: PlanError,
     },
+    /// The decode step cannot be planned or priced on the scene's device.
+    #[error("decode step: {0}")]
+    Decode(PlanError),
     /// The scene's policy.
     #[error(transparent)]
     Scene(#[from] SceneError),
@@ -121,37 +280,110 @@ pub enum RequestsError {
     /// Arming a request.
     #[error(transparent)]
     Arm(#[from] RequestError),
-    /// The alone run.
-    #[error(transparent)]
-    Engine(#[from] EngineError),
     /// Nothing runs, nothing arrives, work is left.
     #[error("the simulation stalled with {0} instances outstanding")]
     Stalled(usize),
 }
 
-/// Simulates `specs` (in arrival order) on `scene`'s device, each request's prefill
-/// decided within by the scene's policy, requests ordered by `request_policy`.
+/// [`simulate_requests`] under `request_policy` without a KV budget; the outcomes.
 ///
 /// # Errors
-/// [`RequestsError`]: bad requests (none, too many, out of order, an unplannable
-/// prompt), an unknown policy, or a stall.
+/// As [`simulate_requests`].
 pub fn simulate_prefills(
     scene: &Scene,
     specs: &[RequestSpec],
     request_policy: &str,
-) -> Result<Vec<PrefillOutcome>, RequestsError> {
-    simulate_requests(scene, specs, request_policy).map(|run| run.outcomes)
+) -> Result<Vec<RequestOutcome>, RequestsError> {
+    simulate_requests(scene, specs, &MixOptions::new(request_policy)).map(|run| run.outcomes)
 }
 
-/// [`simulate_prefills`], with every job's slice and the plans (for timelines).
+/// Simulates `specs` (in arrival order) on `scene`'s device: each request's prefill
+/// decided within by the scene's policy, its decode steps batched with the others',
+/// requests ordered by `options.request_policy` and admitted against its KV budget.
 ///
 /// # Errors
-/// As [`simulate_prefills`].
+/// [`RequestsError`]: bad requests (none, too many, out of order, an id twice, no token,
+/// samples out of range, beyond the context, an unplannable prompt, caches beyond the
+/// whole budget), an unknown policy, or a stall.
 pub fn simulate_requests(
     scene: &Scene,
     specs: &[RequestSpec],
-    request_policy: &str,
+    options: &MixOptions,
 ) -> Result<RequestsRun, RequestsError> {
+    let plans = check_and_plan(scene, specs, options)?;
+    let decode = decode_plan(scene)?;
+    let mix = run_mix(scene, specs, options, &plans, &decode)?;
+    let mut alone: HashMap<(u32, u32, u32), (u64, u64)> = HashMap::new();
+    let mut outcomes = Vec::with_capacity(specs.len());
+    for (i, s) in specs.iter().enumerate() {
+        let kv_bytes = kv_cache_bytes(&scene.model, s.prompt_len, s.max_tokens, s.samples);
+        let served = match mix.times[i] {
+            None => None,
+            Some(times) => {
+                let key = (s.prompt_len, s.max_tokens, s.samples);
+                let (alone_ttft_ns, alone_e2e_ns) = match alone.get(&key) {
+                    Some(&figures) => figures,
+                    None => {
+                        let lone = RequestSpec {
+                            arrival_ns: 0,
+                            ..s.clone()
+                        };
+                        let run = run_mix(
+                            scene,
+                            std::slice::from_ref(&lone),
+                            options,
+                            &plans[i..=i],
+                            &decode,
+                        )?;
+                        let t = run.times[0].ok_or(RequestsError::Stalled(0))?;
+                        *alone.entry(key).or_insert((t.first_token_ns, t.end_ns))
+                    }
+                };
+                let ttft_ns = times.first_token_ns - s.arrival_ns;
+                let e2e_ns = times.end_ns - s.arrival_ns;
+                Some(Served {
+                    admitted_ns: times.admitted_ns,
+                    ttft_ns,
+                    e2e_ns,
+                    tpot_ns: (s.max_tokens > 1).then(|| {
+                        (times.end_ns - times.first_token_ns) / u64::from(s.max_tokens - 1)
+                    }),
+                    alone_ttft_ns,
+                    alone_e2e_ns,
+                })
+            }
+        };
+        outcomes.push(RequestOutcome {
+            id: s.id,
+            priority: s.priority,
+            arrival_ns: s.arrival_ns,
+            kv_bytes,
+            served,
+        });
+    }
+    let mut busy_ns = vec![0; scene.device.processors.len()];
+    for slice in &mix.slices {
+        busy_ns[slice.lane] += slice.end_ns - slice.start_ns;
+    }
+    let mut all_plans = plans;
+    all_plans.push(decode);
+    Ok(RequestsRun {
+        outcomes,
+        makespan_ns: mix.slices.iter().map(|s| s.end_ns).max().unwrap_or(0),
+        slices: mix.slices,
+        plans: all_plans,
+        peak_kv_bytes: mix.peak_kv_bytes,
+        kv_budget_bytes: options.kv_budget_bytes,
+        busy_ns,
+    })
+}
+
+/// Checks `specs` against the scene and the options; each request's prefill plan.
+fn check_and_plan(
+    scene: &Scene,
+    specs: &[RequestSpec],
+    options: &MixOptions,
+) -> Result<Vec<Arc<PrefillPlan>>, RequestsError> {
     if specs.is_empty() {
         return Err(RequestsError::Empty);
     }
@@ -164,43 +396,189 @@ pub fn simulate_requests(
             arrival_ns: w[1].arrival_ns,
         });
     }
-    let plans = specs
+    let mut ids = HashSet::new();
+    if let Some(twice) = specs.iter().find(|s| !ids.insert(s.id)) {
+        return Err(RequestsError::DuplicateId(twice.id));
+    }
+    create_request_policy(&options.request_policy)?;
+    let context = scene.model.context;
+    for s in specs {
+        if s.max_tokens == 0 || s.samples == 0 || s.samples > MAX_SAMPLES {
+            return Err(RequestsError::Tokens {
+                id: s.id,
+                max_tokens: s.max_tokens,
+                samples: s.samples,
+            });
+        }
+        if u64::from(s.prompt_len) + u64::from(s.max_tokens) - 1 > u64::from(context) {
+            return Err(RequestsError::Context {
+                id: s.id,
+                prompt_len: s.prompt_len,
+                max_tokens: s.max_tokens,
+                context,
+            });
+        }
+        let need = kv_cache_bytes(&scene.model, s.prompt_len, s.max_tokens, s.samples);
+        if let Some(budget) = options.kv_budget_bytes.filter(|&b| need > b) {
+            return Err(RequestsError::KvBudgetTooSmall {
+                id: s.id,
+                need,
+                budget,
+            });
+        }
+    }
+    specs
         .iter()
         .map(|s| plan_for(scene, s).map(Arc::new))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect()
+}
+
+/// The decode step's plan on the scene's decode processor (priced per batch later).
+fn decode_plan(scene: &Scene) -> Result<Arc<PrefillPlan>, RequestsError> {
+    let lane = decode_lane(&scene.device).ok_or_else(|| {
+        RequestsError::Decode(PlanError::NoProcessor(
+            "the device has no processor to decode on".into(),
+        ))
+    })?;
+    PrefillPlan::decode_step_on(
+        scene.model.clone(),
+        scene.device.clone(),
+        lane,
+        DEFAULT_DECODE_LAYERS_PER_STAGE,
+    )
+    .map(Arc::new)
+    .map_err(RequestsError::Decode)
+}
+
+/// When one admitted request's milestones fell, ns.
+#[derive(Clone, Copy, Debug)]
+struct Times {
+    admitted_ns: u64,
+    first_token_ns: u64,
+    end_ns: u64,
+}
+
+/// The raw outcome of one mix: per request its times (`None`: refused), every job, the
+/// KV peak.
+struct Mix {
+    times: Vec<Option<Times>>,
+    slices: Vec<RequestSlice>,
+    peak_kv_bytes: u64,
+}
+
+/// Where one request of a mix stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    NotArrived,
+    WaitingForKv,
+    Prefill,
+    ReadyToDecode,
+    InBatch,
+    Done,
+    Refused,
+}
+
+/// The decode batch in flight: armed on `leader`, a step for each of `members`.
+struct Batch {
+    leader: usize,
+    members: Vec<usize>,
+    rows: u32,
+}
+
+/// The state of one mix as it runs.
+struct MixState<'a> {
+    scene: &'a Scene,
+    specs: &'a [RequestSpec],
+    plans: &'a [Arc<PrefillPlan>],
+    decode: &'a Arc<PrefillPlan>,
+    options: &'a MixOptions,
+    /// Orders waiting requests for admission and ready ones for a batch.
+    order: Box<dyn RequestPolicy>,
+    world: World,
+    stage: Vec<Stage>,
+    entity: Vec<Option<Entity>>,
+    by_entity: HashMap<Entity, usize>,
+    by_id: HashMap<RequestId, usize>,
+    /// Tokens each sample has so far.
+    tokens: Vec<u32>,
+    kv: Vec<u64>,
+    kv_used: u64,
+    peak_kv_bytes: u64,
+    waiting: Vec<usize>,
+    batch: Option<Batch>,
+    admitted: Vec<Option<u64>>,
+    first_token: Vec<Option<u64>>,
+    end: Vec<Option<u64>>,
+}
+
+/// Runs the mix of `specs` (checked, with their prefill plans) on a fresh world.
+fn run_mix(
+    scene: &Scene,
+    specs: &[RequestSpec],
+    options: &MixOptions,
+    plans: &[Arc<PrefillPlan>],
+    decode: &Arc<PrefillPlan>,
+) -> Result<Mix, RequestsError> {
     let mut world = spawn_request_world(&scene.device);
-    world.insert_resource(ActiveRequestPolicy(create_request_policy(request_policy)?));
-    let mut schedule = scheduler_schedule();
-    let mut entities = Vec::with_capacity(specs.len());
+    world.insert_resource(ActiveRequestPolicy(create_request_policy(
+        &options.request_policy,
+    )?));
+    let n = specs.len();
+    let mut state = MixState {
+        scene,
+        specs,
+        plans,
+        decode,
+        options,
+        order: create_request_policy(&options.request_policy)?,
+        world,
+        stage: vec![Stage::NotArrived; n],
+        entity: vec![None; n],
+        by_entity: HashMap::new(),
+        by_id: specs.iter().enumerate().map(|(i, s)| (s.id, i)).collect(),
+        tokens: vec![0; n],
+        kv: specs
+            .iter()
+            .map(|s| kv_cache_bytes(&scene.model, s.prompt_len, s.max_tokens, s.samples))
+            .collect(),
+        kv_used: 0,
+        peak_kv_bytes: 0,
+        waiting: Vec::new(),
+        batch: None,
+        admitted: vec![None; n],
+        first_token: vec![None; n],
+        end: vec![None; n],
+    };
+    let (mut settle, mut launch) = scheduler_schedule_halves();
     let mut next_arrival = 0;
     // (end, lane, id, start): earliest end first, ties by lane.
     let mut in_flight: BinaryHeap<Reverse<(u64, usize, u32, u64)>> = BinaryHeap::new();
-    let mut first_token_ns = vec![None; specs.len()];
     let mut slices = Vec::new();
     loop {
-        let now = world.resource::<Clock>().now_ns;
-        while next_arrival < specs.len() && specs[next_arrival].arrival_ns <= now {
-            let s = &specs[next_arrival];
-            let entity = spawn_request_entity(
-                &mut world,
-                Request::new(s.id, s.priority, s.targets, s.arrival_ns),
-            );
-            let plan = plans[next_arrival].clone();
-            arm_request(
-                &mut world,
-                entity,
-                plan,
-                scene.new_policy()?,
-                RequestPhase::Prefill,
-            )?;
-            entities.push(entity);
+        let now = state.world.resource::<Clock>().now_ns;
+        settle.run(&mut state.world);
+        let finished = std::mem::take(&mut state.world.resource_mut::<LiveRuns>().finished);
+        for entity in finished {
+            state.run_finished(entity, now)?;
+        }
+        while next_arrival < n && specs[next_arrival].arrival_ns <= now {
+            state.arrive(next_arrival);
             next_arrival += 1;
         }
-        schedule.run(&mut world);
-        for job in std::mem::take(&mut world.resource_mut::<Outbox>().0) {
+        state.admit(now)?;
+        state.form_batch(now)?;
+        launch.run(&mut state.world);
+        for job in std::mem::take(&mut state.world.resource_mut::<Outbox>().0) {
+            let i = state.by_id[&job.request];
+            let (plan, decode_rows) = match (&state.batch, state.stage[i]) {
+                (Some(b), Stage::InBatch) if b.leader == i => (n, b.rows),
+                _ => (i, 0),
+            };
             slices.push(RequestSlice {
                 request: job.request,
+                plan,
                 key: job.key,
+                decode_rows,
                 lane: job.processor,
                 start_ns: now,
                 end_ns: now + job.estimated_ns,
@@ -212,24 +590,18 @@ pub fn simulate_requests(
                 now,
             )));
         }
-        let finished = std::mem::take(&mut world.resource_mut::<LiveRuns>().finished);
-        for entity in finished {
-            if let Some(i) = entities.iter().position(|&e| e == entity) {
-                first_token_ns[i].get_or_insert(now);
-            }
-        }
-        let outstanding = world.resource::<LiveRuns>().outstanding;
+        let outstanding = state.world.resource::<LiveRuns>().outstanding;
         let arrival = specs.get(next_arrival).map(|s| s.arrival_ns);
         let end = in_flight.peek().map(|Reverse(j)| j.0);
         let next = match (end, arrival) {
-            (None, None) if outstanding == 0 => break,
+            (None, None) if state.all_settled() => break,
             (None, None) => return Err(RequestsError::Stalled(outstanding)),
             (Some(e), Some(a)) => e.min(a),
             (Some(e), None) => e,
             (None, Some(a)) => a,
         };
-        world.resource_mut::<Clock>().now_ns = next;
-        let mut inbox = world.resource_mut::<Inbox>();
+        state.world.resource_mut::<Clock>().now_ns = next;
+        let mut inbox = state.world.resource_mut::<Inbox>();
         while let Some(&Reverse((end, processor, id, start))) = in_flight.peek() {
             if end != next {
                 break;
@@ -243,28 +615,215 @@ pub fn simulate_requests(
             });
         }
     }
-    let outcomes = specs
-        .iter()
-        .zip(&plans)
-        .zip(first_token_ns)
-        .map(|((s, plan), first)| {
-            let alone = engine::simulate(plan.clone(), scene.new_policy()?)?;
-            let first = first.ok_or(RequestsError::Stalled(0))?;
-            Ok(PrefillOutcome {
-                id: s.id,
-                priority: s.priority,
-                arrival_ns: s.arrival_ns,
-                ttft_ns: first - s.arrival_ns,
-                alone_ttft_ns: alone.makespan_ns,
-            })
-        })
-        .collect::<Result<Vec<_>, RequestsError>>()?;
-    Ok(RequestsRun {
-        outcomes,
-        makespan_ns: slices.iter().map(|s| s.end_ns).max().unwrap_or(0),
+    let times = (0..n)
+        .map(
+            |i| match (state.admitted[i], state.first_token[i], state.end[i]) {
+                (Some(admitted_ns), Some(first_token_ns), Some(end_ns)) => Some(Times {
+                    admitted_ns,
+                    first_token_ns,
+                    end_ns,
+                }),
+                _ => None,
+            },
+        )
+        .collect();
+    Ok(Mix {
+        times,
         slices,
-        plans,
+        peak_kv_bytes: state.peak_kv_bytes,
     })
+}
+
+impl MixState<'_> {
+    /// Request `i` arrives: its entity is spawned, waiting for KV memory (or refused at
+    /// once when it does not fit and the options say so).
+    fn arrive(&mut self, i: usize) {
+        let s = &self.specs[i];
+        let entity = spawn_request_entity(
+            &mut self.world,
+            Request::new(s.id, s.priority, s.targets, s.arrival_ns),
+        );
+        self.entity[i] = Some(entity);
+        self.by_entity.insert(entity, i);
+        if self.options.kv_full == KvFull::Refuse && !self.fits(i) {
+            self.stage[i] = Stage::Refused;
+            if let Some(mut r) = self.world.get_mut::<Request>(entity) {
+                r.phase = RequestPhase::Cancelled;
+            }
+            return;
+        }
+        self.stage[i] = Stage::WaitingForKv;
+        self.waiting.push(i);
+    }
+
+    fn fits(&self, i: usize) -> bool {
+        self.options
+            .kv_budget_bytes
+            .is_none_or(|budget| self.kv_used + self.kv[i] <= budget)
+    }
+
+    /// The request policy's view of request `i` at `now_ns` (`work_ns`: its armed or
+    /// next run's modeled work, `bound_ns` its lower bound alone).
+    fn view(&self, i: usize, now_ns: u64, work_ns: u64, bound_ns: u64) -> LiveRequest {
+        let s = &self.specs[i];
+        LiveRequest {
+            entity: self.entity[i].expect("an arrived request"),
+            id: s.id,
+            priority: s.priority,
+            targets: s.targets,
+            arrival_ns: s.arrival_ns,
+            phase: RequestPhase::Waiting,
+            work_left_ns: work_ns,
+            work_total_ns: work_ns,
+            alone_bound_ns: bound_ns,
+            armed_ns: now_ns,
+        }
+    }
+
+    /// Admits waiting requests in the request policy's order while the first fits: each
+    /// gets its KV caches and its prefill armed.
+    fn admit(&mut self, now_ns: u64) -> Result<(), RequestsError> {
+        while !self.waiting.is_empty() {
+            let mut views: Vec<LiveRequest> = self
+                .waiting
+                .iter()
+                .map(|&i| {
+                    let plan = &self.plans[i];
+                    let work = plan.instances().map(|k| plan.cost_ns(k)).sum();
+                    self.view(i, now_ns, work, plan.lower_bound().ns())
+                })
+                .collect();
+            let Some(first) = pick_next(self.order.as_mut(), now_ns, &mut views) else {
+                return Ok(());
+            };
+            let i = self.by_entity[&first.entity];
+            if !self.fits(i) {
+                return Ok(());
+            }
+            self.waiting.retain(|&w| w != i);
+            self.kv_used += self.kv[i];
+            self.peak_kv_bytes = self.peak_kv_bytes.max(self.kv_used);
+            self.admitted[i] = Some(now_ns);
+            self.stage[i] = Stage::Prefill;
+            arm_request(
+                &mut self.world,
+                first.entity,
+                self.plans[i].clone(),
+                self.scene.new_policy()?,
+                RequestPhase::Prefill,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The run armed on `entity` finished at `now_ns`: a prefill gives its request's
+    /// first token, a decode batch one token to each of its members.
+    fn run_finished(&mut self, entity: Entity, now_ns: u64) -> Result<(), RequestsError> {
+        let Some(&i) = self.by_entity.get(&entity) else {
+            return Ok(());
+        };
+        let members = match self.stage[i] {
+            Stage::Prefill => {
+                self.first_token[i] = Some(now_ns);
+                vec![i]
+            }
+            Stage::InBatch => match self.batch.take() {
+                Some(batch) if batch.leader == i => batch.members,
+                other => {
+                    self.batch = other;
+                    return Ok(());
+                }
+            },
+            _ => return Ok(()),
+        };
+        for m in members {
+            self.tokens[m] += 1;
+            if self.tokens[m] < self.specs[m].max_tokens {
+                self.stage[m] = Stage::ReadyToDecode;
+                continue;
+            }
+            self.stage[m] = Stage::Done;
+            self.end[m] = Some(now_ns);
+            self.kv_used -= self.kv[m];
+            let e = self.entity[m].expect("an arrived request");
+            disarm_request(&mut self.world, e)?;
+            if let Some(mut r) = self.world.get_mut::<Request>(e) {
+                r.phase = RequestPhase::Finished;
+            }
+        }
+        Ok(())
+    }
+
+    /// With no decode batch in flight, the requests ready to decode (in the request
+    /// policy's order, up to [`MAX_DECODE_BATCH`] sequences) form the next one, armed on
+    /// the first of them.
+    fn form_batch(&mut self, now_ns: u64) -> Result<(), RequestsError> {
+        if self.batch.is_some() {
+            return Ok(());
+        }
+        let ready: Vec<usize> = (0..self.specs.len())
+            .filter(|&i| self.stage[i] == Stage::ReadyToDecode)
+            .collect();
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let mut views: Vec<LiveRequest> =
+            ready.iter().map(|&i| self.view(i, now_ns, 0, 0)).collect();
+        self.order.order(now_ns, &mut views);
+        let mut members = Vec::new();
+        let mut rows = 0;
+        for v in &views {
+            let i = self.by_entity[&v.entity];
+            if rows + self.specs[i].samples > MAX_SAMPLES {
+                break;
+            }
+            rows += self.specs[i].samples;
+            members.push(i);
+        }
+        let Some(&leader) = members.first() else {
+            return Ok(());
+        };
+        let mut contexts = Vec::with_capacity(rows as usize);
+        for &m in &members {
+            let context = u64::from(self.specs[m].prompt_len) + u64::from(self.tokens[m]);
+            contexts.extend(std::iter::repeat_n(context, self.specs[m].samples as usize));
+            let e = self.entity[m].expect("an arrived request");
+            if m != leader {
+                // Its own last run (its prefill, or a batch it led) is done: its ids go.
+                disarm_request(&mut self.world, e)?;
+            }
+            self.stage[m] = Stage::InBatch;
+            if let Some(mut r) = self.world.get_mut::<Request>(e) {
+                r.phase = RequestPhase::Decode {
+                    step: u64::from(self.tokens[m] - 1),
+                };
+            }
+        }
+        let step_ns = batched_decode_step_ns(&self.scene.model, &self.scene.device, &contexts)
+            .map_err(RequestsError::Decode)?;
+        let plan = Arc::new(self.decode.as_ref().clone().with_home_total_ns(step_ns));
+        let step = u64::from(self.tokens[leader] - 1);
+        arm_request(
+            &mut self.world,
+            self.entity[leader].expect("an arrived request"),
+            plan,
+            self.scene.new_policy()?,
+            RequestPhase::Decode { step },
+        )?;
+        self.batch = Some(Batch {
+            leader,
+            members,
+            rows,
+        });
+        Ok(())
+    }
+
+    /// Whether every request is done or refused.
+    fn all_settled(&self) -> bool {
+        self.stage
+            .iter()
+            .all(|s| matches!(s, Stage::Done | Stage::Refused))
+    }
 }
 
 /// The scene's plan for `spec`'s prompt (the scene's chunk length, placement and memory).
@@ -294,7 +853,13 @@ mod tests {
             targets: SloTargets::default(),
             arrival_ns: arrival_ms * 1_000_000,
             prompt_len,
+            max_tokens: 1,
+            samples: 1,
         }
+    }
+
+    fn served(o: &RequestOutcome) -> Served {
+        o.served.expect("served")
     }
 
     #[test]
@@ -302,7 +867,17 @@ mod tests {
         let scene = Scene::default_scene();
         let one = [spec(1, Priority::INTERACTIVE, 5, 256)];
         let out = simulate_prefills(&scene, &one, "slack").unwrap();
-        assert_eq!(out[0].ttft_ns, out[0].alone_ttft_ns);
+        let s = served(&out[0]);
+        assert_eq!(s.ttft_ns, s.alone_ttft_ns);
+        assert_eq!(
+            (s.e2e_ns, s.tpot_ns),
+            (s.ttft_ns, None),
+            "one token: no decode"
+        );
+        // Alone, the prefill is the engine's own simulation of its plan.
+        let plan = Arc::new(plan_for(&scene, &one[0]).unwrap());
+        let engine = crate::engine::simulate(plan, scene.new_policy().unwrap()).unwrap();
+        assert_eq!(s.ttft_ns, engine.makespan_ns);
         assert!(matches!(
             simulate_prefills(&scene, &[], "fcfs"),
             Err(RequestsError::Empty)
@@ -315,6 +890,14 @@ mod tests {
             simulate_prefills(&scene, &backwards, "fcfs"),
             Err(RequestsError::OutOfOrder { .. })
         ));
+        let twice = [
+            spec(1, Priority::BACKGROUND, 0, 64),
+            spec(1, Priority::BACKGROUND, 1, 64),
+        ];
+        assert!(matches!(
+            simulate_prefills(&scene, &twice, "fcfs"),
+            Err(RequestsError::DuplicateId(_))
+        ));
         let empty_prompt = [spec(1, Priority::BACKGROUND, 0, 0)];
         assert!(matches!(
             simulate_prefills(&scene, &empty_prompt, "fcfs"),
@@ -323,6 +906,25 @@ mod tests {
         assert!(matches!(
             simulate_prefills(&scene, &one, "nonesuch"),
             Err(RequestsError::RequestPolicy(_))
+        ));
+        for (max_tokens, samples) in [(0, 1), (4, 0), (4, MAX_SAMPLES + 1)] {
+            let bad = [RequestSpec {
+                max_tokens,
+                samples,
+                ..one[0].clone()
+            }];
+            assert!(matches!(
+                simulate_prefills(&scene, &bad, "fcfs"),
+                Err(RequestsError::Tokens { .. })
+            ));
+        }
+        let long = [RequestSpec {
+            max_tokens: scene.model.context,
+            ..one[0].clone()
+        }];
+        assert!(matches!(
+            simulate_prefills(&scene, &long, "fcfs"),
+            Err(RequestsError::Context { .. })
         ));
     }
 
@@ -336,8 +938,104 @@ mod tests {
         let fcfs = simulate_prefills(&scene, &burst, "fcfs").unwrap();
         let slack = simulate_prefills(&scene, &burst, "slack").unwrap();
         // fcfs: the interactive prompt waits for the rest of the background prefill.
-        assert!(fcfs[1].ttft_ns > 2 * fcfs[1].alone_ttft_ns);
-        assert!(slack[1].ttft_ns < fcfs[1].ttft_ns);
-        assert!(slack[0].ttft_ns >= slack[0].alone_ttft_ns);
+        assert!(served(&fcfs[1]).ttft_ns > 2 * served(&fcfs[1]).alone_ttft_ns);
+        assert!(served(&slack[1]).ttft_ns < served(&fcfs[1]).ttft_ns);
+        assert!(served(&slack[0]).ttft_ns >= served(&slack[0]).alone_ttft_ns);
+    }
+
+    #[test]
+    fn decode_steps_follow_the_prefill_and_batch_across_requests() {
+        let scene = Scene::default_scene();
+        let decoding = |id, arrival_ms, prompt_len, max_tokens, samples| RequestSpec {
+            max_tokens,
+            samples,
+            ..spec(id, Priority::INTERACTIVE, arrival_ms, prompt_len)
+        };
+        let lone = [decoding(0, 0, 64, 9, 1)];
+        let run = simulate_requests(&scene, &lone, &MixOptions::new("slack")).unwrap();
+        let s = served(&run.outcomes[0]);
+        assert_eq!((s.ttft_ns, s.e2e_ns), (s.alone_ttft_ns, s.alone_e2e_ns));
+        // Eight steps, each the scene's decode cost of one sequence at its context.
+        let want: u64 = (0..8)
+            .map(|t| batched_decode_step_ns(&scene.model, &scene.device, &[64 + 1 + t]).unwrap())
+            .sum();
+        let decode_ns = s.e2e_ns - s.ttft_ns;
+        assert!(decode_ns.abs_diff(want) <= 8 * 8, "{decode_ns} vs {want}");
+        assert_eq!(s.tpot_ns, Some(decode_ns / 8));
+        let lane = decode_lane(&scene.device).unwrap();
+        let decode_slices: Vec<&RequestSlice> =
+            run.slices.iter().filter(|x| x.decode_rows > 0).collect();
+        assert_eq!(decode_slices.len(), 8 * run.plans[1].instance_count());
+        assert!(decode_slices.iter().all(|x| x.lane == lane && x.plan == 1));
+        // Eight samples of one prompt decode as one batch of eight rows: far less than
+        // eight times one sample's decode.
+        let eight = [decoding(0, 0, 64, 9, 8)];
+        let run8 = simulate_requests(&scene, &eight, &MixOptions::new("slack")).unwrap();
+        let s8 = served(&run8.outcomes[0]);
+        assert!(run8.slices.iter().any(|x| x.decode_rows == 8));
+        assert!(s8.e2e_ns - s8.ttft_ns < 2 * decode_ns);
+        assert!(run8.outcomes[0].kv_bytes < 8 * run.outcomes[0].kv_bytes);
+        // An interactive prompt arriving while a background request decodes takes the
+        // processors at the next boundary; once both are ready they share each step.
+        let two = [
+            RequestSpec {
+                priority: Priority::BACKGROUND,
+                ..decoding(0, 0, 64, 33, 1)
+            },
+            decoding(1, 600, 64, 9, 1),
+        ];
+        let run2 = simulate_requests(&scene, &two, &MixOptions::new("priority")).unwrap();
+        assert!(run2.slices.iter().any(|x| x.decode_rows == 2));
+        let fg = served(&run2.outcomes[1]);
+        assert!(fg.e2e_ns - fg.ttft_ns < 2 * decode_ns);
+        // fcfs: one request at a time, the second starts after the first's last token.
+        let two = [decoding(0, 0, 64, 9, 1), decoding(1, 0, 64, 9, 1)];
+        let fcfs = simulate_requests(&scene, &two, &MixOptions::new("fcfs")).unwrap();
+        assert!(fcfs.slices.iter().all(|x| x.decode_rows <= 1));
+        let (a, b) = (served(&fcfs.outcomes[0]), served(&fcfs.outcomes[1]));
+        assert!(b.ttft_ns > a.e2e_ns, "{} vs {}", b.ttft_ns, a.e2e_ns);
+        let busy: u64 = fcfs.busy_ns.iter().sum();
+        let jobs: u64 = fcfs.slices.iter().map(|x| x.end_ns - x.start_ns).sum();
+        assert_eq!(busy, jobs);
+    }
+
+    #[test]
+    fn kv_caches_wait_or_are_refused_beyond_the_budget_and_are_freed() {
+        let scene = Scene::default_scene();
+        let decoding = |id, arrival_ms| RequestSpec {
+            max_tokens: 4,
+            ..spec(id, Priority::INTERACTIVE, arrival_ms, 256)
+        };
+        let mix = [decoding(0, 0), decoding(1, 0), decoding(2, 1)];
+        let one = kv_cache_bytes(&scene.model, 256, 4, 1);
+        let free = simulate_requests(&scene, &mix, &MixOptions::new("priority")).unwrap();
+        assert_eq!(free.peak_kv_bytes, 3 * one);
+        let budget = MixOptions {
+            kv_budget_bytes: Some(2 * one),
+            ..MixOptions::new("priority")
+        };
+        let waited = simulate_requests(&scene, &mix, &budget).unwrap();
+        assert_eq!(waited.peak_kv_bytes, 2 * one);
+        let third = served(&waited.outcomes[2]);
+        let first_end = served(&waited.outcomes[0]).e2e_ns;
+        assert!(
+            third.admitted_ns >= first_end,
+            "waits for a cache to be freed"
+        );
+        let refuse = MixOptions {
+            kv_full: KvFull::Refuse,
+            ..budget.clone()
+        };
+        let refused = simulate_requests(&scene, &mix, &refuse).unwrap();
+        assert!(refused.outcomes[2].served.is_none());
+        assert!(refused.outcomes[..2].iter().all(|o| o.served.is_some()));
+        let tiny = MixOptions {
+            kv_budget_bytes: Some(one - 1),
+            ..budget
+        };
+        assert!(matches!(
+            simulate_requests(&scene, &mix, &tiny),
+            Err(RequestsError::KvBudgetTooSmall { .. })
+        ));
     }
 }

@@ -19,7 +19,7 @@
 
 use serde::Serialize;
 
-use crate::device::{DeviceProfile, ProcessorKind};
+use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
 use crate::error::PlanError;
 use crate::model::ModelConfig;
 
@@ -58,20 +58,8 @@ pub fn estimate_decode(
     prompt_len: u32,
     tokens: u32,
 ) -> Result<DecodeEstimate, PlanError> {
-    let processor = device
-        .processors
-        .iter()
-        .find(|p| p.kind == ProcessorKind::Cpu)
-        .or_else(|| device.processors.first())
-        .ok_or_else(|| PlanError::NoProcessor("the device has no processor to decode on".into()))?;
-    let given = processor.decode_bandwidth_gbps;
-    let bandwidth_gbps = given.unwrap_or(processor.cost.bandwidth_gbps);
-    if !(bandwidth_gbps.is_finite() && bandwidth_gbps > 0.0) {
-        return Err(PlanError::NoProcessor(format!(
-            "processor {} has no positive bandwidth to decode with ({bandwidth_gbps} GB/s)",
-            processor.name
-        )));
-    }
+    let processor = decode_processor(device)?;
+    let (bandwidth_gbps, given) = decode_bandwidth(processor)?;
     if u64::from(prompt_len) + u64::from(tokens) > u64::from(model.context) {
         return Err(PlanError::InvalidWorkload(format!(
             "a prompt of {prompt_len} tokens and {tokens} decode steps exceed the context of \
@@ -94,12 +82,123 @@ pub fn estimate_decode(
         tokens,
         processor: processor.name.clone(),
         bandwidth_gbps,
-        bandwidth_given: given.is_some(),
+        bandwidth_given: given,
         weight_bytes_per_step,
         kv_bytes_per_token,
         first_step_ns: if tokens > 0 { step_ns(0) } else { 0 },
         decode_ns: (0..tokens).map(step_ns).sum(),
     })
+}
+
+/// The lane decode steps run on: the first CPU, or the first processor of a device
+/// without one (`None`: no processor).
+pub fn decode_lane(device: &DeviceProfile) -> Option<usize> {
+    device
+        .first_of(ProcessorKind::Cpu)
+        .or_else(|| (!device.processors.is_empty()).then_some(0))
+}
+
+fn decode_processor(device: &DeviceProfile) -> Result<&ProcessorSpec, PlanError> {
+    decode_lane(device)
+        .map(|lane| &device.processors[lane])
+        .ok_or_else(|| PlanError::NoProcessor("the device has no processor to decode on".into()))
+}
+
+/// The bandwidth a decode step reads at on `processor`, GB/s, and whether the profile
+/// gave it for decode (`decode_bandwidth_gbps`; else the roofline's).
+fn decode_bandwidth(processor: &ProcessorSpec) -> Result<(f64, bool), PlanError> {
+    let given = processor.decode_bandwidth_gbps;
+    let bandwidth_gbps = given.unwrap_or(processor.cost.bandwidth_gbps);
+    if !(bandwidth_gbps.is_finite() && bandwidth_gbps > 0.0) {
+        return Err(PlanError::NoProcessor(format!(
+            "processor {} has no positive bandwidth to decode with ({bandwidth_gbps} GB/s)",
+            processor.name
+        )));
+    }
+    Ok((bandwidth_gbps, given.is_some()))
+}
+
+/// Sequences one batched decode step holds at most (the samples of one request and the
+/// other requests decoding beside it together).
+pub const MAX_DECODE_BATCH: usize = 64;
+
+/// The modelled time of one decode step of `contexts.len()` sequences run together on
+/// the decode processor ([`decode_lane`]), sequence `s` at `contexts[s]` tokens (its
+/// cache and the token fed). The GEMVs of single-sequence decode become one small GEMM:
+/// every weight is read once for the batch, every sequence reads its own cache, and the
+/// arithmetic grows with the batch:
+///
+/// ```text
+/// t = launch_us + max((weight_bytes + Σ_s kv_read(contexts[s])) / bandwidth,
+///                     Σ_s (2 · weights + 4 · Σ_layers kv_read_l · heads · head_dim) / rate)
+/// ```
+///
+/// with the bandwidth of [`estimate_decode`] and `rate` the processor's peak at the
+/// model's weight precision (no arithmetic bound where it gives none). One sequence that
+/// is bound by its bytes costs exactly [`estimate_decode`]'s step at its context. An NPU
+/// runs graphs of static batch shapes: a batch is padded up to the next power of two.
+///
+/// # Errors
+/// [`PlanError::NoProcessor`] as [`estimate_decode`]; [`PlanError::InvalidWorkload`] for
+/// no sequence, more than [`MAX_DECODE_BATCH`], or a context of 0 or beyond the model's.
+pub fn batched_decode_step_ns(
+    model: &ModelConfig,
+    device: &DeviceProfile,
+    contexts: &[u64],
+) -> Result<u64, PlanError> {
+    let processor = decode_processor(device)?;
+    let (bandwidth_gbps, _) = decode_bandwidth(processor)?;
+    if contexts.is_empty() || contexts.len() > MAX_DECODE_BATCH {
+        return Err(PlanError::InvalidWorkload(format!(
+            "a decode batch of {} sequences; give 1 to {MAX_DECODE_BATCH}",
+            contexts.len()
+        )));
+    }
+    if let Some(c) = contexts
+        .iter()
+        .find(|&&c| c == 0 || c > u64::from(model.context))
+    {
+        return Err(PlanError::InvalidWorkload(format!(
+            "a decode step at {c} tokens: give 1 to the context of {} tokens",
+            model.context
+        )));
+    }
+    let kv_bytes_per_layer =
+        2 * u64::from(model.kv_heads) * u64::from(model.head_dim()) * model.float_precision.bytes();
+    let mut padded: Vec<u64> = contexts.to_vec();
+    if processor.kind == ProcessorKind::Npu {
+        // Padding rows run at the shortest context: they cost arithmetic, little cache.
+        let shape = padded.len().next_power_of_two();
+        let shortest = padded.iter().copied().min().unwrap_or(1);
+        padded.resize(shape, shortest);
+    }
+    let keys: u64 = padded.iter().map(|&c| cached_keys_read(model, c)).sum();
+    let bytes = weight_bytes(model) + keys * kv_bytes_per_layer;
+    let memory_ns = bytes as f64 / bandwidth_gbps;
+    let rate = processor.cost.peak_gops.ops_per_s(model.weight_precision);
+    let weights = weight_bytes(model) / model.weight_precision.bytes().max(1);
+    let attention_ops = 4 * keys * u64::from(model.heads) * u64::from(model.head_dim());
+    let ops = 2 * weights * padded.len() as u64 + attention_ops;
+    let compute_ns = if rate > 0.0 {
+        ops as f64 / rate * 1e9
+    } else {
+        0.0
+    };
+    let launch_ns = (processor.cost.launch_us * 1e3).max(0.0);
+    Ok((launch_ns + memory_ns.max(compute_ns)).round() as u64)
+}
+
+/// Bytes of one request's KV caches at the model's float precision: the prompt's cache,
+/// shared by its `samples`, and each sample's own positions after it (every generated
+/// token but the last is fed back; at least one).
+pub fn kv_cache_bytes(model: &ModelConfig, prompt_len: u32, max_tokens: u32, samples: u32) -> u64 {
+    let per_position = u64::from(model.layers)
+        * 2
+        * u64::from(model.kv_heads)
+        * u64::from(model.head_dim())
+        * model.float_precision.bytes();
+    let own = u64::from(max_tokens.saturating_sub(1).max(1));
+    per_position.saturating_mul(u64::from(prompt_len) + u64::from(samples) * own)
 }
 
 /// The cached tokens a step at `context` tokens reads, summed over the layers: each
@@ -209,6 +308,56 @@ mod tests {
 
     fn windowed_kv_bytes_per_layer(model: &ModelConfig) -> f64 {
         (2 * model.kv_heads * model.head_dim()) as f64 * model.float_precision.bytes() as f64
+    }
+
+    #[test]
+    fn a_batch_reads_the_weights_once_and_one_sequence_costs_a_step() {
+        let model = tiny_model(2);
+        let mut device = tiny_device();
+        // Bound by bytes: a lone sequence costs estimate_decode's step at its context.
+        let lane = decode_lane(&device).unwrap();
+        device.processors[lane].cost.peak_gops.int8 = 1e6;
+        device.processors[lane].cost.peak_gops.fp16 = 1e6;
+        device.processors[lane].cost.peak_gops.fp32 = 1e6;
+        let one = batched_decode_step_ns(&model, &device, &[9]).unwrap();
+        assert_eq!(
+            one,
+            estimate_decode(&model, &device, 8, 1)
+                .unwrap()
+                .first_step_ns
+        );
+        // Eight sequences read the weights once: far less than eight steps, more than one.
+        let eight = batched_decode_step_ns(&model, &device, &[9; 8]).unwrap();
+        assert!(eight > one && eight < 2 * one, "{eight} vs {one}");
+        // Arithmetic-bound: the batch costs its GEMM.
+        device.processors[lane].cost.peak_gops.int8 = 1e-3;
+        device.processors[lane].cost.peak_gops.fp16 = 1e-3;
+        device.processors[lane].cost.peak_gops.fp32 = 1e-3;
+        let launch = (device.processors[lane].cost.launch_us * 1e3).round();
+        let slow_one = batched_decode_step_ns(&model, &device, &[9]).unwrap() as f64 - launch;
+        let slow_eight = batched_decode_step_ns(&model, &device, &[9; 8]).unwrap() as f64 - launch;
+        assert!(
+            (slow_eight / slow_one - 8.0).abs() < 0.01,
+            "{slow_eight} vs {slow_one}"
+        );
+        for bad in [&[][..], &[0][..], &[u64::from(model.context) + 1][..]] {
+            assert!(matches!(
+                batched_decode_step_ns(&model, &device, bad),
+                Err(PlanError::InvalidWorkload(_))
+            ));
+        }
+        let too_many = vec![9; MAX_DECODE_BATCH + 1];
+        assert!(batched_decode_step_ns(&model, &device, &too_many).is_err());
+    }
+
+    #[test]
+    fn samples_share_the_prompts_cache() {
+        let model = tiny_model(2);
+        let per =
+            2 * 2 * u64::from(model.kv_heads * model.head_dim()) * model.float_precision.bytes();
+        assert_eq!(kv_cache_bytes(&model, 100, 11, 1), per * 110);
+        assert_eq!(kv_cache_bytes(&model, 100, 11, 8), per * 180);
+        assert_eq!(kv_cache_bytes(&model, 100, 1, 1), per * 101);
     }
 
     #[test]

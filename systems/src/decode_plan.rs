@@ -125,6 +125,35 @@ impl PrefillPlan {
             chunk_len: 1,
             float_processor: None,
         };
-        Self::placed_grouped(model, device, workload, placement, layers_per_stage)
+        Self::placed_grouped(model, device, workload, placement, layers_per_stage, None)
+    }
+
+    /// The plan of one decode step of `model` on processor `lane` of `device` (any
+    /// number of processors): the stages of [`PrefillPlan::decode_step`] (layers grouped
+    /// `layers_per_stage` to a stage), every one on `lane` alone. A world of several
+    /// requests on the whole device arms it beside their prefills.
+    ///
+    /// # Errors
+    /// As [`PrefillPlan::decode_step`]; [`PlanError::InvalidDevice`] for a lane the
+    /// device does not have.
+    pub fn decode_step_on(
+        model: ModelConfig,
+        device: DeviceProfile,
+        lane: usize,
+        layers_per_stage: u32,
+    ) -> Result<Self, PlanError> {
+        let workload = Workload {
+            prompt_len: 1,
+            chunk_len: 1,
+            float_processor: None,
+        };
+        Self::placed_grouped(
+            model,
+            device,
+            workload,
+            PlacementConfig::default(),
+            layers_per_stage,
+            Some(lane),
+        )
     }
 }

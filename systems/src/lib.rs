@@ -71,7 +71,10 @@ use bevy_ecs::schedule::SingleThreadedExecutor;
 pub use attention_span::attention_window;
 pub use bound::measured_lower_bound;
 pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
-pub use decode_cost::{DecodeEstimate, estimate_decode};
+pub use decode_cost::{
+    DecodeEstimate, MAX_DECODE_BATCH, batched_decode_step_ns, decode_lane, estimate_decode,
+    kv_cache_bytes,
+};
 pub use decode_plan::DEFAULT_DECODE_LAYERS_PER_STAGE;
 pub use device::{CostAdaptation, OneThreadCost, PrecisionGap, PrecisionWarm, ProfileOrigin};
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
@@ -128,6 +131,31 @@ pub fn scheduler_schedule() -> Schedule {
             .in_set(SchedulerSystems::Metrics),
     ));
     schedule
+}
+
+/// The tick of [`scheduler_schedule`] in two halves: collect and resolve, then dispatch
+/// and metrics. Running both in turn is one tick; between them a caller sees which runs
+/// just finished (`LiveRuns::finished`) and may arm the next ones (a request's next decode
+/// step), so that they compete for the processors in the same tick's dispatch, as they
+/// would had they been armed before it.
+pub fn scheduler_schedule_halves() -> (Schedule, Schedule) {
+    let mut settle = Schedule::default();
+    settle.set_executor(SingleThreadedExecutor::new());
+    settle.configure_sets((SchedulerSystems::Collect, SchedulerSystems::Resolve).chain());
+    settle.add_systems((
+        collect::collect_completions.in_set(SchedulerSystems::Collect),
+        resolve::resolve_dependencies.in_set(SchedulerSystems::Resolve),
+    ));
+    let mut launch = Schedule::default();
+    launch.set_executor(SingleThreadedExecutor::new());
+    launch.configure_sets((SchedulerSystems::Dispatch, SchedulerSystems::Metrics).chain());
+    launch.add_systems((
+        dispatch::dispatch_ready.in_set(SchedulerSystems::Dispatch),
+        (metrics::record_metrics, advance_messages)
+            .chain()
+            .in_set(SchedulerSystems::Metrics),
+    ));
+    (settle, launch)
 }
 
 /// Swaps message buffers once per tick so messages live exactly two ticks.

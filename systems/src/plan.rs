@@ -126,7 +126,7 @@ impl PrefillPlan {
         workload: Workload,
         placement: PlacementConfig,
     ) -> Result<Self, PlanError> {
-        Self::placed_grouped(model, device, workload, placement, 1)
+        Self::placed_grouped(model, device, workload, placement, 1, None)
     }
 
     /// [`PrefillPlan::placed`], where a plan of one chunk on one processor (a decode
@@ -137,17 +137,27 @@ impl PrefillPlan {
         workload: Workload,
         placement: PlacementConfig,
         layers_per_stage: u32,
+        only_lane: Option<usize>,
     ) -> Result<Self, PlanError> {
         device.validate()?;
         let mut stages = build_stages(&model)?;
         check_workload(&model, &workload)?;
-        if device.processors.len() == 1 {
+        if device.processors.len() == 1 || only_lane.is_some() {
             stages = match workload.prompt_len <= workload.chunk_len {
                 true => group_layers(merge_for_one_chunk_one_processor(stages), layers_per_stage)?,
                 false => merge_for_one_processor(stages),
             };
         }
-        let stage_lanes = stage_lanes(&device, &workload, &stages, &placement)?;
+        let stage_lanes = match only_lane {
+            Some(lane) if lane < device.processors.len() => vec![vec![lane]; stages.len()],
+            Some(lane) => {
+                return Err(PlanError::InvalidDevice(format!(
+                    "processor {lane} does not exist: the device has {}",
+                    device.processors.len()
+                )));
+            }
+            None => stage_lanes(&device, &workload, &stages, &placement)?,
+        };
         let stage_processor = stage_lanes.iter().map(|lanes| lanes[0]).collect();
         let chunks = workload.prompt_len.div_ceil(workload.chunk_len);
         let successor_stages = successor_stages(&stages);
@@ -188,6 +198,31 @@ impl PrefillPlan {
     /// bound that the policies and the report read.
     fn price(&mut self) -> Result<(), PlanError> {
         self.lane_cost_ns = self.model_costs()?;
+        self.derive_from_lane_costs();
+        Ok(())
+    }
+
+    /// This plan with every lane cost scaled by one factor, so that its instances' home
+    /// costs sum to `total_ns` (each at least 1 ns): the same stages and their shares of
+    /// the work, priced by another model of the whole (a batched decode step's cost,
+    /// [`crate::batched_decode_step_ns`]). Levels, ranks and the lower bound follow.
+    pub fn with_home_total_ns(mut self, total_ns: u64) -> Self {
+        let home: u64 = self.instances().map(|k| self.cost_ns(k)).sum();
+        if home == 0 {
+            return self;
+        }
+        let scale = total_ns as f64 / home as f64;
+        for cost in self.lane_cost_ns.iter_mut().flatten() {
+            let scaled = (cost.get() as f64 * scale).round() as u64;
+            *cost = NonZeroU64::new(scaled.max(1)).expect("at least 1");
+        }
+        self.derive_from_lane_costs();
+        self
+    }
+
+    /// The home, cheapest and mean costs, levels, ranks and lower bound from
+    /// `lane_cost_ns`.
+    fn derive_from_lane_costs(&mut self) {
         let lanes = self.lanes();
         let mut mean_cost_ns = vec![0; self.id_space()];
         let mut cost_ns = vec![0; self.id_space()];
@@ -216,7 +251,6 @@ impl PrefillPlan {
                 .max()
                 .unwrap_or(0),
         };
-        Ok(())
     }
 
     /// Sets the memory budgets and alignment, refusing budgets that can never be met.

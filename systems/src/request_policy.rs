@@ -117,14 +117,21 @@ impl RequestPolicy for Fcfs {
     }
 }
 
-/// Strict priority: the most urgent class first, then arrival, then id. A less urgent
-/// request runs only on a processor the more urgent ones have nothing ready for, and
-/// yields at its next subgraph boundary.
+/// Strict priority: the most urgent class first; within a class a prefill before a
+/// decode step, then arrival, then id. A less urgent request runs only on a processor
+/// the more urgent ones have nothing ready for, and yields at its next subgraph
+/// boundary.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StrictPriority;
 
+/// The most urgent class first; within a class a prefill before a decode step (a
+/// prompt's first token waits for no one else's next token, as continuous-batching
+/// servers order them), then arrival, then id.
 fn by_priority(live: &mut [LiveRequest]) {
-    live.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.arrival_ns, r.id));
+    live.sort_by_key(|r| {
+        let decoding = matches!(r.phase, RequestPhase::Decode { .. });
+        (std::cmp::Reverse(r.priority), decoding, r.arrival_ns, r.id)
+    });
 }
 
 impl RequestPolicy for StrictPriority {
@@ -259,5 +266,37 @@ mod tests {
                 .iter()
                 .any(|(n, _)| *n == DEFAULT_REQUEST_POLICY)
         );
+    }
+
+    #[test]
+    fn priority_orders_class_then_prefill_before_decode_then_arrival() {
+        let live = |id: u64, priority, arrival_ns, phase| LiveRequest {
+            entity: Entity::from_raw_u32(id as u32 + 1).unwrap(),
+            id: RequestId(id),
+            priority,
+            targets: SloTargets::default(),
+            arrival_ns,
+            phase,
+            work_left_ns: 1,
+            work_total_ns: 1,
+            alone_bound_ns: 1,
+            armed_ns: 0,
+        };
+        let decode = RequestPhase::Decode { step: 3 };
+        let mut requests = vec![
+            live(0, Priority::INTERACTIVE, 0, decode),
+            live(1, Priority::BACKGROUND, 0, RequestPhase::Prefill),
+            live(2, Priority::INTERACTIVE, 9, RequestPhase::Prefill),
+            live(3, Priority::INTERACTIVE, 5, RequestPhase::Prefill),
+        ];
+        for policy in ["priority", "slack"] {
+            let mut order = requests.clone();
+            create_request_policy(policy).unwrap().order(0, &mut order);
+            let ids: Vec<u64> = order.iter().map(|r| r.id.0).collect();
+            assert_eq!(ids, [3, 2, 0, 1], "{policy}");
+        }
+        Fcfs.order(0, &mut requests);
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].id, RequestId(0), "fcfs: the earliest arrival");
     }
 }

@@ -14,7 +14,6 @@ use hetsched_systems::{InstanceKey, PrefillPlan};
 
 use crate::engine::RunOutcome;
 use crate::requests::RequestsRun;
-use hetsched_systems::RequestId;
 
 /// A processor lane.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,12 +171,11 @@ impl Trace {
     /// by it in the Chrome trace), and each request's span from arrival to first token.
     /// No dependency flows: they cross requests' plans.
     pub fn of_requests(title: &str, run: &RequestsRun) -> Trace {
-        let index_of = |id: RequestId| run.outcomes.iter().position(|o| o.id == id);
         let mut slices: Vec<Slice> = run
             .slices
             .iter()
             .filter_map(|r| {
-                let plan = &run.plans[index_of(r.request)?];
+                let plan = run.plans.get(r.plan)?;
                 let span = (r.start_ns, r.end_ns);
                 Some(Slice::of(plan, r.lane, r.key, span, Some(r.request.0)))
             })
@@ -203,11 +201,13 @@ impl Trace {
             requests: run
                 .outcomes
                 .iter()
-                .map(|o| RequestSpan {
-                    id: o.id.0,
-                    priority: o.priority.label(),
-                    arrival_ns: o.arrival_ns,
-                    first_token_ns: o.arrival_ns + o.ttft_ns,
+                .filter_map(|o| {
+                    Some(RequestSpan {
+                        id: o.id.0,
+                        priority: o.priority.label(),
+                        arrival_ns: o.arrival_ns,
+                        first_token_ns: o.arrival_ns + o.served?.ttft_ns,
+                    })
                 })
                 .collect(),
         }
@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn a_trace_of_requests_tags_every_job_and_gives_each_request_a_track() {
         use crate::requests::{RequestSpec as Spec, simulate_requests};
-        use hetsched_systems::{Priority, SloTargets};
+        use hetsched_systems::{Priority, RequestId, SloTargets};
         let scene = crate::scene::Scene::default_scene();
         let specs = [
             (0, Priority::BACKGROUND, 0, 256),
@@ -281,8 +281,11 @@ mod tests {
             targets: SloTargets::default(),
             arrival_ns: arrival_ms * 1_000_000,
             prompt_len,
+            max_tokens: 3,
+            samples: 1,
         });
-        let run = simulate_requests(&scene, &specs, "priority").unwrap();
+        let options = crate::requests::MixOptions::new("priority");
+        let run = simulate_requests(&scene, &specs, &options).unwrap();
         let trace = Trace::of_requests("mix", &run);
         assert_eq!(trace.slices.len(), run.slices.len());
         for id in [0, 1] {

@@ -110,7 +110,7 @@ fn has_minus_128(a: &[i8]) -> bool {
 /// # Panics
 /// If a slice length does not match its shape.
 pub fn gemm_w4_g128_reference(a: &[i8], a_scales: &[f32], m: usize, w: &W4Rows, out: &mut [f32]) {
-    let (n, k, groups) = (w.n, w.k, w.groups());
+    let (n, k) = (w.n, w.k);
     let spans = act_groups(k);
     assert_eq!(a.len(), m * k, "a must be [m, k]");
     assert_eq!(
@@ -119,20 +119,7 @@ pub fn gemm_w4_g128_reference(a: &[i8], a_scales: &[f32], m: usize, w: &W4Rows, 
         "a_scales must be [m, ceil(k / 128)]"
     );
     assert_eq!(out.len(), m * n, "out must be [m, n]");
-    for i in 0..m {
-        for j in 0..n {
-            let mut sum = 0f64;
-            for g in 0..groups {
-                let span = g * GROUP_K..((g + 1) * GROUP_K).min(k);
-                let dot: i64 = span
-                    .map(|p| i64::from(a[i * k + p]) * i64::from(w.q[j * k + p]))
-                    .sum();
-                let s = f64::from(w.sub_scales[j * groups + g]);
-                sum += f64::from(a_scales[i * spans + g / SPAN]) * s * dot as f64;
-            }
-            out[i * n + j] = (sum * f64::from(w.row_scales[j])) as f32;
-        }
-    }
+    super::scaled::reference::<SPAN>(a, a_scales, m, w, out);
 }
 
 /// Linear layer in W4A8 with an activation scale per row and 128 inputs: quantizes

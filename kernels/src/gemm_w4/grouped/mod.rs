@@ -28,7 +28,7 @@ use std::ops::Range;
 pub use quantize::{quantize_groups, quantize_groups_into, quantize_groups_reference};
 
 use super::PackedW4Weights;
-use super::quant::{GROUP_K, W4Rows};
+use super::quant::W4Rows;
 use crate::cpu::I8Kernel;
 
 /// `out[m, n]` (f32, dequantized) of group-scaled INT8 activations `a[m, k]` with
@@ -94,20 +94,7 @@ pub fn gemm_w4_grouped_reference(
     assert_eq!(a.len(), m * k, "a must be [m, k]");
     assert_eq!(a_scales.len(), m * groups, "a_scales must be [m, groups]");
     assert_eq!(out.len(), m * n, "out must be [m, n]");
-    for i in 0..m {
-        for j in 0..n {
-            let mut sum = 0f64;
-            for g in 0..groups {
-                let span = g * GROUP_K..((g + 1) * GROUP_K).min(k);
-                let dot: i64 = span
-                    .map(|p| i64::from(a[i * k + p]) * i64::from(w.q[j * k + p]))
-                    .sum();
-                let s = f64::from(w.sub_scales[j * groups + g]);
-                sum += f64::from(a_scales[i * groups + g]) * s * dot as f64;
-            }
-            out[i * n + j] = (sum * f64::from(w.row_scales[j])) as f32;
-        }
-    }
+    super::scaled::reference::<1>(a, a_scales, m, w, out);
 }
 
 /// Linear layer in W4A8 with per-group activation scales: quantizes `x[m, k]` per row

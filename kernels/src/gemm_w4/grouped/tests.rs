@@ -1,4 +1,5 @@
 use super::*;
+use crate::gemm_w4::quant::GROUP_K;
 use crate::gemm_w4::tests::random_rows;
 use crate::reference::matmul_f32;
 use crate::seeded::SeededRng;

@@ -29,7 +29,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
+use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activation_rows};
 use super::super::quant::GROUP_K;
 use super::{group_bias, spans_of};
 use crate::cpu::I8Kernel;
@@ -40,6 +40,12 @@ use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
 const MR: usize = 4;
 /// Blocks of 16 columns per microtile.
 const NB: usize = 2;
+/// Blocks per microtile of a one-row product (a decode step's): one, so that the weights
+/// stream as one sequential run (block after block), as the INT8 matrix-vector kernel
+/// reads them; two blocks side by side read two runs a block apart and streamed 0.55x
+/// the INT8 kernel's bytes per second from memory, one block 0.76x (`decode_gemv` in
+/// `benches/w4a8.rs`, one thread, the two variants alternating).
+const NB_ONE_ROW: usize = 1;
 /// Groups ahead of the one multiplied whose weight bytes are prefetched (2 KiB a block).
 /// A one-row product (a decode step's) does little arithmetic per byte, so without it the
 /// loads wait on memory: in a profile of `generate --precision w4a8-g32` the first use
@@ -77,9 +83,10 @@ fn gemm_impl<const SPAN: usize>(
 ) {
     let groups = w.groups();
     let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
-    let padded = pad_activations(a, m, w.k(), groups, 0);
+    let padded = activation_rows(a, m, w.k(), groups);
     let bias = bias_of(&padded);
-    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
+    let nb = if m == 1 { NB_ONE_ROW } else { NB };
+    for_each_tile(m, cols, out, MR, nb, |r0, rows, b0, nb, tile| {
         let rows_in = Rows {
             a: &padded[r0 * kp..(r0 + rows) * kp],
             scales: &a_scales[r0 * spans..(r0 + rows) * spans],

@@ -23,7 +23,7 @@ mod scalar;
 use std::ops::Range;
 
 use super::PackedW4Weights;
-use super::quant::GROUP_K;
+use super::quant::{GROUP_K, W4Rows};
 use crate::cpu::I8Kernel;
 
 /// `out[m, cols]` (compact tile) of activations `a[m, k]` with one scale per row and
@@ -62,4 +62,32 @@ fn group_bias(padded: &[u8]) -> Vec<i32> {
         .chunks_exact(GROUP_K)
         .map(|g| 8 * g.iter().map(|&b| i32::from(b as i8)).sum::<i32>())
         .collect()
+}
+
+/// The definition both spans share, in f64 over unpacked rows: `out[m, n] = d[n] ·
+/// Σ_g a_scale[m, g / SPAN] · s[n, g] · Σ_{p ∈ g} a[m, p] · q[n, p]` (`a_scales` is
+/// `[m, ceil(groups / SPAN)]`; shapes are checked by the caller).
+pub(super) fn reference<const SPAN: usize>(
+    a: &[i8],
+    a_scales: &[f32],
+    m: usize,
+    w: &W4Rows,
+    out: &mut [f32],
+) {
+    let (n, k, groups) = (w.n, w.k, w.groups());
+    let spans = spans_of::<SPAN>(groups);
+    for i in 0..m {
+        for j in 0..n {
+            let mut sum = 0f64;
+            for g in 0..groups {
+                let span = g * GROUP_K..((g + 1) * GROUP_K).min(k);
+                let dot: i64 = span
+                    .map(|p| i64::from(a[i * k + p]) * i64::from(w.q[j * k + p]))
+                    .sum();
+                let s = f64::from(w.sub_scales[j * groups + g]);
+                sum += f64::from(a_scales[i * spans + g / SPAN]) * s * dot as f64;
+            }
+            out[i * n + j] = (sum * f64::from(w.row_scales[j])) as f32;
+        }
+    }
 }
