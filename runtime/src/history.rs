@@ -12,13 +12,13 @@ use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::path::Path;
 
-use hetsched_systems::resources::SliceRecord;
 use hetsched_systems::{attention_window, has_attention, precision_label, stage_kind};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::engine::RunOutcome;
 use crate::limits;
+use crate::overlap::overlaps;
 
 /// One measured subgraph instance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -361,39 +361,6 @@ pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
         .collect()
 }
 
-/// For each slice, how long, in ns, slices of other lanes ran during it (summed per
-/// lane, at most its own span: with three lanes and more, two others may run at once).
-pub(crate) fn overlaps(slices: &[SliceRecord]) -> Vec<u64> {
-    let lanes = slices.iter().map(|s| s.processor + 1).max().unwrap_or(0);
-    let mut spans: Vec<Vec<(u64, u64)>> = vec![Vec::new(); lanes];
-    for s in slices {
-        spans[s.processor].push((s.start_ns, s.end_ns));
-    }
-    for lane in &mut spans {
-        lane.sort_unstable();
-    }
-    slices
-        .iter()
-        .map(|slice| {
-            let mut overlapped = 0;
-            for (lane, spans) in spans.iter().enumerate() {
-                if lane == slice.processor {
-                    continue;
-                }
-                // Spans are disjoint and sorted, so their ends are sorted too.
-                let first = spans.partition_point(|&(_, end)| end <= slice.start_ns);
-                for &(start, end) in spans[first..]
-                    .iter()
-                    .take_while(|&&(start, _)| start < slice.end_ns)
-                {
-                    overlapped += end.min(slice.end_ns) - start.max(slice.start_ns);
-                }
-            }
-            overlapped.min(slice.end_ns.saturating_sub(slice.start_ns))
-        })
-        .collect()
-}
-
 /// [`records_of`] a run on `threads` compute threads, each record saying so, and, with
 /// the host's last-level cache size, whether its weights were still cached
 /// ([`crate::weight_reuse::warm_slices`]).
@@ -558,6 +525,7 @@ mod tests {
     use std::sync::Arc;
 
     use hetsched_systems::PolicyRegistry;
+    use hetsched_systems::resources::SliceRecord;
     use hetsched_systems::testing::tiny_plan;
 
     use super::*;

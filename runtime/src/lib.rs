@@ -13,6 +13,7 @@ pub mod decision;
 pub mod engine;
 pub mod fsutil;
 pub mod history;
+mod overlap;
 pub mod prediction;
 pub mod profiling;
 pub mod progress;

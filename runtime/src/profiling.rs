@@ -56,7 +56,8 @@ use crate::backends::Backend;
 use crate::backends::shared_pool::{PoolSharing, SharedPoolBackend, amdahl_rate};
 use crate::backends::worker_pool::{ParallelFractions, WorkerPoolBackend};
 use crate::engine::{self, EngineError, EngineOptions, RunOutcome};
-use crate::history::{HistoryRecord, overlaps};
+use crate::history::HistoryRecord;
+use crate::overlap::overlaps;
 use crate::weight_reuse::{WarmWeights, stage_weight_bytes};
 
 /// Why a profiling step failed.

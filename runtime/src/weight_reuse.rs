@@ -25,7 +25,7 @@ use hetsched_systems::PrefillPlan;
 use hetsched_systems::stage_kind;
 
 use crate::engine::RunOutcome;
-use crate::history::overlaps;
+use crate::overlap::overlaps;
 
 /// The most of a job's work its cached weights may save: the rule sees bytes, not how
 /// much of the job reading them is.

@@ -44,7 +44,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "gpu/src/gemm/coop.rs",
         "gpu/src/job.rs",
     ],
-    &["runtime/src/history.rs", "runtime/src/weight_reuse.rs"],
     &[
         "systems/src/attention_span.rs",
         "systems/src/model.rs",
