@@ -1,7 +1,7 @@
-//! The routes: what each endpoint answers, from the shared [`AppState`].
+//! The routes: what each endpoint answers, from the shared [`AppState`] (`state.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::body::Body;
@@ -11,53 +11,14 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http_body_util::BodyExt;
-use parking_lot::RwLock;
 use serde_json::json;
 
-use crate::config::ServeConfig;
 use crate::engine::Refusal;
 use crate::error::ApiError;
-use crate::metrics::Metrics;
 use crate::reply;
 use crate::request::{self, Endpoint, ModelInfo};
+use crate::state::AppState;
 use crate::{Phase, Served};
-
-/// What every handler shares.
-pub struct AppState {
-    /// The settings.
-    pub config: ServeConfig,
-    /// Loading, ready or failed.
-    pub phase: RwLock<Phase>,
-    /// Counters and histograms.
-    pub metrics: Metrics,
-    /// Set at shutdown: new generation requests get 503.
-    pub draining: AtomicBool,
-}
-
-impl AppState {
-    /// A state in the loading phase.
-    pub fn new(config: ServeConfig) -> Self {
-        Self {
-            config,
-            phase: RwLock::new(Phase::Loading),
-            metrics: Metrics::default(),
-            draining: AtomicBool::new(false),
-        }
-    }
-
-    fn served(&self) -> Result<Arc<Served>, ApiError> {
-        let retry = self.config.limits.retry_after_seconds;
-        match &*self.phase.read() {
-            Phase::Ready(served) => Ok(served.clone()),
-            Phase::Loading => Err(ApiError::unavailable("the model is loading", retry.max(2))),
-            Phase::Failed(why) => Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                format!("the model failed to load: {why}"),
-            )),
-        }
-    }
-}
 
 /// The router: `/health` open to all, everything else behind the API key when one is set.
 pub fn router(state: Arc<AppState>) -> Router {

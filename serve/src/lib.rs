@@ -12,7 +12,7 @@
 //! (the engine `hetsched serve` runs: exec's many-requests engine), [`session_engine`]
 //! (an engine over a single-request session, one request at a time: for a GPU lane, which
 //! the many-requests engine does not drive), `app` (the
-//! routes), `reply` (JSON or SSE answers), [`server`] (listener, limits on connections
+//! routes), `state` (what every handler shares), `reply` (JSON or SSE answers), [`server`] (listener, limits on connections
 //! and slow clients, background loading, graceful shutdown), [`load`] (the model and its
 //! engine from a file), `thread_time` (CPU time of the engine's threads, for its busy
 //! time in `/metrics`).
@@ -32,6 +32,7 @@ mod reply;
 pub mod request;
 pub mod server;
 pub mod session_engine;
+mod state;
 mod thread_time;
 
 use std::net::SocketAddr;

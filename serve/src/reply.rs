@@ -17,10 +17,10 @@ use hetsched_exec::generate::FinishReason;
 use serde_json::{Value, json};
 
 use crate::Served;
-use crate::app::AppState;
 use crate::engine::{Event, Submitted};
 use crate::error::ApiError;
 use crate::request::{Endpoint, Prepared};
+use crate::state::AppState;
 
 /// OpenAI's finish reason for `reason` (`cancelled` is this server's own: the request was
 /// cancelled at shutdown).

@@ -22,8 +22,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 use tokio_io_timeout::TimeoutStream;
 
-use crate::app::{AppState, router};
+use crate::app::router;
 use crate::config::ServeConfig;
+use crate::state::AppState;
 use crate::{Loader, Phase, ServeError};
 
 /// A bound listener, not yet serving.

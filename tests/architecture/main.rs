@@ -50,7 +50,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "systems/src/op.rs",
         "systems/src/shadow.rs",
     ],
-    &["serve/src/app.rs", "serve/src/reply.rs"],
     &[
         "systems/src/bound.rs",
         "systems/src/components.rs",
