@@ -462,6 +462,13 @@ def main():
         help="send ignore_eos (llama-server's and hetsched's extension): every request "
         "generates its max_tokens, so both servers produce the same token counts",
     )
+    parser.add_argument(
+        "--no-prompt-cache",
+        action="store_true",
+        help="send cache_prompt: false (llama-server's field; hetsched ignores it): "
+        "llama-server then prefills every prompt whole rather than reusing the KV of a "
+        "prompt prefix it served before",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
     soak = args.scenario == "soak"
@@ -500,6 +507,8 @@ def main():
             body["temperature"] = args.temperature
         if args.ignore_eos:
             body["ignore_eos"] = True
+        if args.no_prompt_cache:
+            body["cache_prompt"] = False
     results, wall, rss = asyncio.run(replay(args, trace))
     report = summarise(results, wall)
     if args.rss_pid:

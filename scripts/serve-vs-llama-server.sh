@@ -6,7 +6,7 @@
 # markdown table (docs/serving.md keeps one, with date, machine and commit).
 #
 #   scripts/serve-vs-llama-server.sh [-r ROUNDS] [-t THREADS] [-c "CLIENTS ..."] [-m MAX_TOKENS] [-p POLL] [-- LOAD_ARGS]
-#       defaults: -r 3 -t 2 -c "1 4 8" -m 32, -p: llama-server's own (50)
+#       defaults: -r 3 -t 2 -c "1 4 16" -m 32, -p: llama-server's own (50)
 #
 # Loads: `chat` at each client count (closed loop, 2 x clients requests, at least 4) and
 # `agent-burst` (a background summary, then five interactive requests while it runs;
@@ -22,7 +22,7 @@
 # -p 0 lets them sleep instead.
 set -euo pipefail
 
-ROUNDS=3 THREADS=2 CLIENTS="1 4 8" MAX_TOKENS=32 POLL=()
+ROUNDS=3 THREADS=2 CLIENTS="1 4 16" MAX_TOKENS=32 POLL=()
 while getopts "r:t:c:m:p:" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; t) THREADS=$OPTARG ;; c) CLIENTS=$OPTARG ;; m) MAX_TOKENS=$OPTARG ;;

@@ -49,8 +49,8 @@ fn apply() -> bool {
 }
 
 /// Returns the allocator's free memory to the operating system now: every arena's free
-/// pages, not only each heap's top (glibc's `malloc_trim(0)`), so what
-/// [`retain_freed_memory`] kept for the next job leaves the process. For a process
+/// pages, not only each heap's top (glibc's `malloc_trim(0)`), so what the thread
+/// queues' allocator settings kept for the next job leaves the process. For a process
 /// going idle; the next job's buffers fault their pages in again. Returns whether any
 /// memory was released (false where the C library is not glibc).
 pub fn release_free_memory() -> bool {

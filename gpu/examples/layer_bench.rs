@@ -351,6 +351,20 @@ fn time_decode(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) {
     let floor: Record<'_> = Box::new(|b| b.add_assign(&tiny, &delta));
     let t_floor = time_us(ctx, &floor, t.repeat, t.batches);
     println!("{:<34} {t_floor:>10.1}", "floor: add of 4 floats");
+    // The same adds on 20 matrices of their own: no write-read hazard, so no barrier
+    // between them; against the row above, what a barrier between dependent dispatches
+    // costs.
+    let apart: Vec<GpuMatrix> = (0..20)
+        .map(|_| ctx.upload_f32(&[1.0; 4], 1, 4).expect("upload"))
+        .collect();
+    let next = std::cell::Cell::new(0usize);
+    let independent: Record<'_> = Box::new(|b| {
+        let i = next.get();
+        next.set((i + 1) % apart.len());
+        b.add_assign(&apart[i], &delta)
+    });
+    let t_apart = time_us(ctx, &independent, t.repeat, t.batches);
+    println!("{:<34} {t_apart:>10.1}", "add of 4 floats, no dependency");
     let mut layer = (0.0, 0.0);
     for ((name, r32), (_, r16)) in gemms(&w32, &one).iter().zip(&gemms(&w16, &one)) {
         let (t32, t16) = (

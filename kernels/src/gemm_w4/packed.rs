@@ -1,6 +1,8 @@
 //! W4 weights packed once for the W4A8 kernels: two 4-bit values per byte, laid out
 //! so that one 512-bit load and two masks give two `vpdpbusd` operands.
 
+use std::borrow::Cow;
+
 use super::quant::{GROUP_K, W4Rows};
 use crate::tiling::BLOCK;
 
@@ -189,6 +191,27 @@ impl PackedW4Weights {
 /// 8 of its groups of 4 per group of 32.
 pub(crate) fn pad_activations(a: &[i8], m: usize, k: usize, groups: usize, xor: u8) -> Vec<u8> {
     crate::gemm_i8::packed::pad_activations(a, m, k, GROUP_K / 4 * groups, xor)
+}
+
+/// The activations `a[m, k]` as rows of `32 · groups` bytes ([`pad_activations`] with
+/// `xor` 0, the layout of the per-group-scaled kernels): borrowed as they are when `k` is
+/// whole groups (nothing to pad), copied and zero-padded otherwise. A decode step's
+/// product runs as a few column tasks per thread, each calling its kernel: borrowing
+/// took `memmove` from 3.8% to 2.7% of a W4A8 step's samples (1 thread, 300 tokens).
+pub(crate) fn activation_rows(a: &[i8], m: usize, k: usize, groups: usize) -> Cow<'_, [u8]> {
+    if k == GROUP_K * groups {
+        Cow::Borrowed(as_bytes(a))
+    } else {
+        Cow::Owned(pad_activations(a, m, k, groups, 0))
+    }
+}
+
+/// `a`'s bytes as unsigned.
+#[allow(unsafe_code)]
+fn as_bytes(a: &[i8]) -> &[u8] {
+    // SAFETY: i8 and u8 have the same size and alignment and every bit pattern is valid
+    // for both; the view has `a`'s length and borrows it for its lifetime.
+    unsafe { std::slice::from_raw_parts(a.as_ptr().cast::<u8>(), a.len()) }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::super::avx2_groups::{fold_pairs, group_pairs};
-use super::super::packed::{PackedW4Weights, pad_activations};
+use super::super::packed::{PackedW4Weights, activation_rows};
 use super::super::quant::GROUP_K;
 use super::spans_of;
 use crate::cpu::I8Kernel;
@@ -62,7 +62,7 @@ fn gemm_impl<const SPAN: usize>(
 ) {
     let groups = w.groups();
     let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
-    let padded = pad_activations(a, m, w.k(), groups, 0);
+    let padded = activation_rows(a, m, w.k(), groups);
     for_each_tile(m, cols, out, MR, 1, |r0, rows, b0, _nb, tile| {
         let a_rows = &padded[r0 * kp..(r0 + rows) * kp];
         let scales = &a_scales[r0 * spans..(r0 + rows) * spans];

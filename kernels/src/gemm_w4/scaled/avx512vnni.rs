@@ -29,7 +29,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
+use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activation_rows};
 use super::super::quant::GROUP_K;
 use super::{group_bias, spans_of};
 use crate::cpu::I8Kernel;
@@ -83,7 +83,7 @@ fn gemm_impl<const SPAN: usize>(
 ) {
     let groups = w.groups();
     let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
-    let padded = pad_activations(a, m, w.k(), groups, 0);
+    let padded = activation_rows(a, m, w.k(), groups);
     let bias = bias_of(&padded);
     let nb = if m == 1 { NB_ONE_ROW } else { NB };
     for_each_tile(m, cols, out, MR, nb, |r0, rows, b0, nb, tile| {

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
+use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activation_rows};
 use super::super::quant::GROUP_K;
 use super::spans_of;
 use crate::tiling::{BLOCK, for_each_tile};
@@ -19,7 +19,7 @@ pub(super) fn gemm<const SPAN: usize>(
 ) {
     let groups = w.groups();
     let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
-    let padded = pad_activations(a, m, w.k(), groups, 0);
+    let padded = activation_rows(a, m, w.k(), groups);
     for_each_tile(m, cols, out, 1, 1, |r0, _rows, b0, _nb, tile| {
         let a_row = &padded[r0 * kp..(r0 + 1) * kp];
         let a_s = &a_scales[r0 * spans..(r0 + 1) * spans];
