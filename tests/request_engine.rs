@@ -141,6 +141,32 @@ fn an_interactive_request_preempts_a_background_prefill_without_changing_tokens(
 }
 
 #[test]
+fn the_snapshot_shows_nothing_live_once_the_finish_event_is_out() {
+    let engine = engine(EngineLimits::default());
+    // Several rounds: the snapshot is read the moment each `Finished` arrives, racing
+    // the engine thread's next turn.
+    for round in 1..=3u64 {
+        let handle = engine
+            .submit(RequestSpec {
+                n: 2,
+                ..spec("Once upon a time", 3, Priority::INTERACTIVE)
+            })
+            .unwrap();
+        let finished = handle
+            .events()
+            .any(|event| matches!(event, RequestEvent::Finished(_)));
+        assert!(finished, "round {round}: the request finishes");
+        let snapshot = engine.metrics();
+        assert_eq!(
+            (snapshot.waiting, snapshot.prefilling, snapshot.decoding),
+            (0, 0, 0),
+            "round {round}: nothing live after the finish event: {snapshot:?}"
+        );
+        assert_eq!((snapshot.finished, snapshot.kv_bytes_in_use), (round, 0));
+    }
+}
+
+#[test]
 fn samples_of_one_request_decode_together() {
     let engine = engine(EngineLimits::default());
     let one = spec("Once upon a time", 5, Priority::INTERACTIVE);

@@ -105,6 +105,13 @@ pub enum CliError {
         /// The OS error.
         error: io::Error,
     },
+    /// The report could not be written to stdout (a closed pipe is handled apart: a
+    /// quiet exit with status 141).
+    #[error("cannot write to stdout: {error}")]
+    Stdout {
+        /// The OS error.
+        error: io::Error,
+    },
     /// The sweep's rows could not be formatted as CSV.
     #[error("cannot write CSV: {0}")]
     Csv(#[from] csv::Error),

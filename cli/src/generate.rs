@@ -2,7 +2,6 @@
 //! streamed to stdout as tokens come (statistics on stderr, or one JSON object with
 //! `--json`). Ctrl-C stops after the current token and keeps what was generated.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,7 +17,7 @@ use serde::Serialize;
 use crate::CliError;
 use crate::choices::Precision;
 use crate::model::{PromptArgs, ShadowArgs, load_one};
-use crate::output::{check_outputs, print_json_or, write_file};
+use crate::output::{check_outputs, print_json_or, print_text, write_file};
 use hetsched::timeline::Trace;
 use hetsched::timeline::chrome::to_chrome_json;
 use hetsched::timeline::decode::with_decode_steps;
@@ -253,10 +252,10 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
             print_json_or(true, &report, String::new);
         } else {
             for (i, sample) in samples.samples.iter().enumerate() {
-                println!(
-                    "--- sample {i} ({:?}) ---\n{}",
+                print_text(&format!(
+                    "--- sample {i} ({:?}) ---\n{}\n",
                     sample.finish_reason, sample.text
-                );
+                ));
             }
             eprintln!(
                 "[{} ({}), {} threads: {} prompt tokens, first tokens after {:.1} ms; {} \
@@ -276,8 +275,6 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let stream = !args.json;
-    // Not locked for the whole turn: the callback runs on a pool thread.
-    let mut stdout = std::io::stdout();
     let generated = session.generate(
         &tokens,
         &loaded.tokenizer,
@@ -285,9 +282,9 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         cancel.shared(),
         |t| {
             if stream {
-                // A closed stdout (a pipe to `head`) ends nothing: generation finishes.
-                let _ = stdout.write_all(t.as_bytes());
-                let _ = stdout.flush();
+                // A closed stdout (a pipe to `head`) ends nothing: generation finishes
+                // and its files are written; the exit status tells.
+                print_text(t);
             }
         },
     )?;
@@ -305,7 +302,7 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     if args.json {
         print_json_or(true, &report, String::new);
     } else {
-        println!();
+        print_text("\n");
         eprintln!("{}", summary(&report, &generated));
     }
     Ok(())

@@ -81,9 +81,14 @@ fn main() -> ExitCode {
         Command::BenchMemory(args) => bench_memory::bench_memory(args),
         Command::Serve(args) => serve::serve(args),
     };
+    let result = result.and_then(|()| output::take_stdout_error());
     match result {
         Ok(()) if interrupt::interrupted() => ExitCode::from(interrupt::INTERRUPTED_STATUS),
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout went away (`| head`): nothing to say, and no one to say it to.
+        Err(CliError::Stdout { error }) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::from(output::BROKEN_PIPE_STATUS)
+        }
         Err(error) if interrupt::interrupted() => {
             eprintln!("interrupted (Ctrl-C): {error}");
             ExitCode::from(interrupt::INTERRUPTED_STATUS)

@@ -18,7 +18,7 @@ use hetsched::timeline::Trace;
 
 use crate::CliError;
 use crate::choices::{MemoryPlan, byte_count, policies_or_all, policy_name};
-use crate::output::{Timelines, check_outputs, print_json_or, write_file};
+use crate::output::{Timelines, check_outputs, print_json_or, print_text, write_file};
 use crate::progress::Bar;
 
 /// `hetsched simulate`.
@@ -334,7 +334,7 @@ pub fn sweep(args: SweepArgs) -> Result<(), CliError> {
     if args.json {
         print_json_or(true, &rows, String::new);
     } else if args.csv.is_none() {
-        print!("{csv}");
+        print_text(&csv);
     }
     if let Some(path) = &args.csv {
         write_file(path, &csv)?;

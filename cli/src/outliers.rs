@@ -9,7 +9,7 @@ use hetsched::exec::{self, Calibration, Importance, LinearPrecision, PrefillOpti
 use crate::CliError;
 use crate::choices::{Rank, Scale};
 use crate::model::{load, read_text};
-use crate::output::{check_outputs, write_file};
+use crate::output::{check_outputs, print_json_or, print_text, write_file};
 use crate::progress::Bar;
 
 /// `hetsched calibrate`.
@@ -120,13 +120,13 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), CliError> {
         &mut Bar::new("prefills"),
     )?;
     if !args.json {
-        println!(
-            "calibrated {} on {} windows ({} tokens); writing {}",
+        print_text(&format!(
+            "calibrated {} on {} windows ({} tokens); writing {}\n",
             model.name,
             calibration.windows,
             calibration.tokens,
             out.display()
-        );
+        ));
     }
     show_outliers(&calibration, args.svg.as_deref(), args.json)?;
     calibration.save(&out)?;
@@ -178,12 +178,9 @@ fn show_outliers(
             "mean_outliers_in_top_channels": top,
             "stats": stats,
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).expect("the statistics always serialise")
-        );
+        print_json_or(true, &value, String::new);
     } else {
-        print!("{}", hetsched::outliers::table(calibration));
+        print_text(&hetsched::outliers::table(calibration));
     }
     if let Some(path) = svg {
         let title = format!(

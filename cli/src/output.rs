@@ -1,9 +1,13 @@
 //! Output files and printing. Nothing finished is lost: every output path is checked
 //! before the work starts ([`check_outputs`]); after it, results are printed first and
 //! files written then ([`write_file`], whole or not at all), so a failing write still
-//! leaves the results on stdout.
+//! leaves the results on stdout. Reports go to stdout through [`print_text`] alone, which
+//! turns a closed stdout (a pipe to `head`) into a quiet exit with [`BROKEN_PIPE_STATUS`]
+//! after the command's files are written, never a panic.
 
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use hetsched::engine::RunOutcome;
 use hetsched::fsutil::{check_writable, write_atomic};
@@ -71,14 +75,49 @@ impl Timelines {
     }
 }
 
+/// The exit status of a command whose stdout reader went away (a pipe to `head` that
+/// closed): 128 + SIGPIPE's number, what a shell reports for a tool that SIGPIPE ended,
+/// so `set -o pipefail` scripts see the same status as for any other such tool.
+pub const BROKEN_PIPE_STATUS: u8 = 141;
+
+/// The first error writing stdout, kept for `main` to report once the command is done.
+static STDOUT_ERROR: Mutex<Option<io::Error>> = Mutex::new(None);
+
+/// Writes `text` to stdout and flushes it: the one way the commands print their reports.
+/// A write that fails (a pipe to `head` that closed) never panics and never stops the
+/// command: its output files are still written; the error is kept for
+/// [`take_stdout_error`], and later prints are skipped.
+pub fn print_text(text: &str) {
+    let mut failed = STDOUT_ERROR.lock().unwrap_or_else(PoisonError::into_inner);
+    if failed.is_some() {
+        return;
+    }
+    let mut stdout = io::stdout().lock();
+    if let Err(error) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        *failed = Some(error);
+    }
+}
+
+/// The first error writing stdout, if any, as the command's error: `main` exits quietly
+/// with [`BROKEN_PIPE_STATUS`] for a closed pipe, with a message otherwise.
+pub fn take_stdout_error() -> Result<(), CliError> {
+    let failed = STDOUT_ERROR
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    failed.map_or(Ok(()), |error| Err(CliError::Stdout { error }))
+}
+
 /// Prints `value` as pretty JSON with `json`, else the text `summary` gives.
 pub fn print_json_or(json: bool, value: &impl serde::Serialize, summary: impl FnOnce() -> String) {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(value).expect("our reports always serialise")
-        );
+        let mut text = serde_json::to_string_pretty(value).expect("our reports always serialise");
+        text.push('\n');
+        print_text(&text);
     } else {
-        print!("{}", summary());
+        print_text(&summary());
     }
 }

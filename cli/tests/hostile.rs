@@ -295,3 +295,62 @@ fn a_second_ctrl_c_exits_at_once() {
     assert_eq!(code, Some(130), "{:?}", out.status);
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }
+
+/// Runs `args` with stdout a pipe whose reader is gone (as `| head` leaves it once it has
+/// read its fill), closed before the command starts so every write fails.
+fn to_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn a_closed_stdout_exits_quietly_with_status_141_after_the_files_are_written() {
+    let dir = scratch("closed-stdout");
+    let trace = dir.join("trace.json");
+    let trace_arg = trace.to_str().unwrap();
+    for args in [
+        &["simulate", "--json", "--trace", trace_arg][..],
+        &["simulate", "--trace", trace_arg],
+        &["scenes", "--json"],
+        &["scenes"],
+    ] {
+        let _ = std::fs::remove_file(&trace);
+        let out = to_closed_pipe(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(stderr.trim().is_empty(), "{args:?} says nothing: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        if args.contains(&trace_arg) {
+            let written = std::fs::read_to_string(&trace).expect("the trace is written");
+            assert!(written.contains("traceEvents"), "{args:?}: a whole trace");
+        }
+    }
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_stdout_that_cannot_be_written_is_an_error_not_a_panic() {
+    // Writes to /dev/full fail with ENOSPC: a clear message and status 1.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(["scenes", "--json"])
+        .stdout(full)
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: cannot write to stdout:"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+}

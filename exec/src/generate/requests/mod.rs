@@ -484,7 +484,9 @@ impl RequestEngine {
         }
     }
 
-    /// Requests by state and KV bytes in use, as of the engine's last turn.
+    /// Requests by state and KV bytes in use, as of the engine's last turn or the last
+    /// request's end, whichever came later: once a request's `Finished` or `Failed` event
+    /// is out, the snapshot no longer counts it live.
     pub fn metrics(&self) -> EngineSnapshot {
         let mut snapshot = *self.shared.snapshot.lock();
         snapshot.kv_bytes_in_use = self.shared.ledger.lock().kv_in_use;

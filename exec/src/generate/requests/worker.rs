@@ -13,8 +13,8 @@ use hetsched_systems::request_policy::{LiveRequest, RequestPolicy, pick_next};
 use hetsched_systems::{RequestPhase, SloTargets};
 
 use super::{
-    EngineLimits, Priority, RequestEvent, RequestId, RequestMetrics, Shared, Submitted,
-    request_session,
+    EngineLimits, EngineSnapshot, Priority, RequestEvent, RequestId, RequestMetrics, Shared,
+    Submitted, request_session,
 };
 use crate::generate::direct::{
     DecodeBuffers, QuantizedHead, SequenceKv, SequenceStep, decode_batch,
@@ -393,22 +393,20 @@ impl Worker {
                     live.ended[index] = Some((0, now, now));
                 }
             }
-            let mut snapshot = self.shared.snapshot.lock();
-            snapshot.cancelled += 1;
-            drop(snapshot);
-            self.finish(i);
+            self.finish(i, true);
         }
     }
 
     /// Finishes request `i` if every sample ended.
     fn finish_if_done(&mut self, i: usize) {
         if self.live[i].ended.iter().all(Option::is_some) {
-            self.finish(i);
+            self.finish(i, false);
         }
     }
 
-    /// Request `i` ended: its metrics sent, its caches and its place freed.
-    fn finish(&mut self, i: usize) {
+    /// Request `i` ended (`cancelled` or not): its metrics sent, its caches and its place
+    /// freed.
+    fn finish(&mut self, i: usize, cancelled: bool) {
         let Some(live) = self.live.remove(i) else {
             return;
         };
@@ -441,9 +439,13 @@ impl Worker {
             prompt_tokens: live.prompt.len(),
             generated_tokens: live.ended.iter().flatten().map(|e| e.0).sum(),
         };
-        // Freed before the last event: a caller that saw it sees the memory free.
+        // Freed and counted before the last event: a caller that saw it sees the memory
+        // free and the request no longer live.
         self.release(&live);
-        self.shared.snapshot.lock().finished += 1;
+        self.publish_with(|snapshot| {
+            snapshot.finished += 1;
+            snapshot.cancelled += u64::from(cancelled);
+        });
         let _ = live.events.send(RequestEvent::Finished(metrics));
     }
 
@@ -453,7 +455,7 @@ impl Worker {
             return;
         };
         self.release(&live);
-        self.shared.snapshot.lock().failed += 1;
+        self.publish_with(|snapshot| snapshot.failed += 1);
         let _ = live.events.send(RequestEvent::Failed(error.to_string()));
     }
 
@@ -513,7 +515,14 @@ impl Worker {
 
     /// Publishes the counts by state.
     fn publish(&self) {
+        self.publish_with(|_| {});
+    }
+
+    /// Publishes the counts by state with `ended`'s change to the totals, under one lock:
+    /// a reader never sees a request counted as ended and still live.
+    fn publish_with(&self, ended: impl FnOnce(&mut EngineSnapshot)) {
         let mut snapshot = self.shared.snapshot.lock();
+        ended(&mut snapshot);
         snapshot.waiting = self.live.iter().filter(|l| l.session.is_none()).count();
         snapshot.prefilling = self.live.iter().filter(|l| l.prefilling()).count();
         snapshot.decoding = self.live.iter().filter(|l| !l.samples.is_empty()).count();
