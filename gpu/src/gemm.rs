@@ -14,10 +14,11 @@ use crate::job::Job;
 use crate::pipelines::{PUSH_WORDS, Shader};
 
 mod coop;
+mod coop_kernel;
 mod f32;
 mod low_precision;
 
-pub use coop::CoopKernel;
+pub use coop_kernel::CoopKernel;
 
 /// Output tile of the tiled GEMM kernels (rows and columns per workgroup).
 const TILE: usize = 128;

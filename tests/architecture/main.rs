@@ -39,12 +39,6 @@ fn crate_sources() -> Vec<PathBuf> {
 /// removed from here.
 const KNOWN_CIRCLES: &[&[&str]] = &[
     &[
-        "gpu/src/buffers.rs",
-        "gpu/src/context.rs",
-        "gpu/src/gemm/coop.rs",
-        "gpu/src/job.rs",
-    ],
-    &[
         "systems/src/attention_span.rs",
         "systems/src/model.rs",
         "systems/src/op.rs",
