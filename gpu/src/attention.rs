@@ -348,14 +348,19 @@ const DECODE_MAX_SPLITS: usize = 128;
 /// into: one per key block, up to [`DECODE_MAX_SPLITS`]. A single sequence's step has only
 /// `n_heads` (head, token) pairs, a few workgroups on a GPU of a hundred cores, so each
 /// takes a run of the keys and a second kernel merges their softmax states.
-pub(crate) fn decode_splits(kv_len: usize) -> usize {
+fn decode_splits(kv_len: usize) -> usize {
     kv_len
         .div_ceil(DECODE_KEY_BLOCK)
         .clamp(1, DECODE_MAX_SPLITS)
 }
 
-/// The decode attention kernel's push constants for `s` (positions from pos0).
-pub(crate) fn decode_push(s: &AttentionShape) -> [u32; PUSH_WORDS] {
+/// The decode attention kernel's push constants for `s` split `splits` ways, positions
+/// from a buffer when `positions_from_buffer`, else from pos0.
+fn decode_push(
+    s: &AttentionShape,
+    splits: usize,
+    positions_from_buffer: bool,
+) -> [u32; PUSH_WORDS] {
     let mut p = [0u32; PUSH_WORDS];
     p[..9].copy_from_slice(&[
         s.n_tokens as u32,
@@ -365,8 +370,8 @@ pub(crate) fn decode_push(s: &AttentionShape) -> [u32; PUSH_WORDS] {
         s.n_kv_heads as u32,
         s.head_dim as u32,
         s.scale().to_bits(),
-        0,
-        decode_splits(s.kv_len) as u32,
+        u32::from(positions_from_buffer),
+        splits as u32,
     ]);
     p
 }
@@ -381,16 +386,10 @@ pub(crate) fn record_decode_attention<C: AsRef<GpuContext>>(
     positions: Option<&Subbuffer<[u32]>>,
     s: &AttentionShape,
 ) -> Result<()> {
-    let mut push = decode_push(s);
-    let unused = job.ctx().unused_bindings()?;
-    let positions = match positions {
-        Some(buf) => {
-            push[7] = 1;
-            buf
-        }
-        None => &unused[0],
-    };
     let splits = decode_splits(s.kv_len);
+    let push = decode_push(s, splits, positions.is_some());
+    let unused = job.ctx().unused_bindings()?;
+    let positions = positions.unwrap_or(&unused[0]);
     let (n_heads, n_tokens) = (s.n_heads as u32, s.n_tokens as u32);
     if splits == 1 {
         return job.dispatch(
