@@ -13,6 +13,7 @@
 //! A crate of its own so that the scheduler's crate (`hetsched-systems`, which
 //! re-exports this one as `hetsched_systems::memory`) starts no thread: this one may.
 
+mod address;
 mod align;
 mod bound;
 mod budget;
@@ -29,10 +30,8 @@ mod sweep;
 pub use align::{align_up, validate_alignment};
 pub use bound::{aligned_lower_bound, lower_bound};
 pub use budget::fits;
-pub use buffer::{Buffer, MemoryPlan, Placement};
+pub use buffer::{Buffer, MemoryPlan, Placement, Strategy};
 pub use check::check_plan;
 pub use error::MemoryError;
 pub use parallel::plan_offsets_each;
-pub use strategy::{
-    PlanEffort, SWEEPS_MARGIN, SWEEPS_ONLY_ABOVE, Strategy, plan_offsets, plan_with,
-};
+pub use strategy::{PlanEffort, SWEEPS_MARGIN, SWEEPS_ONLY_ABOVE, plan_offsets, plan_with};

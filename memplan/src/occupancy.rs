@@ -27,7 +27,7 @@
 
 use smallvec::SmallVec;
 
-use super::place::{Addr, union_into};
+use super::address::{Addr, union_into};
 
 /// Ranges an address set holds without a heap allocation: most nodes hold a few (the
 /// low levels, which are most nodes), and allocating, growing and freeing their sets

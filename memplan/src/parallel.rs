@@ -34,10 +34,10 @@ use std::sync::{Condvar, Mutex};
 
 use super::align::aligned_sizes;
 use super::bound::aligned_lower_bound;
-use super::buffer::{Buffer, MemoryPlan};
+use super::buffer::{Buffer, MemoryPlan, Strategy};
 use super::error::MemoryError;
 use super::place::Placer;
-use super::strategy::{PlanEffort, Strategy, limit_against, run, run_order};
+use super::strategy::{PlanEffort, limit_against, run, run_order};
 
 /// One buffer set's inputs and what its tasks share.
 struct SetPlan<'a> {

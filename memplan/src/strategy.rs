@@ -1,74 +1,15 @@
-//! The strategies, and running them: one ([`plan_with`]) or all, keeping the best
-//! ([`plan_offsets`]).
+//! Running the strategies: one ([`plan_with`]) or all, keeping the best
+//! ([`plan_offsets`]), as much of them as a [`PlanEffort`] asks for.
 
 use serde::{Deserialize, Serialize};
 
 use super::align::aligned_sizes;
 use super::bound::aligned_lower_bound;
-use super::buffer::{Buffer, MemoryPlan, Placement};
+use super::buffer::{Buffer, MemoryPlan, Placement, Strategy};
 use super::error::MemoryError;
 use super::order;
 use super::place::Placer;
 use super::sweep::place_in_start_order;
-
-/// An offset-assignment strategy: an order in which buffers are placed, each into
-/// the smallest address gap among already placed buffers whose lifetimes intersect
-/// its own (best fit), or above them all when no gap holds it.
-///
-/// # Examples
-/// ```
-/// use hetsched_memplan::Strategy;
-/// assert_eq!(Strategy::ALL[0], Strategy::GreedyBySize);
-/// assert_eq!(Strategy::GreedyByStart.name(), "greedy-by-start");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Strategy {
-    /// Largest aligned size first (ties: longer lifetime, then id): TFLite's
-    /// greedy by size.
-    GreedyBySize,
-    /// Largest `size x lifetime` first (ties: larger, then id).
-    GreedyBySizeTimesLifetime,
-    /// TFLite's greedy by breadth: time steps with the most live bytes first, within
-    /// a step its buffers largest first.
-    GreedyByBreadth,
-    /// Earliest start first (ties: larger, then id).
-    GreedyByStart,
-    /// Largest aligned size first, ties by earliest start (then larger lifetime, id):
-    /// equal-size tensors of successive chunks stack in time order, which packs the
-    /// many same-size activations of a chunked prefill tighter than the lifetime
-    /// tie-break (gemma-2b at chunk 128: 1.034x the bound instead of 1.063x).
-    GreedyBySizeThenStart,
-    /// Latest end first (ties: larger, then id): greedy by start with time reversed,
-    /// placed by the same sweep. Where chunks pile up behind a slower lane, their
-    /// buffers end in a tidier order than they start (the default scene's NPU region at
-    /// prompt 8192, chunk 16: 1.014x the bound, against 1.167x for greedy by start).
-    GreedyByEnd,
-}
-
-impl Strategy {
-    /// Every strategy, in the order [`plan_offsets`] tries them (and breaks ties).
-    pub const ALL: [Strategy; 6] = [
-        Strategy::GreedyBySize,
-        Strategy::GreedyBySizeTimesLifetime,
-        Strategy::GreedyByBreadth,
-        Strategy::GreedyByStart,
-        Strategy::GreedyBySizeThenStart,
-        Strategy::GreedyByEnd,
-    ];
-
-    /// A short kebab-case name, as in serialized form.
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::GreedyBySize => "greedy-by-size",
-            Strategy::GreedyBySizeTimesLifetime => "greedy-by-size-times-lifetime",
-            Strategy::GreedyByBreadth => "greedy-by-breadth",
-            Strategy::GreedyByStart => "greedy-by-start",
-            Strategy::GreedyBySizeThenStart => "greedy-by-size-then-start",
-            Strategy::GreedyByEnd => "greedy-by-end",
-        }
-    }
-}
 
 /// How many strategies a plan of a finished run tries: a scene's `[memory] plan_effort`.
 ///
@@ -159,19 +100,6 @@ impl PlanEffort {
     pub fn settled_by_sweeps(self, sweeps_peak: u64, floor: u64) -> bool {
         self.keep_below(sweeps_peak, floor)
             .is_some_and(|below| below <= floor)
-    }
-}
-
-impl Strategy {
-    /// Whether it is placed by the start-order sweep (no conflict index).
-    pub(super) fn is_sweep(self) -> bool {
-        matches!(self, Strategy::GreedyByStart | Strategy::GreedyByEnd)
-    }
-}
-
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

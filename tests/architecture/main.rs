@@ -59,15 +59,6 @@ const KNOWN_CIRCLES: &[&[&str]] = &[
         "systems/src/request_policy.rs",
         "systems/src/resources.rs",
     ],
-    &[
-        "memplan/src/align.rs",
-        "memplan/src/bound.rs",
-        "memplan/src/buffer.rs",
-        "memplan/src/occupancy.rs",
-        "memplan/src/order.rs",
-        "memplan/src/place.rs",
-        "memplan/src/strategy.rs",
-    ],
 ];
 
 #[test]
