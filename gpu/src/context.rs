@@ -66,6 +66,10 @@ pub struct GpuOptions {
     /// 8, the best of 16, 8 and 4 on an H100); a tuning knob for long contexts, where fewer
     /// blocks per range give a chunk's 72 query blocks more workgroups.
     pub attention_min_key_blocks: Option<usize>,
+    /// Fewest 64-key blocks each workgroup of the decode attention walks when it splits a
+    /// (head, token) along its keys (`None`: [`DECODE_MIN_KEY_BLOCKS`](crate::DECODE_MIN_KEY_BLOCKS));
+    /// a cache of at most this many blocks runs unsplit, in one dispatch with no merge.
+    pub decode_min_key_blocks: Option<usize>,
     /// Keep the output projection a GEMM of its own after attention (a layer of 5
     /// dispatches) even where attention could add it into the residual stream itself
     /// ([`GpuContext::attention_fuses_output`]): the deterministic path (the fused one
@@ -160,6 +164,8 @@ pub struct GpuContext {
     pub(crate) f32_attention: bool,
     /// [`GpuOptions::attention_min_key_blocks`] (the attention resolves the default).
     pub(crate) attention_min_key_blocks: Option<usize>,
+    /// [`GpuOptions::decode_min_key_blocks`] (the attention resolves the default).
+    pub(crate) decode_min_key_blocks: Option<usize>,
     /// [`GpuOptions::unfused_output_projection`].
     pub(crate) unfused_output_projection: bool,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
@@ -268,6 +274,7 @@ impl GpuContext {
             f32_attention: options.f32_attention,
             unfused_output_projection: options.unfused_output_projection,
             attention_min_key_blocks: options.attention_min_key_blocks,
+            decode_min_key_blocks: options.decode_min_key_blocks,
             unused_bindings: std::sync::OnceLock::new(),
             dispatches: std::sync::atomic::AtomicU64::new(0),
         })
