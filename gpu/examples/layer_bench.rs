@@ -370,6 +370,7 @@ fn time_decode(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) {
     let t_apart = time_us(ctx, &independent, t.repeat, t.batches);
     println!("{:<34} {t_apart:>10.1}", "add of 4 floats, no dependency");
     time_decode_probes(ctx, &w32, &one, t);
+    time_tree_gemv(rng, t);
     let mut layer = (0.0, 0.0);
     for ((name, r32), (_, r16)) in gemms(&w32, &one).iter().zip(&gemms(&w16, &one)) {
         let (t32, t16) = (
@@ -481,6 +482,32 @@ fn time_decode_attention(min_blocks: usize, rng: &mut SeededRng, t: Timing) {
     }
 }
 
+/// The four fused GEMMs at one row with the one-row GEMV's 64-thread shared-memory tree
+/// (`GpuOptions::one_row_gemv_tree`), against the rows above (the subgroup kernel where
+/// the device has subgroup arithmetic).
+fn time_tree_gemv(rng: &mut SeededRng, t: Timing) {
+    let options = GpuOptions {
+        one_row_gemv_tree: true,
+        ..Default::default()
+    };
+    let ctx = GpuContext::new(options).expect("a Vulkan device");
+    let (w32, w16, one) = (
+        weights(&ctx, rng, Elem::F32),
+        weights(&ctx, rng, Elem::F16),
+        acts(&ctx, rng, 1),
+    );
+    for ((name, r32), (_, r16)) in gemms(&w32, &one).iter().zip(&gemms(&w16, &one)) {
+        let (t32, t16) = (
+            time_us(&ctx, r32, t.repeat, t.batches),
+            time_us(&ctx, r16, t.repeat, t.batches),
+        );
+        println!(
+            "{:<34} {t32:>10.1} {t16:>10.1}",
+            format!("{name} 1 row, tree")
+        );
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let t = if quick {
@@ -506,9 +533,12 @@ fn main() {
         head_dim: D,
     };
     println!(
-        "device {} ({:?}); f16 fused GEMMs on tensor cores: {}; attention on tensor cores: {}",
+        "device {} ({:?}); subgroups of {:?}, arithmetic {}; f16 fused GEMMs on tensor cores: {}; \
+         attention on tensor cores: {}",
         info.name,
         info.kind,
+        info.subgroup_size,
+        info.subgroup_arithmetic,
         ctx.fused_gemm_on_tensor_cores(),
         ctx.attention_on_tensor_cores(&probe)
     );
