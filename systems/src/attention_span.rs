@@ -8,7 +8,17 @@
 //! the fitted stage costs ([`crate::StageCost`]) price attention by these pairs, so a
 //! local layer's cost stops growing once its context passes the window.
 
-use crate::model::{ChunkShape, OpDecl, OpKind};
+use crate::op::{OpDecl, OpKind};
+
+/// Shape of the chunk an operator runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkShape {
+    /// Tokens in the chunk (its fixed length: a short last chunk is padded, as with
+    /// pre-built fixed-length graphs).
+    pub tokens: u64,
+    /// Tokens before this chunk (the KV cache already filled).
+    pub past: u64,
+}
 
 /// The (query, key) pairs attention scores for a chunk of `shape` through a window of
 /// `window` keys (`None`: causal over every earlier key).

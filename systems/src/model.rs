@@ -5,10 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::attention_span::ChunkShape;
 use crate::attention_span::{keys_read, windowed_pairs};
 use crate::block::{BlockVariant, GluActivation};
 use crate::error::PlanError;
 use crate::op::{Block, NormSite, OpRole, Projection};
+pub use crate::op::{ExecClass, OpDecl, OpKind};
 use crate::shadow::{ShadowConfig, ShadowSite};
 
 /// Numeric precision of weights, activations or a computation.
@@ -182,155 +184,6 @@ impl ModelConfig {
     }
 }
 
-/// Which kind of processor an operator needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum ExecClass {
-    /// Float work: CPU or GPU.
-    Float,
-    /// Integer matmul work: the NPU (or a CPU INT8 path when there is no NPU).
-    Int8,
-}
-
-/// The kinds of operator a decoder layer is made of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OpKind {
-    /// Token embedding lookup.
-    Embed,
-    /// Residual addition of two hidden-size activations.
-    ResidualAdd,
-    /// RMS normalisation over the hidden size.
-    RmsNorm,
-    /// Float -> INT8 per-tensor quantisation of a hidden-size activation.
-    Quantize,
-    /// INT32/INT8 -> float dequantisation.
-    Dequantize,
-    /// A linear layer `in_features -> out_features`.
-    Linear,
-    /// Rotary position embedding on queries and keys.
-    Rope,
-    /// Causal grouped-query attention over the KV cache (depends on chunk position).
-    Attention,
-    /// SiLU(gate) * up of the feed-forward block (or GELU(gate) * up: the gated
-    /// activation product, whichever the family's activation).
-    SiluMul,
-    /// Final projection to the vocabulary (last token only during prefill).
-    LmHead,
-    /// An element-wise float operation over `out_features` (default hidden) columns: a
-    /// bias add or a scale.
-    Elementwise,
-    /// The float shadow of a site's linears: the activation's outliers times the float
-    /// weight rows of their channels (`in_features` -> `out_features`, every linear of
-    /// the site together; seed 000, Eq. 1).
-    Shadow,
-}
-
-impl OpKind {
-    /// Dynamic operators depend on the chunk's position (not only its length) and so
-    /// cannot be shared across chunks (seed 000 section 3.2).
-    pub fn is_dynamic(self) -> bool {
-        matches!(self, OpKind::Attention)
-    }
-
-    /// Operators that read state written by earlier chunks (the KV cache), giving the
-    /// cross-chunk dependency of seed 000 Eq. 2.
-    pub fn is_cross_chunk(self) -> bool {
-        matches!(self, OpKind::Attention)
-    }
-
-    /// The processor class used when a declaration does not name one.
-    pub fn default_class(self) -> ExecClass {
-        match self {
-            OpKind::Linear | OpKind::SiluMul => ExecClass::Int8,
-            _ => ExecClass::Float,
-        }
-    }
-}
-
-/// One operator as declared in a layer graph (built in, or from a scene's `layer_ops`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OpDecl {
-    /// Unique name inside the layer, e.g. `q_proj`.
-    pub name: String,
-    /// Operator kind (what the cost model prices).
-    pub kind: OpKind,
-    /// What the operator does, for real execution to bind a kernel and weights to; the
-    /// built-in operators have one, a scene's own `layer_ops` may leave it out (they
-    /// simulate, and a real run refuses them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<OpRole>,
-    /// Names of the operators whose outputs this one reads.
-    #[serde(default)]
-    pub inputs: Vec<String>,
-    /// Input features of a linear (defaults: hidden).
-    #[serde(default)]
-    pub in_features: Option<u32>,
-    /// Output features of a linear, or the width of a quantize/dequantize (default: hidden).
-    #[serde(default)]
-    pub out_features: Option<u32>,
-    /// Processor class override.
-    #[serde(default)]
-    pub class: Option<ExecClass>,
-    /// Keys each query of an attention operator reads at most (a sliding window); the
-    /// graph builder sets it on a local layer's attention ([`ModelConfig::attention_window`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<u32>,
-}
-
-impl OpDecl {
-    /// A built-in operator: its kind follows from its role; `name` labels it and is
-    /// what other operators' `inputs` name.
-    pub fn of_role(name: &str, role: OpRole, inputs: &[&str]) -> Self {
-        OpDecl {
-            name: name.to_string(),
-            kind: role.kind(),
-            role: Some(role),
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-            in_features: None,
-            out_features: None,
-            class: None,
-            window: None,
-        }
-    }
-
-    fn linear(p: Projection, input: &str, in_features: u32, out_features: u32) -> Self {
-        OpDecl {
-            in_features: Some(in_features),
-            out_features: Some(out_features),
-            ..OpDecl::of_role(p.label(), OpRole::Linear(p), &[input])
-        }
-    }
-
-    /// Bytes of weights the operator holds at the model's weight precision: a linear's
-    /// matrix, the embedding table, the LM head; none for the rest. A prefill chunk
-    /// streams all of them but the embedding table, which it only gathers rows of
-    /// ([`OpDecl::streams_weights`]).
-    pub fn weight_bytes(&self, model: &ModelConfig) -> u64 {
-        let count = match self.kind {
-            OpKind::Linear => u64::from(self.in_features.unwrap_or(model.hidden))
-                .saturating_mul(u64::from(self.out_features.unwrap_or(model.hidden))),
-            OpKind::Embed | OpKind::LmHead => {
-                u64::from(model.vocab).saturating_mul(u64::from(model.hidden))
-            }
-            _ => 0,
-        };
-        count.saturating_mul(model.weight_precision.bytes())
-    }
-
-    /// Whether running the operator reads all of its weights (not the embedding
-    /// lookup's few rows).
-    pub fn streams_weights(&self) -> bool {
-        matches!(self.kind, OpKind::Linear | OpKind::LmHead)
-    }
-
-    /// Processor class of this operator.
-    pub fn class(&self) -> ExecClass {
-        self.class.unwrap_or(self.kind.default_class())
-    }
-}
-
 /// The llama decoder layer as mllm-NPU cuts it: float work (norms, quantize/dequantize,
 /// RoPE, attention) between INT8 linears. Operators without inputs read the layer input
 /// (the residual stream), which [`layer_carry_ops`] produced.
@@ -453,17 +306,24 @@ pub struct OpWork {
     pub precision: Precision,
 }
 
-/// Shape of the chunk an operator runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkShape {
-    /// Tokens in the chunk (its fixed length: a short last chunk is padded, as with
-    /// pre-built fixed-length graphs).
-    pub tokens: u64,
-    /// Tokens before this chunk (the KV cache already filled).
-    pub past: u64,
-}
-
+/// What an operator holds and costs on a model (its declaration is [`crate::op`]'s).
 impl OpDecl {
+    /// Bytes of weights the operator holds at the model's weight precision: a linear's
+    /// matrix, the embedding table, the LM head; none for the rest. A prefill chunk
+    /// streams all of them but the embedding table, which it only gathers rows of
+    /// ([`OpDecl::streams_weights`]).
+    pub fn weight_bytes(&self, model: &ModelConfig) -> u64 {
+        let count = match self.kind {
+            OpKind::Linear => u64::from(self.in_features.unwrap_or(model.hidden))
+                .saturating_mul(u64::from(self.out_features.unwrap_or(model.hidden))),
+            OpKind::Embed | OpKind::LmHead => {
+                u64::from(model.vocab).saturating_mul(u64::from(model.hidden))
+            }
+            _ => 0,
+        };
+        count.saturating_mul(model.weight_precision.bytes())
+    }
+
     /// Work of this operator on a chunk of `shape` for `model`.
     pub fn work(&self, model: &ModelConfig, shape: ChunkShape) -> OpWork {
         let c = shape.tokens as f64;

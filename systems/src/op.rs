@@ -1,13 +1,15 @@
-//! Typed operator roles: what an operator of the built-in llama layer *is*, the one fact
-//! executors bind kernels and weights to. Operator names are display labels (timeline,
-//! errors) and the keys of the graph builder's input wiring, never bindings.
+//! Operators as declared: their kinds (what the cost model prices), their typed roles
+//! (what an operator of the built-in llama layer *is*, the one fact executors bind
+//! kernels and weights to) and the declaration of one operator of a layer graph.
+//! Operator names are display labels (timeline, errors) and the keys of the graph
+//! builder's input wiring, never bindings. What an operator costs on a model is
+//! [`crate::model`]'s.
 //!
 //! A scene's own `layer_ops` may leave the role out: such operators simulate (the cost
 //! model needs only their [`OpKind`]) but have no kernel, and a real run refuses them.
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::OpKind;
 use crate::shadow::ShadowSite;
 
 /// A linear projection of a decoder layer.
@@ -187,6 +189,139 @@ impl OpRole {
             OpRole::SiluMul | OpRole::GeluMul => Some(ShadowSite::GateUp),
             _ => None,
         }
+    }
+}
+
+/// Which kind of processor an operator needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecClass {
+    /// Float work: CPU or GPU.
+    Float,
+    /// Integer matmul work: the NPU (or a CPU INT8 path when there is no NPU).
+    Int8,
+}
+
+/// The kinds of operator a decoder layer is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// Token embedding lookup.
+    Embed,
+    /// Residual addition of two hidden-size activations.
+    ResidualAdd,
+    /// RMS normalisation over the hidden size.
+    RmsNorm,
+    /// Float -> INT8 per-tensor quantisation of a hidden-size activation.
+    Quantize,
+    /// INT32/INT8 -> float dequantisation.
+    Dequantize,
+    /// A linear layer `in_features -> out_features`.
+    Linear,
+    /// Rotary position embedding on queries and keys.
+    Rope,
+    /// Causal grouped-query attention over the KV cache (depends on chunk position).
+    Attention,
+    /// SiLU(gate) * up of the feed-forward block (or GELU(gate) * up: the gated
+    /// activation product, whichever the family's activation).
+    SiluMul,
+    /// Final projection to the vocabulary (last token only during prefill).
+    LmHead,
+    /// An element-wise float operation over `out_features` (default hidden) columns: a
+    /// bias add or a scale.
+    Elementwise,
+    /// The float shadow of a site's linears: the activation's outliers times the float
+    /// weight rows of their channels (`in_features` -> `out_features`, every linear of
+    /// the site together; seed 000, Eq. 1).
+    Shadow,
+}
+
+impl OpKind {
+    /// Dynamic operators depend on the chunk's position (not only its length) and so
+    /// cannot be shared across chunks (seed 000 section 3.2).
+    pub fn is_dynamic(self) -> bool {
+        matches!(self, OpKind::Attention)
+    }
+
+    /// Operators that read state written by earlier chunks (the KV cache), giving the
+    /// cross-chunk dependency of seed 000 Eq. 2.
+    pub fn is_cross_chunk(self) -> bool {
+        matches!(self, OpKind::Attention)
+    }
+
+    /// The processor class used when a declaration does not name one.
+    pub fn default_class(self) -> ExecClass {
+        match self {
+            OpKind::Linear | OpKind::SiluMul => ExecClass::Int8,
+            _ => ExecClass::Float,
+        }
+    }
+}
+
+/// One operator as declared in a layer graph (built in, or from a scene's `layer_ops`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpDecl {
+    /// Unique name inside the layer, e.g. `q_proj`.
+    pub name: String,
+    /// Operator kind (what the cost model prices).
+    pub kind: OpKind,
+    /// What the operator does, for real execution to bind a kernel and weights to; the
+    /// built-in operators have one, a scene's own `layer_ops` may leave it out (they
+    /// simulate, and a real run refuses them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<OpRole>,
+    /// Names of the operators whose outputs this one reads.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// Input features of a linear (defaults: hidden).
+    #[serde(default)]
+    pub in_features: Option<u32>,
+    /// Output features of a linear, or the width of a quantize/dequantize (default: hidden).
+    #[serde(default)]
+    pub out_features: Option<u32>,
+    /// Processor class override.
+    #[serde(default)]
+    pub class: Option<ExecClass>,
+    /// Keys each query of an attention operator reads at most (a sliding window); the
+    /// graph builder sets it on a local layer's attention ([`crate::ModelConfig::attention_window`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
+}
+
+impl OpDecl {
+    /// A built-in operator: its kind follows from its role; `name` labels it and is
+    /// what other operators' `inputs` name.
+    pub fn of_role(name: &str, role: OpRole, inputs: &[&str]) -> Self {
+        OpDecl {
+            name: name.to_string(),
+            kind: role.kind(),
+            role: Some(role),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            in_features: None,
+            out_features: None,
+            class: None,
+            window: None,
+        }
+    }
+
+    pub(crate) fn linear(p: Projection, input: &str, in_features: u32, out_features: u32) -> Self {
+        OpDecl {
+            in_features: Some(in_features),
+            out_features: Some(out_features),
+            ..OpDecl::of_role(p.label(), OpRole::Linear(p), &[input])
+        }
+    }
+
+    /// Whether running the operator reads all of its weights (not the embedding
+    /// lookup's few rows).
+    pub fn streams_weights(&self) -> bool {
+        matches!(self.kind, OpKind::Linear | OpKind::LmHead)
+    }
+
+    /// Processor class of this operator.
+    pub fn class(&self) -> ExecClass {
+        self.class.unwrap_or(self.kind.default_class())
     }
 }
 
