@@ -56,6 +56,7 @@ pub mod plan;
 pub mod policy;
 mod progress;
 pub mod request;
+mod request_entity;
 pub mod request_policy;
 mod resolve;
 pub mod resources;
