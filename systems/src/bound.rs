@@ -20,9 +20,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::{LowerBound, PrefillPlan};
-use crate::resources::SliceRecord;
-
 /// Weight resolution: weights are `k / SCALE`.
 const SCALE: u64 = 1 << 20;
 
@@ -30,17 +27,17 @@ const SCALE: u64 = 1 << 20;
 /// bound below still holds.
 const MAX_SEARCH_LANES: usize = 4;
 
-/// The load bound of `plan` in ns (see the module doc).
-pub fn load_bound_ns(plan: &PrefillPlan) -> u64 {
-    let lanes = plan.lanes();
+/// The load bound in ns (see the module doc) of instances on `lanes` processors, each
+/// given by its options: the (lane, cost in ns) of every lane it may run on. Under fixed
+/// placement (`flexible` false) the busiest processor's work.
+pub(crate) fn load_bound_ns(
+    lanes: usize,
+    flexible: bool,
+    instances: impl IntoIterator<Item = Vec<(usize, u64)>>,
+) -> u64 {
     // Group instances by their (lane, cost) options.
     let mut groups: BTreeMap<Vec<(usize, u64)>, u64> = BTreeMap::new();
-    for key in plan.instances() {
-        let options: Vec<(usize, u64)> = plan
-            .eligible(key)
-            .iter()
-            .filter_map(|&lane| plan.cost_on(key, lane).map(|c| (lane, c)))
-            .collect();
+    for options in instances {
         *groups.entry(options).or_default() += 1;
     }
     // Work that can only go to one processor: the vertices of the simplex, and the whole
@@ -52,7 +49,7 @@ pub fn load_bound_ns(plan: &PrefillPlan) -> u64 {
         }
     }
     let forced_max = forced.iter().copied().max().unwrap_or(0);
-    if !plan.is_flexible() {
+    if !flexible {
         return forced_max;
     }
     let used: Vec<usize> = (0..lanes)
@@ -79,46 +76,6 @@ pub fn load_bound_ns(plan: &PrefillPlan) -> u64 {
     let dual = Dual { groups: &groups };
     let mut weights = vec![0u64; used.len()];
     forced_max.max(dual.search(&mut weights, 0, SCALE))
-}
-
-/// The lower bound of a run that already happened, from its own measured durations
-/// (each slice's `end_ns - start_ns`) instead of the cost model's: the busiest lane's
-/// measured work (a lane runs one job at a time, so its jobs' durations fit inside the
-/// makespan one after another) and the longest dependency chain through the measured
-/// durations (an instance starts only after its predecessors ended). A run whose slices
-/// hold compute time only, waits excluded, can never end before this bound; instances
-/// without a slice count as zero.
-pub fn measured_lower_bound(plan: &PrefillPlan, slices: &[SliceRecord]) -> LowerBound {
-    let mut lane_work = vec![0u64; plan.lanes()];
-    let mut duration = vec![0u64; plan.id_space()];
-    for s in slices {
-        let ns = s.end_ns.saturating_sub(s.start_ns);
-        if let Some(work) = lane_work.get_mut(s.processor) {
-            *work += ns;
-        }
-        if let Some(d) = duration.get_mut(s.id as usize) {
-            *d = ns;
-        }
-    }
-    // Dense ids sort in (chunk, stage) order and every predecessor has an earlier chunk
-    // or the same chunk and an earlier stage: one pass in id order is topological.
-    let mut finish = vec![0u64; plan.id_space()];
-    let mut critical_path_ns = 0;
-    for key in plan.instances() {
-        let id = plan.id(key);
-        let ready = plan
-            .predecessors(key)
-            .into_iter()
-            .map(|p| finish[plan.id(p)])
-            .max()
-            .unwrap_or(0);
-        finish[id] = ready + duration[id];
-        critical_path_ns = critical_path_ns.max(finish[id]);
-    }
-    LowerBound {
-        busiest_processor_ns: lane_work.into_iter().max().unwrap_or(0),
-        critical_path_ns,
-    }
 }
 
 /// The dual objective over grouped instances, with lanes renumbered to the used ones.
@@ -176,9 +133,8 @@ impl Dual<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::placement::PlacementConfig;
-    use crate::plan::{InstanceKey, Workload};
+    use crate::plan::{InstanceKey, PrefillPlan, Workload};
     use crate::testing::{tiny_device, tiny_model};
 
     /// The two-processor fractional optimum, exactly: jobs sorted by how much cheaper they
@@ -221,7 +177,7 @@ mod tests {
             .map(|k: InstanceKey| (plan.cost_on(k, npu).unwrap(), plan.cost_on(k, cpu).unwrap()))
             .collect();
         let exact = two_processor_optimum(&jobs);
-        let found = load_bound_ns(&plan) as f64;
+        let found = plan.lower_bound().busiest_processor_ns as f64;
         assert!(found <= exact + 1.0, "{found} above the LP optimum {exact}");
         assert!(
             found >= 0.999 * exact,
@@ -230,43 +186,6 @@ mod tests {
         // Fixed placement: the busiest processor.
         let fixed = crate::testing::tiny_plan(2, 512, 128);
         let busiest = fixed.work_per_processor().into_iter().max().unwrap();
-        assert_eq!(load_bound_ns(&fixed), busiest);
-    }
-
-    fn slice(plan: &PrefillPlan, key: InstanceKey, lane: usize, span: (u64, u64)) -> SliceRecord {
-        SliceRecord {
-            id: plan.id(key) as u32,
-            request: Default::default(),
-            key,
-            processor: lane,
-            start_ns: span.0,
-            end_ns: span.1,
-            estimated_ns: 0,
-        }
-    }
-
-    #[test]
-    fn the_measured_bound_is_the_busiest_lane_or_the_measured_chain() {
-        // One layer, two chunks: every stage of a chunk in a chain.
-        let plan = crate::testing::tiny_plan(1, 256, 128);
-        let mut slices = Vec::new();
-        let mut t = 0;
-        // Serially in id order, on home lanes: chunk 0's instances 10 ns each, chunk 1's 1.
-        for key in plan.instances().collect::<Vec<_>>() {
-            let d = if key.chunk == 0 { 10 } else { 1 };
-            slices.push(slice(&plan, key, plan.processor(key), (t, t + d)));
-            t += d;
-        }
-        let bound = measured_lower_bound(&plan, &slices);
-        // Chunk 0 is a chain of its stages; chunk 1 adds at most its own.
-        let first = plan.instances().filter(|k| k.chunk == 0).count() as u64;
-        assert!(bound.critical_path_ns >= 10 * first);
-        assert!(bound.critical_path_ns <= t);
-        let mut lanes = vec![0u64; plan.lanes()];
-        for s in &slices {
-            lanes[s.processor] += s.end_ns - s.start_ns;
-        }
-        assert_eq!(bound.busiest_processor_ns, *lanes.iter().max().unwrap());
-        assert!(bound.ns() <= t);
+        assert_eq!(fixed.lower_bound().busiest_processor_ns, busiest);
     }
 }

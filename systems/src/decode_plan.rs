@@ -7,12 +7,13 @@
 //! the schedule (collect, resolve, dispatch, metrics), a re-arm of its entity, a guard
 //! check and a job hand-off, a few microseconds, where one SmolLM2-135M W8A8 layer runs
 //! for about 140 µs on two threads: at one instance per layer that was 2 to 3% of a step
-//! (docs/generation.md). [`group_layers`] joins runs of consecutive layer stages into one
-//! stage each; every grouped instance is still an entity of the request's world,
-//! resolved and dispatched by the same systems, and runs the same operators in the same
-//! order (an executor runs a grouped stage as the per-layer stages it holds, one after
-//! another: [`StageTemplate::layer_span`] says how many). The head stays a stage of its
-//! own.
+//! (docs/generation.md). [`group_layers`] (a stage transform of the graph builder's,
+//! re-exported here) joins runs of consecutive layer stages into one stage each; every
+//! grouped instance is still an entity of the request's world, resolved and dispatched
+//! by the same systems, and runs the same operators in the same order (an executor runs
+//! a grouped stage as the per-layer stages it holds, one after another:
+//! [`StageTemplate::layer_span`](crate::graph::StageTemplate::layer_span) says how
+//! many). The head stays a stage of its own.
 //!
 //! Grouping changes what a step costs the scheduler, not what it computes or reads: the
 //! roofline price of a grouped stage is the sum of its layers' operators plus one launch
@@ -21,7 +22,7 @@
 
 use crate::device::DeviceProfile;
 use crate::error::PlanError;
-use crate::graph::{Sharing, StageDependency, StageTemplate};
+pub use crate::graph::group_layers;
 use crate::model::ModelConfig;
 use crate::placement::PlacementConfig;
 use crate::plan::{PrefillPlan, Workload};
@@ -32,71 +33,6 @@ use crate::plan::{PrefillPlan, Workload};
 /// a step falls with the instances, and from about 5 layers a stage on it is under a
 /// percent of a W8A8 step.
 pub const DEFAULT_DECODE_LAYERS_PER_STAGE: u32 = 5;
-
-/// Joins each run of `per_stage` consecutive decoder-layer stages of `stages` (a plan of
-/// one chunk on one processor: one stage per layer, then the head) into one stage; the
-/// last group holds what is left. The head and any stage not of one whole layer stay as
-/// they are; `per_stage` 1 returns `stages` unchanged.
-///
-/// # Errors
-/// [`PlanError::InvalidWorkload`] for `per_stage` 0, or for stages that are not one per
-/// layer (a layer cut into several stages cannot be grouped without reordering them).
-pub fn group_layers(
-    stages: Vec<StageTemplate>,
-    per_stage: u32,
-) -> Result<Vec<StageTemplate>, PlanError> {
-    if per_stage == 0 {
-        return Err(PlanError::InvalidWorkload(
-            "0 decoder layers per decode stage; give at least 1".into(),
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    if let Some(cut) = stages
-        .iter()
-        .find_map(|s| s.layer.filter(|&l| !seen.insert(l)))
-    {
-        return Err(PlanError::InvalidWorkload(format!(
-            "layer {cut} is cut into several stages: only a plan of one stage per layer (one \
-             chunk on one processor) can group layers"
-        )));
-    }
-    if per_stage == 1 {
-        return Ok(stages);
-    }
-    let mut grouped: Vec<StageTemplate> = Vec::with_capacity(stages.len());
-    for stage in stages {
-        match grouped.last_mut() {
-            Some(prev) if joins(prev, &stage, per_stage) => {
-                if stage.sharing == Sharing::Dynamic {
-                    prev.sharing = Sharing::Dynamic;
-                }
-                prev.layer_span += stage.layer_span;
-                prev.ops.extend(stage.ops);
-            }
-            _ => grouped.push(stage),
-        }
-    }
-    for (j, stage) in grouped.iter_mut().enumerate() {
-        stage.after = j.checked_sub(1).map(|p| p as u32).into_iter().collect();
-        stage.dependency = match j {
-            0 => StageDependency::None,
-            _ => StageDependency::IntraChunk,
-        };
-        if let (Some(first), true) = (stage.layer, stage.layer_span > 1) {
-            let last = first + stage.layer_span - 1;
-            stage.name = format!("L{first}-{last}.{}", stage.ops[0].name);
-        }
-    }
-    Ok(grouped)
-}
-
-/// Whether layer stage `next` joins the group `prev` (of fewer than `per_stage` layers).
-fn joins(prev: &StageTemplate, next: &StageTemplate, per_stage: u32) -> bool {
-    match (prev.layer, next.layer) {
-        (Some(a), Some(b)) => b == a + prev.layer_span && prev.layer_span < per_stage,
-        _ => false,
-    }
-}
 
 impl PrefillPlan {
     /// The plan of one decode step of `model` on `device`'s one processor, its decoder

@@ -367,3 +367,68 @@ pub fn ordered_layer(ops: &[OpDecl]) -> Result<Vec<OpDecl>, PlanError> {
     }
     Ok(order)
 }
+
+/// Joins each run of `per_stage` consecutive decoder-layer stages of `stages` (a plan of
+/// one chunk on one processor: one stage per layer, then the head) into one stage; the
+/// last group holds what is left. The head and any stage not of one whole layer stay as
+/// they are; `per_stage` 1 returns `stages` unchanged.
+///
+/// # Errors
+/// [`PlanError::InvalidWorkload`] for `per_stage` 0, or for stages that are not one per
+/// layer (a layer cut into several stages cannot be grouped without reordering them).
+pub fn group_layers(
+    stages: Vec<StageTemplate>,
+    per_stage: u32,
+) -> Result<Vec<StageTemplate>, PlanError> {
+    if per_stage == 0 {
+        return Err(PlanError::InvalidWorkload(
+            "0 decoder layers per decode stage; give at least 1".into(),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(cut) = stages
+        .iter()
+        .find_map(|s| s.layer.filter(|&l| !seen.insert(l)))
+    {
+        return Err(PlanError::InvalidWorkload(format!(
+            "layer {cut} is cut into several stages: only a plan of one stage per layer (one \
+             chunk on one processor) can group layers"
+        )));
+    }
+    if per_stage == 1 {
+        return Ok(stages);
+    }
+    let mut grouped: Vec<StageTemplate> = Vec::with_capacity(stages.len());
+    for stage in stages {
+        match grouped.last_mut() {
+            Some(prev) if joins(prev, &stage, per_stage) => {
+                if stage.sharing == Sharing::Dynamic {
+                    prev.sharing = Sharing::Dynamic;
+                }
+                prev.layer_span += stage.layer_span;
+                prev.ops.extend(stage.ops);
+            }
+            _ => grouped.push(stage),
+        }
+    }
+    for (j, stage) in grouped.iter_mut().enumerate() {
+        stage.after = j.checked_sub(1).map(|p| p as u32).into_iter().collect();
+        stage.dependency = match j {
+            0 => StageDependency::None,
+            _ => StageDependency::IntraChunk,
+        };
+        if let (Some(first), true) = (stage.layer, stage.layer_span > 1) {
+            let last = first + stage.layer_span - 1;
+            stage.name = format!("L{first}-{last}.{}", stage.ops[0].name);
+        }
+    }
+    Ok(grouped)
+}
+
+/// Whether layer stage `next` joins the group `prev` (of fewer than `per_stage` layers).
+fn joins(prev: &StageTemplate, next: &StageTemplate, per_stage: u32) -> bool {
+    match (prev.layer, next.layer) {
+        (Some(a), Some(b)) => b == a + prev.layer_span && prev.layer_span < per_stage,
+        _ => false,
+    }
+}

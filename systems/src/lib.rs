@@ -45,6 +45,7 @@ mod device;
 mod dispatch;
 mod error;
 pub mod graph;
+mod measured_bound;
 pub mod memory;
 mod memory_dispatch;
 mod metrics;
@@ -70,7 +71,6 @@ use bevy_ecs::prelude::{IntoScheduleConfigs, Messages, ResMut, Schedule, SystemS
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
 pub use attention_span::attention_window;
-pub use bound::measured_lower_bound;
 pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
 pub use decode_cost::{
     DecodeEstimate, MAX_DECODE_BATCH, batched_decode_step_ns, decode_lane, estimate_decode,
@@ -80,6 +80,7 @@ pub use decode_plan::DEFAULT_DECODE_LAYERS_PER_STAGE;
 pub use device::{CostAdaptation, OneThreadCost, PrecisionGap, PrecisionWarm, ProfileOrigin};
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
 pub use error::PlanError;
+pub use measured_bound::measured_lower_bound;
 pub use model::{ModelConfig, Precision};
 pub use placement::{PlacementConfig, StageKind};
 pub use plan::{InstanceKey, LowerBound, PrefillPlan, Workload};

@@ -243,8 +243,15 @@ impl PrefillPlan {
         self.top_level_ns = self.top_levels();
         self.bottom_level_ns = self.bottom_levels(&self.min_cost_ns);
         self.upward_rank_ns = self.bottom_levels(&mean_cost_ns);
+        let options = self.instances().map(|key| {
+            self.eligible(key)
+                .iter()
+                .filter_map(|&lane| self.cost_on(key, lane).map(|c| (lane, c)))
+                .collect()
+        });
+        let busiest_processor_ns = load_bound_ns(self.lanes(), self.is_flexible(), options);
         self.lower_bound = LowerBound {
-            busiest_processor_ns: load_bound_ns(self),
+            busiest_processor_ns,
             critical_path_ns: self
                 .instances()
                 .map(|k| self.bottom_level_ns(k))
