@@ -5,17 +5,20 @@ use std::num::NonZeroU64;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bound::load_bound_ns;
-use crate::decode_plan::group_layers;
 use crate::device::{DeviceProfile, ProcessorKind};
 use crate::error::PlanError;
 use crate::graph::{
-    Sharing, StageDependency, StageTemplate, build_stages, merge_for_one_chunk_one_processor,
-    merge_for_one_processor,
+    Sharing, StageDependency, StageTemplate, build_stages, group_layers,
+    merge_for_one_chunk_one_processor, merge_for_one_processor,
 };
 use crate::memory::{MemoryConfig, MemoryProfile};
-use crate::model::{ChunkShape, ExecClass, ModelConfig};
+use crate::model::{ChunkShape, ModelConfig};
 use crate::placement::PlacementConfig;
+
+mod lanes;
+mod levels;
+
+use lanes::stage_lanes;
 
 /// A workload: how long the prompt is and how it is cut and scheduled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -218,46 +221,6 @@ impl PrefillPlan {
         }
         self.derive_from_lane_costs();
         self
-    }
-
-    /// The home, cheapest and mean costs, levels, ranks and lower bound from
-    /// `lane_cost_ns`.
-    fn derive_from_lane_costs(&mut self) {
-        let lanes = self.lanes();
-        let mut mean_cost_ns = vec![0; self.id_space()];
-        let mut cost_ns = vec![0; self.id_space()];
-        let mut min_cost_ns = vec![0; self.id_space()];
-        for key in self.instances() {
-            let id = self.id(key);
-            let costs: Vec<u64> = self
-                .eligible(key)
-                .iter()
-                .map(|&l| self.lane_cost_ns[id * lanes + l].map_or(0, NonZeroU64::get))
-                .collect();
-            cost_ns[id] = costs[0];
-            min_cost_ns[id] = costs.iter().copied().min().unwrap_or(0);
-            mean_cost_ns[id] = costs.iter().sum::<u64>() / costs.len() as u64;
-        }
-        self.cost_ns = cost_ns;
-        self.min_cost_ns = min_cost_ns;
-        self.top_level_ns = self.top_levels();
-        self.bottom_level_ns = self.bottom_levels(&self.min_cost_ns);
-        self.upward_rank_ns = self.bottom_levels(&mean_cost_ns);
-        let options = self.instances().map(|key| {
-            self.eligible(key)
-                .iter()
-                .filter_map(|&lane| self.cost_on(key, lane).map(|c| (lane, c)))
-                .collect()
-        });
-        let busiest_processor_ns = load_bound_ns(self.lanes(), self.is_flexible(), options);
-        self.lower_bound = LowerBound {
-            busiest_processor_ns,
-            critical_path_ns: self
-                .instances()
-                .map(|k| self.bottom_level_ns(k))
-                .max()
-                .unwrap_or(0),
-        };
     }
 
     /// Sets the memory budgets and alignment, refusing budgets that can never be met.
@@ -480,91 +443,6 @@ impl PrefillPlan {
         }
         work
     }
-
-    /// Lower bound: the load bound and the critical path (cheapest costs).
-    pub fn lower_bound(&self) -> LowerBound {
-        self.lower_bound
-    }
-
-    /// Longest dependency path from any entry to the start of `key`, in ns.
-    pub fn top_level_ns(&self, key: InstanceKey) -> u64 {
-        self.top_level_ns[self.id(key)]
-    }
-
-    /// Longest dependency path from the start of `key` to any exit, its own cost
-    /// included, each instance at its cheapest processor, in ns.
-    pub fn bottom_level_ns(&self, key: InstanceKey) -> u64 {
-        self.bottom_level_ns[self.id(key)]
-    }
-
-    /// HEFT's upward rank: the bottom level with each instance at its mean cost over its
-    /// eligible processors (equal to the bottom level under fixed placement), in ns.
-    pub fn upward_rank_ns(&self, key: InstanceKey) -> u64 {
-        self.upward_rank_ns[self.id(key)]
-    }
-
-    /// Top levels stage by stage: a stage starts when the last stage it waits for ends;
-    /// for a cross-chunk stage, the running maximum of those ends over earlier chunks.
-    fn top_levels(&self) -> Vec<u64> {
-        let mut top = vec![0u64; self.id_space()];
-        for stage in 1..self.stage_count() {
-            let template = &self.stages[stage as usize];
-            let mut prefix_max = 0u64;
-            for chunk in 0..self.chunks {
-                let finish = template
-                    .after
-                    .iter()
-                    .map(|&s| InstanceKey { chunk, stage: s })
-                    .filter(|k| self.exists(*k))
-                    .map(|k| top[self.id(k)] + self.min_cost_ns(k))
-                    .max()
-                    .unwrap_or(0);
-                prefix_max = prefix_max.max(finish);
-                let key = InstanceKey { chunk, stage };
-                if !self.exists(key) {
-                    continue;
-                }
-                top[self.id(key)] = match template.dependency {
-                    StageDependency::None => 0,
-                    StageDependency::IntraChunk => finish,
-                    StageDependency::CrossChunk => prefix_max,
-                };
-            }
-        }
-        top
-    }
-
-    /// Bottom levels under `cost` (by id) from the last stage back: the successors of
-    /// G(i, j) are G(i, k) for each stage k waiting for j, and for a cross-chunk stage k
-    /// every G(i', k) with i' >= i (a suffix maximum).
-    fn bottom_levels(&self, cost: &[u64]) -> Vec<u64> {
-        let mut bottom = vec![0u64; self.id_space()];
-        for stage in (0..self.stage_count()).rev() {
-            let mut tail = vec![0u64; self.chunks as usize];
-            for &next in self.successor_stages(stage) {
-                let cross = self.stages[next as usize].dependency == StageDependency::CrossChunk;
-                let mut suffix_max = 0u64;
-                for chunk in (0..self.chunks).rev() {
-                    let after = InstanceKey { chunk, stage: next };
-                    let level = if self.exists(after) {
-                        bottom[self.id(after)]
-                    } else {
-                        0
-                    };
-                    suffix_max = suffix_max.max(level);
-                    let t = &mut tail[chunk as usize];
-                    *t = (*t).max(if cross { suffix_max } else { level });
-                }
-            }
-            for chunk in 0..self.chunks {
-                let key = InstanceKey { chunk, stage };
-                if self.exists(key) {
-                    bottom[self.id(key)] = cost[self.id(key)] + tail[chunk as usize];
-                }
-            }
-        }
-        bottom
-    }
 }
 
 /// For each stage, its memory step: a shadow joins the step of the stage before it.
@@ -593,34 +471,6 @@ fn successor_stages(stages: &[StageTemplate]) -> Vec<Vec<u32>> {
     successors
 }
 
-fn float_processor(device: &DeviceProfile, workload: &Workload) -> Result<usize, PlanError> {
-    match &workload.float_processor {
-        Some(name) => {
-            let index = device
-                .processors
-                .iter()
-                .position(|p| &p.name == name)
-                .ok_or_else(|| {
-                    PlanError::InvalidWorkload(format!(
-                        "float_processor `{name}` is not a processor of {}; use one of: {}",
-                        device.name,
-                        device.processor_names()
-                    ))
-                })?;
-            if device.processors[index].kind == ProcessorKind::Npu {
-                return Err(PlanError::InvalidWorkload(format!(
-                    "float_processor `{name}` is an NPU; float work needs a CPU or GPU"
-                )));
-            }
-            Ok(index)
-        }
-        None => device
-            .first_of(ProcessorKind::Cpu)
-            .or_else(|| device.first_of(ProcessorKind::Gpu))
-            .ok_or_else(|| PlanError::NoProcessor("float (CPU or GPU)".into())),
-    }
-}
-
 /// Refuses an empty prompt or chunk, and a prompt longer than the model's context.
 fn check_workload(model: &ModelConfig, workload: &Workload) -> Result<(), PlanError> {
     if workload.prompt_len == 0 {
@@ -640,36 +490,4 @@ fn check_workload(model: &ModelConfig, workload: &Workload) -> Result<(), PlanEr
         )));
     }
     Ok(())
-}
-
-/// Each stage's eligible lanes, its home lane first: the `[placement]` rule for the stage,
-/// else its default processor.
-fn stage_lanes(
-    device: &DeviceProfile,
-    workload: &Workload,
-    stages: &[StageTemplate],
-    placement: &PlacementConfig,
-) -> Result<Vec<Vec<usize>>, PlanError> {
-    let float_processor = float_processor(device, workload)?;
-    // Without an NPU the linears fall back to the CPU, and on a GPU-only device (every
-    // tensor resident there) to the GPU.
-    let int8_processor = device
-        .first_of(ProcessorKind::Npu)
-        .or_else(|| device.first_of(ProcessorKind::Cpu))
-        .or_else(|| device.first_of(ProcessorKind::Gpu))
-        .ok_or_else(|| PlanError::NoProcessor("linear (NPU, CPU or GPU)".into()))?;
-    stages
-        .iter()
-        .map(|s| {
-            let default = match s.class {
-                // Seed 000 runs the shadow on the CPU, beside float work on the GPU.
-                _ if s.is_shadow() => device
-                    .first_of(ProcessorKind::Cpu)
-                    .unwrap_or(float_processor),
-                ExecClass::Float => float_processor,
-                ExecClass::Int8 => int8_processor,
-            };
-            placement.lanes(device, s, default)
-        })
-        .collect()
 }
