@@ -96,40 +96,12 @@ impl ModelConfig {
         window.of_layer(layer)
     }
 
-    /// Checks the shape facts the graph builder relies on.
+    /// Checks the shape facts the graph builder relies on: the dimensions, then the
+    /// scene's own operators, the grouping of query heads, the family table and the
+    /// shadow against the layer.
     pub fn validate(&self) -> Result<(), PlanError> {
+        self.validate_dimensions()?;
         let bad = |what: String| Err(PlanError::InvalidModel(format!("{}: {what}", self.name)));
-        for (field, value) in [
-            ("layers", self.layers),
-            ("hidden", self.hidden),
-            ("heads", self.heads),
-            ("kv_heads", self.kv_heads),
-            ("ffn", self.ffn),
-            ("vocab", self.vocab),
-            ("context", self.context),
-        ] {
-            if value == 0 {
-                return bad(format!("`{field}` must be at least 1"));
-            }
-        }
-        if self.head_dim.is_none() && !self.hidden.is_multiple_of(self.heads) {
-            return bad(format!(
-                "heads ({}) do not divide hidden ({}); set `head_dim` explicitly or fix the counts",
-                self.heads, self.hidden
-            ));
-        }
-        if self.head_dim == Some(0) {
-            return bad("`head_dim` must be at least 1".into());
-        }
-        if let Some(w) = self.block.as_ref().and_then(|b| b.sliding_window)
-            && (w.keys == 0 || w.period < 2)
-        {
-            return bad(format!(
-                "[block.sliding_window] needs keys >= 1 and period >= 2 (got {} and {}); \
-                 drop the table for a model without local layers",
-                w.keys, w.period
-            ));
-        }
         if let Some(op) = self
             .layer_ops
             .iter()
@@ -179,6 +151,44 @@ impl ModelConfig {
                 );
             }
             shadow.validate(self.layers)?;
+        }
+        Ok(())
+    }
+
+    /// The counts and sizes: none zero, heads dividing hidden (or an explicit head
+    /// dimension), a sliding window of at least one key and a period of at least two.
+    fn validate_dimensions(&self) -> Result<(), PlanError> {
+        let bad = |what: String| Err(PlanError::InvalidModel(format!("{}: {what}", self.name)));
+        for (field, value) in [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("ffn", self.ffn),
+            ("vocab", self.vocab),
+            ("context", self.context),
+        ] {
+            if value == 0 {
+                return bad(format!("`{field}` must be at least 1"));
+            }
+        }
+        if self.head_dim.is_none() && !self.hidden.is_multiple_of(self.heads) {
+            return bad(format!(
+                "heads ({}) do not divide hidden ({}); set `head_dim` explicitly or fix the counts",
+                self.heads, self.hidden
+            ));
+        }
+        if self.head_dim == Some(0) {
+            return bad("`head_dim` must be at least 1".into());
+        }
+        if let Some(w) = self.block.as_ref().and_then(|b| b.sliding_window)
+            && (w.keys == 0 || w.period < 2)
+        {
+            return bad(format!(
+                "[block.sliding_window] needs keys >= 1 and period >= 2 (got {} and {}); \
+                 drop the table for a model without local layers",
+                w.keys, w.period
+            ));
         }
         Ok(())
     }
