@@ -7,14 +7,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::bound::load_bound_ns;
 use crate::decode_plan::group_layers;
-use crate::device::{DeviceProfile, ProcessorKind};
+use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
 use crate::error::PlanError;
 use crate::graph::{
     Sharing, StageDependency, StageTemplate, build_stages, merge_for_one_chunk_one_processor,
     merge_for_one_processor,
 };
 use crate::memory::{MemoryConfig, MemoryProfile};
-use crate::model::{ChunkShape, ExecClass, ModelConfig};
+use crate::model::{ChunkShape, ExecClass, ModelConfig, OpDecl};
 use crate::placement::PlacementConfig;
 
 /// A workload: how long the prompt is and how it is cut and scheduled.
@@ -218,6 +218,38 @@ impl PrefillPlan {
         }
         self.derive_from_lane_costs();
         self
+    }
+
+    /// This plan with every instance priced again on each lane it may run on by
+    /// `price(stage operators, processor)`, ns (at least 1): the same stages, priced for
+    /// another shape than the workload's (a decode batch of several sequences on the NPU,
+    /// [`crate::decode_placement`]). Levels, ranks and the lower bound follow.
+    ///
+    /// # Errors
+    /// [`PlanError::InvalidDevice`] where `price` gives `None` (the processor cannot run
+    /// the stage's precision).
+    pub(crate) fn with_stage_prices(
+        mut self,
+        mut price: impl FnMut(&[OpDecl], &ProcessorSpec) -> Option<u64>,
+    ) -> Result<Self, PlanError> {
+        let lanes = self.lanes();
+        let keys: Vec<InstanceKey> = self.instances().collect();
+        for key in keys {
+            let id = self.id(key);
+            for &lane in &self.stage_lanes[key.stage as usize] {
+                let stage = &self.stages[key.stage as usize];
+                let processor = &self.device.processors[lane];
+                let ns = price(&stage.ops, processor).ok_or_else(|| {
+                    PlanError::InvalidDevice(format!(
+                        "processor `{}` cannot price stage {}",
+                        processor.name, stage.name
+                    ))
+                })?;
+                self.lane_cost_ns[id * lanes + lane] = NonZeroU64::new(ns.max(1));
+            }
+        }
+        self.derive_from_lane_costs();
+        Ok(self)
     }
 
     /// The home, cheapest and mean costs, levels, ranks and lower bound from

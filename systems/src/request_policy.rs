@@ -14,7 +14,7 @@ use std::fmt;
 use bevy_ecs::prelude::{Entity, Resource};
 use thiserror::Error;
 
-use crate::request::{Priority, RequestId, RequestPhase, SloTargets};
+use crate::request::{Priority, Request, RequestId, RequestPhase, RequestRun, SloTargets};
 
 /// One armed request whose run is not done, as a request policy sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +42,22 @@ pub struct LiveRequest {
 }
 
 impl LiveRequest {
+    /// The view of `request` (entity `entity`) with `run` armed on it.
+    pub(crate) fn of(entity: Entity, request: &Request, run: &RequestRun) -> Self {
+        LiveRequest {
+            entity,
+            id: request.id,
+            priority: request.priority,
+            targets: request.targets,
+            arrival_ns: request.arrival_ns,
+            phase: request.phase,
+            work_left_ns: run.work_left_ns,
+            work_total_ns: run.work_total_ns,
+            alone_bound_ns: run.alone_bound_ns,
+            armed_ns: run.armed_ns,
+        }
+    }
+
     /// The modeled time the run still needs alone: its lower bound scaled by the share
     /// of its work not yet dispatched.
     pub fn remaining_ns(&self) -> u64 {
