@@ -134,28 +134,30 @@ pub struct MixReport {
     pub processors: Vec<ProcessorRow>,
 }
 
-impl MixReport {
-    /// The report of `run`, the simulation of `trace` on `scene` under `request_policy`.
-    pub fn new(
-        scene: &Scene,
-        request_policy: &str,
-        trace: &[TraceRequest],
-        run: &RequestsRun,
-    ) -> MixReport {
-        let requests: Vec<RequestRow> = run
-            .outcomes
-            .iter()
-            .zip(trace)
-            .map(|(o, t)| row(o, t))
-            .collect();
-        let mut classes: Vec<Priority> = run.outcomes.iter().map(|o| o.priority).collect();
+/// The per-request, per-class and overall figures of a mix's outcomes, simulated
+/// ([`MixReport`]) or measured (`hetsched run --requests`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RequestRows {
+    /// Per request, in trace order.
+    pub requests: Vec<RequestRow>,
+    /// Per priority class, most urgent first.
+    pub classes: Vec<ClassRow>,
+    /// Across every request.
+    pub all: ClassRow,
+}
+
+impl RequestRows {
+    /// The rows of `outcomes`, one per request of `trace` (same order).
+    pub fn new(outcomes: &[RequestOutcome], trace: &[TraceRequest]) -> Self {
+        let requests: Vec<RequestRow> =
+            outcomes.iter().zip(trace).map(|(o, t)| row(o, t)).collect();
+        let mut classes: Vec<Priority> = outcomes.iter().map(|o| o.priority).collect();
         classes.sort_by_key(|p| Reverse(*p));
         classes.dedup();
         let classes = classes
             .into_iter()
             .map(|class| {
-                let rows: Vec<&RequestRow> = run
-                    .outcomes
+                let rows: Vec<&RequestRow> = outcomes
                     .iter()
                     .zip(&requests)
                     .filter(|(o, _)| o.priority == class)
@@ -164,6 +166,28 @@ impl MixReport {
                 class_row(class.label(), &rows)
             })
             .collect();
+        let all = class_row("all".into(), &requests.iter().collect::<Vec<_>>());
+        RequestRows {
+            requests,
+            classes,
+            all,
+        }
+    }
+}
+
+impl MixReport {
+    /// The report of `run`, the simulation of `trace` on `scene` under `request_policy`.
+    pub fn new(
+        scene: &Scene,
+        request_policy: &str,
+        trace: &[TraceRequest],
+        run: &RequestsRun,
+    ) -> MixReport {
+        let RequestRows {
+            requests,
+            classes,
+            all,
+        } = RequestRows::new(&run.outcomes, trace);
         let makespan_ms = ms(run.makespan_ns);
         let processors = run
             .plans
@@ -189,7 +213,7 @@ impl MixReport {
             makespan_ms,
             peak_kv_bytes: run.peak_kv_bytes,
             kv_budget_bytes: run.kv_budget_bytes,
-            all: class_row("all".into(), &requests.iter().collect::<Vec<_>>()),
+            all,
             requests,
             classes,
             processors,
