@@ -24,7 +24,7 @@ use hetsched::exec::generate::requests::{
 };
 use hetsched::exec::{ExecModel, PrefillOptions, profile};
 use hetsched::import::GgufTokenizer;
-use hetsched::request_report::{RequestRow, RequestRows};
+use hetsched::request_report::{ClassRow, RequestRow, RequestRows, request_tables};
 use hetsched::request_trace::{TraceRequest, load_trace};
 use hetsched::requests::{RequestOutcome, RequestsError, Served, simulate_prefills};
 use hetsched::scene::Scene;
@@ -118,8 +118,8 @@ struct RealMixReport {
     /// From the first request's submission to the last request's last token, ms.
     wall_ms: f64,
     requests: Vec<RequestRow>,
-    classes: Vec<hetsched::request_report::ClassRow>,
-    all: hetsched::request_report::ClassRow,
+    classes: Vec<ClassRow>,
+    all: ClassRow,
 }
 
 /// Runs the trace in `asked` on `model`: each request alone, then all together; prints
@@ -368,53 +368,10 @@ fn summary(r: &RealMixReport) -> String {
         r.arrival_scale,
         r.arrival_scale_source
     );
+    out.push_str(&request_tables(&r.requests, &r.classes, &r.all));
     out.push_str(&format!(
-        "{:>4} {:>12} {:>9} {:>6} {:>5} {:>9} {:>9} {:>6} {:>8} {:>10} {:>10} {:>6} {:>5}\n",
-        "id",
-        "priority",
-        "arrival",
-        "prompt",
-        "new",
-        "ttft",
-        "alone",
-        "x",
-        "tpot",
-        "e2e",
-        "alone",
-        "x",
-        "slo"
-    ));
-    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-        _ => "-".into(),
-    };
-    for q in &r.requests {
-        let slo = match q.slo_met {
-            Some(true) => "met",
-            Some(false) => "MISS",
-            None => "-",
-        };
-        out.push_str(&format!(
-            "{:>4} {:>12} {:>9.1} {:>6} {:>5} {:>9} {:>9} {:>6} {:>8} {:>10} {:>10} {:>6} {:>5}\n",
-            q.id,
-            q.priority,
-            q.arrival_ms,
-            q.prompt_tokens,
-            format!("{}x{}", q.samples, q.max_tokens),
-            f(q.ttft_ms),
-            f(q.alone_ttft_ms),
-            ratio(q.ttft_ms, q.alone_ttft_ms),
-            f(q.tpot_ms),
-            f(q.e2e_ms),
-            f(q.alone_e2e_ms),
-            ratio(q.e2e_ms, q.alone_e2e_ms),
-            slo
-        ));
-    }
-    out.push_str(&format!(
-        "\nwall {:.1} ms; times in ms (ttft = time to first token, tpot = per output token \
-         after it, e2e = its last token, alone = the same request run by itself first)\n",
+        "\nwall {:.1} ms (times in ms; ttft = time to first token, tpot = per output token \
+         after it, e2e = its last token; alone = the same request run by itself first)\n",
         r.wall_ms
     ));
     out
