@@ -100,6 +100,9 @@ pub struct PrefillPlan {
     bottom_level_ns: Vec<u64>,
     /// HEFT's upward rank: the bottom level with each instance at its mean eligible cost.
     upward_rank_ns: Vec<u64>,
+    /// How many instances exist (counted once: the dispatch and resolve systems ask
+    /// every tick whether a run is done).
+    instance_count: usize,
     /// The lower bound, computed once.
     lower_bound: LowerBound,
 }
@@ -162,6 +165,10 @@ impl PrefillPlan {
         let chunks = workload.prompt_len.div_ceil(workload.chunk_len);
         let successor_stages = successor_stages(&stages);
         let memory_steps = memory_steps(&stages);
+        // Every stage in every chunk, but a last-chunk-only stage in the last chunk alone.
+        let last_chunk_only = stages.iter().filter(|s| s.last_chunk_only).count();
+        let instance_count =
+            chunks as usize * stages.len() - (chunks as usize).saturating_sub(1) * last_chunk_only;
         let mut plan = PrefillPlan {
             model,
             device,
@@ -181,6 +188,7 @@ impl PrefillPlan {
             top_level_ns: Vec::new(),
             bottom_level_ns: Vec::new(),
             upward_rank_ns: Vec::new(),
+            instance_count,
             lower_bound: LowerBound {
                 busiest_processor_ns: 0,
                 critical_path_ns: 0,
@@ -398,7 +406,7 @@ impl PrefillPlan {
 
     /// Number of instances.
     pub fn instance_count(&self) -> usize {
-        self.instances().count()
+        self.instance_count
     }
 
     /// Modeled cost of an instance on its home processor, in ns.
