@@ -237,3 +237,22 @@ proptest! {
         }
     }
 }
+
+/// A background prefill loading the CPU while an interactive request decodes: its decode
+/// batches take the NPU's plan, and the mix keeps every invariant.
+#[test]
+fn decode_batches_on_the_npu_keep_the_invariants() {
+    let scene = Scene::default_scene();
+    let specs = specs(&[(0, 2048, 8, 1, false), (100, 64, 8, 2, true)]);
+    for policy in ["priority", "slack"] {
+        let run = simulate_requests(&scene, &specs, &MixOptions::new(policy)).unwrap();
+        check_invariants(&specs, &run, None).unwrap();
+        let npu_plan = specs.len() + 1;
+        assert!(
+            run.slices
+                .iter()
+                .any(|s| s.plan == npu_plan && s.decode_rows > 0),
+            "{policy}: no decode batch took the NPU's plan"
+        );
+    }
+}
