@@ -71,6 +71,15 @@ pub enum CliError {
     /// A request mix that cannot be simulated.
     #[error(transparent)]
     Requests(#[from] hetsched::requests::RequestsError),
+    /// A request the real request engine refused (`run --requests`).
+    #[error(transparent)]
+    Submit(#[from] hetsched::exec::generate::requests::SubmitError),
+    /// A request of `run --requests` failed or never finished.
+    #[error("a request failed: {0}")]
+    RequestFailed(String),
+    /// An arrival scale that is not a factor (`run --requests --arrival-scale`).
+    #[error("arrival scale {0}: give a number above 0, at most 1000")]
+    ArrivalScale(f64),
     /// A number of seconds that is not a time.
     #[error("{name} {value}: give a number of seconds, 0 or more")]
     InvalidSeconds {

@@ -15,6 +15,7 @@ mod output;
 mod profile;
 mod progress;
 mod real;
+mod real_requests;
 mod serve;
 
 use std::process::ExitCode;

@@ -40,6 +40,7 @@ pub enum GpuWeights {
 
 /// `hetsched run`.
 #[derive(clap::Args)]
+#[command(mut_arg("prompt", |a| a.required_unless_present_any(["prompt_file", "requests"])))]
 pub struct RunArgs {
     /// GGUF model file (llama architecture), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf, or a
     /// Hugging Face directory (config.json, tokenizer.json, *.safetensors).
@@ -106,6 +107,22 @@ pub struct RunArgs {
     /// Print one JSON object instead of the summary.
     #[arg(long)]
     json: bool,
+    /// Run the requests of this trace file (or a shipped trace's name: agent-burst, chat,
+    /// best-of-8; format in docs/requests.md) together on the model instead of one
+    /// prefill: each request alone first, then all at their arrivals scaled to the
+    /// machine; each request's text streamed with its id, or with --json per request its
+    /// time to first token, per output token and end to end beside alone (measured).
+    /// Prompts are cut from --prompt (or a built-in text) to the trace's lengths.
+    #[arg(long, value_name = "TRACE", conflicts_with_all = ["prompt_len", "predict", "warmup", "history", "trace", "svg"])]
+    requests: Option<PathBuf>,
+    /// With --requests: the policy across requests: fcfs, priority or slack.
+    #[arg(long, value_name = "NAME", default_value = hetsched::systems::request_policy::DEFAULT_REQUEST_POLICY, requires = "requests")]
+    request_policy: String,
+    /// With --requests: multiply the trace's arrivals by this factor [default: the first
+    /// request's time to first token alone measured here over its simulated time alone
+    /// on the default scene].
+    #[arg(long, value_name = "FACTOR", requires = "requests")]
+    arrival_scale: Option<f64>,
 }
 
 /// `hetsched eval`.
@@ -219,10 +236,18 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     }
     // What can be checked without the weights is checked before they load.
     crate::model::check_prefill_settings(args.threads, args.chunk_len)?;
+    let requests = match &args.requests {
+        Some(trace) => Some(crate::real_requests::check(
+            trace,
+            &args.request_policy,
+            args.arrival_scale,
+        )?),
+        None => None,
+    };
     let text = args
         .prompt
         .text(|path| read_text("prompt file", path, hetsched::limits::MAX_PROMPT_BYTES))?;
-    if args.prompt_len.is_none() {
+    if args.prompt_len.is_none() && requests.is_none() {
         crate::model::check_prompt_text("prompt", &text)?;
     }
     // A profile's ranges are checked before the weights load (its model after).
@@ -284,6 +309,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
     };
+    if let Some(asked) = requests {
+        let tokenizer = loaded.tokenizer;
+        return crate::real_requests::run(asked, model, tokenizer, &text, options, args.json);
+    }
     for _ in 0..args.warmup {
         exec::prefill(model.clone(), &tokens, &options)?;
     }

@@ -232,6 +232,63 @@ fn a_request_trace_reports_each_request_and_refuses_bad_input() {
 }
 
 #[test]
+fn a_request_trace_runs_on_the_real_model_beside_each_request_alone() {
+    let dir = scratch("real-requests");
+    let trace = dir.join("small.toml");
+    std::fs::write(
+        &trace,
+        "[[request]]\narrival_ms = 0\nprompt_tokens = 48\nmax_tokens = 4\npriority = \"background\"\n\n\
+         [[request]]\narrival_ms = 2\nprompt_tokens = 8\nmax_tokens = 3\npriority = \"interactive\"\nttft_ms = 60000\n",
+    )
+    .unwrap();
+    let model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let (trace, model) = (trace.to_str().unwrap(), model.to_str().unwrap());
+    let out = hetsched(&[
+        "run",
+        "--requests",
+        trace,
+        "--model",
+        model,
+        "--threads",
+        "2",
+        "--chunk-len",
+        "16",
+        "--arrival-scale",
+        "1",
+        "--json",
+    ]);
+    let report = succeeded_json(&out);
+    assert_eq!(report["request_policy"], "slack");
+    assert_eq!(report["arrival_scale"], 1.0);
+    let requests = report["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 2);
+    for (r, tokens) in requests.iter().zip([4.0, 3.0]) {
+        let figure = |key: &str| r[key].as_f64().unwrap();
+        // Measured, alone and together: each request's last token after its first.
+        assert!(figure("ttft_ms") > 0.0 && figure("e2e_ms") >= figure("ttft_ms"));
+        assert!(figure("alone_ttft_ms") > 0.0 && figure("alone_e2e_ms") >= figure("alone_ttft_ms"));
+        assert!(figure("tpot_ms") >= 0.0);
+        assert_eq!(figure("max_tokens"), tokens);
+    }
+    assert_eq!(requests[1]["slo_met"], true);
+    assert!(report["all"]["ttft_ms"]["p99"].as_f64().is_some());
+    // What needs no weights is refused before they load.
+    let nowhere = "/no/such/model.gguf";
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--requests", trace, "--model", nowhere];
+        args.extend_from_slice(extra);
+        hetsched(&args)
+    };
+    assert_clear_failure(
+        &run(&["--request-policy", "x"]),
+        "unknown request policy `x`",
+    );
+    assert_clear_failure(&run(&["--arrival-scale", "0"]), "arrival scale 0");
+    let out = hetsched(&["run", "--requests", "no-such-trace", "--model", nowhere]);
+    assert_clear_failure(&out, "nor a shipped trace");
+}
+
+#[test]
 fn missing_scene_file() {
     assert_clear_failure(&hetsched(&["simulate", "no/such/scene.toml"]), "not found");
 }

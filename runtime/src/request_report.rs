@@ -134,28 +134,30 @@ pub struct MixReport {
     pub processors: Vec<ProcessorRow>,
 }
 
-impl MixReport {
-    /// The report of `run`, the simulation of `trace` on `scene` under `request_policy`.
-    pub fn new(
-        scene: &Scene,
-        request_policy: &str,
-        trace: &[TraceRequest],
-        run: &RequestsRun,
-    ) -> MixReport {
-        let requests: Vec<RequestRow> = run
-            .outcomes
-            .iter()
-            .zip(trace)
-            .map(|(o, t)| row(o, t))
-            .collect();
-        let mut classes: Vec<Priority> = run.outcomes.iter().map(|o| o.priority).collect();
+/// The per-request, per-class and overall figures of a mix's outcomes, simulated
+/// ([`MixReport`]) or measured (`hetsched run --requests`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RequestRows {
+    /// Per request, in trace order.
+    pub requests: Vec<RequestRow>,
+    /// Per priority class, most urgent first.
+    pub classes: Vec<ClassRow>,
+    /// Across every request.
+    pub all: ClassRow,
+}
+
+impl RequestRows {
+    /// The rows of `outcomes`, one per request of `trace` (same order).
+    pub fn new(outcomes: &[RequestOutcome], trace: &[TraceRequest]) -> Self {
+        let requests: Vec<RequestRow> =
+            outcomes.iter().zip(trace).map(|(o, t)| row(o, t)).collect();
+        let mut classes: Vec<Priority> = outcomes.iter().map(|o| o.priority).collect();
         classes.sort_by_key(|p| Reverse(*p));
         classes.dedup();
         let classes = classes
             .into_iter()
             .map(|class| {
-                let rows: Vec<&RequestRow> = run
-                    .outcomes
+                let rows: Vec<&RequestRow> = outcomes
                     .iter()
                     .zip(&requests)
                     .filter(|(o, _)| o.priority == class)
@@ -164,6 +166,28 @@ impl MixReport {
                 class_row(class.label(), &rows)
             })
             .collect();
+        let all = class_row("all".into(), &requests.iter().collect::<Vec<_>>());
+        RequestRows {
+            requests,
+            classes,
+            all,
+        }
+    }
+}
+
+impl MixReport {
+    /// The report of `run`, the simulation of `trace` on `scene` under `request_policy`.
+    pub fn new(
+        scene: &Scene,
+        request_policy: &str,
+        trace: &[TraceRequest],
+        run: &RequestsRun,
+    ) -> MixReport {
+        let RequestRows {
+            requests,
+            classes,
+            all,
+        } = RequestRows::new(&run.outcomes, trace);
         let makespan_ms = ms(run.makespan_ns);
         let processors = run
             .plans
@@ -189,7 +213,7 @@ impl MixReport {
             makespan_ms,
             peak_kv_bytes: run.peak_kv_bytes,
             kv_budget_bytes: run.kv_budget_bytes,
-            all: class_row("all".into(), &requests.iter().collect::<Vec<_>>()),
+            all,
             requests,
             classes,
             processors,
@@ -202,89 +226,14 @@ impl MixReport {
         use std::fmt::Write as _;
         let mut out = format!(
             "{}: {} requests, request policy {}, policy {} within each; makespan {:.1} ms \
-             (simulated)\n\n{:>4} {:>12} {:>9} {:>6} {:>5} {:>9} {:>9} {:>6} {:>8} {:>10} {:>10} {:>6} {:>5}\n",
+             (simulated)\n\n",
             self.scene,
             self.requests.len(),
             self.request_policy,
             self.policy,
             self.makespan_ms,
-            "id",
-            "priority",
-            "arrival",
-            "prompt",
-            "new",
-            "ttft",
-            "alone",
-            "x",
-            "tpot",
-            "e2e",
-            "alone",
-            "x",
-            "slo"
         );
-        let opt = |v: Option<f64>, width: usize, digits: usize| {
-            v.map_or_else(
-                || format!("{:>width$}", "-"),
-                |v| format!("{v:>width$.digits$}"),
-            )
-        };
-        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(a), Some(b)) => Some(a / b.max(f64::MIN_POSITIVE)),
-            _ => None,
-        };
-        for r in &self.requests {
-            let slo = match (r.status, r.slo_met) {
-                ("refused", _) => "REFUSED",
-                (_, Some(true)) => "met",
-                (_, Some(false)) => "MISS",
-                (_, None) => "-",
-            };
-            let _ = writeln!(
-                out,
-                "{:>4} {:>12} {:>9.1} {:>6} {:>5} {} {} {} {} {} {} {} {:>5}",
-                r.id,
-                r.priority,
-                r.arrival_ms,
-                r.prompt_tokens,
-                format!("{}x{}", r.samples, r.max_tokens),
-                opt(r.ttft_ms, 9, 1),
-                opt(r.alone_ttft_ms, 9, 1),
-                opt(ratio(r.ttft_ms, r.alone_ttft_ms), 6, 2),
-                opt(r.tpot_ms, 8, 2),
-                opt(r.e2e_ms, 10, 1),
-                opt(r.alone_e2e_ms, 10, 1),
-                opt(ratio(r.e2e_ms, r.alone_e2e_ms), 6, 2),
-                slo
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\n{:>12} {:>8} {:>26} {:>26} {:>26} {:>6}",
-            "class", "requests", "ttft p50/p95/p99", "tpot p50/p95/p99", "e2e p50/p95/p99", "slo"
-        );
-        let triple = |p: &Percentiles| {
-            format!(
-                "{}/{}/{}",
-                opt(p.p50, 0, 1),
-                opt(p.p95, 0, 1),
-                opt(p.p99, 0, 1)
-            )
-        };
-        for c in self.classes.iter().chain(std::iter::once(&self.all)) {
-            let slo = c
-                .slo_attainment
-                .map_or_else(|| "-".to_string(), |a| format!("{:.0}%", a * 100.0));
-            let _ = writeln!(
-                out,
-                "{:>12} {:>8} {:>26} {:>26} {:>26} {:>6}",
-                c.priority,
-                c.requests,
-                triple(&c.ttft_ms),
-                triple(&c.tpot_ms),
-                triple(&c.e2e_ms),
-                slo
-            );
-        }
+        out.push_str(&request_tables(&self.requests, &self.classes, &self.all));
         out.push('\n');
         for p in &self.processors {
             let _ = writeln!(
@@ -310,6 +259,92 @@ impl MixReport {
         );
         out
     }
+}
+
+/// The per-request table and the per-class percentiles of a mix's rows, as text (the
+/// body of `simulate --requests` and `run --requests` summaries).
+pub fn request_tables(requests: &[RequestRow], classes: &[ClassRow], all: &ClassRow) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!(
+        "{:>4} {:>12} {:>9} {:>6} {:>5} {:>9} {:>9} {:>6} {:>8} {:>10} {:>10} {:>6} {:>5}\n",
+        "id",
+        "priority",
+        "arrival",
+        "prompt",
+        "new",
+        "ttft",
+        "alone",
+        "x",
+        "tpot",
+        "e2e",
+        "alone",
+        "x",
+        "slo"
+    );
+    let opt = |v: Option<f64>, width: usize, digits: usize| {
+        v.map_or_else(
+            || format!("{:>width$}", "-"),
+            |v| format!("{v:>width$.digits$}"),
+        )
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a / b.max(f64::MIN_POSITIVE)),
+        _ => None,
+    };
+    for r in requests {
+        let slo = match (r.status, r.slo_met) {
+            ("refused", _) => "REFUSED",
+            (_, Some(true)) => "met",
+            (_, Some(false)) => "MISS",
+            (_, None) => "-",
+        };
+        let _ = writeln!(
+            out,
+            "{:>4} {:>12} {:>9.1} {:>6} {:>5} {} {} {} {} {} {} {} {:>5}",
+            r.id,
+            r.priority,
+            r.arrival_ms,
+            r.prompt_tokens,
+            format!("{}x{}", r.samples, r.max_tokens),
+            opt(r.ttft_ms, 9, 1),
+            opt(r.alone_ttft_ms, 9, 1),
+            opt(ratio(r.ttft_ms, r.alone_ttft_ms), 6, 2),
+            opt(r.tpot_ms, 8, 2),
+            opt(r.e2e_ms, 10, 1),
+            opt(r.alone_e2e_ms, 10, 1),
+            opt(ratio(r.e2e_ms, r.alone_e2e_ms), 6, 2),
+            slo
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{:>12} {:>8} {:>26} {:>26} {:>26} {:>6}",
+        "class", "requests", "ttft p50/p95/p99", "tpot p50/p95/p99", "e2e p50/p95/p99", "slo"
+    );
+    let triple = |p: &Percentiles| {
+        format!(
+            "{}/{}/{}",
+            opt(p.p50, 0, 1),
+            opt(p.p95, 0, 1),
+            opt(p.p99, 0, 1)
+        )
+    };
+    for c in classes.iter().chain(std::iter::once(all)) {
+        let slo = c
+            .slo_attainment
+            .map_or_else(|| "-".to_string(), |a| format!("{:.0}%", a * 100.0));
+        let _ = writeln!(
+            out,
+            "{:>12} {:>8} {:>26} {:>26} {:>26} {:>6}",
+            c.priority,
+            c.requests,
+            triple(&c.ttft_ms),
+            triple(&c.tpot_ms),
+            triple(&c.e2e_ms),
+            slo
+        );
+    }
+    out
 }
 
 fn ms(ns: u64) -> f64 {

@@ -9,12 +9,14 @@
 //!
 //! **Decode.** A request of `max_tokens` new tokens gets its first from its prefill and
 //! `max_tokens - 1` decode steps after it, each of its `samples` sequences one row of the
-//! step. The decode-step plan is [`PrefillPlan::decode_step_on`] the decode processor
-//! ([`decode_lane`]: the first CPU), its stages priced together by
-//! [`batched_decode_step_ns`] (the scene's decode costs, batched as a small GEMM). One
-//! batch runs at a time: when it ends, every request ready to decode (in the request
-//! policy's order, up to [`MAX_DECODE_BATCH`] sequences) joins the next, armed on the
-//! first of them, so its priority class and arrival are what the request policy sees.
+//! step. One batch runs at a time: when it ends, every request ready to decode (in the
+//! request policy's order, up to [`MAX_DECODE_BATCH`] sequences) joins the next, armed on
+//! the first of them, so its priority class and arrival are what the request policy
+//! sees. Each batch is placed by [`DecodePlans::choose`] from the world's state: on the
+//! decode lane (the first CPU, the step priced by `batched_decode_step_ns`) or with its
+//! linears on the NPU at a static batch shape (the one-token plan a prefill would run,
+//! priced by each processor's cost model for the batch), whichever is predicted to end
+//! it first given what each processor runs and has queued.
 //! Under `fcfs` the order holds one request, so a batch holds one request's samples.
 //!
 //! **KV memory.** A request holds its KV caches ([`kv_cache_bytes`]: the prompt's, shared
@@ -30,15 +32,16 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use bevy_ecs::prelude::{Entity, World};
+use hetsched_systems::decode_placement::LaneLoads;
 use hetsched_systems::request_policy::{
     LiveRequest, RequestPolicy, UnknownRequestPolicy, create_request_policy, pick_next,
 };
 use hetsched_systems::resources::{Clock, Completion, Inbox, Outbox};
 use hetsched_systems::{
-    ActiveRequestPolicy, DEFAULT_DECODE_LAYERS_PER_STAGE, InstanceKey, LiveRuns, MAX_DECODE_BATCH,
-    PlanError, PrefillPlan, Priority, Request, RequestError, RequestId, RequestPhase, SloTargets,
-    Workload, arm_request, batched_decode_step_ns, decode_lane, disarm_request, kv_cache_bytes,
-    scheduler_schedule_halves, spawn_request_entity, spawn_request_world,
+    ActiveRequestPolicy, DEFAULT_DECODE_LAYERS_PER_STAGE, DecodePlacement, DecodePlans,
+    InstanceKey, LiveRuns, MAX_DECODE_BATCH, PlanError, PrefillPlan, Priority, Request,
+    RequestError, RequestId, RequestPhase, SloTargets, Workload, arm_request, disarm_request,
+    kv_cache_bytes, scheduler_schedule_halves, spawn_request_entity, spawn_request_world,
 };
 use thiserror::Error;
 
@@ -109,7 +112,8 @@ pub struct RequestOutcome {
 pub struct RequestSlice {
     /// The request (for a decode batch, the one it is armed on).
     pub request: RequestId,
-    /// The plan of the job's run, an index into [`RequestsRun::plans`].
+    /// The plan of the job's run, an index into [`RequestsRun::plans`] (past the
+    /// requests' prefills: a decode batch, by placement).
     pub plan: usize,
     /// (chunk, stage) in that plan.
     pub key: InstanceKey,
@@ -132,7 +136,9 @@ pub struct RequestsRun {
     pub outcomes: Vec<RequestOutcome>,
     /// Every job, in dispatch order.
     pub slices: Vec<RequestSlice>,
-    /// Per request (same index), its prefill's plan; then the decode step's plan.
+    /// Per request (same index), its prefill's plan; then the decode step's plans, one a
+    /// placement the device offers ([`DecodePlans::placements`]: the decode lane's, then
+    /// the NPU's where it has one), unpriced (each batch is priced for its rows).
     pub plans: Vec<Arc<PrefillPlan>>,
     /// When the last job ended, ns.
     pub makespan_ns: u64,
@@ -311,7 +317,8 @@ pub fn simulate_requests(
     options: &MixOptions,
 ) -> Result<RequestsRun, RequestsError> {
     let plans = check_and_plan(scene, specs, options)?;
-    let decode = decode_plan(scene)?;
+    let decode = DecodePlans::new(&scene.model, &scene.device, DEFAULT_DECODE_LAYERS_PER_STAGE)
+        .map_err(RequestsError::Decode)?;
     let mix = run_mix(scene, specs, options, &plans, &decode)?;
     let mut alone: HashMap<(u32, u32, u32), (u64, u64)> = HashMap::new();
     let mut outcomes = Vec::with_capacity(specs.len());
@@ -366,7 +373,12 @@ pub fn simulate_requests(
         busy_ns[slice.lane] += slice.end_ns - slice.start_ns;
     }
     let mut all_plans = plans;
-    all_plans.push(decode);
+    all_plans.extend(
+        decode
+            .placements()
+            .into_iter()
+            .filter_map(|p| decode.plan(p).cloned()),
+    );
     Ok(RequestsRun {
         outcomes,
         makespan_ns: mix.slices.iter().map(|s| s.end_ns).max().unwrap_or(0),
@@ -433,23 +445,6 @@ fn check_and_plan(
         .collect()
 }
 
-/// The decode step's plan on the scene's decode processor (priced per batch later).
-fn decode_plan(scene: &Scene) -> Result<Arc<PrefillPlan>, RequestsError> {
-    let lane = decode_lane(&scene.device).ok_or_else(|| {
-        RequestsError::Decode(PlanError::NoProcessor(
-            "the device has no processor to decode on".into(),
-        ))
-    })?;
-    PrefillPlan::decode_step_on(
-        scene.model.clone(),
-        scene.device.clone(),
-        lane,
-        DEFAULT_DECODE_LAYERS_PER_STAGE,
-    )
-    .map(Arc::new)
-    .map_err(RequestsError::Decode)
-}
-
 /// When one admitted request's milestones fell, ns.
 #[derive(Clone, Copy, Debug)]
 struct Times {
@@ -478,11 +473,13 @@ enum Stage {
     Refused,
 }
 
-/// The decode batch in flight: armed on `leader`, a step for each of `members`.
+/// The decode batch in flight: armed on `leader`, a step for each of `members`, placed
+/// where [`DecodePlans::choose`] predicted it to end first.
 struct Batch {
     leader: usize,
     members: Vec<usize>,
     rows: u32,
+    placement: DecodePlacement,
 }
 
 /// The state of one mix as it runs.
@@ -490,7 +487,7 @@ struct MixState<'a> {
     scene: &'a Scene,
     specs: &'a [RequestSpec],
     plans: &'a [Arc<PrefillPlan>],
-    decode: &'a Arc<PrefillPlan>,
+    decode: &'a DecodePlans,
     options: &'a MixOptions,
     /// Orders waiting requests for admission and ready ones for a batch.
     order: Box<dyn RequestPolicy>,
@@ -517,7 +514,7 @@ fn run_mix(
     specs: &[RequestSpec],
     options: &MixOptions,
     plans: &[Arc<PrefillPlan>],
-    decode: &Arc<PrefillPlan>,
+    decode: &DecodePlans,
 ) -> Result<Mix, RequestsError> {
     let mut world = spawn_request_world(&scene.device);
     world.insert_resource(ActiveRequestPolicy(create_request_policy(
@@ -571,7 +568,10 @@ fn run_mix(
         for job in std::mem::take(&mut state.world.resource_mut::<Outbox>().0) {
             let i = state.by_id[&job.request];
             let (plan, decode_rows) = match (&state.batch, state.stage[i]) {
-                (Some(b), Stage::InBatch) if b.leader == i => (n, b.rows),
+                (Some(b), Stage::InBatch) if b.leader == i => {
+                    let offset = decode.placements().iter().position(|&p| p == b.placement);
+                    (n + offset.unwrap_or(0), b.rows)
+                }
                 _ => (i, 0),
             };
             slices.push(RequestSlice {
@@ -799,9 +799,13 @@ impl MixState<'_> {
                 };
             }
         }
-        let step_ns = batched_decode_step_ns(&self.scene.model, &self.scene.device, &contexts)
+        let leader_entity = self.entity[leader].expect("an arrived request");
+        let loads = LaneLoads::of_world(&mut self.world, leader_entity);
+        let (placement, plan) = self
+            .decode
+            .choose(&contexts, &loads)
             .map_err(RequestsError::Decode)?;
-        let plan = Arc::new(self.decode.as_ref().clone().with_home_total_ns(step_ns));
+        let plan = Arc::new(plan);
         let step = u64::from(self.tokens[leader] - 1);
         arm_request(
             &mut self.world,
@@ -814,6 +818,7 @@ impl MixState<'_> {
             leader,
             members,
             rows,
+            placement,
         });
         Ok(())
     }
@@ -845,6 +850,7 @@ fn plan_for(scene: &Scene, spec: &RequestSpec) -> Result<PrefillPlan, RequestsEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_systems::{batched_decode_step_ns, decode_lane};
 
     fn spec(id: u64, priority: Priority, arrival_ms: u64, prompt_len: u32) -> RequestSpec {
         RequestSpec {
@@ -997,6 +1003,49 @@ mod tests {
         let busy: u64 = fcfs.busy_ns.iter().sum();
         let jobs: u64 = fcfs.slices.iter().map(|x| x.end_ns - x.start_ns).sum();
         assert_eq!(busy, jobs);
+    }
+
+    #[test]
+    fn decode_takes_the_npu_when_it_ends_the_batch_first() {
+        let scene = Scene::default_scene();
+        let n = 2;
+        let burst = [
+            RequestSpec {
+                max_tokens: 8,
+                ..spec(0, Priority::BACKGROUND, 0, 2048)
+            },
+            RequestSpec {
+                max_tokens: 8,
+                ..spec(1, Priority::INTERACTIVE, 100, 64)
+            },
+        ];
+        let run = simulate_requests(&scene, &burst, &MixOptions::new("slack")).unwrap();
+        let npu = scene.device.first_of(hetsched_systems::ProcessorKind::Npu);
+        let npu_plan = n + 1;
+        assert_eq!(
+            run.plans.len(),
+            n + 2,
+            "the decode lane's plan and the NPU's"
+        );
+        // The interactive request decodes while the background prefill loads the CPU:
+        // its batches take the NPU's plan (whose linears run on the NPU) where the
+        // background has CPU work queued.
+        let interactive: Vec<&RequestSlice> = run
+            .slices
+            .iter()
+            .filter(|x| x.request == RequestId(1) && x.decode_rows > 0)
+            .collect();
+        assert!(interactive.iter().any(|x| x.plan == npu_plan));
+        assert!(interactive.iter().any(|x| Some(x.lane) == npu));
+        // Alone, nothing queued: the decode lane ends a step first on this scene.
+        let alone = simulate_requests(&scene, &burst[1..], &MixOptions::new("slack")).unwrap();
+        assert!(
+            alone
+                .slices
+                .iter()
+                .filter(|x| x.decode_rows > 0)
+                .all(|x| x.plan == 1 && Some(x.lane) != npu)
+        );
     }
 
     #[test]

@@ -60,7 +60,8 @@ fn check_invariants(
             );
         }
     }
-    let decode_plan = run.plans.len() - 1;
+    // The plans after the requests' prefills are the decode step's, one a placement.
+    let decode_plans = specs.len();
     // Each served request's prefill: every instance once, after its predecessors, not
     // before the request was admitted.
     for (i, (spec, outcome)) in specs.iter().zip(&run.outcomes).enumerate() {
@@ -90,43 +91,42 @@ fn check_invariants(
         );
         prop_assert!(served.e2e_ns >= served.ttft_ns);
     }
-    // Decode: one batch at a time, each a whole run of the decode plan in chain order,
-    // armed on a request after its first token; every sequence gets its steps.
-    let step = run.plans[decode_plan].instance_count();
+    // Decode: one batch at a time, each a whole run of one decode plan (the decode
+    // lane's or the NPU's) in dependency order, armed on a request after its first
+    // token; every sequence gets its steps.
     let mut decode: Vec<&RequestSlice> = run
         .slices
         .iter()
-        .filter(|s| s.plan == decode_plan)
+        .filter(|s| s.plan >= decode_plans)
         .collect();
-    decode.sort_by_key(|s| s.start_ns);
-    prop_assert_eq!(decode.len() % step, 0);
+    decode.sort_by_key(|s| (s.start_ns, s.key.stage));
     let mut last_end = 0;
     let mut rows = 0u64;
-    for batch in decode.chunks(step) {
-        let leader = batch[0].request;
-        prop_assert!(
-            batch
-                .iter()
-                .all(|s| s.request == leader && s.decode_rows == batch[0].decode_rows)
-        );
-        prop_assert!(batch[0].start_ns >= last_end, "two decode batches at once");
-        for (stage, s) in batch.iter().enumerate() {
-            prop_assert_eq!(
-                s.key,
-                InstanceKey {
-                    chunk: 0,
-                    stage: stage as u32
-                }
-            );
-            if stage > 0 {
-                prop_assert!(batch[stage - 1].end_ns <= s.start_ns);
+    let mut rest = &decode[..];
+    while let Some(first) = rest.first() {
+        let plan = &run.plans[first.plan];
+        let step = plan.instance_count();
+        prop_assert!(rest.len() >= step, "a decode batch cut short");
+        let (batch, tail) = rest.split_at(step);
+        rest = tail;
+        let leader = first.request;
+        prop_assert!(batch.iter().all(|s| s.request == leader
+            && s.plan == first.plan
+            && s.decode_rows == first.decode_rows));
+        prop_assert!(first.start_ns >= last_end, "two decode batches at once");
+        let at: HashMap<InstanceKey, &RequestSlice> = batch.iter().map(|s| (s.key, *s)).collect();
+        prop_assert_eq!(at.len(), step, "a decode instance ran twice");
+        for s in batch {
+            prop_assert!(plan.exists(s.key));
+            for pred in plan.predecessors(s.key) {
+                prop_assert!(at[&pred].end_ns <= s.start_ns);
             }
         }
         let i = leader.0 as usize;
         let first_token = specs[i].arrival_ns + run.outcomes[i].served.unwrap().ttft_ns;
-        prop_assert!(batch[0].start_ns >= first_token);
-        last_end = batch[step - 1].end_ns;
-        rows += u64::from(batch[0].decode_rows);
+        prop_assert!(first.start_ns >= first_token);
+        last_end = batch.iter().map(|s| s.end_ns).max().unwrap();
+        rows += u64::from(first.decode_rows);
     }
     let want: u64 = specs
         .iter()
@@ -142,18 +142,15 @@ fn check_invariants(
     Ok(())
 }
 
-/// A request's jobs (its prefill and the decode batches armed on it) as (lane, plan is
-/// decode, key, rows, start from its first job, duration).
-fn shape(
-    run: &RequestsRun,
-    id: RequestId,
-    index: usize,
-) -> Vec<(usize, bool, InstanceKey, u32, u64, u64)> {
-    let decode_plan = run.plans.len() - 1;
+/// A request's jobs (its prefill and the decode batches armed on it) as (lane, which
+/// decode plan if any, key, rows, start from its first job, duration).
+type Shape = Vec<(usize, Option<usize>, InstanceKey, u32, u64, u64)>;
+
+fn shape(run: &RequestsRun, id: RequestId, index: usize, requests: usize) -> Shape {
     let mut mine: Vec<&RequestSlice> = run
         .slices
         .iter()
-        .filter(|s| s.request == id && (s.plan == index || s.plan == decode_plan))
+        .filter(|s| s.request == id && (s.plan == index || s.plan >= requests))
         .collect();
     mine.sort_by_key(|s| (s.start_ns, s.lane));
     let origin = mine.first().map_or(0, |s| s.start_ns);
@@ -161,7 +158,7 @@ fn shape(
         .map(|s| {
             (
                 s.lane,
-                s.plan == decode_plan,
+                s.plan.checked_sub(requests),
                 s.key,
                 s.decode_rows,
                 s.start_ns - origin,
@@ -214,7 +211,12 @@ proptest! {
         for (i, spec) in specs.iter().enumerate() {
             let lone = RequestSpec { arrival_ns: 0, ..spec.clone() };
             let alone = simulate_requests(&scene, std::slice::from_ref(&lone), &options).unwrap();
-            prop_assert_eq!(shape(&run, spec.id, i), shape(&alone, spec.id, 0), "request {}", i);
+            prop_assert_eq!(
+                shape(&run, spec.id, i, specs.len()),
+                shape(&alone, spec.id, 0, 1),
+                "request {}",
+                i
+            );
             // Alone, its prefill is the engine's schedule of its plan, job for job.
             let engine = engine::simulate(Arc::clone(&alone.plans[0]), scene.new_policy().unwrap()).unwrap();
             let mut want: Vec<(usize, InstanceKey, u64, u64)> = engine
@@ -233,5 +235,24 @@ proptest! {
             got.sort();
             prop_assert_eq!(got, want);
         }
+    }
+}
+
+/// A background prefill loading the CPU while an interactive request decodes: its decode
+/// batches take the NPU's plan, and the mix keeps every invariant.
+#[test]
+fn decode_batches_on_the_npu_keep_the_invariants() {
+    let scene = Scene::default_scene();
+    let specs = specs(&[(0, 2048, 8, 1, false), (100, 64, 8, 2, true)]);
+    for policy in ["priority", "slack"] {
+        let run = simulate_requests(&scene, &specs, &MixOptions::new(policy)).unwrap();
+        check_invariants(&specs, &run, None).unwrap();
+        let npu_plan = specs.len() + 1;
+        assert!(
+            run.slices
+                .iter()
+                .any(|s| s.plan == npu_plan && s.decode_rows > 0),
+            "{policy}: no decode batch took the NPU's plan"
+        );
     }
 }

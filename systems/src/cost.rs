@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, Precision};
+use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, OpWork, Precision};
 use crate::stage_cost::{StageCost, precision_label, stage_kind};
 
 /// Peak arithmetic rates of a processor, in giga-operations per second (a multiply-add
@@ -105,7 +105,12 @@ impl CostModel {
         if let Some(m) = self.measured.iter().find(|m| m.matches(op, shape)) {
             return Some(m.us * 1e3);
         }
-        let work = op.work(model, shape);
+        self.work_ns(op.work(model, shape))
+    }
+
+    /// Roofline time of one operator's `work` in nanoseconds, its per-operator overhead
+    /// included, or `None` when the processor cannot run its precision at all.
+    pub fn work_ns(&self, work: OpWork) -> Option<f64> {
         let rate = self.peak_gops.ops_per_s(work.precision);
         if rate <= 0.0 && work.ops > 0.0 {
             return None;

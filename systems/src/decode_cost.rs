@@ -136,7 +136,8 @@ pub const MAX_DECODE_BATCH: usize = 64;
 /// with the bandwidth of [`estimate_decode`] and `rate` the processor's peak at the
 /// model's weight precision (no arithmetic bound where it gives none). One sequence that
 /// is bound by its bytes costs exactly [`estimate_decode`]'s step at its context. An NPU
-/// runs graphs of static batch shapes: a batch is padded up to the next power of two.
+/// runs graphs of static batch shapes: a batch is padded up to the next of
+/// [`crate::NPU_DECODE_ROWS`].
 ///
 /// # Errors
 /// [`PlanError::NoProcessor`] as [`estimate_decode`]; [`PlanError::InvalidWorkload`] for
@@ -168,7 +169,7 @@ pub fn batched_decode_step_ns(
     let mut padded: Vec<u64> = contexts.to_vec();
     if processor.kind == ProcessorKind::Npu {
         // Padding rows run at the shortest context: they cost arithmetic, little cache.
-        let shape = padded.len().next_power_of_two();
+        let shape = crate::decode_placement::npu_decode_rows(padded.len()).unwrap_or(padded.len());
         let shortest = padded.iter().copied().min().unwrap_or(1);
         padded.resize(shape, shortest);
     }

@@ -41,18 +41,7 @@ pub fn dispatch_ready(
             .iter()
             .filter_map(|&e| runs.get(e).ok().map(|(r, run)| (e, r, run)))
             .filter(|(_, _, run)| !run.is_done())
-            .map(|(entity, r, run)| LiveRequest {
-                entity,
-                id: r.id,
-                priority: r.priority,
-                targets: r.targets,
-                arrival_ns: r.arrival_ns,
-                phase: r.phase,
-                work_left_ns: run.work_left_ns,
-                work_total_ns: run.work_total_ns,
-                alone_bound_ns: run.alone_bound_ns,
-                armed_ns: run.armed_ns,
-            }),
+            .map(|(entity, r, run)| LiveRequest::of(entity, r, run)),
     );
     if live.is_empty() {
         return;
@@ -224,7 +213,7 @@ fn admitted<'q>(
 
 /// When an [`Offline`] processor is modeled free: far in the future, but far from
 /// `u64::MAX`, since policies add costs to it.
-const OFFLINE_FREE_AT_NS: u64 = u64::MAX / 4;
+pub(crate) const OFFLINE_FREE_AT_NS: u64 = u64::MAX / 4;
 
 /// What launching a job changes beside the request's run: the instance's state, the
 /// outbox and the statistics; and the requests in the order they were armed.

@@ -40,6 +40,7 @@ mod collect;
 pub mod components;
 mod cost;
 mod decode_cost;
+pub mod decode_placement;
 pub mod decode_plan;
 mod device;
 mod dispatch;
@@ -76,6 +77,7 @@ pub use decode_cost::{
     DecodeEstimate, MAX_DECODE_BATCH, batched_decode_step_ns, decode_lane, estimate_decode,
     kv_cache_bytes,
 };
+pub use decode_placement::{DecodePlacement, DecodePlans, NPU_DECODE_ROWS};
 pub use decode_plan::DEFAULT_DECODE_LAYERS_PER_STAGE;
 pub use device::{CostAdaptation, OneThreadCost, PrecisionGap, PrecisionWarm, ProfileOrigin};
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};

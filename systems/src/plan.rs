@@ -5,14 +5,14 @@ use std::num::NonZeroU64;
 
 use serde::{Deserialize, Serialize};
 
-use crate::device::{DeviceProfile, ProcessorKind};
+use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
 use crate::error::PlanError;
 use crate::graph::{
     Sharing, StageDependency, StageTemplate, build_stages, group_layers,
     merge_for_one_chunk_one_processor, merge_for_one_processor,
 };
 use crate::memory::{MemoryConfig, MemoryProfile};
-use crate::model::{ChunkShape, ModelConfig};
+use crate::model::{ChunkShape, ModelConfig, OpDecl};
 use crate::placement::PlacementConfig;
 
 mod lanes;
@@ -103,6 +103,9 @@ pub struct PrefillPlan {
     bottom_level_ns: Vec<u64>,
     /// HEFT's upward rank: the bottom level with each instance at its mean eligible cost.
     upward_rank_ns: Vec<u64>,
+    /// How many instances exist (counted once: the dispatch and resolve systems ask
+    /// every tick whether a run is done).
+    instance_count: usize,
     /// The lower bound, computed once.
     lower_bound: LowerBound,
 }
@@ -165,6 +168,10 @@ impl PrefillPlan {
         let chunks = workload.prompt_len.div_ceil(workload.chunk_len);
         let successor_stages = successor_stages(&stages);
         let memory_steps = memory_steps(&stages);
+        // Every stage in every chunk, but a last-chunk-only stage in the last chunk alone.
+        let last_chunk_only = stages.iter().filter(|s| s.last_chunk_only).count();
+        let instance_count =
+            chunks as usize * stages.len() - (chunks as usize).saturating_sub(1) * last_chunk_only;
         let mut plan = PrefillPlan {
             model,
             device,
@@ -184,6 +191,7 @@ impl PrefillPlan {
             top_level_ns: Vec::new(),
             bottom_level_ns: Vec::new(),
             upward_rank_ns: Vec::new(),
+            instance_count,
             lower_bound: LowerBound {
                 busiest_processor_ns: 0,
                 critical_path_ns: 0,
@@ -221,6 +229,38 @@ impl PrefillPlan {
         }
         self.derive_from_lane_costs();
         self
+    }
+
+    /// This plan with every instance priced again on each lane it may run on by
+    /// `price(stage operators, processor)`, ns (at least 1): the same stages, priced for
+    /// another shape than the workload's (a decode batch of several sequences on the NPU,
+    /// [`crate::decode_placement`]). Levels, ranks and the lower bound follow.
+    ///
+    /// # Errors
+    /// [`PlanError::InvalidDevice`] where `price` gives `None` (the processor cannot run
+    /// the stage's precision).
+    pub(crate) fn with_stage_prices(
+        mut self,
+        mut price: impl FnMut(&[OpDecl], &ProcessorSpec) -> Option<u64>,
+    ) -> Result<Self, PlanError> {
+        let lanes = self.lanes();
+        let keys: Vec<InstanceKey> = self.instances().collect();
+        for key in keys {
+            let id = self.id(key);
+            for &lane in &self.stage_lanes[key.stage as usize] {
+                let stage = &self.stages[key.stage as usize];
+                let processor = &self.device.processors[lane];
+                let ns = price(&stage.ops, processor).ok_or_else(|| {
+                    PlanError::InvalidDevice(format!(
+                        "processor `{}` cannot price stage {}",
+                        processor.name, stage.name
+                    ))
+                })?;
+                self.lane_cost_ns[id * lanes + lane] = NonZeroU64::new(ns.max(1));
+            }
+        }
+        self.derive_from_lane_costs();
+        Ok(self)
     }
 
     /// Sets the memory budgets and alignment, refusing budgets that can never be met.
@@ -336,7 +376,7 @@ impl PrefillPlan {
 
     /// Number of instances.
     pub fn instance_count(&self) -> usize {
-        self.instances().count()
+        self.instance_count
     }
 
     /// Modeled cost of an instance on its home processor, in ns.

@@ -14,7 +14,7 @@ use std::fmt;
 use bevy_ecs::prelude::{Entity, Resource};
 use thiserror::Error;
 
-use crate::request::{Priority, RequestId, RequestPhase, SloTargets};
+use crate::request::{Priority, Request, RequestId, RequestPhase, RequestRun, SloTargets};
 
 /// One armed request whose run is not done, as a request policy sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +42,22 @@ pub struct LiveRequest {
 }
 
 impl LiveRequest {
+    /// The view of `request` (entity `entity`) with `run` armed on it.
+    pub(crate) fn of(entity: Entity, request: &Request, run: &RequestRun) -> Self {
+        LiveRequest {
+            entity,
+            id: request.id,
+            priority: request.priority,
+            targets: request.targets,
+            arrival_ns: request.arrival_ns,
+            phase: request.phase,
+            work_left_ns: run.work_left_ns,
+            work_total_ns: run.work_total_ns,
+            alone_bound_ns: run.alone_bound_ns,
+            armed_ns: run.armed_ns,
+        }
+    }
+
     /// The modeled time the run still needs alone: its lower bound scaled by the share
     /// of its work not yet dispatched.
     pub fn remaining_ns(&self) -> u64 {
@@ -150,9 +166,10 @@ pub const SLACK_STRETCH: f64 = 1.2;
 
 /// Slack-driven: the order of [`StrictPriority`], and a less urgent request fills an idle
 /// processor only with a job that fits in the slack of every more urgent request ahead:
-/// its deadline (arrival + its TTFT target while in its prefill, else the run's arming
-/// time + [`SLACK_STRETCH`] x its alone bound) minus now minus the time it still needs
-/// alone. A job that would end after the urgent request needs the processor waits; a
+/// its deadline (arrival + its TTFT target while in its prefill; the run's arming time +
+/// its TPOT target for a decode step, at least [`SLACK_STRETCH`] x its alone bound; else
+/// the arming time + [`SLACK_STRETCH`] x its alone bound) minus now minus the time it
+/// still needs alone. A job that would end after the urgent request needs the processor waits; a
 /// short one keeps the processor busy.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Slack;
@@ -160,11 +177,25 @@ pub struct Slack;
 impl Slack {
     /// `urgent`'s slack at `now_ns`, ns (negative: late).
     pub fn slack_ns(now_ns: u64, urgent: &LiveRequest) -> i128 {
-        let deadline = match (urgent.phase, urgent.targets.ttft_ns) {
-            (RequestPhase::Prefill, Some(ttft)) => urgent.arrival_ns.saturating_add(ttft),
-            _ => urgent
-                .armed_ns
-                .saturating_add((urgent.alone_bound_ns as f64 * SLACK_STRETCH) as u64),
+        let stretched = (urgent.alone_bound_ns as f64 * SLACK_STRETCH) as u64;
+        let deadline = match (urgent.phase, urgent.targets) {
+            (
+                RequestPhase::Prefill,
+                SloTargets {
+                    ttft_ns: Some(ttft),
+                    ..
+                },
+            ) => urgent.arrival_ns.saturating_add(ttft),
+            // A step's target, never tighter than the stretch (a target below the
+            // step's own time is missed whatever fills beside it).
+            (
+                RequestPhase::Decode { .. },
+                SloTargets {
+                    tpot_ns: Some(tpot),
+                    ..
+                },
+            ) => urgent.armed_ns.saturating_add(tpot.max(stretched)),
+            _ => urgent.armed_ns.saturating_add(stretched),
         };
         i128::from(deadline) - i128::from(now_ns) - i128::from(urgent.remaining_ns())
     }
@@ -266,6 +297,41 @@ mod tests {
                 .iter()
                 .any(|(n, _)| *n == DEFAULT_REQUEST_POLICY)
         );
+    }
+
+    #[test]
+    fn slack_measures_against_the_phase_target_and_at_least_the_stretch() {
+        let ms = 1_000_000u64;
+        let urgent = |phase, targets| LiveRequest {
+            entity: Entity::from_raw_u32(1).unwrap(),
+            id: RequestId(1),
+            priority: Priority::INTERACTIVE,
+            targets,
+            arrival_ns: 0,
+            phase,
+            work_left_ns: 100 * ms,
+            work_total_ns: 100 * ms,
+            alone_bound_ns: 100 * ms,
+            armed_ns: 10 * ms,
+        };
+        let decode = RequestPhase::Decode { step: 2 };
+        let tpot = |t| SloTargets {
+            tpot_ns: Some(t * ms),
+            ..SloTargets::default()
+        };
+        let ttft = SloTargets {
+            ttft_ns: Some(500 * ms),
+            ..SloTargets::default()
+        };
+        let slack = |phase, targets| Slack::slack_ns(10 * ms, &urgent(phase, targets)) / ms as i128;
+        // No target: 1.2x the bound after arming, less the bound still needed.
+        assert_eq!(slack(decode, SloTargets::default()), 20);
+        // A step's TPOT target above the stretch is its deadline; below, the stretch.
+        assert_eq!(slack(decode, tpot(250)), 150);
+        assert_eq!(slack(decode, tpot(50)), 20);
+        // A prefill measures against its TTFT target from arrival, not its TPOT one.
+        assert_eq!(slack(RequestPhase::Prefill, ttft), 390);
+        assert_eq!(slack(RequestPhase::Prefill, tpot(250)), 20);
     }
 
     #[test]

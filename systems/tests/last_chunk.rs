@@ -43,3 +43,12 @@ fn the_short_last_chunk_is_priced_at_its_tokens_except_on_a_roofline_npu() {
         "both kinds of processor were checked"
     );
 }
+
+#[test]
+fn the_instance_count_kept_is_the_instances_listed() {
+    // One chunk, several, a short last one: the head (last chunk only) once.
+    for (layers, prompt_len, chunk_len) in [(1, 64, 64), (2, 300, 128), (3, 1024, 256), (2, 1, 1)] {
+        let plan = tiny_plan(layers, prompt_len, chunk_len);
+        assert_eq!(plan.instance_count(), plan.instances().count());
+    }
+}
