@@ -41,15 +41,29 @@ PIDS=()
 stop_servers() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap stop_servers EXIT
 
+STARTED=$(date +%s)
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# Seconds since the epoch, to the millisecond.
+now() { date +%s.%N; }
+
 # Starts a server in the background on port $1 (the rest: its command line) and waits for
-# its /health to answer 200.
+# its /health to answer 200. Sets FIRST_ANSWER_S: seconds from the launch to the first
+# answer of /health (503 "loading" counts: the listener is up).
 start_server() {
   local port=$1; shift
+  local launched; launched=$(now)
   "$@" >"$WORK/server.$port.log" 2>&1 &
   PIDS+=($!)
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
-    sleep 0.1
+  FIRST_ANSWER_S=""
+  for _ in $(seq 6000); do
+    local status
+    status=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$port/health" || true)
+    if [ -z "$FIRST_ANSWER_S" ] && [ "$status" != 000 ]; then
+      FIRST_ANSWER_S=$(awk -v a="$launched" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')
+    fi
+    [ "$status" = 200 ] && return 0
+    sleep 0.01
   done
   echo "the server on port $port never became ready: see $WORK/server.$port.log" >&2
   exit 1
@@ -57,6 +71,12 @@ start_server() {
 
 OURS=18480
 start_server $OURS "$BIN" serve --model "$MODEL" --precision w8a8 --threads "$THREADS" --port $OURS
+# The listener is up before the model loads: /health answers within 2 s of the launch.
+HEALTH_S=$FIRST_ANSWER_S
+if awk -v s="$HEALTH_S" 'BEGIN { exit !(s > 2) }'; then
+  echo "hetsched serve answered /health only ${HEALTH_S} s after its launch (at most 2 s)" >&2
+  exit 1
+fi
 llama_port() { echo $((18490 + $1)); }
 for n in $CLIENTS 8; do
   port=$(llama_port "$n")
@@ -92,6 +112,11 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
+echo "hetsched serve: /health answered ${HEALTH_S} s after the launch (at most 2 s)"
+echo "commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $ROUNDS rounds, \
+$MAX_TOKENS tokens a request, load average $LOAD_BEFORE before and $(cut -d' ' -f1-3 /proc/loadavg) \
+after, $(($(date +%s) - STARTED)) s in all; every round's report in $RESULTS"
+echo
 python3 - "$RESULTS" <<'EOF'
 import json, statistics, sys
 rows = {}
