@@ -1,6 +1,7 @@
 //! An [`Engine`] over a single-request [`Session`]: one worker thread serves the
 //! accepted requests **one at a time**, the most urgent priority first, each sample in a fresh
-//! session (its own KV cache, freed when the sample ends). Decode steps run direct on the
+//! session (its own KV cache, freed when the sample ends), the next one opened ahead while
+//! the worker is idle. Decode steps run direct on the
 //! CPU threads, or scheduled on the GPU lane when every stage is resident there.
 //!
 //! Its purpose: serving with a GPU lane (`--backends gpu` or `cpu,gpu,npu`), which the
@@ -87,10 +88,10 @@ impl SessionEngine {
     /// the GPU when every stage is resident there, direct on the CPU threads otherwise),
     /// holding at most `max_requests` requests, queued and running.
     ///
-    /// A first session is opened and dropped before the worker starts, so that what
-    /// every request would fail on (no Vulkan device, f32 linears missing for the resident
-    /// GPU, a model family the GPU kernels do not compute) fails here, once, with its
-    /// reason, rather than each request with a 500.
+    /// A first session is opened before the worker starts, so that what every request
+    /// would fail on (no Vulkan device, f32 linears missing for the resident GPU, a model
+    /// family the GPU kernels do not compute) fails here, once, with its reason, rather
+    /// than each request with a 500; it serves the first sample.
     ///
     /// # Errors
     /// That first session's, or a worker thread that cannot start.
@@ -100,12 +101,13 @@ impl SessionEngine {
         options: PrefillOptions,
         max_requests: usize,
     ) -> Result<Self, GenerateError> {
-        drop(Session::new(
-            model.clone(),
-            options.clone(),
-            decode_path(&options),
-        )?);
-        let (lanes, decode_lane) = lanes(&options);
+        let mut fresh = Fresh {
+            model,
+            options,
+            spare: None,
+        };
+        fresh.spare = Some(fresh.open()?);
+        let (lanes, decode_lane) = lanes(&fresh.options);
         let shared = Arc::new(Shared {
             waiting: Mutex::new(Waiting {
                 busy: vec![0.0; lanes.len()],
@@ -120,7 +122,7 @@ impl SessionEngine {
         let worker_shared = shared.clone();
         let worker = std::thread::Builder::new()
             .name("hetsched-serve-engine".into())
-            .spawn(move || serve_requests(&worker_shared, &model, &tokenizer, &options))
+            .spawn(move || serve_requests(&worker_shared, fresh, &tokenizer))
             .map_err(|e| ExecError::Threads {
                 threads: 1,
                 reason: e.to_string(),
@@ -129,6 +131,42 @@ impl SessionEngine {
             shared,
             worker: Mutex::new(Some(worker)),
         })
+    }
+}
+
+/// Fresh sessions for the samples, one opened ahead: a session cannot start over, and
+/// opening one is not free (on the resident GPU it uploads the weights and builds the
+/// kernels), so the worker opens the next one while it is idle and a request waits for
+/// that only when requests come back to back.
+struct Fresh {
+    model: Arc<ExecModel>,
+    options: PrefillOptions,
+    spare: Option<Session>,
+}
+
+impl Fresh {
+    fn open(&self) -> Result<Session, GenerateError> {
+        Session::new(
+            self.model.clone(),
+            self.options.clone(),
+            decode_path(&self.options),
+        )
+    }
+
+    /// The spare, or a session opened now.
+    fn take(&mut self) -> Result<Session, GenerateError> {
+        match self.spare.take() {
+            Some(session) => Ok(session),
+            None => self.open(),
+        }
+    }
+
+    /// Opens the spare if there is none. A failure leaves none: the next sample opens
+    /// its own and reports why it could not.
+    fn refill(&mut self) {
+        if self.spare.is_none() {
+            self.spare = self.open().ok();
+        }
     }
 }
 
@@ -231,14 +269,14 @@ impl Engine for SessionEngine {
     }
 }
 
-/// The worker: takes the next request (the most urgent first) until stopped.
-fn serve_requests(
-    shared: &Shared,
-    model: &Arc<ExecModel>,
-    tokenizer: &GgufTokenizer,
-    options: &PrefillOptions,
-) {
+/// The worker: takes the next request (the most urgent first) until stopped, opening
+/// the next sample's session ahead between requests.
+fn serve_requests(shared: &Shared, mut fresh: Fresh, tokenizer: &GgufTokenizer) {
     loop {
+        if shared.waiting.lock().stopping {
+            return;
+        }
+        fresh.refill();
         let next = {
             let mut waiting = shared.waiting.lock();
             loop {
@@ -253,7 +291,7 @@ fn serve_requests(
                 shared.wake.wait(&mut waiting);
             }
         };
-        run_request(shared, model, tokenizer, options, &next);
+        run_request(shared, &mut fresh, tokenizer, &next);
         let mut waiting = shared.waiting.lock();
         waiting.running -= 1;
         waiting.current = None;
@@ -262,38 +300,31 @@ fn serve_requests(
 }
 
 /// Runs every sample of one request, sending its events.
-fn run_request(
-    shared: &Shared,
-    model: &Arc<ExecModel>,
-    tokenizer: &GgufTokenizer,
-    options: &PrefillOptions,
-    queued: &Queued,
-) {
+fn run_request(shared: &Shared, fresh: &mut Fresh, tokenizer: &GgufTokenizer, queued: &Queued) {
     let request = &queued.request;
     for sample in 0..request.n {
         if queued.cancel.load(Ordering::Relaxed) {
             return;
         }
-        shared.waiting.lock().kv_bytes = kv_bytes(model, request);
+        shared.waiting.lock().kv_bytes = kv_bytes(&fresh.model, request);
         let mut sample_options = request.options.clone();
         sample_options.sampling.seed = request.options.sampling.seed.wrapping_add(sample as u64);
-        let path = decode_path(options);
-        let generated =
-            Session::new(model.clone(), options.clone(), path).and_then(|mut session| {
-                session.generate(
-                    &request.prompt,
-                    tokenizer,
-                    &sample_options,
-                    &queued.cancel,
-                    |text| {
-                        // A receiver gone (the client left) is seen through the cancel flag.
-                        let _ = queued.events.send(Event::Text {
-                            sample,
-                            text: text.to_string(),
-                        });
-                    },
-                )
-            });
+        // The session is dropped (its caches freed) once the sample ends.
+        let generated = fresh.take().and_then(|mut session| {
+            session.generate(
+                &request.prompt,
+                tokenizer,
+                &sample_options,
+                &queued.cancel,
+                |text| {
+                    // A receiver gone (the client left) is seen through the cancel flag.
+                    let _ = queued.events.send(Event::Text {
+                        sample,
+                        text: text.to_string(),
+                    });
+                },
+            )
+        });
         shared.waiting.lock().kv_bytes = 0;
         match generated {
             Ok(generated) => {

@@ -1,9 +1,10 @@
 //! With the `gpu` feature: the server with a GPU lane, through the engine `generate
 //! --backends gpu` uses (a generation session per request, one request at a time), over
 //! the test model: every stage resident on the GPU (f32), and a GPU float lane beside the
-//! CPU and emulated-NPU lanes (W8A8). Each answers a greedy completion with the text the
-//! CPU path generates for the same prompt, and `/metrics` counts busy time on the GPU
-//! lane.
+//! CPU and emulated-NPU lanes (W8A8). Each answers two greedy completions (the first on
+//! the session opened at start, the second on the one opened ahead after it) with the
+//! text the CPU path generates for the same prompt, and `/metrics` counts busy time on the
+//! GPU lane.
 //!
 //! `cargo test -p hetsched-serve --features gpu --test gpu`. Without a Vulkan device the
 //! tests say they skipped, unless `HETSCHED_REQUIRE_GPU=1` (set by CI after installing
@@ -114,10 +115,28 @@ fn serve_one_completion(gpu: GpuUse, precision: LinearPrecision) -> Option<Strin
     ]);
     assert_eq!(status, 200, "{text}");
     let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let want = cpu_greedy(precision);
     assert_eq!(
         answer["choices"][0]["text"].as_str().unwrap(),
-        cpu_greedy(precision),
+        want,
         "{answer}"
+    );
+    // The second request runs on the session opened ahead after the first.
+    let (status, text) = curl(&[
+        "--max-time",
+        "300",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        &body,
+        &url,
+    ]);
+    assert_eq!(status, 200, "{text}");
+    let again: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        again["choices"][0]["text"].as_str().unwrap(),
+        want,
+        "{again}"
     );
     let metrics = curl(&[&server.url("/metrics")]).1;
     let gpu_busy = r#"hetsched_processor_busy_seconds_total{processor="gpu",kind="gpu"}"#;

@@ -28,6 +28,9 @@ struct Seen {
     refuse: AtomicBool,
     last_priority: parking_lot::Mutex<Option<Priority>>,
     last_ignore_eos: AtomicBool,
+    /// Bytes of filler after each token's word (a client that stops reading fills its
+    /// socket's buffers sooner).
+    padding: AtomicUsize,
 }
 
 /// Writes `tok0 tok1 ...` one word per token, `delay` apart, until `max_tokens` or a
@@ -64,7 +67,8 @@ impl Engine for Scripted {
                         });
                         break 'samples;
                     }
-                    let text = format!("s{sample}t{i} ");
+                    let padding = "x".repeat(seen.padding.load(Ordering::Relaxed));
+                    let text = format!("s{sample}t{i} {padding}");
                     let _ = tx.send(Event::Text { sample, text });
                     std::thread::sleep(delay);
                 }
@@ -700,5 +704,31 @@ fn connections_beyond_the_limit_wait_until_one_closes() {
     third.read_to_end(&mut answer).unwrap();
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    running.shut_down().unwrap();
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_and_its_request_cancelled() {
+    let limits = Limits {
+        write_timeout: Duration::from_millis(500),
+        ..fast()
+    };
+    let running = start(limits, None, Duration::from_millis(2)).ready();
+    // 2000 tokens of 64 KiB each: far beyond what the sockets' buffers hold.
+    running.seen.padding.store(64 << 10, Ordering::Relaxed);
+    let body = r#"{"prompt":"x","max_tokens":2000,"stream":true}"#;
+    let stream = send_completion(running.addr, body);
+    let seen = running.seen.clone();
+    wait_for("the request reaching the engine", || {
+        seen.submitted.load(Ordering::Relaxed) > 0
+    });
+    // The client reads nothing: once a write has waited the write timeout, the server
+    // drops the connection and the engine sees the cancel, well before the 4 s the
+    // 2000 tokens would take.
+    let started = Instant::now();
+    wait_for("the cancel", || seen.cancelled.load(Ordering::Relaxed) > 0);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(curl(&["-s", &running.url("/health")]).0, 200);
+    drop(stream);
     running.shut_down().unwrap();
 }
