@@ -132,8 +132,9 @@ pub struct GpuKernelOptions {
 }
 
 /// The processors a run under `options` uses, in the order its timeline's lanes number
-/// them: the resident GPU alone for [`GpuUse::Resident`], else [`prefill_device`]'s (what
-/// a caller attributing a run's slices to processors needs).
+/// them (what a caller attributing a run's slices to processors needs): the resident GPU
+/// alone for [`GpuUse::Resident`], else the options' device, with a GPU lane for
+/// [`GpuUse::FloatLane`].
 pub fn run_device(options: &PrefillOptions) -> DeviceProfile {
     match options.gpu {
         GpuUse::Resident => crate::resident_gpu_device(),
