@@ -5,8 +5,8 @@
 # swapped every round); prints medians over the rounds and the ratios ours / llama's as a
 # markdown table (docs/serving.md keeps one, with date, machine and commit).
 #
-#   scripts/serve-vs-llama-server.sh [-r ROUNDS] [-t THREADS] [-c "CLIENTS ..."] [-m MAX_TOKENS] [-p POLL] [-- LOAD_ARGS]
-#       defaults: -r 3 -t 2 -c "1 4 16" -m 32, -p: llama-server's own (50)
+#   scripts/serve-vs-llama-server.sh [-r ROUNDS] [-t THREADS] [-c "CLIENTS ..."] [-m MAX_TOKENS] [-p POLL] [-b BUDGET_S] [-- LOAD_ARGS]
+#       defaults: -r 3 -t 2 -c "1 4 16" -m 32, -p: llama-server's own (50), -b 540
 #
 # Loads: `chat` at each client count (closed loop, 2 x clients requests, at least 4) and
 # `agent-burst` (a background summary, then five interactive requests while it runs;
@@ -19,15 +19,18 @@
 # scripts/setup-vs-llamacpp.sh does for every side-by-side script; hetsched is the release
 # binary (built when missing). -p POLL is llama-server's --poll (how
 # hard its threads spin waiting for work, 0 to 100): on a machine other processes load,
-# -p 0 lets them sleep instead.
+# -p 0 lets them sleep instead. -b BUDGET_S bounds the run: no round starts once that many
+# seconds have passed since the launch (the table then says how many rounds ran).
+# Before any load, the script checks that hetsched serve answered /health within 2 s of
+# its launch (the listener is up before the model loads) and stops if not.
 set -euo pipefail
 
-ROUNDS=3 THREADS=2 CLIENTS="1 4 16" MAX_TOKENS=32 POLL=()
-while getopts "r:t:c:m:p:" opt; do
+ROUNDS=3 THREADS=2 CLIENTS="1 4 16" MAX_TOKENS=32 POLL=() BUDGET_S=540
+while getopts "r:t:c:m:p:b:" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; t) THREADS=$OPTARG ;; c) CLIENTS=$OPTARG ;; m) MAX_TOKENS=$OPTARG ;;
-    p) POLL=(--poll "$OPTARG") ;;
-    *) sed -n 2,21p "$0"; exit 2 ;;
+    p) POLL=(--poll "$OPTARG") ;; b) BUDGET_S=$OPTARG ;;
+    *) sed -n 2,25p "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -41,15 +44,29 @@ PIDS=()
 stop_servers() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap stop_servers EXIT
 
+STARTED=$(date +%s)
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# Seconds since the epoch, to the millisecond.
+now() { date +%s.%N; }
+
 # Starts a server in the background on port $1 (the rest: its command line) and waits for
-# its /health to answer 200.
+# its /health to answer 200. Sets FIRST_ANSWER_S: seconds from the launch to the first
+# answer of /health (503 "loading" counts: the listener is up).
 start_server() {
   local port=$1; shift
+  local launched; launched=$(now)
   "$@" >"$WORK/server.$port.log" 2>&1 &
   PIDS+=($!)
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
-    sleep 0.1
+  FIRST_ANSWER_S=""
+  for _ in $(seq 6000); do
+    local status
+    status=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$port/health" || true)
+    if [ -z "$FIRST_ANSWER_S" ] && [ "$status" != 000 ]; then
+      FIRST_ANSWER_S=$(awk -v a="$launched" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')
+    fi
+    [ "$status" = 200 ] && return 0
+    sleep 0.01
   done
   echo "the server on port $port never became ready: see $WORK/server.$port.log" >&2
   exit 1
@@ -57,6 +74,12 @@ start_server() {
 
 OURS=18480
 start_server $OURS "$BIN" serve --model "$MODEL" --precision w8a8 --threads "$THREADS" --port $OURS
+# The listener is up before the model loads: /health answers within 2 s of the launch.
+HEALTH_S=$FIRST_ANSWER_S
+if awk -v s="$HEALTH_S" 'BEGIN { exit !(s > 2) }'; then
+  echo "hetsched serve answered /health only ${HEALTH_S} s after its launch (at most 2 s)" >&2
+  exit 1
+fi
 llama_port() { echo $((18490 + $1)); }
 for n in $CLIENTS 8; do
   port=$(llama_port "$n")
@@ -78,7 +101,13 @@ load $OURS chat 1 >/dev/null || true
 
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
+RAN=0
 for round in $(seq "$ROUNDS"); do
+  if [ $(($(date +%s) - STARTED)) -ge "$BUDGET_S" ]; then
+    echo "the budget of $BUDGET_S s is spent: $RAN of $ROUNDS rounds ran" >&2
+    break
+  fi
+  RAN=$round
   for load_case in $(for c in $CLIENTS; do echo "chat:$c"; done) agent-burst:8; do
     scenario=${load_case%:*} clients=${load_case#*:}
     sides="hetsched llama-server"
@@ -92,6 +121,11 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
+echo "hetsched serve: /health answered ${HEALTH_S} s after the launch (at most 2 s)"
+echo "commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $RAN of $ROUNDS rounds, \
+$MAX_TOKENS tokens a request, load average $LOAD_BEFORE before and $(cut -d' ' -f1-3 /proc/loadavg) \
+after, $(($(date +%s) - STARTED)) s in all; every round's report in $RESULTS"
+echo
 python3 - "$RESULTS" <<'EOF'
 import json, statistics, sys
 rows = {}

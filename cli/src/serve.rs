@@ -160,17 +160,25 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         policy: args.policy,
         threads: args.threads.unwrap_or(defaults.threads),
         gpu,
+        gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
     };
     options.validate()?;
     let precision = LinearPrecision::from(args.precision);
+    // What a GPU lane needs (the build's support, f32 for the resident GPU, a device) is
+    // checked before the listener and the model.
+    let device = hetsched_serve::load::check_backends(gpu, precision)
+        .map_err(hetsched_serve::ServeError::from)?;
     let bounds = EngineBounds {
         max_requests: config.limits.max_requests,
         kv_budget_bytes: args.limits.kv_budget_bytes()?,
     };
     let loader = hetsched_serve::load::loader(args.model, precision, options, bounds);
+    let on = device
+        .map(|name| format!(", GPU: {name}"))
+        .unwrap_or_default();
     hetsched_serve::run_until_signal(config, loader, |addr| {
-        eprintln!("hetsched serve: listening on http://{addr} (loading the model)");
+        eprintln!("hetsched serve: listening on http://{addr} (loading the model{on})");
     })?;
     eprintln!("hetsched serve: stopped");
     Ok(())

@@ -1153,3 +1153,74 @@ fn a_run_adapts_a_profile_to_its_history() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--history"));
 }
+
+/// A GPU lane this build or these settings cannot run is refused before the model loads
+/// (the model named here does not exist: its error would come later).
+#[test]
+fn serve_refuses_a_gpu_lane_it_cannot_run_before_the_model_loads() {
+    let out = hetsched(&[
+        "serve",
+        "--model",
+        "no-such-model.gguf",
+        "--port",
+        "0",
+        "--backends",
+        "gpu",
+        "--precision",
+        "w8a8",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let missing = match cfg!(feature = "gpu") {
+        true => "--precision f32",
+        false => "no GPU support",
+    };
+    assert!(stderr.contains(missing), "{stderr}");
+    assert!(!stderr.contains("no-such-model"), "{stderr}");
+}
+
+/// The listener is up before the model loads: `/health` answers (503 "loading", or 200)
+/// within 2 s of the launch.
+#[test]
+fn serve_answers_health_within_two_seconds_of_its_launch() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let launched = std::time::Instant::now();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args([
+            "serve",
+            "--model",
+            &test_model(),
+            "--port",
+            "0",
+            "--threads",
+            "1",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    // "hetsched serve: listening on http://127.0.0.1:PORT (loading the model)"
+    let mut line = String::new();
+    BufReader::new(server.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let mut health = std::net::TcpStream::connect(addr).unwrap();
+    health
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    health.read_to_string(&mut answer).unwrap();
+    let took = launched.elapsed();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 503") || answer.starts_with("HTTP/1.1 200"),
+        "{answer}"
+    );
+    assert!(answer.contains("\"status\""), "{answer}");
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+}

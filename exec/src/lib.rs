@@ -77,7 +77,7 @@ pub use gpu_resident::{
 pub use heap::release_free_memory;
 pub use interpret::StageRunner;
 pub use load::{LoadError, LoadedModels, load_models};
-pub use options::{GpuKernelOptions, GpuUse, GpuWeights, PrefillOptions};
+pub use options::{GpuKernelOptions, GpuUse, GpuWeights, PrefillOptions, run_device};
 pub use prefill::{prefill, stage_runner};
 pub use prefill_parts::{ActivationBytes, PrefillResult, check_prompt};
 pub use queues::{JobError, JobRunner, QueueWait, ThreadQueues, wait_per_lane};

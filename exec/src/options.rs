@@ -131,6 +131,17 @@ pub struct GpuKernelOptions {
     pub unfused_output_projection: bool,
 }
 
+/// The processors a run under `options` uses, in the order its timeline's lanes number
+/// them (what a caller attributing a run's slices to processors needs): the resident GPU
+/// alone for [`GpuUse::Resident`], else the options' device, with a GPU lane for
+/// [`GpuUse::FloatLane`].
+pub fn run_device(options: &PrefillOptions) -> DeviceProfile {
+    match options.gpu {
+        GpuUse::Resident => crate::resident_gpu_device(),
+        GpuUse::Off | GpuUse::FloatLane => prefill_device(options),
+    }
+}
+
 /// The processors a CPU-host prefill under `options` runs on: the options' device, with
 /// a GPU lane for [`GpuUse::FloatLane`].
 pub(crate) fn prefill_device(options: &PrefillOptions) -> DeviceProfile {

@@ -87,6 +87,9 @@ pub enum ServeError {
         /// Why.
         error: std::io::Error,
     },
+    /// The lanes asked for cannot run here (checked before the model loads).
+    #[error(transparent)]
+    Backend(#[from] load::BackendError),
     /// The model failed to load.
     #[error("the model failed to load: {0}")]
     Load(String),

@@ -108,7 +108,7 @@ impl Default for Metrics {
         );
         registry.register(
             "processor_utilization",
-            "Busy time over the engine's uptime, per processor",
+            "Busy share of each processor's capacity over the last 10 s",
             utilization.clone(),
         );
         registry.register(

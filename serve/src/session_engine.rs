@@ -1,6 +1,7 @@
 //! An [`Engine`] over a single-request [`Session`]: one worker thread serves the
 //! accepted requests **one at a time**, the most urgent priority first, each sample in a fresh
-//! session (its own KV cache, freed when the sample ends). Decode steps run direct on the
+//! session (its own KV cache, freed when the sample ends), the next one opened ahead while
+//! the worker is idle. Decode steps run direct on the
 //! CPU threads, or scheduled on the GPU lane when every stage is resident there.
 //!
 //! Its purpose: serving with a GPU lane (`--backends gpu` or `cpu,gpu,npu`), which the
@@ -19,9 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use hetsched_exec::generate::{DecodePath, FinishReason, Generated, Session};
-use hetsched_exec::{ExecModel, GpuUse, PrefillOptions};
+use hetsched_exec::generate::{DecodePath, FinishReason, GenerateError, Session};
+use hetsched_exec::{ExecError, ExecModel, GpuUse, PrefillOptions};
 use hetsched_import::GgufTokenizer;
+use hetsched_systems::ProcessorKind;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::mpsc;
 
@@ -68,8 +70,11 @@ struct Shared {
     wake: Condvar,
     max_requests: usize,
     started: Instant,
-    /// Lane names and kinds, in the prefill device's order.
+    /// Lane names and kinds, in the order the sessions' timelines number them.
     lanes: Vec<(String, String)>,
+    /// The lane the decode steps run on: the resident GPU's, else the first CPU lane's
+    /// (direct steps on the session's CPU threads).
+    decode_lane: usize,
 }
 
 /// One request at a time on a [`Session`] (see the module doc).
@@ -79,20 +84,30 @@ pub struct SessionEngine {
 }
 
 impl SessionEngine {
-    /// Starts the worker for `model` (prefills under `options`, direct decode steps),
+    /// Starts the worker for `model` (prefills under `options`; decode steps scheduled on
+    /// the GPU when every stage is resident there, direct on the CPU threads otherwise),
     /// holding at most `max_requests` requests, queued and running.
+    ///
+    /// A first session is opened before the worker starts, so that what every request
+    /// would fail on (no Vulkan device, f32 linears missing for the resident GPU, a model
+    /// family the GPU kernels do not compute) fails here, once, with its reason, rather
+    /// than each request with a 500; it serves the first sample.
+    ///
+    /// # Errors
+    /// That first session's, or a worker thread that cannot start.
     pub fn start(
         model: Arc<ExecModel>,
         tokenizer: Arc<GgufTokenizer>,
         options: PrefillOptions,
         max_requests: usize,
-    ) -> Self {
-        let lanes: Vec<_> = options
-            .device
-            .processors
-            .iter()
-            .map(|p| (p.name.clone(), p.kind.as_str().to_string()))
-            .collect();
+    ) -> Result<Self, GenerateError> {
+        let mut fresh = Fresh {
+            model,
+            options,
+            spare: None,
+        };
+        fresh.spare = Some(fresh.open()?);
+        let (lanes, decode_lane) = lanes(&fresh.options);
         let shared = Arc::new(Shared {
             waiting: Mutex::new(Waiting {
                 busy: vec![0.0; lanes.len()],
@@ -102,17 +117,82 @@ impl SessionEngine {
             max_requests: max_requests.max(1),
             started: Instant::now(),
             lanes,
+            decode_lane,
         });
         let worker_shared = shared.clone();
         let worker = std::thread::Builder::new()
             .name("hetsched-serve-engine".into())
-            .spawn(move || serve_requests(&worker_shared, &model, &tokenizer, &options))
-            .expect("spawning the engine's worker thread");
-        Self {
+            .spawn(move || serve_requests(&worker_shared, fresh, &tokenizer))
+            .map_err(|e| ExecError::Threads {
+                threads: 1,
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
             shared,
             worker: Mutex::new(Some(worker)),
+        })
+    }
+}
+
+/// Fresh sessions for the samples, one opened ahead: a session cannot start over, and
+/// opening one is not free (on the resident GPU it uploads the weights and builds the
+/// kernels), so the worker opens the next one while it is idle and a request waits for
+/// that only when requests come back to back.
+struct Fresh {
+    model: Arc<ExecModel>,
+    options: PrefillOptions,
+    spare: Option<Session>,
+}
+
+impl Fresh {
+    fn open(&self) -> Result<Session, GenerateError> {
+        Session::new(
+            self.model.clone(),
+            self.options.clone(),
+            decode_path(&self.options),
+        )
+    }
+
+    /// The spare, or a session opened now.
+    fn take(&mut self) -> Result<Session, GenerateError> {
+        match self.spare.take() {
+            Some(session) => Ok(session),
+            None => self.open(),
         }
     }
+
+    /// Opens the spare if there is none. A failure leaves none: the next sample opens
+    /// its own and reports why it could not.
+    fn refill(&mut self) {
+        if self.spare.is_none() {
+            self.spare = self.open().ok();
+        }
+    }
+}
+
+/// With every stage resident on the GPU, decode steps are scheduled there (where the KV
+/// cache lives); otherwise direct on the CPU threads.
+fn decode_path(options: &PrefillOptions) -> DecodePath {
+    match options.gpu {
+        GpuUse::Resident => DecodePath::Scheduled,
+        GpuUse::Off | GpuUse::FloatLane => DecodePath::Direct,
+    }
+}
+
+/// The lanes (name, kind) of the sessions' runs under `options`, in their timelines'
+/// order, and the one the decode steps run on.
+fn lanes(options: &PrefillOptions) -> (Vec<(String, String)>, usize) {
+    let device = hetsched_exec::run_device(options);
+    let lanes = device
+        .processors
+        .iter()
+        .map(|p| (p.name.clone(), p.kind.as_str().to_string()))
+        .collect();
+    let kind = match options.gpu {
+        GpuUse::Resident => ProcessorKind::Gpu,
+        GpuUse::Off | GpuUse::FloatLane => ProcessorKind::Cpu,
+    };
+    (lanes, device.first_of(kind).unwrap_or(0))
 }
 
 impl Drop for SessionEngine {
@@ -189,14 +269,14 @@ impl Engine for SessionEngine {
     }
 }
 
-/// The worker: takes the next request (the most urgent first) until stopped.
-fn serve_requests(
-    shared: &Shared,
-    model: &Arc<ExecModel>,
-    tokenizer: &GgufTokenizer,
-    options: &PrefillOptions,
-) {
+/// The worker: takes the next request (the most urgent first) until stopped, opening
+/// the next sample's session ahead between requests.
+fn serve_requests(shared: &Shared, mut fresh: Fresh, tokenizer: &GgufTokenizer) {
     loop {
+        if shared.waiting.lock().stopping {
+            return;
+        }
+        fresh.refill();
         let next = {
             let mut waiting = shared.waiting.lock();
             loop {
@@ -211,7 +291,7 @@ fn serve_requests(
                 shared.wake.wait(&mut waiting);
             }
         };
-        run_request(shared, model, tokenizer, options, &next);
+        run_request(shared, &mut fresh, tokenizer, &next);
         let mut waiting = shared.waiting.lock();
         waiting.running -= 1;
         waiting.current = None;
@@ -220,47 +300,45 @@ fn serve_requests(
 }
 
 /// Runs every sample of one request, sending its events.
-fn run_request(
-    shared: &Shared,
-    model: &Arc<ExecModel>,
-    tokenizer: &GgufTokenizer,
-    options: &PrefillOptions,
-    queued: &Queued,
-) {
+fn run_request(shared: &Shared, fresh: &mut Fresh, tokenizer: &GgufTokenizer, queued: &Queued) {
     let request = &queued.request;
     for sample in 0..request.n {
         if queued.cancel.load(Ordering::Relaxed) {
             return;
         }
-        shared.waiting.lock().kv_bytes = kv_bytes(model, request);
+        shared.waiting.lock().kv_bytes = kv_bytes(&fresh.model, request);
         let mut sample_options = request.options.clone();
         sample_options.sampling.seed = request.options.sampling.seed.wrapping_add(sample as u64);
-        // With every stage resident on the GPU, decode steps are scheduled there (where
-        // the KV cache lives); otherwise direct on the CPU threads.
-        let path = match options.gpu {
-            GpuUse::Resident => DecodePath::Scheduled,
-            _ => DecodePath::Direct,
-        };
-        let generated =
-            Session::new(model.clone(), options.clone(), path).and_then(|mut session| {
-                session.generate(
-                    &request.prompt,
-                    tokenizer,
-                    &sample_options,
-                    &queued.cancel,
-                    |text| {
-                        // A receiver gone (the client left) is seen through the cancel flag.
-                        let _ = queued.events.send(Event::Text {
-                            sample,
-                            text: text.to_string(),
-                        });
-                    },
-                )
-            });
+        // The session is dropped (its caches freed) once the sample ends.
+        let generated = fresh.take().and_then(|mut session| {
+            session.generate(
+                &request.prompt,
+                tokenizer,
+                &sample_options,
+                &queued.cancel,
+                |text| {
+                    // A receiver gone (the client left) is seen through the cancel flag.
+                    let _ = queued.events.send(Event::Text {
+                        sample,
+                        text: text.to_string(),
+                    });
+                },
+            )
+        });
         shared.waiting.lock().kv_bytes = 0;
         match generated {
             Ok(generated) => {
-                add_busy(shared, options, &generated);
+                let slices = generated.prefill_run.timeline.slices.iter();
+                let busy = busy_by_lane(
+                    shared.lanes.len(),
+                    slices.map(|s| (s.processor, s.end_ns.saturating_sub(s.start_ns))),
+                    (shared.decode_lane, generated.decode_ns),
+                );
+                let mut waiting = shared.waiting.lock();
+                for (total, add) in waiting.busy.iter_mut().zip(busy) {
+                    *total += add;
+                }
+                drop(waiting);
                 let reason = generated.finish_reason;
                 let _ = queued.events.send(Event::Finished {
                     sample,
@@ -290,24 +368,20 @@ fn kv_bytes(model: &ExecModel, request: &EngineRequest) -> u64 {
     (positions as u64).saturating_mul(per_position as u64)
 }
 
-/// Adds a sample's busy time per lane: the prefill's subgraphs where they ran, the
-/// decode steps (direct, on the session's CPU threads) on the first CPU lane.
-fn add_busy(shared: &Shared, options: &PrefillOptions, generated: &Generated) {
-    let mut waiting = shared.waiting.lock();
-    for slice in &generated.prefill_run.timeline.slices {
-        if let Some(busy) = waiting.busy.get_mut(slice.processor) {
-            *busy += slice.end_ns.saturating_sub(slice.start_ns) as f64 / 1e9;
+/// A sample's busy seconds per lane, of `lanes`: its prefill's subgraphs (lane, ns) where
+/// they ran, and its decode steps' wall time (ns) on their lane.
+fn busy_by_lane(
+    lanes: usize,
+    prefill: impl Iterator<Item = (usize, u64)>,
+    (decode_lane, decode_ns): (usize, u64),
+) -> Vec<f64> {
+    let mut busy = vec![0u64; lanes];
+    for (lane, ns) in prefill.chain([(decode_lane, decode_ns)]) {
+        if let Some(total) = busy.get_mut(lane) {
+            *total += ns;
         }
     }
-    let cpu = options
-        .device
-        .processors
-        .iter()
-        .position(|p| p.kind.as_str() == "cpu")
-        .unwrap_or(0);
-    if let Some(busy) = waiting.busy.get_mut(cpu) {
-        *busy += generated.decode_ns as f64 / 1e9;
-    }
+    busy.into_iter().map(|ns| ns as f64 / 1e9).collect()
 }
 
 #[cfg(test)]
@@ -345,5 +419,39 @@ mod tests {
             .map(|q| q.request.prompt[0])
             .collect();
         assert_eq!(order, [4, 1, 3, 0, 2]);
+    }
+
+    /// A request's known work: its prefill's subgraphs on the lanes where they ran, its
+    /// decode steps on theirs; slices of a lane the engine does not list are not counted.
+    #[test]
+    fn busy_time_is_each_lanes_subgraphs_and_the_decode_steps_on_theirs() {
+        let prefill = [
+            (0, 2_000_000_000),
+            (1, 500_000_000),
+            (0, 1_000_000_000),
+            (7, 1),
+        ];
+        let busy = busy_by_lane(3, prefill.into_iter(), (2, 250_000_000));
+        assert_eq!(busy, [3.0, 0.5, 0.25]);
+        let busy = busy_by_lane(2, prefill.into_iter(), (0, 250_000_000));
+        assert_eq!(busy, [3.25, 0.5]);
+    }
+
+    /// The lanes are those of the device the sessions run on, GPU lane included, and the
+    /// decode steps go to the GPU only when every stage is resident there.
+    #[test]
+    fn lanes_follow_the_gpu_use() {
+        let kinds = |gpu| {
+            let options = PrefillOptions {
+                gpu,
+                ..PrefillOptions::default()
+            };
+            let (lanes, decode) = lanes(&options);
+            let kinds: Vec<String> = lanes.into_iter().map(|(_, kind)| kind).collect();
+            (kinds.join(","), decode)
+        };
+        assert_eq!(kinds(GpuUse::Off), ("cpu,npu".to_string(), 0));
+        assert_eq!(kinds(GpuUse::FloatLane), ("cpu,npu,gpu".to_string(), 0));
+        assert_eq!(kinds(GpuUse::Resident), ("gpu".to_string(), 0));
     }
 }

@@ -28,6 +28,9 @@ struct Seen {
     refuse: AtomicBool,
     last_priority: parking_lot::Mutex<Option<Priority>>,
     last_ignore_eos: AtomicBool,
+    /// Bytes of filler after each token's word (a client that stops reading fills its
+    /// socket's buffers sooner).
+    padding: AtomicUsize,
 }
 
 /// Writes `tok0 tok1 ...` one word per token, `delay` apart, until `max_tokens` or a
@@ -64,7 +67,8 @@ impl Engine for Scripted {
                         });
                         break 'samples;
                     }
-                    let text = format!("s{sample}t{i} ");
+                    let padding = "x".repeat(seen.padding.load(Ordering::Relaxed));
+                    let text = format!("s{sample}t{i} {padding}");
                     let _ = tx.send(Event::Text { sample, text });
                     std::thread::sleep(delay);
                 }
@@ -575,4 +579,156 @@ fn shutdown_lets_a_stream_in_flight_finish() {
         "{text}"
     );
     assert!(TcpStream::connect(addr).is_err(), "the listener is closed");
+}
+
+/// Opens a connection that sends `head`, then `trickle` one byte every 100 ms until the
+/// server answers or closes (at most 8 s); returns what it answered and when.
+fn trickle(addr: SocketAddr, head: &[u8], trickle: &[u8]) -> (String, Duration) {
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(head).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut out = Vec::new();
+    for byte in trickle.iter().cycle() {
+        if started.elapsed() > Duration::from_secs(8) {
+            break;
+        }
+        // A write after the server closed fails: the answer (if any) is read below.
+        if stream.write_all(std::slice::from_ref(byte)).is_err() {
+            break;
+        }
+        let mut buffer = [0u8; 4096];
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buffer[..n]),
+            Err(_) => continue,
+        }
+    }
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = stream.read_to_end(&mut out);
+    (
+        String::from_utf8_lossy(&out).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[test]
+fn bodies_and_headers_trickled_byte_by_byte_time_out_without_holding_the_server() {
+    let running = start(fast(), None, Duration::ZERO).ready();
+    let addr = running.addr;
+    // More trickling clients than the server's runtime has worker threads.
+    let bodies: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\
+                             Content-Type: application/json\r\nContent-Length: 400\r\n\r\n";
+                trickle(addr, head, b"{\"prompt\": \"x\"         ")
+            })
+        })
+        .collect();
+    let headers = std::thread::spawn(move || {
+        trickle(addr, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ", b"abc")
+    });
+    // Meanwhile the server answers everyone else at once.
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    assert_eq!(curl(&["-s", &running.url("/health")]).0, 200);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // The body's 400 bytes would take 40 s at this pace: 408 after the 0.5 s timeout.
+    for body in bodies {
+        let (answer, took) = body.join().unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+    // Headers that never end: the connection closes after the header timeout.
+    let (answer, took) = headers.join().unwrap();
+    assert!(!answer.contains("200 OK"), "{answer}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    running.shut_down().unwrap();
+}
+
+#[test]
+fn headers_up_to_the_limit_are_read_and_beyond_it_refused() {
+    let limits = Limits {
+        max_header_bytes: 8192,
+        ..fast()
+    };
+    let running = start(limits, None, Duration::ZERO).ready();
+    let head = |filler: usize| {
+        let request = format!(
+            "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+            "a".repeat(filler)
+        );
+        raw(running.addr, request.as_bytes(), Duration::from_secs(5))
+    };
+    let within = head(6000);
+    assert!(within.starts_with("HTTP/1.1 200"), "{within}");
+    let beyond = head(9000);
+    assert!(beyond.starts_with("HTTP/1.1 431"), "{beyond}");
+    running.shut_down().unwrap();
+}
+
+#[test]
+fn connections_beyond_the_limit_wait_until_one_closes() {
+    let limits = Limits {
+        max_connections: 2,
+        header_timeout: Duration::from_secs(10),
+        ..fast()
+    };
+    let running = start(limits, None, Duration::ZERO).ready();
+    // Two connections that send nothing hold both places.
+    let idle: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(running.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut third = TcpStream::connect(running.addr).unwrap();
+    third
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let waited = third.read_to_end(&mut answer);
+    assert!(
+        waited.is_err() && answer.is_empty(),
+        "answered beyond the limit"
+    );
+    // One place frees: the third is served.
+    drop(idle);
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    third.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    running.shut_down().unwrap();
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_and_its_request_cancelled() {
+    let limits = Limits {
+        write_timeout: Duration::from_millis(500),
+        ..fast()
+    };
+    let running = start(limits, None, Duration::from_millis(2)).ready();
+    // 2000 tokens of 64 KiB each: far beyond what the sockets' buffers hold.
+    running.seen.padding.store(64 << 10, Ordering::Relaxed);
+    let body = r#"{"prompt":"x","max_tokens":2000,"stream":true}"#;
+    let stream = send_completion(running.addr, body);
+    let seen = running.seen.clone();
+    wait_for("the request reaching the engine", || {
+        seen.submitted.load(Ordering::Relaxed) > 0
+    });
+    // The client reads nothing: once a write has waited the write timeout, the server
+    // drops the connection and the engine sees the cancel, well before the 4 s the
+    // 2000 tokens would take.
+    let started = Instant::now();
+    wait_for("the cancel", || seen.cancelled.load(Ordering::Relaxed) > 0);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(curl(&["-s", &running.url("/health")]).0, 200);
+    drop(stream);
+    running.shut_down().unwrap();
 }
