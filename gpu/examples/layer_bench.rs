@@ -10,11 +10,15 @@
 //! cargo run --release -p hetsched-gpu --example layer_bench -- --quick # lavapipe: 2 calls
 //! cargo run --release -p hetsched-gpu --example layer_bench -- --attn-min-blocks 16,8,4
 //! cargo run --release -p hetsched-gpu --example layer_bench -- --decode-only
+//! cargo run --release -p hetsched-gpu --example layer_bench -- --decode-only --decode-min-blocks 1,4,16
 //! ```
 //!
 //! First the decode rows: each fused GEMM of a layer at one row (the few-row kernel),
 //! attention of one token over 128 to 4096 keys (the decode kernel), the head, and the
 //! device time of a token they add up to.
+//!
+//! `--decode-min-blocks` times the decode attention once per value of
+//! `GpuOptions::decode_min_key_blocks`.
 //!
 //! `--attn-min-blocks` times attention once per value of
 //! `GpuOptions::attention_min_key_blocks` (default: 8 only); the prefill sums use the first.
@@ -365,6 +369,8 @@ fn time_decode(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) {
     });
     let t_apart = time_us(ctx, &independent, t.repeat, t.batches);
     println!("{:<34} {t_apart:>10.1}", "add of 4 floats, no dependency");
+    time_decode_probes(ctx, &w32, &one, t);
+    time_tree_gemv(rng, t);
     let mut layer = (0.0, 0.0);
     for ((name, r32), (_, r16)) in gemms(&w32, &one).iter().zip(&gemms(&w16, &one)) {
         let (t32, t16) = (
@@ -413,6 +419,95 @@ fn time_decode(ctx: &GpuContext, rng: &mut SeededRng, t: Timing) {
     );
 }
 
+/// Rows that tell a dispatch's fixed cost from its kernel's: what a trivial kernel streams
+/// from device memory (an add over 64 MiB vectors), the o GEMV with no epilogue (a store),
+/// and the same GEMV 20 times into 20 outputs, which need no barrier between them.
+fn time_decode_probes(ctx: &GpuContext, w: &Weights, one: &Acts, t: Timing) {
+    let big = 16 << 20;
+    let x = ctx.upload_f32(&vec![1.0; big], 1, big).expect("upload");
+    let d = ctx.upload_f32(&vec![0.5; big], 1, big).expect("upload");
+    let stream: Record<'_> = Box::new(|b| b.add_assign(&x, &d));
+    let us = time_us(ctx, &stream, 4, t.batches);
+    let gb_s = 3.0 * (big * 4) as f64 / (us * 1e3);
+    println!(
+        "{:<34} {us:>10.1}   ({gb_s:.0} GB/s over reads and writes)",
+        "add of 16M floats"
+    );
+    let store = FusedGemm {
+        norm_eps: None,
+        epilogue: GemmEpilogue::Store,
+    };
+    let plain: Record<'_> = Box::new(|b| b.gemm_fused(&one.attn, &w.o, &one.q, store));
+    let us = time_us(ctx, &plain, t.repeat, t.batches);
+    println!("{:<34} {us:>10.1}", "o 1 row, store");
+    let outs: Vec<GpuMatrix> = (0..20)
+        .map(|_| ctx.alloc_matrix(1, HIDDEN, Elem::F32).expect("alloc"))
+        .collect();
+    let next = std::cell::Cell::new(0usize);
+    let apart: Record<'_> = Box::new(|b| {
+        let i = next.get();
+        next.set((i + 1) % outs.len());
+        b.gemm_fused(&one.attn, &w.o, &outs[i], store)
+    });
+    let us = time_us(ctx, &apart, t.repeat, t.batches);
+    println!("{:<34} {us:>10.1}", "o 1 row, store, no dependency");
+}
+
+/// The comma-separated numbers after `flag`, if given.
+fn list_arg(flag: &str) -> Option<Vec<usize>> {
+    std::env::args()
+        .skip_while(|a| a != flag)
+        .nth(1)
+        .map(|v| v.split(',').filter_map(|b| b.parse().ok()).collect())
+}
+
+/// Decode attention of one token over 128 .. 4096 keys with each split walking at least
+/// `min_blocks` 64-key blocks (`GpuOptions::decode_min_key_blocks`).
+fn time_decode_attention(min_blocks: usize, rng: &mut SeededRng, t: Timing) {
+    let options = GpuOptions {
+        decode_min_key_blocks: Some(min_blocks),
+        ..Default::default()
+    };
+    let ctx = GpuContext::new(options).expect("a Vulkan device");
+    let one = acts(&ctx, rng, 1);
+    for keys in [128, 256, 600, 1024, 4096] {
+        let us = time_us(
+            &ctx,
+            &attention(&one, 1, keys - 1, None),
+            t.repeat,
+            t.batches,
+        );
+        let name = format!("attention 1 token, {keys} keys, >= {min_blocks} blocks/split");
+        println!("{name:<44} {us:>10.1}");
+    }
+}
+
+/// The four fused GEMMs at one row with the one-row GEMV's 64-thread shared-memory tree
+/// (`GpuOptions::one_row_gemv_tree`), against the rows above (the subgroup kernel where
+/// the device has subgroup arithmetic).
+fn time_tree_gemv(rng: &mut SeededRng, t: Timing) {
+    let options = GpuOptions {
+        one_row_gemv_tree: true,
+        ..Default::default()
+    };
+    let ctx = GpuContext::new(options).expect("a Vulkan device");
+    let (w32, w16, one) = (
+        weights(&ctx, rng, Elem::F32),
+        weights(&ctx, rng, Elem::F16),
+        acts(&ctx, rng, 1),
+    );
+    for ((name, r32), (_, r16)) in gemms(&w32, &one).iter().zip(&gemms(&w16, &one)) {
+        let (t32, t16) = (
+            time_us(&ctx, r32, t.repeat, t.batches),
+            time_us(&ctx, r16, t.repeat, t.batches),
+        );
+        println!(
+            "{:<34} {t32:>10.1} {t16:>10.1}",
+            format!("{name} 1 row, tree")
+        );
+    }
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let t = if quick {
@@ -438,23 +533,25 @@ fn main() {
         head_dim: D,
     };
     println!(
-        "device {} ({:?}); f16 fused GEMMs on tensor cores: {}; attention on tensor cores: {}",
+        "device {} ({:?}); subgroups of {:?}, arithmetic {}; f16 fused GEMMs on tensor cores: {}; \
+         attention on tensor cores: {}",
         info.name,
         info.kind,
+        info.subgroup_size,
+        info.subgroup_arithmetic,
         ctx.fused_gemm_on_tensor_cores(),
         ctx.attention_on_tensor_cores(&probe)
     );
     let mut rng = SeededRng::new(3);
     time_decode(&ctx, &mut rng, t);
+    for min_blocks in list_arg("--decode-min-blocks").unwrap_or_default() {
+        time_decode_attention(min_blocks, &mut rng, t);
+    }
     if std::env::args().any(|a| a == "--decode-only") {
         return;
     }
     let layer_gemm = time_gemms(&ctx, &mut rng, t);
-    let blocks: Vec<usize> = std::env::args()
-        .skip_while(|a| a != "--attn-min-blocks")
-        .nth(1)
-        .map(|v| v.split(',').filter_map(|b| b.parse().ok()).collect())
-        .unwrap_or_else(|| vec![8]);
+    let blocks = list_arg("--attn-min-blocks").unwrap_or_else(|| vec![8]);
     let mut first = None;
     for &min_blocks in &blocks {
         let timed = time_attention(min_blocks, &mut rng, t);

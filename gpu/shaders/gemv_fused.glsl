@@ -12,7 +12,10 @@
 // to cache row positions[r]. A decode step recorded once then runs at any position: the
 // host writes the position into that buffer before each replay.
 #extension GL_EXT_control_flow_attributes : require
-layout(local_size_x = 64) in;
+#ifdef GEMV_SUBGROUP_REDUCE
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 
 layout(std430, binding = 7) readonly buffer Positions { uint positions[]; };
 
@@ -25,7 +28,15 @@ layout(std430, binding = 7) readonly buffer Positions { uint positions[]; };
 #ifndef GEMV_ROWS
 #define GEMV_ROWS 8
 #endif
-const uint THREADS = 64;
+// Threads of a workgroup (one quad of columns). With GEMV_SUBGROUP_REDUCE the partial sums
+// meet through subgroupAdd and one barrier instead of a log2(THREADS)-deep tree, so a
+// workgroup can be wide enough to load a whole row of k in one round (k = 576 is 144
+// vec4s: one load per thread of 128 or 256, where 64 threads take three rounds).
+#ifndef GEMV_THREADS
+#define GEMV_THREADS 64
+#endif
+layout(local_size_x = GEMV_THREADS) in;
+const uint THREADS = GEMV_THREADS;
 
 shared vec4 red[GEMV_ROWS][THREADS];
 shared float red_ss[GEMV_ROWS][THREADS];
@@ -55,6 +66,24 @@ void main() {
             }
         }
     }
+#ifdef GEMV_SUBGROUP_REDUCE
+    [[unroll]] for (uint m = 0; m < GEMV_ROWS; m++) {
+        vec4 sum = subgroupAdd(acc[m]);
+        float sum_ss = subgroupAdd(ss[m]);
+        if (subgroupElect()) {
+            red[m][gl_SubgroupID] = sum;
+            red_ss[m][gl_SubgroupID] = sum_ss;
+        }
+    }
+    barrier();
+    if (tid != 0) return;
+    for (uint m = 0; m < p.M; m++) {
+        for (uint i = 1; i < gl_NumSubgroups; i++) {
+            red[m][0] += red[m][i];
+            red_ss[m][0] += red_ss[m][i];
+        }
+    }
+#else
     [[unroll]] for (uint m = 0; m < GEMV_ROWS; m++) {
         red[m][tid] = acc[m];
         red_ss[m][tid] = ss[m];
@@ -70,6 +99,7 @@ void main() {
         barrier();
     }
     if (tid != 0) return;
+#endif
     bool broken = false;
     for (uint m = 0; m < p.M; m++) {
         float scale = (p.flags & 1u) != 0u

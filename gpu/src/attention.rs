@@ -344,13 +344,18 @@ const DECODE_KEY_BLOCK: usize = 64;
 /// past `DECODE_KEY_BLOCK · DECODE_MAX_SPLITS` keys each walks several blocks.
 const DECODE_MAX_SPLITS: usize = 128;
 
+/// Fewest key blocks a workgroup of a split decode attention walks, unless
+/// [`crate::GpuOptions::decode_min_key_blocks`] says otherwise. A split costs a second
+/// dispatch (the merge) and its barrier, which a short cache does not earn back.
+pub const DECODE_MIN_KEY_BLOCKS: usize = 1;
+
 /// How many workgroups one (head, token) of decode attention over `kv_len` keys is split
-/// into: one per key block, up to [`DECODE_MAX_SPLITS`]. A single sequence's step has only
-/// `n_heads` (head, token) pairs, a few workgroups on a GPU of a hundred cores, so each
-/// takes a run of the keys and a second kernel merges their softmax states.
-fn decode_splits(kv_len: usize) -> usize {
+/// into: one per `min_blocks` key blocks, up to [`DECODE_MAX_SPLITS`]. A single sequence's
+/// step has only `n_heads` (head, token) pairs, a few workgroups on a GPU of a hundred
+/// cores, so each takes a run of the keys and a second kernel merges their softmax states.
+fn decode_splits(kv_len: usize, min_blocks: usize) -> usize {
     kv_len
-        .div_ceil(DECODE_KEY_BLOCK)
+        .div_ceil(DECODE_KEY_BLOCK * min_blocks.max(1))
         .clamp(1, DECODE_MAX_SPLITS)
 }
 
@@ -386,7 +391,11 @@ pub(crate) fn record_decode_attention<C: AsRef<GpuContext>>(
     positions: Option<&Subbuffer<[u32]>>,
     s: &AttentionShape,
 ) -> Result<()> {
-    let splits = decode_splits(s.kv_len);
+    let min_blocks = job
+        .ctx()
+        .decode_min_key_blocks
+        .unwrap_or(DECODE_MIN_KEY_BLOCKS);
+    let splits = decode_splits(s.kv_len, min_blocks);
     let push = decode_push(s, splits, positions.is_some());
     let unused = job.ctx().unused_bindings()?;
     let positions = positions.unwrap_or(&unused[0]);
@@ -436,6 +445,17 @@ mod tests {
             n_kv_heads: 3,
             head_dim: 64,
         }
+    }
+
+    #[test]
+    fn decode_split_takes_at_least_its_blocks_and_at_most_its_cap() {
+        assert_eq!(decode_splits(133, 1), 3);
+        assert_eq!(decode_splits(133, 4), 1);
+        assert_eq!(decode_splits(257, 4), 2);
+        assert_eq!(decode_splits(4096, 4), 16);
+        assert_eq!(decode_splits(1 << 20, 1), DECODE_MAX_SPLITS);
+        // No blocks asked for reads as one.
+        assert_eq!(decode_splits(133, 0), 3);
     }
 
     #[test]

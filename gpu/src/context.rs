@@ -66,6 +66,14 @@ pub struct GpuOptions {
     /// 8, the best of 16, 8 and 4 on an H100); a tuning knob for long contexts, where fewer
     /// blocks per range give a chunk's 72 query blocks more workgroups.
     pub attention_min_key_blocks: Option<usize>,
+    /// Fewest 64-key blocks each workgroup of the decode attention walks when it splits a
+    /// (head, token) along its keys (`None`: [`DECODE_MIN_KEY_BLOCKS`](crate::DECODE_MIN_KEY_BLOCKS));
+    /// a cache of at most this many blocks runs unsplit, in one dispatch with no merge.
+    pub decode_min_key_blocks: Option<usize>,
+    /// Keep the one-row GEMV's 64-thread shared-memory tree (`gemv1_*_fused.comp`) even
+    /// where subgroup arithmetic allows its 128-thread kernel (`gemv1_*_fused_sg.comp`):
+    /// for comparing the two.
+    pub one_row_gemv_tree: bool,
     /// Keep the output projection a GEMM of its own after attention (a layer of 5
     /// dispatches) even where attention could add it into the residual stream itself
     /// ([`GpuContext::attention_fuses_output`]): the deterministic path (the fused one
@@ -100,6 +108,9 @@ pub struct DeviceInfo {
     /// Compute shaders may shuffle between a subgroup's lanes (`subgroupShuffleXor`, used by
     /// the tensor-core attention's softmax).
     pub subgroup_shuffle: bool,
+    /// Compute shaders may reduce across a subgroup (`subgroupAdd`, used by the one-row
+    /// GEMV).
+    pub subgroup_arithmetic: bool,
     /// Nanoseconds per timestamp tick, when the compute queue supports timestamps.
     pub timestamp_period_ns: Option<f32>,
     /// `shaderInt8` (8-bit arithmetic in shaders).
@@ -160,8 +171,13 @@ pub struct GpuContext {
     pub(crate) f32_attention: bool,
     /// [`GpuOptions::attention_min_key_blocks`] (the attention resolves the default).
     pub(crate) attention_min_key_blocks: Option<usize>,
+    /// [`GpuOptions::decode_min_key_blocks`] (the attention resolves the default).
+    pub(crate) decode_min_key_blocks: Option<usize>,
     /// [`GpuOptions::unfused_output_projection`].
     pub(crate) unfused_output_projection: bool,
+    /// The one-row GEMV runs its subgroup kernel: the device has subgroup arithmetic in
+    /// compute shaders and [`GpuOptions::one_row_gemv_tree`] is off.
+    pub(crate) one_row_gemv_subgroup: bool,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
     /// that no buffer is bound twice in one dispatch).
     unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 5]>,
@@ -253,6 +269,7 @@ impl GpuContext {
             device.clone(),
             Default::default(),
         ));
+        let one_row_gemv_subgroup = info.subgroup_arithmetic && !options.one_row_gemv_tree;
         Ok(GpuContext {
             pipelines: Pipelines::new(device.clone()),
             device,
@@ -268,6 +285,8 @@ impl GpuContext {
             f32_attention: options.f32_attention,
             unfused_output_projection: options.unfused_output_projection,
             attention_min_key_blocks: options.attention_min_key_blocks,
+            decode_min_key_blocks: options.decode_min_key_blocks,
+            one_row_gemv_subgroup,
             unused_bindings: std::sync::OnceLock::new(),
             dispatches: std::sync::atomic::AtomicU64::new(0),
         })
@@ -458,6 +477,11 @@ fn device_info(
             && props
                 .subgroup_supported_stages
                 .is_some_and(|st| st.contains(vulkano::shader::ShaderStages::COMPUTE)),
+        subgroup_arithmetic: props.subgroup_supported_operations.is_some_and(|ops| {
+            ops.contains(vulkano::device::physical::SubgroupFeatures::ARITHMETIC)
+        }) && props
+            .subgroup_supported_stages
+            .is_some_and(|st| st.contains(vulkano::shader::ShaderStages::COMPUTE)),
         timestamp_period_ns: timestamps.then_some(props.timestamp_period),
         shader_int8: features.shader_int8,
         storage_8bit: features.storage_buffer8_bit_access,

@@ -344,6 +344,8 @@ impl GpuContext {
     /// [`crate::GEMV_MAX_ROWS`] rows, else the tiles.
     fn fused_shader(&self, m: usize, w: Elem) -> Shader {
         match w {
+            Elem::F16 if m == 1 && self.one_row_gemv_subgroup => Shader::Gemv1F16FusedSg,
+            _ if m == 1 && self.one_row_gemv_subgroup => Shader::Gemv1F32FusedSg,
             Elem::F16 if m == 1 => Shader::Gemv1F16Fused,
             _ if m == 1 => Shader::Gemv1F32Fused,
             Elem::F16 if m <= crate::GEMV_MAX_ROWS => Shader::GemvF16Fused,
@@ -382,6 +384,8 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
                 | Shader::GemvF16Fused
                 | Shader::Gemv1F32Fused
                 | Shader::Gemv1F16Fused
+                | Shader::Gemv1F32FusedSg
+                | Shader::Gemv1F16FusedSg
         );
         let groups = match few {
             true => [w.rows().div_ceil(4) as u32, 1, 1],

@@ -37,7 +37,7 @@ mod quant;
 mod rope;
 mod timer;
 
-pub use attention::MAX_HEAD_DIM;
+pub use attention::{DECODE_MIN_KEY_BLOCKS, MAX_HEAD_DIM};
 pub use attention_o::AttentionOutput;
 
 pub use batch::{BatchOutput, GpuBatch};
