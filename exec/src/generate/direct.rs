@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use super::linears::{self, Batch, Matrix};
 use crate::family::{self, gated, norm_rows};
 use crate::state::KvCache;
-use crate::values::quantize;
+use crate::values::quantize_slice;
 use crate::{ExecError, ExecModel, LayerWeights, LinearPrecision, LinearWeights, QuantRule};
 
 /// The LM head quantized for direct decode steps, and how its input is quantized.
@@ -267,9 +267,14 @@ pub fn decode_batch(
     timed(&mut buffers.kernel_ns, || {
         linears::project_batch(input, &[head], &mut [&mut logits], counters)
     })?;
-    logits
-        .chunks_exact(n.max(1))
-        .map(|row| crate::take_logits(&parking_lot::Mutex::new(Some(row.to_vec()))))
+    // One sequence's logits are handed over as they are, not copied (a vocabulary each
+    // token).
+    let rows = match sequences.len() {
+        1 => vec![logits],
+        _ => logits.chunks_exact(n.max(1)).map(<[f32]>::to_vec).collect(),
+    };
+    rows.into_iter()
+        .map(|row| crate::take_logits(&parking_lot::Mutex::new(Some(row))))
         .collect()
 }
 
@@ -291,7 +296,7 @@ fn prepare_rows(
     }
     let acts = x
         .chunks_exact(width.max(1))
-        .map(|row| quantize(row.to_vec(), rule.clone()))
+        .map(|row| quantize_slice(row, rule.clone()))
         .collect();
     batch.set(acts);
     Ok(())
@@ -476,7 +481,7 @@ fn add_finite(
     block: &'static str,
     sequences: &[SequenceStep<'_>],
 ) -> Result<(), ExecError> {
-    if let Some(index) = delta.iter().position(|v| !v.is_finite()) {
+    if let Some(index) = crate::passes::first_non_finite(delta) {
         let width = delta.len() / sequences.len().max(1);
         let row = index / width.max(1);
         return Err(ExecError::NonFiniteActivation {
