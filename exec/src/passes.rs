@@ -60,15 +60,30 @@ pub fn add_assign(x: &mut [f32], d: &[f32]) {
 /// The index of the first value of `v` that is NaN or infinite, if any, searched in
 /// blocks over the pool.
 pub fn first_non_finite(v: &[f32]) -> Option<usize> {
+    if v.len() <= ELEMENTS_PER_BLOCK {
+        // One block (a decode step's rows): no helpers to share it with, so nothing to
+        // allocate for them.
+        return first_non_finite_in(v);
+    }
     let firsts: Vec<Option<usize>> = vec![None; v.len().div_ceil(ELEMENTS_PER_BLOCK)];
     let firsts = parking_lot::Mutex::new(firsts);
     let blocks = v.chunks(ELEMENTS_PER_BLOCK).enumerate().collect();
     for_each_block(blocks, |(b, block): (usize, &[f32])| {
-        if let Some(i) = block.iter().position(|x| !x.is_finite()) {
+        if let Some(i) = first_non_finite_in(block) {
             firsts.lock()[b] = Some(b * ELEMENTS_PER_BLOCK + i);
         }
     });
     firsts.into_inner().into_iter().flatten().next()
+}
+
+/// The first non-finite value of `v`: one pass without an early exit (it vectorizes),
+/// then the search only when there is one (a decode step checks every linear's input).
+fn first_non_finite_in(v: &[f32]) -> Option<usize> {
+    if v.iter().fold(false, |bad, x| bad | !x.is_finite()) {
+        v.iter().position(|x| !x.is_finite())
+    } else {
+        None
+    }
 }
 
 /// INT32 accumulators without a shadow, their activation scale and weight row scales.

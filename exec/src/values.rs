@@ -50,10 +50,23 @@ const ROWS_PER_TASK: usize = 16;
 pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
     match rule {
         QuantRule::PassThrough => Act::F32(x),
+        QuantRule::Clip { rms: clip } => quantize_clipped(x, clip, None),
+        QuantRule::HotMax { hot, clip } => quantize_clipped(x, clip, Some(&cold_mask(&hot))),
+        rule => quantize_slice(&x, rule),
+    }
+}
+
+/// [`quantize`] of a borrowed row: the rules that only read `x` (per-tensor, per-group
+/// and static scales) do not copy it first (a decode step quantizes four rows a layer).
+pub fn quantize_slice(x: &[f32], rule: QuantRule) -> Act {
+    match rule {
+        QuantRule::PassThrough | QuantRule::Clip { .. } | QuantRule::HotMax { .. } => {
+            quantize(x.to_vec(), rule)
+        }
         QuantRule::MaxAbs => {
-            let scale = scale_for_max_abs_blocks(&x);
+            let scale = scale_for_max_abs_blocks(x);
             let mut q = vec![0i8; x.len()];
-            quantize_blocks(&x, scale, &mut q);
+            quantize_blocks(x, scale, &mut q);
             Act::Int8 {
                 q,
                 scale,
@@ -63,26 +76,24 @@ pub fn quantize(x: Vec<f32>, rule: QuantRule) -> Act {
         QuantRule::Groups => {
             // Groups of 32 over the flat buffer are groups of each row: the loader
             // refuses w4a8-g32 for inputs whose width is not a multiple of 32.
-            let (q, scales) = quantize_groups(&x, 1, x.len());
+            let (q, scales) = quantize_groups(x, 1, x.len());
             Act::Int8Groups { q, scales }
         }
         QuantRule::Groups128 { width } => {
             // `x` is `[rows, width]`: the site's activation, as its linears read it.
             let rows = x.len().checked_div(width).unwrap_or(0);
-            let (q, scales) = quantize_groups128(&x, rows, width);
+            let (q, scales) = quantize_groups128(x, rows, width);
             Act::Int8Groups128 { q, scales }
         }
         QuantRule::Static { scale } => {
             let mut q = vec![0i8; x.len()];
-            quantize_blocks(&x, scale, &mut q);
+            quantize_blocks(x, scale, &mut q);
             Act::Int8 {
                 q,
                 scale,
                 outliers: Vec::new(),
             }
         }
-        QuantRule::Clip { rms: clip } => quantize_clipped(x, clip, None),
-        QuantRule::HotMax { hot, clip } => quantize_clipped(x, clip, Some(&cold_mask(&hot))),
     }
 }
 

@@ -10,6 +10,9 @@
 //! streamed from memory, past the 32 MiB last-level cache), and one matrix again and
 //! again (from the cache: the kernel's own speed), so that the two say whether a kernel
 //! is bound by memory or by its instructions (compare `hetsched bench-memory --threads 1`).
+//! A fourth, `decode_rows`, times the W8A8 product of a batched decode step (M = 1, 2, 4
+//! and 8 rows, one per sequence) over the same matrices, in rows × weight bytes per
+//! second: against `decode_gemv`'s `w8a8`, it gives what a row costs in a batch of M.
 
 use std::hint::black_box;
 
@@ -17,7 +20,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use hetsched_kernels::gemm_w4::{gemm_w4_g128, quantize_groups_into, quantize_groups128_into};
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{
-    I8Vector, PackedI8Weights, PackedW4Weights, gemm_i8, gemm_w4, gemm_w4_g128_cols,
+    I8Vector, PackedI8Weights, PackedW4Weights, gemm_i8, gemm_i8_cols, gemm_w4, gemm_w4_g128_cols,
     gemm_w4_grouped, gemm_w4_grouped_cols, gemv_i8, quantize_per_tensor_fast,
     scale_for_max_abs_fast,
 };
@@ -162,6 +165,39 @@ fn decode_gemv(c: &mut Criterion) {
                 }
             })
         });
+    }
+    group.finish();
+    decode_rows(c, &int8);
+}
+
+/// Rows of a batched decode step (one per sequence): the FFN matrices of every layer
+/// from memory (and one from the cache), W8A8, one thread. Throughput in rows × weight
+/// bytes, so that a higher figure means a cheaper row; a product bound by streaming the
+/// weights gives M rows for about the time of one.
+fn decode_rows(c: &mut Criterion, int8: &[PackedI8Weights]) {
+    let mut group = c.benchmark_group("decode_rows");
+    group.sample_size(20);
+    for (place, cached) in [("memory", false), ("cache", true)] {
+        // In the cache: the first matrix (gate, 0.9 MB) every time.
+        let pick = |i: usize| if cached { 0 } else { i };
+        let bytes: usize = (0..int8.len())
+            .map(|i| int8[pick(i)].n() * int8[pick(i)].k())
+            .sum();
+        for m in [1, 2, 4, 8] {
+            let mut rng = SeededRng::new(m as u64);
+            let (a576, a1536) = (rng.i8s(m * 576), rng.i8s(m * 1536));
+            let mut acc = vec![0i32; m * 1536];
+            group.throughput(Throughput::Bytes((m * bytes) as u64));
+            group.bench_function(BenchmarkId::new(format!("w8a8 {place}"), m), |b| {
+                b.iter(|| {
+                    for i in 0..int8.len() {
+                        let w = &int8[pick(i)];
+                        let a = if w.k() == 576 { &a576 } else { &a1536 };
+                        gemm_i8_cols(black_box(a), m, w, 0..w.n(), &mut acc[..m * w.n()]);
+                    }
+                })
+            });
+        }
     }
     group.finish();
 }

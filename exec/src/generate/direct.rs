@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use super::linears::{self, Batch, Matrix};
 use crate::family::{self, gated, norm_rows};
 use crate::state::KvCache;
-use crate::values::quantize;
+use crate::values::quantize_slice;
 use crate::{ExecError, ExecModel, LayerWeights, LinearPrecision, LinearWeights, QuantRule};
 
 /// The LM head quantized for direct decode steps, and how its input is quantized.
@@ -87,6 +87,8 @@ pub struct DecodeBuffers {
     gate: Vec<f32>,
     up: Vec<f32>,
     out: Vec<f32>,
+    /// Every sequence's attention output, `[sequences, n_heads · head_dim]`.
+    attended: Vec<f32>,
     /// Wall time inside the kernels' parallel regions (the linears' products and
     /// attention), summed over steps, ns.
     kernel_ns: u64,
@@ -265,9 +267,14 @@ pub fn decode_batch(
     timed(&mut buffers.kernel_ns, || {
         linears::project_batch(input, &[head], &mut [&mut logits], counters)
     })?;
-    logits
-        .chunks_exact(n.max(1))
-        .map(|row| crate::take_logits(&parking_lot::Mutex::new(Some(row.to_vec()))))
+    // One sequence's logits are handed over as they are, not copied (a vocabulary each
+    // token).
+    let rows = match sequences.len() {
+        1 => vec![logits],
+        _ => logits.chunks_exact(n.max(1)).map(<[f32]>::to_vec).collect(),
+    };
+    rows.into_iter()
+        .map(|row| crate::take_logits(&parking_lot::Mutex::new(Some(row))))
         .collect()
 }
 
@@ -289,7 +296,7 @@ fn prepare_rows(
     }
     let acts = x
         .chunks_exact(width.max(1))
-        .map(|row| quantize(row.to_vec(), rule.clone()))
+        .map(|row| quantize_slice(row, rule.clone()))
         .collect();
     batch.set(acts);
     Ok(())
@@ -340,7 +347,6 @@ fn attention_block(
             "layer {layer}'s K and V produce {k_n} and {v_n} values; the KV cache holds {kv_dim}"
         )));
     }
-    let mut attended = Vec::with_capacity(m * q_n);
     for (r, s) in sequences.iter_mut().enumerate() {
         let (qr, kr, vr) = (
             &mut b.q[r * q_n..(r + 1) * q_n],
@@ -369,21 +375,35 @@ fn attention_block(
         }
         cache.k[span.clone()].copy_from_slice(kr);
         cache.v[span].copy_from_slice(vr);
-        let rows = s.kv.rows(layer);
-        let window = c.window_of(layer);
-        attended.extend(timed(&mut b.kernel_ns, || {
-            attend(model, qr, rows, position + 1, window)
-        }));
     }
+    let queries: Vec<Query<'_>> = sequences
+        .iter()
+        .zip(b.q.chunks_exact(q_n.max(1)))
+        .map(|(s, q)| Query {
+            q,
+            cache: s.kv.rows(layer),
+            kv_len: s.position + 1,
+        })
+        .collect();
+    let mut attended = std::mem::take(&mut b.attended);
+    attended.clear();
+    attended.resize(m * q_n, 0.0);
+    let window = c.window_of(layer);
+    timed(&mut b.kernel_ns, || {
+        attend_all(model, &queries, window, &mut attended)
+    });
+    drop(queries);
     let normed_rule = model.quant_rule(layer, ShadowSite::O);
-    prepare_rows(
+    let prepared = prepare_rows(
         &attended,
         q_n,
         normed_rule,
         Some((layer, ShadowSite::O)),
         sequences,
         &mut b.input,
-    )?;
+    );
+    b.attended = attended;
+    prepared?;
     let out = sized(&mut b.out, m * o.n());
     timed(&mut b.kernel_ns, || {
         linears::project_batch(&b.input, &[o], &mut [out], counters)
@@ -461,7 +481,7 @@ fn add_finite(
     block: &'static str,
     sequences: &[SequenceStep<'_>],
 ) -> Result<(), ExecError> {
-    if let Some(index) = delta.iter().position(|v| !v.is_finite()) {
+    if let Some(index) = crate::passes::first_non_finite(delta) {
         let width = delta.len() / sequences.len().max(1);
         let row = index / width.max(1);
         return Err(ExecError::NonFiniteActivation {
@@ -478,51 +498,68 @@ fn add_finite(
     Ok(())
 }
 
-/// Causal GQA attention of one query (`[n_heads, head_dim]`, RoPE applied) over the
-/// first `kv_len` positions of `cache` ([`KvRows::of`] a cache, or a shared prefix and a
-/// sequence's own rows), or only the last `window` of them (a sliding-window layer;
-/// `usize::MAX`: all), heads split over the pool.
-pub fn attend(
-    model: &ExecModel,
-    q: &[f32],
-    cache: KvRows<'_>,
-    kv_len: usize,
-    window: usize,
-) -> Vec<f32> {
-    let first = kv_len.saturating_sub(window);
+/// One sequence's query of a decode step (`[n_heads, head_dim]`, RoPE applied) and the
+/// cache it attends over: the first `kv_len` positions of `cache`.
+#[derive(Clone, Copy, Debug)]
+pub struct Query<'a> {
+    /// The query.
+    pub q: &'a [f32],
+    /// The sequence's keys and values ([`KvRows::of`] a cache, or a shared prefix and the
+    /// sequence's own rows).
+    pub cache: KvRows<'a>,
+    /// Positions attended (the query's own included).
+    pub kv_len: usize,
+}
+
+/// Causal GQA attention of every query of a decode step over its own cache, or only the
+/// last `window` positions of it (a sliding-window layer; `usize::MAX`: all), into
+/// `out` (`[queries, n_heads · head_dim]`). One parallel region on the current pool for
+/// every sequence and head together: per sequence a region of `n_heads` tasks would
+/// leave a thread idle on an odd head count and pay a fork and join per sequence and
+/// layer. Each head's arithmetic is the same whatever runs beside it.
+pub fn attend_all(model: &ExecModel, queries: &[Query<'_>], window: usize, out: &mut [f32]) {
+    let c = &model.config;
+    let d = c.head_dim.max(1);
+    let heads = c.n_heads;
+    debug_assert_eq!(out.len(), queries.len() * heads * d);
+    out.par_chunks_mut(d).enumerate().for_each(|(task, out)| {
+        let (query, head) = (&queries[task / heads.max(1)], task % heads.max(1));
+        attend_head(model, query, head, window, out);
+    });
+}
+
+/// Head `head` of one query: softmax of its scaled scores over the cache's keys, times
+/// the values, into `out` (`head_dim` values).
+fn attend_head(model: &ExecModel, query: &Query<'_>, head: usize, window: usize, out: &mut [f32]) {
     let c = &model.config;
     let (d, kv_dim) = (c.head_dim, c.kv_dim());
     let group = c.n_heads / c.n_kv_heads.max(1);
     let scale = 1.0 / (d as f32).sqrt();
-    let mut out = vec![0f32; q.len()];
-    let runs = cache.runs(first..kv_len, kv_dim);
-    out.par_chunks_mut(d)
-        .zip(q.par_chunks(d))
-        .enumerate()
-        .for_each(|(head, (out, q))| {
-            let offset = (head / group.max(1)) * d;
-            let mut scores = vec![0f32; kv_len - first];
-            let mut at = 0;
-            for (keys, _) in runs {
-                let n = keys.len() / kv_dim.max(1);
-                scaled_dots(q, keys, kv_dim, offset, scale, &mut scores[at..at + n]);
-                at += n;
-            }
-            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-            let mut total = 0f32;
-            for s in &mut scores {
-                *s = (*s - max).exp();
-                total += *s;
-            }
-            for s in &mut scores {
-                *s /= total;
-            }
-            let mut at = 0;
-            for (_, values) in runs {
-                let n = values.len() / kv_dim.max(1);
-                add_weighted_rows(&scores[at..at + n], values, kv_dim, offset, out);
-                at += n;
-            }
-        });
-    out
+    let (kv_len, first) = (query.kv_len, query.kv_len.saturating_sub(window));
+    let runs = query.cache.runs(first..kv_len, kv_dim);
+    let q = &query.q[head * d..(head + 1) * d];
+    let offset = (head / group.max(1)) * d;
+    let mut scores = vec![0f32; kv_len - first];
+    let mut at = 0;
+    for (keys, _) in runs {
+        let n = keys.len() / kv_dim.max(1);
+        scaled_dots(q, keys, kv_dim, offset, scale, &mut scores[at..at + n]);
+        at += n;
+    }
+    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+    let mut total = 0f32;
+    for s in &mut scores {
+        *s = (*s - max).exp();
+        total += *s;
+    }
+    for s in &mut scores {
+        *s /= total;
+    }
+    out.fill(0.0);
+    let mut at = 0;
+    for (_, values) in runs {
+        let n = values.len() / kv_dim.max(1);
+        add_weighted_rows(&scores[at..at + n], values, kv_dim, offset, out);
+        at += n;
+    }
 }
