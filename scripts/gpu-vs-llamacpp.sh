@@ -42,7 +42,10 @@
 #       arguments (--decode-only: the decode rows alone); TRACED=0 skips the traced runs.
 #       Rows tg-hetsched and tg-llama.cpp:F16/F32 measure decode, one sequence: hetsched's
 #       greedy turn of 128 tokens after a short prompt (generate --backends gpu
-#       --precision f32 --max-tokens 128 --ignore-eos) against llama-bench -p 0 -n 128.
+#       --precision f32 --max-tokens 128 --ignore-eos) against llama-bench -p 0 -n 128;
+#       tg-hetsched-tree the same with the one-row GEMV's 64-thread tree
+#       (HETSCHED_GPU_ONE_ROW_GEMV_TREE=1), tg-hetsched-dmbN with the decode attention's
+#       split down to N key blocks a workgroup (HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -177,6 +180,12 @@ print(last["decode_tokens_per_s"])'
           label=$n
           case $row in
             tg-hetsched) [ "$n" = "$first" ] || continue; tps=$(hetsched_tg /tmp/hetsched 128 || echo nan); label=tg128 ;;
+            tg-hetsched-tree) # the one-row GEMV's 64-thread tree instead of its subgroup kernel
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(HETSCHED_GPU_ONE_ROW_GEMV_TREE=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+            tg-hetsched-dmb*) # the decode attention split down to N key blocks a workgroup
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=${row#tg-hetsched-dmb} hetsched_tg /tmp/hetsched 128 || echo nan) ;;
             tg-llama.cpp:*) [ "$n" = "$first" ] || continue; tps=$(llama_tg "${row#tg-llama.cpp:}" 128 || echo nan); label=tg128 ;;
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;

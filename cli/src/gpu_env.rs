@@ -7,27 +7,31 @@ use hetsched::exec::{GpuKernelOptions, GpuWeights};
 use crate::CliError;
 
 /// The kernel variants the variables ask for: `HETSCHED_GPU_F32_ATTENTION=1`,
-/// `HETSCHED_GPU_UNFUSED_O=1`, `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N` (N ≥ 1).
+/// `HETSCHED_GPU_UNFUSED_O=1`, `HETSCHED_GPU_ONE_ROW_GEMV_TREE=1`,
+/// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N` and `HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N` (N ≥ 1).
 pub fn gpu_kernels() -> Result<GpuKernelOptions, CliError> {
-    let min_blocks = "HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS";
-    let attention_min_key_blocks = match std::env::var(min_blocks) {
-        Err(_) => None,
-        Ok(value) => match value.parse::<usize>() {
-            Ok(n) if n >= 1 => Some(n),
-            _ => {
-                return Err(CliError::GpuEnvironment {
-                    variable: min_blocks,
-                    value,
-                    expected: "a whole number of key blocks, at least 1",
-                });
-            }
-        },
-    };
     Ok(GpuKernelOptions {
         f32_attention: is_one("HETSCHED_GPU_F32_ATTENTION"),
         unfused_output_projection: is_one("HETSCHED_GPU_UNFUSED_O"),
-        attention_min_key_blocks,
+        attention_min_key_blocks: key_blocks("HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS")?,
+        decode_min_key_blocks: key_blocks("HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS")?,
+        one_row_gemv_tree: is_one("HETSCHED_GPU_ONE_ROW_GEMV_TREE"),
     })
+}
+
+/// The whole number of key blocks, at least 1, that `variable` holds (`None` unset).
+fn key_blocks(variable: &'static str) -> Result<Option<usize>, CliError> {
+    match std::env::var(variable) {
+        Err(_) => Ok(None),
+        Ok(value) => match value.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(CliError::GpuEnvironment {
+                variable,
+                value,
+                expected: "a whole number of key blocks, at least 1",
+            }),
+        },
+    }
 }
 
 /// `asked`, except that `auto` becomes f16 or f32 with `HETSCHED_GPU_F16_WEIGHTS=1` or

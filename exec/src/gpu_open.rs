@@ -62,6 +62,8 @@ pub(crate) fn gpu_context(
         f32_attention: kernels.f32_attention,
         unfused_output_projection: kernels.unfused_output_projection,
         attention_min_key_blocks: kernels.attention_min_key_blocks,
+        decode_min_key_blocks: kernels.decode_min_key_blocks,
+        one_row_gemv_tree: kernels.one_row_gemv_tree,
         ..Default::default()
     };
     let context = hetsched_gpu::GpuContext::new(options).map_err(failed)?;

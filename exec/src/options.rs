@@ -129,6 +129,12 @@ pub struct GpuKernelOptions {
     /// The output projection a GEMM of its own (5 dispatches a layer, deterministic) where
     /// attention could add it into the stream itself (`HETSCHED_GPU_UNFUSED_O=1`).
     pub unfused_output_projection: bool,
+    /// Fewest key blocks each workgroup of the split decode attention walks (`None`: the
+    /// kernel's default; `HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N`).
+    pub decode_min_key_blocks: Option<usize>,
+    /// The one-row GEMV's 64-thread shared-memory tree even where the device's subgroup
+    /// arithmetic allows the 128-thread kernel (`HETSCHED_GPU_ONE_ROW_GEMV_TREE=1`).
+    pub one_row_gemv_tree: bool,
 }
 
 /// The processors a run under `options` uses, in the order its timeline's lanes number
