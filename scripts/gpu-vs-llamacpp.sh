@@ -24,7 +24,7 @@
 #       first part of the model and llama.cpp's source (from the llama-cpp-python 0.3.36
 #       sdist that build-llamacpp.sh caches in ~/.cache/llamacpp-0.3.36, CUDA-irrelevant
 #       parts left out) into DEST/gpu-vs-llamacpp-a/; the Vulkan loader debs into
-#       DEST/gl/. DEST is a folder inside the repository (e.g. target/x; part A is 52 MiB
+#       DEST/gl/. DEST is a folder inside the repository (e.g. target/x; part A is 50 MiB
 #       of model and 5 MiB of source). Copy DEST into the same path under the repository
 #       root of the GPU machine, then, there:
 #   bash DEST/gpu-vs-llamacpp-a/gpu-vs-llamacpp.sh start
@@ -80,8 +80,8 @@ for l in sys.stdin:
     done
   pwd >"$b/tests/manifest-dir" # gpu_prefill finds the model under its build-time root
   cp "$0" "$a/" && cp "$0" "$b/"
-  head -c 54M "models/$model_name" >"$a/model-part-a"
-  tail -c +$((54 * 1024 * 1024 + 1)) "models/$model_name" >"$b/model-part-b"
+  head -c 50M "models/$model_name" >"$a/model-part-a"
+  tail -c +$((50 * 1024 * 1024 + 1)) "models/$model_name" >"$b/model-part-b"
   cp /usr/share/common-licenses/GPL-3 "$b/prompt.txt"
   # The sdist build-llamacpp.sh unpacked (run it once first: it downloads the package).
   src="${LLAMACPP_DIR:-$HOME/.cache/llamacpp-0.3.36}/llama_cpp_python-0.3.36/vendor"
