@@ -43,7 +43,7 @@
 #       Rows tg-hetsched and tg-llama.cpp:F16/F32 measure decode, one sequence: hetsched's
 #       greedy turn of 128 tokens after a short prompt (generate --backends gpu
 #       --precision f32 --max-tokens 128 --ignore-eos) against llama-bench -p 0 -n 128;
-#       tg-hetsched-tree the same with the one-row GEMV's 64-thread tree
+#       tg-hetsched-old the same with OLD_BIN; tg-hetsched-tree the same with the one-row GEMV's 64-thread tree
 #       (HETSCHED_GPU_ONE_ROW_GEMV_TREE=1), tg-hetsched-dmbN with the decode attention's
 #       split down to N key blocks a workgroup (HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N).
 set -euo pipefail
@@ -180,6 +180,7 @@ print(last["decode_tokens_per_s"])'
           label=$n
           case $row in
             tg-hetsched) [ "$n" = "$first" ] || continue; tps=$(hetsched_tg /tmp/hetsched 128 || echo nan); label=tg128 ;;
+            tg-hetsched-old) [ "$n" = "$first" ] || continue; tps=$(hetsched_tg /tmp/hetsched-old 128 || echo nan); label=tg128 ;;
             tg-hetsched-tree) # the one-row GEMV's 64-thread tree instead of its subgroup kernel
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_ONE_ROW_GEMV_TREE=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;

@@ -33,8 +33,9 @@ mod lane {
         /// or after a failed run.
         caches: Option<Vec<(GpuMatrix, GpuMatrix)>>,
         capacity: usize,
-        /// The decode steps' recordings and buffers, made at the first step (shared with
-        /// the step's stages while it runs).
+        /// The decode steps' buffers, made when the lane opens, and their recordings, made
+        /// at the first step of each cache capacity (shared with the step's stages while it
+        /// runs).
         decode: Option<Arc<GpuDecode>>,
         /// The decode step's plan (every layer in one stage, then the head).
         decode_plan: Option<Arc<PrefillPlan>>,
@@ -59,11 +60,15 @@ mod lane {
                 model.clone(),
             )?);
             gpu.warm_up()?;
+            // The decode step's buffers and token embeddings (a vocab x hidden upload,
+            // hundreds of ms) with the weights, so that the first step pays only its
+            // recording.
+            let decode = Arc::new(GpuDecode::new(gpu.clone())?);
             Ok(Self {
                 model: gpu,
                 caches: None,
                 capacity: 0,
-                decode: None,
+                decode: Some(decode),
                 decode_plan: None,
             })
         }
