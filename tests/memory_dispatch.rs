@@ -34,7 +34,7 @@ fn spans(run: &RunOutcome) -> Vec<Option<(u64, u64)>> {
 /// Checks every memory property of a finished run; returns the first violation.
 fn check_memory(run: &RunOutcome) -> Result<(), String> {
     let plan = &run.plan;
-    let profile = MemoryProfile::new(plan);
+    let profile = MemoryProfile::new(&plan.layout(), plan.memory());
     let buffers = schedule_buffers(plan, &spans(run));
     let mut device_live: Vec<Buffer> = Vec::new();
     for (r, region_buffers) in buffers.iter().enumerate() {
@@ -179,7 +179,7 @@ fn random_plan(
 
 /// Budgets between the least feasible (`factor` 0) and every chunk at its peak (1).
 fn budgets(plan: &PrefillPlan, factors: &[f64], device_factor: Option<f64>) -> MemoryConfig {
-    let profile = MemoryProfile::new(plan);
+    let profile = MemoryProfile::new(&plan.layout(), plan.memory());
     let minimum = profile.minimum_bytes();
     let chunks = u64::from(plan.chunks);
     let mut config = MemoryConfig::default();
@@ -246,7 +246,7 @@ proptest! {
         region in 0usize..2,
     ) {
         let plan = random_plan(None, layers, prompt_len, chunk_len, with_npu);
-        let profile = MemoryProfile::new(&plan);
+        let profile = MemoryProfile::new(&plan.layout(), plan.memory());
         let region = region % profile.regions.len();
         let needed = profile.minimum_bytes()[region];
         let mut config = MemoryConfig::default();
@@ -262,18 +262,18 @@ proptest! {
 #[test]
 fn chunk_tensors_flow_forward_and_the_kv_cache_is_written_in_place() {
     let plan = tiny_plan(3, 1000, 256);
-    for t in chunk_tensors(&plan) {
+    for t in chunk_tensors(&plan.layout()) {
         assert!(t.bytes > 0);
         assert!(t.consumers.iter().all(|&c| c > t.producer), "{t:?}");
         assert_eq!(t.kind == TensorKind::Workspace, t.consumers.is_empty());
     }
     // The residual stream skips stages: some tensor is read two or more stages later.
     assert!(
-        chunk_tensors(&plan)
+        chunk_tensors(&plan.layout())
             .iter()
             .any(|t| t.consumers.last().is_some_and(|&c| c > t.producer + 1))
     );
-    let kv = KvCache::of(&plan);
+    let kv = KvCache::of(&plan.layout());
     let m = &plan.model;
     assert_eq!(
         kv.bytes(),

@@ -18,7 +18,7 @@ use hetsched_runtime::fsutil::write_atomic;
 use hetsched_runtime::history::{HistoryRecord, records_of};
 use hetsched_runtime::profiling::{fit_profile, job_gap_ns, two_job_rate};
 use hetsched_runtime::scene::toml_text;
-use hetsched_systems::{DeviceProfile, ProfileOrigin, precision_label};
+use hetsched_systems::{DeviceProfile, ModelConfig, ProfileOrigin, precision_label};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -136,30 +136,12 @@ impl ProfileObject {
         if let Some(name) = name {
             device.name = name.to_string();
         }
-        device.measured = Some(ProfileOrigin {
-            model: model.name.clone(),
-            model_shape: ProfileOrigin::shape_of(model),
-            precisions: vec![precision_label(model)],
-            cpu: "the host's queues".into(),
-            cpu_features: Vec::new(),
-            // One host queue per processor, each running one job at a time: as many
-            // jobs at once as lanes (the prediction's pool shares this many workers).
-            threads: device.processors.len(),
-            backends: device
-                .processors
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-            samples: String::new(),
-            job_gap_us: gaps[gaps.len() / 2] / 1e3,
-            job_gaps: Vec::new(),
-            two_job_rate: rate.unwrap_or(0.0),
-            one_thread: Vec::new(),
-            adapted: Vec::new(),
-            cache_bytes: 0,
-            warm_weights: Vec::new(),
-        });
+        device.measured = Some(host_origin(
+            model,
+            &device,
+            gaps[gaps.len() / 2] / 1e3,
+            rate.unwrap_or(0.0),
+        ));
         let summary = json!({
             "runs": runs.len(),
             "jobs": total,
@@ -188,6 +170,40 @@ impl ProfileObject {
             first: first.clone(),
             summary,
         })
+    }
+}
+
+/// Where a profile fitted from the host's queues was measured: `model` on `device`'s
+/// processors, one host queue each, with the median job gap and the two-job rate.
+fn host_origin(
+    model: &ModelConfig,
+    device: &DeviceProfile,
+    job_gap_us: f64,
+    two_job_rate: f64,
+) -> ProfileOrigin {
+    ProfileOrigin {
+        model: model.name.clone(),
+        model_shape: ProfileOrigin::shape_of(model),
+        precisions: vec![precision_label(model)],
+        cpu: "the host's queues".into(),
+        cpu_features: Vec::new(),
+        // One host queue per processor, each running one job at a time: as many
+        // jobs at once as lanes (the prediction's pool shares this many workers).
+        threads: device.processors.len(),
+        backends: device
+            .processors
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+        samples: String::new(),
+        job_gap_us,
+        job_gaps: Vec::new(),
+        two_job_rate,
+        one_thread: Vec::new(),
+        adapted: Vec::new(),
+        cache_bytes: 0,
+        warm_weights: Vec::new(),
     }
 }
 

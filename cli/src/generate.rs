@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use hetsched::cancel::CancelFlag;
 use hetsched::exec::generate::bandwidth::{DEFAULT_PROBE_BYTES, measure_read_bandwidth};
 use hetsched::exec::generate::{
     ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, MAX_SAMPLES,
@@ -162,6 +163,82 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     };
     // Bad settings are refused before the model loads.
     sampling.validate()?;
+    check_settings(&args)?;
+    let batched = args.n > 1;
+    let gpu = crate::real::gpu_use(&args.backends)?;
+    let (text, stop) = prompt_and_stops(&args)?;
+    let precision = LinearPrecision::from(args.precision);
+    let loaded = load_one(&args.model, precision, &args.shadow)?;
+    let model = Arc::new(loaded.models.into_iter().next().expect("one precision"));
+    // A rendered template's control tokens (`<start_of_turn>`) are its ids.
+    let tokens = match args.chat {
+        true => loaded.tokenizer.encode_special(&text)?,
+        false => loaded.tokenizer.encode(&text)?,
+    };
+    // Ctrl-C stops the prefill at a subgraph boundary, or generation after the token in
+    // progress; what was generated is kept.
+    let cancel = crate::interrupt::on_ctrl_c()?;
+    let options = prefill_options(&args, gpu, &cancel)?;
+    let threads = options.threads;
+    let path = decode_path(args.decode, gpu);
+    let mut session = Session::new(model.clone(), options, path)?;
+    if let Some(layers) = args.decode_layers {
+        session.set_decode_layers(layers)?;
+    }
+    let generate_options = GenerateOptions {
+        max_tokens: clamped_max_tokens(args.max_tokens, tokens.len(), model.config.context_length),
+        sampling,
+        stop,
+        ignore_eos: args.ignore_eos,
+    };
+    if batched {
+        let samples = session.generate_samples(
+            &tokens,
+            &loaded.tokenizer,
+            &generate_options,
+            args.n,
+            cancel.shared(),
+            |_, _| {},
+        )?;
+        let report = samples_report(&model, threads, args.backends.join(","), &samples);
+        print_samples(&report, &samples, args.n, args.json);
+        return Ok(());
+    }
+    let stream = !args.json;
+    let generated = session.generate(
+        &tokens,
+        &loaded.tokenizer,
+        &generate_options,
+        cancel.shared(),
+        |t| {
+            if stream {
+                // A closed stdout (a pipe to `head`) ends nothing: generation finishes
+                // and its files are written; the exit status tells.
+                print_text(t);
+            }
+        },
+    )?;
+    let mut report = report(&model, threads, path, &generated, session.decode_time());
+    report.decode_instances_per_step = session.decode_instances();
+    report.weight_bytes_per_token = session.weight_bytes_per_token();
+    if args.json && path != DecodePath::Scheduled {
+        add_bandwidth(&mut report, threads)?;
+    }
+    report.backends = args.backends.join(",");
+    write_timelines(&args.trace, &args.svg, &report, &generated)?;
+    if args.json {
+        print_json_or(true, &report, String::new);
+    } else {
+        print_text("\n");
+        eprintln!("{}", summary(&report, &generated));
+    }
+    Ok(())
+}
+
+/// Refuses settings that can never run, before the model loads: no new tokens, bad
+/// prefill settings, an empty stop string, a sample count out of range, or several
+/// samples with what draws or decodes one sequence; and outputs that cannot be written.
+fn check_settings(args: &GenerateArgs) -> Result<(), CliError> {
     if args.max_tokens == 0 {
         return Err(GenerateError::NoTokens.into());
     }
@@ -188,123 +265,91 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
         ));
     }
     check_outputs([args.trace.as_deref(), args.svg.as_deref()])?;
-    let gpu = crate::real::gpu_use(&args.backends)?;
+    Ok(())
+}
+
+/// The prompt's text and the stop strings: with `--chat`, the prompt wrapped as a user
+/// message in the model's template, whose end of turn also stops.
+fn prompt_and_stops(args: &GenerateArgs) -> Result<(String, Vec<String>), CliError> {
     let mut text = args.prompt.text(|path| {
         crate::model::read_text("prompt file", path, hetsched::limits::MAX_PROMPT_BYTES)
     })?;
     crate::model::check_prompt_text("prompt", &text)?;
-    let mut stop = args.stop;
+    let mut stop = args.stop.clone();
     if args.chat {
         let template = chat_template(&args.model)?;
         text = template.render_user(&text);
         stop.extend(template.end_of_turn().map(str::to_owned));
     }
-    let precision = LinearPrecision::from(args.precision);
-    let loaded = load_one(&args.model, precision, &args.shadow)?;
-    let model = Arc::new(loaded.models.into_iter().next().expect("one precision"));
-    // A rendered template's control tokens (`<start_of_turn>`) are its ids.
-    let tokens = match args.chat {
-        true => loaded.tokenizer.encode_special(&text)?,
-        false => loaded.tokenizer.encode(&text)?,
-    };
+    Ok((text, stop))
+}
+
+/// The prefill's settings from `args`, on `gpu`, stopped by `cancel`.
+fn prefill_options(
+    args: &GenerateArgs,
+    gpu: GpuUse,
+    cancel: &CancelFlag,
+) -> Result<PrefillOptions, CliError> {
     let defaults = PrefillOptions::default();
-    // Ctrl-C stops the prefill at a subgraph boundary, or generation after the token in
-    // progress; what was generated is kept.
-    let cancel = crate::interrupt::on_ctrl_c()?;
-    let options = PrefillOptions {
+    Ok(PrefillOptions {
         chunk_len: args.chunk_len,
-        policy: args.policy,
+        policy: args.policy.clone(),
         threads: args.threads.unwrap_or(defaults.threads),
         gpu,
         cancel: Some(cancel.clone()),
         gpu_kernels: crate::gpu_env::gpu_kernels()?,
         ..defaults
-    };
-    let threads = options.threads;
-    let path = match args.decode {
+    })
+}
+
+/// The decode path `--decode` names; by default scheduled when the GPU holds the
+/// weights, else direct.
+fn decode_path(choice: Option<DecodeChoice>, gpu: GpuUse) -> DecodePath {
+    match choice {
         None if gpu == GpuUse::Resident => DecodePath::Scheduled,
         None | Some(DecodeChoice::Direct) => DecodePath::Direct,
         Some(DecodeChoice::DirectF32Head) => DecodePath::DirectF32Head,
         Some(DecodeChoice::DirectOwnWidthHead) => DecodePath::DirectOwnWidthHead,
         Some(DecodeChoice::Scheduled) => DecodePath::Scheduled,
-    };
-    let mut session = Session::new(model.clone(), options, path)?;
-    if let Some(layers) = args.decode_layers {
-        session.set_decode_layers(layers)?;
     }
-    let generate_options = GenerateOptions {
-        max_tokens: clamped_max_tokens(args.max_tokens, tokens.len(), model.config.context_length),
-        sampling,
-        stop,
-        ignore_eos: args.ignore_eos,
-    };
-    if batched {
-        let samples = session.generate_samples(
-            &tokens,
-            &loaded.tokenizer,
-            &generate_options,
-            args.n,
-            cancel.shared(),
-            |_, _| {},
-        )?;
-        let report = samples_report(&model, threads, args.backends.join(","), &samples);
-        if args.json {
-            print_json_or(true, &report, String::new);
-        } else {
-            for (i, sample) in samples.samples.iter().enumerate() {
-                print_text(&format!(
-                    "--- sample {i} ({:?}) ---\n{}\n",
-                    sample.finish_reason, sample.text
-                ));
-            }
-            eprintln!(
-                "[{} ({}), {} threads: {} prompt tokens, first tokens after {:.1} ms; {} \
-                 samples, {} tokens at {:.1} tokens/s summed over the samples ({} batched \
-                 steps)]",
-                report.model,
-                report.precision,
-                threads,
-                report.prompt_tokens,
-                report.ttft_ms,
-                args.n,
-                report.generated_tokens,
-                report.decode_tokens_per_s,
-                report.decode_steps
-            );
-        }
-        return Ok(());
+}
+
+/// Prints the `n` samples of `--n`: the JSON object, or each sample's text and the
+/// figures on stderr.
+fn print_samples(report: &SamplesReport, samples: &SamplesGenerated, n: usize, json: bool) {
+    if json {
+        print_json_or(true, report, String::new);
+        return;
     }
-    let stream = !args.json;
-    let generated = session.generate(
-        &tokens,
-        &loaded.tokenizer,
-        &generate_options,
-        cancel.shared(),
-        |t| {
-            if stream {
-                // A closed stdout (a pipe to `head`) ends nothing: generation finishes
-                // and its files are written; the exit status tells.
-                print_text(t);
-            }
-        },
-    )?;
-    let mut report = report(&model, threads, path, &generated, session.decode_time());
-    report.decode_instances_per_step = session.decode_instances();
-    report.weight_bytes_per_token = session.weight_bytes_per_token();
-    if args.json && path != DecodePath::Scheduled {
-        let probe = measure_read_bandwidth(threads, DEFAULT_PROBE_BYTES, 5)?;
-        let streamed = report.weight_bytes_per_token.total() as f64 * report.decode_tokens_per_s;
-        report.bandwidth_gb_s = probe.median_gb_s;
-        report.bandwidth_fraction = streamed / 1e9 / probe.median_gb_s;
+    for (i, sample) in samples.samples.iter().enumerate() {
+        print_text(&format!(
+            "--- sample {i} ({:?}) ---\n{}\n",
+            sample.finish_reason, sample.text
+        ));
     }
-    report.backends = args.backends.join(",");
-    write_timelines(&args.trace, &args.svg, &report, &generated)?;
-    if args.json {
-        print_json_or(true, &report, String::new);
-    } else {
-        print_text("\n");
-        eprintln!("{}", summary(&report, &generated));
-    }
+    eprintln!(
+        "[{} ({}), {} threads: {} prompt tokens, first tokens after {:.1} ms; {} \
+         samples, {} tokens at {:.1} tokens/s summed over the samples ({} batched \
+         steps)]",
+        report.model,
+        report.precision,
+        report.threads,
+        report.prompt_tokens,
+        report.ttft_ms,
+        n,
+        report.generated_tokens,
+        report.decode_tokens_per_s,
+        report.decode_steps
+    );
+}
+
+/// Adds the memory bandwidth probed on `threads` threads to `report`, and the share of it
+/// the decode's weight streaming used.
+fn add_bandwidth(report: &mut GenerateReport, threads: usize) -> Result<(), CliError> {
+    let probe = measure_read_bandwidth(threads, DEFAULT_PROBE_BYTES, 5)?;
+    let streamed = report.weight_bytes_per_token.total() as f64 * report.decode_tokens_per_s;
+    report.bandwidth_gb_s = probe.median_gb_s;
+    report.bandwidth_fraction = streamed / 1e9 / probe.median_gb_s;
     Ok(())
 }
 

@@ -38,6 +38,16 @@ pub enum GpuWeights {
     F16,
 }
 
+impl From<GpuWeights> for hetsched::exec::GpuWeights {
+    fn from(choice: GpuWeights) -> Self {
+        match choice {
+            GpuWeights::Auto => hetsched::exec::GpuWeights::Auto,
+            GpuWeights::F32 => hetsched::exec::GpuWeights::F32,
+            GpuWeights::F16 => hetsched::exec::GpuWeights::F16,
+        }
+    }
+}
+
 /// `hetsched run`.
 #[derive(clap::Args)]
 #[command(mut_arg("prompt", |a| a.required_unless_present_any(["prompt_file", "requests"])))]
@@ -226,8 +236,8 @@ fn eval_decode_heads(
 /// One real prefill: prints the report, then writes the timelines asked for.
 pub fn run(args: RunArgs) -> Result<(), CliError> {
     let timelines = Timelines {
-        trace: args.trace,
-        svg: args.svg,
+        trace: args.trace.clone(),
+        svg: args.svg.clone(),
     };
     timelines.check()?;
     let gpu = gpu_use(&args.backends)?;
@@ -236,14 +246,11 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     }
     // What can be checked without the weights is checked before they load.
     crate::model::check_prefill_settings(args.threads, args.chunk_len)?;
-    let requests = match &args.requests {
-        Some(trace) => Some(crate::real_requests::check(
-            trace,
-            &args.request_policy,
-            args.arrival_scale,
-        )?),
-        None => None,
-    };
+    let requests = args
+        .requests
+        .as_ref()
+        .map(|trace| crate::real_requests::check(trace, &args.request_policy, args.arrival_scale))
+        .transpose()?;
     let text = args
         .prompt
         .text(|path| read_text("prompt file", path, hetsched::limits::MAX_PROMPT_BYTES))?;
@@ -273,42 +280,9 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let load_ms = loading.elapsed().as_secs_f64() * 1e3;
     let defaults = PrefillOptions::default();
     let threads = args.threads.unwrap_or(defaults.threads);
-    let device = match profile {
-        Some((profile, device)) => {
-            let measured = measured_device(profile, device, &model)?;
-            match &args.history {
-                Some(history) if args.adapt => {
-                    let recent = read_recent_history(history, adapt::RECENT_BYTES)?;
-                    // The same checks as `profile --from-history`: junk is refused, not
-                    // skipped.
-                    let scope = HistoryScope::of(&model.model_config(), &measured)
-                        .map_err(exec::ExecError::from)?;
-                    check_records(history, &recent, &scope)?;
-                    adapt_to_history(&measured, &recent, &model.name, threads)
-                }
-                _ => measured,
-            }
-        }
-        None => defaults.device.clone(),
-    };
-    let options = PrefillOptions {
-        chunk_len: args.chunk_len,
-        policy: args.policy,
-        threads,
-        // Ctrl-C stops the prefill at the next subgraph boundary.
-        cancel: Some(crate::interrupt::on_ctrl_c()?),
-        gpu,
-        device,
-        // A timeline asked for shows the device's times.
-        gpu_timestamps: timelines.any(),
-        gpu_weights: crate::gpu_env::gpu_weights(match args.gpu_weights {
-            GpuWeights::Auto => hetsched::exec::GpuWeights::Auto,
-            GpuWeights::F32 => hetsched::exec::GpuWeights::F32,
-            GpuWeights::F16 => hetsched::exec::GpuWeights::F16,
-        }),
-        gpu_kernels: crate::gpu_env::gpu_kernels()?,
-        ..defaults
-    };
+    let device = run_device(&args, profile, &model, threads, &defaults.device)?;
+    // A timeline asked for shows the device's times.
+    let options = run_options(&args, gpu, device, threads, timelines.any(), defaults)?;
     if let Some(asked) = requests {
         let tokenizer = loaded.tokenizer;
         return crate::real_requests::run(asked, model, tokenizer, &text, options, args.json);
@@ -325,13 +299,7 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     };
     print_json_or(args.json, &report, || report.summary());
     if let Some(path) = &args.history {
-        // The results are printed already: a history that cannot be written is reported
-        // without losing them.
-        let cache = profile::last_level_cache_bytes();
-        let records = records_on(&result.outcome, options.threads, cache);
-        if let Err(e) = append_history(path, &records) {
-            eprintln!("warning: {e}");
-        }
+        record_history(path, &result.outcome, options.threads);
     }
     let title = format!(
         "{} ({}) on this machine — {}, {} tokens, chunk {}",
@@ -342,6 +310,67 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
         report.schedule.chunk_len
     );
     write_timelines(&timelines, &title, &result.outcome, predicted.as_ref())
+}
+
+/// The prefill's settings from `args`: `threads` on `device` and `gpu`, the device's own
+/// times kept where `gpu_timestamps`, the rest `defaults`.
+fn run_options(
+    args: &RunArgs,
+    gpu: GpuUse,
+    device: DeviceProfile,
+    threads: usize,
+    gpu_timestamps: bool,
+    defaults: PrefillOptions,
+) -> Result<PrefillOptions, CliError> {
+    Ok(PrefillOptions {
+        chunk_len: args.chunk_len,
+        policy: args.policy.clone(),
+        threads,
+        // Ctrl-C stops the prefill at the next subgraph boundary.
+        cancel: Some(crate::interrupt::on_ctrl_c()?),
+        gpu,
+        device,
+        gpu_timestamps,
+        gpu_weights: crate::gpu_env::gpu_weights(args.gpu_weights.into()),
+        gpu_kernels: crate::gpu_env::gpu_kernels()?,
+        ..defaults
+    })
+}
+
+/// The device a run schedules for: with `--profile`, the measured `profile` (adapted to
+/// the recent `--history` with `--adapt`), else `default`.
+fn run_device(
+    args: &RunArgs,
+    profile: Option<(&PathBuf, DeviceProfile)>,
+    model: &exec::ExecModel,
+    threads: usize,
+    default: &DeviceProfile,
+) -> Result<DeviceProfile, CliError> {
+    let Some((profile, device)) = profile else {
+        return Ok(default.clone());
+    };
+    let measured = measured_device(profile, device, model)?;
+    match &args.history {
+        Some(history) if args.adapt => {
+            let recent = read_recent_history(history, adapt::RECENT_BYTES)?;
+            // The same checks as `profile --from-history`: junk is refused, not skipped.
+            let scope = HistoryScope::of(&model.model_config(), &measured)
+                .map_err(exec::ExecError::from)?;
+            check_records(history, &recent, &scope)?;
+            Ok(adapt_to_history(&measured, &recent, &model.name, threads))
+        }
+        _ => Ok(measured),
+    }
+}
+
+/// Appends the run's records to the history at `path`. The results are printed already:
+/// a history that cannot be written is reported without losing them.
+fn record_history(path: &std::path::Path, run: &RunOutcome, threads: usize) {
+    let cache = profile::last_level_cache_bytes();
+    let records = records_on(run, threads, cache);
+    if let Err(e) = append_history(path, &records) {
+        eprintln!("warning: {e}");
+    }
 }
 
 /// Simulates the plan of a real run (`run --predict`) the way the real queues run it (one

@@ -144,23 +144,7 @@ pub fn run(
     let context = model.config.context_length;
     let (layers, kv_dim) = (model.layers.len(), model.config.kv_dim());
     let tokenizer = Arc::new(tokenizer);
-    let specs: Vec<EngineSpec> = asked
-        .trace
-        .iter()
-        .map(|t| {
-            let s = &t.spec;
-            let prompt = profile::prompt_tokens(&tokenizer, text, s.prompt_len as usize, context)?;
-            Ok(EngineSpec {
-                prompt,
-                max_tokens: s.max_tokens as usize,
-                n: s.samples as usize,
-                priority: s.priority,
-                // Every request generates its full count, so runs compare.
-                ignore_eos: true,
-                ..EngineSpec::default()
-            })
-        })
-        .collect::<Result<_, CliError>>()?;
+    let specs = engine_specs(&asked.trace, &tokenizer, text, context)?;
     // Every request fits beside the others: admission is not what is measured.
     let all_kv: usize = specs.iter().map(|s| kv_bytes(s, layers, kv_dim)).sum();
     let limits = EngineLimits {
@@ -176,14 +160,7 @@ pub fn run(
         limits,
         &asked.request_policy,
     )?;
-    // One short request first: threads, caches and page faults warm.
-    let warm = EngineSpec {
-        prompt: specs[0].prompt.iter().copied().take(16).collect(),
-        max_tokens: 2,
-        ignore_eos: true,
-        ..EngineSpec::default()
-    };
-    run_alone(&engine, warm)?;
+    run_alone(&engine, warm_up(&specs[0]))?;
     let mut alone = Vec::with_capacity(specs.len());
     for spec in &specs {
         alone.push(run_alone(&engine, spec.clone())?);
@@ -192,11 +169,7 @@ pub fn run(
         Some(scale) => (scale, "given"),
         None => (auto_scale(&asked.trace, alone[0])?, "auto"),
     };
-    let arrivals: Vec<Duration> = asked
-        .trace
-        .iter()
-        .map(|t| Duration::from_nanos((t.spec.arrival_ns as f64 * scale).round() as u64))
-        .collect();
+    let arrivals = scaled_arrivals(&asked.trace, scale);
     let (mix, wall) = run_mix(&engine, &specs, &arrivals, json)?;
     let outcomes: Vec<RequestOutcome> = asked
         .trace
@@ -208,14 +181,7 @@ pub fn run(
             priority: t.spec.priority,
             arrival_ns: arrivals[i].as_nanos() as u64,
             kv_bytes: kv_bytes(spec, layers, kv_dim) as u64,
-            served: Some(Served {
-                admitted_ns: arrivals[i].as_nanos() as u64,
-                ttft_ns: mix[i].ttft_ns,
-                e2e_ns: mix[i].e2e_ns,
-                tpot_ns: mix[i].tpot_ns,
-                alone_ttft_ns: alone[i].ttft_ns,
-                alone_e2e_ns: alone[i].e2e_ns,
-            }),
+            served: Some(served(arrivals[i], &mix[i], &alone[i])),
         })
         .collect();
     let rows = RequestRows::new(&outcomes, &asked.trace);
@@ -235,6 +201,63 @@ pub fn run(
     };
     print_json_or(json, &report, || summary(&report));
     Ok(())
+}
+
+/// The engine's request for each of the trace's: its prompt cut from `text` at its
+/// length (within `context`), its token and sample counts, its priority.
+fn engine_specs(
+    trace: &[TraceRequest],
+    tokenizer: &GgufTokenizer,
+    text: &str,
+    context: usize,
+) -> Result<Vec<EngineSpec>, CliError> {
+    trace
+        .iter()
+        .map(|t| {
+            let s = &t.spec;
+            let prompt = profile::prompt_tokens(tokenizer, text, s.prompt_len as usize, context)?;
+            Ok(EngineSpec {
+                prompt,
+                max_tokens: s.max_tokens as usize,
+                n: s.samples as usize,
+                priority: s.priority,
+                // Every request generates its full count, so runs compare.
+                ignore_eos: true,
+                ..EngineSpec::default()
+            })
+        })
+        .collect()
+}
+
+/// One short request from the start of `first`'s prompt, run first so that threads,
+/// caches and page faults are warm.
+fn warm_up(first: &EngineSpec) -> EngineSpec {
+    EngineSpec {
+        prompt: first.prompt.iter().copied().take(16).collect(),
+        max_tokens: 2,
+        ignore_eos: true,
+        ..EngineSpec::default()
+    }
+}
+
+/// The trace's arrival times scaled by `scale`.
+fn scaled_arrivals(trace: &[TraceRequest], scale: f64) -> Vec<Duration> {
+    trace
+        .iter()
+        .map(|t| Duration::from_nanos((t.spec.arrival_ns as f64 * scale).round() as u64))
+        .collect()
+}
+
+/// How a request that arrived at `arrival` was served in the mix, beside alone.
+fn served(arrival: Duration, mix: &Measured, alone: &Measured) -> Served {
+    Served {
+        admitted_ns: arrival.as_nanos() as u64,
+        ttft_ns: mix.ttft_ns,
+        e2e_ns: mix.e2e_ns,
+        tpot_ns: mix.tpot_ns,
+        alone_ttft_ns: alone.ttft_ns,
+        alone_e2e_ns: alone.e2e_ns,
+    }
 }
 
 /// Submits `spec` alone and waits for its end: its measured figures.

@@ -190,7 +190,7 @@ pub fn evaluate_windows(
     };
     let vocab = model.config.vocab_size;
     let same = Arc::ptr_eq(model, reference);
-    let (mut nll, mut nll_f32, mut kl, mut agree, mut count) = (0.0, 0.0, 0.0, 0usize, 0usize);
+    let mut scores = Scores::default();
     let (mut shadow, mut prefill_ns) = (ShadowUsage::default(), 0u64);
     progress.set_len(windows.len() as u64);
     for window in &windows {
@@ -203,44 +203,76 @@ pub fn evaluate_windows(
         } else {
             Some(prefill(reference.clone(), window, &options)?.logits)
         };
-        for t in scoring.first_scored(ctx)..ctx - 1 {
-            let next = window[t + 1] as usize;
-            let lp = log_softmax(&logits[t * vocab..(t + 1) * vocab]);
-            nll -= lp[next];
-            match &reference_logits {
-                Some(r) => {
-                    let lq = log_softmax(&r[t * vocab..(t + 1) * vocab]);
-                    nll_f32 -= lq[next];
-                    kl += kl_divergence(&lq, &lp);
-                    agree += usize::from(argmax(&lq) == argmax(&lp));
-                }
-                None => {
-                    nll_f32 -= lp[next];
-                    agree += 1;
-                }
-            }
-            count += 1;
-        }
+        let scored = scoring.first_scored(ctx)..ctx - 1;
+        scores.add_window(window, scored, &logits, reference_logits.as_deref(), vocab);
         progress.inc(1);
     }
     progress.finish();
-    let n = count as f64;
+    let n = scores.count as f64;
     Ok(EvalReport {
         precision: model.precision.as_str(),
         ctx,
         windows: windows.len(),
         scoring: scoring.as_str(),
-        tokens: count,
-        perplexity: (nll / n).exp(),
-        perplexity_f32: (nll_f32 / n).exp(),
-        kl_divergence: kl / n,
-        top1_agreement: agree as f64 / n,
+        tokens: scores.count,
+        perplexity: (scores.nll / n).exp(),
+        perplexity_f32: (scores.nll_f32 / n).exp(),
+        kl_divergence: scores.kl / n,
+        top1_agreement: scores.agree as f64 / n,
         prefill_tokens_per_s: (windows.len() * ctx) as f64 / (prefill_ns.max(1) as f64 / 1e9),
         shadow: model.shadow_report(shadow).map(|mut s| {
             s.prefill_share = s.shadow_ms / (prefill_ns.max(1) as f64 / 1e6);
             s
         }),
     })
+}
+
+/// Sums over the scored tokens of every window so far.
+#[derive(Default)]
+struct Scores {
+    /// Negative log-likelihood of each next token under the model.
+    nll: f64,
+    /// The same under the reference (the model's own when they are one).
+    nll_f32: f64,
+    /// KL divergence of the model's next-token distribution from the reference's.
+    kl: f64,
+    /// Tokens whose most likely next token the two agree on.
+    agree: usize,
+    /// Tokens scored.
+    count: usize,
+}
+
+impl Scores {
+    /// Adds `window`'s next-token predictions at the positions `scored`, from the
+    /// model's `logits` and the reference's (`None`: the model is its own reference),
+    /// `vocab` per position.
+    fn add_window(
+        &mut self,
+        window: &[u32],
+        scored: std::ops::Range<usize>,
+        logits: &[f32],
+        reference: Option<&[f32]>,
+        vocab: usize,
+    ) {
+        for t in scored {
+            let next = window[t + 1] as usize;
+            let lp = log_softmax(&logits[t * vocab..(t + 1) * vocab]);
+            self.nll -= lp[next];
+            match reference {
+                Some(r) => {
+                    let lq = log_softmax(&r[t * vocab..(t + 1) * vocab]);
+                    self.nll_f32 -= lq[next];
+                    self.kl += kl_divergence(&lq, &lp);
+                    self.agree += usize::from(argmax(&lq) == argmax(&lp));
+                }
+                None => {
+                    self.nll_f32 -= lp[next];
+                    self.agree += 1;
+                }
+            }
+            self.count += 1;
+        }
+    }
 }
 
 /// One window's tokens as scored: with its first token replaced by BOS where `scoring`

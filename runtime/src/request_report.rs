@@ -264,6 +264,13 @@ impl MixReport {
 /// The per-request table and the per-class percentiles of a mix's rows, as text (the
 /// body of `simulate --requests` and `run --requests` summaries).
 pub fn request_tables(requests: &[RequestRow], classes: &[ClassRow], all: &ClassRow) -> String {
+    let mut out = request_table(requests);
+    out.push_str(&class_table(classes, all));
+    out
+}
+
+/// One line per request: its times, each beside its time alone and their ratio.
+fn request_table(requests: &[RequestRow]) -> String {
     use std::fmt::Write as _;
     let mut out = format!(
         "{:>4} {:>12} {:>9} {:>6} {:>5} {:>9} {:>9} {:>6} {:>8} {:>10} {:>10} {:>6} {:>5}\n",
@@ -281,12 +288,6 @@ pub fn request_tables(requests: &[RequestRow], classes: &[ClassRow], all: &Class
         "x",
         "slo"
     );
-    let opt = |v: Option<f64>, width: usize, digits: usize| {
-        v.map_or_else(
-            || format!("{:>width$}", "-"),
-            |v| format!("{v:>width$.digits$}"),
-        )
-    };
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) => Some(a / b.max(f64::MIN_POSITIVE)),
         _ => None,
@@ -316,6 +317,14 @@ pub fn request_tables(requests: &[RequestRow], classes: &[ClassRow], all: &Class
             slo
         );
     }
+    out
+}
+
+/// One line per priority class, then `all`: percentiles of its times and its SLO
+/// attainment, after a blank line.
+fn class_table(classes: &[ClassRow], all: &ClassRow) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "\n{:>12} {:>8} {:>26} {:>26} {:>26} {:>6}",
@@ -345,6 +354,14 @@ pub fn request_tables(requests: &[RequestRow], classes: &[ClassRow], all: &Class
         );
     }
     out
+}
+
+/// `v` right-aligned in `width` with `digits` decimals, or `-` when absent.
+fn opt(v: Option<f64>, width: usize, digits: usize) -> String {
+    v.map_or_else(
+        || format!("{:>width$}", "-"),
+        |v| format!("{v:>width$.digits$}"),
+    )
 }
 
 fn ms(ns: u64) -> f64 {

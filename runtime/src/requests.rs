@@ -516,40 +516,11 @@ fn run_mix(
     plans: &[Arc<PrefillPlan>],
     decode: &DecodePlans,
 ) -> Result<Mix, RequestsError> {
-    let mut world = spawn_request_world(&scene.device);
-    world.insert_resource(ActiveRequestPolicy(create_request_policy(
-        &options.request_policy,
-    )?));
+    let mut state = MixState::new(scene, specs, options, plans, decode)?;
     let n = specs.len();
-    let mut state = MixState {
-        scene,
-        specs,
-        plans,
-        decode,
-        options,
-        order: create_request_policy(&options.request_policy)?,
-        world,
-        stage: vec![Stage::NotArrived; n],
-        entity: vec![None; n],
-        by_entity: HashMap::new(),
-        by_id: specs.iter().enumerate().map(|(i, s)| (s.id, i)).collect(),
-        tokens: vec![0; n],
-        kv: specs
-            .iter()
-            .map(|s| kv_cache_bytes(&scene.model, s.prompt_len, s.max_tokens, s.samples))
-            .collect(),
-        kv_used: 0,
-        peak_kv_bytes: 0,
-        waiting: Vec::new(),
-        batch: None,
-        admitted: vec![None; n],
-        first_token: vec![None; n],
-        end: vec![None; n],
-    };
     let (mut settle, mut launch) = scheduler_schedule_halves();
     let mut next_arrival = 0;
-    // (end, lane, id, start): earliest end first, ties by lane.
-    let mut in_flight: BinaryHeap<Reverse<(u64, usize, u32, u64)>> = BinaryHeap::new();
+    let mut in_flight = InFlight::new();
     let mut slices = Vec::new();
     loop {
         let now = state.world.resource::<Clock>().now_ns;
@@ -565,11 +536,104 @@ fn run_mix(
         state.admit(now)?;
         state.form_batch(now)?;
         launch.run(&mut state.world);
-        for job in std::mem::take(&mut state.world.resource_mut::<Outbox>().0) {
-            let i = state.by_id[&job.request];
-            let (plan, decode_rows) = match (&state.batch, state.stage[i]) {
+        state.take_launched(now, &mut slices, &mut in_flight);
+        let outstanding = state.world.resource::<LiveRuns>().outstanding;
+        let arrival = specs.get(next_arrival).map(|s| s.arrival_ns);
+        let end = in_flight.peek().map(|Reverse(j)| j.0);
+        let next = match (end, arrival) {
+            (None, None) if state.all_settled() => break,
+            (None, None) => return Err(RequestsError::Stalled(outstanding)),
+            (Some(e), Some(a)) => e.min(a),
+            (Some(e), None) => e,
+            (None, Some(a)) => a,
+        };
+        state.world.resource_mut::<Clock>().now_ns = next;
+        complete_due(&mut state.world, &mut in_flight, next);
+    }
+    Ok(Mix {
+        times: state.times(),
+        slices,
+        peak_kv_bytes: state.peak_kv_bytes,
+    })
+}
+
+/// Jobs in flight as (end, lane, id, start): earliest end first, ties by lane.
+type InFlight = BinaryHeap<Reverse<(u64, usize, u32, u64)>>;
+
+/// Moves every job in flight that ends at `now` into the world's inbox, completed.
+fn complete_due(world: &mut World, in_flight: &mut InFlight, now: u64) {
+    let mut inbox = world.resource_mut::<Inbox>();
+    while let Some(&Reverse((end, processor, id, start))) = in_flight.peek() {
+        if end != now {
+            break;
+        }
+        in_flight.pop();
+        inbox.0.push(Completion {
+            id,
+            processor,
+            start_ns: start,
+            end_ns: end,
+        });
+    }
+}
+
+impl<'a> MixState<'a> {
+    /// A fresh world for the mix of `specs`, nothing arrived yet.
+    fn new(
+        scene: &'a Scene,
+        specs: &'a [RequestSpec],
+        options: &'a MixOptions,
+        plans: &'a [Arc<PrefillPlan>],
+        decode: &'a DecodePlans,
+    ) -> Result<Self, RequestsError> {
+        let mut world = spawn_request_world(&scene.device);
+        world.insert_resource(ActiveRequestPolicy(create_request_policy(
+            &options.request_policy,
+        )?));
+        let n = specs.len();
+        Ok(MixState {
+            scene,
+            specs,
+            plans,
+            decode,
+            options,
+            order: create_request_policy(&options.request_policy)?,
+            world,
+            stage: vec![Stage::NotArrived; n],
+            entity: vec![None; n],
+            by_entity: HashMap::new(),
+            by_id: specs.iter().enumerate().map(|(i, s)| (s.id, i)).collect(),
+            tokens: vec![0; n],
+            kv: specs
+                .iter()
+                .map(|s| kv_cache_bytes(&scene.model, s.prompt_len, s.max_tokens, s.samples))
+                .collect(),
+            kv_used: 0,
+            peak_kv_bytes: 0,
+            waiting: Vec::new(),
+            batch: None,
+            admitted: vec![None; n],
+            first_token: vec![None; n],
+            end: vec![None; n],
+        })
+    }
+
+    /// Takes the jobs launched at `now` from the outbox: a slice for each, naming the plan
+    /// it runs (a batch leader's job: the decode plan of the batch's placement, after the
+    /// requests' own), and each in flight until its modeled end.
+    fn take_launched(
+        &mut self,
+        now: u64,
+        slices: &mut Vec<RequestSlice>,
+        in_flight: &mut InFlight,
+    ) {
+        let n = self.specs.len();
+        for job in std::mem::take(&mut self.world.resource_mut::<Outbox>().0) {
+            let i = self.by_id[&job.request];
+            let (plan, decode_rows) = match (&self.batch, self.stage[i]) {
                 (Some(b), Stage::InBatch) if b.leader == i => {
-                    let offset = decode.placements().iter().position(|&p| p == b.placement);
+                    let placements = self.decode.placements();
+                    let offset = placements.iter().position(|&p| p == b.placement);
                     (n + offset.unwrap_or(0), b.rows)
                 }
                 _ => (i, 0),
@@ -590,48 +654,23 @@ fn run_mix(
                 now,
             )));
         }
-        let outstanding = state.world.resource::<LiveRuns>().outstanding;
-        let arrival = specs.get(next_arrival).map(|s| s.arrival_ns);
-        let end = in_flight.peek().map(|Reverse(j)| j.0);
-        let next = match (end, arrival) {
-            (None, None) if state.all_settled() => break,
-            (None, None) => return Err(RequestsError::Stalled(outstanding)),
-            (Some(e), Some(a)) => e.min(a),
-            (Some(e), None) => e,
-            (None, Some(a)) => a,
-        };
-        state.world.resource_mut::<Clock>().now_ns = next;
-        let mut inbox = state.world.resource_mut::<Inbox>();
-        while let Some(&Reverse((end, processor, id, start))) = in_flight.peek() {
-            if end != next {
-                break;
-            }
-            in_flight.pop();
-            inbox.0.push(Completion {
-                id,
-                processor,
-                start_ns: start,
-                end_ns: end,
-            });
-        }
     }
-    let times = (0..n)
-        .map(
-            |i| match (state.admitted[i], state.first_token[i], state.end[i]) {
-                (Some(admitted_ns), Some(first_token_ns), Some(end_ns)) => Some(Times {
-                    admitted_ns,
-                    first_token_ns,
-                    end_ns,
-                }),
-                _ => None,
-            },
-        )
-        .collect();
-    Ok(Mix {
-        times,
-        slices,
-        peak_kv_bytes: state.peak_kv_bytes,
-    })
+
+    /// Each request's milestones, `None` for one that never ended (refused).
+    fn times(&self) -> Vec<Option<Times>> {
+        (0..self.specs.len())
+            .map(
+                |i| match (self.admitted[i], self.first_token[i], self.end[i]) {
+                    (Some(admitted_ns), Some(first_token_ns), Some(end_ns)) => Some(Times {
+                        admitted_ns,
+                        first_token_ns,
+                        end_ns,
+                    }),
+                    _ => None,
+                },
+            )
+            .collect()
+    }
 }
 
 impl MixState<'_> {

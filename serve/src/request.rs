@@ -93,28 +93,7 @@ pub fn prepare(
     model: &ModelInfo<'_>,
     limits: &Limits,
 ) -> Result<Prepared, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid("body", format!("the body is not valid JSON: {e}")).param("body")
-    })?;
-    if !value.is_object() {
-        return Err(ApiError::invalid("body", "the body must be a JSON object"));
-    }
-    let common: Common = serde_json::from_value(value)
-        .map_err(|e| ApiError::invalid("body", format!("a field has the wrong type: {e}")))?;
-    if let Some(name) = &common.model
-        && name != model.id
-    {
-        return Err(ApiError::new(
-            axum::http::StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!(
-                "the model {name:?} does not exist here: this server serves {:?}",
-                model.id
-            ),
-        )
-        .param("model")
-        .code("model_not_found"));
-    }
+    let common = parse_common(body, model)?;
     refuse_unsupported(&common)?;
     let (text, special) = match endpoint {
         Endpoint::Chat => (chat_prompt(&common, model)?, true),
@@ -144,16 +123,7 @@ pub fn prepare(
         stop,
         ignore_eos: common.ignore_eos.unwrap_or(false),
     };
-    let n = match common.n {
-        None => 1,
-        Some(n) if n >= 1 && n <= limits.max_n as u64 => n as usize,
-        Some(n) => {
-            return Err(ApiError::invalid(
-                "n",
-                format!("n = {n}: give 1 to {} samples", limits.max_n),
-            ));
-        }
-    };
+    let n = sample_count(common.n, limits)?;
     let priority = match common.priority.as_deref().or(header_priority) {
         None => Priority::default(),
         Some(name) => name
@@ -175,6 +145,46 @@ pub fn prepare(
             .unwrap_or(false),
         prompt_tokens,
     })
+}
+
+/// The fields both endpoints share, from a body that must be a JSON object naming this
+/// server's model, if any.
+fn parse_common(body: &[u8], model: &ModelInfo<'_>) -> Result<Common, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid("body", format!("the body is not valid JSON: {e}")).param("body")
+    })?;
+    if !value.is_object() {
+        return Err(ApiError::invalid("body", "the body must be a JSON object"));
+    }
+    let common: Common = serde_json::from_value(value)
+        .map_err(|e| ApiError::invalid("body", format!("a field has the wrong type: {e}")))?;
+    if let Some(name) = &common.model
+        && name != model.id
+    {
+        return Err(ApiError::new(
+            axum::http::StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!(
+                "the model {name:?} does not exist here: this server serves {:?}",
+                model.id
+            ),
+        )
+        .param("model")
+        .code("model_not_found"));
+    }
+    Ok(common)
+}
+
+/// The samples asked for (`n`, 1 by default), within the server's limit.
+fn sample_count(n: Option<u64>, limits: &Limits) -> Result<usize, ApiError> {
+    match n {
+        None => Ok(1),
+        Some(n) if n >= 1 && n <= limits.max_n as u64 => Ok(n as usize),
+        Some(n) => Err(ApiError::invalid(
+            "n",
+            format!("n = {n}: give 1 to {} samples", limits.max_n),
+        )),
+    }
 }
 
 /// A prompt as text, or as token ids (`/v1/completions` accepts both).

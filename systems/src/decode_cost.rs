@@ -122,6 +122,16 @@ fn decode_bandwidth(processor: &ProcessorSpec) -> Result<(f64, bool), PlanError>
 /// other requests decoding beside it together).
 pub const MAX_DECODE_BATCH: usize = 64;
 
+/// The static batch shapes (rows) an NPU decode graph is built for; a batch runs at the
+/// smallest that holds it, its padding rows computed and thrown away.
+pub const NPU_DECODE_ROWS: [usize; 6] = [1, 4, 8, 16, 32, 64];
+
+/// The static shape a batch of `rows` sequences runs at on an NPU (`None`: more rows
+/// than the largest shape).
+pub fn npu_decode_rows(rows: usize) -> Option<usize> {
+    NPU_DECODE_ROWS.iter().copied().find(|&shape| shape >= rows)
+}
+
 /// The modelled time of one decode step of `contexts.len()` sequences run together on
 /// the decode processor ([`decode_lane`]), sequence `s` at `contexts[s]` tokens (its
 /// cache and the token fed). The GEMVs of single-sequence decode become one small GEMM:
@@ -137,7 +147,7 @@ pub const MAX_DECODE_BATCH: usize = 64;
 /// model's weight precision (no arithmetic bound where it gives none). One sequence that
 /// is bound by its bytes costs exactly [`estimate_decode`]'s step at its context. An NPU
 /// runs graphs of static batch shapes: a batch is padded up to the next of
-/// [`crate::NPU_DECODE_ROWS`].
+/// [`NPU_DECODE_ROWS`].
 ///
 /// # Errors
 /// [`PlanError::NoProcessor`] as [`estimate_decode`]; [`PlanError::InvalidWorkload`] for
@@ -169,7 +179,7 @@ pub fn batched_decode_step_ns(
     let mut padded: Vec<u64> = contexts.to_vec();
     if processor.kind == ProcessorKind::Npu {
         // Padding rows run at the shortest context: they cost arithmetic, little cache.
-        let shape = crate::decode_placement::npu_decode_rows(padded.len()).unwrap_or(padded.len());
+        let shape = npu_decode_rows(padded.len()).unwrap_or(padded.len());
         let shortest = padded.iter().copied().min().unwrap_or(1);
         padded.resize(shape, shortest);
     }
@@ -227,6 +237,15 @@ fn weight_bytes(m: &ModelConfig) -> u64 {
 mod tests {
     use super::*;
     use crate::testing::{tiny_device, tiny_model};
+
+    #[test]
+    fn npu_shapes_pad_up_and_stop_at_the_largest() {
+        assert_eq!(npu_decode_rows(1), Some(1));
+        assert_eq!(npu_decode_rows(2), Some(4));
+        assert_eq!(npu_decode_rows(9), Some(16));
+        assert_eq!(npu_decode_rows(64), Some(64));
+        assert_eq!(npu_decode_rows(65), None);
+    }
 
     #[test]
     fn steps_cost_their_bytes_over_the_bandwidth() {

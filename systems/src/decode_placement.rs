@@ -8,7 +8,7 @@
 //! - or with its **linears on the NPU** ([`DecodePlacement::Npu`]): the one-token plan of
 //!   the device as a prefill places it (INT8 linears on the NPU, float stages, attention
 //!   and the head on the float processor), its rows padded on the NPU to a static batch
-//!   shape ([`NPU_DECODE_ROWS`], as a pre-built NPU graph needs) and priced there by the
+//!   shape ([`crate::NPU_DECODE_ROWS`], as a pre-built NPU graph needs) and priced there by the
 //!   NPU's own cost model at that padded row count, INT8 per tensor as the NPU's prefill
 //!   stages are; the float stages priced by their processor's cost model for the rows the
 //!   batch holds, each sequence's attention over its own cache.
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use bevy_ecs::prelude::{Entity, Has, World};
 
 use crate::components::{BusySlot, Offline, Processor};
-use crate::decode_cost::{batched_decode_step_ns, decode_lane};
+use crate::decode_cost::{batched_decode_step_ns, decode_lane, npu_decode_rows};
 use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
 use crate::dispatch::OFFLINE_FREE_AT_NS;
 use crate::error::PlanError;
@@ -36,16 +36,6 @@ use crate::plan::{InstanceKey, PrefillPlan, Workload};
 use crate::request::{LiveRuns, Request, RequestRun};
 use crate::request_policy::{ActiveRequestPolicy, LiveRequest};
 use crate::resources::Clock;
-
-/// The static batch shapes (rows) an NPU decode graph is built for; a batch runs at the
-/// smallest that holds it, its padding rows computed and thrown away.
-pub const NPU_DECODE_ROWS: [usize; 6] = [1, 4, 8, 16, 32, 64];
-
-/// The static shape a batch of `rows` sequences runs at on an NPU (`None`: more rows
-/// than the largest shape).
-pub fn npu_decode_rows(rows: usize) -> Option<usize> {
-    NPU_DECODE_ROWS.iter().copied().find(|&shape| shape >= rows)
-}
 
 /// Where a decode batch runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -380,15 +370,6 @@ fn batch_stage_ns(
 mod tests {
     use super::*;
     use crate::testing::{tiny_device, tiny_model};
-
-    #[test]
-    fn npu_shapes_pad_up_and_stop_at_the_largest() {
-        assert_eq!(npu_decode_rows(1), Some(1));
-        assert_eq!(npu_decode_rows(2), Some(4));
-        assert_eq!(npu_decode_rows(9), Some(16));
-        assert_eq!(npu_decode_rows(64), Some(64));
-        assert_eq!(npu_decode_rows(65), None);
-    }
 
     #[test]
     fn the_npu_batch_pays_its_padded_shape_and_the_choice_follows_the_queues() {

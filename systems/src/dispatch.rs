@@ -27,8 +27,8 @@ use crate::resources::{Clock, Index, Job, Outbox, ReadyQueues, RunStats};
 /// processor takes nothing, and the policies see it free only in the far future.
 pub fn dispatch_ready(
     mut request_policy: ResMut<ActiveRequestPolicy>,
-    mut runs: Query<(&Request, &mut RequestRun)>,
-    mut processors: Query<(&Processor, &mut BusySlot, Has<Offline>)>,
+    mut runs: Runs,
+    mut processors: Processors,
     mut launcher: Launcher,
     mut live: Local<Vec<LiveRequest>>,
 ) {
@@ -47,10 +47,38 @@ pub fn dispatch_ready(
         return;
     }
     request_policy.0.order(now_ns, &mut live);
-    let mut times = LaneTimes {
+    let mut times = lane_times(&launcher.index, &processors, now_ns);
+    offer_idle_lanes(
+        &request_policy,
+        &mut runs,
+        &mut processors,
+        &mut launcher,
+        &live,
+        &mut times,
+    );
+    // Liveness under a budget: a policy with its own pipeline (`peer`'s barrier) may wait
+    // for a job memory keeps out. With nothing running, the earliest ready job the
+    // ledger admits runs (the first unfinished chunk's next job always is admitted), for
+    // the first request in the request policy's order that has one.
+    if !launcher.outbox.0.is_empty() || processors.iter().any(|(_, slot, _)| slot.running.is_some())
+    {
+        return;
+    }
+    launch_earliest_admitted(&mut runs, &mut processors, &mut launcher, &live, &times);
+}
+
+/// The requests' runs, with the requests they belong to.
+type Runs<'w, 's> = Query<'w, 's, (&'static Request, &'static mut RequestRun)>;
+
+/// Every processor with its slot, and whether it is [`Offline`].
+type Processors<'w, 's> = Query<'w, 's, (&'static Processor, &'static mut BusySlot, Has<Offline>)>;
+
+/// When each lane is modeled free, as the policies see it: now when idle, the running
+/// job's expected end when busy, far in the future when offline.
+fn lane_times(index: &Index, processors: &Processors, now_ns: u64) -> LaneTimes {
+    LaneTimes {
         now_ns,
-        free_at_ns: launcher
-            .index
+        free_at_ns: index
             .processors
             .iter()
             .map(|&e| {
@@ -62,7 +90,21 @@ pub fn dispatch_ready(
                 }
             })
             .collect(),
-    };
+    }
+}
+
+/// Offers every idle online processor, in lane order, to the `live` requests in their
+/// order: the first whose policy picks an instance its memory admits (and, behind the
+/// first request, that the request policy lets fill the gap) launches it there.
+fn offer_idle_lanes(
+    request_policy: &ActiveRequestPolicy,
+    runs: &mut Runs,
+    processors: &mut Processors,
+    launcher: &mut Launcher,
+    live: &[LiveRequest],
+    times: &mut LaneTimes,
+) {
+    let now_ns = times.now_ns;
     for lane in 0..launcher.index.processors.len() {
         let entity = launcher.index.processors[lane];
         let (processor, mut slot, offline) = processors.get_mut(entity).expect("processor entity");
@@ -82,7 +124,7 @@ pub fn dispatch_ready(
                 &run.progress,
                 &run.ready,
                 request,
-                &times,
+                times,
                 lane,
                 processor.kind,
             );
@@ -105,14 +147,17 @@ pub fn dispatch_ready(
             break;
         }
     }
-    // Liveness under a budget: a policy with its own pipeline (`peer`'s barrier) may wait
-    // for a job memory keeps out. With nothing running, the earliest ready job the
-    // ledger admits runs (the first unfinished chunk's next job always is admitted), for
-    // the first request in the request policy's order that has one.
-    if !launcher.outbox.0.is_empty() || processors.iter().any(|(_, slot, _)| slot.running.is_some())
-    {
-        return;
-    }
+}
+
+/// With nothing running: launches, for the first `live` request under a memory budget
+/// that has one, the earliest ready job its ledger admits on an online lane.
+fn launch_earliest_admitted(
+    runs: &mut Runs,
+    processors: &mut Processors,
+    launcher: &mut Launcher,
+    live: &[LiveRequest],
+    times: &LaneTimes,
+) {
     let online: Vec<bool> = launcher
         .index
         .processors
@@ -138,7 +183,7 @@ pub fn dispatch_ready(
                 &run.progress,
                 &run.ready,
                 request,
-                &times,
+                times,
                 lane,
                 processor.kind,
             );

@@ -74,10 +74,10 @@ use bevy_ecs::schedule::SingleThreadedExecutor;
 pub use attention_span::attention_window;
 pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
 pub use decode_cost::{
-    DecodeEstimate, MAX_DECODE_BATCH, batched_decode_step_ns, decode_lane, estimate_decode,
-    kv_cache_bytes,
+    DecodeEstimate, MAX_DECODE_BATCH, NPU_DECODE_ROWS, batched_decode_step_ns, decode_lane,
+    estimate_decode, kv_cache_bytes,
 };
-pub use decode_placement::{DecodePlacement, DecodePlans, NPU_DECODE_ROWS};
+pub use decode_placement::{DecodePlacement, DecodePlans};
 pub use decode_plan::DEFAULT_DECODE_LAYERS_PER_STAGE;
 pub use device::{CostAdaptation, OneThreadCost, PrecisionGap, PrecisionWarm, ProfileOrigin};
 pub use device::{DeviceProfile, MAX_LATENCY_US, MAX_RATE, MIN_RATE, ProcessorKind, ProcessorSpec};
@@ -91,14 +91,14 @@ pub use progress::StageProgress;
 pub use request::{
     LiveRuns, OfRequest, Priority, Request, RequestError, RequestId, RequestPhase, RequestRun,
     RunOf, SloTargets, UnknownPriority, arm_request, disarm_request, rearm_world, spawn_request,
-    spawn_request_entity, spawn_request_world,
+    spawn_request_entity,
 };
 pub use request_policy::{ActiveRequestPolicy, RequestPolicy};
 pub use stage_cost::{
     StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, median, precision_label,
     stage_kind,
 };
-pub use world::spawn_world;
+pub use world::{spawn_request_world, spawn_world};
 
 /// The phases of one scheduler tick, in the order they run.
 #[derive(SystemSet, Debug, Clone, Copy, PartialEq, Eq, Hash)]

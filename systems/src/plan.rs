@@ -3,44 +3,23 @@
 
 use std::num::NonZeroU64;
 
-use serde::{Deserialize, Serialize};
-
-use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
+use crate::device::{DeviceProfile, ProcessorKind};
 use crate::error::PlanError;
 use crate::graph::{
     Sharing, StageDependency, StageTemplate, build_stages, group_layers,
     merge_for_one_chunk_one_processor, merge_for_one_processor,
 };
 use crate::memory::{MemoryConfig, MemoryProfile};
-use crate::model::{ChunkShape, ModelConfig, OpDecl};
+use crate::model::{ChunkShape, ModelConfig};
 use crate::placement::PlacementConfig;
 
 mod lanes;
+mod layout;
 mod levels;
 
 use lanes::stage_lanes;
-
-/// A workload: how long the prompt is and how it is cut and scheduled.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Workload {
-    /// Prompt length in tokens.
-    pub prompt_len: u32,
-    /// Chunk length in tokens (the fixed length of the pre-built graphs).
-    pub chunk_len: u32,
-    /// Processor (by name) for float work; the first CPU, else the first GPU, by default.
-    #[serde(default)]
-    pub float_processor: Option<String>,
-}
-
-/// Identifies one subgraph instance: stage `stage` of chunk `chunk`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct InstanceKey {
-    /// Chunk index.
-    pub chunk: u32,
-    /// Stage index in the per-chunk chain.
-    pub stage: u32,
-}
+pub use layout::{InstanceKey, PlanLayout, Workload};
+use layout::{check_workload, memory_steps, successor_stages};
 
 /// Lower bound on the makespan of any schedule of a plan (docs/policies.md, "The lower
 /// bound").
@@ -199,7 +178,7 @@ impl PrefillPlan {
         };
         // The device's own memory must hold the KV cache and one chunk (no budget set yet);
         // checked before costs, so a prompt far too large is refused, not priced.
-        plan.memory_profile = MemoryProfile::new(&plan);
+        plan.memory_profile = MemoryProfile::new(&plan.layout(), &plan.memory);
         plan.memory_profile.check_feasible()?;
         plan.price()?;
         Ok(plan)
@@ -213,56 +192,6 @@ impl PrefillPlan {
         Ok(())
     }
 
-    /// This plan with every lane cost scaled by one factor, so that its instances' home
-    /// costs sum to `total_ns` (each at least 1 ns): the same stages and their shares of
-    /// the work, priced by another model of the whole (a batched decode step's cost,
-    /// [`crate::batched_decode_step_ns`]). Levels, ranks and the lower bound follow.
-    pub fn with_home_total_ns(mut self, total_ns: u64) -> Self {
-        let home: u64 = self.instances().map(|k| self.cost_ns(k)).sum();
-        if home == 0 {
-            return self;
-        }
-        let scale = total_ns as f64 / home as f64;
-        for cost in self.lane_cost_ns.iter_mut().flatten() {
-            let scaled = (cost.get() as f64 * scale).round() as u64;
-            *cost = NonZeroU64::new(scaled.max(1)).expect("at least 1");
-        }
-        self.derive_from_lane_costs();
-        self
-    }
-
-    /// This plan with every instance priced again on each lane it may run on by
-    /// `price(stage operators, processor)`, ns (at least 1): the same stages, priced for
-    /// another shape than the workload's (a decode batch of several sequences on the NPU,
-    /// [`crate::decode_placement`]). Levels, ranks and the lower bound follow.
-    ///
-    /// # Errors
-    /// [`PlanError::InvalidDevice`] where `price` gives `None` (the processor cannot run
-    /// the stage's precision).
-    pub(crate) fn with_stage_prices(
-        mut self,
-        mut price: impl FnMut(&[OpDecl], &ProcessorSpec) -> Option<u64>,
-    ) -> Result<Self, PlanError> {
-        let lanes = self.lanes();
-        let keys: Vec<InstanceKey> = self.instances().collect();
-        for key in keys {
-            let id = self.id(key);
-            for &lane in &self.stage_lanes[key.stage as usize] {
-                let stage = &self.stages[key.stage as usize];
-                let processor = &self.device.processors[lane];
-                let ns = price(&stage.ops, processor).ok_or_else(|| {
-                    PlanError::InvalidDevice(format!(
-                        "processor `{}` cannot price stage {}",
-                        processor.name, stage.name
-                    ))
-                })?;
-                self.lane_cost_ns[id * lanes + lane] = NonZeroU64::new(ns.max(1));
-            }
-        }
-        self.derive_from_lane_costs();
-        Ok(self)
-    }
-
     /// Sets the memory budgets and alignment, refusing budgets that can never be met.
     ///
     /// # Errors
@@ -271,7 +200,7 @@ impl PrefillPlan {
     pub fn with_memory(mut self, memory: MemoryConfig) -> Result<Self, PlanError> {
         memory.validate(&self.device)?;
         self.memory = memory;
-        self.memory_profile = MemoryProfile::new(&self);
+        self.memory_profile = MemoryProfile::new(&self.layout(), &self.memory);
         self.memory_profile.check_feasible()?;
         Ok(self)
     }
@@ -329,6 +258,19 @@ impl PrefillPlan {
         Ok(costs)
     }
 
+    /// The plan's layout without its costs, which memory accounting reads.
+    pub fn layout(&self) -> PlanLayout<'_> {
+        PlanLayout {
+            model: &self.model,
+            device: &self.device,
+            workload: &self.workload,
+            stages: &self.stages,
+            stage_processor: &self.stage_processor,
+            memory_steps: &self.memory_steps,
+            chunks: self.chunks,
+        }
+    }
+
     /// Number of processor lanes.
     pub fn lanes(&self) -> usize {
         self.device.processors.len()
@@ -360,9 +302,7 @@ impl PrefillPlan {
 
     /// Whether the instance exists (the head runs for the last chunk only).
     pub fn exists(&self, key: InstanceKey) -> bool {
-        key.chunk < self.chunks
-            && (key.stage as usize) < self.stages.len()
-            && (!self.stages[key.stage as usize].last_chunk_only || key.chunk + 1 == self.chunks)
+        self.layout().exists(key)
     }
 
     /// Every instance, in (chunk, stage) order.
@@ -445,11 +385,9 @@ impl PrefillPlan {
             .collect()
     }
 
-    /// The memory step of `stage`: stages in chain order, except that a shadow shares the
-    /// step of the INT8 stage it runs beside. A chunk's steps run one after another (the
-    /// stages of one step may overlap), which is what memory accounting relies on.
+    /// The memory step of `stage` (see [`PlanLayout::memory_step`]).
     pub fn memory_step(&self, stage: u32) -> u32 {
-        self.memory_steps[stage as usize]
+        self.layout().memory_step(stage)
     }
 
     /// Memory steps of a chunk that runs every stage (the last one, with the head).
@@ -483,51 +421,4 @@ impl PrefillPlan {
         }
         work
     }
-}
-
-/// For each stage, its memory step: a shadow joins the step of the stage before it.
-fn memory_steps(stages: &[StageTemplate]) -> Vec<u32> {
-    let mut steps = Vec::with_capacity(stages.len());
-    let mut next = 0u32;
-    for stage in stages {
-        if stage.is_shadow() && next > 0 {
-            steps.push(next - 1);
-        } else {
-            steps.push(next);
-            next += 1;
-        }
-    }
-    steps
-}
-
-/// For each stage, the stages whose `after` lists it.
-fn successor_stages(stages: &[StageTemplate]) -> Vec<Vec<u32>> {
-    let mut successors = vec![Vec::new(); stages.len()];
-    for (j, stage) in stages.iter().enumerate() {
-        for &before in &stage.after {
-            successors[before as usize].push(j as u32);
-        }
-    }
-    successors
-}
-
-/// Refuses an empty prompt or chunk, and a prompt longer than the model's context.
-fn check_workload(model: &ModelConfig, workload: &Workload) -> Result<(), PlanError> {
-    if workload.prompt_len == 0 {
-        return Err(PlanError::InvalidWorkload(
-            "prompt length is 0; give at least one token".into(),
-        ));
-    }
-    if workload.chunk_len == 0 {
-        return Err(PlanError::InvalidWorkload(
-            "chunk length is 0; give at least one token".into(),
-        ));
-    }
-    if workload.prompt_len > model.context {
-        return Err(PlanError::InvalidWorkload(format!(
-            "prompt of {} tokens is longer than {}'s context of {} tokens; shorten the prompt",
-            workload.prompt_len, model.name, model.context
-        )));
-    }
-    Ok(())
 }

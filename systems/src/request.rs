@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use bevy_ecs::prelude::{Component, Entity, Messages, Resource, World};
+use bevy_ecs::prelude::{Component, Entity, Resource, World};
 use thiserror::Error;
 
 use crate::components::{BusySlot, Offline, Processor, RemainingDeps, Running, SubgraphInstance};
@@ -27,10 +27,7 @@ use crate::progress::StageProgress;
 pub use crate::request_entity::{
     Priority, Request, RequestId, RequestPhase, SloTargets, UnknownPriority,
 };
-use crate::request_policy::{ActiveRequestPolicy, default_request_policy};
-use crate::resources::{
-    Clock, Inbox, Index, Outbox, ReadyQueues, RunStats, SubgraphFinished, TimelineLog,
-};
+use crate::resources::{Clock, Inbox, Index, Outbox, ReadyQueues, RunStats, TimelineLog};
 
 /// On a subgraph instance: the request entity whose run it belongs to.
 #[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,24 +135,6 @@ pub enum RequestError {
     /// The request still has jobs running: it cannot be disarmed until they report.
     #[error("request {0} still has jobs running")]
     JobsRunning(RequestId),
-}
-
-/// An empty world for requests on `device`'s processors: the processors, every shared
-/// resource, the default request policy
-/// ([`DEFAULT_REQUEST_POLICY`](crate::request_policy::DEFAULT_REQUEST_POLICY)); no
-/// request yet.
-pub fn spawn_request_world(device: &crate::device::DeviceProfile) -> World {
-    let mut world = World::new();
-    world.init_resource::<Messages<SubgraphFinished>>();
-    let processors = spawn_processors(&mut world, device);
-    world.insert_resource(Index {
-        instances: Vec::new(),
-        processors,
-        free: Vec::new(),
-    });
-    world.insert_resource(ActiveRequestPolicy(default_request_policy()));
-    reset_run_resources(&mut world);
-    world
 }
 
 /// Spawns a request entity with `request`'s fields into `world`; nothing armed.
@@ -392,7 +371,10 @@ fn initial_deps(plan: &PrefillPlan, stage: u32) -> u32 {
 }
 
 /// Spawns one processor entity per processor of `device`, by lane.
-fn spawn_processors(world: &mut World, device: &crate::device::DeviceProfile) -> Vec<Entity> {
+pub(crate) fn spawn_processors(
+    world: &mut World,
+    device: &crate::device::DeviceProfile,
+) -> Vec<Entity> {
     device
         .processors
         .iter()
@@ -414,7 +396,7 @@ fn spawn_processors(world: &mut World, device: &crate::device::DeviceProfile) ->
 
 /// Replaces the resources a run of the whole world starts from: clock at 0, empty
 /// queues of jobs and completions, empty timeline and statistics, no armed instances.
-fn reset_run_resources(world: &mut World) {
+pub(crate) fn reset_run_resources(world: &mut World) {
     world.insert_resource(Clock::default());
     world.insert_resource(Inbox::default());
     world.insert_resource(Outbox::default());
@@ -504,7 +486,7 @@ mod tests {
 
     use super::*;
     use crate::testing::tiny_plan;
-    use crate::{DEFAULT_POLICY, PolicyRegistry, spawn_world};
+    use crate::{DEFAULT_POLICY, PolicyRegistry, spawn_request_world, spawn_world};
 
     fn instances(world: &mut World) -> usize {
         world.query::<&SubgraphInstance>().iter(world).count()

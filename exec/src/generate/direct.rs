@@ -353,46 +353,9 @@ fn attention_block(
             &mut b.k[r * kv_dim..(r + 1) * kv_dim],
             &mut b.v[r * kv_dim..(r + 1) * kv_dim],
         );
-        let position = s.position;
-        let here = position..position + 1;
-        family::finish_queries(model, layer, qr);
-        model.rope_of(layer).apply(qr, here.clone(), c.n_heads);
-        family::finish_keys(model, layer, kr, vr, here);
-        let own = position.checked_sub(s.kv.shared_len).ok_or_else(|| {
-            ExecError::Kernel(format!(
-                "position {position} lies inside the {} shared positions of the cache",
-                s.kv.shared_len
-            ))
-        })?;
-        let cache = &mut s.kv.own[layer];
-        let span = own * kv_dim..(own + 1) * kv_dim;
-        let room = cache.k.len().min(cache.v.len());
-        if span.end > room {
-            return Err(ExecError::Kernel(format!(
-                "the KV cache of layer {layer} holds {} positions; position {position} needs more",
-                s.kv.shared_len + room / kv_dim.max(1)
-            )));
-        }
-        cache.k[span.clone()].copy_from_slice(kr);
-        cache.v[span].copy_from_slice(vr);
+        rotate_and_cache(model, layer, s, qr, kr, vr)?;
     }
-    let queries: Vec<Query<'_>> = sequences
-        .iter()
-        .zip(b.q.chunks_exact(q_n.max(1)))
-        .map(|(s, q)| Query {
-            q,
-            cache: s.kv.rows(layer),
-            kv_len: s.position + 1,
-        })
-        .collect();
-    let mut attended = std::mem::take(&mut b.attended);
-    attended.clear();
-    attended.resize(m * q_n, 0.0);
-    let window = c.window_of(layer);
-    timed(&mut b.kernel_ns, || {
-        attend_all(model, &queries, window, &mut attended)
-    });
-    drop(queries);
+    let attended = attend_sequences(model, layer, sequences, b, q_n);
     let normed_rule = model.quant_rule(layer, ShadowSite::O);
     let prepared = prepare_rows(
         &attended,
@@ -412,6 +375,73 @@ fn attention_block(
     let added = add_finite(x, &delta, layer, "attention", sequences);
     b.out = delta;
     added
+}
+
+/// Every sequence's rotated queries (`q_n` values each, in `b.q`) attended over its
+/// KV cache of layer `layer` up to its position, in `b.attended`'s buffer, taken out
+/// (the caller hands it back).
+fn attend_sequences(
+    model: &ExecModel,
+    layer: usize,
+    sequences: &[SequenceStep<'_>],
+    b: &mut DecodeBuffers,
+    q_n: usize,
+) -> Vec<f32> {
+    let queries: Vec<Query<'_>> = sequences
+        .iter()
+        .zip(b.q.chunks_exact(q_n.max(1)))
+        .map(|(s, q)| Query {
+            q,
+            cache: s.kv.rows(layer),
+            kv_len: s.position + 1,
+        })
+        .collect();
+    let mut attended = std::mem::take(&mut b.attended);
+    attended.clear();
+    attended.resize(sequences.len() * q_n, 0.0);
+    let window = model.config.window_of(layer);
+    timed(&mut b.kernel_ns, || {
+        attend_all(model, &queries, window, &mut attended)
+    });
+    attended
+}
+
+/// Finishes and rotates one sequence's query `q` and key `k` of layer `layer` at its
+/// position, then writes the key and the value `v` there in the sequence's own KV cache.
+fn rotate_and_cache(
+    model: &ExecModel,
+    layer: usize,
+    s: &mut SequenceStep<'_>,
+    q: &mut [f32],
+    k: &mut [f32],
+    v: &mut [f32],
+) -> Result<(), ExecError> {
+    let kv_dim = model.config.kv_dim();
+    let position = s.position;
+    let here = position..position + 1;
+    family::finish_queries(model, layer, q);
+    model
+        .rope_of(layer)
+        .apply(q, here.clone(), model.config.n_heads);
+    family::finish_keys(model, layer, k, v, here);
+    let own = position.checked_sub(s.kv.shared_len).ok_or_else(|| {
+        ExecError::Kernel(format!(
+            "position {position} lies inside the {} shared positions of the cache",
+            s.kv.shared_len
+        ))
+    })?;
+    let cache = &mut s.kv.own[layer];
+    let span = own * kv_dim..(own + 1) * kv_dim;
+    let room = cache.k.len().min(cache.v.len());
+    if span.end > room {
+        return Err(ExecError::Kernel(format!(
+            "the KV cache of layer {layer} holds {} positions; position {position} needs more",
+            s.kv.shared_len + room / kv_dim.max(1)
+        )));
+    }
+    cache.k[span.clone()].copy_from_slice(k);
+    cache.v[span].copy_from_slice(v);
+    Ok(())
 }
 
 /// `x += Wdown · (SiLU(Wgate · h) ⊙ Wup · h)` with `h` the FFN-normed `x`, every sequence.

@@ -93,18 +93,7 @@ impl Session {
         cancel: &AtomicBool,
         mut on_text: impl FnMut(usize, &str) + Send,
     ) -> Result<SamplesGenerated, GenerateError> {
-        if n == 0 || n > MAX_SAMPLES {
-            return Err(GenerateError::Samples {
-                n,
-                max: MAX_SAMPLES,
-            });
-        }
-        self.check_batched()?;
-        let eos = tokenizer.eos_id().ok_or(GenerateError::NoEos)?;
-        options.sampling.validate()?;
-        if options.max_tokens == 0 {
-            return Err(GenerateError::NoTokens);
-        }
+        let eos = self.check_samples(tokenizer, options, n)?;
         let turn = self.checked_turn(prompt, options.max_tokens)?;
         let prompt_end = self.tokens().len() + turn.len();
         let started = Instant::now();
@@ -120,14 +109,7 @@ impl Session {
         let layers = self.model().layers.len();
         // A sample feeds at most max_tokens - 1 tokens: its last one is never fed.
         let own_positions = options.max_tokens.saturating_sub(1).max(1);
-        let own = || {
-            (0..layers)
-                .map(|_| KvCache {
-                    k: vec![0.0; own_positions * kv_dim],
-                    v: vec![0.0; own_positions * kv_dim],
-                })
-                .collect::<Vec<_>>()
-        };
+        let own = || own_caches(layers, own_positions * kv_dim);
         let logits = self.logits().ok_or(GenerateError::EmptyTurn)?.to_vec();
         let mut live = Vec::with_capacity(n);
         let mut done: Vec<Option<Sample>> = (0..n).map(|_| None).collect();
@@ -156,31 +138,14 @@ impl Session {
         let pool = self.pool.clone();
         pool.install(|| -> Result<(), GenerateError> {
             while !live.is_empty() {
-                let mut batch: Vec<(u32, usize, &mut [KvCache])> = live
-                    .iter_mut()
-                    .map(|s| {
-                        let position = prompt_end + s.continuation.tokens.len() - 1;
-                        (s.next, position, s.caches.as_mut_slice())
-                    })
-                    .collect();
-                let logits = self.step_after_history(&mut batch)?;
-                decode_tokens += logits.len() as u64;
-                let mut still = Vec::with_capacity(live.len());
-                for (mut s, logits) in live.drain(..).zip(logits) {
-                    let index = s.index;
-                    let mut emit = |t: &str| on_text(index, t);
-                    match s.continuation.take(&logits, &limits, cancel, &mut emit)? {
-                        Next::Feed(next) => {
-                            s.next = next;
-                            still.push(s);
-                        }
-                        Next::Done(reason) => {
-                            done[index] =
-                                Some(finished(s.continuation, reason, index, &mut on_text));
-                        }
-                    }
-                }
-                live = still;
+                decode_tokens += self.step_samples(
+                    &mut live,
+                    &mut done,
+                    prompt_end,
+                    &limits,
+                    cancel,
+                    &mut on_text,
+                )?;
             }
             Ok(())
         })?;
@@ -197,6 +162,81 @@ impl Session {
             prefill_run,
         })
     }
+}
+
+impl Session {
+    /// Refuses `n` samples out of range, a session whose decode steps cannot be batched,
+    /// a tokenizer without an end-of-sequence token, bad sampling settings and no new
+    /// tokens, in that order; returns the end-of-sequence token.
+    fn check_samples(
+        &self,
+        tokenizer: &GgufTokenizer,
+        options: &GenerateOptions,
+        n: usize,
+    ) -> Result<u32, GenerateError> {
+        if n == 0 || n > MAX_SAMPLES {
+            return Err(GenerateError::Samples {
+                n,
+                max: MAX_SAMPLES,
+            });
+        }
+        self.check_batched()?;
+        let eos = tokenizer.eos_id().ok_or(GenerateError::NoEos)?;
+        options.sampling.validate()?;
+        if options.max_tokens == 0 {
+            return Err(GenerateError::NoTokens);
+        }
+        Ok(eos)
+    }
+
+    /// One batched decode step of the `live` samples (their prompt ends at `prompt_end`):
+    /// each is fed its next token and samples one more, streaming its text through
+    /// `on_text`; one that ends moves to `done`. Returns the tokens fed.
+    fn step_samples(
+        &mut self,
+        live: &mut Vec<Live>,
+        done: &mut [Option<Sample>],
+        prompt_end: usize,
+        limits: &Limits<'_>,
+        cancel: &AtomicBool,
+        on_text: &mut impl FnMut(usize, &str),
+    ) -> Result<u64, GenerateError> {
+        let mut batch: Vec<(u32, usize, &mut [KvCache])> = live
+            .iter_mut()
+            .map(|s| {
+                let position = prompt_end + s.continuation.tokens.len() - 1;
+                (s.next, position, s.caches.as_mut_slice())
+            })
+            .collect();
+        let logits = self.step_after_history(&mut batch)?;
+        let fed = logits.len() as u64;
+        let mut still = Vec::with_capacity(live.len());
+        for (mut s, logits) in live.drain(..).zip(logits) {
+            let index = s.index;
+            let mut emit = |t: &str| on_text(index, t);
+            match s.continuation.take(&logits, limits, cancel, &mut emit)? {
+                Next::Feed(next) => {
+                    s.next = next;
+                    still.push(s);
+                }
+                Next::Done(reason) => {
+                    done[index] = Some(finished(s.continuation, reason, index, on_text));
+                }
+            }
+        }
+        *live = still;
+        Ok(fed)
+    }
+}
+
+/// A sample's own KV cache: `values` zeros of K and as many of V in each of `layers`.
+fn own_caches(layers: usize, values: usize) -> Vec<KvCache> {
+    (0..layers)
+        .map(|_| KvCache {
+            k: vec![0.0; values],
+            v: vec![0.0; values],
+        })
+        .collect()
 }
 
 /// A sample that ended for `reason`, its held-back text handed out.

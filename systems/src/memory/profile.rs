@@ -1,7 +1,7 @@
 //! A chunk's memory over its own progress, and whether a budget can ever be met.
 //!
 //! A chunk's memory steps run one after another (a step is a stage, or an INT8 stage and
-//! the outlier shadow beside it: [`PrefillPlan::memory_step`]), so the bytes a chunk holds
+//! the outlier shadow beside it: [`PlanLayout::memory_step`]), so the bytes a chunk holds
 //! in a region depend only on how far it got: `wait[j]` before step `j` starts, `run[j]`
 //! while it runs (both stages of a step allocate when the first starts and free when the
 //! last ends). `peak_from[j]` is the most it will hold from step `j` on. These are the same for
@@ -12,9 +12,9 @@
 
 use super::MemoryError;
 use super::align_up;
-use super::region::Region;
+use super::region::{MemoryConfig, Region};
 use super::tensors::{KvCache, TensorTemplate, chunk_tensors};
-use crate::plan::{InstanceKey, PrefillPlan};
+use crate::plan::{InstanceKey, PlanLayout};
 
 /// Bytes per (step, column) of one chunk's progress; index `step * columns + column`,
 /// where the columns are the regions and then the device total.
@@ -37,21 +37,21 @@ pub struct ChunkProfile {
 }
 
 impl ChunkProfile {
-    /// The profile of chunk `chunk` of `plan`, whose chunk tensors are `tensors`
+    /// The profile of chunk `chunk` of a plan's `layout`, whose chunk tensors are `tensors`
     /// ([`chunk_tensors`]), with sizes aligned as in `regions`.
     pub fn new(
-        plan: &PrefillPlan,
+        layout: &PlanLayout,
         regions: &[Region],
         tensors: &[TensorTemplate],
         chunk: u32,
     ) -> ChunkProfile {
         let r = regions.len() + 1;
-        let stages = (0..plan.stage_count())
-            .take_while(|&stage| plan.exists(InstanceKey { chunk, stage }))
+        let stages = (0..layout.stage_count())
+            .take_while(|&stage| layout.exists(InstanceKey { chunk, stage }))
             .count() as u32;
         let steps = stages
             .checked_sub(1)
-            .map_or(0, |last| plan.memory_step(last) + 1);
+            .map_or(0, |last| layout.memory_step(last) + 1);
         let n = steps as usize;
         let mut alloc = vec![0u64; n * r];
         let mut free = vec![0u64; n * r];
@@ -60,8 +60,8 @@ impl ChunkProfile {
                 continue;
             }
             let size = align_up(t.bytes, regions[t.region].alignment).unwrap_or(u64::MAX);
-            let last = plan.memory_step(t.last_use(plan, chunk)) as usize;
-            let first = plan.memory_step(t.producer) as usize;
+            let last = layout.memory_step(t.last_use(layout, chunk)) as usize;
+            let first = layout.memory_step(t.producer) as usize;
             // Saturating: absurd sizes must reach the feasibility check, not overflow.
             for column in [t.region, r - 1] {
                 let at = first * r + column;
@@ -109,7 +109,7 @@ impl ChunkProfile {
 
 /// Everything memory-aware dispatch needs: regions, KV cache per region, the chunk
 /// tensors, and the profiles of an ordinary chunk and of the last one. A plan computes
-/// it once ([`PrefillPlan::memory_profile`]).
+/// it once ([`crate::PrefillPlan::memory_profile`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemoryProfile {
     /// The tensors of one chunk ([`chunk_tensors`]).
@@ -132,10 +132,10 @@ pub struct MemoryProfile {
 }
 
 impl MemoryProfile {
-    /// The profile of `plan`.
-    pub fn new(plan: &PrefillPlan) -> MemoryProfile {
-        let regions = plan.memory().regions(&plan.device);
-        let kv = KvCache::of(plan);
+    /// The profile of a plan's `layout` under the budgets and alignment of `memory`.
+    pub fn new(layout: &PlanLayout, memory: &MemoryConfig) -> MemoryProfile {
+        let regions = memory.regions(layout.device);
+        let kv = KvCache::of(layout);
         let mut kv_bytes = vec![0u64; regions.len() + 1];
         let align = regions[kv.region].alignment;
         kv_bytes[kv.region] = u64::from(kv.layers)
@@ -143,24 +143,24 @@ impl MemoryProfile {
         kv_bytes[regions.len()] = kv_bytes[kv.region];
         let mut shadow_bytes = vec![0u64; regions.len() + 1];
         if let (Some(shadow), Some(stage)) = (
-            &plan.model.shadow,
-            (0..plan.stage_count()).find(|&s| plan.stages[s as usize].is_shadow()),
+            &layout.model.shadow,
+            (0..layout.stage_count()).find(|&s| layout.stages[s as usize].is_shadow()),
         ) {
-            let region = plan.stage_processor[stage as usize];
-            let (resident, _) = shadow.weight_bytes(&plan.model);
+            let region = layout.stage_processor[stage as usize];
+            let (resident, _) = shadow.weight_bytes(layout.model);
             shadow_bytes[region] =
                 align_up(resident, regions[region].alignment).unwrap_or(u64::MAX);
             shadow_bytes[regions.len()] = shadow_bytes[region];
         }
         let mut budgets: Vec<u64> = regions.iter().map(|r| r.budget_bytes).collect();
         budgets.push(
-            plan.memory()
+            memory
                 .device_budget_bytes
                 .unwrap_or_else(|| budgets.iter().fold(0u64, |a, &b| a.saturating_add(b))),
         );
-        let tensors = chunk_tensors(plan);
-        let chunk = ChunkProfile::new(plan, &regions, &tensors, 0);
-        let last = ChunkProfile::new(plan, &regions, &tensors, plan.chunks - 1);
+        let tensors = chunk_tensors(layout);
+        let chunk = ChunkProfile::new(layout, &regions, &tensors, 0);
+        let last = ChunkProfile::new(layout, &regions, &tensors, layout.chunks - 1);
         MemoryProfile {
             tensors,
             regions,
@@ -169,7 +169,7 @@ impl MemoryProfile {
             budgets,
             chunk,
             last,
-            chunks: plan.chunks,
+            chunks: layout.chunks,
         }
     }
 

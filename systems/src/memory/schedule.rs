@@ -30,7 +30,7 @@ pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec
             end: end.max(start + 1),
         });
     };
-    let kv = KvCache::of(plan);
+    let kv = KvCache::of(&plan.layout());
     for _ in 0..kv.layers {
         push(kv.region, kv.bytes_per_layer, 0, makespan);
     }
@@ -67,7 +67,7 @@ pub fn schedule_buffers(plan: &PrefillPlan, spans: &[Option<(u64, u64)>]) -> Vec
                 continue;
             };
             let end = t
-                .last_consumer(plan, chunk)
+                .last_consumer(&plan.layout(), chunk)
                 .and_then(span)
                 .map_or(produced, |(_, e)| e.max(produced));
             push(t.region, t.bytes, start, end);
@@ -121,7 +121,7 @@ pub fn plan_schedule(
     threads: usize,
 ) -> Result<Vec<(RegionMemory, Vec<Buffer>, MemoryPlan)>, MemoryError> {
     let regions = &plan.memory_profile().regions;
-    let kv = KvCache::of(plan);
+    let kv = KvCache::of(&plan.layout());
     let buffers = schedule_buffers(plan, spans);
     let sets: Vec<(&[Buffer], u64)> = buffers
         .iter()

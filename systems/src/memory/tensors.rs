@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::device::ProcessorKind;
 use crate::model::{ExecClass, ModelConfig, OpDecl, OpKind};
-use crate::plan::{InstanceKey, PrefillPlan};
+use crate::plan::{InstanceKey, PlanLayout};
 
 /// What a tensor holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -48,17 +48,17 @@ impl TensorTemplate {
     /// The last stage that reads this tensor in chunk `chunk`, or `None` when no reader
     /// exists for that chunk (the model head runs for the last chunk only): the tensor
     /// then dies with its producer.
-    pub fn last_consumer(&self, plan: &PrefillPlan, chunk: u32) -> Option<u32> {
+    pub fn last_consumer(&self, layout: &PlanLayout, chunk: u32) -> Option<u32> {
         self.consumers
             .iter()
             .rev()
             .copied()
-            .find(|&stage| plan.exists(InstanceKey { chunk, stage }))
+            .find(|&stage| layout.exists(InstanceKey { chunk, stage }))
     }
 
     /// The stage after whose completion the tensor is freed in chunk `chunk`.
-    pub fn last_use(&self, plan: &PrefillPlan, chunk: u32) -> u32 {
-        self.last_consumer(plan, chunk).unwrap_or(self.producer)
+    pub fn last_use(&self, layout: &PlanLayout, chunk: u32) -> u32 {
+        self.last_consumer(layout, chunk).unwrap_or(self.producer)
     }
 }
 
@@ -115,10 +115,10 @@ pub(super) fn output_bytes(op: &OpDecl, model: &ModelConfig, tokens: u64) -> u64
 /// outlier shadow, also the linear the shadow sits beside (the one before it: the next
 /// layer's carry merges down's shadow); a residual add also reads the residual stream
 /// (the latest embed or residual add).
-fn chain_inputs(plan: &PrefillPlan) -> Vec<(u32, &OpDecl, Vec<usize>)> {
+fn chain_inputs<'a>(layout: &PlanLayout<'a>) -> Vec<(u32, &'a OpDecl, Vec<usize>)> {
     let mut chain: Vec<(u32, Option<u32>, &OpDecl, Vec<usize>)> = Vec::new();
     let mut stream: Option<usize> = None;
-    for (stage, template) in plan.stages.iter().enumerate() {
+    for (stage, template) in layout.stages.iter().enumerate() {
         for op in &template.ops {
             let i = chain.len();
             let mut inputs: Vec<usize> = Vec::new();
@@ -158,22 +158,22 @@ fn chain_inputs(plan: &PrefillPlan) -> Vec<(u32, &OpDecl, Vec<usize>)> {
 }
 
 /// The tensors of one chunk's chain: exported activations and one workspace per stage
-/// (only where the stage has internal outputs), for graphs of `plan`'s chunk length.
-pub fn chunk_tensors(plan: &PrefillPlan) -> Vec<TensorTemplate> {
-    let chain = chain_inputs(plan);
+/// (only where the stage has internal outputs), for graphs of the `layout`'s chunk length.
+pub fn chunk_tensors(layout: &PlanLayout) -> Vec<TensorTemplate> {
+    let chain = chain_inputs(layout);
     let mut readers: Vec<Vec<u32>> = vec![Vec::new(); chain.len()];
     for (stage, _, inputs) in &chain {
         for &i in inputs {
             readers[i].push(*stage);
         }
     }
-    let tokens = u64::from(plan.workload.chunk_len);
-    let lane = |stage: u32| plan.processor(InstanceKey { chunk: 0, stage });
-    let is_npu = |lane: usize| plan.device.processors[lane].kind == ProcessorKind::Npu;
-    let mut workspace = vec![0u64; plan.stages.len()];
+    let tokens = u64::from(layout.workload.chunk_len);
+    let lane = |stage: u32| layout.processor(InstanceKey { chunk: 0, stage });
+    let is_npu = |lane: usize| layout.device.processors[lane].kind == ProcessorKind::Npu;
+    let mut workspace = vec![0u64; layout.stages.len()];
     let mut tensors = Vec::new();
     for (i, (stage, op, _)) in chain.iter().enumerate() {
-        let bytes = output_bytes(op, &plan.model, tokens);
+        let bytes = output_bytes(op, layout.model, tokens);
         let mut consumers: Vec<u32> = readers[i].iter().copied().filter(|s| s != stage).collect();
         consumers.sort_unstable();
         consumers.dedup();
@@ -227,13 +227,13 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// The KV cache of `plan`.
-    pub fn of(plan: &PrefillPlan) -> KvCache {
-        let m = &plan.model;
+    /// The KV cache of a plan's `layout`.
+    pub fn of(layout: &PlanLayout) -> KvCache {
+        let m = layout.model;
         let bytes_per_token = u64::from(m.kv_heads)
             .saturating_mul(u64::from(m.head_dim()))
             .saturating_mul(m.float_precision.bytes());
-        let attention_stage = plan
+        let attention_stage = layout
             .stages
             .iter()
             .position(|s| s.ops.iter().any(|op| op.kind == OpKind::Attention));
@@ -242,12 +242,12 @@ impl KvCache {
         } else {
             0
         };
-        let region = attention_stage.map_or(0, |s| plan.stage_processor[s]);
+        let region = attention_stage.map_or(0, |s| layout.stage_processor[s]);
         KvCache {
             layers,
             bytes_per_layer: bytes_per_token
                 .saturating_mul(2)
-                .saturating_mul(u64::from(plan.workload.prompt_len)),
+                .saturating_mul(u64::from(layout.workload.prompt_len)),
             bytes_per_token,
             region,
         }

@@ -1,14 +1,68 @@
 //! From the plan's lane costs to what the policies and the report read: each instance's
 //! home, cheapest and mean cost, its top and bottom levels, HEFT's upward rank, and the
-//! lower bound on any schedule's makespan.
+//! lower bound on any schedule's makespan. A plan priced again by another model (every
+//! lane scaled to one total, or every stage priced anew) derives them again here.
 
 use std::num::NonZeroU64;
 
 use super::{InstanceKey, LowerBound, PrefillPlan};
 use crate::bound::load_bound_ns;
+use crate::device::ProcessorSpec;
+use crate::error::PlanError;
 use crate::graph::StageDependency;
+use crate::model::OpDecl;
 
 impl PrefillPlan {
+    /// This plan with every lane cost scaled by one factor, so that its instances' home
+    /// costs sum to `total_ns` (each at least 1 ns): the same stages and their shares of
+    /// the work, priced by another model of the whole (a batched decode step's cost,
+    /// [`crate::batched_decode_step_ns`]). Levels, ranks and the lower bound follow.
+    pub fn with_home_total_ns(mut self, total_ns: u64) -> Self {
+        let home: u64 = self.instances().map(|k| self.cost_ns(k)).sum();
+        if home == 0 {
+            return self;
+        }
+        let scale = total_ns as f64 / home as f64;
+        for cost in self.lane_cost_ns.iter_mut().flatten() {
+            let scaled = (cost.get() as f64 * scale).round() as u64;
+            *cost = NonZeroU64::new(scaled.max(1)).expect("at least 1");
+        }
+        self.derive_from_lane_costs();
+        self
+    }
+
+    /// This plan with every instance priced again on each lane it may run on by
+    /// `price(stage operators, processor)`, ns (at least 1): the same stages, priced for
+    /// another shape than the workload's (a decode batch of several sequences on the NPU,
+    /// [`crate::decode_placement`]). Levels, ranks and the lower bound follow.
+    ///
+    /// # Errors
+    /// [`PlanError::InvalidDevice`] where `price` gives `None` (the processor cannot run
+    /// the stage's precision).
+    pub(crate) fn with_stage_prices(
+        mut self,
+        mut price: impl FnMut(&[OpDecl], &ProcessorSpec) -> Option<u64>,
+    ) -> Result<Self, PlanError> {
+        let lanes = self.lanes();
+        let keys: Vec<InstanceKey> = self.instances().collect();
+        for key in keys {
+            let id = self.id(key);
+            for &lane in &self.stage_lanes[key.stage as usize] {
+                let stage = &self.stages[key.stage as usize];
+                let processor = &self.device.processors[lane];
+                let ns = price(&stage.ops, processor).ok_or_else(|| {
+                    PlanError::InvalidDevice(format!(
+                        "processor `{}` cannot price stage {}",
+                        processor.name, stage.name
+                    ))
+                })?;
+                self.lane_cost_ns[id * lanes + lane] = NonZeroU64::new(ns.max(1));
+            }
+        }
+        self.derive_from_lane_costs();
+        Ok(self)
+    }
+
     /// The home, cheapest and mean costs, levels, ranks and lower bound from
     /// `lane_cost_ns`.
     pub(super) fn derive_from_lane_costs(&mut self) {
