@@ -42,12 +42,6 @@ mod row;
 const MR: usize = 4;
 /// Blocks of 16 columns per microtile.
 const NB: usize = 2;
-/// Blocks per microtile of a one-row product (a decode step's): one, so that the weights
-/// stream as one sequential run (block after block), as the INT8 matrix-vector kernel
-/// reads them; two blocks side by side read two runs a block apart and streamed 0.55x
-/// the INT8 kernel's bytes per second from memory, one block 0.76x (`decode_gemv` in
-/// `benches/w4a8.rs`, one thread, the two variants alternating).
-const NB_ONE_ROW: usize = 1;
 /// Groups ahead of the one multiplied whose weight bytes are prefetched (2 KiB a block).
 /// A one-row product (a decode step's) does little arithmetic per byte, so without it the
 /// loads wait on memory: in a profile of `generate --precision w4a8-g32` the first use
@@ -87,14 +81,15 @@ fn gemm_impl<const SPAN: usize>(
     let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     let padded = activation_rows(a, m, w.k(), groups);
     let neg_bias = neg_bias_of(&padded);
-    if m == 1 && SPAN == 1 {
+    if m == 1 {
+        // One block at a time: the weights stream as one sequential run (block after
+        // block), as the INT8 matrix-vector kernel reads them ([`row`]).
         for_each_tile(1, cols, out, 1, 1, |_, _, b, _, tile| {
-            row::block(&padded, a_scales, &neg_bias, w, b, &mut tile[..BLOCK]);
+            row::block::<SPAN>(&padded, a_scales, &neg_bias, w, b, &mut tile[..BLOCK]);
         });
         return;
     }
-    let nb = if m == 1 { NB_ONE_ROW } else { NB };
-    for_each_tile(m, cols, out, MR, nb, |r0, rows, b0, nb, tile| {
+    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
         let rows_in = Rows {
             a: &padded[r0 * kp..(r0 + rows) * kp],
             scales: &a_scales[r0 * spans..(r0 + rows) * spans],
