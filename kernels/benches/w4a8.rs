@@ -13,6 +13,9 @@
 //! A fourth, `decode_rows`, times the W8A8 product of a batched decode step (M = 1, 2, 4
 //! and 8 rows, one per sequence) over the same matrices, in rows × weight bytes per
 //! second: against `decode_gemv`'s `w8a8`, it gives what a row costs in a batch of M.
+//! A fifth, `decode_shapes`, times the one-row product of each of SmolLM2's matrix shapes
+//! alone (one matrix again and again, from the cache), INT8 against `w4a8-g32`, in weight
+//! bytes per second.
 
 use std::hint::black_box;
 
@@ -202,5 +205,44 @@ fn decode_rows(c: &mut Criterion, int8: &[PackedI8Weights]) {
     group.finish();
 }
 
-criterion_group!(benches, w4a8_vs_w8a8, act_quantize, decode_gemv);
+/// SmolLM2-135M's matrix shapes, `(name, k, n)`: the FFN's gate and up, its down, the
+/// attention's Q and output, its K and V.
+const DECODE_SHAPES: [(&str, usize, usize); 4] = [
+    ("gate 576x1536", 576, 1536),
+    ("down 1536x576", 1536, 576),
+    ("q 576x576", 576, 576),
+    ("kv 576x192", 576, 192),
+];
+
+fn decode_shapes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decode_shapes");
+    group.sample_size(30);
+    for (name, k, n) in DECODE_SHAPES {
+        let mut rng = SeededRng::new((k * 7 + n) as u64);
+        let int8 = PackedI8Weights::pack(&rng.i8s(n * k), n, k);
+        let int4 = PackedW4Weights::quantize(&rng.f32s(n * k), n, k);
+        let a: Vec<i8> = rng.i8s(k).iter().map(|&v| v.max(-127)).collect();
+        let scales: Vec<f32> = rng.f32s(k / 32).iter().map(|v| v.abs()).collect();
+        let x = I8Vector::new(&a);
+        let mut acc = vec![0i32; n];
+        let mut out = vec![0f32; n];
+        group.throughput(Throughput::Bytes((n * k) as u64));
+        group.bench_function(BenchmarkId::new("w8a8", name), |b| {
+            b.iter(|| gemv_i8(black_box(&x), &int8, 0..n, &mut acc))
+        });
+        group.throughput(Throughput::Bytes(int4.bytes() as u64));
+        group.bench_function(BenchmarkId::new("w4a8-g32", name), |b| {
+            b.iter(|| gemm_w4_grouped_cols(black_box(&a), &scales, 1, &int4, 0..n, &mut out))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    w4a8_vs_w8a8,
+    act_quantize,
+    decode_gemv,
+    decode_shapes
+);
 criterion_main!(benches);

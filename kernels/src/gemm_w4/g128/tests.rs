@@ -66,9 +66,9 @@ fn extreme_values_are_exact_in_every_variant() {
     // ±127 activations with -8 weights and ±127 sub-scales: a group product of -32 512
     // (the i16 edge the VNNI kernel relies on), four of them per activation group times
     // 127 (just under 2²⁴, still exact in f32); k = 1536 as the FFN down, 576 = 4.5
-    // activation groups as SmolLM2's hidden width.
-    for k in [1536, 576] {
-        let (m, n) = (5, 19);
+    // activation groups as SmolLM2's hidden width; one row (the decode kernel) and several.
+    for (k, m) in [(1536, 5), (576, 5), (1536, 1), (576, 1)] {
+        let n = 19;
         for (av, qv, s) in [(127i8, -8i8, 127i8), (-127, -8, -127), (127, 7, -127)] {
             let a = vec![av; m * k];
             let rows = W4Rows {
@@ -102,6 +102,29 @@ fn an_activation_of_minus_128_is_refused() {
     a[9] = i8::MIN;
     let mut out = vec![0f32; 16];
     gemm_w4_g128(&a, &[0.5], 1, &packed, &mut out);
+}
+
+#[test]
+fn one_row_at_the_model_shapes_matches_scalar_bit_for_bit() {
+    // The one-row kernel (a decode step's) over SmolLM2-135M's shapes, whole and in the
+    // column tasks a decode step splits them into (ragged, not block-aligned).
+    for (k, n, seed) in [(576, 1536, 1), (1536, 576, 2), (576, 576, 3), (576, 192, 4)] {
+        let a = random_activations(k, seed);
+        let mut rows = random_rows(n, k, seed + 10);
+        rows.row_scales = random_scales(n, seed + 20);
+        let scales = random_scales(act_groups(k), seed + 30);
+        let packed = PackedW4Weights::pack(&rows);
+        for cols in [0..n, 5..37, 100..n - 3, n - 1..n] {
+            let mut scalar = vec![0f32; cols.len()];
+            let c = cols.clone();
+            gemm_w4_g128_with(I8Kernel::Scalar, &a, &scales, 1, &packed, c, &mut scalar);
+            for kernel in I8Kernel::ALL.into_iter().filter(|v| v.is_available()) {
+                let mut got = vec![-1f32; cols.len()];
+                gemm_w4_g128_with(kernel, &a, &scales, 1, &packed, cols.clone(), &mut got);
+                assert_eq!(got, scalar, "{} k={k} n={n} {cols:?}", kernel.name());
+            }
+        }
+    }
 }
 
 #[test]

@@ -71,9 +71,18 @@ fn avx512_vnni_matches_scalar_bit_for_bit() {
 #[test]
 fn extreme_values_agree_in_every_variant() {
     // -128 activations with -8 weights and ±127 sub-scales: the largest group products
-    // (32 · 128 · 8 · 127 < 2²⁴, still exact in f32); k = 1536 as the FFN down.
-    let (m, k, n) = (5, 1536, 19);
-    for (av, qv, s) in [(-128i8, -8i8, 127i8), (127, -8, -127), (-128, 7, -127)] {
+    // (32 · 128 · 8 · 127 < 2²⁴, still exact in f32); k = 1536 as the FFN down; one row
+    // (the decode kernel) and several.
+    let (k, n) = (1536, 19);
+    for (m, av, qv, s) in [
+        (5, -128i8, -8i8, 127i8),
+        (5, 127, -8, -127),
+        (5, -128, 7, -127),
+        (1, -128, -8, 127),
+        (1, 127, -8, -127),
+        (1, -128, 7, -127),
+        (1, 127, 7, 127),
+    ] {
         let a = vec![av; m * k];
         let rows = W4Rows {
             n,
@@ -115,6 +124,38 @@ fn column_ranges_are_tiles_of_the_full_product() {
                 want,
                 "{cols:?}"
             );
+        }
+    }
+}
+
+#[test]
+fn one_row_at_the_model_shapes_matches_scalar_bit_for_bit() {
+    // The one-row kernel (a decode step's) over SmolLM2-135M's shapes, whole and in the
+    // column tasks a decode step splits them into (ragged, not block-aligned).
+    for (k, n, seed) in [(576, 1536, 1), (1536, 576, 2), (576, 576, 3), (576, 192, 4)] {
+        let mut a = SeededRng::new(seed).i8s(k);
+        a[0] = -128;
+        a[k - 1] = 127;
+        let mut rows = random_rows(n, k, seed + 10);
+        rows.row_scales = random_scales(n, seed + 20);
+        let scales = random_scales(k / GROUP_K, seed + 30);
+        let packed = PackedW4Weights::pack(&rows);
+        for cols in [0..n, 5..37, 100..n - 3, n - 1..n] {
+            let mut scalar = vec![0f32; cols.len()];
+            gemm_w4_grouped_with(
+                I8Kernel::Scalar,
+                &a,
+                &scales,
+                1,
+                &packed,
+                cols.clone(),
+                &mut scalar,
+            );
+            for kernel in I8Kernel::ALL.into_iter().filter(|v| v.is_available()) {
+                let mut got = vec![-1f32; cols.len()];
+                gemm_w4_grouped_with(kernel, &a, &scales, 1, &packed, cols.clone(), &mut got);
+                assert_eq!(got, scalar, "{} k={k} n={n} {cols:?}", kernel.name());
+            }
         }
     }
 }

@@ -35,17 +35,13 @@ use super::{group_bias, spans_of};
 use crate::cpu::I8Kernel;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
 
+mod row;
+
 /// Rows per microtile (as the integer W4A8 kernel: 8 partials, 8 accumulators, 4
 /// unpacked weight vectors and the broadcasts fit the 32 zmm registers).
 const MR: usize = 4;
 /// Blocks of 16 columns per microtile.
 const NB: usize = 2;
-/// Blocks per microtile of a one-row product (a decode step's): one, so that the weights
-/// stream as one sequential run (block after block), as the INT8 matrix-vector kernel
-/// reads them; two blocks side by side read two runs a block apart and streamed 0.55x
-/// the INT8 kernel's bytes per second from memory, one block 0.76x (`decode_gemv` in
-/// `benches/w4a8.rs`, one thread, the two variants alternating).
-const NB_ONE_ROW: usize = 1;
 /// Groups ahead of the one multiplied whose weight bytes are prefetched (2 KiB a block).
 /// A one-row product (a decode step's) does little arithmetic per byte, so without it the
 /// loads wait on memory: in a profile of `generate --precision w4a8-g32` the first use
@@ -84,13 +80,20 @@ fn gemm_impl<const SPAN: usize>(
     let groups = w.groups();
     let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     let padded = activation_rows(a, m, w.k(), groups);
-    let bias = bias_of(&padded);
-    let nb = if m == 1 { NB_ONE_ROW } else { NB };
-    for_each_tile(m, cols, out, MR, nb, |r0, rows, b0, nb, tile| {
+    let neg_bias = neg_bias_of(&padded);
+    if m == 1 {
+        // One block at a time: the weights stream as one sequential run (block after
+        // block), as the INT8 matrix-vector kernel reads them ([`row`]).
+        for_each_tile(1, cols, out, 1, 1, |_, _, b, _, tile| {
+            row::block::<SPAN>(&padded, a_scales, &neg_bias, w, b, &mut tile[..BLOCK]);
+        });
+        return;
+    }
+    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
         let rows_in = Rows {
             a: &padded[r0 * kp..(r0 + rows) * kp],
             scales: &a_scales[r0 * spans..(r0 + rows) * spans],
-            bias: &bias[r0 * groups..(r0 + rows) * groups],
+            neg_bias: &neg_bias[r0 * groups..(r0 + rows) * groups],
         };
         if nb == 2 {
             by_rows::<SPAN, 2>(rows, &rows_in, w, b0, tile);
@@ -100,10 +103,11 @@ fn gemm_impl<const SPAN: usize>(
     });
 }
 
-/// [`group_bias`] with `vpsadbw`: per 64 bytes (two groups), the sums of `a + 128` of
-/// each 8 bytes, four of them per group, less `128 · 32`.
+/// `-`[`group_bias`] with `vpsadbw`: per 64 bytes (two groups), the sums of `a + 128` of
+/// each 8 bytes, four of them per group, less `128 · 32`. Negated, so that the kernels
+/// start a group's partials from a broadcast of it.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn bias_of(padded: &[u8]) -> Vec<i32> {
+fn neg_bias_of(padded: &[u8]) -> Vec<i32> {
     let mut out = Vec::with_capacity(padded.len() / GROUP_K);
     let (pairs, rest) = padded.as_chunks::<{ 2 * GROUP_K }>();
     let flip = _mm512_set1_epi8(i8::MIN);
@@ -116,18 +120,18 @@ fn bias_of(padded: &[u8]) -> Vec<i32> {
         unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), sums) };
         for group in lanes.chunks_exact(4) {
             let biased = group.iter().sum::<u64>() as i32;
-            out.push(8 * (biased - 128 * GROUP_K as i32));
+            out.push(-8 * (biased - 128 * GROUP_K as i32));
         }
     }
-    out.extend(group_bias(rest));
+    out.extend(group_bias(rest).into_iter().map(|b| -b));
     out
 }
 
-/// A microtile's activation rows: padded values, scales per span and `8 Σ a` per group.
+/// A microtile's activation rows: padded values, scales per span and `-8 Σ a` per group.
 struct Rows<'a> {
     a: &'a [u8],
     scales: &'a [f32],
-    bias: &'a [i32],
+    neg_bias: &'a [i32],
 }
 
 /// Picks the microkernel instantiation for `rows` rows.
@@ -206,7 +210,7 @@ fn group_products<const R: usize, const N: usize>(
     g: usize,
 ) -> [[__m512i; N]; R] {
     let mut part: [[__m512i; N]; R] =
-        std::array::from_fn(|r| [_mm512_set1_epi32(-a.bias[r * groups + g]); N]);
+        std::array::from_fn(|r| [_mm512_set1_epi32(a.neg_bias[r * groups + g]); N]);
     for v in 0..VECS {
         let wv: [(__m512i, __m512i); N] = std::array::from_fn(|j| {
             let at = g * GROUP_BYTES + v * VEC_BYTES;

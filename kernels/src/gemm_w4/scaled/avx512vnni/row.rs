@@ -1,0 +1,106 @@
+//! The one-row product (a decode step's linear): one block of 16 columns against one
+//! activation row, group after group, for both spans.
+//!
+//! Per group (256 weight bytes) it issues 4 loads, 8 masks and 8 `vpdpbusd` with the
+//! activation quads as embedded broadcasts. The nibbles are not shifted: the high one is
+//! kept in place, `x & 0xf0 = 16 (q + 8)`, and multiplied in a second chain whose sum,
+//! `16 Σ (q + 8) a`, is a multiple of 16 and shifted right once per group (exact), instead
+//! of once per 64 bytes. The low chain starts from `-8 Σ a` (the bias of the stored
+//! `q + 8`), so the two chains add up to the group's exact `Σ q a`, the same i32 the
+//! multi-row microkernel forms; what follows (per group for `SPAN = 1`, per span
+//! otherwise) are the float operations of [`super::super::scalar`], in the same order, and
+//! the results are bit-identical.
+//!
+//! The two chains are independent, so a group's 8 products form two chains of 4 rather
+//! than one of 8; the loop walks chunks of the block, the activations and the scales
+//! without bounds checks, and prefetches [`super::PREFETCH_GROUPS`] groups ahead. One
+//! block at a time, so that the weights stream as one sequential run, as the INT8
+//! matrix-vector kernel reads them: two blocks side by side (two runs a block apart)
+//! streamed 0.55x the INT8 kernel's bytes per second from memory, one block 0.76x (the
+//! multi-row microkernel with one row, `decode_gemv` in `benches/w4a8.rs`).
+
+use std::arch::x86_64::*;
+
+use super::super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS};
+use super::super::super::quant::GROUP_K;
+use super::{PREFETCH_GROUPS, block_row_scales, sub_scale_words, sub_scales_i32};
+use crate::tiling::BLOCK;
+
+/// `out = d · Σ_span a_scale[span] · Σ_{g ∈ span} s[g] · Σ_{p ∈ g} a[p] · q[p]` for the 16
+/// columns of block `b`, in the order of [`super::super::scalar`]. `a_row` is the
+/// zero-padded activation row (`32 · groups` bytes), `scales` its scale per span and
+/// `neg_bias` its `-8 Σ a` per group.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) fn block<const SPAN: usize>(
+    a_row: &[u8],
+    scales: &[f32],
+    neg_bias: &[i32],
+    w: &PackedW4Weights,
+    b: usize,
+    out: &mut [f32],
+) {
+    let groups = w.groups();
+    debug_assert_eq!(a_row.len(), GROUP_K * groups);
+    debug_assert_eq!(scales.len(), groups.div_ceil(SPAN));
+    debug_assert_eq!(neg_bias.len(), groups);
+    debug_assert!(out.len() >= BLOCK);
+    let weights = w.block(b).as_chunks::<GROUP_BYTES>().0;
+    let subs = w.block_sub_scales(b).as_chunks::<BLOCK>().0;
+    let acts = a_row.as_chunks::<GROUP_K>().0;
+    let mut acc = _mm512_setzero_ps();
+    let spans = weights
+        .chunks(SPAN)
+        .zip(subs.chunks(SPAN))
+        .zip(acts.chunks(SPAN))
+        .zip(neg_bias.chunks(SPAN))
+        .zip(scales);
+    for ((((weights, subs), acts), neg_bias), &a_scale) in spans {
+        let each = weights.iter().zip(subs).zip(acts).zip(neg_bias);
+        if SPAN == 1 {
+            for (((group, sub), act), &neg_bias) in each {
+                let dot = group_dot(group, act, neg_bias);
+                let s = _mm512_cvtepi32_ps(sub_scales_i32(sub));
+                let scale = _mm512_mul_ps(s, _mm512_set1_ps(a_scale));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+            }
+        } else {
+            let mut sum = _mm512_setzero_si512();
+            for (((group, sub), act), &neg_bias) in each {
+                let dot = group_dot(group, act, neg_bias);
+                sum = _mm512_dpwssd_epi32(sum, dot, sub_scale_words(sub));
+            }
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(a_scale), acc);
+        }
+    }
+    let d = block_row_scales(w, b);
+    // SAFETY: `out` holds at least 16 writable f32; storeu needs no alignment.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(acc, d)) };
+}
+
+/// The exact `Σ q a` of one group's 16 columns (`group`: its 256 packed bytes, `act`:
+/// its 32 activations, `neg_bias`: their `-8 Σ a`), and the prefetch of the group
+/// [`PREFETCH_GROUPS`] ahead.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn group_dot(group: &[u8; GROUP_BYTES], act: &[u8; GROUP_K], neg_bias: i32) -> __m512i {
+    let ahead = group.as_ptr().wrapping_add(PREFETCH_GROUPS * GROUP_BYTES);
+    for line in (0..GROUP_BYTES).step_by(64) {
+        // A hint: it never faults, so an address past the weights is harmless.
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+    }
+    let (lo_mask, hi_mask) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0xf0u8 as i8));
+    let quads = act.as_chunks::<4>().0;
+    let mut lo = _mm512_set1_epi32(neg_bias);
+    let mut hi = _mm512_setzero_si512();
+    for (v, bytes) in group.as_chunks::<VEC_BYTES>().0.iter().enumerate() {
+        // SAFETY: `bytes` is exactly 64 readable bytes; loadu needs no alignment.
+        let x = unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) };
+        let a_lo = _mm512_set1_epi32(i32::from_le_bytes(quads[v]));
+        let a_hi = _mm512_set1_epi32(i32::from_le_bytes(quads[v + VECS]));
+        lo = _mm512_dpbusd_epi32(lo, _mm512_and_si512(x, lo_mask), a_lo);
+        hi = _mm512_dpbusd_epi32(hi, _mm512_and_si512(x, hi_mask), a_hi);
+    }
+    // `hi` is 16 times an i32 (at most 16 · 15 · 128 · 16 in magnitude): exact.
+    _mm512_add_epi32(lo, _mm512_srai_epi32::<4>(hi))
+}
