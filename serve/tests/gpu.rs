@@ -104,40 +104,26 @@ fn serve_one_completion(gpu: GpuUse, precision: LinearPrecision) -> Option<Strin
     }
     let body = format!(r#"{{"prompt":"{PROMPT}","max_tokens":{MAX_TOKENS},"temperature":0}}"#);
     let url = server.url("/v1/completions");
-    let (status, text) = curl(&[
-        "--max-time",
-        "300",
-        "-H",
-        "Content-Type: application/json",
-        "-d",
-        &body,
-        &url,
-    ]);
-    assert_eq!(status, 200, "{text}");
-    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
     let want = cpu_greedy(precision);
-    assert_eq!(
-        answer["choices"][0]["text"].as_str().unwrap(),
-        want,
-        "{answer}"
-    );
     // The second request runs on the session opened ahead after the first.
-    let (status, text) = curl(&[
-        "--max-time",
-        "300",
-        "-H",
-        "Content-Type: application/json",
-        "-d",
-        &body,
-        &url,
-    ]);
-    assert_eq!(status, 200, "{text}");
-    let again: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(
-        again["choices"][0]["text"].as_str().unwrap(),
-        want,
-        "{again}"
-    );
+    for request in ["first", "second"] {
+        let (status, text) = curl(&[
+            "--max-time",
+            "300",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &body,
+            &url,
+        ]);
+        assert_eq!(status, 200, "{request} request: {text}");
+        let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            answer["choices"][0]["text"].as_str().unwrap(),
+            want,
+            "{request} request: {answer}"
+        );
+    }
     let metrics = curl(&[&server.url("/metrics")]).1;
     let gpu_busy = r#"hetsched_processor_busy_seconds_total{processor="gpu",kind="gpu"}"#;
     assert!(metric(&metrics, gpu_busy) > 0.0, "{metrics}");
