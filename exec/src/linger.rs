@@ -37,9 +37,15 @@ pub fn after_job() {
     rayon::spawn(linger);
 }
 
-/// Polls for work until [`LINGER`] has passed since the last work it ran.
+/// Polls for work until [`LINGER`] has passed since the last work it ran. A loop queued
+/// by another worker and run here, inside this worker's own loop (`yield_now` runs
+/// whatever it finds, stolen loops included), returns at once: nested, each would clear
+/// the flag of the loop around it on return, so that jobs run after it queued loops
+/// again, and loops nested in loops grew the stack until it overflowed.
 fn linger() {
-    LINGERING.with(|l| l.set(true));
+    if LINGERING.with(|l| l.replace(true)) {
+        return;
+    }
     let mut until = Instant::now() + LINGER;
     while Instant::now() < until {
         match rayon::yield_now() {
@@ -55,6 +61,22 @@ fn linger() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loop_run_inside_another_returns_at_once_and_leaves_it_lingering() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let flag_after = pool.install(|| {
+            LINGERING.with(|l| l.set(true));
+            linger();
+            let after = LINGERING.with(Cell::get);
+            LINGERING.with(|l| l.set(false));
+            after
+        });
+        assert!(flag_after, "the outer loop's flag was cleared");
+    }
 
     #[test]
     fn a_lingering_worker_runs_work_that_arrives_and_then_stops() {
