@@ -13,8 +13,8 @@
 # target/decode-vs-llamacpp/). llama-bench runs `-n TOKENS -p 0 -t THREADS -r 1`: one
 # warm-up, then TOKENS generated tokens timed. hetsched runs the release binary
 # (`cargo build --release` first): a 16-token prompt, then TOKENS tokens with
-# --ignore-eos, --decode direct (the INT8 head for the quantized precisions, the f32 head
-# for f32), its `decode_tokens_per_s`, `weight_bytes_per_token`, `bandwidth_fraction`
+# --ignore-eos, --decode direct (the head at the precision's width: INT8 for w8a8, 4-bit
+# with rescored candidates for the W4A8 precisions, f32 for f32), its `decode_tokens_per_s`, `weight_bytes_per_token`, `bandwidth_fraction`
 # and `decode_overhead` (the share of a step outside the kernels) from --json.
 # On a machine others load, read the ranges: a round where another process ran shows
 # as the minimum, and the medians and ratios are what to quote.

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::{
-    DecodePath, FinishReason, GenerateError, GenerateOptions, Generated, Sampling, Session,
-    WeightBytes, argmax,
+    DecodePath, FinishReason, GenerateError, GenerateOptions, Generated, RESCORED_CANDIDATES,
+    Sampling, Session, WeightBytes, argmax,
 };
 use hetsched::exec::{ExecModel, LinearPrecision, PrefillOptions};
 use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
@@ -200,9 +200,11 @@ fn four_bit_models_decode_on_the_direct_path() {
         let bytes = |path| session(&model, path).weight_bytes_per_token();
         let four_bit_head = HEAD_WEIGHTS * 17 / 32 + 8 * VOCAB;
         assert_eq!(four_bit_head, 15_433_728);
+        // And the rescored candidates' INT8 rows: a byte a weight and an f32 scale each.
+        let rescored = RESCORED_CANDIDATES as u64 * (576 + 4);
         for (path, head) in [
-            (DecodePath::Direct, INT8_HEAD),
-            (DecodePath::DirectOwnWidthHead, four_bit_head),
+            (DecodePath::Direct, four_bit_head + rescored),
+            (DecodePath::DirectInt8Head, INT8_HEAD),
             (DecodePath::DirectF32Head, 4 * HEAD_WEIGHTS),
         ] {
             let want = WeightBytes { layers, head };
@@ -243,7 +245,7 @@ fn weight_bytes_per_token_are_the_shapes_by_hand() {
     assert_eq!((int8_layers, INT8_HEAD), (107_412_480, 28_704_768));
     for (path, head) in [
         (DecodePath::Direct, INT8_HEAD),
-        (DecodePath::DirectOwnWidthHead, INT8_HEAD),
+        (DecodePath::DirectInt8Head, INT8_HEAD),
         (DecodePath::DirectF32Head, 4 * HEAD_WEIGHTS),
     ] {
         let want = WeightBytes {

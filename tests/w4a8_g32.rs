@@ -122,10 +122,11 @@ fn g128_prefill_follows_the_per_32_and_per_tensor_paths() {
     assert!(g128 != g32, "the activations are quantized differently");
 }
 
-/// Direct decode steps of a W4A8 model with the head at its own width run it at 4 bits:
-/// every layer reads the same bytes as with the (default) INT8 head, the head about half of
-/// them (a packed 4-bit matrix), and the logits stay within 4-bit rounding of the INT8
-/// head's for each W4A8 activation rule.
+/// Direct decode steps of a W4A8 model run the head at its own width, 4 bits, with its
+/// best candidates rescored from INT8 rows: every layer reads the same bytes as with an
+/// INT8 head, the head a packed 4-bit matrix and the candidates' rows (here all 16 rows,
+/// fewer than the candidates), and the logits stay within rounding of the INT8 head's for
+/// each W4A8 activation rule.
 #[test]
 fn direct_decode_runs_a_four_bit_head() {
     use hetsched::exec::generate::{DecodePath, Session};
@@ -148,11 +149,16 @@ fn direct_decode_runs_a_four_bit_head() {
             let logits = session.logits().unwrap().to_vec();
             (session.weight_bytes_per_token(), logits)
         };
-        let (four_bit, own) = step(DecodePath::DirectOwnWidthHead);
-        let (int8, reference) = step(DecodePath::Direct);
+        let (four_bit, own) = step(DecodePath::Direct);
+        let (int8, reference) = step(DecodePath::DirectInt8Head);
         assert_eq!(four_bit.layers, int8.layers, "{precision:?}");
-        // 16 x 64: 512 bytes of nibbles and 160 of scales against 1024 + 128.
-        assert_eq!((four_bit.head, int8.head), (672, 1152), "{precision:?}");
+        // 16 x 64: 512 bytes of nibbles and 160 of scales, and 16 rows of 64 bytes and a
+        // scale, against 1024 + 128.
+        assert_eq!(
+            (four_bit.head, int8.head),
+            (672 + 16 * 68, 1152),
+            "{precision:?}"
+        );
         assert!(own != reference, "{precision:?}: another head ran");
         let diff = max_relative_diff(&own, &reference);
         println!("{precision:?}: 4-bit head against INT8: relative diff {diff}");

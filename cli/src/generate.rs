@@ -74,9 +74,9 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "balance", value_parser = crate::choices::policy_name)]
     policy: String,
     /// How decode steps run: direct (one chain of kernels per token; a quantized model's
-    /// head in INT8 too), direct-f32-head (the same with the f32 head the prefill uses),
-    /// direct-own-width-head (with the head at the precision's width: 4-bit for W4A8) or
-    /// scheduled (each token a one-token plan through the engine and queues) [default:
+    /// head at its width too: INT8 for W8A8, 4-bit with its best candidates rescored for
+    /// W4A8), direct-f32-head (the same with the f32 head the prefill uses),
+    /// direct-int8-head (with an INT8 head whatever the layers' width) or scheduled (each token a one-token plan through the engine and queues) [default:
     /// direct; scheduled with --backends gpu].
     #[arg(long, value_enum)]
     decode: Option<DecodeChoice>,
@@ -109,7 +109,7 @@ pub struct GenerateArgs {
 enum DecodeChoice {
     Direct,
     DirectF32Head,
-    DirectOwnWidthHead,
+    DirectInt8Head,
     Scheduled,
 }
 
@@ -309,7 +309,7 @@ fn decode_path(choice: Option<DecodeChoice>, gpu: GpuUse) -> DecodePath {
         None if gpu == GpuUse::Resident => DecodePath::Scheduled,
         None | Some(DecodeChoice::Direct) => DecodePath::Direct,
         Some(DecodeChoice::DirectF32Head) => DecodePath::DirectF32Head,
-        Some(DecodeChoice::DirectOwnWidthHead) => DecodePath::DirectOwnWidthHead,
+        Some(DecodeChoice::DirectInt8Head) => DecodePath::DirectInt8Head,
         Some(DecodeChoice::Scheduled) => DecodePath::Scheduled,
     }
 }
@@ -478,7 +478,7 @@ fn report(
         decode: match path {
             DecodePath::Direct => "direct",
             DecodePath::DirectF32Head => "direct-f32-head",
-            DecodePath::DirectOwnWidthHead => "direct-own-width-head",
+            DecodePath::DirectInt8Head => "direct-int8-head",
             DecodePath::Scheduled => "scheduled",
         },
         prompt_tokens: generated.prompt_tokens,

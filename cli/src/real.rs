@@ -161,9 +161,10 @@ pub struct EvalArgs {
     threads: Option<usize>,
     #[command(flatten)]
     shadow: ShadowArgs,
-    /// Score the positions through direct decode steps instead of prefills, twice: with
-    /// the head at the precision's own width (4-bit for W4A8) and with an INT8 head; print
-    /// both perplexities and how often greedy decoding picks the same token under both.
+    /// Score the positions through direct decode steps instead of prefills, three times:
+    /// with the head at the precision's own width (4-bit with rescored candidates for
+    /// W4A8), with an INT8 head and with the f32 head; print the perplexities and how often
+    /// greedy decoding picks the same token under the own head as under the others.
     #[arg(long)]
     decode_heads: bool,
     /// Print one JSON object instead of the summary.
@@ -182,14 +183,21 @@ struct DecodeHeadsReport {
     perplexity_own_head: f64,
     /// Through decode steps, an INT8 head.
     perplexity_int8_head: f64,
+    /// Through decode steps, the model's f32 head.
+    perplexity_f32_head: f64,
     /// `perplexity_own_head / perplexity_int8_head - 1`.
     relative_difference: f64,
-    /// Share of positions where both heads' most likely token is the same.
+    /// Share of positions where the own head's and the INT8 head's most likely token is
+    /// the same.
     greedy_agreement: f64,
+    /// The same against the f32 head.
+    greedy_agreement_f32: f64,
+    /// The INT8 head's against the f32 head's.
+    greedy_agreement_int8_f32: f64,
 }
 
-/// `eval --decode-heads`: the head's own-width perplexity against an INT8 head's, both
-/// through decode steps over the same windows.
+/// `eval --decode-heads`: the head's own-width perplexity against an INT8 head's and the
+/// f32 head's, each through decode steps over the same windows.
 fn eval_decode_heads(
     model: &Arc<ExecModel>,
     tokens: &[u32],
@@ -199,14 +207,10 @@ fn eval_decode_heads(
 ) -> Result<(), CliError> {
     use hetsched::exec::generate::DecodePath;
     use hetsched::exec::generate::decode_eval::decode_perplexity;
-    let own = decode_perplexity(
-        model,
-        options,
-        DecodePath::DirectOwnWidthHead,
-        tokens,
-        windows,
-    )?;
-    let int8 = decode_perplexity(model, options, DecodePath::Direct, tokens, windows)?;
+    let score = |path| decode_perplexity(model, options, path, tokens, windows);
+    let own = score(DecodePath::Direct)?;
+    let int8 = score(DecodePath::DirectInt8Head)?;
+    let f32 = score(DecodePath::DirectF32Head)?;
     let report = DecodeHeadsReport {
         precision: model.precision.as_str(),
         ctx: windows.ctx,
@@ -214,20 +218,28 @@ fn eval_decode_heads(
         tokens: own.tokens,
         perplexity_own_head: own.perplexity,
         perplexity_int8_head: int8.perplexity,
+        perplexity_f32_head: f32.perplexity,
         relative_difference: own.perplexity / int8.perplexity - 1.0,
         greedy_agreement: own.agreement(&int8),
+        greedy_agreement_f32: own.agreement(&f32),
+        greedy_agreement_int8_f32: int8.agreement(&f32),
     };
     print_json_or(json, &report, || {
         format!(
             "{} ({}), decode steps over {} positions: perplexity {:.4} with its own head, \
-             {:.4} with an INT8 head ({:+.2}%); greedy picks agree at {:.2}%\n",
+             {:.4} with an INT8 head ({:+.2}%), {:.4} with the f32 head; the own head's \
+             greedy picks agree with the INT8 head's at {:.2}%, with the f32 head's at {:.2}% \
+             (the INT8 head's with the f32 head's: {:.2}%)\n",
             model.name,
             report.precision,
             report.tokens,
             report.perplexity_own_head,
             report.perplexity_int8_head,
             100.0 * report.relative_difference,
-            100.0 * report.greedy_agreement
+            report.perplexity_f32_head,
+            100.0 * report.greedy_agreement,
+            100.0 * report.greedy_agreement_f32,
+            100.0 * report.greedy_agreement_int8_f32
         )
     });
     Ok(())

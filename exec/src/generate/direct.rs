@@ -4,77 +4,25 @@
 //! over the KV cache, FFN), then the head. The arithmetic is the prefill's, operator for
 //! operator (the same quantize rules, INT8 products, outlier shadow and dequantize), so
 //! the step continues a scheduled prefill's cache exactly as a scheduled step would.
-//! One choice differs where the session asks for it: a quantized head ([`QuantizedHead`]:
-//! INT8, or 4-bit for W4A8 models on request), since a token's step otherwise streams
-//! the f32 head (as many bytes as every INT8 layer together). The
+//! One choice differs where the session asks for it: a quantized head ([`QuantizedHead`]),
+//! since a token's step otherwise streams the f32 head. The
 //! kernels' time of each step (the linears' and attention's parallel regions) is kept
 //! in [`DecodeBuffers`], so that what a step spends outside them is known.
 
 use std::ops::Range;
 use std::time::Instant;
 
-use hetsched_kernels::reference::quantize_weights_per_row;
-use hetsched_kernels::{PackedI8Weights, PackedW4Weights, add_weighted_rows, scaled_dots};
+use hetsched_kernels::{add_weighted_rows, scaled_dots};
 use hetsched_systems::op::{Block, Projection};
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
 
+use super::head::QuantizedHead;
 use super::linears::{self, Batch, Matrix};
 use crate::family::{self, gated, norm_rows};
 use crate::state::KvCache;
 use crate::values::quantize_slice;
-use crate::{ExecError, ExecModel, LayerWeights, LinearPrecision, LinearWeights, QuantRule};
-
-/// The LM head quantized for direct decode steps, and how its input is quantized.
-#[derive(Debug)]
-pub struct QuantizedHead {
-    /// The head's weights.
-    pub weights: LinearWeights,
-    /// The quantization of the final-normed hidden state it multiplies.
-    pub rule: QuantRule,
-}
-
-impl QuantizedHead {
-    /// The head as a W8A8 linear (INT8 weights with a scale per vocabulary row, the
-    /// activation quantized per tensor), the arithmetic the model's other linears use.
-    pub fn int8(model: &ExecModel) -> Self {
-        let (n, k) = (model.output.n(), model.output.k());
-        let (q, scales) = quantize_weights_per_row(&model.output.to_rows(), n, k);
-        Self {
-            weights: LinearWeights::Int8 {
-                packed: PackedI8Weights::pack(&q, n, k),
-                scales,
-                shadow: None,
-            },
-            rule: QuantRule::MaxAbs,
-        }
-    }
-
-    /// The head at the model's own width: 4-bit for the W4A8 precisions (the weights
-    /// quantized as every other W4 linear, the activation as the precision quantizes its
-    /// linears' inputs: per group of 32, of 128, or per tensor), INT8 for W8A8 ones,
-    /// `None` for f32 (whose head stays f32).
-    pub fn own_width(model: &ExecModel) -> Option<Self> {
-        let (n, k) = (model.output.n(), model.output.k());
-        let rule = match model.precision {
-            LinearPrecision::F32 => return None,
-            LinearPrecision::W8a8 | LinearPrecision::W8a8Shadow => return Some(Self::int8(model)),
-            LinearPrecision::W4a8G32 => QuantRule::Groups,
-            LinearPrecision::W4a8G128 => QuantRule::Groups128 { width: k },
-            LinearPrecision::W4a8 | LinearPrecision::W4a8Shadow => QuantRule::MaxAbs,
-        };
-        let weights = LinearWeights::Int4 {
-            packed: PackedW4Weights::quantize(&model.output.to_rows(), n, k),
-            shadow: None,
-        };
-        Some(Self { weights, rule })
-    }
-
-    /// Bytes of the weights a step reads.
-    pub fn bytes(&self) -> u64 {
-        self.weights.bytes()
-    }
-}
+use crate::{ExecError, ExecModel, LayerWeights, QuantRule};
 
 /// The buffers of decode steps, kept across steps so that a step allocates little: the
 /// prepared activations and the projections' outputs (`[sequences, n]` each).
@@ -256,6 +204,7 @@ pub fn decode_batch(
         ffn_block(model, layer, w, sequences, &mut x, buffers)?;
     }
     let normed = norm_rows(&x, &model.output_norm, c.norm_eps);
+    let quantized = head;
     let (head, rule) = match head {
         Some(head) => (Matrix::Linear(&head.weights), head.rule.clone()),
         None => (Matrix::F32(&model.output), QuantRule::PassThrough),
@@ -264,8 +213,13 @@ pub fn decode_batch(
     let n = head.n();
     let mut logits = vec![0f32; sequences.len() * n];
     let (input, counters) = (&buffers.input, &model.shadow_counters);
+    // The candidates' rescoring is the head's arithmetic, timed with its product.
     timed(&mut buffers.kernel_ns, || {
-        linears::project_batch(input, &[head], &mut [&mut logits], counters)
+        linears::project_batch(input, &[head], &mut [&mut logits], counters)?;
+        if let Some(quantized) = quantized {
+            quantized.finish(&normed, &mut logits);
+        }
+        Ok::<_, ExecError>(())
     })?;
     // One sequence's logits are handed over as they are, not copied (a vocabulary each
     // token).

@@ -43,6 +43,7 @@ mod decode_run;
 mod direct;
 mod error;
 mod gpu;
+mod head;
 mod inline;
 mod linears;
 pub mod requests;
@@ -53,10 +54,9 @@ mod text;
 mod turn;
 
 pub use chat::{ChatForm, ChatTemplate};
-pub use direct::{
-    DecodeBuffers, KvRows, QuantizedHead, SequenceKv, SequenceStep, decode_batch, decode_step,
-};
+pub use direct::{DecodeBuffers, KvRows, SequenceKv, SequenceStep, decode_batch, decode_step};
 pub use error::GenerateError;
+pub use head::{HeadRescore, QuantizedHead, RESCORED_CANDIDATES};
 pub use samples::{MAX_SAMPLES, Sample, SamplesGenerated};
 pub use sampling::{Sampler, Sampling, argmax};
 pub use session::{DecodePath, DecodeTime, Session, WeightBytes};

@@ -27,9 +27,10 @@ use hetsched_systems::{
 use parking_lot::RwLock;
 
 use super::decode_run::DecodeRun;
-use super::direct::{self, QuantizedHead};
+use super::direct;
 use super::error::GenerateError;
 use super::gpu::GpuLane;
+use super::head::QuantizedHead;
 use super::inline::InlineQueue;
 use crate::float_kernels::FloatKernels;
 use crate::state::{KvCache, PrefillState};
@@ -45,15 +46,15 @@ pub enum DecodePath {
     /// resolved and dispatched by the scheduler's systems).
     Scheduled,
     /// Each step one chain of the same kernels on the session's pool; a quantized
-    /// model's head runs as an INT8 linear ([`QuantizedHead::int8`]).
+    /// model's head runs at the model's own width ([`QuantizedHead::own_width`]: INT8
+    /// for W8A8, 4-bit with its best candidates rescored for W4A8).
     #[default]
     Direct,
     /// [`DecodePath::Direct`] with the model's f32 head.
     DirectF32Head,
-    /// [`DecodePath::Direct`] with the head at the model's own width
-    /// ([`QuantizedHead::own_width`]: 4-bit for W4A8). Not the default: on SmolLM2 a
-    /// 4-bit head reads 8% higher perplexity than the INT8 head (docs/generation.md).
-    DirectOwnWidthHead,
+    /// [`DecodePath::Direct`] with an INT8 head ([`QuantizedHead::int8`]) whatever the
+    /// layers' width (f32 models keep the f32 head).
+    DirectInt8Head,
 }
 
 /// Weight bytes one decode step reads: every layer's linears, and the head.
@@ -236,10 +237,10 @@ impl Session {
             })?;
         let layers = model.layers.len();
         let head = match path {
-            DecodePath::Direct => {
+            DecodePath::Direct => QuantizedHead::own_width(&model),
+            DecodePath::DirectInt8Head => {
                 (model.precision != LinearPrecision::F32).then(|| QuantizedHead::int8(&model))
             }
-            DecodePath::DirectOwnWidthHead => QuantizedHead::own_width(&model),
             DecodePath::DirectF32Head | DecodePath::Scheduled => None,
         };
         Ok(Self {
@@ -420,7 +421,7 @@ impl Session {
                     .map(|s| s.end_ns.saturating_sub(s.start_ns))
                     .sum()
             }
-            DecodePath::Direct | DecodePath::DirectF32Head | DecodePath::DirectOwnWidthHead => {
+            DecodePath::Direct | DecodePath::DirectF32Head | DecodePath::DirectInt8Head => {
                 let position = self.tokens.len();
                 let kernel_ns = self.buffers.kernel_ns();
                 let caches = self.caches.as_mut().ok_or_else(broken)?;

@@ -16,14 +16,13 @@ use super::{
     EngineLimits, EngineSnapshot, Priority, RequestEvent, RequestId, RequestMetrics, Shared,
     Submitted, request_session,
 };
-use crate::generate::direct::{
-    DecodeBuffers, QuantizedHead, SequenceKv, SequenceStep, decode_batch,
-};
+use crate::generate::direct::{DecodeBuffers, SequenceKv, SequenceStep, decode_batch};
 use crate::generate::error::GenerateError;
+use crate::generate::head::QuantizedHead;
 use crate::generate::turn::{Continuation, GenerateOptions, Limits, Next};
 use crate::generate::{FinishReason, Sampler, Sampling, Session};
 use crate::state::KvCache;
-use crate::{ExecModel, LinearPrecision, PrefillOptions};
+use crate::{ExecModel, PrefillOptions};
 
 /// A sample decoding: its progress, the token to feed, its own cache after the prompt.
 struct LiveSample {
@@ -98,7 +97,7 @@ impl Worker {
         started: Instant,
         policy: Box<dyn RequestPolicy>,
     ) -> Self {
-        let head = (model.precision != LinearPrecision::F32).then(|| QuantizedHead::int8(&model));
+        let head = QuantizedHead::own_width(&model);
         Self {
             model,
             tokenizer,
