@@ -298,6 +298,45 @@ fn bad_requests_are_refused_before_they_run() {
     assert_eq!(engine.metrics().kv_bytes_in_use, 0);
 }
 
+#[test]
+fn decode_steps_of_an_urgent_request_are_not_delayed_by_chunks_under_priority_and_fcfs_waits() {
+    let background = spec(BACKGROUND, 4, Priority::BACKGROUND);
+    let interactive = spec("The capital of France is", 16, Priority::INTERACTIVE);
+    let chunks = background.prompt.len().div_ceil(CHUNK);
+    assert!(
+        chunks < 15,
+        "fewer background chunks than interactive decode steps"
+    );
+    let together = |policy: &str| {
+        let engine = engine_with(EngineLimits::default(), policy);
+        let bg = engine.submit(background.clone()).unwrap();
+        let fg = engine.submit(interactive.clone()).unwrap();
+        let bg = std::thread::spawn(move || collect(bg, 1));
+        let fg = collect(fg, 1);
+        (fg, bg.join().unwrap())
+    };
+    // The engine's own clock: when a request's first token and its end were sent.
+    let first_and_end = |o: &Outcome| {
+        let m = o.metrics.as_ref().unwrap();
+        (m.arrival_ms + m.ttft_ms, m.arrival_ms + m.e2e_ms)
+    };
+    // Priority: once the interactive request decodes, each turn is its step alone, so it
+    // ends before the background prefill (a chunk a step would end that prefill first).
+    let (fg, bg) = together("priority");
+    assert!(
+        first_and_end(&fg).1 < first_and_end(&bg).0,
+        "priority: no background chunk between the interactive request's steps"
+    );
+    // fcfs: one request at a time, so the interactive request starts after the background
+    // request's last token, not beside its decode steps.
+    let (fg, bg) = together("fcfs");
+    assert_eq!(bg.tokens[0].len(), 4);
+    assert!(
+        first_and_end(&bg).1 <= first_and_end(&fg).0,
+        "fcfs: the later request waits for the whole earlier one"
+    );
+}
+
 /// The order (indices into `mix`, submitted in that order) in which `mix` gets its first
 /// tokens when every request is prefilling at once, as `policy`'s pick function says:
 /// each prefill chunk goes to the request `pick_next` puts first among those with

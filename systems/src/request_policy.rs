@@ -92,6 +92,22 @@ pub trait RequestPolicy: Send + Sync + 'static {
         let _ = (now_ns, ahead, filler, job_ns);
         true
     }
+
+    /// Whether `filler`, after `ahead` in the order, may run a job modeled to take
+    /// `job_ns` on a slot it shares with them while they have work ready there, which the
+    /// job then delays (a runner with one slot: the real engine's turn, where a prefill
+    /// chunk and the decode steps share the CPU). The default: never; the slot follows
+    /// the order.
+    fn may_delay(
+        &self,
+        now_ns: u64,
+        ahead: &[LiveRequest],
+        filler: &LiveRequest,
+        job_ns: u64,
+    ) -> bool {
+        let _ = (now_ns, ahead, filler, job_ns);
+        false
+    }
 }
 
 /// The request that takes a single free slot at `now_ns`: `live` ordered by `policy`,
@@ -199,6 +215,15 @@ impl Slack {
         };
         i128::from(deadline) - i128::from(now_ns) - i128::from(urgent.remaining_ns())
     }
+
+    /// Whether a job of `job_ns` fits in the slack of every request in `ahead` more
+    /// urgent than `filler`.
+    fn fits(now_ns: u64, ahead: &[LiveRequest], filler: &LiveRequest, job_ns: u64) -> bool {
+        ahead
+            .iter()
+            .filter(|a| a.priority > filler.priority)
+            .all(|a| i128::from(job_ns) <= Slack::slack_ns(now_ns, a))
+    }
 }
 
 impl RequestPolicy for Slack {
@@ -217,10 +242,18 @@ impl RequestPolicy for Slack {
         filler: &LiveRequest,
         job_ns: u64,
     ) -> bool {
-        ahead
-            .iter()
-            .filter(|a| a.priority > filler.priority)
-            .all(|a| i128::from(job_ns) <= Slack::slack_ns(now_ns, a))
+        Slack::fits(now_ns, ahead, filler, job_ns)
+    }
+
+    /// As [`Slack::may_fill`]: a shared slot is lent within the same slack as an idle one.
+    fn may_delay(
+        &self,
+        now_ns: u64,
+        ahead: &[LiveRequest],
+        filler: &LiveRequest,
+        job_ns: u64,
+    ) -> bool {
+        Slack::fits(now_ns, ahead, filler, job_ns)
     }
 }
 
@@ -364,5 +397,40 @@ mod tests {
         Fcfs.order(0, &mut requests);
         assert_eq!(requests.len(), 1);
         assert_eq!(requests[0].id, RequestId(0), "fcfs: the earliest arrival");
+    }
+
+    #[test]
+    fn a_shared_slot_is_lent_within_the_urgent_slack_under_slack_only() {
+        let ms = 1_000_000u64;
+        let request = |id: u64, priority, phase| LiveRequest {
+            entity: Entity::from_raw_u32(id as u32 + 1).unwrap(),
+            id: RequestId(id),
+            priority,
+            targets: SloTargets::default(),
+            arrival_ns: 0,
+            phase,
+            work_left_ns: 100 * ms,
+            work_total_ns: 100 * ms,
+            alone_bound_ns: 100 * ms,
+            armed_ns: 10 * ms,
+        };
+        // Decoding, no target: 20 ms of slack at 10 ms (1.2x the bound, less the bound).
+        let urgent = request(0, Priority::INTERACTIVE, RequestPhase::Decode { step: 1 });
+        let filler = request(1, Priority::BACKGROUND, RequestPhase::Prefill);
+        let lend = |policy: &str, job_ms: u64| {
+            let policy = create_request_policy(policy).unwrap();
+            policy.may_delay(10 * ms, &[urgent], &filler, job_ms * ms)
+        };
+        assert!(lend("slack", 20));
+        assert!(!lend("slack", 21));
+        for strict in ["priority", "fcfs"] {
+            assert!(
+                !lend(strict, 1),
+                "{strict} lends no slot ahead of the order"
+            );
+        }
+        // Requests ahead that are no more urgent than the filler cost no slack.
+        let peer = request(2, Priority::BACKGROUND, RequestPhase::Decode { step: 1 });
+        assert!(Slack.may_delay(10 * ms, &[peer], &filler, 500 * ms));
     }
 }

@@ -6,14 +6,20 @@
 //! scheduler on the CPU and emulated-NPU queues) and, once prefilled, a KV cache of its
 //! own per sample. Each turn of the engine's loop
 //! 1. takes new requests and cancels, admits waiting requests whose KV caches now fit;
-//! 2. runs one prefill chunk (`chunk_len` tokens, a scheduled run) of the request still
-//!    in its prefill that the engine's request policy puts first
-//!    ([`hetsched_systems::request_policy::pick_next`], the rule and the policy objects
-//!    a world's dispatch uses). The default, `priority`: the highest priority class, then
-//!    by arrival, so an interactive request preempts a background prefill at the next
-//!    chunk boundary and the background request resumes where it was (its cache keeps
-//!    every chunk); `fcfs` prefills in arrival order; `slack` orders as `priority` (its
-//!    fill rule needs a second processor, and the engine runs one chunk at a time);
+//! 2. runs one prefill chunk (`chunk_len` tokens, a scheduled run) of the request in
+//!    its prefill that the engine's request policy puts first among the requests with
+//!    work (in their prefill or decoding; the policy objects a world's dispatch uses,
+//!    [`hetsched_systems::request_policy`]), unless requests decoding ahead of it may
+//!    not be delayed by the chunk ([`RequestPolicy::may_delay`](hetsched_systems::request_policy::RequestPolicy::may_delay)):
+//!    their decode steps then have the turn alone. The default, `slack`: the highest
+//!    priority class first, so an interactive request preempts a background prefill at
+//!    the next chunk boundary (the background request resumes where it was: its cache
+//!    keeps every chunk), and a background chunk runs between an interactive request's
+//!    decode steps only while it fits in that request's slack (its whole work alone at
+//!    the measured rates, stretched by
+//!    [`SLACK_STRETCH`](hetsched_systems::request_policy::SLACK_STRETCH), from its
+//!    admission); `priority` never delays a more urgent request's steps; `fcfs` runs one
+//!    request at a time in arrival order;
 //! 3. runs one batched decode step of every sequence that is decoding, across requests
 //!    and samples ([`crate::generate::decode_batch`]: one small GEMM per linear, attention
 //!    per sequence over its own cache; samples share their prompt's cache).

@@ -1,5 +1,6 @@
-//! The engine thread: its loop over live requests (take, admit, one prefill chunk, one
-//! batched decode step), the only place requests' sessions and caches live.
+//! The engine thread: its loop over live requests (take, admit, one prefill chunk where
+//! the request policy lets it run, one batched decode step), the only place requests'
+//! sessions and caches live.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -82,6 +83,8 @@ pub(super) struct Worker {
     /// Measured prefill time per prompt token, ns (0 until a chunk ran): the requests'
     /// work as the policy sees it.
     prefill_ns_per_token: u64,
+    /// Measured time of a batched decode step, ns (0 until one ran).
+    decode_ns_per_step: u64,
 }
 
 impl Worker {
@@ -112,6 +115,7 @@ impl Worker {
             live: VecDeque::new(),
             policy,
             prefill_ns_per_token: 0,
+            decode_ns_per_step: 0,
         }
     }
 
@@ -136,7 +140,9 @@ impl Worker {
             }
             self.end_cancelled();
             self.admit_waiting();
-            self.prefill_chunk();
+            if let Some(i) = self.turn_prefill() {
+                self.prefill_chunk(i);
+            }
             self.decode_step();
             self.publish();
         }
@@ -200,12 +206,8 @@ impl Worker {
         self.fail_all(failed);
     }
 
-    /// Runs one prefill chunk of the request in its prefill that the request policy
-    /// puts first.
-    fn prefill_chunk(&mut self) {
-        let Some(i) = self.pick(Live::prefilling) else {
-            return;
-        };
+    /// Runs the next prefill chunk of request `i`.
+    fn prefill_chunk(&mut self, i: usize) {
         let chunk = self.options.chunk_len.max(1) as usize;
         let live = &mut self.live[i];
         let end = (live.prefilled + chunk).min(live.prompt.len());
@@ -215,8 +217,7 @@ impl Worker {
         let per_token = began.elapsed().as_nanos() as u64 / (end - live.prefilled) as u64;
         self.prefill_ns_per_token = match self.prefill_ns_per_token {
             0 => per_token,
-            // Smoothed: one slow chunk (a loaded machine) does not swing the policy.
-            old => (3 * old + per_token) / 4,
+            old => smoothed(old, per_token),
         };
         live.prefilled = end;
         let complete = end == live.prompt.len();
@@ -302,10 +303,16 @@ impl Worker {
             return;
         }
         let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
+        let began = Instant::now();
         let ran = self
             .pool
             .install(|| decode_batch(model, head, &mut steps, buffers));
         drop(steps);
+        let step_ns = began.elapsed().as_nanos() as u64;
+        self.decode_ns_per_step = match self.decode_ns_per_step {
+            0 => step_ns,
+            old => smoothed(old, step_ns),
+        };
         let logits = match ran {
             Ok(logits) => logits,
             Err(e) => {
@@ -489,27 +496,69 @@ impl Worker {
         self.live.iter().position(|l| l.id == first.id)
     }
 
-    /// `live` as a request policy sees it: its work in prompt tokens left, at the
-    /// measured prefill time per token (1 ns before any chunk ran, which keeps the
-    /// ratios). The engine's requests are no world's entities, and carry no targets.
+    /// `live` as a request policy sees it: its prompt tokens left to prefill at the
+    /// measured time per token, and its tokens left to generate at the measured time of a
+    /// decode step (1 ns for what has not run yet, which keeps the ratios). Its alone
+    /// bound is its whole work at those rates, from its admission. The engine's requests
+    /// are no world's entities, and carry no targets.
     fn view(&self, live: &Live) -> LiveRequest {
-        let per_token = self.prefill_ns_per_token.max(1);
-        let work = |tokens: usize| (tokens as u64).saturating_mul(per_token);
+        let prefill =
+            |tokens: usize| (tokens as u64).saturating_mul(self.prefill_ns_per_token.max(1));
+        let decode = |steps: usize| (steps as u64).saturating_mul(self.decode_ns_per_step.max(1));
+        let max_tokens = live.options.max_tokens;
+        let generated = live.samples.iter().map(|s| s.continuation.tokens.len());
+        let steps_left = match live.first_token {
+            None => max_tokens,
+            Some(_) => generated
+                .map(|g| max_tokens.saturating_sub(g))
+                .max()
+                .unwrap_or(0),
+        };
+        let total = prefill(live.prompt.len()).saturating_add(decode(max_tokens));
         LiveRequest {
             entity: Entity::PLACEHOLDER,
             id: live.id,
             priority: live.priority,
             targets: SloTargets::default(),
             arrival_ns: ns_since(self.started, live.arrival),
-            phase: match live.session {
-                Some(_) => RequestPhase::Prefill,
-                None => RequestPhase::Waiting,
+            phase: match (&live.session, live.prefilling()) {
+                (None, _) => RequestPhase::Waiting,
+                (Some(_), true) => RequestPhase::Prefill,
+                (Some(_), false) => RequestPhase::Decode {
+                    step: (max_tokens - steps_left) as u64,
+                },
             },
-            work_left_ns: work(live.prompt.len() - live.prefilled),
-            work_total_ns: work(live.prompt.len()),
-            alone_bound_ns: work(live.prompt.len()),
+            work_left_ns: prefill(live.prompt.len() - live.prefilled)
+                .saturating_add(decode(steps_left)),
+            work_total_ns: total,
+            alone_bound_ns: total,
             armed_ns: ns_since(self.started, live.armed),
         }
+    }
+
+    /// The request whose next prefill chunk runs this turn, if any: the first request in
+    /// its prefill in the request policy's order among those with work (in their prefill,
+    /// or decoding), unless decoding requests ahead of it may not be delayed by its chunk
+    /// ([`RequestPolicy::may_delay`]): their decode steps then have the turn alone.
+    fn turn_prefill(&mut self) -> Option<usize> {
+        let mut order: Vec<LiveRequest> = self
+            .live
+            .iter()
+            .filter(|l| l.prefilling() || !l.samples.is_empty())
+            .map(|l| self.view(l))
+            .collect();
+        let now_ns = ns_since(self.started, Instant::now());
+        self.policy.order(now_ns, &mut order);
+        let at = order
+            .iter()
+            .position(|r| r.phase == RequestPhase::Prefill)?;
+        let (ahead, candidate) = (&order[..at], &order[at]);
+        let i = self.live.iter().position(|l| l.id == candidate.id)?;
+        let live = &self.live[i];
+        let chunk =
+            (self.options.chunk_len.max(1) as usize).min(live.prompt.len() - live.prefilled);
+        let job_ns = (chunk as u64).saturating_mul(self.prefill_ns_per_token.max(1));
+        (ahead.is_empty() || self.policy.may_delay(now_ns, ahead, candidate, job_ns)).then_some(i)
     }
 
     /// Publishes the counts by state.
@@ -582,6 +631,12 @@ fn open(
     live.session = Some(session);
     live.armed = Instant::now();
     Ok(())
+}
+
+/// A measured cost's running estimate after `new`: one slow run (a loaded machine) does
+/// not swing the policy.
+fn smoothed(old: u64, new: u64) -> u64 {
+    (3 * old + new) / 4
 }
 
 /// Nanoseconds from `origin` to `at` (0 before it).
