@@ -16,12 +16,13 @@
 //! * memory back to the operating system when the engine goes idle (the same forwarding
 //!   thread, a second after the last request ended);
 //! * the snapshot for `/metrics` from [`RequestEngine::metrics`] (requests waiting for
-//!   memory are `queued`, those prefilling or decoding `running`), and the engine's busy
-//!   time: the CPU time of its kernel pool's threads (`engine-pool`: prefill chunks of
-//!   both the CPU and the emulated-NPU lane, which compute on that one pool, and the
-//!   batched decode steps) and of its loop's thread (`engine-loop`: admission, sampling,
-//!   text), read from the operating system (`thread_time`): the engine reports
-//!   no busy time per lane itself.
+//!   memory are `queued`, those prefilling or decoding `running`; each lane's busy time
+//!   as the engine counts it: its prefill subgraphs' run time, and on the CPU lane the
+//!   decode steps'), and the CPU time of the engine's threads: its kernel pool's
+//!   (`engine-pool`: the prefill chunks of both the CPU and the emulated-NPU lane, which
+//!   compute on that one pool, and the batched decode steps) and its loop's
+//!   (`engine-loop`: admission, sampling, text), read from the operating system
+//!   (`thread_time`).
 //!
 //! The engine decodes on the CPU threads only: `hetsched serve` uses the
 //! [`crate::session_engine::SessionEngine`] when a GPU lane is asked for.
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Select, Sender};
 use hetsched_exec::generate::FinishReason;
 use hetsched_exec::generate::requests::{
-    EngineLimits, RequestEngine, RequestEvent, RequestHandle, RequestSpec, SubmitError,
+    EngineLimits, LaneBusy, RequestEngine, RequestEvent, RequestHandle, RequestSpec, SubmitError,
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -159,7 +160,7 @@ impl Engine for ConcurrentEngine {
             running: m.prefilling + m.decoding,
             kv_bytes_in_use: m.kv_bytes_in_use as u64,
             kv_budget_bytes: m.kv_budget_bytes as u64,
-            processors: engine_busy(),
+            processors: lane_busy(&m.lanes).chain(engine_busy()).collect(),
             uptime_seconds: self.started.elapsed().as_secs_f64(),
         }
     }
@@ -169,6 +170,16 @@ impl Engine for ConcurrentEngine {
         gate.stopping = true;
         let _ = gate.control.send(Control::CancelAll);
     }
+}
+
+/// The engine's lanes' busy time (one queue each: capacity 1).
+fn lane_busy(lanes: &[LaneBusy]) -> impl Iterator<Item = ProcessorBusy> + '_ {
+    lanes.iter().map(|lane| ProcessorBusy {
+        name: lane.name.clone(),
+        kind: lane.kind.clone(),
+        busy_seconds: lane.busy_ns as f64 / 1e9,
+        capacity: 1.0,
+    })
 }
 
 /// The engine's threads' CPU time so far, per group of [`ENGINE_THREADS`] (none off Linux).

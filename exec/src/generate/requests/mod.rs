@@ -230,7 +230,7 @@ pub enum RequestEvent {
 }
 
 /// A snapshot of the engine ([`RequestEngine::metrics`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EngineSnapshot {
     /// Requests waiting for KV memory.
     pub waiting: usize,
@@ -248,6 +248,20 @@ pub struct EngineSnapshot {
     pub kv_bytes_in_use: usize,
     /// The budget.
     pub kv_budget_bytes: usize,
+    /// Per lane of the engine's device, its busy time since the engine started.
+    pub lanes: Vec<LaneBusy>,
+}
+
+/// One lane's busy time: the run time of the prefill subgraphs it ran, and on the lane
+/// that decodes (the CPU's) the batched decode steps' wall time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LaneBusy {
+    /// The lane's processor name.
+    pub name: String,
+    /// Its kind (`cpu`, `npu`, `gpu`).
+    pub kind: String,
+    /// Busy time so far, ns.
+    pub busy_ns: u64,
 }
 
 /// A submitted request: its id, its events, its cancel.
@@ -402,7 +416,17 @@ impl RequestEngine {
             })?;
         let (submit, inbox) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared::default());
-        shared.snapshot.lock().kv_budget_bytes = limits.kv_budget_bytes;
+        let device = crate::run_device(&options);
+        let lanes = device.processors.iter().map(|p| LaneBusy {
+            name: p.name.clone(),
+            kind: p.kind.as_str().to_string(),
+            busy_ns: 0,
+        });
+        {
+            let mut snapshot = shared.snapshot.lock();
+            snapshot.kv_budget_bytes = limits.kv_budget_bytes;
+            snapshot.lanes = lanes.collect();
+        }
         let c = &model.config;
         let (vocab, context, layers, kv_dim) = (
             c.vocab_size,
@@ -494,7 +518,7 @@ impl RequestEngine {
     /// request's end, whichever came later: once a request's `Finished` or `Failed` event
     /// is out, the snapshot no longer counts it live.
     pub fn metrics(&self) -> EngineSnapshot {
-        let mut snapshot = *self.shared.snapshot.lock();
+        let mut snapshot = self.shared.snapshot.lock().clone();
         snapshot.kv_bytes_in_use = self.shared.ledger.lock().kv_in_use;
         snapshot
     }

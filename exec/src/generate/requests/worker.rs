@@ -11,7 +11,7 @@ use bevy_ecs::entity::Entity;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use hetsched_import::GgufTokenizer;
 use hetsched_systems::request_policy::{LiveRequest, RequestPolicy, pick_next};
-use hetsched_systems::{RequestPhase, SloTargets};
+use hetsched_systems::{ProcessorKind, RequestPhase, SloTargets};
 
 use super::{
     EngineLimits, EngineSnapshot, Priority, RequestEvent, RequestId, RequestMetrics, Shared,
@@ -85,6 +85,10 @@ pub(super) struct Worker {
     prefill_ns_per_token: u64,
     /// Measured time of a batched decode step, ns (0 until one ran).
     decode_ns_per_step: u64,
+    /// Busy time per lane of the device, ns ([`EngineSnapshot::lanes`]).
+    lane_busy_ns: Vec<u64>,
+    /// The lane the decode steps count on: the CPU's.
+    decode_lane: usize,
 }
 
 impl Worker {
@@ -101,6 +105,7 @@ impl Worker {
         policy: Box<dyn RequestPolicy>,
     ) -> Self {
         let head = QuantizedHead::own_width(&model);
+        let device = crate::run_device(&options);
         Self {
             model,
             tokenizer,
@@ -116,6 +121,8 @@ impl Worker {
             policy,
             prefill_ns_per_token: 0,
             decode_ns_per_step: 0,
+            lane_busy_ns: vec![0; device.processors.len()],
+            decode_lane: device.first_of(ProcessorKind::Cpu).unwrap_or(0),
         }
     }
 
@@ -214,6 +221,13 @@ impl Worker {
         let session = live.session.as_mut().expect("prefilling has a session");
         let began = Instant::now();
         let ran = session.prefill(&live.prompt[live.prefilled..end]);
+        if let Ok((outcome, _)) = &ran {
+            for slice in &outcome.timeline.slices {
+                if let Some(busy) = self.lane_busy_ns.get_mut(slice.processor) {
+                    *busy += slice.end_ns.saturating_sub(slice.start_ns);
+                }
+            }
+        }
         let per_token = began.elapsed().as_nanos() as u64 / (end - live.prefilled) as u64;
         self.prefill_ns_per_token = match self.prefill_ns_per_token {
             0 => per_token,
@@ -309,6 +323,9 @@ impl Worker {
             .install(|| decode_batch(model, head, &mut steps, buffers));
         drop(steps);
         let step_ns = began.elapsed().as_nanos() as u64;
+        if let Some(busy) = self.lane_busy_ns.get_mut(self.decode_lane) {
+            *busy += step_ns;
+        }
         self.decode_ns_per_step = match self.decode_ns_per_step {
             0 => step_ns,
             old => smoothed(old, step_ns),
@@ -574,6 +591,9 @@ impl Worker {
         snapshot.waiting = self.live.iter().filter(|l| l.session.is_none()).count();
         snapshot.prefilling = self.live.iter().filter(|l| l.prefilling()).count();
         snapshot.decoding = self.live.iter().filter(|l| !l.samples.is_empty()).count();
+        for (lane, &busy_ns) in snapshot.lanes.iter_mut().zip(&self.lane_busy_ns) {
+            lane.busy_ns = busy_ns;
+        }
     }
 }
 
