@@ -7,21 +7,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use bevy_ecs::entity::Entity;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use hetsched_import::GgufTokenizer;
-use hetsched_systems::request_policy::{LiveRequest, RequestPolicy, pick_next};
-use hetsched_systems::{ProcessorKind, RequestPhase, SloTargets};
+use hetsched_systems::ProcessorKind;
+use hetsched_systems::request_policy::RequestPolicy;
+
+mod decode;
+mod order;
+
+use decode::end_sample;
 
 use super::{
     EngineLimits, EngineSnapshot, Priority, RequestEvent, RequestId, RequestMetrics, Shared,
     Submitted, request_session,
 };
-use crate::generate::direct::{DecodeBuffers, SequenceKv, SequenceStep, decode_batch};
+use crate::generate::direct::DecodeBuffers;
 use crate::generate::error::GenerateError;
 use crate::generate::head::QuantizedHead;
-use crate::generate::turn::{Continuation, GenerateOptions, Limits, Next};
-use crate::generate::{FinishReason, Sampler, Sampling, Session};
+use crate::generate::turn::{Continuation, GenerateOptions};
+use crate::generate::{FinishReason, Session};
 use crate::state::KvCache;
 use crate::{ExecModel, PrefillOptions};
 
@@ -244,142 +248,6 @@ impl Worker {
         }
     }
 
-    /// After the prompt's prefill: each sample's first token from the prompt's logits.
-    fn first_tokens(&mut self, i: usize) -> Result<(), GenerateError> {
-        let (kv_dim, layers) = (self.model.config.kv_dim(), self.model.layers.len());
-        let tokenizer = self.tokenizer.clone();
-        let live = &mut self.live[i];
-        let session = live.session.as_ref().expect("prefilled has a session");
-        let logits = session.logits().ok_or(GenerateError::EmptyTurn)?.to_vec();
-        let limits = Limits {
-            tokenizer: &tokenizer,
-            eos: self.eos,
-            options: &live.options,
-        };
-        let own = live.options.max_tokens.saturating_sub(1).max(1) * kv_dim;
-        let now = Instant::now();
-        live.first_token = Some(now);
-        for index in 0..live.n {
-            let sampling = Sampling {
-                seed: live.options.sampling.seed.wrapping_add(index as u64),
-                ..live.options.sampling
-            };
-            let mut continuation = Continuation::new(Sampler::new(sampling)?, &live.options.stop);
-            let next = take(&mut continuation, &logits, &limits, index, &live.events)?;
-            match next {
-                Next::Feed(next) => live.samples.push(LiveSample {
-                    index,
-                    continuation,
-                    next,
-                    caches: (0..layers)
-                        .map(|_| KvCache {
-                            k: vec![0.0; own],
-                            v: vec![0.0; own],
-                        })
-                        .collect(),
-                    first_token: now,
-                }),
-                Next::Done(reason) => {
-                    let ended = &mut live.ended[index];
-                    *ended = Some(end_sample(continuation, index, reason, now, &live.events));
-                }
-            }
-        }
-        self.finish_if_done(i);
-        Ok(())
-    }
-
-    /// One batched decode step of every decoding sample of every request.
-    fn decode_step(&mut self) {
-        let mut steps = Vec::new();
-        let mut owners = Vec::new();
-        for (r, live) in self.live.iter_mut().enumerate() {
-            let Some(session) = live.session.as_ref() else {
-                continue;
-            };
-            if live.samples.is_empty() {
-                continue;
-            }
-            let Ok((shared, shared_len)) = session.history_cache() else {
-                continue;
-            };
-            for s in live.samples.iter_mut() {
-                let position = shared_len + s.continuation.tokens.len() - 1;
-                owners.push((r, s.index));
-                steps.push(SequenceStep {
-                    token: s.next,
-                    position,
-                    kv: SequenceKv::after_prefix(shared, shared_len, &mut s.caches),
-                });
-            }
-        }
-        if steps.is_empty() {
-            return;
-        }
-        let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);
-        let began = Instant::now();
-        let ran = self
-            .pool
-            .install(|| decode_batch(model, head, &mut steps, buffers));
-        drop(steps);
-        let step_ns = began.elapsed().as_nanos() as u64;
-        if let Some(busy) = self.lane_busy_ns.get_mut(self.decode_lane) {
-            *busy += step_ns;
-        }
-        self.decode_ns_per_step = match self.decode_ns_per_step {
-            0 => step_ns,
-            old => smoothed(old, step_ns),
-        };
-        let logits = match ran {
-            Ok(logits) => logits,
-            Err(e) => {
-                let message = e.to_string();
-                let failed = owners.iter().map(|o| (o.0, message.clone())).collect();
-                self.fail_all(failed);
-                return;
-            }
-        };
-        let tokenizer = self.tokenizer.clone();
-        let mut touched = Vec::new();
-        let mut failed = Vec::new();
-        for ((r, index), logits) in owners.into_iter().zip(logits) {
-            let live = &mut self.live[r];
-            let limits = Limits {
-                tokenizer: &tokenizer,
-                eos: self.eos,
-                options: &live.options,
-            };
-            let at = live.samples.iter().position(|s| s.index == index);
-            let Some(at) = at else { continue };
-            let sample = &mut live.samples[at];
-            match take(
-                &mut sample.continuation,
-                &logits,
-                &limits,
-                index,
-                &live.events,
-            ) {
-                Ok(Next::Feed(next)) => sample.next = next,
-                Ok(Next::Done(reason)) => {
-                    let s = live.samples.remove(at);
-                    let end =
-                        end_sample(s.continuation, index, reason, s.first_token, &live.events);
-                    live.ended[index] = Some(end);
-                }
-                Err(e) => failed.push((r, e.to_string())),
-            }
-            touched.push(r);
-        }
-        if !failed.is_empty() {
-            self.fail_all(failed);
-            return;
-        }
-        touched.dedup();
-        for r in touched.into_iter().rev() {
-            self.finish_if_done(r);
-        }
-    }
-
     /// Fails the requests at the given indices (each once, whatever the order).
     fn fail_all(&mut self, mut failed: Vec<(usize, String)>) {
         failed.sort_by_key(|f| std::cmp::Reverse(f.0));
@@ -500,84 +368,6 @@ impl Worker {
         self.publish();
     }
 
-    /// The live request among those `eligible` that the request policy puts first now.
-    fn pick(&mut self, eligible: impl Fn(&Live) -> bool) -> Option<usize> {
-        let mut views: Vec<LiveRequest> = self
-            .live
-            .iter()
-            .filter(|l| eligible(l))
-            .map(|l| self.view(l))
-            .collect();
-        let now_ns = ns_since(self.started, Instant::now());
-        let first = pick_next(self.policy.as_mut(), now_ns, &mut views)?;
-        self.live.iter().position(|l| l.id == first.id)
-    }
-
-    /// `live` as a request policy sees it: its prompt tokens left to prefill at the
-    /// measured time per token, and its tokens left to generate at the measured time of a
-    /// decode step (1 ns for what has not run yet, which keeps the ratios). Its alone
-    /// bound is its whole work at those rates, from its admission. The engine's requests
-    /// are no world's entities, and carry no targets.
-    fn view(&self, live: &Live) -> LiveRequest {
-        let prefill =
-            |tokens: usize| (tokens as u64).saturating_mul(self.prefill_ns_per_token.max(1));
-        let decode = |steps: usize| (steps as u64).saturating_mul(self.decode_ns_per_step.max(1));
-        let max_tokens = live.options.max_tokens;
-        let generated = live.samples.iter().map(|s| s.continuation.tokens.len());
-        let steps_left = match live.first_token {
-            None => max_tokens,
-            Some(_) => generated
-                .map(|g| max_tokens.saturating_sub(g))
-                .max()
-                .unwrap_or(0),
-        };
-        let total = prefill(live.prompt.len()).saturating_add(decode(max_tokens));
-        LiveRequest {
-            entity: Entity::PLACEHOLDER,
-            id: live.id,
-            priority: live.priority,
-            targets: SloTargets::default(),
-            arrival_ns: ns_since(self.started, live.arrival),
-            phase: match (&live.session, live.prefilling()) {
-                (None, _) => RequestPhase::Waiting,
-                (Some(_), true) => RequestPhase::Prefill,
-                (Some(_), false) => RequestPhase::Decode {
-                    step: (max_tokens - steps_left) as u64,
-                },
-            },
-            work_left_ns: prefill(live.prompt.len() - live.prefilled)
-                .saturating_add(decode(steps_left)),
-            work_total_ns: total,
-            alone_bound_ns: total,
-            armed_ns: ns_since(self.started, live.armed),
-        }
-    }
-
-    /// The request whose next prefill chunk runs this turn, if any: the first request in
-    /// its prefill in the request policy's order among those with work (in their prefill,
-    /// or decoding), unless decoding requests ahead of it may not be delayed by its chunk
-    /// ([`RequestPolicy::may_delay`]): their decode steps then have the turn alone.
-    fn turn_prefill(&mut self) -> Option<usize> {
-        let mut order: Vec<LiveRequest> = self
-            .live
-            .iter()
-            .filter(|l| l.prefilling() || !l.samples.is_empty())
-            .map(|l| self.view(l))
-            .collect();
-        let now_ns = ns_since(self.started, Instant::now());
-        self.policy.order(now_ns, &mut order);
-        let at = order
-            .iter()
-            .position(|r| r.phase == RequestPhase::Prefill)?;
-        let (ahead, candidate) = (&order[..at], &order[at]);
-        let i = self.live.iter().position(|l| l.id == candidate.id)?;
-        let live = &self.live[i];
-        let chunk =
-            (self.options.chunk_len.max(1) as usize).min(live.prompt.len() - live.prefilled);
-        let job_ns = (chunk as u64).saturating_mul(self.prefill_ns_per_token.max(1));
-        (ahead.is_empty() || self.policy.may_delay(now_ns, ahead, candidate, job_ns)).then_some(i)
-    }
-
     /// Publishes the counts by state.
     fn publish(&self) {
         self.publish_with(|_| {});
@@ -595,48 +385,6 @@ impl Worker {
             lane.busy_ns = busy_ns;
         }
     }
-}
-
-/// Samples one token of `sample` and sends its event.
-fn take(
-    continuation: &mut Continuation,
-    logits: &[f32],
-    limits: &Limits<'_>,
-    sample: usize,
-    events: &Sender<RequestEvent>,
-) -> Result<Next, GenerateError> {
-    let mut piece = String::new();
-    let next = continuation.take(logits, limits, &AtomicBool::new(false), &mut |t| {
-        piece.push_str(t)
-    })?;
-    let token = *continuation.tokens.last().expect("a token was taken");
-    if token != limits.eos || limits.options.ignore_eos {
-        let _ = events.send(RequestEvent::Token {
-            sample,
-            token,
-            text: piece,
-        });
-    }
-    Ok(next)
-}
-
-/// Sample `index` ended for `reason` (its first token at `first`): its held-back text
-/// and its end sent; returns its tokens, first token and end.
-fn end_sample(
-    mut continuation: Continuation,
-    index: usize,
-    reason: FinishReason,
-    first: Instant,
-    events: &Sender<RequestEvent>,
-) -> (usize, Instant, Instant) {
-    let mut text = String::new();
-    continuation.finish(&mut |t| text.push_str(t));
-    let _ = events.send(RequestEvent::SampleFinished {
-        sample: index,
-        reason,
-        text,
-    });
-    (continuation.tokens.len(), first, Instant::now())
 }
 
 /// Gives an admitted request its session, the prompt's cache reserved.
