@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Side-by-side serving: `hetsched serve` (w8a8, the many-requests engine) against llama.cpp's
-# `llama-server --parallel N` (Q8_0 made from the same GGUF), the same load from
+# Side-by-side serving: `hetsched serve` (w8a8 or f32, the many-requests engine) against
+# llama.cpp's `llama-server --parallel N` (Q8_0 or F32 made from the same GGUF), the same load from
 # scripts/load.py against each, alternating server by server within each round (the order
 # swapped every round); prints medians over the rounds and the ratios ours / llama's as a
 # markdown table (docs/serving.md keeps one, with date, machine and commit).
 #
-#   scripts/serve-vs-llama-server.sh [-r ROUNDS] [-t THREADS] [-c "CLIENTS ..."] [-m MAX_TOKENS] [-p POLL] [-b BUDGET_S] [-- LOAD_ARGS]
-#       defaults: -r 3 -t 2 -c "1 4 16" -m 32, -p: llama-server's own (50), -b 540
+#   scripts/serve-vs-llama-server.sh [-r ROUNDS] [-t THREADS] [-c "CLIENTS ..."] [-m MAX_TOKENS] [-p POLL] [-b BUDGET_S] [-q w8a8|f32] [-- LOAD_ARGS]
+#       defaults: -r 3 -t 2 -c "1 4 16" -m 32, -p: llama-server's own (50), -b 540, -q w8a8
+#       (-q f32: hetsched --precision f32 against llama.cpp's F32 file)
 #
 # Loads: `chat` at each client count (closed loop, 2 x clients requests, at least 4) and
 # `agent-burst` (a background summary, then five interactive requests while it runs;
@@ -25,18 +26,22 @@
 # its launch (the listener is up before the model loads) and stops if not.
 set -euo pipefail
 
-ROUNDS=3 THREADS=2 CLIENTS="1 4 16" MAX_TOKENS=32 POLL=() BUDGET_S=540
-while getopts "r:t:c:m:p:b:" opt; do
+ROUNDS=3 THREADS=2 CLIENTS="1 4 16" MAX_TOKENS=32 POLL=() BUDGET_S=540 PRECISION=w8a8
+while getopts "r:t:c:m:p:b:q:" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;; t) THREADS=$OPTARG ;; c) CLIENTS=$OPTARG ;; m) MAX_TOKENS=$OPTARG ;;
-    p) POLL=(--poll "$OPTARG") ;; b) BUDGET_S=$OPTARG ;;
-    *) sed -n 2,25p "$0"; exit 2 ;;
+    p) POLL=(--poll "$OPTARG") ;; b) BUDGET_S=$OPTARG ;; q) PRECISION=$OPTARG ;;
+    *) sed -n 2,26p "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 LOAD_ARGS=("$@")
 
-WORK=target/serve-vs-llama-server QUANTS="Q8_0"
+case $PRECISION in
+  w8a8) QUANT=Q8_0 ;; f32) QUANT=F32 ;;
+  *) echo "-q: w8a8 or f32, not $PRECISION" >&2; exit 2 ;;
+esac
+WORK=target/serve-vs-llama-server QUANTS=$QUANT
 # shellcheck source=scripts/setup-vs-llamacpp.sh
 . "$(dirname "${BASH_SOURCE[0]}")/setup-vs-llamacpp.sh"
 
@@ -73,7 +78,7 @@ start_server() {
 }
 
 OURS=18480
-start_server $OURS "$BIN" serve --model "$MODEL" --precision w8a8 --threads "$THREADS" --port $OURS
+start_server $OURS "$BIN" serve --model "$MODEL" --precision "$PRECISION" --threads "$THREADS" --port $OURS
 # The listener is up before the model loads: /health answers within 2 s of the launch.
 HEALTH_S=$FIRST_ANSWER_S
 if awk -v s="$HEALTH_S" 'BEGIN { exit !(s > 2) }'; then
@@ -84,7 +89,7 @@ llama_port() { echo $((18490 + $1)); }
 for n in $CLIENTS 8; do
   port=$(llama_port "$n")
   curl -sf "http://127.0.0.1:$port/health" >/dev/null && continue
-  start_server "$port" "$LLAMA/llama-server" -m "$WORK/model.Q8_0.gguf" -t "$THREADS" -tb "$THREADS" \
+  start_server "$port" "$LLAMA/llama-server" -m "$WORK/model.$QUANT.gguf" -t "$THREADS" -tb "$THREADS" \
     --parallel "$n" -c $((1024 * n)) "${POLL[@]}" --host 127.0.0.1 --port "$port"
 done
 
@@ -122,7 +127,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 echo "hetsched serve: /health answered ${HEALTH_S} s after the launch (at most 2 s)"
-echo "commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $RAN of $ROUNDS rounds, \
+echo "hetsched $PRECISION against llama.cpp $QUANT; commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $RAN of $ROUNDS rounds, \
 $MAX_TOKENS tokens a request, load average $LOAD_BEFORE before and $(cut -d' ' -f1-3 /proc/loadavg) \
 after, $(($(date +%s) - STARTED)) s in all; every round's report in $RESULTS"
 echo
