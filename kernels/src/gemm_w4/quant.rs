@@ -14,6 +14,8 @@
 //! the only float scaling is the per-row dequantization the W8A8 path already
 //! does (the NPU semantics: INT32 accumulation, scales at dequantization).
 
+use crate::reference::quant::round_ties_even_small;
+
 /// Weights per group along `k` (one sub-scale each).
 pub const GROUP_K: usize = 32;
 
@@ -73,7 +75,7 @@ impl W4Rows {
                     *o = if step == 0.0 || !v.is_finite() {
                         0
                     } else {
-                        (v / step).round_ties_even().clamp(-8.0, 7.0) as i8
+                        round_ties_even_small((v / step).clamp(-8.5, 7.5)).clamp(-8.0, 7.0) as i8
                     };
                 }
             }

@@ -28,9 +28,21 @@ pub fn scale_for_max_abs(x: &[f32]) -> f32 {
 
 /// Quantizes one value: `clamp(round_ties_even(x / scale), -127, 127)`.
 pub fn quantize_value(x: f32, scale: f32) -> i8 {
-    let q = (x / scale).round_ties_even();
+    let bound = f32::from(Q_MAX);
+    // Clamped within half a step of the range first, so the rounding sees small values.
+    let q = round_ties_even_small((x / scale).clamp(-bound - 0.5, bound + 0.5));
     // `as` saturates and maps NaN to 0; the clamp keeps -128 out.
-    q.clamp(-f32::from(Q_MAX), f32::from(Q_MAX)) as i8
+    q.clamp(-bound, bound) as i8
+}
+
+/// `v.round_ties_even()` for `|v| <= 2^22` (and NaN): adding 1.5 x 2^23 leaves no
+/// fraction bits, so the addition rounds to an integer in the default rounding mode
+/// (to nearest, ties to even). `round_ties_even` itself is a library call on x86-64
+/// without SSE4.1, and loading a model rounds every weight.
+pub(crate) fn round_ties_even_small(v: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0;
+    debug_assert!(v.is_nan() || v.abs() <= 4_194_304.0, "{v} is out of range");
+    (v + SHIFT) - SHIFT
 }
 
 /// Per-tensor quantization: `out[i] = quantize_value(x[i], scale)`.
@@ -80,6 +92,52 @@ pub fn quantize_weights_per_row(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_rounding_equals_round_ties_even() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut values: Vec<f32> = (-600..=600).map(|i| i as f32 * 0.25).collect();
+        values.extend([
+            0.5,
+            -0.5,
+            1.5,
+            -1.5,
+            2.5,
+            -2.5,
+            127.5,
+            -127.5,
+            4_194_303.5,
+            -4_194_304.0,
+        ]);
+        values.extend([
+            f32::MIN_POSITIVE,
+            -0.0,
+            0.499_999_97,
+            -0.499_999_97,
+            8_388_607.0 / 2.0,
+        ]);
+        for _ in 0..100_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let v = f32::from_bits(state as u32);
+            if v.is_finite() && v.abs() <= 4_194_304.0 {
+                values.push(v);
+            }
+        }
+        for v in values {
+            assert_eq!(round_ties_even_small(v), v.round_ties_even(), "{v}");
+        }
+        assert!(round_ties_even_small(f32::NAN).is_nan());
+        for (x, want) in [
+            (1e30, 127),
+            (-1e30, -127),
+            (f32::INFINITY, 127),
+            (f32::NAN, 0),
+        ] {
+            assert_eq!(quantize_value(x, 1.0), want, "{x}");
+        }
+    }
 
     #[test]
     fn scale_is_max_abs_over_127_with_zero_guard() {
