@@ -280,7 +280,8 @@ pub const REQUEST_POLICIES: &[(&str, &str)] = &[
 /// less urgent work still fills the processors it leaves idle within the urgent
 /// requests' slack. It costs nothing where there is nothing to trade: with one live
 /// request it schedules exactly as that request alone (as `fcfs` does), and a runner
-/// with one slot (the real engine's prefill) orders as `priority`.
+/// with one slot (the real engine) lends that slot within the same slack
+/// ([`RequestPolicy::may_delay`]).
 pub const DEFAULT_REQUEST_POLICY: &str = "slack";
 
 /// A fresh [`DEFAULT_REQUEST_POLICY`].
