@@ -488,10 +488,10 @@ impl Session {
         let shared = self.caches.as_deref().ok_or_else(broken)?;
         let mut steps: Vec<_> = sequences
             .iter_mut()
-            .map(|(token, position, own)| direct::SequenceStep {
+            .map(|(token, position, own)| super::sequence_kv::SequenceStep {
                 token: *token,
                 position: *position,
-                kv: direct::SequenceKv::after_prefix(shared, shared_len, own),
+                kv: super::sequence_kv::SequenceKv::after_prefix(shared, shared_len, own),
             })
             .collect();
         let (model, head, buffers) = (&self.model, self.head.as_ref(), &mut self.buffers);

@@ -7,9 +7,10 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use super::{LiveSample, Worker, smoothed};
-use crate::generate::direct::{SequenceKv, SequenceStep, decode_batch};
+use crate::generate::direct::decode_batch;
 use crate::generate::error::GenerateError;
 use crate::generate::requests::RequestEvent;
+use crate::generate::sequence_kv::{SequenceKv, SequenceStep};
 use crate::generate::turn::{Continuation, Limits, Next};
 use crate::generate::{FinishReason, Sampler, Sampling};
 use crate::state::KvCache;
