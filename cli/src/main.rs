@@ -5,6 +5,7 @@
 mod bench_memory;
 mod choices;
 mod error;
+mod eval;
 mod generate;
 mod gpu_env;
 mod interrupt;
@@ -44,7 +45,7 @@ enum Command {
     /// Prefill a prompt on this machine's queues, then generate text, streamed.
     Generate(generate::GenerateArgs),
     /// Perplexity of a text, and KL / top-1 agreement of a precision against f32.
-    Eval(real::EvalArgs),
+    Eval(eval::EvalArgs),
     /// Record activation ranges and outliers over a corpus; decide which layers keep the
     /// outlier shadow; write the calibration file that w8a8-shadow runs follow.
     Calibrate(outliers::CalibrateArgs),
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => offline::simulate(args),
         Command::Run(args) => real::run(args),
         Command::Generate(args) => generate::generate(args),
-        Command::Eval(args) => real::eval(args),
+        Command::Eval(args) => eval::eval(args),
         Command::Calibrate(args) => outliers::calibrate(args),
         Command::Outliers(args) => outliers::outliers(args),
         Command::Compare(args) => offline::compare(args),
