@@ -39,9 +39,9 @@
 //!
 //! **Events** ([`RequestEvent`], on the handle's channel, in order): a `Token` per sample
 //! token (id and final text piece; an end-of-sequence token has none), a
-//! `SampleFinished` per sample with its [`FinishReason`], then `Finished` with the
+//! `SampleFinished` per sample with its [`FinishReason`](crate::generate::FinishReason), then `Finished` with the
 //! request's [`RequestMetrics`] (or `Failed`). [`RequestHandle::cancel`] (or
-//! [`RequestEngine::cancel`]) ends every sample with [`FinishReason::Cancelled`] at the
+//! [`RequestEngine::cancel`]) ends every sample with [`FinishReason::Cancelled`](crate::generate::FinishReason::Cancelled) at the
 //! engine's next turn and frees the request's KV caches; cancelling a request that is
 //! not live is [`CancelError::NotLive`]. Dropping the [`RequestEngine`] stops the thread;
 //! requests still live then get `Failed`.
@@ -197,7 +197,7 @@ impl RequestHandle {
     }
 
     /// Cancels the request (the client went away): every sample ends with
-    /// [`FinishReason::Cancelled`] at the engine's next turn and its KV caches are freed.
+    /// [`FinishReason::Cancelled`](crate::generate::FinishReason::Cancelled) at the engine's next turn and its KV caches are freed.
     pub fn cancel(&self) -> Result<(), CancelError> {
         self.shared.cancel(self.id, &self.cancel)
     }

@@ -65,7 +65,7 @@ pub enum RequestEvent {
     Failed(String),
 }
 
-/// A snapshot of the engine ([`RequestEngine::metrics`]).
+/// A snapshot of the engine ([`RequestEngine::metrics`](super::RequestEngine::metrics)).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EngineSnapshot {
     /// Requests waiting for KV memory.
