@@ -39,6 +39,7 @@
 pub mod bandwidth;
 mod chat;
 pub mod decode_eval;
+mod decode_path;
 mod decode_run;
 mod direct;
 mod error;
