@@ -6,18 +6,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hetsched::cancel::CancelFlag;
-use hetsched::exec::generate::bandwidth::{DEFAULT_PROBE_BYTES, measure_read_bandwidth};
 use hetsched::exec::generate::{
-    ChatTemplate, DecodePath, DecodeTime, GenerateError, GenerateOptions, Generated, MAX_SAMPLES,
-    SamplesGenerated, Sampling, Session, WeightBytes,
+    ChatTemplate, DecodePath, GenerateError, GenerateOptions, Generated, MAX_SAMPLES, Sampling,
+    Session,
 };
-use hetsched::exec::{ExecModel, GpuUse, LinearPrecision, PrefillOptions};
+use hetsched::exec::{GpuUse, LinearPrecision, PrefillOptions};
 use hetsched::import::GgufFile;
-use serde::Serialize;
 
 use crate::CliError;
 use crate::choices::Precision;
 use crate::model::{PromptArgs, ShadowArgs, load_one};
+mod report;
+
+use report::{GenerateReport, add_bandwidth, print_samples, report, samples_report, summary};
+
 use crate::output::{check_outputs, print_json_or, print_text, write_file};
 use hetsched::timeline::Trace;
 use hetsched::timeline::chrome::to_chrome_json;
@@ -111,46 +113,6 @@ enum DecodeChoice {
     DirectF32Head,
     DirectInt8Head,
     Scheduled,
-}
-
-/// The `--json` report.
-#[derive(Serialize)]
-struct GenerateReport {
-    model: String,
-    precision: &'static str,
-    threads: usize,
-    /// The lanes: cpu,npu, cpu,gpu,npu or gpu (`--backends`).
-    backends: String,
-    decode: &'static str,
-    prompt_tokens: usize,
-    generated_tokens: usize,
-    ttft_ms: f64,
-    /// Of the time to first token: building and compiling the prefill's plan.
-    prefill_plan_ms: f64,
-    prefill_tokens_per_s: f64,
-    decode_tokens_per_s: f64,
-    /// Weight bytes a decode step reads: the layers' linears and the head as it runs.
-    weight_bytes_per_token: WeightBytes,
-    /// This machine's streaming-read bandwidth at the run's threads, measured after the
-    /// run (median pass over a buffer 8x a 32 MiB last-level cache), GB/s.
-    bandwidth_gb_s: f64,
-    /// `weight_bytes_per_token` (both parts) x `decode_tokens_per_s` / `bandwidth_gb_s`:
-    /// how close decoding streams its weights to the measured limit.
-    bandwidth_fraction: f64,
-    /// Share of decode steps' wall time outside their stages (scheduled steps: the
-    /// scheduler and queues) or outside the kernels' parallel regions (direct steps:
-    /// norms, activation quantization, RoPE, residual adds).
-    decode_overhead: Option<f64>,
-    /// The same share, step by step: the median over the steps (a step the operating
-    /// system preempted between two stages does not move it, as it moves the total).
-    decode_overhead_median: Option<f64>,
-    /// The time a scheduled step spent outside its stages, µs: the median over the steps
-    /// (what `decode_overhead_median` is a share of the step's time of).
-    decode_overhead_us_median: Option<f64>,
-    /// Subgraph instances of one scheduled decode step.
-    decode_instances_per_step: Option<usize>,
-    text: String,
-    finish_reason: hetsched::exec::generate::FinishReason,
 }
 
 /// Generates after the prompt; streams the text, then the figures to stderr.
@@ -314,45 +276,6 @@ fn decode_path(choice: Option<DecodeChoice>, gpu: GpuUse) -> DecodePath {
     }
 }
 
-/// Prints the `n` samples of `--n`: the JSON object, or each sample's text and the
-/// figures on stderr.
-fn print_samples(report: &SamplesReport, samples: &SamplesGenerated, n: usize, json: bool) {
-    if json {
-        print_json_or(true, report, String::new);
-        return;
-    }
-    for (i, sample) in samples.samples.iter().enumerate() {
-        print_text(&format!(
-            "--- sample {i} ({:?}) ---\n{}\n",
-            sample.finish_reason, sample.text
-        ));
-    }
-    eprintln!(
-        "[{} ({}), {} threads: {} prompt tokens, first tokens after {:.1} ms; {} \
-         samples, {} tokens at {:.1} tokens/s summed over the samples ({} batched \
-         steps)]",
-        report.model,
-        report.precision,
-        report.threads,
-        report.prompt_tokens,
-        report.ttft_ms,
-        n,
-        report.generated_tokens,
-        report.decode_tokens_per_s,
-        report.decode_steps
-    );
-}
-
-/// Adds the memory bandwidth probed on `threads` threads to `report`, and the share of it
-/// the decode's weight streaming used.
-fn add_bandwidth(report: &mut GenerateReport, threads: usize) -> Result<(), CliError> {
-    let probe = measure_read_bandwidth(threads, DEFAULT_PROBE_BYTES, 5)?;
-    let streamed = report.weight_bytes_per_token.total() as f64 * report.decode_tokens_per_s;
-    report.bandwidth_gb_s = probe.median_gb_s;
-    report.bandwidth_fraction = streamed / 1e9 / probe.median_gb_s;
-    Ok(())
-}
-
 /// `--max-tokens` clamped to what the context leaves after a prompt of `prompt` tokens,
 /// with a note when it is (as llama.cpp does), for chat and plain prompts alike; a prompt
 /// that fills the context leaves it as is, for the session to refuse with the figures.
@@ -397,147 +320,6 @@ fn write_timelines(
         write_file(path, &to_svg(&timeline))?;
     }
     Ok(())
-}
-
-/// The `--json` report of `--n` above 1.
-#[derive(Serialize)]
-struct SamplesReport {
-    model: String,
-    precision: &'static str,
-    threads: usize,
-    backends: String,
-    decode: &'static str,
-    n: usize,
-    prompt_tokens: usize,
-    /// Summed over the samples.
-    generated_tokens: usize,
-    ttft_ms: f64,
-    prefill_plan_ms: f64,
-    prefill_tokens_per_s: f64,
-    /// Tokens fed by the batched decode steps, summed over the samples, per second of
-    /// the steps' wall time.
-    decode_tokens_per_s: f64,
-    /// Batched decode steps (each feeds every live sample one token).
-    decode_steps: u64,
-    samples: Vec<SampleReport>,
-}
-
-/// One sample of a [`SamplesReport`].
-#[derive(Serialize)]
-struct SampleReport {
-    generated_tokens: usize,
-    text: String,
-    finish_reason: hetsched::exec::generate::FinishReason,
-}
-
-fn samples_report(
-    model: &ExecModel,
-    threads: usize,
-    backends: String,
-    s: &SamplesGenerated,
-) -> SamplesReport {
-    SamplesReport {
-        model: model.name.clone(),
-        precision: model.precision.as_str(),
-        threads,
-        backends,
-        decode: "direct-batched",
-        n: s.samples.len(),
-        prompt_tokens: s.prompt_tokens,
-        generated_tokens: s.samples.iter().map(|x| x.tokens.len()).sum(),
-        ttft_ms: s.ttft_ns as f64 / 1e6,
-        prefill_plan_ms: s.prefill_plan_ns as f64 / 1e6,
-        prefill_tokens_per_s: per_second(s.prompt_tokens as u64, s.prefill_ns),
-        decode_tokens_per_s: per_second(s.decode_tokens, s.decode_ns),
-        decode_steps: s.decode_steps,
-        samples: s
-            .samples
-            .iter()
-            .map(|x| SampleReport {
-                generated_tokens: x.tokens.len(),
-                text: x.text.clone(),
-                finish_reason: x.finish_reason,
-            })
-            .collect(),
-    }
-}
-
-/// The `--json` object of a finished turn.
-fn report(
-    model: &ExecModel,
-    threads: usize,
-    path: DecodePath,
-    generated: &Generated,
-    time: DecodeTime,
-) -> GenerateReport {
-    GenerateReport {
-        model: model.name.clone(),
-        precision: model.precision.as_str(),
-        threads,
-        backends: String::new(),
-        decode: match path {
-            DecodePath::Direct => "direct",
-            DecodePath::DirectF32Head => "direct-f32-head",
-            DecodePath::DirectInt8Head => "direct-int8-head",
-            DecodePath::Scheduled => "scheduled",
-        },
-        prompt_tokens: generated.prompt_tokens,
-        generated_tokens: generated.tokens.len(),
-        ttft_ms: generated.ttft_ns as f64 / 1e6,
-        prefill_plan_ms: generated.prefill_plan_ns as f64 / 1e6,
-        prefill_tokens_per_s: per_second(generated.prompt_tokens as u64, generated.prefill_ns),
-        decode_tokens_per_s: per_second(generated.decode_steps, generated.decode_ns),
-        weight_bytes_per_token: WeightBytes::default(),
-        bandwidth_gb_s: 0.0,
-        bandwidth_fraction: 0.0,
-        decode_overhead: (time.wall_ns > 0).then(|| time.overhead()),
-        decode_overhead_median: (!generated.decode_step_times.is_empty()).then(|| {
-            let shares = generated.decode_step_times.iter().map(|t| t.overhead());
-            crate::profile::median(shares.collect())
-        }),
-        decode_overhead_us_median: (!generated.decode_step_times.is_empty()).then(|| {
-            let outside = generated
-                .decode_step_times
-                .iter()
-                .map(|t| t.wall_ns.saturating_sub(t.busy_ns) as f64 / 1e3);
-            crate::profile::median(outside.collect())
-        }),
-        decode_instances_per_step: None,
-        finish_reason: generated.finish_reason,
-        text: generated.text.clone(),
-    }
-}
-
-fn per_second(count: u64, ns: u64) -> f64 {
-    if ns == 0 {
-        0.0
-    } else {
-        count as f64 / (ns as f64 / 1e9)
-    }
-}
-
-/// The figures after the streamed text.
-fn summary(r: &GenerateReport, g: &Generated) -> String {
-    let overhead = r.decode_overhead.map_or(String::new(), |o| {
-        format!(
-            ", {:.1}% of the steps outside their kernels or stages",
-            100.0 * o
-        )
-    });
-    format!(
-        "[{} ({}), {} threads: {} prompt tokens, first token after {:.1} ms ({:.0} tokens/s \
-         prefill); {} tokens at {:.1} tokens/s ({} decode{overhead}); finish: {:?}]",
-        r.model,
-        r.precision,
-        r.threads,
-        r.prompt_tokens,
-        r.ttft_ms,
-        r.prefill_tokens_per_s,
-        g.tokens.len(),
-        r.decode_tokens_per_s,
-        r.decode,
-        g.finish_reason
-    )
 }
 
 /// The chat template of the GGUF model at `path`.
