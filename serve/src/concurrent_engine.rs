@@ -92,12 +92,13 @@ impl ConcurrentEngine {
             .name("hetsched-serve-events".into())
             .spawn(move || forward(&inbox))?;
         Ok(Self {
-            engine,
             gate: Mutex::new(Gate {
                 stopping: false,
                 control,
             }),
-            started: Instant::now(),
+            // The engine's own start: its threads' CPU time counts from there.
+            started: engine.started(),
+            engine,
         })
     }
 

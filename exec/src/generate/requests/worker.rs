@@ -225,13 +225,14 @@ impl Worker {
         let session = live.session.as_mut().expect("prefilling has a session");
         let began = Instant::now();
         let ran = session.prefill(&live.prompt[live.prefilled..end]);
-        if let Ok((outcome, _)) = &ran {
-            for slice in &outcome.timeline.slices {
-                if let Some(busy) = self.lane_busy_ns.get_mut(slice.processor) {
-                    *busy += slice.end_ns.saturating_sub(slice.start_ns);
-                }
-            }
-        }
+        let slices = ran
+            .as_ref()
+            .map(|(outcome, _)| outcome.timeline.slices.iter());
+        let busy: Vec<(usize, u64)> = slices
+            .into_iter()
+            .flatten()
+            .map(|s| (s.processor, s.end_ns.saturating_sub(s.start_ns)))
+            .collect();
         let per_token = began.elapsed().as_nanos() as u64 / (end - live.prefilled) as u64;
         self.prefill_ns_per_token = match self.prefill_ns_per_token {
             0 => per_token,
@@ -239,6 +240,10 @@ impl Worker {
         };
         live.prefilled = end;
         let complete = end == live.prompt.len();
+        // Before the first tokens go out: whoever saw one sees the chunk's busy time.
+        for (lane, ns) in busy {
+            self.add_busy(lane, ns);
+        }
         let done = ran.and_then(|_| match complete {
             true => self.first_tokens(i),
             false => Ok(()),
@@ -368,6 +373,18 @@ impl Worker {
         self.publish();
     }
 
+    /// Adds `ns` of busy time to `lane` and publishes the lane's total at once (a caller
+    /// that saw a token of that work then sees its busy time).
+    fn add_busy(&mut self, lane: usize, ns: u64) {
+        let Some(busy) = self.lane_busy_ns.get_mut(lane) else {
+            return;
+        };
+        *busy += ns;
+        if let Some(published) = self.shared.snapshot.lock().lanes.get_mut(lane) {
+            published.busy_ns = *busy;
+        }
+    }
+
     /// Publishes the counts by state.
     fn publish(&self) {
         self.publish_with(|_| {});
@@ -381,9 +398,6 @@ impl Worker {
         snapshot.waiting = self.live.iter().filter(|l| l.session.is_none()).count();
         snapshot.prefilling = self.live.iter().filter(|l| l.prefilling()).count();
         snapshot.decoding = self.live.iter().filter(|l| !l.samples.is_empty()).count();
-        for (lane, &busy_ns) in snapshot.lanes.iter_mut().zip(&self.lane_busy_ns) {
-            lane.busy_ns = busy_ns;
-        }
     }
 }
 

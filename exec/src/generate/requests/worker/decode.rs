@@ -95,9 +95,7 @@ impl Worker {
             .install(|| decode_batch(model, head, &mut steps, buffers));
         drop(steps);
         let step_ns = began.elapsed().as_nanos() as u64;
-        if let Some(busy) = self.lane_busy_ns.get_mut(self.decode_lane) {
-            *busy += step_ns;
-        }
+        self.add_busy(self.decode_lane, step_ns);
         self.decode_ns_per_step = match self.decode_ns_per_step {
             0 => step_ns,
             old => smoothed(old, step_ns),
