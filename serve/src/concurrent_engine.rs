@@ -28,7 +28,7 @@
 //! [`crate::session_engine::SessionEngine`] when a GPU lane is asked for.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Select, Sender};
 use hetsched_exec::generate::FinishReason;
@@ -78,7 +78,6 @@ struct Gate {
 pub struct ConcurrentEngine {
     engine: RequestEngine,
     gate: Mutex<Gate>,
-    started: Instant,
 }
 
 impl ConcurrentEngine {
@@ -96,8 +95,6 @@ impl ConcurrentEngine {
                 stopping: false,
                 control,
             }),
-            // The engine's own start: its threads' CPU time counts from there.
-            started: engine.started(),
             engine,
         })
     }
@@ -162,7 +159,8 @@ impl Engine for ConcurrentEngine {
             kv_bytes_in_use: m.kv_bytes_in_use as u64,
             kv_budget_bytes: m.kv_budget_bytes as u64,
             processors: lane_busy(&m.lanes).chain(engine_busy()).collect(),
-            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            // From the engine's own start, where its threads' CPU time counts from.
+            uptime_seconds: self.engine.started().elapsed().as_secs_f64(),
         }
     }
 

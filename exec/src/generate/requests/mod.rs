@@ -323,17 +323,7 @@ impl RequestEngine {
             })?;
         let (submit, inbox) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared::default());
-        let device = crate::run_device(&options);
-        let lanes = device.processors.iter().map(|p| LaneBusy {
-            name: p.name.clone(),
-            kind: p.kind.as_str().to_string(),
-            busy_ns: 0,
-        });
-        {
-            let mut snapshot = shared.snapshot.lock();
-            snapshot.kv_budget_bytes = limits.kv_budget_bytes;
-            snapshot.lanes = lanes.collect();
-        }
+        shared.snapshot.lock().kv_budget_bytes = limits.kv_budget_bytes;
         let c = &model.config;
         let (vocab, context, layers, kv_dim) = (
             c.vocab_size,

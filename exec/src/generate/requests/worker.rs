@@ -18,8 +18,8 @@ mod order;
 use decode::end_sample;
 
 use super::{
-    EngineLimits, EngineSnapshot, Priority, RequestEvent, RequestId, RequestMetrics, Shared,
-    Submitted, request_session,
+    EngineLimits, EngineSnapshot, LaneBusy, Priority, RequestEvent, RequestId, RequestMetrics,
+    Shared, Submitted, request_session,
 };
 use crate::generate::direct::DecodeBuffers;
 use crate::generate::error::GenerateError;
@@ -89,9 +89,8 @@ pub(super) struct Worker {
     prefill_ns_per_token: u64,
     /// Measured time of a batched decode step, ns (0 until one ran).
     decode_ns_per_step: u64,
-    /// Busy time per lane of the device, ns ([`EngineSnapshot::lanes`]).
-    lane_busy_ns: Vec<u64>,
-    /// The lane the decode steps count on: the CPU's.
+    /// The lane the decode steps count their busy time on ([`EngineSnapshot::lanes`]): the
+    /// CPU's.
     decode_lane: usize,
 }
 
@@ -110,6 +109,15 @@ impl Worker {
     ) -> Self {
         let head = QuantizedHead::own_width(&model);
         let device = crate::run_device(&options);
+        shared.snapshot.lock().lanes = device
+            .processors
+            .iter()
+            .map(|p| LaneBusy {
+                name: p.name.clone(),
+                kind: p.kind.as_str().to_string(),
+                busy_ns: 0,
+            })
+            .collect();
         Self {
             model,
             tokenizer,
@@ -125,7 +133,6 @@ impl Worker {
             policy,
             prefill_ns_per_token: 0,
             decode_ns_per_step: 0,
-            lane_busy_ns: vec![0; device.processors.len()],
             decode_lane: device.first_of(ProcessorKind::Cpu).unwrap_or(0),
         }
     }
@@ -373,15 +380,11 @@ impl Worker {
         self.publish();
     }
 
-    /// Adds `ns` of busy time to `lane` and publishes the lane's total at once (a caller
-    /// that saw a token of that work then sees its busy time).
-    fn add_busy(&mut self, lane: usize, ns: u64) {
-        let Some(busy) = self.lane_busy_ns.get_mut(lane) else {
-            return;
-        };
-        *busy += ns;
-        if let Some(published) = self.shared.snapshot.lock().lanes.get_mut(lane) {
-            published.busy_ns = *busy;
+    /// Adds `ns` of busy time to `lane` in the snapshot at once (a caller that saw a token
+    /// of that work then sees its busy time).
+    fn add_busy(&self, lane: usize, ns: u64) {
+        if let Some(busy) = self.shared.snapshot.lock().lanes.get_mut(lane) {
+            busy.busy_ns += ns;
         }
     }
 

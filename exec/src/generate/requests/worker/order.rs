@@ -7,20 +7,26 @@ use bevy_ecs::entity::Entity;
 use hetsched_systems::request_policy::{LiveRequest, pick_next};
 use hetsched_systems::{RequestPhase, SloTargets};
 
-use super::{Live, Worker, ns_since};
+use super::{Live, RequestId, Worker, ns_since};
 
 impl Worker {
     /// The live request among those `eligible` that the request policy puts first now.
     pub(super) fn pick(&mut self, eligible: impl Fn(&Live) -> bool) -> Option<usize> {
-        let mut views: Vec<LiveRequest> = self
-            .live
-            .iter()
-            .filter(|l| eligible(l))
-            .map(|l| self.view(l))
-            .collect();
-        let now_ns = ns_since(self.started, Instant::now());
+        let (now_ns, mut views) = self.views(eligible);
         let first = pick_next(self.policy.as_mut(), now_ns, &mut views)?;
-        self.live.iter().position(|l| l.id == first.id)
+        self.index_of(first.id)
+    }
+
+    /// Now, and the live requests `eligible` as the request policy sees them.
+    fn views(&self, eligible: impl Fn(&Live) -> bool) -> (u64, Vec<LiveRequest>) {
+        let views = self.live.iter().filter(|l| eligible(l));
+        let views = views.map(|l| self.view(l)).collect();
+        (ns_since(self.started, Instant::now()), views)
+    }
+
+    /// Where request `id` is among the live ones.
+    fn index_of(&self, id: RequestId) -> Option<usize> {
+        self.live.iter().position(|l| l.id == id)
     }
 
     /// `live` as a request policy sees it: its prompt tokens left to prefill at the
@@ -68,19 +74,13 @@ impl Worker {
     /// or decoding), unless decoding requests ahead of it may not be delayed by its chunk
     /// ([`RequestPolicy::may_delay`]): their decode steps then have the turn alone.
     pub(super) fn turn_prefill(&mut self) -> Option<usize> {
-        let mut order: Vec<LiveRequest> = self
-            .live
-            .iter()
-            .filter(|l| l.prefilling() || !l.samples.is_empty())
-            .map(|l| self.view(l))
-            .collect();
-        let now_ns = ns_since(self.started, Instant::now());
+        let (now_ns, mut order) = self.views(|l| l.prefilling() || !l.samples.is_empty());
         self.policy.order(now_ns, &mut order);
         let at = order
             .iter()
             .position(|r| r.phase == RequestPhase::Prefill)?;
         let (ahead, candidate) = (&order[..at], &order[at]);
-        let i = self.live.iter().position(|l| l.id == candidate.id)?;
+        let i = self.index_of(candidate.id)?;
         let live = &self.live[i];
         let chunk =
             (self.options.chunk_len.max(1) as usize).min(live.prompt.len() - live.prefilled);
