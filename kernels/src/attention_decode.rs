@@ -10,9 +10,31 @@
 //! pairwise, so it vectorizes; the result differs from a left-to-right sum by rounding
 //! only (its scalar twin is [`crate::reference::scaled_dots`]). [`add_weighted_rows`] is
 //! element-wise (`acc[i] += p_j · v_j[i]`, `j` in order), compiled for the widest vector
-//! unit and bit-identical to its twin [`crate::reference::add_weighted_rows`].
+//! unit and bit-identical to its twin [`crate::reference::add_weighted_rows`]. On a CPU
+//! with AVX-512 and heads of a multiple of 16 values both run in [`avx512`]'s forms,
+//! which reduce sixteen keys at once and keep the accumulator in registers.
+
+// reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
+// `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
+#![allow(unsafe_code)]
 
 use crate::widest::widest;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+/// Whether [`avx512`]'s forms serve a head of `d` values on this CPU.
+fn avx512_serves(d: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        d.is_multiple_of(16) && crate::cpu::CpuFeatures::detect().avx512f
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = d;
+        false
+    }
+}
 
 /// Partial sums of a dot product (one 512-bit register of f32).
 const LANES: usize = 16;
@@ -31,6 +53,13 @@ pub fn scaled_dots(
     out: &mut [f32],
 ) {
     check_rows(rows, out.len(), stride, offset, q.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx512_serves(q.len()) {
+        // SAFETY: avx512f was detected, the head is whole registers and the shapes were
+        // checked just above.
+        unsafe { avx512::scaled_dots(q, rows, stride, offset, scale, out) };
+        return;
+    }
     scaled_dots_loop(q, rows, stride, offset, scale, out);
 }
 
@@ -81,6 +110,12 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 /// If `rows` is not `p.len()` rows of `stride` or a head at `offset` overruns a row.
 pub fn add_weighted_rows(p: &[f32], rows: &[f32], stride: usize, offset: usize, acc: &mut [f32]) {
     check_rows(rows, p.len(), stride, offset, acc.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx512_serves(acc.len()) {
+        // SAFETY: as in `scaled_dots`.
+        unsafe { avx512::add_weighted_rows(p, rows, stride, offset, acc) };
+        return;
+    }
     add_weighted_rows_loop(p, rows, stride, offset, acc);
 }
 
@@ -117,7 +152,8 @@ mod tests {
     use crate::seeded::SeededRng;
 
     /// Against the scalar twins: the scores within f32 rounding of a sum of `d` products
-    /// (relative to `Σ |q · k|`), the weighted sum bit for bit; heads at every offset,
+    /// (relative to `Σ |q · k|`) and bit for bit the portable loop's, the weighted sum bit
+    /// for bit; heads at every offset,
     /// head dims with and without a tail of the 16 lanes, no rows.
     #[test]
     fn both_products_equal_their_scalar_twins() {
@@ -126,9 +162,13 @@ mod tests {
             (0, 64, 3),
             (1, 64, 1),
             (7, 64, 3),
+            (16, 64, 3),
+            (33, 16, 2),
             (130, 64, 3),
             (9, 20, 2),
             (5, 256, 1),
+            (40, 256, 1),
+            (17, 80, 2),
         ] {
             let stride = d * heads;
             let rows = rng.f32s(count * stride);
@@ -137,6 +177,14 @@ mod tests {
                 let (mut fast, mut twin) = (vec![0f32; count], vec![0f32; count]);
                 scaled_dots(&q, &rows, stride, offset, 0.125, &mut fast);
                 reference::scaled_dots(&q, &rows, stride, offset, 0.125, &mut twin);
+                // Whichever form ran, the bits of the portable 16-lane loop.
+                let mut portable = vec![0f32; count];
+                scaled_dots_loop(&q, &rows, stride, offset, 0.125, &mut portable);
+                assert_eq!(
+                    fast.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    portable.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "count {count} d {d} offset {offset}"
+                );
                 for (j, (a, b)) in fast.iter().zip(&twin).enumerate() {
                     let row = &rows[j * stride + offset..j * stride + offset + d];
                     let magnitude: f32 =
