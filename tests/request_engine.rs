@@ -35,10 +35,14 @@ fn engine(limits: EngineLimits) -> RequestEngine {
 }
 
 fn engine_with(limits: EngineLimits, request_policy: &str) -> RequestEngine {
+    engine_chunked(limits, request_policy, CHUNK)
+}
+
+fn engine_chunked(limits: EngineLimits, request_policy: &str, chunk: usize) -> RequestEngine {
     let l = loaded();
     let options = PrefillOptions {
         threads: 2,
-        chunk_len: CHUNK as u32,
+        chunk_len: chunk as u32,
         ..PrefillOptions::default()
     };
     RequestEngine::start_with_policy(
@@ -138,6 +142,45 @@ fn an_interactive_request_preempts_a_background_prefill_without_changing_tokens(
     let snapshot = engine.metrics();
     assert_eq!(snapshot.kv_bytes_in_use, 0);
     assert_eq!(snapshot.finished, 4);
+}
+
+/// A background prompt prefilled as one chunk, and an interactive request that arrives
+/// while that chunk runs: under priority the chunk pauses at a subgraph boundary, the
+/// interactive request runs to its end, and the chunk then resumes where it stood (its
+/// tokens as alone); under fcfs the chunk runs on and the newcomer waits for the
+/// background request.
+#[test]
+fn an_arrival_pauses_a_running_chunk_at_a_subgraph_boundary_under_priority() {
+    let long = format!("{BACKGROUND} {BACKGROUND} {BACKGROUND}");
+    let background = spec(&long, 3, Priority::BACKGROUND);
+    let interactive = spec("The capital of France is", 3, Priority::INTERACTIVE);
+    let chunk = background.prompt.len().next_power_of_two();
+    let run = |policy: &str| {
+        let engine = engine_chunked(EngineLimits::default(), policy, chunk);
+        let bg_alone = alone(&engine, background.clone());
+        let bg = engine.submit(background.clone()).unwrap();
+        // The snapshot counts the request as prefilling once its chunk has started.
+        while engine.metrics().prefilling == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let fg = engine.submit(interactive.clone()).unwrap();
+        let bg = std::thread::spawn(move || collect(bg, 1));
+        let fg = collect(fg, 1);
+        let bg = bg.join().unwrap();
+        assert_eq!(bg.tokens, bg_alone, "{policy}: the background's greedy tokens");
+        assert_eq!(fg.tokens[0].len(), 3);
+        (fg, bg)
+    };
+    let (fg, bg) = run("priority");
+    assert!(
+        fg.finished < bg.first_token.unwrap(),
+        "priority: the interactive request ends inside the background's one chunk"
+    );
+    let (fg, bg) = run("fcfs");
+    assert!(
+        bg.first_token.unwrap() < fg.first_token.unwrap(),
+        "fcfs: the chunk runs on"
+    );
 }
 
 #[test]

@@ -40,6 +40,10 @@ pub enum EngineError {
         /// Instances in the plan.
         total: usize,
     },
+    /// A piecewise run was advanced without being started
+    /// ([`crate::request_world::RequestWorld::start`]).
+    #[error("no run was started to advance")]
+    NotStarted,
     /// Nothing is running and nothing can start: a scheduler bug or an impossible plan.
     #[error("scheduler stalled with {done} of {total} subgraphs done and nothing running")]
     Stalled {

@@ -17,7 +17,9 @@ use hetsched_systems::{
 };
 
 use crate::backends::Backend;
-use crate::engine::{EngineError, EngineOptions, RunOutcome, finish, run_world};
+use crate::engine::{
+    EngineError, EngineOptions, RunOutcome, RunState, Step, Wait, finish, run_world,
+};
 
 /// One request's world and schedule.
 pub struct RequestWorld {
@@ -25,6 +27,24 @@ pub struct RequestWorld {
     schedule: Schedule,
     request: Entity,
     decode_steps: u64,
+    /// A prefill [`RequestWorld::start`]ed and not finished (paused between advances).
+    started: Option<StartedRun>,
+}
+
+/// A run armed in the world and advanced piecewise.
+struct StartedRun {
+    plan: Arc<PrefillPlan>,
+    policy: String,
+    state: RunState,
+}
+
+/// Where [`RequestWorld::advance`] left a started run.
+#[derive(Debug)]
+pub enum Advance {
+    /// Every subgraph is done.
+    Finished(RunOutcome),
+    /// Paused at a subgraph boundary with no job in flight; advance again to resume.
+    Paused,
 }
 
 impl std::fmt::Debug for RequestWorld {
@@ -50,6 +70,7 @@ impl RequestWorld {
             schedule: scheduler_schedule(),
             request,
             decode_steps: 0,
+            started: None,
         }
     }
 
@@ -83,6 +104,50 @@ impl RequestWorld {
         rearm_world(&mut self.world, plan.clone(), policy, self.request, phase);
         let ticks = run_world(&mut self.world, &mut self.schedule, &plan, backend, options)?;
         Ok(finish(plan, policy_name, &mut self.world, ticks))
+    }
+
+    /// Arms a prefill of `plan` to be run piecewise by [`RequestWorld::advance`] (a run
+    /// started before and not finished is dropped).
+    pub fn start(&mut self, plan: Arc<PrefillPlan>, policy: Box<dyn Policy>, options: &EngineOptions) {
+        let name = policy.name().to_string();
+        rearm_world(&mut self.world, plan.clone(), policy, self.request, RequestPhase::Prefill);
+        self.started = Some(StartedRun {
+            state: RunState::new(&plan, options),
+            plan,
+            policy: name,
+        });
+    }
+
+    /// Runs the started prefill on `backend` until it finishes, or until `yield_now`
+    /// (asked after each completion) says another run wants the queues: then the run
+    /// pauses at the next subgraph boundary, its jobs in flight waited for. Another
+    /// world may use the queues until the next advance resumes it.
+    ///
+    /// # Errors
+    /// As [`crate::engine::run_with`]; an error ends the started run. Advancing with no
+    /// started run is [`EngineError::NotStarted`].
+    pub fn advance(
+        &mut self,
+        backend: &mut dyn Backend,
+        yield_now: &dyn Fn() -> bool,
+    ) -> Result<Advance, EngineError> {
+        let Some(mut run) = self.started.take() else {
+            return Err(EngineError::NotStarted);
+        };
+        loop {
+            match run.state.step(&mut self.world, &mut self.schedule, backend, Wait::Next)? {
+                Step::Finished => {
+                    let ticks = run.state.into_tick_wall_ns();
+                    return Ok(Advance::Finished(finish(run.plan, run.policy, &mut self.world, ticks)));
+                }
+                Step::Running { .. } if yield_now() => {
+                    run.state.pause(&mut self.world, backend)?;
+                    self.started = Some(run);
+                    return Ok(Advance::Paused);
+                }
+                Step::Running { .. } => {}
+            }
+        }
     }
 
     /// Sets the tokens in the request's KV cache (the caller owns the cache).
@@ -130,5 +195,47 @@ mod tests {
             (request.id.0, request.phase),
             (3, RequestPhase::Decode { step: 1 })
         );
+    }
+
+    /// A prefill paused at every third completion and resumed runs every instance once,
+    /// as the uninterrupted run does; at each pause nothing runs, and nothing started
+    /// while paused starts before the pause's end.
+    #[test]
+    fn a_paused_prefill_resumes_where_it_stood() {
+        use std::cell::Cell;
+        let plan = Arc::new(tiny_plan(3, 16, 4));
+        let policy = || PolicyRegistry::builtin().create(DEFAULT_POLICY).unwrap();
+        let whole = crate::engine::simulate(plan.clone(), policy()).unwrap();
+        let mut world = RequestWorld::new(1);
+        let mut queues = SimBackend::default();
+        world.start(plan.clone(), policy(), &EngineOptions::default());
+        let completions = Cell::new(0);
+        let yield_now = || {
+            completions.set(completions.get() + 1);
+            completions.get() % 3 == 0
+        };
+        let (mut pauses, mut ran_at_pause) = (0, Vec::new());
+        let outcome = loop {
+            match world.advance(&mut queues, &yield_now).unwrap() {
+                Advance::Finished(outcome) => break outcome,
+                Advance::Paused => {
+                    pauses += 1;
+                    ran_at_pause.push(world.started.as_ref().unwrap().state.running().len());
+                }
+            }
+        };
+        assert!(pauses >= 2, "{pauses} pauses");
+        assert!(ran_at_pause.iter().all(|&n| n == 0), "{ran_at_pause:?}");
+        let keys = |slices: &[hetsched_systems::resources::SliceRecord]| {
+            let mut k: Vec<_> = slices.iter().map(|s| s.key).collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&outcome.timeline.slices), keys(&whole.timeline.slices));
+        assert_eq!(outcome.timeline.slices.len(), plan.instance_count());
+        assert!(matches!(
+            world.advance(&mut queues, &|| false),
+            Err(EngineError::NotStarted)
+        ));
     }
 }

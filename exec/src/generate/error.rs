@@ -61,6 +61,10 @@ pub enum GenerateError {
         /// Why.
         reason: String,
     },
+    /// The session was asked to feed tokens while a prefill of it is paused, or to resume
+    /// a prefill it never started.
+    #[error("{0}")]
+    PrefillOrder(&'static str),
     /// The executor failed (a kernel, the scheduler, a bad token).
     #[error(transparent)]
     Exec(#[from] ExecError),

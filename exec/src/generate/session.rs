@@ -91,6 +91,16 @@ pub struct Session {
     head: Option<QuantizedHead>,
     buffers: direct::DecodeBuffers,
     decode_time: DecodeTime,
+    /// A prefill started and not yet returned ([`Session::start_prefill`]).
+    started: Option<StartedPrefill>,
+}
+
+/// A prefill between [`Session::start_prefill`] and its end.
+enum StartedPrefill {
+    /// Armed in the session's world; its runner holds the session's KV cache.
+    Scheduled(scheduled::ScheduledPrefill),
+    /// Ran whole at its start (the GPU lane), its result kept for the resume.
+    Finished((RunOutcome, u64)),
 }
 
 impl std::fmt::Debug for Session {
@@ -189,6 +199,7 @@ impl Session {
             gpu_logits: true,
             buffers: direct::DecodeBuffers::default(),
             decode_time: DecodeTime::default(),
+            started: None,
         })
     }
 
@@ -261,6 +272,7 @@ impl Session {
     /// Makes room in the KV cache for `positions` positions in all (it grows in place;
     /// written rows stay where they are).
     pub fn reserve(&mut self, positions: usize) -> Result<(), GenerateError> {
+        self.check_not_started()?;
         let context = self.model.config.context_length;
         let positions = positions.min(context);
         if positions <= self.capacity {
@@ -280,12 +292,23 @@ impl Session {
         Ok(())
     }
 
+    /// Refuses to touch the tokens or the cache while a started prefill holds them.
+    fn check_not_started(&self) -> Result<(), GenerateError> {
+        match self.started {
+            Some(_) => Err(GenerateError::PrefillOrder(
+                "a prefill of this session is paused: resume it before feeding more tokens",
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn caches_mut(&mut self) -> Result<&mut Vec<KvCache>, GenerateError> {
         self.caches.as_mut().ok_or_else(broken)
     }
 
     /// Checks that `new` tokens fit after the history: in the vocabulary, in the context.
     fn check_tokens(&self, new: &[u32]) -> Result<(), GenerateError> {
+        self.check_not_started()?;
         let c = &self.model.config;
         if new.is_empty() {
             return Err(GenerateError::EmptyTurn);
@@ -312,16 +335,45 @@ impl Session {
     /// length), leaving the logits of the token after it. Returns the schedule that ran
     /// and the time spent building and compiling its plan, ns.
     pub fn prefill(&mut self, new: &[u32]) -> Result<(RunOutcome, u64), GenerateError> {
+        self.start_prefill(new)?;
+        self.resume_prefill(&|| false)?
+            .ok_or(GenerateError::PrefillOrder("a prefill that may not pause paused"))
+    }
+
+    /// Starts prefilling `new` after the history, to be run by
+    /// [`Session::resume_prefill`], which may pause it at a subgraph boundary so that
+    /// another session's run takes the processors (a many-requests engine preempting a
+    /// long prefill). On the GPU lane the whole prefill runs here.
+    pub fn start_prefill(&mut self, new: &[u32]) -> Result<(), GenerateError> {
         self.check_tokens(new)?;
         self.reserve(self.tokens.len() + new.len())?;
         if self.gpu.is_some() {
-            return self.prefill_on_gpu(new);
+            let ran = self.prefill_on_gpu(new)?;
+            self.started = Some(StartedPrefill::Finished(ran));
+            return Ok(());
         }
         let planning = Instant::now();
         let device = crate::prefill_device(&self.options);
         let compiled = self.compile(new.len() as u32, self.options.chunk_len, device)?;
         let plan_ns = planning.elapsed().as_nanos() as u64;
-        Ok((self.run_scheduled(new, &compiled)?, plan_ns))
+        self.start_scheduled(new, &compiled, plan_ns)
+    }
+
+    /// Runs the started prefill until it ends (its schedule and planning time, as
+    /// [`Session::prefill`] returns) or until `yield_now`, asked after each completion,
+    /// says another run wants the processors: then it pauses at the next subgraph
+    /// boundary, nothing of it in flight, and returns `None`; call again to resume.
+    pub fn resume_prefill(
+        &mut self,
+        yield_now: &dyn Fn() -> bool,
+    ) -> Result<Option<(RunOutcome, u64)>, GenerateError> {
+        match self.started.take() {
+            None => Err(GenerateError::PrefillOrder(
+                "no prefill of this session was started to resume",
+            )),
+            Some(StartedPrefill::Finished(ran)) => Ok(Some(ran)),
+            Some(StartedPrefill::Scheduled(run)) => self.advance_scheduled(run, yield_now),
+        }
     }
 
     /// Feeds `token` (the one just generated) and leaves the logits of the next.

@@ -25,6 +25,10 @@ pub enum Wait {
     /// Take what [`Backend::wait_for`] with a zero timeout returns, and return when it
     /// returns nothing.
     Poll,
+    /// Block for the next completions, then return: the tick they allow runs at the start
+    /// of the next step, so between the two the caller may [`RunState::pause`] the run at
+    /// a subgraph boundary instead.
+    Next,
 }
 
 /// Where a run stands after a step.
@@ -100,19 +104,32 @@ impl RunState {
                 return Err(stalled(&self.guard, total - outstanding, total));
             }
             let waited = match wait {
-                Wait::Block => self.guard.wait(backend)?,
+                Wait::Block | Wait::Next => self.guard.wait(backend)?,
                 Wait::Poll => self.guard.poll(backend)?,
             };
             let news = !(waited.completions.is_empty() && waited.overdue.is_empty());
             self.absorb(world, backend, waited)?;
             // A blocking wait ticks after every wait, as the engine always has.
-            self.tick_due = news || wait == Wait::Block;
-            if !self.tick_due {
+            self.tick_due = news || wait != Wait::Poll;
+            if !self.tick_due || wait == Wait::Next {
                 return Ok(Step::Running {
                     in_flight: self.guard.in_flight(),
                 });
             }
         }
+    }
+
+    /// Pauses the run at a subgraph boundary: waits for the jobs in flight and queues
+    /// their completions without a tick, so nothing new is dispatched and the queues are
+    /// idle when it returns. The next [`RunState::step`] resumes the run where it stood
+    /// (its first tick sees those completions). An error ends the run, as a step's does.
+    pub fn pause(&mut self, world: &mut World, backend: &mut dyn Backend) -> Result<(), EngineError> {
+        while self.guard.in_flight() > 0 {
+            let waited = self.guard.wait(backend)?;
+            self.absorb(world, backend, waited)?;
+            self.tick_due = true;
+        }
+        Ok(())
     }
 
     /// Jobs submitted and not yet completed, as (id, processor lane), in id order.

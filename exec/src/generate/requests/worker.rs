@@ -55,10 +55,18 @@ struct Live {
     session: Option<Session>,
     /// Prompt tokens prefilled so far.
     prefilled: usize,
+    /// The prefill chunk started and paused (preempted), if any.
+    chunk: Option<StartedChunk>,
     samples: Vec<LiveSample>,
     /// Per sample: tokens generated and when it ended.
     ended: Vec<Option<(usize, Instant, Instant)>>,
     first_token: Option<Instant>,
+}
+
+/// A prefill chunk a session started: where it ends in the prompt and the time it ran.
+struct StartedChunk {
+    end: usize,
+    ran: std::time::Duration,
 }
 
 impl Live {
@@ -159,7 +167,7 @@ impl Worker {
             self.end_cancelled();
             self.admit_waiting();
             if let Some(i) = self.turn_prefill() {
-                self.prefill_chunk(i);
+                self.prefill_chunk(i, &inbox);
             }
             self.decode_step();
             self.publish();
@@ -187,6 +195,7 @@ impl Worker {
             cancel: s.cancel,
             session: None,
             prefilled: 0,
+            chunk: None,
             samples: Vec::new(),
             ended: vec![None; spec.n],
             first_token: None,
@@ -224,14 +233,42 @@ impl Worker {
         self.fail_all(failed);
     }
 
-    /// Runs the next prefill chunk of request `i`.
-    fn prefill_chunk(&mut self, i: usize) {
+    /// Runs the next prefill chunk of request `i`, or resumes the one it paused. A
+    /// request that arrives meanwhile pauses the chunk at the next subgraph boundary
+    /// (preemption: the next turn's order decides which request's prefill runs on), and
+    /// so does a cancel of this one.
+    fn prefill_chunk(&mut self, i: usize, inbox: &Receiver<Submitted>) {
         let chunk = self.options.chunk_len.max(1) as usize;
-        let live = &mut self.live[i];
-        let end = (live.prefilled + chunk).min(live.prompt.len());
-        let session = live.session.as_mut().expect("prefilling has a session");
         let began = Instant::now();
-        let ran = session.prefill(&live.prompt[live.prefilled..end]);
+        if self.live[i].chunk.is_none() {
+            let live = &mut self.live[i];
+            let end = (live.prefilled + chunk).min(live.prompt.len());
+            let session = live.session.as_mut().expect("prefilling has a session");
+            if let Err(e) = session.start_prefill(&live.prompt[live.prefilled..end]) {
+                return self.fail(i, e);
+            }
+            live.chunk = Some(StartedChunk {
+                end,
+                ran: std::time::Duration::ZERO,
+            });
+            // The request shows as prefilling while its first chunk runs, not after.
+            self.publish();
+        }
+        let live = &mut self.live[i];
+        let session = live.session.as_mut().expect("prefilling has a session");
+        let cancel = &live.cancel;
+        let yield_now = || !inbox.is_empty() || cancel.load(Ordering::Acquire);
+        let ran = match session.resume_prefill(&yield_now) {
+            Ok(None) => {
+                if let Some(started) = &mut live.chunk {
+                    started.ran += began.elapsed();
+                }
+                return;
+            }
+            Ok(Some(ran)) => Ok(ran),
+            Err(e) => Err(e),
+        };
+        let StartedChunk { end, ran: before } = live.chunk.take().expect("a chunk was started");
         let slices = ran
             .as_ref()
             .map(|(outcome, _)| outcome.timeline.slices.iter());
@@ -240,7 +277,7 @@ impl Worker {
             .flatten()
             .map(|s| (s.processor, s.end_ns.saturating_sub(s.start_ns)))
             .collect();
-        let per_token = began.elapsed().as_nanos() as u64 / (end - live.prefilled) as u64;
+        let per_token = (before + began.elapsed()).as_nanos() as u64 / (end - live.prefilled) as u64;
         self.prefill_ns_per_token = match self.prefill_ns_per_token {
             0 => per_token,
             old => smoothed(old, per_token),

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use hetsched_runtime::engine::{EngineOptions, RunOutcome};
+use hetsched_runtime::request_world::Advance;
 use hetsched_systems::{DeviceProfile, PrefillPlan, ProcessorKind, Workload};
 
-use super::{Session, broken};
+use super::{Session, StartedPrefill, broken};
 use crate::float_kernels::FloatKernels;
 use crate::generate::decode_run::DecodeRun;
 use crate::generate::error::GenerateError;
@@ -128,13 +129,15 @@ impl Session {
         Ok(DecodeRun::new(plan, &c.plan.stages, runner)?)
     }
 
-    /// Runs `compiled` (the plan of `new`) over the session's KV cache in the session's
-    /// world, on the session's thread queues.
-    pub(super) fn run_scheduled(
+    /// Arms `compiled` (the plan of `new`) in the session's world over the session's KV
+    /// cache, which moves into the run's runner until it ends.
+    pub(super) fn start_scheduled(
         &mut self,
         new: &[u32],
         compiled: &Compiled,
-    ) -> Result<RunOutcome, GenerateError> {
+        plan_ns: u64,
+    ) -> Result<(), GenerateError> {
+        let policy = self.policies.create(&self.options.policy).map_err(ExecError::from)?;
         let caches = self.caches.take().ok_or_else(broken)?;
         let pos0 = self.tokens.len();
         let mut tokens = self.tokens.clone();
@@ -148,10 +151,36 @@ impl Session {
             compiled.lanes.clone(),
             state,
         ));
-        let outcome = self.run_in_world(compiled, &runner);
+        *self.current.0.write() = Some(runner.clone());
+        let options = EngineOptions {
+            cancel: self.options.cancel.clone(),
+            ..EngineOptions::real_queues()
+        };
+        self.world.start(compiled.plan.clone(), policy, &options);
+        self.started = Some(StartedPrefill::Scheduled(ScheduledPrefill { runner, plan_ns }));
+        Ok(())
+    }
+
+    /// Runs the started `run` on the session's thread queues until it ends (the cache and
+    /// the new tokens back in the session, the logits after them kept) or pauses
+    /// (`None`: `run` kept for the next resume).
+    pub(super) fn advance_scheduled(
+        &mut self,
+        run: ScheduledPrefill,
+        yield_now: &dyn Fn() -> bool,
+    ) -> Result<Option<(RunOutcome, u64)>, GenerateError> {
+        let outcome = match self.world.advance(&mut self.queues, yield_now) {
+            Ok(Advance::Paused) => {
+                self.started = Some(StartedPrefill::Scheduled(run));
+                return Ok(None);
+            }
+            Ok(Advance::Finished(outcome)) => Ok(outcome),
+            Err(e) => Err(ExecError::from(e)),
+        };
+        *self.current.0.write() = None;
         // Every job has finished (or the run failed): the runner is ours again. A failed
         // run whose job still holds it leaves the session without a cache (broken).
-        let runner = Arc::try_unwrap(runner).map_err(|_| broken())?;
+        let runner = Arc::try_unwrap(run.runner).map_err(|_| broken())?;
         let mut state = runner.state;
         let finished = outcome.and_then(|o| Ok((o, take_logits(&state.logits)?)));
         let tokens = std::mem::take(&mut state.tokens);
@@ -161,29 +190,16 @@ impl Session {
         self.tokens = tokens;
         self.logits = Some(logits);
         self.world.set_cached_tokens(self.tokens.len());
-        Ok(outcome)
+        Ok(Some((outcome, run.plan_ns)))
     }
+}
 
-    /// Runs `compiled`'s plan (a prefill) for this request with `runner` in the session's
-    /// world, on the session's thread queues.
-    pub(super) fn run_in_world(
-        &mut self,
-        compiled: &Compiled,
-        runner: &Arc<StageRunner>,
-    ) -> Result<RunOutcome, ExecError> {
-        let policy = self.policies.create(&self.options.policy)?;
-        let plan = compiled.plan.clone();
-        *self.current.0.write() = Some(runner.clone());
-        let options = EngineOptions {
-            cancel: self.options.cancel.clone(),
-            ..EngineOptions::real_queues()
-        };
-        let outcome = self
-            .world
-            .run(plan, policy, false, &mut self.queues, &options);
-        *self.current.0.write() = None;
-        Ok(outcome?)
-    }
+/// A scheduled prefill armed in the session's world and not finished: its runner holds
+/// the session's KV cache until it ends.
+pub(super) struct ScheduledPrefill {
+    runner: Arc<StageRunner>,
+    /// Time spent building and compiling its plan, ns.
+    plan_ns: u64,
 }
 
 /// The device decode steps run on: the CPU lanes (seed 000 decodes on the CPU), or the
