@@ -5,8 +5,14 @@
 # bandwidth with each precision's achieved fraction of it (docs/generation.md keeps one,
 # with date and machine).
 #
-#   scripts/decode-vs-llamacpp.sh [-n TOKENS] [-t THREADS] [-r ROUNDS]
-#       defaults: -n 128 -t 2 -r 5
+#   scripts/decode-vs-llamacpp.sh [-n TOKENS] [-t THREADS] [-r ROUNDS] [-d DEPTH]
+#       defaults: -n 128 -t 2 -r 5 -d 0
+#
+# -d DEPTH decodes after DEPTH tokens of context: llama-bench's `-d DEPTH` (the tokens
+# in its KV cache before the timed ones), hetsched's prompt the same text repeated to
+# about DEPTH tokens (the report gives its exact count); each step then also reads the
+# keys and values of every earlier position, which at a long context costs as much as
+# the weights.
 #
 # llama.cpp is built once by scripts/build-llamacpp.sh (or $LLAMACPP_BUILD); its Q8_0 and
 # Q4_0 files are made from the test model with llama-quantize (cached in
@@ -20,11 +26,11 @@
 # as the minimum, and the medians and ratios are what to quote.
 set -euo pipefail
 
-TOKENS=128 THREADS=2 ROUNDS=5
-while getopts "n:t:r:" opt; do
+TOKENS=128 THREADS=2 ROUNDS=5 DEPTH=0
+while getopts "n:t:r:d:" opt; do
   case $opt in
-    n) TOKENS=$OPTARG ;; t) THREADS=$OPTARG ;; r) ROUNDS=$OPTARG ;;
-    *) sed -n 2,19p "$0"; exit 2 ;;
+    n) TOKENS=$OPTARG ;; t) THREADS=$OPTARG ;; r) ROUNDS=$OPTARG ;; d) DEPTH=$OPTARG ;;
+    *) sed -n 2,26p "$0"; exit 2 ;;
   esac
 done
 
@@ -33,19 +39,23 @@ WORK=target/decode-vs-llamacpp QUANTS="Q8_0 Q4_0"
 . "$(dirname "${BASH_SOURCE[0]}")/setup-vs-llamacpp.sh"
 
 PROMPT="The history of the printing press begins in the fifteenth century, when"
-hetsched_row() { # precision -> "tok/s fraction bytes bandwidth overhead"
-  "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --max-tokens "$TOKENS" --ignore-eos \
+# About 16 tokens a repeat; at least one.
+PROMPT_FILE="$WORK/prompt.$DEPTH.txt"
+python3 -c 'import sys; sys.stdout.write(" ".join([sys.argv[1]] * max(1, round(int(sys.argv[2]) / 16))))' \
+  "$PROMPT" "$DEPTH" >"$PROMPT_FILE"
+hetsched_row() { # precision -> "tok/s fraction bytes bandwidth overhead prompt_tokens"
+  "$BIN" generate --model "$MODEL" --prompt-file "$PROMPT_FILE" --max-tokens "$TOKENS" --ignore-eos \
     --precision "$1" --threads "$THREADS" --decode direct --json |
     python3 -c 'import json,sys; d=json.load(sys.stdin); b=d["weight_bytes_per_token"]
-print(d["decode_tokens_per_s"], d["bandwidth_fraction"], b["layers"] + b["head"], d["bandwidth_gb_s"], d["decode_overhead"])'
+print(d["decode_tokens_per_s"], d["bandwidth_fraction"], b["layers"] + b["head"], d["bandwidth_gb_s"], d["decode_overhead"], d["prompt_tokens"])'
 }
 llama_row() { # quant -> "tok/s"
-  "$LLAMA/llama-bench" -m "$WORK/model.$1.gguf" -n "$TOKENS" -p 0 -t "$THREADS" -r 1 -o json 2>/dev/null |
+  "$LLAMA/llama-bench" -m "$WORK/model.$1.gguf" -n "$TOKENS" -p 0 -d "$DEPTH" -t "$THREADS" -r 1 -o json 2>/dev/null |
     python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
 }
 
 ROWS="hetsched:w8a8 hetsched:w4a8-g32 hetsched:w4a8-g128 hetsched:f32 llama.cpp:Q8_0 llama.cpp:Q4_0"
-RESULTS="$WORK/results.$TOKENS.$THREADS.txt"
+RESULTS="$WORK/results.$TOKENS.$THREADS.$DEPTH.txt"
 : >"$RESULTS"
 for round in $(seq "$ROUNDS"); do
   for row in $ROWS; do
@@ -56,10 +66,10 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
-python3 - "$RESULTS" "$TOKENS" "$THREADS" "$ROUNDS" <<'PY'
+python3 - "$RESULTS" "$TOKENS" "$THREADS" "$ROUNDS" "$DEPTH" <<'PY'
 import statistics, sys
-path, tokens, threads, rounds = sys.argv[1:]
-runs, fraction, nbytes, bandwidth, overhead = {}, {}, {}, [], {}
+path, tokens, threads, rounds, depth = sys.argv[1:]
+runs, fraction, nbytes, bandwidth, overhead, prompt = {}, {}, {}, [], {}, set()
 for line in open(path):
     row, *v = line.split()
     runs.setdefault(row, []).append(float(v[0]))
@@ -68,8 +78,10 @@ for line in open(path):
         nbytes[row] = int(v[2])
         bandwidth.append(float(v[3]))
         overhead.setdefault(row, []).append(float(v[4]))
+        prompt.add(int(v[5]))
 med = {row: statistics.median(v) for row, v in runs.items()}
-print(f"tg{tokens}, {threads} threads, {rounds} interleaved rounds, medians (measured)")
+at = f" after {depth} tokens of context (hetsched's prompt: {', '.join(map(str, sorted(prompt)))} tokens)" if depth != "0" else ""
+print(f"tg{tokens}{at}, {threads} threads, {rounds} interleaved rounds, medians (measured)")
 print(f"streaming-read bandwidth at {threads} threads: median {statistics.median(bandwidth):.1f} GB/s over the hetsched rows")
 print()
 print("| row | tok/s (median) | min-max | weight MB/token | bandwidth fraction (median) | step outside kernels (median) |")

@@ -447,14 +447,7 @@ impl Session {
         &mut self,
         sequences: &mut [(u32, usize, &mut [KvCache])],
     ) -> Result<Vec<Vec<f32>>, GenerateError> {
-        if self.path == DecodePath::Scheduled || self.gpu.is_some() {
-            return Err(ExecError::InvalidOption {
-                option: "decode",
-                message: "batched decode steps (parallel samples) run on the direct path;                           use the direct decode path on the CPU"
-                    .into(),
-            }
-            .into());
-        }
+        self.check_batched()?;
         let vocab = self.model.config.vocab_size;
         if let Some(&(id, ..)) = sequences.iter().find(|s| s.0 as usize >= vocab) {
             return Err(ExecError::TokenOutOfRange { id, vocab }.into());
