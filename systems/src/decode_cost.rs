@@ -19,7 +19,8 @@
 
 use serde::Serialize;
 
-use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
+use crate::cost::HomeWork;
+use crate::device::{DeviceProfile, ProcessorSpec};
 use crate::error::PlanError;
 use crate::model::ModelConfig;
 
@@ -93,9 +94,7 @@ pub fn estimate_decode(
 /// The lane decode steps run on: the first CPU, or the first processor of a device
 /// without one (`None`: no processor).
 pub fn decode_lane(device: &DeviceProfile) -> Option<usize> {
-    device
-        .first_of(ProcessorKind::Cpu)
-        .or_else(|| (!device.processors.is_empty()).then_some(0))
+    device.preferred_lane(HomeWork::Decode)
 }
 
 fn decode_processor(device: &DeviceProfile) -> Result<&ProcessorSpec, PlanError> {
@@ -122,16 +121,6 @@ fn decode_bandwidth(processor: &ProcessorSpec) -> Result<(f64, bool), PlanError>
 /// other requests decoding beside it together).
 pub const MAX_DECODE_BATCH: usize = 64;
 
-/// The static batch shapes (rows) an NPU decode graph is built for; a batch runs at the
-/// smallest that holds it, its padding rows computed and thrown away.
-pub const NPU_DECODE_ROWS: [usize; 6] = [1, 4, 8, 16, 32, 64];
-
-/// The static shape a batch of `rows` sequences runs at on an NPU (`None`: more rows
-/// than the largest shape).
-pub fn npu_decode_rows(rows: usize) -> Option<usize> {
-    NPU_DECODE_ROWS.iter().copied().find(|&shape| shape >= rows)
-}
-
 /// The modelled time of one decode step of `contexts.len()` sequences run together on
 /// the decode processor ([`decode_lane`]), sequence `s` at `contexts[s]` tokens (its
 /// cache and the token fed). The GEMVs of single-sequence decode become one small GEMM:
@@ -145,9 +134,9 @@ pub fn npu_decode_rows(rows: usize) -> Option<usize> {
 ///
 /// with the bandwidth of [`estimate_decode`] and `rate` the processor's peak at the
 /// model's weight precision (no arithmetic bound where it gives none). One sequence that
-/// is bound by its bytes costs exactly [`estimate_decode`]'s step at its context. An NPU
-/// runs graphs of static batch shapes: a batch is padded up to the next of
-/// [`NPU_DECODE_ROWS`].
+/// is bound by its bytes costs exactly [`estimate_decode`]'s step at its context. The
+/// batch runs as its processor's kind runs it ([`crate::ProcessorKind::decode_rows`]: on
+/// an NPU padded up to the next of [`crate::NPU_DECODE_ROWS`]).
 ///
 /// # Errors
 /// [`PlanError::NoProcessor`] as [`estimate_decode`]; [`PlanError::InvalidWorkload`] for
@@ -176,13 +165,10 @@ pub fn batched_decode_step_ns(
     }
     let kv_bytes_per_layer =
         2 * u64::from(model.kv_heads) * u64::from(model.head_dim()) * model.float_precision.bytes();
-    let mut padded: Vec<u64> = contexts.to_vec();
-    if processor.kind == ProcessorKind::Npu {
-        // Padding rows run at the shortest context: they cost arithmetic, little cache.
-        let shape = npu_decode_rows(padded.len()).unwrap_or(padded.len());
-        let shortest = padded.iter().copied().min().unwrap_or(1);
-        padded.resize(shape, shortest);
-    }
+    let padded = processor
+        .kind
+        .decode_rows(contexts)
+        .unwrap_or_else(|| contexts.to_vec());
     let keys: u64 = padded.iter().map(|&c| cached_keys_read(model, c)).sum();
     let bytes = weight_bytes(model) + keys * kv_bytes_per_layer;
     let memory_ns = bytes as f64 / bandwidth_gbps;
@@ -236,16 +222,8 @@ fn weight_bytes(m: &ModelConfig) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::ProcessorKind;
     use crate::testing::{tiny_device, tiny_model};
-
-    #[test]
-    fn npu_shapes_pad_up_and_stop_at_the_largest() {
-        assert_eq!(npu_decode_rows(1), Some(1));
-        assert_eq!(npu_decode_rows(2), Some(4));
-        assert_eq!(npu_decode_rows(9), Some(16));
-        assert_eq!(npu_decode_rows(64), Some(64));
-        assert_eq!(npu_decode_rows(65), None);
-    }
 
     #[test]
     fn steps_cost_their_bytes_over_the_bandwidth() {

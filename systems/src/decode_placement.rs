@@ -26,7 +26,7 @@ use std::sync::Arc;
 use bevy_ecs::prelude::{Entity, Has, World};
 
 use crate::components::{BusySlot, Offline, Processor};
-use crate::decode_cost::{batched_decode_step_ns, decode_lane, npu_decode_rows};
+use crate::decode_cost::{batched_decode_step_ns, decode_lane};
 use crate::device::{DeviceProfile, ProcessorKind, ProcessorSpec};
 use crate::dispatch::OFFLINE_FREE_AT_NS;
 use crate::error::PlanError;
@@ -307,8 +307,9 @@ pub fn predicted_finish_ns(plan: &PrefillPlan, loads: &LaneLoads) -> u64 {
     chain.max(loaded)
 }
 
-/// A stage of a decode batch of sequences at `contexts` on `processor`, ns: on an NPU
-/// the rows padded to its static shape (padding rows at the shortest context); one
+/// A stage of a decode batch of sequences at `contexts` on `processor`, ns: the rows its
+/// kind runs the batch as ([`ProcessorKind::decode_rows`]: on an NPU padded to its static
+/// shape, padding rows at the shortest context); one
 /// launch plus each operator's roofline time for the rows (the weights read once; each
 /// sequence's attention over its own cache; the head's logits per row), or the fitted
 /// stage cost where the processor's profile has one. `None`: the processor cannot run
@@ -319,12 +320,7 @@ fn batch_stage_ns(
     processor: &ProcessorSpec,
     contexts: &[u64],
 ) -> Option<u64> {
-    let mut rows = contexts.to_vec();
-    if processor.kind == ProcessorKind::Npu {
-        let shape = npu_decode_rows(rows.len())?;
-        let shortest = rows.iter().copied().min()?;
-        rows.resize(shape, shortest);
-    }
+    let rows = processor.kind.decode_rows(contexts)?;
     let n = rows.len() as u64;
     let longest = rows.iter().copied().max()?;
     let cost = &processor.cost;

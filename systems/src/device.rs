@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cost::CostModel;
+pub use crate::cost::ProcessorKind;
+use crate::cost::{CostModel, HomeWork, StageCost, preferred_lane};
 use crate::error::PlanError;
 
 /// Smallest non-zero peak rate (GOPS) or bandwidth (GB/s) a profile may give: below it
@@ -65,7 +66,7 @@ fn rounded(x: f64) -> String {
     }
 }
 
-fn stage_coefficients_ok(s: &crate::stage_cost::StageCost) -> bool {
+fn stage_coefficients_ok(s: &StageCost) -> bool {
     [
         s.launch_us,
         s.per_token_us,
@@ -74,29 +75,6 @@ fn stage_coefficients_ok(s: &crate::stage_cost::StageCost) -> bool {
     ]
     .iter()
     .all(|us| (0.0..=MAX_LATENCY_US).contains(us))
-}
-
-/// Kind of processor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum ProcessorKind {
-    /// Host CPU cores (one queue).
-    Cpu,
-    /// GPU (Vulkan queue).
-    Gpu,
-    /// Neural processing unit (Hexagon queue).
-    Npu,
-}
-
-impl ProcessorKind {
-    /// Lower-case name, as written in scenes.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProcessorKind::Cpu => "cpu",
-            ProcessorKind::Gpu => "gpu",
-            ProcessorKind::Npu => "npu",
-        }
-    }
 }
 
 /// One processor of a device profile.
@@ -237,7 +215,7 @@ pub struct OneThreadCost {
     /// The processor whose queue ran it.
     pub processor: String,
     /// The fitted cost.
-    pub cost: crate::stage_cost::StageCost,
+    pub cost: StageCost,
 }
 
 impl ProfileOrigin {
@@ -266,7 +244,7 @@ impl ProfileOrigin {
         processor: &str,
         precision: &str,
         stage: &str,
-    ) -> Option<&crate::stage_cost::StageCost> {
+    ) -> Option<&StageCost> {
         self.one_thread
             .iter()
             .find(|c| {
@@ -370,6 +348,12 @@ impl DeviceProfile {
     /// Index of the first processor of `kind`.
     pub fn first_of(&self, kind: ProcessorKind) -> Option<usize> {
         self.processors.iter().position(|p| p.kind == kind)
+    }
+
+    /// The default home lane of `work`: the first processor of the kind ranked first for
+    /// it ([`crate::cost`]'s kind rules; `None`: no processor takes it).
+    pub(crate) fn preferred_lane(&self, work: HomeWork) -> Option<usize> {
+        preferred_lane(self.processors.iter().map(|p| p.kind), work)
     }
 }
 

@@ -64,7 +64,6 @@ mod resolve;
 pub mod resources;
 pub mod retry;
 pub mod shadow;
-mod stage_cost;
 pub mod testing;
 mod world;
 
@@ -72,10 +71,10 @@ use bevy_ecs::prelude::{IntoScheduleConfigs, Messages, ResMut, Schedule, SystemS
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
 pub use attention_span::attention_window;
-pub use cost::{CostModel, CostSource, MeasuredLatency, PeakRates};
+pub use cost::{CostModel, CostSource, MeasuredLatency, NPU_DECODE_ROWS, PeakRates};
 pub use decode_cost::{
-    DecodeEstimate, MAX_DECODE_BATCH, NPU_DECODE_ROWS, batched_decode_step_ns, decode_lane,
-    estimate_decode, kv_cache_bytes,
+    DecodeEstimate, MAX_DECODE_BATCH, batched_decode_step_ns, decode_lane, estimate_decode,
+    kv_cache_bytes,
 };
 pub use decode_placement::{DecodePlacement, DecodePlans};
 pub use decode_plan::DEFAULT_DECODE_LAYERS_PER_STAGE;
@@ -94,7 +93,7 @@ pub use request::{
     spawn_request_entity,
 };
 pub use request_policy::{ActiveRequestPolicy, RequestPolicy};
-pub use stage_cost::{
+pub use cost::stage::{
     StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, median, precision_label,
     stage_kind,
 };

@@ -156,10 +156,7 @@ fn resolve_entry(
         return Ok(vec![lane]);
     }
     let names = || device.processor_names();
-    let wanted = [ProcessorKind::Cpu, ProcessorKind::Gpu, ProcessorKind::Npu]
-        .into_iter()
-        .find(|k| k.as_str() == entry)
-        .ok_or_else(|| {
+    let wanted = ProcessorKind::from_name(entry).ok_or_else(|| {
             PlanError::InvalidWorkload(format!(
                 "[placement] {}: `{entry}` is neither a processor of {} ({}) nor a processor \
                  kind (cpu, gpu, npu)",

@@ -3,7 +3,7 @@
 
 use std::num::NonZeroU64;
 
-use crate::device::{DeviceProfile, ProcessorKind};
+use crate::device::DeviceProfile;
 use crate::error::PlanError;
 use crate::graph::{
     Sharing, StageDependency, StageTemplate, build_stages, group_layers,
@@ -225,18 +225,15 @@ impl PrefillPlan {
             let executed = self.executed_shape(key);
             for &lane in self.eligible(key) {
                 let processor = &self.device.processors[lane];
-                // An NPU priced by the roofline runs pre-built graphs of the chunk's fixed
-                // length (seed 000 pads the last chunk); measured costs and other
-                // processors price the tokens the chunk holds, as the executors run them.
-                let padded = processor.kind == ProcessorKind::Npu
-                    && processor.cost.stage_cost(&self.model, &stage.ops).is_none();
-                let shape = match padded {
-                    true => ChunkShape {
-                        tokens: u64::from(self.workload.chunk_len),
-                        ..executed
-                    },
-                    false => executed,
-                };
+                // The shape the processor's kind prices the chunk at: the tokens it
+                // holds, or on an NPU priced by the roofline its graphs' fixed length.
+                let shape = processor.kind.priced_shape(
+                    &processor.cost,
+                    &self.model,
+                    &stage.ops,
+                    executed,
+                    self.workload.chunk_len,
+                );
                 let ns = processor
                     .cost
                     .subgraph_ns(&self.model, &stage.ops, shape)

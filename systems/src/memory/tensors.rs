@@ -8,14 +8,14 @@
 //! live while the stage runs.
 //!
 //! Regions: every processor has one. A tensor that an NPU produces or reads lives in
-//! that NPU's region: the NPU can only address its window (4 GiB on the Hexagon), and the
-//! CPU maps the same buffer, zero-copy, as the peer does with shared (rpcmem) buffers.
-//! Every other tensor lives in its producer's region. The KV cache is read and written
+//! that NPU's region ([`crate::ProcessorKind::hosts_tensors_it_touches`]): the NPU can
+//! only address its window (4 GiB on the Hexagon), and the CPU maps the same buffer,
+//! zero-copy, as the peer does with shared (rpcmem) buffers. Every other tensor lives in
+//! its producer's region. The KV cache is read and written
 //! only by the float processor (attention), so it lives there.
 
 use serde::Serialize;
 
-use crate::device::ProcessorKind;
 use crate::model::{ExecClass, ModelConfig, OpDecl, OpKind};
 use crate::plan::{InstanceKey, PlanLayout};
 
@@ -169,7 +169,7 @@ pub fn chunk_tensors(layout: &PlanLayout) -> Vec<TensorTemplate> {
     }
     let tokens = u64::from(layout.workload.chunk_len);
     let lane = |stage: u32| layout.processor(InstanceKey { chunk: 0, stage });
-    let is_npu = |lane: usize| layout.device.processors[lane].kind == ProcessorKind::Npu;
+    let hosts = |lane: usize| layout.device.processors[lane].kind.hosts_tensors_it_touches();
     let mut workspace = vec![0u64; layout.stages.len()];
     let mut tensors = Vec::new();
     for (i, (stage, op, _)) in chain.iter().enumerate() {
@@ -185,7 +185,7 @@ pub fn chunk_tensors(layout: &PlanLayout) -> Vec<TensorTemplate> {
         let producer_lane = lane(*stage);
         let region = std::iter::once(producer_lane)
             .chain(consumers.iter().map(|&s| lane(s)))
-            .find(|&l| is_npu(l))
+            .find(|&l| hosts(l))
             .unwrap_or(producer_lane);
         tensors.push(TensorTemplate {
             producer: *stage,

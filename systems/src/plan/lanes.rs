@@ -2,14 +2,16 @@
 //! `[placement]` rules and the workload's float processor.
 
 use super::Workload;
-use crate::device::{DeviceProfile, ProcessorKind};
+use crate::cost::HomeWork;
+use crate::device::DeviceProfile;
 use crate::error::PlanError;
 use crate::graph::StageTemplate;
 use crate::model::ExecClass;
 use crate::placement::PlacementConfig;
 
-/// The processor of float work: the workload's `float_processor` by name (not an NPU),
-/// else the first CPU, else the first GPU.
+/// The processor of float work: the workload's `float_processor` by name (of a kind that
+/// runs float work: not an NPU), else the default home of float work (the first CPU, else
+/// the first GPU).
 fn float_processor(device: &DeviceProfile, workload: &Workload) -> Result<usize, PlanError> {
     match &workload.float_processor {
         Some(name) => {
@@ -24,7 +26,7 @@ fn float_processor(device: &DeviceProfile, workload: &Workload) -> Result<usize,
                         device.processor_names()
                     ))
                 })?;
-            if device.processors[index].kind == ProcessorKind::Npu {
+            if !device.processors[index].kind.runs_float_work() {
                 return Err(PlanError::InvalidWorkload(format!(
                     "float_processor `{name}` is an NPU; float work needs a CPU or GPU"
                 )));
@@ -32,8 +34,7 @@ fn float_processor(device: &DeviceProfile, workload: &Workload) -> Result<usize,
             Ok(index)
         }
         None => device
-            .first_of(ProcessorKind::Cpu)
-            .or_else(|| device.first_of(ProcessorKind::Gpu))
+            .preferred_lane(HomeWork::Float)
             .ok_or_else(|| PlanError::NoProcessor("float (CPU or GPU)".into())),
     }
 }
@@ -47,12 +48,10 @@ pub(super) fn stage_lanes(
     placement: &PlacementConfig,
 ) -> Result<Vec<Vec<usize>>, PlanError> {
     let float_processor = float_processor(device, workload)?;
-    // Without an NPU the linears fall back to the CPU, and on a GPU-only device (every
-    // tensor resident there) to the GPU.
+    // The NPU; without one the CPU, and on a GPU-only device (every tensor resident there)
+    // the GPU.
     let int8_processor = device
-        .first_of(ProcessorKind::Npu)
-        .or_else(|| device.first_of(ProcessorKind::Cpu))
-        .or_else(|| device.first_of(ProcessorKind::Gpu))
+        .preferred_lane(HomeWork::Int8Linears)
         .ok_or_else(|| PlanError::NoProcessor("linear (NPU, CPU or GPU)".into()))?;
     stages
         .iter()
@@ -60,7 +59,7 @@ pub(super) fn stage_lanes(
             let default = match s.class {
                 // Seed 000 runs the shadow on the CPU, beside float work on the GPU.
                 _ if s.is_shadow() => device
-                    .first_of(ProcessorKind::Cpu)
+                    .preferred_lane(HomeWork::Shadow)
                     .unwrap_or(float_processor),
                 ExecClass::Float => float_processor,
                 ExecClass::Int8 => int8_processor,

@@ -4,8 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::stall_index::StallIndex;
-use super::{LaneTimes, PickContext, Policy, pick_max_by, stall_contribution};
-use crate::device::ProcessorKind;
+use super::{LaneTimes, PickContext, Policy, contribution_on, pick_max_by, stall_total};
 use crate::plan::PrefillPlan;
 
 /// `balance` front-loads float work freely while the NPU has at most this many times the
@@ -20,11 +19,12 @@ pub const FRONT_LOAD_RATIO: u64 = 2;
 pub const STEAL_COVER_PERCENT: u64 = 70;
 
 /// Whether the NPU lanes' remaining work is at most [`FRONT_LOAD_RATIO`] times the other
-/// lanes' (by home lane): the float side then threatens the tail.
+/// lanes' (by home lane; an NPU is a processor that runs no float work,
+/// [`crate::ProcessorKind::runs_float_work`]): the float side then threatens the tail.
 pub fn float_threatens_tail(plan: &PrefillPlan, remaining_ns: &[u64]) -> bool {
     let (mut npu, mut float) = (0u64, 0u64);
     for (spec, &work) in plan.device.processors.iter().zip(remaining_ns) {
-        if spec.kind == ProcessorKind::Npu {
+        if !spec.kind.runs_float_work() {
             npu += work;
         } else {
             float += work;
@@ -119,7 +119,7 @@ fn pick_balance(
     index: &StallIndex,
 ) -> Option<u32> {
     let (plan, progress, lane, kind) = (ctx.plan, ctx.progress, ctx.lane, ctx.kind);
-    let feed_idle_cpu = kind == ProcessorKind::Npu && view.others_idle;
+    let feed_idle_cpu = !kind.runs_float_work() && view.others_idle;
     let whole_queue = ctx.ready.get(lane).is_some_and(|q| std::ptr::eq(q, ready));
     if !feed_idle_cpu
         && whole_queue
@@ -146,15 +146,10 @@ fn pick_balance(
             let steal = (home_stays_busy && balanced) || times.finishes_first(plan, key, lane);
             return steal.then_some((false, false, 0, -rank));
         }
-        let total = index.total(id).map_or_else(
-            || stall_contribution(plan, progress, key, ProcessorKind::Cpu),
-            |t| t as i64,
-        );
-        let c = if kind == ProcessorKind::Npu {
-            -total
-        } else {
-            total
-        };
+        let total = index
+            .total(id)
+            .unwrap_or_else(|| stall_total(plan, progress, key));
+        let c = contribution_on(kind, total);
         if feed_idle_cpu {
             // -c is the time of S on the float processors. It "fits" when the NPU can
             // work through the rest of its ready queue meanwhile; when the float side's

@@ -80,20 +80,33 @@ fn for_each_enabled(
     }
 }
 
+/// The total modeled time of the set S that completing `key` makes ready
+/// ([`newly_enabled`]), in ns.
+pub fn stall_total(plan: &PrefillPlan, progress: &StageProgress, key: InstanceKey) -> u64 {
+    let mut total = 0u64;
+    for_each_enabled(plan, progress, key, |k| total += plan.cost_ns(k));
+    total
+}
+
+/// Stall contribution C of an instance whose S takes `total` ns, run on a processor of
+/// `kind` (seed 000, Eq. 6): `total` where the kind runs float work (a CPU/GPU: the most
+/// work made ready first), its negation where it runs none (the NPU: S runs on the float
+/// processors, so the shortest S first keeps them from holding it up).
+pub fn contribution_on(kind: ProcessorKind, total: u64) -> i64 {
+    let total = total as i64;
+    match kind.runs_float_work() {
+        true => total,
+        false => -total,
+    }
+}
+
 /// Stall contribution C of running `key` on a processor of `kind` (seed 000, Eq. 6):
-/// the total time of S if `key` runs on a CPU/GPU, its negation on the NPU.
+/// [`contribution_on`] of its [`stall_total`].
 pub fn stall_contribution(
     plan: &PrefillPlan,
     progress: &StageProgress,
     key: InstanceKey,
     kind: ProcessorKind,
 ) -> i64 {
-    let mut total = 0u64;
-    for_each_enabled(plan, progress, key, |k| total += plan.cost_ns(k));
-    let total = total as i64;
-    if kind == ProcessorKind::Npu {
-        -total
-    } else {
-        total
-    }
+    contribution_on(kind, stall_total(plan, progress, key))
 }

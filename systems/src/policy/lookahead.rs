@@ -3,7 +3,6 @@
 use std::collections::BTreeSet;
 
 use super::{PickContext, Policy, pick_max_by, stall_contribution};
-use crate::device::ProcessorKind;
 
 /// Eq. 6 with two changes, measured on the shipped scenes (docs/policies.md).
 /// 1. When no other processor has ready work, the NPU runs the job whose float
@@ -26,7 +25,7 @@ impl Policy for Lookahead {
 
     fn pick(&mut self, ctx: &PickContext<'_>, candidates: &BTreeSet<u32>) -> Option<u32> {
         let plan = ctx.plan;
-        let feed_idle_cpu = ctx.kind == ProcessorKind::Npu && ctx.others_idle();
+        let feed_idle_cpu = !ctx.kind.runs_float_work() && ctx.others_idle();
         pick_max_by(candidates, |id| {
             let key = plan.key(id as usize);
             if !ctx.times.finishes_first(plan, key, ctx.lane) {

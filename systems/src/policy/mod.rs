@@ -53,7 +53,7 @@ pub use balance::{Balance, FRONT_LOAD_RATIO, STEAL_COVER_PERCENT, float_threaten
 pub use context::{HomeBacklog, LaneTimes, PickContext};
 pub use costs_from::{CostsFrom, CostsMismatch};
 pub use cpf::CriticalPathFirst;
-pub use eq6::{newly_enabled, stall_contribution};
+pub use eq6::{contribution_on, newly_enabled, stall_contribution, stall_total};
 pub use heft::Heft;
 pub use in_order::InOrder;
 pub use layerwise::Layerwise;

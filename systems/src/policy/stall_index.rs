@@ -27,7 +27,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
 use super::PickContext;
-use super::eq6::stall_contribution;
+use super::eq6::{contribution_on, stall_total};
 use crate::device::ProcessorKind;
 use crate::graph::StageDependency;
 use crate::plan::{InstanceKey, PrefillPlan};
@@ -44,8 +44,9 @@ pub struct StallIndex {
     intra_readers: Vec<Vec<u32>>,
     /// Per stage, the stages whose instance at their done prefix reads its done state.
     cross_readers: Vec<Vec<u32>>,
-    /// Per lane, whether C is negated there (an NPU).
-    negated: Vec<bool>,
+    /// Per lane, its processor's kind, which says whether C is negated there
+    /// ([`contribution_on`]).
+    kinds: Vec<ProcessorKind>,
     /// Per id, the total of S (valid where `tracked`).
     totals: Vec<u64>,
     /// Per id, whether it is a ready instance kept in its home lane's order.
@@ -91,13 +92,9 @@ impl StallIndex {
                 }
             }
         }
-        self.negated.clear();
-        self.negated.extend(
-            plan.device
-                .processors
-                .iter()
-                .map(|p| p.kind == ProcessorKind::Npu),
-        );
+        self.kinds.clear();
+        self.kinds
+            .extend(plan.device.processors.iter().map(|p| p.kind));
         self.totals.clear();
         self.totals.resize(plan.id_space(), 0);
         self.tracked.clear();
@@ -205,17 +202,14 @@ impl StallIndex {
     fn score(&self, plan: &PrefillPlan, id: u32) -> (usize, HomeScore) {
         let key = plan.key(id as usize);
         let home = plan.processor(key);
-        let total = self.totals[id as usize] as i64;
-        let c = if self.negated[home] { -total } else { total };
+        let c = contribution_on(self.kinds[home], self.totals[id as usize]);
         let rank = plan.bottom_level_ns(key) as i64;
         (home, (c, rank, Reverse(id)))
     }
 
     fn track(&mut self, plan: &PrefillPlan, progress: &StageProgress, id: u32) {
         let key = plan.key(id as usize);
-        // The total is C on a float processor (never negated).
-        let total = stall_contribution(plan, progress, key, ProcessorKind::Cpu);
-        self.totals[id as usize] = total as u64;
+        self.totals[id as usize] = stall_total(plan, progress, key);
         self.tracked[id as usize] = true;
         let (home, score) = self.score(plan, id);
         self.by_lane[home].insert(score);
@@ -248,7 +242,7 @@ mod tests {
     use crate::device::ProcessorKind;
     use crate::placement::PlacementConfig;
     use crate::plan::{InstanceKey, PrefillPlan, Workload};
-    use crate::policy::{LaneTimes, PickContext, stall_contribution};
+    use crate::policy::{LaneTimes, PickContext, stall_contribution, stall_total};
     use crate::progress::StageProgress;
     use crate::resources::ReadyQueues;
     use crate::shadow::{KeptSite, ShadowConfig, ShadowSite};
@@ -309,7 +303,7 @@ mod tests {
                 if plan.processor(key) != lane {
                     continue;
                 }
-                let fresh = stall_contribution(plan, progress, key, ProcessorKind::Cpu) as u64;
+                let fresh = stall_total(plan, progress, key);
                 prop_assert_eq!(index.total(id), Some(fresh), "total of {:?}", key);
                 let kind = plan.device.processors[lane].kind;
                 let c = stall_contribution(plan, progress, key, kind);

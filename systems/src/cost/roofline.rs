@@ -1,4 +1,4 @@
-//! Cost model: what an operator costs on a processor.
+//! The roofline cost model: what an operator costs on a processor, whatever its kind.
 //!
 //! Roofline per operator (`max(ops / peak[precision], bytes / bandwidth)`) plus a fixed
 //! per-operator overhead; a subgraph adds one launch overhead. A table of measured
@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, OpWork, Precision};
-use crate::stage_cost::{StageCost, precision_label, stage_kind};
+use super::stage::{StageCost, precision_label, stage_kind};
 
 /// Peak arithmetic rates of a processor, in giga-operations per second (a multiply-add
 /// counts 2). Zero means the processor cannot do that precision.
