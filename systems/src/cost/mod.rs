@@ -68,17 +68,11 @@ trait KindRules {
     /// `None` where it never is.
     fn home_rank(&self, work: HomeWork) -> Option<u8>;
 
-    /// The shape a stage of `ops` is priced at on a processor of this kind priced by
-    /// `cost`, for a chunk that executes `executed` out of graphs built `chunk_len` long.
-    fn priced_shape(
-        &self,
-        _cost: &CostModel,
-        _model: &ModelConfig,
-        _ops: &[OpDecl],
-        executed: ChunkShape,
-        _chunk_len: u32,
-    ) -> ChunkShape {
-        executed
+    /// The tokens this kind's prefill graph runs a chunk at, where its graphs have a
+    /// static shape, for chunks `chunk_len` tokens long (`None`: the tokens the chunk
+    /// holds, as the executors run it).
+    fn static_chunk_tokens(&self, _chunk_len: u32) -> Option<u64> {
+        None
     }
 
     /// The rows a decode batch of sequences at `contexts` runs as, each row's context
@@ -129,8 +123,10 @@ impl ProcessorKind {
     }
 
     /// The shape a stage of `ops` is priced at on a processor of this kind priced by
-    /// `cost`, for a chunk that executes `executed` (the tokens it holds) out of graphs
-    /// built `chunk_len` tokens long.
+    /// `cost`, for a chunk that executes `executed` (the tokens it holds) of a prompt cut
+    /// into chunks of `chunk_len` tokens: the roofline prices a kind of static graphs (an
+    /// NPU) at its graph's shape, a fitted stage cost, measured as the executors run the
+    /// chunk, and every other kind the tokens the chunk holds.
     pub fn priced_shape(
         self,
         cost: &CostModel,
@@ -139,8 +135,13 @@ impl ProcessorKind {
         executed: ChunkShape,
         chunk_len: u32,
     ) -> ChunkShape {
-        self.rules()
-            .priced_shape(cost, model, ops, executed, chunk_len)
+        match self.rules().static_chunk_tokens(chunk_len) {
+            Some(tokens) if cost.stage_cost(model, ops).is_none() => ChunkShape {
+                tokens,
+                ..executed
+            },
+            _ => executed,
+        }
     }
 
     /// The rows a decode batch of sequences at `contexts` (tokens each) runs as on this

@@ -13,8 +13,7 @@
 //! - Memory. It addresses only its window (4 GiB on the Hexagon): every tensor it
 //!   produces or reads lies in its region, which the CPU maps zero-copy.
 
-use super::{CostModel, HomeWork, KindRules};
-use crate::model::{ChunkShape, ModelConfig, OpDecl};
+use super::{HomeWork, KindRules};
 
 /// The static batch shapes (rows) an NPU decode graph is built for; a batch runs at the
 /// smallest that holds it, its padding rows computed and thrown away.
@@ -38,23 +37,10 @@ impl KindRules for Npu {
         }
     }
 
-    /// The chunk length its graphs were built for where the roofline prices the stage;
-    /// the tokens the chunk holds where a fitted stage cost does.
-    fn priced_shape(
-        &self,
-        cost: &CostModel,
-        model: &ModelConfig,
-        ops: &[OpDecl],
-        executed: ChunkShape,
-        chunk_len: u32,
-    ) -> ChunkShape {
-        match cost.stage_cost(model, ops) {
-            Some(_) => executed,
-            None => ChunkShape {
-                tokens: u64::from(chunk_len),
-                ..executed
-            },
-        }
+    /// The chunk length its prefill graphs were built for: a short last chunk runs
+    /// padded.
+    fn static_chunk_tokens(&self, chunk_len: u32) -> Option<u64> {
+        Some(u64::from(chunk_len))
     }
 
     /// The batch padded up to its static shape; the padding rows run at the shortest
@@ -76,6 +62,7 @@ impl KindRules for Npu {
 mod tests {
     use super::*;
     use crate::cost::ProcessorKind;
+    use crate::model::ChunkShape;
 
     #[test]
     fn npu_shapes_pad_up_and_stop_at_the_largest() {
@@ -97,7 +84,7 @@ mod tests {
     }
 
     #[test]
-    fn a_roofline_priced_npu_prices_the_whole_chunk() {
+    fn a_roofline_priced_npu_prices_the_whole_chunk_a_measured_one_what_it_holds() {
         let model = crate::testing::tiny_model(1);
         let device = crate::testing::tiny_device();
         let ops = crate::model::epilogue_ops();
@@ -109,5 +96,21 @@ mod tests {
             };
             assert_eq!(p.kind.priced_shape(&p.cost, &model, &ops, short, 32), want);
         }
+        let npu = device.processors.iter().find(|p| p.kind == ProcessorKind::Npu);
+        let mut cost = npu.unwrap().cost.clone();
+        cost.stages.push(crate::cost::StageCost {
+            stage: crate::cost::stage::stage_kind(&ops),
+            precision: crate::cost::stage::precision_label(&model),
+            launch_us: 1.0,
+            per_token_us: 1.0,
+            per_pair_us: 0.0,
+            window: None,
+            per_window_pair_us: 0.0,
+            samples: 1,
+            fit_error: 0.0,
+            noise: 0.0,
+        });
+        let measured = ProcessorKind::Npu.priced_shape(&cost, &model, &ops, short, 32);
+        assert_eq!(measured, short);
     }
 }
