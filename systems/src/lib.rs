@@ -93,10 +93,8 @@ pub use request::{
     spawn_request_entity,
 };
 pub use request_policy::{ActiveRequestPolicy, RequestPolicy};
-pub use cost::stage::{
-    StageCost, StageSample, attended_pairs, fit_stage_cost, has_attention, median, precision_label,
-    stage_kind,
-};
+pub use cost::fit::{StageSample, fit_stage_cost, median};
+pub use cost::stage::{StageCost, attended_pairs, has_attention, precision_label, stage_kind};
 pub use world::{spawn_request_world, spawn_world};
 
 /// The phases of one scheduler tick, in the order they run.

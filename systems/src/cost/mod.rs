@@ -2,7 +2,8 @@
 //!
 //! Every processor is priced by the same two models, whatever its kind: the roofline
 //! per operator with its overheads and measured latencies ([`roofline`]: [`CostModel`])
-//! and the fitted stage costs a measured profile carries ([`stage`]: [`StageCost`]). The
+//! and the fitted stage costs a measured profile carries ([`stage`]: [`StageCost`],
+//! fitted to measured samples by [`fit`]). The
 //! numbers are the device profile's data; what differs between kinds is the rules around
 //! them, and those live in one file per kind, behind one interface, the methods of
 //! [`ProcessorKind`]:
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{ChunkShape, ModelConfig, OpDecl};
 
 mod cpu;
+pub mod fit;
 mod gpu;
 mod npu;
 pub mod roofline;
