@@ -11,8 +11,8 @@
 //! that NPU's region ([`crate::ProcessorKind::hosts_tensors_it_touches`]): the NPU can
 //! only address its window (4 GiB on the Hexagon), and the CPU maps the same buffer,
 //! zero-copy, as the peer does with shared (rpcmem) buffers. Every other tensor lives in
-//! its producer's region. The KV cache is read and written
-//! only by the float processor (attention), so it lives there.
+//! its producer's region. The KV cache is read and written only by the float processor
+//! (attention), so it lives there.
 
 use serde::Serialize;
 
