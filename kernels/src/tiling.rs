@@ -7,6 +7,10 @@
 //! Tails (odd `m`, `n` or unaligned column ranges) are therefore handled
 //! here, once, in safe code, and the SIMD microkernels only see whole
 //! blocks.
+//!
+//! Every SIMD GEMM (f32, INT8, the W4 variants) is one [`MicroKernel`], its inner
+//! product over a register tile, run by one driver, [`for_each_microtile`], which picks
+//! the instantiation of the kernel for the rows and blocks each tile has.
 
 use std::ops::Range;
 
@@ -67,6 +71,65 @@ pub(crate) fn for_each_tile<T: Copy + Default>(
                 }
             }
         }
+    }
+}
+
+/// The inner product of one register tile: the part of a SIMD GEMM that differs between
+/// number formats and instruction sets, run over the output by [`for_each_microtile`].
+pub(crate) trait MicroKernel {
+    /// The output element (i32 accumulators or f32).
+    type Out: Copy + Default;
+    /// Most rows a tile has (at most [`MR_MAX`]).
+    const MR: usize;
+    /// Blocks of [`BLOCK`] columns a full tile has (1 or 2).
+    const NB: usize;
+    /// Fills rows `0..R` × columns `0..N · BLOCK` of `tile` with the products of output
+    /// rows `r0..r0 + R` and blocks `b0..b0 + N`. Implementations are
+    /// `#[inline(always)]`: the driver is inlined into a `#[target_feature]` function, and
+    /// so must be the kernel for its SIMD code to be compiled with those features.
+    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<Self::Out>);
+}
+
+/// Runs `kernel` over every tile of the `[m, cols]` output (see [`for_each_tile`]): tiles
+/// of [`MicroKernel::MR`] rows (fewer in the last) and [`MicroKernel::NB`] blocks (fewer
+/// at the end), each with the kernel instantiated for its exact row and block counts.
+#[inline(always)]
+pub(crate) fn for_each_microtile<K: MicroKernel>(
+    kernel: &K,
+    m: usize,
+    cols: Range<usize>,
+    out: &mut [K::Out],
+) {
+    const { assert!(K::MR >= 1 && K::MR <= MR_MAX && (K::NB == 1 || K::NB == 2)) };
+    for_each_tile(m, cols, out, K::MR, K::NB, |r0, rows, b0, nb, tile| {
+        if K::NB == 2 && nb == 2 {
+            by_rows::<K, 2>(kernel, rows, r0, b0, tile);
+        } else {
+            by_rows::<K, 1>(kernel, rows, r0, b0, tile);
+        }
+    });
+}
+
+/// Calls the instantiation of `kernel` for `rows` rows and `N` blocks. The arms past
+/// [`MicroKernel::MR`] are constant-false, so they are never compiled in.
+#[inline(always)]
+fn by_rows<K: MicroKernel, const N: usize>(
+    kernel: &K,
+    rows: usize,
+    r0: usize,
+    b0: usize,
+    tile: &mut Tile<K::Out>,
+) {
+    match rows {
+        1 => kernel.tile::<1, N>(r0, b0, tile),
+        2 if K::MR >= 2 => kernel.tile::<2, N>(r0, b0, tile),
+        3 if K::MR >= 3 => kernel.tile::<3, N>(r0, b0, tile),
+        4 if K::MR >= 4 => kernel.tile::<4, N>(r0, b0, tile),
+        5 if K::MR >= 5 => kernel.tile::<5, N>(r0, b0, tile),
+        6 if K::MR >= 6 => kernel.tile::<6, N>(r0, b0, tile),
+        7 if K::MR >= 7 => kernel.tile::<7, N>(r0, b0, tile),
+        8 if K::MR >= 8 => kernel.tile::<8, N>(r0, b0, tile),
+        _ => unreachable!("rows must be in 1..=MR"),
     }
 }
 

@@ -10,12 +10,7 @@ use std::ops::Range;
 
 use super::packed::PackedF32Weights;
 use crate::cpu::F32Kernel;
-use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
-
-/// Rows per microtile.
-const MR: usize = 8;
-/// Blocks of 16 columns per microtile.
-const NB: usize = 2;
+use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
 
 /// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX-512F. Shapes are
 /// checked by the caller.
@@ -30,37 +25,27 @@ pub(crate) fn gemm(a: &[f32], m: usize, w: &PackedF32Weights, cols: Range<usize>
 
 #[target_feature(enable = "avx512f")]
 fn gemm_impl(a: &[f32], m: usize, w: &PackedF32Weights, cols: Range<usize>, out: &mut [f32]) {
-    let k = w.k();
-    assert_eq!(a.len(), m * k);
-    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
-        let a_rows = &a[r0 * k..(r0 + rows) * k];
-        if nb == NB {
-            by_rows::<NB>(rows, a_rows, w, b0, tile);
-        } else {
-            by_rows::<1>(rows, a_rows, w, b0, tile);
-        }
-    });
+    assert_eq!(a.len(), m * w.k());
+    for_each_microtile(&Tiles { a, w }, m, cols, out);
 }
 
-/// Picks the microkernel instantiation for `rows` rows.
-#[target_feature(enable = "avx512f")]
-fn by_rows<const N: usize>(
-    rows: usize,
-    a_rows: &[f32],
-    w: &PackedF32Weights,
-    b0: usize,
-    tile: &mut Tile<f32>,
-) {
-    match rows {
-        1 => micro::<1, N>(a_rows, w, b0, tile),
-        2 => micro::<2, N>(a_rows, w, b0, tile),
-        3 => micro::<3, N>(a_rows, w, b0, tile),
-        4 => micro::<4, N>(a_rows, w, b0, tile),
-        5 => micro::<5, N>(a_rows, w, b0, tile),
-        6 => micro::<6, N>(a_rows, w, b0, tile),
-        7 => micro::<7, N>(a_rows, w, b0, tile),
-        8 => micro::<8, N>(a_rows, w, b0, tile),
-        _ => unreachable!("rows must be in 1..=MR"),
+/// The operands of one product, as the tile driver's kernel.
+struct Tiles<'a> {
+    a: &'a [f32],
+    w: &'a PackedF32Weights,
+}
+
+impl MicroKernel for Tiles<'_> {
+    type Out = f32;
+    const MR: usize = 8;
+    const NB: usize = 2;
+
+    #[inline(always)]
+    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<f32>) {
+        let k = self.w.k();
+        let a_rows = &self.a[r0 * k..(r0 + R) * k];
+        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with avx512f.
+        unsafe { micro::<R, N>(a_rows, self.w, b0, tile) }
     }
 }
 

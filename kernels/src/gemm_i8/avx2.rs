@@ -23,10 +23,7 @@ use std::ops::Range;
 
 use super::packed::{GROUP_BYTES, PackedI8Weights, pad_activations};
 use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
-
-/// Rows per microtile.
-const MR: usize = 3;
+use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
 
 /// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX2. Shapes are checked
 /// by the caller.
@@ -41,18 +38,29 @@ pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, 
 
 #[target_feature(enable = "avx2")]
 fn gemm_impl(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
-    let kp = 4 * w.k_groups();
     // Unbiased i8 bit patterns, rows zero-padded to whole groups of 4.
     let padded = pad_activations(a, m, w.k(), w.k_groups(), 0);
-    for_each_tile(m, cols, out, MR, 1, |r0, rows, b0, _nb, tile| {
-        let a_rows = &padded[r0 * kp..(r0 + rows) * kp];
-        match rows {
-            1 => micro::<1>(a_rows, w, b0, tile),
-            2 => micro::<2>(a_rows, w, b0, tile),
-            3 => micro::<3>(a_rows, w, b0, tile),
-            _ => unreachable!("rows must be in 1..=MR"),
-        }
-    });
+    for_each_microtile(&Tiles { padded: &padded, w }, m, cols, out);
+}
+
+/// The padded activations and the weights of one product, as the tile driver's kernel.
+struct Tiles<'a> {
+    padded: &'a [u8],
+    w: &'a PackedI8Weights,
+}
+
+impl MicroKernel for Tiles<'_> {
+    type Out = i32;
+    const MR: usize = 3;
+    const NB: usize = 1;
+
+    #[inline(always)]
+    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<i32>) {
+        let kp = 4 * self.w.k_groups();
+        let a_rows = &self.padded[r0 * kp..(r0 + R) * kp];
+        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with avx2.
+        unsafe { micro::<R>(a_rows, self.w, b0, tile) }
+    }
 }
 
 /// Folds the pair sums of 8 columns: `lo` holds columns 0..4 and `hi`

@@ -26,12 +26,10 @@ use std::ops::Range;
 
 use super::packed::{GROUP_BYTES, PackedI8Weights, pad_activations};
 use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
+use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile, for_each_tile};
 
 /// Rows per microtile.
 const MR: usize = 8;
-/// Blocks of 16 columns per microtile.
-const NB: usize = 2;
 
 /// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX-512 VNNI. Shapes are
 /// checked by the caller.
@@ -49,20 +47,32 @@ pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, 
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn gemm_impl(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
-    let kp = 4 * w.k_groups();
     // a + 128 as u8, rows padded to whole groups of 4.
     let biased = pad_activations(a, m, w.k(), w.k_groups(), 0x80);
     if m <= MR {
         return few_rows(&biased, m, w, cols, out);
     }
-    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
-        let a_rows = &biased[r0 * kp..(r0 + rows) * kp];
-        if nb == NB {
-            by_rows::<NB>(rows, a_rows, w, b0, tile);
-        } else {
-            by_rows::<1>(rows, a_rows, w, b0, tile);
-        }
-    });
+    for_each_microtile(&Tiles { biased: &biased, w }, m, cols, out);
+}
+
+/// The biased activations and the weights of one product, as the tile driver's kernel.
+struct Tiles<'a> {
+    biased: &'a [u8],
+    w: &'a PackedI8Weights,
+}
+
+impl MicroKernel for Tiles<'_> {
+    type Out = i32;
+    const MR: usize = MR;
+    const NB: usize = 2;
+
+    #[inline(always)]
+    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<i32>) {
+        let kp = 4 * self.w.k_groups();
+        let a_rows = &self.biased[r0 * kp..(r0 + R) * kp];
+        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with these features.
+        unsafe { micro::<R, N>(a_rows, self.w, b0, tile) }
+    }
 }
 
 /// A product of at most [`MR`] rows (a batched decode step's: one row per sequence):
@@ -108,28 +118,6 @@ fn interleave_rows(biased: &[u8], m: usize, k_groups: usize) -> Vec<u32> {
         }
     }
     out
-}
-
-/// Picks the microkernel instantiation for `rows` rows.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn by_rows<const N: usize>(
-    rows: usize,
-    a_rows: &[u8],
-    w: &PackedI8Weights,
-    b0: usize,
-    tile: &mut Tile<i32>,
-) {
-    match rows {
-        1 => micro::<1, N>(a_rows, w, b0, tile),
-        2 => micro::<2, N>(a_rows, w, b0, tile),
-        3 => micro::<3, N>(a_rows, w, b0, tile),
-        4 => micro::<4, N>(a_rows, w, b0, tile),
-        5 => micro::<5, N>(a_rows, w, b0, tile),
-        6 => micro::<6, N>(a_rows, w, b0, tile),
-        7 => micro::<7, N>(a_rows, w, b0, tile),
-        8 => micro::<8, N>(a_rows, w, b0, tile),
-        _ => unreachable!("rows must be in 1..=MR"),
-    }
 }
 
 /// Computes `R` rows × `N` blocks into `tile`. `a_rows` holds `R` biased,

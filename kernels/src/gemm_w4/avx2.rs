@@ -21,10 +21,8 @@ use super::avx2_groups::{fold_pairs, group_pairs};
 use super::packed::{PackedW4Weights, pad_activations};
 use super::quant::GROUP_K;
 use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
+use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
 
-/// Rows per microtile (16 ymm registers: 4 accumulators per row).
-const MR: usize = 2;
 /// Columns per half block.
 const HALF: usize = BLOCK / 2;
 
@@ -40,19 +38,32 @@ pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, 
 
 #[target_feature(enable = "avx2")]
 fn gemm_impl(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
-    let kp = GROUP_K * w.groups();
     // Unbiased i8 bit patterns, rows zero-padded to whole groups.
     let padded = pad_activations(a, m, w.k(), w.groups(), 0);
-    for_each_tile(m, cols, out, MR, 1, |r0, rows, b0, _nb, tile| {
-        let a_rows = &padded[r0 * kp..(r0 + rows) * kp];
+    for_each_microtile(&Tiles { padded: &padded, w }, m, cols, out);
+}
+
+/// The padded activations and the weights of one product, as the tile driver's kernel.
+struct Tiles<'a> {
+    padded: &'a [u8],
+    w: &'a PackedW4Weights,
+}
+
+impl MicroKernel for Tiles<'_> {
+    type Out = i32;
+    /// 16 ymm registers: 4 accumulators per row.
+    const MR: usize = 2;
+    const NB: usize = 1;
+
+    #[inline(always)]
+    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<i32>) {
+        let kp = GROUP_K * self.w.groups();
+        let a_rows = &self.padded[r0 * kp..(r0 + R) * kp];
         for half in 0..2 {
-            match rows {
-                1 => micro::<1>(a_rows, w, b0, half, tile),
-                2 => micro::<2>(a_rows, w, b0, half, tile),
-                _ => unreachable!("rows must be in 1..=MR"),
-            }
+            // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with avx2.
+            unsafe { micro::<R>(a_rows, self.w, b0, half, tile) }
         }
-    });
+    }
 }
 
 /// The sub-scales of 8 columns, each repeated twice, as two vectors of 8 i32

@@ -33,15 +33,7 @@ use std::ops::Range;
 use super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
 use super::quant::GROUP_K;
 use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
-
-/// Rows per microtile. 4 rows × 2 blocks keep 8 group partials, 8 accumulators, 4
-/// unpacked weight vectors and 2 broadcasts in the 32 zmm registers, and halve the
-/// activation broadcasts per `vpdpbusd` against one block; of 8 × 1, 6 × 2 and 4 × 2
-/// it ran fastest (`cargo bench -p hetsched-kernels --bench w4a8`, docs/real-execution.md).
-const MR: usize = 4;
-/// Blocks of 16 columns per microtile.
-const NB: usize = 2;
+use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
 
 /// `out[m, cols]` (compact tile) with AVX-512 VNNI. Shapes are checked by the caller.
 ///
@@ -58,38 +50,32 @@ pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, 
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn gemm_impl(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
-    let kp = GROUP_K * w.groups();
     // a + 128 as u8, rows padded to whole groups.
     let biased = pad_activations(a, m, w.k(), w.groups(), 0x80);
-    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
-        let a_rows = &biased[r0 * kp..(r0 + rows) * kp];
-        if nb == 2 {
-            by_rows::<2>(rows, a_rows, w, b0, tile);
-        } else {
-            by_rows::<1>(rows, a_rows, w, b0, tile);
-        }
-    });
+    for_each_microtile(&Tiles { biased: &biased, w }, m, cols, out);
 }
 
-/// Picks the microkernel instantiation for `rows` rows.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn by_rows<const N: usize>(
-    rows: usize,
-    a_rows: &[u8],
-    w: &PackedW4Weights,
-    b0: usize,
-    tile: &mut Tile<i32>,
-) {
-    match rows {
-        1 => micro::<1, N>(a_rows, w, b0, tile),
-        2 => micro::<2, N>(a_rows, w, b0, tile),
-        3 => micro::<3, N>(a_rows, w, b0, tile),
-        4 => micro::<4, N>(a_rows, w, b0, tile),
-        5 => micro::<5, N>(a_rows, w, b0, tile),
-        6 => micro::<6, N>(a_rows, w, b0, tile),
-        7 => micro::<7, N>(a_rows, w, b0, tile),
-        8 => micro::<8, N>(a_rows, w, b0, tile),
-        _ => unreachable!("rows must be in 1..=MR"),
+/// The biased activations and the weights of one product, as the tile driver's kernel.
+struct Tiles<'a> {
+    biased: &'a [u8],
+    w: &'a PackedW4Weights,
+}
+
+impl MicroKernel for Tiles<'_> {
+    type Out = i32;
+    /// 4 rows × 2 blocks keep 8 group partials, 8 accumulators, 4 unpacked weight vectors
+    /// and 2 broadcasts in the 32 zmm registers, and halve the activation broadcasts per
+    /// `vpdpbusd` against one block; of 8 × 1, 6 × 2 and 4 × 2 it ran fastest (`cargo
+    /// bench -p hetsched-kernels --bench w4a8`, docs/real-execution.md).
+    const MR: usize = 4;
+    const NB: usize = 2;
+
+    #[inline(always)]
+    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<i32>) {
+        let kp = GROUP_K * self.w.groups();
+        let a_rows = &self.biased[r0 * kp..(r0 + R) * kp];
+        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with these features.
+        unsafe { micro::<R, N>(a_rows, self.w, b0, tile) }
     }
 }
 

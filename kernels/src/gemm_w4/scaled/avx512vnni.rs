@@ -33,15 +33,10 @@ use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activa
 use super::super::quant::GROUP_K;
 use super::{group_bias, spans_of};
 use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_tile};
+use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile, for_each_tile};
 
 mod row;
 
-/// Rows per microtile (as the integer W4A8 kernel: 8 partials, 8 accumulators, 4
-/// unpacked weight vectors and the broadcasts fit the 32 zmm registers).
-const MR: usize = 4;
-/// Blocks of 16 columns per microtile.
-const NB: usize = 2;
 /// Groups ahead of the one multiplied whose weight bytes are prefetched (2 KiB a block).
 /// A one-row product (a decode step's) does little arithmetic per byte, so without it the
 /// loads wait on memory: in a profile of `generate --precision w4a8-g32` the first use
@@ -77,9 +72,7 @@ fn gemm_impl<const SPAN: usize>(
     cols: Range<usize>,
     out: &mut [f32],
 ) {
-    let groups = w.groups();
-    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
-    let padded = activation_rows(a, m, w.k(), groups);
+    let padded = activation_rows(a, m, w.k(), w.groups());
     let neg_bias = neg_bias_of(&padded);
     if m == 1 {
         // One block at a time: the weights stream as one sequential run (block after
@@ -89,18 +82,13 @@ fn gemm_impl<const SPAN: usize>(
         });
         return;
     }
-    for_each_tile(m, cols, out, MR, NB, |r0, rows, b0, nb, tile| {
-        let rows_in = Rows {
-            a: &padded[r0 * kp..(r0 + rows) * kp],
-            scales: &a_scales[r0 * spans..(r0 + rows) * spans],
-            neg_bias: &neg_bias[r0 * groups..(r0 + rows) * groups],
-        };
-        if nb == 2 {
-            by_rows::<SPAN, 2>(rows, &rows_in, w, b0, tile);
-        } else {
-            by_rows::<SPAN, 1>(rows, &rows_in, w, b0, tile);
-        }
-    });
+    let tiles = Tiles::<SPAN> {
+        padded: &padded,
+        a_scales,
+        neg_bias: &neg_bias,
+        w,
+    };
+    for_each_microtile(&tiles, m, cols, out);
 }
 
 /// `-`[`group_bias`] with `vpsadbw`: per 64 bytes (two groups), the sums of `a + 128` of
@@ -127,29 +115,41 @@ fn neg_bias_of(padded: &[u8]) -> Vec<i32> {
     out
 }
 
+/// The activations (padded values, scales per span and `-8 Σ a` per group) and the
+/// weights of one product, as the tile driver's kernel.
+struct Tiles<'a, const SPAN: usize> {
+    padded: &'a [u8],
+    a_scales: &'a [f32],
+    neg_bias: &'a [i32],
+    w: &'a PackedW4Weights,
+}
+
+impl<const SPAN: usize> MicroKernel for Tiles<'_, SPAN> {
+    type Out = f32;
+    /// As the integer W4A8 kernel: 8 partials, 8 accumulators, 4 unpacked weight vectors
+    /// and the broadcasts fit the 32 zmm registers.
+    const MR: usize = 4;
+    const NB: usize = 2;
+
+    #[inline(always)]
+    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<f32>) {
+        let groups = self.w.groups();
+        let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
+        let rows = Rows {
+            a: &self.padded[r0 * kp..(r0 + R) * kp],
+            scales: &self.a_scales[r0 * spans..(r0 + R) * spans],
+            neg_bias: &self.neg_bias[r0 * groups..(r0 + R) * groups],
+        };
+        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with these features.
+        unsafe { micro::<SPAN, R, N>(&rows, self.w, b0, tile) }
+    }
+}
+
 /// A microtile's activation rows: padded values, scales per span and `-8 Σ a` per group.
 struct Rows<'a> {
     a: &'a [u8],
     scales: &'a [f32],
     neg_bias: &'a [i32],
-}
-
-/// Picks the microkernel instantiation for `rows` rows.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn by_rows<const SPAN: usize, const N: usize>(
-    rows: usize,
-    a: &Rows<'_>,
-    w: &PackedW4Weights,
-    b0: usize,
-    tile: &mut Tile<f32>,
-) {
-    match rows {
-        1 => micro::<SPAN, 1, N>(a, w, b0, tile),
-        2 => micro::<SPAN, 2, N>(a, w, b0, tile),
-        3 => micro::<SPAN, 3, N>(a, w, b0, tile),
-        4 => micro::<SPAN, 4, N>(a, w, b0, tile),
-        _ => unreachable!("rows must be in 1..=MR"),
-    }
 }
 
 /// The stored `q + 8` of quads `v` (low nibbles) and `v + 4` (high) of one vector.
