@@ -47,34 +47,58 @@ fn gemm(c: &mut Criterion) {
     group.finish();
 }
 
+/// Random q, k, v of the last `n`-token chunk of a `kv_len`-token prompt at SmolLM2's
+/// attention shape (9 query heads, 3 KV heads, head dim 64), and its shape.
+struct AttentionInputs {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    shape: AttentionShape,
+}
+
+impl AttentionInputs {
+    fn new(rng: &mut SeededRng, n: usize, kv_len: usize) -> Self {
+        let (heads, kv_heads, d) = (9, 3, 64);
+        Self {
+            q: rng.f32s(n * heads * d),
+            k: rng.f32s(kv_len * kv_heads * d),
+            v: rng.f32s(kv_len * kv_heads * d),
+            shape: AttentionShape {
+                n_tokens: n,
+                pos0: kv_len - n,
+                kv_len,
+                n_heads: heads,
+                n_kv_heads: kv_heads,
+                head_dim: d,
+            },
+        }
+    }
+
+    /// QKᵀ and PV over the causal part: 4 ops per key, head and dimension.
+    fn ops(&self) -> u64 {
+        let s = &self.shape;
+        let keys = s.n_tokens * s.pos0 + s.n_tokens * (s.n_tokens + 1) / 2;
+        (4 * keys * s.n_heads * s.head_dim) as u64
+    }
+
+    /// The GEMM kernel, keys and values gathered inside (as each call does).
+    fn gemm(&self, out: &mut [f32]) {
+        let s = &self.shape;
+        let kv = AttentionKv::gather(&self.k, &self.v, s.kv_len, s.n_kv_heads, s.head_dim);
+        attention_causal_gqa_gemm(black_box(&self.q), &kv, out, s);
+    }
+}
+
 fn attention(c: &mut Criterion) {
     let mut rng = SeededRng::new(9);
-    let (heads, kv_heads, d) = (9, 3, 64);
     let mut group = c.benchmark_group("attention");
     group.sample_size(20);
     // The last chunk of 128 tokens of a 512-token prompt.
-    let (n, pos0) = (128, 384);
-    let kv_len = pos0 + n;
-    let q = rng.f32s(n * heads * d);
-    let k = rng.f32s(kv_len * kv_heads * d);
-    let v = rng.f32s(kv_len * kv_heads * d);
-    let shape = AttentionShape {
-        n_tokens: n,
-        pos0,
-        kv_len,
-        n_heads: heads,
-        n_kv_heads: kv_heads,
-        head_dim: d,
-    };
-    let mut out = vec![0f32; q.len()];
-    // QKᵀ and PV over the causal part: 4 ops per key, head and dimension.
-    let keys = n * pos0 + n * (n + 1) / 2;
-    group.throughput(Throughput::Elements((4 * keys * heads * d) as u64));
+    let inputs = AttentionInputs::new(&mut rng, 128, 512);
+    let mut out = vec![0f32; inputs.q.len()];
+    group.throughput(Throughput::Elements(inputs.ops()));
     group.bench_function("gather+gemm chunk 128 at 384", |b| {
-        b.iter(|| {
-            let kv = AttentionKv::gather(&k, &v, kv_len, kv_heads, d);
-            attention_causal_gqa_gemm(black_box(&q), &kv, &mut out, &shape)
-        })
+        b.iter(|| inputs.gemm(&mut out))
     });
     group.finish();
     flash_attention(c, &mut rng);
@@ -83,39 +107,25 @@ fn attention(c: &mut Criterion) {
 /// The flash kernel against the GEMM one on the last 128-token chunk of a 512- and a
 /// 4096-token prompt (keys prepared inside the timed loop, as each call does).
 fn flash_attention(c: &mut Criterion, rng: &mut SeededRng) {
-    let (heads, kv_heads, d, n) = (9, 3, 64, 128);
+    let (d, n) = (64, 128);
     if !flash_supported(d) {
         return;
     }
     let mut group = c.benchmark_group("attention_long");
     group.sample_size(10);
     for kv_len in [512, 4096] {
-        let pos0 = kv_len - n;
-        let q = rng.f32s(n * heads * d);
-        let k = rng.f32s(kv_len * kv_heads * d);
-        let v = rng.f32s(kv_len * kv_heads * d);
-        let shape = AttentionShape {
-            n_tokens: n,
-            pos0,
-            kv_len,
-            n_heads: heads,
-            n_kv_heads: kv_heads,
-            head_dim: d,
-        };
-        let mut out = vec![0f32; q.len()];
-        let keys = n * pos0 + n * (n + 1) / 2;
-        group.throughput(Throughput::Elements((4 * keys * heads * d) as u64));
+        let inputs = AttentionInputs::new(rng, n, kv_len);
+        let s = &inputs.shape;
+        let mut out = vec![0f32; inputs.q.len()];
+        group.throughput(Throughput::Elements(inputs.ops()));
         group.bench_function(BenchmarkId::new("flash", kv_len), |b| {
             b.iter(|| {
-                let kt = FlashKeys::gather(&k, kv_len, kv_heads, d);
-                attention_causal_gqa_flash(black_box(&q), &kt, &v, &mut out, &shape)
+                let kt = FlashKeys::gather(&inputs.k, kv_len, s.n_kv_heads, s.head_dim);
+                attention_causal_gqa_flash(black_box(&inputs.q), &kt, &inputs.v, &mut out, s)
             })
         });
         group.bench_function(BenchmarkId::new("gemm", kv_len), |b| {
-            b.iter(|| {
-                let kv = AttentionKv::gather(&k, &v, kv_len, kv_heads, d);
-                attention_causal_gqa_gemm(black_box(&q), &kv, &mut out, &shape)
-            })
+            b.iter(|| inputs.gemm(&mut out))
         });
     }
     group.finish();

@@ -8,15 +8,18 @@
 //! here, once, in safe code, and the SIMD microkernels only see whole
 //! blocks.
 //!
-//! Every SIMD GEMM (f32, INT8, the W4 variants) is one [`MicroKernel`], its inner
-//! product over a register tile, run by one driver, [`for_each_microtile`], which picks
-//! the instantiation of the kernel for the rows and blocks each tile has.
+//! The integer GEMMs read their activations as rows padded to whole groups of the
+//! packed weights ([`pad_rows`]), so that the microkernels have no tail in `k` either.
+//!
+//! Every SIMD GEMM (f32, INT8, the W4 variants) is a microkernel, its inner product over
+//! a register tile, run by one driver, [`for_each_microtile!`], which picks the
+//! microkernel's instantiation for the rows and blocks each tile has.
 
 use std::ops::Range;
 
 /// Output columns per packed weight block.
 pub(crate) const BLOCK: usize = 16;
-/// Most rows a microkernel computes at once.
+/// Most rows a microkernel computes at once (the row counts `by_rows!` lists).
 pub(crate) const MR_MAX: usize = 8;
 /// Most columns a microkernel computes at once (two blocks).
 pub(crate) const TILE_COLS: usize = 2 * BLOCK;
@@ -74,64 +77,77 @@ pub(crate) fn for_each_tile<T: Copy + Default>(
     }
 }
 
-/// The inner product of one register tile: the part of a SIMD GEMM that differs between
-/// number formats and instruction sets, run over the output by [`for_each_microtile`].
-pub(crate) trait MicroKernel {
-    /// The output element (i32 accumulators or f32).
-    type Out: Copy + Default;
-    /// Most rows a tile has (at most [`MR_MAX`]).
-    const MR: usize;
-    /// Blocks of [`BLOCK`] columns a full tile has (1 or 2).
-    const NB: usize;
-    /// Fills rows `0..R` × columns `0..N · BLOCK` of `tile` with the products of output
-    /// rows `r0..r0 + R` and blocks `b0..b0 + N`. Implementations are
-    /// `#[inline(always)]`: the driver is inlined into a `#[target_feature]` function, and
-    /// so must be the kernel for its SIMD code to be compiled with those features.
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<Self::Out>);
-}
-
-/// Runs `kernel` over every tile of the `[m, cols]` output (see [`for_each_tile`]): tiles
-/// of [`MicroKernel::MR`] rows (fewer in the last) and [`MicroKernel::NB`] blocks (fewer
-/// at the end), each with the kernel instantiated for its exact row and block counts.
-#[inline(always)]
-pub(crate) fn for_each_microtile<K: MicroKernel>(
-    kernel: &K,
-    m: usize,
-    cols: Range<usize>,
-    out: &mut [K::Out],
-) {
-    const { assert!(K::MR >= 1 && K::MR <= MR_MAX && (K::NB == 1 || K::NB == 2)) };
-    for_each_tile(m, cols, out, K::MR, K::NB, |r0, rows, b0, nb, tile| {
-        if K::NB == 2 && nb == 2 {
-            by_rows::<K, 2>(kernel, rows, r0, b0, tile);
-        } else {
-            by_rows::<K, 1>(kernel, rows, r0, b0, tile);
-        }
-    });
-}
-
-/// Calls the instantiation of `kernel` for `rows` rows and `N` blocks. The arms past
-/// [`MicroKernel::MR`] are constant-false, so they are never compiled in.
-#[inline(always)]
-fn by_rows<K: MicroKernel, const N: usize>(
-    kernel: &K,
-    rows: usize,
-    r0: usize,
-    b0: usize,
-    tile: &mut Tile<K::Out>,
-) {
-    match rows {
-        1 => kernel.tile::<1, N>(r0, b0, tile),
-        2 if K::MR >= 2 => kernel.tile::<2, N>(r0, b0, tile),
-        3 if K::MR >= 3 => kernel.tile::<3, N>(r0, b0, tile),
-        4 if K::MR >= 4 => kernel.tile::<4, N>(r0, b0, tile),
-        5 if K::MR >= 5 => kernel.tile::<5, N>(r0, b0, tile),
-        6 if K::MR >= 6 => kernel.tile::<6, N>(r0, b0, tile),
-        7 if K::MR >= 7 => kernel.tile::<7, N>(r0, b0, tile),
-        8 if K::MR >= 8 => kernel.tile::<8, N>(r0, b0, tile),
-        _ => unreachable!("rows must be in 1..=MR"),
+/// Copies activations `a[m, k]` into rows of `row_bytes >= k` bytes (the weights'
+/// packed reduction length), XOR-ing every byte with `xor` and filling the padding with
+/// `xor` (an encoded zero).
+///
+/// Done once per GEMM call (O(m·k)) so the microkernels read whole groups with no tail
+/// handling.
+pub(crate) fn pad_rows(a: &[i8], m: usize, k: usize, row_bytes: usize, xor: u8) -> Vec<u8> {
+    assert_eq!(a.len(), m * k, "a must be [m, k]");
+    assert!(row_bytes >= k);
+    let mut out = vec![xor; m * row_bytes];
+    if k == 0 {
+        return out;
     }
+    for (src, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(row_bytes)) {
+        for (d, &v) in dst.iter_mut().zip(src) {
+            *d = (v as u8) ^ xor;
+        }
+    }
+    out
 }
+
+/// Runs a microkernel over every tile of the `[m, cols]` output ([`for_each_tile`]):
+///
+/// ```text
+/// for_each_microtile!(m, cols, out, MR, NB, |r0, R, b0, N, tile| body)
+/// ```
+///
+/// tiles of `MR` rows (fewer in the last) and `NB` blocks (1 or 2; fewer at the end).
+/// `body` fills rows `0..R` × columns `0..N · BLOCK` of `tile` with output rows
+/// `r0..r0 + R` and blocks `b0..b0 + N`; it is compiled once per tile shape, with `R` and
+/// `N` constants, so that a microkernel `micro::<R, N>` keeps its accumulators in
+/// registers. A closure, so that inside a `#[target_feature]` function the body is
+/// compiled with its features and calls the microkernel without `unsafe`.
+macro_rules! for_each_microtile {
+    (
+        $m:expr, $cols:expr, $out:expr, $mr:expr, $nb:expr,
+        |$r0:ident, $rows:ident, $b0:ident, $blocks:ident, $tile:ident| $body:expr
+    ) => {{
+        const { assert!($mr >= 1 && $mr <= $crate::tiling::MR_MAX && ($nb == 1 || $nb == 2)) };
+        $crate::tiling::for_each_tile($m, $cols, $out, $mr, $nb, |$r0, rows, $b0, nb, $tile| {
+            if $nb == 2 && nb == 2 {
+                #[allow(dead_code)]
+                const $blocks: usize = 2;
+                $crate::tiling::by_rows!(rows, $mr, $rows, $body)
+            } else {
+                #[allow(dead_code)]
+                const $blocks: usize = 1;
+                $crate::tiling::by_rows!(rows, $mr, $rows, $body)
+            }
+        })
+    }};
+}
+
+/// `body` with the constant `R` equal to `rows` (in `1..=mr`, `mr <= MR_MAX`); the arms
+/// past `mr` are constant-false, so they are never compiled in.
+macro_rules! by_rows {
+    ($rows:expr, $mr:expr, $R:ident, $body:expr) => {
+        $crate::tiling::by_rows!(@arms $rows, $mr, $R, $body, 1 2 3 4 5 6 7 8)
+    };
+    (@arms $rows:expr, $mr:expr, $R:ident, $body:expr, $($n:literal)*) => {
+        match $rows {
+            $($n if $n <= $mr => {
+                const $R: usize = $n;
+                $body
+            })*
+            _ => unreachable!("rows must be in 1..=MR"),
+        }
+    };
+}
+
+pub(crate) use {by_rows, for_each_microtile};
 
 #[cfg(test)]
 mod tests {
@@ -172,6 +188,51 @@ mod tests {
                     assert_eq!(out[i * nc + t], i * 1000 + j, "m={m} cols={cols:?}");
                 }
             }
+        }
+    }
+
+    /// Writes `(row, global column)` codes into rows `0..R` × blocks `0..N` of `tile`.
+    fn codes<const R: usize, const N: usize>(r0: usize, b0: usize, tile: &mut Tile<usize>) {
+        for r in 0..R {
+            for c in 0..N * BLOCK {
+                tile[r * TILE_COLS + c] = (r0 + r) * 1000 + b0 * BLOCK + c;
+            }
+        }
+    }
+
+    #[test]
+    fn microtile_driver_instantiates_each_tile_shape() {
+        for (m, cols) in [
+            (1, 0..1),
+            (3, 5..40),
+            (70, 17..50),
+            (9, 0..16),
+            (130, 31..65),
+        ] {
+            let nc = cols.len();
+            let check = |out: &[usize]| {
+                for i in 0..m {
+                    for (t, j) in cols.clone().enumerate() {
+                        assert_eq!(out[i * nc + t], i * 1000 + j, "m={m} cols={cols:?}");
+                    }
+                }
+            };
+            let mut out = vec![usize::MAX; m * nc];
+            for_each_microtile!(m, cols.clone(), &mut out, 1, 1, |r0, R, b0, N, tile| {
+                codes::<R, N>(r0, b0, tile)
+            });
+            check(&out);
+            out.fill(usize::MAX);
+            for_each_microtile!(m, cols.clone(), &mut out, 3, 1, |r0, R, b0, N, tile| {
+                assert!(R <= 3 && N == 1);
+                codes::<R, N>(r0, b0, tile)
+            });
+            check(&out);
+            out.fill(usize::MAX);
+            for_each_microtile!(m, cols.clone(), &mut out, 8, 2, |r0, R, b0, N, tile| {
+                codes::<R, N>(r0, b0, tile)
+            });
+            check(&out);
         }
     }
 }

@@ -10,45 +10,21 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::packed::PackedF32Weights;
-use crate::cpu::F32Kernel;
-use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
 
-/// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX2 + FMA. Shapes are
-/// checked by the caller.
-///
-/// # Panics
-/// If the CPU lacks avx2 or fma.
-pub(crate) fn gemm(a: &[f32], m: usize, w: &PackedF32Weights, cols: Range<usize>, out: &mut [f32]) {
-    assert!(F32Kernel::Avx2Fma.is_available(), "CPU lacks avx2/fma");
-    // SAFETY: the required target features were detected just above.
-    unsafe { gemm_impl(a, m, w, cols, out) }
-}
+/// Rows per microtile.
+const MR: usize = 6;
 
+/// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX2 + FMA. Shapes and
+/// the CPU's features are checked by the caller
+/// ([`crate::tile_args::Variants::run`]).
 #[target_feature(enable = "avx2,fma")]
-fn gemm_impl(a: &[f32], m: usize, w: &PackedF32Weights, cols: Range<usize>, out: &mut [f32]) {
-    assert_eq!(a.len(), m * w.k());
-    for_each_microtile(&Tiles { a, w }, m, cols, out);
-}
-
-/// The operands of one product, as the tile driver's kernel.
-struct Tiles<'a> {
-    a: &'a [f32],
-    w: &'a PackedF32Weights,
-}
-
-impl MicroKernel for Tiles<'_> {
-    type Out = f32;
-    /// 6 rows × 2 accumulators: 12 of the 16 ymm registers.
-    const MR: usize = 6;
-    const NB: usize = 1;
-
-    #[inline(always)]
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<f32>) {
-        let k = self.w.k();
-        let a_rows = &self.a[r0 * k..(r0 + R) * k];
-        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with avx2 and fma.
-        unsafe { micro::<R>(a_rows, self.w, b0, tile) }
-    }
+pub(crate) fn gemm(a: &[f32], m: usize, w: &PackedF32Weights, cols: Range<usize>, out: &mut [f32]) {
+    let k = w.k();
+    assert_eq!(a.len(), m * k);
+    for_each_microtile!(m, cols, out, MR, 1, |r0, R, b0, _N, tile| {
+        micro::<R>(&a[r0 * k..(r0 + R) * k], w, b0, tile)
+    });
 }
 
 /// Computes `R` rows × one block (16 columns) into `tile`.

@@ -9,44 +9,23 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::packed::PackedF32Weights;
-use crate::cpu::F32Kernel;
-use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
 
-/// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX-512F. Shapes are
-/// checked by the caller.
-///
-/// # Panics
-/// If the CPU lacks avx512f.
-pub(crate) fn gemm(a: &[f32], m: usize, w: &PackedF32Weights, cols: Range<usize>, out: &mut [f32]) {
-    assert!(F32Kernel::Avx512F.is_available(), "CPU lacks avx512f");
-    // SAFETY: the required target feature was detected just above.
-    unsafe { gemm_impl(a, m, w, cols, out) }
-}
+/// Rows per microtile.
+const MR: usize = 8;
+/// Blocks of 16 columns per microtile.
+const NB: usize = 2;
 
+/// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX-512F. Shapes and
+/// the CPU's features are checked by the caller
+/// ([`crate::tile_args::Variants::run`]).
 #[target_feature(enable = "avx512f")]
-fn gemm_impl(a: &[f32], m: usize, w: &PackedF32Weights, cols: Range<usize>, out: &mut [f32]) {
-    assert_eq!(a.len(), m * w.k());
-    for_each_microtile(&Tiles { a, w }, m, cols, out);
-}
-
-/// The operands of one product, as the tile driver's kernel.
-struct Tiles<'a> {
-    a: &'a [f32],
-    w: &'a PackedF32Weights,
-}
-
-impl MicroKernel for Tiles<'_> {
-    type Out = f32;
-    const MR: usize = 8;
-    const NB: usize = 2;
-
-    #[inline(always)]
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<f32>) {
-        let k = self.w.k();
-        let a_rows = &self.a[r0 * k..(r0 + R) * k];
-        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with avx512f.
-        unsafe { micro::<R, N>(a_rows, self.w, b0, tile) }
-    }
+pub(crate) fn gemm(a: &[f32], m: usize, w: &PackedF32Weights, cols: Range<usize>, out: &mut [f32]) {
+    let k = w.k();
+    assert_eq!(a.len(), m * k);
+    for_each_microtile!(m, cols, out, MR, NB, |r0, R, b0, N, tile| {
+        micro::<R, N>(&a[r0 * k..(r0 + R) * k], w, b0, tile)
+    });
 }
 
 /// Computes `R` rows × `N` blocks into `tile`.

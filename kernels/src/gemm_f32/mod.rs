@@ -22,6 +22,7 @@ use std::ops::Range;
 pub use packed::PackedF32Weights;
 
 use crate::cpu::F32Kernel;
+use crate::tile_args::variants;
 
 /// `out[m, n] = a[m, k] · b[n, k]ᵀ` with the fastest kernel of this CPU.
 ///
@@ -79,16 +80,13 @@ pub fn matmul_f32_with(
     cols: Range<usize>,
     out: &mut [f32],
 ) {
-    crate::tile_args::check_tile(a.len(), m, (w.k(), w.n()), &cols, out.len(), kernel);
-    match kernel {
-        F32Kernel::Scalar => scalar::gemm(a, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        F32Kernel::Avx2Fma => avx2::gemm(a, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        F32Kernel::Avx512F => avx512::gemm(a, m, w, cols, out),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("x86 kernels are never available here"),
-    }
+    variants!(scalar::gemm, avx2::gemm, avx512::gemm).run(
+        kernel,
+        (a, m),
+        (w, (w.k(), w.n())),
+        cols,
+        out,
+    );
 }
 
 #[cfg(test)]

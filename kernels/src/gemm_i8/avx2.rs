@@ -22,45 +22,22 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::packed::{GROUP_BYTES, PackedI8Weights, pad_activations};
-use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
 
-/// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX2. Shapes are checked
-/// by the caller.
-///
-/// # Panics
-/// If the CPU lacks avx2.
-pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
-    assert!(I8Kernel::Avx2.is_available(), "CPU lacks avx2");
-    // SAFETY: the required target feature was detected just above.
-    unsafe { gemm_impl(a, m, w, cols, out) }
-}
+/// Rows per microtile.
+const MR: usize = 3;
 
+/// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX2. Shapes and the
+/// CPU's features are checked by the caller
+/// ([`crate::tile_args::Variants::run`]).
 #[target_feature(enable = "avx2")]
-fn gemm_impl(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
+pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
     // Unbiased i8 bit patterns, rows zero-padded to whole groups of 4.
     let padded = pad_activations(a, m, w.k(), w.k_groups(), 0);
-    for_each_microtile(&Tiles { padded: &padded, w }, m, cols, out);
-}
-
-/// The padded activations and the weights of one product, as the tile driver's kernel.
-struct Tiles<'a> {
-    padded: &'a [u8],
-    w: &'a PackedI8Weights,
-}
-
-impl MicroKernel for Tiles<'_> {
-    type Out = i32;
-    const MR: usize = 3;
-    const NB: usize = 1;
-
-    #[inline(always)]
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<i32>) {
-        let kp = 4 * self.w.k_groups();
-        let a_rows = &self.padded[r0 * kp..(r0 + R) * kp];
-        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with avx2.
-        unsafe { micro::<R>(a_rows, self.w, b0, tile) }
-    }
+    let kp = 4 * w.k_groups();
+    for_each_microtile!(m, cols, out, MR, 1, |r0, R, b0, _N, tile| {
+        micro::<R>(&padded[r0 * kp..(r0 + R) * kp], w, b0, tile)
+    });
 }
 
 /// Folds the pair sums of 8 columns: `lo` holds columns 0..4 and `hi`

@@ -25,54 +25,25 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::packed::{GROUP_BYTES, PackedI8Weights, pad_activations};
-use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile, for_each_tile};
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
 
 /// Rows per microtile.
 const MR: usize = 8;
 
-/// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX-512 VNNI. Shapes are
-/// checked by the caller.
-///
-/// # Panics
-/// If the CPU lacks avx512f, avx512bw or avx512vnni.
-pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
-    assert!(
-        I8Kernel::Avx512Vnni.is_available(),
-        "CPU lacks avx512f/avx512bw/avx512vnni"
-    );
-    // SAFETY: the required target features were detected just above.
-    unsafe { gemm_impl(a, m, w, cols, out) }
-}
-
+/// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX-512 VNNI. Shapes and
+/// the CPU's features are checked by the caller
+/// ([`crate::tile_args::Variants::run`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn gemm_impl(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
+pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
     // a + 128 as u8, rows padded to whole groups of 4.
     let biased = pad_activations(a, m, w.k(), w.k_groups(), 0x80);
     if m <= MR {
         return few_rows(&biased, m, w, cols, out);
     }
-    for_each_microtile(&Tiles { biased: &biased, w }, m, cols, out);
-}
-
-/// The biased activations and the weights of one product, as the tile driver's kernel.
-struct Tiles<'a> {
-    biased: &'a [u8],
-    w: &'a PackedI8Weights,
-}
-
-impl MicroKernel for Tiles<'_> {
-    type Out = i32;
-    const MR: usize = MR;
-    const NB: usize = 2;
-
-    #[inline(always)]
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<i32>) {
-        let kp = 4 * self.w.k_groups();
-        let a_rows = &self.biased[r0 * kp..(r0 + R) * kp];
-        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with these features.
-        unsafe { micro::<R, N>(a_rows, self.w, b0, tile) }
-    }
+    let kp = 4 * w.k_groups();
+    for_each_microtile!(m, cols, out, MR, 2, |r0, R, b0, N, tile| {
+        micro::<R, N>(&biased[r0 * kp..(r0 + R) * kp], w, b0, tile)
+    });
 }
 
 /// A product of at most [`MR`] rows (a batched decode step's: one row per sequence):
@@ -81,16 +52,8 @@ impl MicroKernel for Tiles<'_> {
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 fn few_rows(biased: &[u8], m: usize, w: &PackedI8Weights, cols: Range<usize>, out: &mut [i32]) {
     let interleaved = interleave_rows(biased, m, w.k_groups());
-    for_each_tile(m, cols, out, MR, 1, |_, rows, b, _, tile| match rows {
-        1 => one_block::<1>(&interleaved, w, b, tile),
-        2 => one_block::<2>(&interleaved, w, b, tile),
-        3 => one_block::<3>(&interleaved, w, b, tile),
-        4 => one_block::<4>(&interleaved, w, b, tile),
-        5 => one_block::<5>(&interleaved, w, b, tile),
-        6 => one_block::<6>(&interleaved, w, b, tile),
-        7 => one_block::<7>(&interleaved, w, b, tile),
-        8 => one_block::<8>(&interleaved, w, b, tile),
-        _ => unreachable!("rows must be in 1..=MR"),
+    for_each_microtile!(m, cols, out, MR, 1, |_r0, R, b, _N, tile| {
+        one_block::<R>(&interleaved, w, b, tile)
     });
 }
 

@@ -13,7 +13,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;
-pub(crate) mod packed;
+mod packed;
 mod scalar;
 
 use std::ops::Range;
@@ -22,6 +22,7 @@ pub use packed::PackedI8Weights;
 
 use crate::cpu::I8Kernel;
 use crate::reference::{dequantize_i32_acc, quantize_per_tensor, scale_for_max_abs};
+use crate::tile_args::variants;
 
 /// `out[m, n] = a[m, k] · wᵀ` with the fastest kernel of this CPU.
 ///
@@ -57,16 +58,13 @@ pub fn gemm_i8_with(
     cols: Range<usize>,
     out: &mut [i32],
 ) {
-    crate::tile_args::check_tile(a.len(), m, (w.k(), w.n()), &cols, out.len(), kernel);
-    match kernel {
-        I8Kernel::Scalar => scalar::gemm(a, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        I8Kernel::Avx2 => avx2::gemm(a, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        I8Kernel::Avx512Vnni => avx512vnni::gemm(a, m, w, cols, out),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("x86 kernels are never available here"),
-    }
+    variants!(scalar::gemm, avx2::gemm, avx512vnni::gemm).run(
+        kernel,
+        (a, m),
+        (w, (w.k(), w.n())),
+        cols,
+        out,
+    );
 }
 
 /// Linear layer in W8A8: quantizes `x` per tensor (dynamic

@@ -1,6 +1,6 @@
 //! INT8 weights packed once for the GEMM kernels.
 
-use crate::tiling::BLOCK;
+use crate::tiling::{BLOCK, pad_rows};
 
 /// Bytes of one k-group of one block: 16 columns × 4 consecutive k.
 pub(crate) const GROUP_BYTES: usize = BLOCK * 4;
@@ -113,27 +113,11 @@ impl PackedI8Weights {
     }
 }
 
-/// Copies activations `a[m, k]` into rows of `4 * k_groups` bytes (the
-/// packed k-group length), XOR-ing every byte with `xor` and filling the
-/// padding with `xor` (an encoded zero). `xor = 0x80` maps an i8 `v` to the
-/// u8 `v + 128` (the VNNI bias); `xor = 0` keeps the i8 bit pattern.
-///
-/// Done once per GEMM call (O(m·k)) so the microkernels read one aligned
-/// group of 4 bytes per step with no tail handling.
-pub(crate) fn pad_activations(a: &[i8], m: usize, k: usize, k_groups: usize, xor: u8) -> Vec<u8> {
-    assert_eq!(a.len(), m * k, "a must be [m, k]");
-    let kp = 4 * k_groups;
-    assert!(kp >= k);
-    let mut out = vec![xor; m * kp];
-    if k == 0 {
-        return out;
-    }
-    for (src, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(kp)) {
-        for (d, &v) in dst.iter_mut().zip(src) {
-            *d = (v as u8) ^ xor;
-        }
-    }
-    out
+/// Copies activations `a[m, k]` into rows of `4 * k_groups` bytes (the packed k-group
+/// length, [`pad_rows`]), XOR-ing every byte with `xor`: `0x80` maps an i8 `v` to the u8
+/// `v + 128` (the VNNI bias), `0` keeps the i8 bit pattern.
+pub(super) fn pad_activations(a: &[i8], m: usize, k: usize, k_groups: usize, xor: u8) -> Vec<u8> {
+    pad_rows(a, m, k, 4 * k_groups, xor)
 }
 
 #[cfg(test)]

@@ -20,50 +20,26 @@ use std::ops::Range;
 use super::avx2_groups::{fold_pairs, group_pairs};
 use super::packed::{PackedW4Weights, pad_activations};
 use super::quant::GROUP_K;
-use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
+
+/// Rows per microtile (16 ymm registers: 4 accumulators per row).
+const MR: usize = 2;
 
 /// Columns per half block.
 const HALF: usize = BLOCK / 2;
 
-/// `out[m, cols]` (compact tile) with AVX2. Shapes are checked by the caller.
-///
-/// # Panics
-/// If the CPU lacks avx2.
-pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
-    assert!(I8Kernel::Avx2.is_available(), "CPU lacks avx2");
-    // SAFETY: the required target feature was detected just above.
-    unsafe { gemm_impl(a, m, w, cols, out) }
-}
-
+/// `out[m, cols]` (compact tile) with AVX2. Shapes and the CPU's features are checked by
+/// the caller ([`crate::tile_args::Variants::run`]).
 #[target_feature(enable = "avx2")]
-fn gemm_impl(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
+pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
     // Unbiased i8 bit patterns, rows zero-padded to whole groups.
     let padded = pad_activations(a, m, w.k(), w.groups(), 0);
-    for_each_microtile(&Tiles { padded: &padded, w }, m, cols, out);
-}
-
-/// The padded activations and the weights of one product, as the tile driver's kernel.
-struct Tiles<'a> {
-    padded: &'a [u8],
-    w: &'a PackedW4Weights,
-}
-
-impl MicroKernel for Tiles<'_> {
-    type Out = i32;
-    /// 16 ymm registers: 4 accumulators per row.
-    const MR: usize = 2;
-    const NB: usize = 1;
-
-    #[inline(always)]
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<i32>) {
-        let kp = GROUP_K * self.w.groups();
-        let a_rows = &self.padded[r0 * kp..(r0 + R) * kp];
+    let kp = GROUP_K * w.groups();
+    for_each_microtile!(m, cols, out, MR, 1, |r0, R, b0, _N, tile| {
         for half in 0..2 {
-            // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with avx2.
-            unsafe { micro::<R>(a_rows, self.w, b0, half, tile) }
+            micro::<R>(&padded[r0 * kp..(r0 + R) * kp], w, b0, half, tile);
         }
-    }
+    });
 }
 
 /// The sub-scales of 8 columns, each repeated twice, as two vectors of 8 i32

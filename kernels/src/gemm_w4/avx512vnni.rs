@@ -32,51 +32,24 @@ use std::ops::Range;
 
 use super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, pad_activations};
 use super::quant::GROUP_K;
-use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
 
-/// `out[m, cols]` (compact tile) with AVX-512 VNNI. Shapes are checked by the caller.
-///
-/// # Panics
-/// If the CPU lacks avx512f, avx512bw or avx512vnni.
-pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
-    assert!(
-        I8Kernel::Avx512Vnni.is_available(),
-        "CPU lacks avx512f/avx512bw/avx512vnni"
-    );
-    // SAFETY: the required target features were detected just above.
-    unsafe { gemm_impl(a, m, w, cols, out) }
-}
+/// Rows per microtile. 4 rows × 2 blocks keep 8 group partials, 8 accumulators, 4
+/// unpacked weight vectors and 2 broadcasts in the 32 zmm registers, and halve the
+/// activation broadcasts per `vpdpbusd` against one block; of 8 × 1, 6 × 2 and 4 × 2
+/// it ran fastest (`cargo bench -p hetsched-kernels --bench w4a8`, docs/real-execution.md).
+const MR: usize = 4;
 
+/// `out[m, cols]` (compact tile) with AVX-512 VNNI. Shapes and the CPU's features are checked by
+/// the caller ([`crate::tile_args::Variants::run`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn gemm_impl(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
+pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
     // a + 128 as u8, rows padded to whole groups.
     let biased = pad_activations(a, m, w.k(), w.groups(), 0x80);
-    for_each_microtile(&Tiles { biased: &biased, w }, m, cols, out);
-}
-
-/// The biased activations and the weights of one product, as the tile driver's kernel.
-struct Tiles<'a> {
-    biased: &'a [u8],
-    w: &'a PackedW4Weights,
-}
-
-impl MicroKernel for Tiles<'_> {
-    type Out = i32;
-    /// 4 rows × 2 blocks keep 8 group partials, 8 accumulators, 4 unpacked weight vectors
-    /// and 2 broadcasts in the 32 zmm registers, and halve the activation broadcasts per
-    /// `vpdpbusd` against one block; of 8 × 1, 6 × 2 and 4 × 2 it ran fastest (`cargo
-    /// bench -p hetsched-kernels --bench w4a8`, docs/real-execution.md).
-    const MR: usize = 4;
-    const NB: usize = 2;
-
-    #[inline(always)]
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<i32>) {
-        let kp = GROUP_K * self.w.groups();
-        let a_rows = &self.biased[r0 * kp..(r0 + R) * kp];
-        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with these features.
-        unsafe { micro::<R, N>(a_rows, self.w, b0, tile) }
-    }
+    let kp = GROUP_K * w.groups();
+    for_each_microtile!(m, cols, out, MR, 2, |r0, R, b0, N, tile| {
+        micro::<R, N>(&biased[r0 * kp..(r0 + R) * kp], w, b0, tile)
+    });
 }
 
 /// The signed weights of quads `v` (low nibbles) and `v + 4` (high) of one 64-byte

@@ -40,6 +40,7 @@ pub use quant::{GROUP_K, W4Rows, gemm_w4_reference};
 
 use crate::cpu::I8Kernel;
 use crate::reference::dequantize_i32_acc;
+use crate::tile_args::variants;
 use crate::vector::{quantize_per_tensor_fast, scale_for_max_abs_fast};
 
 /// `out[m, n] = a[m, k] · wᵀ` (i32, before the row scales) with the fastest kernel of
@@ -72,16 +73,13 @@ pub fn gemm_w4_with(
     cols: Range<usize>,
     out: &mut [i32],
 ) {
-    crate::tile_args::check_tile(a.len(), m, (w.k(), w.n()), &cols, out.len(), kernel);
-    match kernel {
-        I8Kernel::Scalar => scalar::gemm(a, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        I8Kernel::Avx2 => avx2::gemm(a, m, w, cols, out),
-        #[cfg(target_arch = "x86_64")]
-        I8Kernel::Avx512Vnni => avx512vnni::gemm(a, m, w, cols, out),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("x86 kernels are never available here"),
-    }
+    variants!(scalar::gemm, avx2::gemm, avx512vnni::gemm).run(
+        kernel,
+        (a, m),
+        (w, (w.k(), w.n())),
+        cols,
+        out,
+    );
 }
 
 /// Linear layer in W4A8: quantizes `x[m, k]` per tensor (max |x| / 127), runs

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::quant::{GROUP_K, W4Rows};
-use crate::tiling::BLOCK;
+use crate::tiling::{BLOCK, pad_rows};
 
 /// Packed bytes of one block (16 columns) × one group (32 k): 512 nibbles.
 pub(crate) const GROUP_BYTES: usize = BLOCK * GROUP_K / 2;
@@ -186,11 +186,11 @@ impl PackedW4Weights {
     }
 }
 
-/// Copies activations `a[m, k]` into rows of `32 * groups` bytes, XOR-ing every byte
-/// with `xor` and padding with `xor` (an encoded zero): the W8A8 kernels' padding, with
-/// 8 of its groups of 4 per group of 32.
+/// Copies activations `a[m, k]` into rows of `32 * groups` bytes ([`pad_rows`]), XOR-ing
+/// every byte with `xor`: `0x80` for the VNNI kernel's `a + 128`, `0` for the i8 bit
+/// patterns.
 pub(crate) fn pad_activations(a: &[i8], m: usize, k: usize, groups: usize, xor: u8) -> Vec<u8> {
-    crate::gemm_i8::packed::pad_activations(a, m, k, GROUP_K / 4 * groups, xor)
+    pad_rows(a, m, k, GROUP_K * groups, xor)
 }
 
 /// The activations `a[m, k]` as rows of `32 · groups` bytes ([`pad_activations`] with

@@ -1,6 +1,6 @@
 //! AVX2 variant.
 //!
-//! The integer products are those of [`super::super::gemm_w4`]'s AVX2 kernel (both
+//! The integer products are those of [`crate::gemm_w4::gemm_w4`]'s AVX2 kernel (both
 //! operands widened to i16, `vpmaddwd`, two partial sums per column folded with
 //! `vphaddd`). `SPAN = 1`: each group's product is converted to f32 and
 //! fused-multiply-added with the sub-scales times the group's activation scale.
@@ -18,12 +18,15 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::super::avx2_groups::{fold_pairs, group_pairs};
-use super::super::packed::{PackedW4Weights, activation_rows};
-use super::super::quant::GROUP_K;
 use super::spans_of;
 use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile};
+use crate::gemm_w4::avx2_groups::{fold_pairs, group_pairs};
+use crate::gemm_w4::packed::{PackedW4Weights, activation_rows};
+use crate::gemm_w4::quant::GROUP_K;
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
+
+/// Rows per microtile.
+const MR: usize = 2;
 
 /// Columns per half block.
 const HALF: usize = BLOCK / 2;
@@ -58,39 +61,16 @@ fn gemm_impl<const SPAN: usize>(
     cols: Range<usize>,
     out: &mut [f32],
 ) {
-    let padded = activation_rows(a, m, w.k(), w.groups());
-    let tiles = Tiles::<SPAN> {
-        padded: &padded,
-        a_scales,
-        w,
-    };
-    for_each_microtile(&tiles, m, cols, out);
-}
-
-/// The activations, their scales and the weights of one product, as the tile driver's
-/// kernel.
-struct Tiles<'a, const SPAN: usize> {
-    padded: &'a [u8],
-    a_scales: &'a [f32],
-    w: &'a PackedW4Weights,
-}
-
-impl<const SPAN: usize> MicroKernel for Tiles<'_, SPAN> {
-    type Out = f32;
-    const MR: usize = 2;
-    const NB: usize = 1;
-
-    #[inline(always)]
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<f32>) {
-        let groups = self.w.groups();
-        let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
-        let a_rows = &self.padded[r0 * kp..(r0 + R) * kp];
-        let scales = &self.a_scales[r0 * spans..(r0 + R) * spans];
+    let groups = w.groups();
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
+    let padded = activation_rows(a, m, w.k(), groups);
+    for_each_microtile!(m, cols, out, MR, 1, |r0, R, b0, _N, tile| {
+        let a_rows = &padded[r0 * kp..(r0 + R) * kp];
+        let scales = &a_scales[r0 * spans..(r0 + R) * spans];
         for half in 0..2 {
-            // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with avx2 and fma.
-            unsafe { micro::<SPAN, R>((a_rows, scales), self.w, b0, half, tile) }
+            micro::<SPAN, R>((a_rows, scales), w, b0, half, tile);
         }
-    }
+    });
 }
 
 /// `Σ q a` of group `g` for `R` rows and the 8 columns of half `half` of a block.

@@ -1,6 +1,6 @@
 //! AVX-512 VNNI variant.
 //!
-//! The products are those of [`super::super::gemm_w4`]'s VNNI kernel with the operands'
+//! The products are those of [`crate::gemm_w4::gemm_w4`]'s VNNI kernel with the operands'
 //! roles swapped: the stored nibbles `q + 8` (0..=15) are `vpdpbusd`'s unsigned operand,
 //! as they are (no subtraction per load), and the activations its signed one, so a
 //! group's product is `Σ (q + 8) a = Σ q a + 8 Σ a`. The second term depends only on
@@ -29,14 +29,17 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activation_rows};
-use super::super::quant::GROUP_K;
 use super::{group_bias, spans_of};
 use crate::cpu::I8Kernel;
-use crate::tiling::{BLOCK, MicroKernel, TILE_COLS, Tile, for_each_microtile, for_each_tile};
+use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activation_rows};
+use crate::gemm_w4::quant::GROUP_K;
+use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile, for_each_tile};
 
 mod row;
 
+/// Rows per microtile (as the integer W4A8 kernel: 8 partials, 8 accumulators, 4
+/// unpacked weight vectors and the broadcasts fit the 32 zmm registers).
+const MR: usize = 4;
 /// Groups ahead of the one multiplied whose weight bytes are prefetched (2 KiB a block).
 /// A one-row product (a decode step's) does little arithmetic per byte, so without it the
 /// loads wait on memory: in a profile of `generate --precision w4a8-g32` the first use
@@ -82,13 +85,16 @@ fn gemm_impl<const SPAN: usize>(
         });
         return;
     }
-    let tiles = Tiles::<SPAN> {
-        padded: &padded,
-        a_scales,
-        neg_bias: &neg_bias,
-        w,
-    };
-    for_each_microtile(&tiles, m, cols, out);
+    let groups = w.groups();
+    let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
+    for_each_microtile!(m, cols, out, MR, 2, |r0, R, b0, N, tile| {
+        let rows = Rows {
+            a: &padded[r0 * kp..(r0 + R) * kp],
+            scales: &a_scales[r0 * spans..(r0 + R) * spans],
+            neg_bias: &neg_bias[r0 * groups..(r0 + R) * groups],
+        };
+        micro::<SPAN, R, N>(&rows, w, b0, tile)
+    });
 }
 
 /// `-`[`group_bias`] with `vpsadbw`: per 64 bytes (two groups), the sums of `a + 128` of
@@ -113,36 +119,6 @@ fn neg_bias_of(padded: &[u8]) -> Vec<i32> {
     }
     out.extend(group_bias(rest).into_iter().map(|b| -b));
     out
-}
-
-/// The activations (padded values, scales per span and `-8 Σ a` per group) and the
-/// weights of one product, as the tile driver's kernel.
-struct Tiles<'a, const SPAN: usize> {
-    padded: &'a [u8],
-    a_scales: &'a [f32],
-    neg_bias: &'a [i32],
-    w: &'a PackedW4Weights,
-}
-
-impl<const SPAN: usize> MicroKernel for Tiles<'_, SPAN> {
-    type Out = f32;
-    /// As the integer W4A8 kernel: 8 partials, 8 accumulators, 4 unpacked weight vectors
-    /// and the broadcasts fit the 32 zmm registers.
-    const MR: usize = 4;
-    const NB: usize = 2;
-
-    #[inline(always)]
-    fn tile<const R: usize, const N: usize>(&self, r0: usize, b0: usize, tile: &mut Tile<f32>) {
-        let groups = self.w.groups();
-        let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
-        let rows = Rows {
-            a: &self.padded[r0 * kp..(r0 + R) * kp],
-            scales: &self.a_scales[r0 * spans..(r0 + R) * spans],
-            neg_bias: &self.neg_bias[r0 * groups..(r0 + R) * groups],
-        };
-        // SAFETY: `Tiles` is only made by `gemm_impl`, which runs with these features.
-        unsafe { micro::<SPAN, R, N>(&rows, self.w, b0, tile) }
-    }
 }
 
 /// A microtile's activation rows: padded values, scales per span and `-8 Σ a` per group.

@@ -25,11 +25,15 @@ use std::ops::Range;
 use super::PackedW4Weights;
 use super::quant::{GROUP_K, W4Rows};
 use crate::cpu::I8Kernel;
+use crate::tile_args::check_tile;
 
 /// `out[m, cols]` (compact tile) of activations `a[m, k]` with one scale per row and
-/// `SPAN · 32` inputs (`a_scales[m, ceil(groups / SPAN)]`) through `w`, with `kernel`.
-/// Shapes, the kernel's availability and the activations' range are checked by the
-/// caller.
+/// `SPAN · 32` inputs (`a_scales[m, ceil(k / (SPAN · 32))]`) through `w`, with `kernel`.
+/// The activations' range is checked by the caller.
+///
+/// # Panics
+/// If the running CPU does not support `kernel`, or on a shape mismatch.
+#[track_caller]
 pub(super) fn gemm_with<const SPAN: usize>(
     kernel: I8Kernel,
     a: &[i8],
@@ -39,6 +43,8 @@ pub(super) fn gemm_with<const SPAN: usize>(
     cols: Range<usize>,
     out: &mut [f32],
 ) {
+    check_tile(a.len(), m, (w.k(), w.n()), &cols, out.len(), kernel);
+    check_scales::<SPAN>(a_scales.len(), m, w.groups());
     match kernel {
         I8Kernel::Scalar => scalar::gemm::<SPAN>(a, a_scales, m, w, cols, out),
         #[cfg(target_arch = "x86_64")]
@@ -48,6 +54,18 @@ pub(super) fn gemm_with<const SPAN: usize>(
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("x86 kernels are never available here"),
     }
+}
+
+/// Panics unless `a_scales` (of length `len`) holds one scale per row of `m` and span
+/// of `SPAN` of the `groups` weight groups.
+#[track_caller]
+fn check_scales<const SPAN: usize>(len: usize, m: usize, groups: usize) {
+    assert_eq!(
+        len,
+        m * spans_of::<SPAN>(groups),
+        "a_scales must be [m, ceil(k / {})]",
+        SPAN * GROUP_K
+    );
 }
 
 /// Activation scales per row: one per `SPAN` weight groups.
@@ -66,7 +84,11 @@ fn group_bias(padded: &[u8]) -> Vec<i32> {
 
 /// The definition both spans share, in f64 over unpacked rows: `out[m, n] = d[n] ·
 /// Σ_g a_scale[m, g / SPAN] · s[n, g] · Σ_{p ∈ g} a[m, p] · q[n, p]` (`a_scales` is
-/// `[m, ceil(groups / SPAN)]`; shapes are checked by the caller).
+/// `[m, ceil(groups / SPAN)]`).
+///
+/// # Panics
+/// If a slice length does not match its shape.
+#[track_caller]
 pub(super) fn reference<const SPAN: usize>(
     a: &[i8],
     a_scales: &[f32],
@@ -76,6 +98,9 @@ pub(super) fn reference<const SPAN: usize>(
 ) {
     let (n, k, groups) = (w.n, w.k, w.groups());
     let spans = spans_of::<SPAN>(groups);
+    assert_eq!(a.len(), m * k, "a must be [m, k]");
+    check_scales::<SPAN>(a_scales.len(), m, groups);
+    assert_eq!(out.len(), m * n, "out must be [m, n]");
     for i in 0..m {
         for j in 0..n {
             let mut sum = 0f64;

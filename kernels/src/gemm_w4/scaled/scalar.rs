@@ -3,9 +3,9 @@
 
 use std::ops::Range;
 
-use super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activation_rows};
-use super::super::quant::GROUP_K;
 use super::spans_of;
+use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activation_rows};
+use crate::gemm_w4::quant::GROUP_K;
 use crate::tiling::{BLOCK, for_each_tile};
 
 /// `out[m, cols]` (compact tile), scalar. Shapes are checked by the caller.

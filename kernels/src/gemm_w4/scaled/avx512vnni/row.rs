@@ -8,8 +8,8 @@
 //! of once per 64 bytes. The low chain starts from `-8 Σ a` (the bias of the stored
 //! `q + 8`), so the two chains add up to the group's exact `Σ q a`, the same i32 the
 //! multi-row microkernel forms; what follows (per group for `SPAN = 1`, per span
-//! otherwise) are the float operations of [`super::super::scalar`], in the same order, and
-//! the results are bit-identical.
+//! otherwise) are the float operations of [`crate::gemm_w4::scaled::scalar`], in the same
+//! order, and the results are bit-identical.
 //!
 //! The two chains are independent, so a group's 8 products form two chains of 4 rather
 //! than one of 8; the loop walks chunks of the block, the activations and the scales
@@ -21,13 +21,13 @@
 
 use std::arch::x86_64::*;
 
-use super::super::super::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS};
-use super::super::super::quant::GROUP_K;
 use super::{PREFETCH_GROUPS, block_row_scales, sub_scale_words, sub_scales_i32};
+use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS};
+use crate::gemm_w4::quant::GROUP_K;
 use crate::tiling::BLOCK;
 
 /// `out = d · Σ_span a_scale[span] · Σ_{g ∈ span} s[g] · Σ_{p ∈ g} a[p] · q[p]` for the 16
-/// columns of block `b`, in the order of [`super::super::scalar`]. `a_row` is the
+/// columns of block `b`, in the order of [`crate::gemm_w4::scaled::scalar`]. `a_row` is the
 /// zero-padded activation row (`32 · groups` bytes), `scales` its scale per span and
 /// `neg_bias` its `-8 Σ a` per group.
 #[inline]
