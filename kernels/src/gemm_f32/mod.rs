@@ -22,7 +22,7 @@ use std::ops::Range;
 pub use packed::PackedF32Weights;
 
 use crate::cpu::F32Kernel;
-use crate::tile_args::variants;
+use crate::tile_args::{Variants, variants};
 
 /// `out[m, n] = a[m, k] · b[n, k]ᵀ` with the fastest kernel of this CPU.
 ///
@@ -80,14 +80,12 @@ pub fn matmul_f32_with(
     cols: Range<usize>,
     out: &mut [f32],
 ) {
-    variants!(scalar::gemm, avx2::gemm, avx512::gemm).run(
-        kernel,
-        (a, m),
-        (w, (w.k(), w.n())),
-        cols,
-        out,
-    );
+    VARIANTS.run(kernel, (a, m), (w, (w.k(), w.n())), cols, out);
 }
+
+/// The product of each [`F32Kernel`].
+const VARIANTS: Variants<f32, PackedF32Weights, f32> =
+    variants!(scalar::gemm, avx2::gemm, avx512::gemm);
 
 #[cfg(test)]
 mod tests {

@@ -22,7 +22,7 @@ pub use packed::PackedI8Weights;
 
 use crate::cpu::I8Kernel;
 use crate::reference::{dequantize_i32_acc, quantize_per_tensor, scale_for_max_abs};
-use crate::tile_args::variants;
+use crate::tile_args::{Variants, variants};
 
 /// `out[m, n] = a[m, k] · wᵀ` with the fastest kernel of this CPU.
 ///
@@ -58,14 +58,12 @@ pub fn gemm_i8_with(
     cols: Range<usize>,
     out: &mut [i32],
 ) {
-    variants!(scalar::gemm, avx2::gemm, avx512vnni::gemm).run(
-        kernel,
-        (a, m),
-        (w, (w.k(), w.n())),
-        cols,
-        out,
-    );
+    VARIANTS.run(kernel, (a, m), (w, (w.k(), w.n())), cols, out);
 }
+
+/// The product of each [`I8Kernel`].
+const VARIANTS: Variants<i8, PackedI8Weights, i32> =
+    variants!(scalar::gemm, avx2::gemm, avx512vnni::gemm);
 
 /// Linear layer in W8A8: quantizes `x` per tensor (dynamic
 /// [`scale_for_max_abs`]), runs [`gemm_i8`], and dequantizes with

@@ -40,7 +40,7 @@ pub use quant::{GROUP_K, W4Rows, gemm_w4_reference};
 
 use crate::cpu::I8Kernel;
 use crate::reference::dequantize_i32_acc;
-use crate::tile_args::variants;
+use crate::tile_args::{Variants, variants};
 use crate::vector::{quantize_per_tensor_fast, scale_for_max_abs_fast};
 
 /// `out[m, n] = a[m, k] · wᵀ` (i32, before the row scales) with the fastest kernel of
@@ -73,14 +73,12 @@ pub fn gemm_w4_with(
     cols: Range<usize>,
     out: &mut [i32],
 ) {
-    variants!(scalar::gemm, avx2::gemm, avx512vnni::gemm).run(
-        kernel,
-        (a, m),
-        (w, (w.k(), w.n())),
-        cols,
-        out,
-    );
+    VARIANTS.run(kernel, (a, m), (w, (w.k(), w.n())), cols, out);
 }
+
+/// The product of each [`I8Kernel`].
+const VARIANTS: Variants<i8, PackedW4Weights, i32> =
+    variants!(scalar::gemm, avx2::gemm, avx512vnni::gemm);
 
 /// Linear layer in W4A8: quantizes `x[m, k]` per tensor (max |x| / 127), runs
 /// [`gemm_w4`] and dequantizes with `a_scale · row_scale[j]` into `out[m, n]`.
