@@ -31,37 +31,30 @@ pub(crate) trait Variant: Copy {
     fn tier(self) -> Tier;
 }
 
-impl Variant for F32Kernel {
-    fn available(self) -> bool {
-        self.is_available()
-    }
-    fn label(self) -> &'static str {
-        self.name()
-    }
-    fn tier(self) -> Tier {
-        match self {
-            Self::Scalar => Tier::Scalar,
-            Self::Avx2Fma => Tier::Avx2,
-            Self::Avx512F => Tier::Avx512,
+/// Implements [`Variant`] for a kernel enum from its variants of each [`Tier`], slowest
+/// first.
+macro_rules! impl_variant {
+    ($kernel:ident: $scalar:ident, $avx2:ident, $avx512:ident) => {
+        impl Variant for $kernel {
+            fn available(self) -> bool {
+                self.is_available()
+            }
+            fn label(self) -> &'static str {
+                self.name()
+            }
+            fn tier(self) -> Tier {
+                match self {
+                    $kernel::$scalar => Tier::Scalar,
+                    $kernel::$avx2 => Tier::Avx2,
+                    $kernel::$avx512 => Tier::Avx512,
+                }
+            }
         }
-    }
+    };
 }
 
-impl Variant for I8Kernel {
-    fn available(self) -> bool {
-        self.is_available()
-    }
-    fn label(self) -> &'static str {
-        self.name()
-    }
-    fn tier(self) -> Tier {
-        match self {
-            Self::Scalar => Tier::Scalar,
-            Self::Avx2 => Tier::Avx2,
-            Self::Avx512Vnni => Tier::Avx512,
-        }
-    }
-}
+impl_variant!(F32Kernel: Scalar, Avx2Fma, Avx512F);
+impl_variant!(I8Kernel: Scalar, Avx2, Avx512Vnni);
 
 /// A variant's product: `out[m, cols]` (a compact tile) of activations `a[m, k]` through
 /// packed weights `W`, shapes checked by the dispatcher.
