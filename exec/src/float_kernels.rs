@@ -51,6 +51,12 @@ pub trait FloatKernels: Send + Sync {
     ) -> Result<Vec<f32>, KernelError>;
 }
 
+impl std::fmt::Debug for dyn FloatKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.device())
+    }
+}
+
 /// The host CPU: the `hetsched-kernels` fast paths, attention split over the pool.
 #[derive(Debug)]
 pub struct CpuFloat {

@@ -11,10 +11,15 @@
 //! head: two values may overlap in bytes only if no window uses them at the same time; if
 //! the check fails the caller gives every value its own buffer.
 
+use std::convert::Infallible;
+
 use hetsched_systems::memory::{Buffer, plan_offsets};
+use hetsched_systems::op::{Block, NormSite, Projection};
+use hetsched_systems::shadow::ShadowSite;
 
 use super::steps::Step;
-use hetsched_systems::op::Projection;
+use super::walk::{self, StepBackend};
+use Field::{Attn, Hidden, Q, X};
 
 /// A per-chunk activation of the resident runner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,41 +62,9 @@ impl Field {
         self as usize
     }
 
-    /// Whether the fused runner keeps this field (see [`access`]).
+    /// Whether the fused runner keeps this field (see [`Window`]'s [`StepBackend`]).
     pub(super) fn used(self) -> bool {
         matches!(self, Field::X | Field::Q | Field::Attn | Field::Hidden)
-    }
-}
-
-/// What `step` reads and writes among the fields, as `GpuStageRunner::record` runs it with
-/// the fused GEMMs: the norms are folded into the projections that read the residual
-/// stream, q/k/v (one dispatch at the last of them) write q and the KV cache, gate/up (one
-/// dispatch) the SiLU output, and the output and down projections add into the stream.
-/// The fields the fusion leaves unused (the norm's output, k, v, o, gate, up, down) are
-/// never accessed. A fused dispatch's write is counted from the first of its steps.
-fn access(step: Step) -> (Vec<Field>, Vec<Field>) {
-    use Field::*;
-    match step {
-        Step::Embed => (vec![], vec![X]),
-        Step::Norm(_) | Step::LmHead => (vec![X], vec![]),
-        Step::QuantizeNormed(_) => (vec![], vec![]),
-        Step::QuantizeAttention => (vec![Attn], vec![]),
-        Step::Linear(p) => match p {
-            Projection::Q | Projection::K | Projection::V => (vec![X], vec![Q]),
-            Projection::Gate | Projection::Up => (vec![X], vec![Hidden]),
-            Projection::O => (vec![Attn, X], vec![X]),
-            Projection::Down => (vec![Hidden, X], vec![X]),
-        },
-        Step::DequantizeQkv => (vec![Q], vec![]),
-        Step::Rope => (vec![Q], vec![Q]),
-        Step::Attention => (vec![Q], vec![Attn]),
-        Step::DequantizeO | Step::DequantizeDown => (vec![], vec![]),
-        Step::Residual => (vec![X], vec![X]),
-        Step::SiluMul => (vec![Hidden], vec![Hidden]),
-        // Not run by the resident runner (f32 only); it refuses the stage.
-        Step::Shadow(_) => (vec![], vec![]),
-        // Not run by the resident runner (the llama family only); it refuses the stage.
-        Step::Family(_) => (vec![], vec![]),
     }
 }
 
@@ -104,28 +77,122 @@ struct Window {
     steps: u64,
 }
 
-fn window(steps: &[Step]) -> Window {
-    let mut w = Window {
-        hull: [None; Field::ALL.len()],
-        carried: [false; Field::ALL.len()],
-        steps: steps.len() as u64,
-    };
-    for (i, &step) in steps.iter().enumerate() {
-        let (reads, writes) = access(step);
+impl Window {
+    /// Counts the accesses of the window's `steps`, in order: while a step runs,
+    /// `steps` is its position.
+    fn of(steps: &[Step]) -> Window {
+        let mut w = Window {
+            hull: [None; Field::ALL.len()],
+            carried: [false; Field::ALL.len()],
+            steps: 0,
+        };
+        for &step in steps {
+            let Ok(()) = walk::step(step, &mut w);
+            w.steps += 1;
+        }
+        w
+    }
+
+    /// The step at position `self.steps` reads `reads` and writes `writes`.
+    fn access(&mut self, reads: &[Field], writes: &[Field]) -> Result<(), Infallible> {
+        let i = self.steps;
         for (f, read) in reads
             .iter()
             .map(|f| (f, true))
             .chain(writes.iter().map(|f| (f, false)))
         {
-            let i = i as u64;
-            let hull = &mut w.hull[f.index()];
+            let hull = &mut self.hull[f.index()];
             if hull.is_none() {
-                w.carried[f.index()] = read;
+                self.carried[f.index()] = read;
             }
             *hull = Some(hull.map_or((i, i + 1), |(a, b)| (a.min(i), b.max(i + 1))));
         }
+        Ok(())
     }
-    w
+}
+
+/// What each step reads and writes among the fields, as the resident runner's recorder
+/// (`gpu_resident/record.rs`) runs it with the fused GEMMs: the norms are folded into the
+/// projections that read the residual stream, q/k/v (one dispatch at the last of them)
+/// write q and the KV cache, gate/up (one dispatch) the SiLU output, and the output and
+/// down projections add into the stream. The fields the fusion leaves unused (the norm's
+/// output, k, v, o, gate, up, down) are never accessed. A fused dispatch's write is
+/// counted from the first of its steps.
+impl StepBackend for Window {
+    type Error = Infallible;
+
+    fn embed(&mut self) -> Result<(), Infallible> {
+        self.access(&[], &[X])
+    }
+    /// Reads the stream its projections normalise.
+    fn norm(&mut self, _: NormSite) -> Result<(), Infallible> {
+        self.access(&[X], &[])
+    }
+    /// Touches nothing: f32 linears read the stream as it is.
+    fn quantize_normed(&mut self, _: ShadowSite) -> Result<(), Infallible> {
+        Ok(())
+    }
+    fn quantize_attention(&mut self) -> Result<(), Infallible> {
+        self.access(&[Attn], &[])
+    }
+    fn linear(&mut self, p: Projection) -> Result<(), Infallible> {
+        match p {
+            Projection::Q | Projection::K | Projection::V => self.access(&[X], &[Q]),
+            Projection::Gate | Projection::Up => self.access(&[X], &[Hidden]),
+            Projection::O => self.access(&[Attn, X], &[X]),
+            Projection::Down => self.access(&[Hidden, X], &[X]),
+        }
+    }
+    fn dequantize_qkv(&mut self) -> Result<(), Infallible> {
+        self.access(&[Q], &[])
+    }
+    fn rope(&mut self) -> Result<(), Infallible> {
+        self.access(&[Q], &[Q])
+    }
+    fn attention(&mut self) -> Result<(), Infallible> {
+        self.access(&[Q], &[Attn])
+    }
+    /// Touches nothing: the output projection's GEMM added into the stream.
+    fn dequantize_o(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+    /// Touches nothing: the down projection's GEMM added into the stream.
+    fn dequantize_down(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+    fn residual(&mut self) -> Result<(), Infallible> {
+        self.access(&[X], &[X])
+    }
+    fn silu_mul(&mut self) -> Result<(), Infallible> {
+        self.access(&[Hidden], &[Hidden])
+    }
+    /// Touches nothing: the resident runner (f32 only) refuses the stage.
+    fn shadow(&mut self, _: ShadowSite) -> Result<(), Infallible> {
+        Ok(())
+    }
+    fn lm_head(&mut self) -> Result<(), Infallible> {
+        self.access(&[X], &[])
+    }
+    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    fn embed_scale(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    fn qkv_bias(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    fn qk_norm(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    fn post_norm(&mut self, _: Block) -> Result<(), Infallible> {
+        Ok(())
+    }
+    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    fn gelu_mul(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
 }
 
 /// The planned place of every field in one chunk's arena.
@@ -154,7 +221,7 @@ pub(super) fn plan_chunk_layout(
     for end in 1..=steps.len() {
         if end == steps.len() || layers[end] != layers[start] {
             let run: Vec<Step> = steps[start..end].iter().flatten().copied().collect();
-            windows.push(window(&run));
+            windows.push(Window::of(&run));
             start = end;
         }
     }

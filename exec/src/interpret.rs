@@ -1,27 +1,27 @@
-//! Runs one subgraph instance (a stage of one chunk) on real kernels.
+//! Runs one subgraph instance (a stage of one chunk) on real kernels: the CPU
+//! interpreter's [`StepBackend`], whose steps read and write the chunk's values.
+
+mod shared;
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use hetsched_import::Activation;
-use hetsched_kernels::AttentionShape;
+use hetsched_systems::op::{Block, NormSite, Projection};
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::shadow::ShadowSite;
 
-use super::activation::Act;
-use super::blocks::for_each_block;
 use super::error::ExecError;
 use super::family::{self, add_bias, gated, norm_heads, norm_rows};
 use super::float_kernels::FloatKernels;
 use super::lock_wait;
 use super::passes;
-use super::shadow::QuantRule;
-use super::state::{ChunkValues, KvRows, PrefillState};
+use super::state::{ChunkValues, PrefillState};
 use super::steps::{FamilyStep, Step};
-use super::values::{LinearOut, dequantize, linear, matmul_rows, quantize, shadow_product};
+use super::values::{LinearOut, dequantize, linear, matmul_rows};
+use super::walk::{StepBackend, walk};
 use super::weights::{ExecModel, LayerWeights, LinearWeights};
-use hetsched_systems::op::{Block, NormSite, Projection};
 
 /// Executes stages of one prefill: the model, its compiled stages and the shared state.
 #[derive(Debug)]
@@ -39,12 +39,6 @@ pub struct StageRunner {
 
 fn failed(reason: String) -> ExecError {
     ExecError::Kernel(reason)
-}
-
-impl std::fmt::Debug for dyn FloatKernels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.device())
-    }
 }
 
 impl StageRunner {
@@ -83,21 +77,14 @@ impl StageRunner {
         };
         // The head (no layer) reads the last layer's output.
         let layer = self.layers[stage].map_or(self.model.layers.len(), |l| l as usize);
-        // A shadow stage runs beside its INT8 stage, which holds the chunk's values: it
-        // touches only the chunk's shadow slot.
-        if steps.iter().all(|s| matches!(s, Step::Shadow(_))) {
-            for &step in steps {
-                if let Step::Shadow(site) = step {
-                    self.shadow(site, layer, chunk)?;
-                }
-            }
-            return Ok(());
-        }
-        let mut values = lock_wait::lock(slot);
-        for &step in steps {
-            self.step(&**kernels, step, layer, chunk, &mut values)?;
-        }
-        Ok(())
+        let mut stage = CpuStage {
+            runner: self,
+            kernels: &**kernels,
+            layer,
+            chunk,
+            values: LockedOnUse { slot, guard: None },
+        };
+        walk(steps, &mut stage)
     }
 
     fn layer(&self, layer: usize) -> Result<&LayerWeights, ExecError> {
@@ -107,224 +94,99 @@ impl StageRunner {
             .ok_or_else(|| failed(format!("layer {layer} is not in the model")))
     }
 
-    /// Runs one compiled step of `layer` on chunk `chunk`'s values. Each arm is a call:
-    /// the steps that take more than a line own a method below.
-    fn step(
+    /// The weights of projection `p` in layer `layer`.
+    fn weights(&self, layer: usize, p: Projection) -> Result<&LinearWeights, ExecError> {
+        Ok(self.layer(layer)?.projection(p))
+    }
+
+    /// A family's weights that `pick` finds in layer `layer`, or the error naming `what`
+    /// as absent.
+    fn family_weights<T: ?Sized>(
         &self,
-        kernels: &dyn FloatKernels,
+        layer: usize,
+        what: &str,
+        pick: impl FnOnce(&LayerWeights) -> Option<&T>,
+    ) -> Result<&T, ExecError> {
+        pick(self.layer(layer)?)
+            .ok_or_else(|| failed(format!("layer {layer} has no {what} weights")))
+    }
+}
+
+/// A chunk's values, locked by the first step that touches them and held to the end of the
+/// stage. A shadow stage runs beside its INT8 stage, which holds the values, and touches
+/// only the chunk's shadow slot: it never locks them, so never waits for that stage.
+struct LockedOnUse<'a> {
+    slot: &'a Mutex<ChunkValues>,
+    guard: Option<MutexGuard<'a, ChunkValues>>,
+}
+
+impl LockedOnUse<'_> {
+    fn get(&mut self) -> &mut ChunkValues {
+        self.guard.get_or_insert_with(|| lock_wait::lock(self.slot))
+    }
+}
+
+/// One stage of one chunk on the CPU interpreter: where its steps read and write.
+struct CpuStage<'a> {
+    runner: &'a StageRunner,
+    /// The lane's float kernels (norms, RoPE, attention).
+    kernels: &'a dyn FloatKernels,
+    /// The stage's decoder layer (the number of layers for the head).
+    layer: usize,
+    chunk: usize,
+    values: LockedOnUse<'a>,
+}
+
+/// The value in `slot`, consumed, or the error naming `step`'s missing input.
+fn take<T>(
+    slot: &mut Option<T>,
+    step: Step,
+    chunk: usize,
+    value: &'static str,
+) -> Result<T, ExecError> {
+    slot.take()
+        .ok_or_else(|| ExecError::missing(step, chunk, value))
+}
+
+impl<'a> CpuStage<'a> {
+    /// The weights of the stage's layer.
+    fn weights(&self) -> Result<&'a LayerWeights, ExecError> {
+        self.runner.layer(self.layer)
+    }
+
+    /// `out`, the output of projection `p` (o or down), merged with its shadow and
+    /// dequantized: the delta of `layer`'s `block`, refused if not finite.
+    fn block_delta(
+        &mut self,
         step: Step,
+        (p, out): (Projection, LinearOut),
         layer: usize,
-        chunk: usize,
-        v: &mut ChunkValues,
+        block: &'static str,
     ) -> Result<(), ExecError> {
-        let missing = |value: &'static str| ExecError::missing(step, chunk, value);
-        match step {
-            Step::Embed => self.embed(chunk, v),
-            Step::Norm(site) => self.norm(kernels, site, layer, chunk, v)?,
-            Step::QuantizeNormed(site) => {
-                let x = v.normed.take().ok_or_else(|| missing("normed"))?;
-                v.act = Some(self.quantize(layer, chunk, site, x)?);
-            }
-            Step::QuantizeAttention => {
-                let x = v.attn.take().ok_or_else(|| missing("attention"))?;
-                v.act = Some(self.quantize(layer, chunk, ShadowSite::O, x)?);
-            }
-            Step::Linear(p) => self.linear_step(p, layer, chunk, v, missing)?,
-            Step::DequantizeQkv => {
-                let q = v
-                    .q_raw
-                    .take()
-                    .ok_or_else(|| missing(Projection::Q.label()))?;
-                let q = self.merged(chunk, Projection::Q, step, q)?;
-                v.q = Some(dequantize(q, self.layer(layer)?.projection(Projection::Q))?);
-            }
-            Step::Rope => {
-                let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
-                let positions = self.state.positions(chunk);
-                kernels.rope(q, positions, self.model.config.n_heads, layer)?;
-                self.write_kv(layer, chunk)?;
-            }
-            Step::Attention => {
-                let q = v.q.take().ok_or_else(|| missing("queries"))?;
-                v.attn = Some(self.attention(kernels, layer, chunk, &q)?);
-            }
-            Step::DequantizeO => {
-                let o = v
-                    .o_raw
-                    .take()
-                    .ok_or_else(|| missing(Projection::O.label()))?;
-                let o = self.merged(chunk, Projection::O, step, o)?;
-                let delta = dequantize(o, self.layer(layer)?.projection(Projection::O))?;
-                v.delta = Some(finite_block(delta, layer, "attention", chunk)?);
-            }
-            Step::DequantizeDown => {
-                // The carry at the start of layer l (or of the head) hands on layer l-1.
-                let prev = layer
-                    .checked_sub(1)
-                    .ok_or_else(|| missing("a previous layer"))?;
-                let d = v
-                    .down_raw
-                    .take()
-                    .ok_or_else(|| missing(Projection::Down.label()))?;
-                let d = self.merged(chunk, Projection::Down, step, d)?;
-                let delta = dequantize(d, self.layer(prev)?.projection(Projection::Down))?;
-                v.delta = Some(finite_block(delta, prev, "feed-forward", chunk)?);
-            }
-            Step::Residual => {
-                let d = v.delta.take().ok_or_else(|| missing("delta"))?;
-                passes::add_assign(&mut v.x, &d);
-            }
-            Step::SiluMul => self.glu(Activation::SiluGlu, step, layer, chunk, v)?,
-            Step::Family(FamilyStep::GeluMul) => {
-                self.glu(Activation::GeluTanhGlu, step, layer, chunk, v)?;
-            }
-            Step::Family(f) => self.family_step(f, layer, chunk, v)?,
-            Step::Shadow(site) => self.shadow(site, layer, chunk)?,
-            Step::LmHead => {
-                let x = v.normed.take().ok_or_else(|| missing("normed"))?;
-                *lock_wait::lock(&self.state.logits) = Some(self.lm_head(&x));
-            }
-        }
+        let (r, chunk) = (self.runner, self.chunk);
+        let out = r.merged(chunk, p, step, out)?;
+        let delta = dequantize(out, r.weights(layer, p)?)?;
+        self.values.get().delta = Some(finite_block(delta, layer, block, chunk)?);
         Ok(())
     }
 
-    /// The chunk's token embeddings, as its residual stream.
-    fn embed(&self, chunk: usize, v: &mut ChunkValues) {
-        let (m, hidden) = (&self.model, self.model.config.hidden);
-        let positions = self.state.positions(chunk);
-        v.x = Vec::with_capacity(positions.len() * hidden);
-        for &id in &self.state.tokens[positions] {
-            let row = id as usize;
-            v.x.extend_from_slice(&m.token_embd[row * hidden..(row + 1) * hidden]);
-        }
+    /// The chunk's queries, which family step `f` changes.
+    fn queries(&mut self, f: FamilyStep) -> Result<&mut Vec<f32>, ExecError> {
+        let chunk = self.chunk;
+        let q = self.values.get().q.as_mut();
+        q.ok_or_else(|| ExecError::missing(Step::Family(f), chunk, "queries"))
     }
 
-    /// RMS norm of the residual stream before attention, the FFN or the head.
-    fn norm(
-        &self,
-        kernels: &dyn FloatKernels,
-        site: NormSite,
-        layer: usize,
-        chunk: usize,
-        v: &mut ChunkValues,
-    ) -> Result<(), ExecError> {
-        let (m, c) = (&self.model, &self.model.config);
-        let rows = self.state.positions(chunk).len();
-        let (weight, x, rows) = match site {
-            NormSite::Attention => (&self.layer(layer)?.attn_norm, &v.x[..], rows),
-            NormSite::Ffn => (&self.layer(layer)?.ffn_norm, &v.x[..], rows),
-            // Prefill needs the last token's logits only (evaluation wants all).
-            NormSite::Final if self.state.all_logits => (&m.output_norm, &v.x[..], rows),
-            NormSite::Final => (&m.output_norm, &v.x[(rows - 1) * c.hidden..], 1),
-        };
-        v.normed = Some(kernels.rms_norm(x, weight, c.norm_eps, rows, c.hidden)?);
-        Ok(())
-    }
-
-    /// One INT8 or f32 linear of `layer` on the chunk's activation; K and V go to the
-    /// chunk's KV rows, the others to the chunk's values.
-    fn linear_step(
-        &self,
-        p: Projection,
-        layer: usize,
-        chunk: usize,
-        v: &mut ChunkValues,
-        missing: impl Fn(&'static str) -> ExecError,
-    ) -> Result<(), ExecError> {
-        let weights = self.weights(layer, p)?;
-        let act = v.act.as_ref().ok_or_else(|| missing("activation"))?;
-        let out = linear(act, self.state.positions(chunk).len(), weights)?;
-        match p {
-            Projection::Q => v.q_raw = Some(out),
-            Projection::K | Projection::V => self.keep_kv(layer, chunk, p, out),
-            Projection::O => v.o_raw = Some(out),
-            Projection::Gate => v.gate_raw = Some(out),
-            Projection::Up => v.up_raw = Some(out),
-            Projection::Down => v.down_raw = Some(out),
-        }
-        Ok(())
-    }
-
-    /// A family's optional step on the chunk's values (the gated activation aside):
-    /// each reads the value it changes and refuses its absence, and the weights of
-    /// `layer` (the post-FFN norm, in the next layer's carry, those of the layer before).
-    fn family_step(
-        &self,
-        f: FamilyStep,
-        layer: usize,
-        chunk: usize,
-        v: &mut ChunkValues,
-    ) -> Result<(), ExecError> {
-        let step = Step::Family(f);
-        let missing = |value: &'static str| ExecError::missing(step, chunk, value);
-        let absent = |what: &str| failed(format!("layer {layer} has no {what} weights"));
-        let c = &self.model.config;
-        match f {
-            FamilyStep::EmbedScale => family::scale_embeddings(c, &mut v.x),
-            FamilyStep::QkvBias => {
-                let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
-                let [bq, _, _] = self
-                    .layer(layer)?
-                    .family
-                    .qkv_bias
-                    .as_ref()
-                    .ok_or_else(|| absent("QKV bias"))?;
-                add_bias(q, bq);
-            }
-            FamilyStep::QkNorm => {
-                let q = v.q.as_mut().ok_or_else(|| missing("queries"))?;
-                let [nq, _] = self
-                    .layer(layer)?
-                    .family
-                    .qk_norm
-                    .as_ref()
-                    .ok_or_else(|| absent("QK-norm"))?;
-                norm_heads(q, nq, c.norm_eps);
-            }
-            FamilyStep::PostNorm(block) => {
-                // The FFN's post-norm runs in the carry, which hands on the layer before.
-                let owner = match block {
-                    Block::Attention => Some(layer),
-                    Block::FeedForward => layer.checked_sub(1),
-                };
-                let owner = owner.ok_or_else(|| missing("a previous layer"))?;
-                let weight = self
-                    .layer(owner)?
-                    .family
-                    .post_norm(block)
-                    .ok_or_else(|| absent("post-norm"))?;
-                let delta = v.delta.take().ok_or_else(|| missing("delta"))?;
-                v.delta = Some(norm_rows(&delta, weight, c.norm_eps));
-            }
-            FamilyStep::GeluMul => {
-                return Err(failed("GELU-mul is not a plain family step".into()));
-            }
-        }
-        Ok(())
-    }
-
-    /// `act(gate) * up` of `layer`, each merged with its shadow and dequantized, then
-    /// quantized for the down projection.
-    fn glu(
-        &self,
-        activation: Activation,
-        step: Step,
-        layer: usize,
-        chunk: usize,
-        v: &mut ChunkValues,
-    ) -> Result<(), ExecError> {
-        let missing = |value: &'static str| ExecError::missing(step, chunk, value);
-        let w = self.layer(layer)?;
-        let gate = v
-            .gate_raw
-            .take()
-            .ok_or_else(|| missing(Projection::Gate.label()))?;
-        let up = v
-            .up_raw
-            .take()
-            .ok_or_else(|| missing(Projection::Up.label()))?;
-        let gate = self.merged(chunk, Projection::Gate, step, gate)?;
-        let up = self.merged(chunk, Projection::Up, step, up)?;
+    /// `act(gate) * up`, each merged with its shadow and dequantized, then quantized for
+    /// the down projection.
+    fn glu(&mut self, activation: Activation, step: Step) -> Result<(), ExecError> {
+        let (r, layer, chunk) = (self.runner, self.layer, self.chunk);
+        let w = r.layer(layer)?;
+        let v = self.values.get();
+        let gate = take(&mut v.gate_raw, step, chunk, Projection::Gate.label())?;
+        let up = take(&mut v.up_raw, step, chunk, Projection::Up.label())?;
+        let gate = r.merged(chunk, Projection::Gate, step, gate)?;
+        let up = r.merged(chunk, Projection::Up, step, up)?;
         let (gate_w, up_w) = (w.projection(Projection::Gate), w.projection(Projection::Up));
         let h = match passes::dequantize_gated(activation, (&gate, gate_w), (&up, up_w)) {
             Some(h) => h,
@@ -334,194 +196,204 @@ impl StageRunner {
                 &dequantize(up, up_w)?,
             ),
         };
-        v.act = Some(self.quantize(layer, chunk, ShadowSite::Down, h)?);
+        v.act = Some(r.quantize(layer, chunk, ShadowSite::Down, h)?);
+        Ok(())
+    }
+}
+
+impl StepBackend for CpuStage<'_> {
+    type Error = ExecError;
+
+    /// The chunk's token embeddings, as its residual stream.
+    fn embed(&mut self) -> Result<(), ExecError> {
+        let (m, hidden) = (&self.runner.model, self.runner.model.config.hidden);
+        let state = &self.runner.state;
+        let positions = state.positions(self.chunk);
+        let v = self.values.get();
+        v.x = Vec::with_capacity(positions.len() * hidden);
+        for &id in &state.tokens[positions] {
+            let row = id as usize;
+            v.x.extend_from_slice(&m.token_embd[row * hidden..(row + 1) * hidden]);
+        }
         Ok(())
     }
 
-    /// The head's logits for the normed rows `x`: one row (a prefill's last token, a
-    /// decode step) is a matrix-vector product split over the vocabulary, the kernel the
-    /// direct decode path's f32 head runs; several, a matrix product.
-    fn lm_head(&self, x: &[f32]) -> Vec<f32> {
-        matmul_rows(x, &self.model.output)
-    }
-
-    /// The quantize operator of `site` in layer `layer`, after the calibration recorder
-    /// (if any) has seen the activation. A shadowed site's outliers go to the chunk's
-    /// shadow slot, for the shadow stage beside the INT8 linears. A non-finite input is
-    /// refused before it is quantized.
-    fn quantize(
-        &self,
-        layer: usize,
-        chunk: usize,
-        site: ShadowSite,
-        x: Vec<f32>,
-    ) -> Result<Act, ExecError> {
-        if let Some(recorder) = &self.state.recorder {
-            recorder.observe(layer, site, &x);
-        }
-        let rule = self.model.quant_rule(layer, site);
-        if rule != QuantRule::PassThrough {
-            passes::finite_quantize_input(&x, Some((layer, site)), chunk)?;
-        }
-        let shadows = rule.shadows();
-        let mut act = quantize(x, rule);
-        if shadows && let Act::Int8 { outliers, .. } = &mut act {
-            let outliers = Arc::new(std::mem::take(outliers));
-            lock_wait::lock(&self.state.shadow[chunk]).pending = Some((site, outliers));
-        }
-        Ok(act)
-    }
-
-    /// The weights of projection `p` in layer `layer`.
-    fn weights(&self, layer: usize, p: Projection) -> Result<&LinearWeights, ExecError> {
-        Ok(self.layer(layer)?.projection(p))
-    }
-
-    /// The shadow stage of `site` (seed 000, Eq. 1): the pending outliers of chunk
-    /// `chunk` times each of the site's linears' float rows, left for the merge.
-    fn shadow(&self, site: ShadowSite, layer: usize, chunk: usize) -> Result<(), ExecError> {
-        let slot = &self.state.shadow[chunk];
-        let outliers = match &lock_wait::lock(slot).pending {
-            Some((pending, outliers)) if *pending == site => outliers.clone(),
-            _ => return Err(ExecError::missing(Step::Shadow(site), chunk, "outliers")),
+    /// RMS norm of the residual stream before attention, the FFN or the head.
+    fn norm(&mut self, site: NormSite) -> Result<(), ExecError> {
+        let (m, c) = (&self.runner.model, &self.runner.model.config);
+        let state = &self.runner.state;
+        let rows = state.positions(self.chunk).len();
+        let weight = match site {
+            NormSite::Attention => &self.weights()?.attn_norm,
+            NormSite::Ffn => &self.weights()?.ffn_norm,
+            NormSite::Final => &m.output_norm,
         };
-        let rows = self.state.positions(chunk).len();
-        let mut results = Vec::new();
-        for &p in Projection::of_site(site) {
-            let w = self.weights(layer, p)?;
-            let y = shadow_product(&outliers, rows, w, &self.model.shadow_counters);
-            results.push((p, y?));
-        }
-        let mut slot = lock_wait::lock(slot);
-        for (p, y) in results {
-            slot.results[p.index()] = Some(y);
-        }
-        slot.pending = None;
+        let v = self.values.get();
+        let (x, rows) = match site {
+            // Prefill needs the last token's logits only (evaluation wants all).
+            NormSite::Final if !state.all_logits => (&v.x[(rows - 1) * c.hidden..], 1),
+            _ => (&v.x[..], rows),
+        };
+        v.normed = Some(
+            self.kernels
+                .rms_norm(x, weight, c.norm_eps, rows, c.hidden)?,
+        );
         Ok(())
     }
 
-    /// `out` with chunk `chunk`'s shadow result for `p` attached, if the shadow left one:
-    /// the merge of Eq. 1 (the dequantize adds it). `step` is the merging one.
-    fn merged(
-        &self,
-        chunk: usize,
-        p: Projection,
-        step: Step,
-        out: LinearOut,
-    ) -> Result<LinearOut, ExecError> {
-        let mut slot = lock_wait::lock(&self.state.shadow[chunk]);
-        if let Some((site, _)) = &slot.pending
-            && Projection::of_site(*site).contains(&p)
-        {
-            return Err(ExecError::missing(step, chunk, "outlier shadow"));
-        }
-        let result = slot.results[p.index()].take();
-        Ok(match (out, result) {
-            (LinearOut::Int32 { acc, a_scale, .. }, Some(shadow)) => LinearOut::Int32 {
-                acc,
-                a_scale,
-                shadow: Some(shadow),
-            },
-            (out, _) => out,
-        })
-    }
-
-    /// Keeps a chunk's key or value projection until its rows are written.
-    fn keep_kv(&self, layer: usize, chunk: usize, p: Projection, out: LinearOut) {
-        let mut rows = lock_wait::lock(&self.state.kv[layer].rows[chunk]);
-        let (mut k, mut v) = match std::mem::take(&mut *rows) {
-            KvRows::Pending { k, v } => (k, v),
-            _ => (None, None),
-        };
-        if p == Projection::K {
-            k = Some(out);
-        } else {
-            v = Some(out);
-        }
-        *rows = KvRows::Pending { k, v };
-    }
-
-    /// Writes chunk `chunk`'s keys (rotated) and values into layer `layer`'s cache, once.
-    ///
-    /// Seed 000's Eq. 2 lets chunk i's attention start once the projections of chunks
-    /// 0..=i are done, before their own attention stages ran: so whichever stage needs
-    /// a chunk's rows first writes them.
-    fn write_kv(&self, layer: usize, chunk: usize) -> Result<(), ExecError> {
-        let m = &self.model;
-        let c = &m.config;
-        let kv = &self.state.kv[layer];
-        let mut rows = lock_wait::lock(&kv.rows[chunk]);
-        let (k, v) = match std::mem::replace(&mut *rows, KvRows::Written) {
-            KvRows::Written => return Ok(()),
-            KvRows::Pending {
-                k: Some(k),
-                v: Some(v),
-            } => (k, v),
-            other => {
-                *rows = other;
-                return Err(ExecError::missing(
-                    Step::Attention,
-                    chunk,
-                    "keys and values",
-                ));
-            }
-        };
-        let k = self.merged(chunk, Projection::K, Step::Attention, k)?;
-        let v = self.merged(chunk, Projection::V, Step::Attention, v)?;
-        let w = self.layer(layer)?;
-        let positions = self.state.positions(chunk);
-        // Keys and values are finished apart, the values on a helper when one is free:
-        // the float lane's job is often alone on the pool here.
-        let finished = [Projection::K, Projection::V].map(|_| Mutex::new(None));
-        let sides = vec![
-            (Projection::K, k, &finished[0]),
-            (Projection::V, v, &finished[1]),
-        ];
-        for_each_block(sides, |(p, out, slot)| {
-            let rows = dequantize(out, w.projection(p)).map(|mut rows| {
-                if p == Projection::K {
-                    family::finish_keys_only(m, layer, &mut rows, positions.clone());
-                } else {
-                    family::finish_values(m, layer, &mut rows);
-                }
-                rows
-            });
-            *slot.lock() = Some(rows);
-        });
-        let [k, v] = finished.map(|slot| slot.into_inner().expect("each side ran once"));
-        let (k, v) = (k?, v?);
-        let kv_dim = c.kv_dim();
-        let span = positions.start * kv_dim..positions.end * kv_dim;
-        let mut cache = lock_wait::write(&kv.cache);
-        cache.k[span.clone()].copy_from_slice(&k);
-        cache.v[span].copy_from_slice(&v);
+    fn quantize_normed(&mut self, site: ShadowSite) -> Result<(), ExecError> {
+        let (r, layer, chunk) = (self.runner, self.layer, self.chunk);
+        let v = self.values.get();
+        let x = take(&mut v.normed, Step::QuantizeNormed(site), chunk, "normed")?;
+        v.act = Some(r.quantize(layer, chunk, site, x)?);
         Ok(())
     }
 
-    fn attention(
-        &self,
-        kernels: &dyn FloatKernels,
-        layer: usize,
-        chunk: usize,
-        q: &[f32],
-    ) -> Result<Vec<f32>, ExecError> {
-        let c = &self.model.config;
-        for earlier in 0..=chunk {
-            self.write_kv(layer, earlier)?;
+    fn quantize_attention(&mut self) -> Result<(), ExecError> {
+        let (r, layer, chunk) = (self.runner, self.layer, self.chunk);
+        let v = self.values.get();
+        let x = take(&mut v.attn, Step::QuantizeAttention, chunk, "attention")?;
+        v.act = Some(r.quantize(layer, chunk, ShadowSite::O, x)?);
+        Ok(())
+    }
+
+    /// One INT8 or f32 linear on the chunk's activation; K and V go to the chunk's KV
+    /// rows, the others to the chunk's values.
+    fn linear(&mut self, p: Projection) -> Result<(), ExecError> {
+        let (r, layer, chunk) = (self.runner, self.layer, self.chunk);
+        let weights = r.weights(layer, p)?;
+        let v = self.values.get();
+        let act = v
+            .act
+            .as_ref()
+            .ok_or_else(|| ExecError::missing(Step::Linear(p), chunk, "activation"))?;
+        let out = linear(act, r.state.positions(chunk).len(), weights)?;
+        match p {
+            Projection::Q => v.q_raw = Some(out),
+            Projection::K | Projection::V => r.keep_kv(layer, chunk, p, out),
+            Projection::O => v.o_raw = Some(out),
+            Projection::Gate => v.gate_raw = Some(out),
+            Projection::Up => v.up_raw = Some(out),
+            Projection::Down => v.down_raw = Some(out),
         }
-        let positions = self.state.positions(chunk);
-        let shape = AttentionShape {
-            n_tokens: positions.len(),
-            pos0: positions.start,
-            kv_len: positions.end,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
+        Ok(())
+    }
+
+    fn dequantize_qkv(&mut self) -> Result<(), ExecError> {
+        let (r, layer, chunk, step) = (self.runner, self.layer, self.chunk, Step::DequantizeQkv);
+        let v = self.values.get();
+        let q = take(&mut v.q_raw, step, chunk, Projection::Q.label())?;
+        let q = r.merged(chunk, Projection::Q, step, q)?;
+        v.q = Some(dequantize(q, r.weights(layer, Projection::Q)?)?);
+        Ok(())
+    }
+
+    /// RoPE on the queries; the chunk's keys are rotated where its rows are written.
+    fn rope(&mut self) -> Result<(), ExecError> {
+        let (r, layer, chunk) = (self.runner, self.layer, self.chunk);
+        let v = self.values.get();
+        let q =
+            v.q.as_mut()
+                .ok_or_else(|| ExecError::missing(Step::Rope, chunk, "queries"))?;
+        let positions = r.state.positions(chunk);
+        self.kernels
+            .rope(q, positions, r.model.config.n_heads, layer)?;
+        r.write_kv(layer, chunk)
+    }
+
+    fn attention(&mut self) -> Result<(), ExecError> {
+        let (r, layer, chunk) = (self.runner, self.layer, self.chunk);
+        let v = self.values.get();
+        let q = take(&mut v.q, Step::Attention, chunk, "queries")?;
+        v.attn = Some(r.attention(self.kernels, layer, chunk, &q)?);
+        Ok(())
+    }
+
+    fn dequantize_o(&mut self) -> Result<(), ExecError> {
+        let (step, p) = (Step::DequantizeO, Projection::O);
+        let out = take(&mut self.values.get().o_raw, step, self.chunk, p.label())?;
+        self.block_delta(step, (p, out), self.layer, "attention")
+    }
+
+    fn dequantize_down(&mut self) -> Result<(), ExecError> {
+        let (step, p) = (Step::DequantizeDown, Projection::Down);
+        // The carry at the start of layer l (or of the head) hands on layer l-1.
+        let prev = self
+            .layer
+            .checked_sub(1)
+            .ok_or_else(|| ExecError::missing(step, self.chunk, "a previous layer"))?;
+        let out = take(&mut self.values.get().down_raw, step, self.chunk, p.label())?;
+        self.block_delta(step, (p, out), prev, "feed-forward")
+    }
+
+    fn residual(&mut self) -> Result<(), ExecError> {
+        let v = self.values.get();
+        let d = take(&mut v.delta, Step::Residual, self.chunk, "delta")?;
+        passes::add_assign(&mut v.x, &d);
+        Ok(())
+    }
+
+    fn silu_mul(&mut self) -> Result<(), ExecError> {
+        self.glu(Activation::SiluGlu, Step::SiluMul)
+    }
+
+    fn shadow(&mut self, site: ShadowSite) -> Result<(), ExecError> {
+        self.runner.shadow(site, self.layer, self.chunk)
+    }
+
+    /// The head's logits for the normed rows: one row (a prefill's last token, a decode
+    /// step) is a matrix-vector product split over the vocabulary, the kernel the direct
+    /// decode path's f32 head runs; several, a matrix product.
+    fn lm_head(&mut self) -> Result<(), ExecError> {
+        let r = self.runner;
+        let v = self.values.get();
+        let x = take(&mut v.normed, Step::LmHead, self.chunk, "normed")?;
+        *lock_wait::lock(&r.state.logits) = Some(matmul_rows(&x, &r.model.output));
+        Ok(())
+    }
+
+    fn embed_scale(&mut self) -> Result<(), ExecError> {
+        family::scale_embeddings(&self.runner.model.config, &mut self.values.get().x);
+        Ok(())
+    }
+
+    fn qkv_bias(&mut self) -> Result<(), ExecError> {
+        let (r, layer) = (self.runner, self.layer);
+        let q = self.queries(FamilyStep::QkvBias)?;
+        let [bq, _, _] = r.family_weights(layer, "QKV bias", |w| w.family.qkv_bias.as_ref())?;
+        add_bias(q, bq);
+        Ok(())
+    }
+
+    fn qk_norm(&mut self) -> Result<(), ExecError> {
+        let (r, layer) = (self.runner, self.layer);
+        let q = self.queries(FamilyStep::QkNorm)?;
+        let [nq, _] = r.family_weights(layer, "QK-norm", |w| w.family.qk_norm.as_ref())?;
+        norm_heads(q, nq, r.model.config.norm_eps);
+        Ok(())
+    }
+
+    /// RMSNorm of the block's output with its post-norm weight.
+    fn post_norm(&mut self, block: Block) -> Result<(), ExecError> {
+        let (step, chunk) = (Step::Family(FamilyStep::PostNorm(block)), self.chunk);
+        // The FFN's post-norm runs in the carry, which hands on the layer before.
+        let owner = match block {
+            Block::Attention => Some(self.layer),
+            Block::FeedForward => self.layer.checked_sub(1),
         };
-        let cache = lock_wait::read(&self.state.kv[layer].cache);
-        kernels
-            .attention(q, &cache.k, &cache.v, &shape, c.window_of(layer))
-            .map_err(ExecError::from)
+        let owner = owner.ok_or_else(|| ExecError::missing(step, chunk, "a previous layer"))?;
+        let weight = self
+            .runner
+            .family_weights(owner, "post-norm", |w| w.family.post_norm(block))?;
+        let eps = self.runner.model.config.norm_eps;
+        let v = self.values.get();
+        let delta = take(&mut v.delta, step, chunk, "delta")?;
+        v.delta = Some(norm_rows(&delta, weight, eps));
+        Ok(())
+    }
+
+    fn gelu_mul(&mut self) -> Result<(), ExecError> {
+        self.glu(Activation::GeluTanhGlu, Step::Family(FamilyStep::GeluMul))
     }
 }
 

@@ -54,6 +54,7 @@ mod shadow;
 mod state;
 mod steps;
 mod values;
+mod walk;
 mod weights;
 
 pub use calibrate::{CalibrateOptions, calibrate, calibrate_with_progress};

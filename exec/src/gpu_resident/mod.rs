@@ -36,9 +36,11 @@ use super::ActivationBytes;
 use super::error::ExecError;
 use super::queues::{JobError, JobRunner};
 use super::steps::Step;
+use super::walk::walk;
 pub use decode::{DecodeOutput, DecodeStages, GpuDecode};
 use model::GpuLayer;
 pub use model::{GpuModel, ResidentWeights};
+use record::Recorder;
 use tensors::{ChunkTensors, NonFiniteFlags, RunState, alloc_caches};
 
 fn gpu_err(e: hetsched_gpu::GpuError) -> ExecError {
@@ -226,10 +228,16 @@ impl GpuStageRunner {
         if let Some(timer) = &self.timer {
             batch.timestamp(timer, stamp).map_err(gpu_err)?;
         }
-        let mut reads_logits = false;
-        for &step in steps {
-            reads_logits |= self.record(&mut batch, &mut state, step, layer, chunk)?;
-        }
+        let mut recorder = Recorder {
+            runner: self,
+            batch: &mut batch,
+            state: &mut state,
+            layer,
+            chunk,
+            reads_logits: false,
+        };
+        walk(steps, &mut recorder)?;
+        let reads_logits = recorder.reads_logits;
         if let Some(timer) = &self.timer {
             batch.timestamp(timer, stamp + 1).map_err(gpu_err)?;
         }

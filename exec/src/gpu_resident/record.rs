@@ -1,5 +1,6 @@
-//! Recording one [`Step`] of a stage into the open command buffer, one method per kind of
-//! step, with the checks that every value read was written.
+//! Recording one [`Step`] of a stage into the open command buffer: the resident runner's
+//! [`StepBackend`], one method per kind of step, with the checks that every value read was
+//! written.
 //!
 //! The steps are the CPU interpreter's, but the device runs them fused
 //! ([`hetsched_gpu::GpuBatch::gemm_fused`]): a norm records nothing and is folded into the
@@ -19,12 +20,14 @@ use std::sync::Arc;
 use hetsched_gpu::{
     AttentionOutput, AttentionShape, FusedGemm, GemmEpilogue, GpuBatch, GpuContext,
 };
-use hetsched_systems::op::{NormSite, Projection};
+use hetsched_systems::op::{Block, NormSite, Projection};
+use hetsched_systems::shadow::ShadowSite;
 
 use super::tensors::{ChunkTensors, KvRows, NonFiniteFlags, RunState, Value};
 use super::{GpuStageRunner, gpu_err};
 use crate::error::ExecError;
-use crate::steps::Step;
+use crate::steps::{FamilyStep, Step};
+use crate::walk::StepBackend;
 
 type Batch = GpuBatch<Arc<GpuContext>>;
 
@@ -40,79 +43,171 @@ fn bit(p: Projection) -> u8 {
     }
 }
 
-impl GpuStageRunner {
-    /// Records one step; returns whether it reads the logits back.
-    pub(super) fn record(
-        &self,
-        b: &mut Batch,
-        state: &mut RunState,
-        step: Step,
-        layer: usize,
-        chunk: usize,
-    ) -> Result<bool, ExecError> {
-        let t = &mut state.chunks[chunk];
-        match step {
-            Step::Embed => self.embed(b, t)?,
-            Step::Norm(site) => {
-                t.norm = Some(site);
-                t.ready |= Value::Normed.bit();
-            }
-            // f32 linears: the activation is read as it is.
-            Step::QuantizeNormed(_) => {
-                t.take(Value::Normed, step, chunk)?;
-                t.act = Some(Value::Normed);
-            }
-            Step::QuantizeAttention => {
-                t.take(Value::Attn, step, chunk)?;
-                t.act = Some(Value::Attn);
-            }
-            // An f32 model has no outliers and so no shadow stages; a plan that has one was
-            // not built for this runner.
-            Step::Shadow(site) => {
-                return Err(ExecError::UnsupportedOp {
-                    op: site.op_name(),
-                    stage: "the resident GPU path (f32 only)".into(),
-                });
-            }
-            Step::Linear(p) => self.linear(b, state, p, layer, chunk)?,
-            // f32 queries need no dequantization, and the q/k/v GEMM rotated them; they
-            // must exist all the same.
-            Step::DequantizeQkv | Step::Rope => t.require(Value::Q, step, chunk)?,
-            Step::Attention => self.attention(b, state, layer, chunk)?,
-            Step::DequantizeO => {
-                t.take(Value::O, step, chunk)?;
-                t.delta = Some(Value::O);
-            }
-            Step::DequantizeDown => {
-                t.take(Value::Down, step, chunk)?;
-                t.delta = Some(Value::Down);
-            }
-            // The projection's GEMM already added its output into the stream.
-            Step::Residual => {
-                t.delta
-                    .take()
-                    .ok_or_else(|| ExecError::missing(step, chunk, "delta"))?;
-            }
-            Step::SiluMul => {
-                t.take(Value::Gate, step, chunk)?;
-                t.take(Value::Up, step, chunk)?;
-                t.act = Some(Value::Hidden);
-            }
-            // The resident runner computes the llama family only (`prefill` refuses others).
-            Step::Family(family) => {
-                return Err(ExecError::UnsupportedOp {
-                    op: format!("{family:?}"),
-                    stage: "the resident GPU path (llama family only)".into(),
-                });
-            }
-            Step::LmHead => {
-                self.lm_head(b, state, chunk)?;
-                return Ok(true);
-            }
-        }
-        Ok(false)
+/// One stage of one chunk being recorded into the open command buffer: the resident
+/// runner's [`StepBackend`].
+pub(super) struct Recorder<'a> {
+    pub(super) runner: &'a GpuStageRunner,
+    pub(super) batch: &'a mut Batch,
+    pub(super) state: &'a mut RunState,
+    /// The stage's decoder layer (the number of layers for the head).
+    pub(super) layer: usize,
+    pub(super) chunk: usize,
+    /// Whether a step read the logits back (the head did).
+    pub(super) reads_logits: bool,
+}
+
+impl Recorder<'_> {
+    fn tensors(&mut self) -> &mut ChunkTensors {
+        &mut self.state.chunks[self.chunk]
     }
 
+    /// Consumes `consumed` (written by an earlier step) and makes `act` the input of the
+    /// next projections.
+    fn activation(&mut self, step: Step, consumed: Value, act: Value) -> Result<(), ExecError> {
+        let chunk = self.chunk;
+        let t = self.tensors();
+        t.take(consumed, step, chunk)?;
+        t.act = Some(act);
+        Ok(())
+    }
+
+    /// Consumes the output of projection `value`, which its GEMM already added into the
+    /// stream, and leaves it for the residual step to account for.
+    fn delta(&mut self, step: Step, value: Value) -> Result<(), ExecError> {
+        let chunk = self.chunk;
+        let t = self.tensors();
+        t.take(value, step, chunk)?;
+        t.delta = Some(value);
+        Ok(())
+    }
+
+    /// The queries exist (written by the q/k/v GEMM, which also rotated them).
+    fn queries(&mut self, step: Step) -> Result<(), ExecError> {
+        let chunk = self.chunk;
+        self.tensors().require(Value::Q, step, chunk)
+    }
+}
+
+/// The refusal of a model family's step: the resident runner computes the llama family
+/// only (`prefill` refuses others before it gets here).
+fn llama_only(f: FamilyStep) -> Result<(), ExecError> {
+    Err(ExecError::UnsupportedOp {
+        op: format!("{f:?}"),
+        stage: "the resident GPU path (llama family only)".into(),
+    })
+}
+
+impl StepBackend for Recorder<'_> {
+    type Error = ExecError;
+
+    fn embed(&mut self) -> Result<(), ExecError> {
+        let t = &self.state.chunks[self.chunk];
+        self.runner.embed(self.batch, t)
+    }
+
+    /// Records nothing: the norm is folded into the projections after it.
+    fn norm(&mut self, site: NormSite) -> Result<(), ExecError> {
+        let t = self.tensors();
+        t.norm = Some(site);
+        t.ready |= Value::Normed.bit();
+        Ok(())
+    }
+
+    /// f32 linears: the activation is read as it is.
+    fn quantize_normed(&mut self, site: ShadowSite) -> Result<(), ExecError> {
+        self.activation(Step::QuantizeNormed(site), Value::Normed, Value::Normed)
+    }
+
+    /// f32 linears: the activation is read as it is.
+    fn quantize_attention(&mut self) -> Result<(), ExecError> {
+        self.activation(Step::QuantizeAttention, Value::Attn, Value::Attn)
+    }
+
+    fn linear(&mut self, p: Projection) -> Result<(), ExecError> {
+        let (layer, chunk) = (self.layer, self.chunk);
+        self.runner.linear(self.batch, self.state, p, layer, chunk)
+    }
+
+    /// f32 queries need no dequantization; they must exist all the same.
+    fn dequantize_qkv(&mut self) -> Result<(), ExecError> {
+        self.queries(Step::DequantizeQkv)
+    }
+
+    /// The q/k/v GEMM rotated the queries and keys; the queries must exist all the same.
+    fn rope(&mut self) -> Result<(), ExecError> {
+        self.queries(Step::Rope)
+    }
+
+    fn attention(&mut self) -> Result<(), ExecError> {
+        let (layer, chunk) = (self.layer, self.chunk);
+        self.runner.attention(self.batch, self.state, layer, chunk)
+    }
+
+    fn dequantize_o(&mut self) -> Result<(), ExecError> {
+        self.delta(Step::DequantizeO, Value::O)
+    }
+
+    fn dequantize_down(&mut self) -> Result<(), ExecError> {
+        self.delta(Step::DequantizeDown, Value::Down)
+    }
+
+    /// Records nothing: the projection's GEMM already added its output into the stream.
+    fn residual(&mut self) -> Result<(), ExecError> {
+        let chunk = self.chunk;
+        self.tensors()
+            .delta
+            .take()
+            .ok_or_else(|| ExecError::missing(Step::Residual, chunk, "delta"))?;
+        Ok(())
+    }
+
+    /// Records nothing: the gate/up GEMM wrote SiLU(gate)·up.
+    fn silu_mul(&mut self) -> Result<(), ExecError> {
+        let (step, chunk) = (Step::SiluMul, self.chunk);
+        let t = self.tensors();
+        t.take(Value::Gate, step, chunk)?;
+        t.take(Value::Up, step, chunk)?;
+        t.act = Some(Value::Hidden);
+        Ok(())
+    }
+
+    /// Refused: an f32 model has no outliers and so no shadow stages; a plan that has one
+    /// was not built for this runner.
+    fn shadow(&mut self, site: ShadowSite) -> Result<(), ExecError> {
+        Err(ExecError::UnsupportedOp {
+            op: site.op_name(),
+            stage: "the resident GPU path (f32 only)".into(),
+        })
+    }
+
+    fn lm_head(&mut self) -> Result<(), ExecError> {
+        self.runner.lm_head(self.batch, self.state, self.chunk)?;
+        self.reads_logits = true;
+        Ok(())
+    }
+
+    fn embed_scale(&mut self) -> Result<(), ExecError> {
+        llama_only(FamilyStep::EmbedScale)
+    }
+
+    fn qkv_bias(&mut self) -> Result<(), ExecError> {
+        llama_only(FamilyStep::QkvBias)
+    }
+
+    fn qk_norm(&mut self) -> Result<(), ExecError> {
+        llama_only(FamilyStep::QkNorm)
+    }
+
+    fn post_norm(&mut self, block: Block) -> Result<(), ExecError> {
+        llama_only(FamilyStep::PostNorm(block))
+    }
+
+    fn gelu_mul(&mut self) -> Result<(), ExecError> {
+        llama_only(FamilyStep::GeluMul)
+    }
+}
+
+impl GpuStageRunner {
     /// Uploads the chunk's token embeddings into its residual (the only upload of a run).
     fn embed(&self, b: &mut Batch, t: &ChunkTensors) -> Result<(), ExecError> {
         let hidden = self.model.host.config.hidden;
