@@ -14,11 +14,14 @@ use thiserror::Error;
 
 use crate::backends::{Backend, BackendError, sim::SimBackend};
 
+mod fault;
 mod guard;
+mod options;
 mod step;
 
+pub use fault::BackendFault;
 pub use guard::panic_message;
-pub use guard::{BackendFault, Deadline, EngineOptions};
+pub use options::{Deadline, EngineOptions};
 pub use step::{RunState, Step, Stepper, Wait};
 
 /// Why a run stopped before every subgraph was done.

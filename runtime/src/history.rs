@@ -8,17 +8,18 @@
 //! written (a truncated last line is reported by [`read_history`] with its line number,
 //! and nothing before it is lost).
 
-use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Read as _, Write as _};
-use std::path::Path;
-
 use hetsched_systems::{attention_window, has_attention, precision_label, stage_kind};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::engine::RunOutcome;
-use crate::limits;
 use crate::overlap::overlaps;
+
+mod check;
+mod file;
+
+pub use check::{check_records, known_precision, require_samples};
+pub use file::{append_history, parse_history, read_history, read_recent_history};
 
 /// One measured subgraph instance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -187,146 +188,6 @@ impl std::fmt::Display for HistoryTally {
     }
 }
 
-/// Whether `label` is a precision this build writes ([`precision_label`]): `f32`, or
-/// `w{4,8,16,32}a{4,8,16,32}`, either with `-shadow`.
-pub fn known_precision(label: &str) -> bool {
-    let base = label.strip_suffix("-shadow").unwrap_or(label);
-    if base == "f32" {
-        return true;
-    }
-    let bits = ["4", "8", "16", "32"];
-    base.strip_prefix('w')
-        .and_then(|rest| rest.split_once('a'))
-        .is_some_and(|(w, a)| bits.contains(&w) && bits.contains(&a))
-}
-
-/// Checks every record of `scope.model` in `records` (read from `path`): a stage kind of
-/// the model, a known precision, a processor of the device, and values in range:
-/// `ns` within 1..=[`MAX_RECORD_NS`], `tokens` at least 1 and `past + tokens`, the prompt
-/// and chunk lengths within the context, `threads` within 1..=[`MAX_THREADS`],
-/// `overlapped_ns` at most `ns`. Records of other models are not checked (readers leave
-/// them out).
-pub fn check_records(
-    path: &Path,
-    records: &[HistoryRecord],
-    scope: &HistoryScope,
-) -> Result<(), HistoryError> {
-    let invalid = |record: usize, message: String| HistoryError::Invalid {
-        path: path.display().to_string(),
-        record: record + 1,
-        message,
-    };
-    for (k, r) in records.iter().enumerate() {
-        if r.model != scope.model {
-            continue;
-        }
-        if let Some(message) = out_of_range(r, scope.context) {
-            return Err(invalid(k, message));
-        }
-        if !known_precision(&r.precision) {
-            return Err(invalid(
-                k,
-                format!(
-                    "unknown precision `{}` (known: f32, w8a8, w4a8, ..., each with -shadow)",
-                    r.precision
-                ),
-            ));
-        }
-        if !scope.stage_kinds.contains(&r.stage) {
-            return Err(invalid(
-                k,
-                format!(
-                    "stage kind `{}` is not one of {}'s ({})",
-                    r.stage,
-                    scope.model,
-                    scope.stage_kinds.join(", ")
-                ),
-            ));
-        }
-        if !scope.processors.contains(&r.processor) {
-            return Err(invalid(
-                k,
-                format!(
-                    "processor `{}` is not one of the device's ({})",
-                    r.processor,
-                    scope.processors.join(", ")
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// What is out of range in `r` for a model of `context` tokens, if anything.
-fn out_of_range(r: &HistoryRecord, context: u64) -> Option<String> {
-    if !(1..=MAX_RECORD_NS).contains(&r.ns) {
-        return Some(format!(
-            "ns = {} is outside 1..={MAX_RECORD_NS} (10 minutes)",
-            r.ns
-        ));
-    }
-    let end = r.past.checked_add(r.tokens).filter(|&end| end <= context);
-    if r.tokens == 0 || end.is_none() {
-        return Some(format!(
-            "past = {} + tokens = {} is outside 1..={context}, the model's context",
-            r.past, r.tokens
-        ));
-    }
-    if u64::from(r.prompt_len) > context || r.chunk_len == 0 || u64::from(r.chunk_len) > context {
-        return Some(format!(
-            "prompt_len = {} or chunk_len = {} is outside 1..={context}, the model's context",
-            r.prompt_len, r.chunk_len
-        ));
-    }
-    if let Some(threads) = r.threads.filter(|t| !(1..=MAX_THREADS).contains(t)) {
-        return Some(format!("threads = {threads} is outside 1..={MAX_THREADS}"));
-    }
-    if let Some(overlapped) = r.overlapped_ns.filter(|&o| o > r.ns) {
-        return Some(format!(
-            "overlapped_ns = {overlapped} is more than its ns = {}",
-            r.ns
-        ));
-    }
-    None
-}
-
-/// Refuses to fit from `records` (those a profile is fitted from: of the model, alone,
-/// on its threads) when a (stage kind, precision, processor) among them has fewer than
-/// [`MIN_SAMPLES_PER_KIND`] records with cold weights, or when none is left; `tally`
-/// says what was used and left out.
-pub fn require_samples(
-    path: &Path,
-    records: &[HistoryRecord],
-    tally: &HistoryTally,
-) -> Result<(), HistoryError> {
-    let mut groups: std::collections::BTreeMap<(&str, &str, &str), usize> = Default::default();
-    for r in records.iter().filter(|r| r.warm != Some(true)) {
-        *groups
-            .entry((&r.stage, &r.precision, &r.processor))
-            .or_default() += 1;
-    }
-    let too_few = |message: String| HistoryError::TooFew {
-        path: path.display().to_string(),
-        message: format!("{message} ({tally})"),
-    };
-    if groups.is_empty() && tally.other_model > 0 && tally.used == 0 {
-        return Err(too_few(
-            "no record of this model: the history is of another model".into(),
-        ));
-    }
-    if groups.is_empty() {
-        return Err(too_few("no usable record to measure from".into()));
-    }
-    if let Some(((stage, precision, processor), n)) =
-        groups.iter().find(|(_, n)| **n < MIN_SAMPLES_PER_KIND)
-    {
-        return Err(too_few(format!(
-            "{n} usable records of stage kind `{stage}` ({precision} on {processor}), fewer than the {MIN_SAMPLES_PER_KIND} a fit needs; run more prefills with --history"
-        )));
-    }
-    Ok(())
-}
-
 /// Every instance of a finished run as records.
 pub fn records_of(run: &RunOutcome) -> Vec<HistoryRecord> {
     let plan = &run.plan;
@@ -379,147 +240,6 @@ pub fn records_on(
     records
 }
 
-/// Appends `records` to `path` (created if missing), one line and one `write` each.
-pub fn append_history(path: &Path, records: &[HistoryRecord]) -> Result<(), HistoryError> {
-    let io = |error| HistoryError::Io {
-        path: path.display().to_string(),
-        error,
-    };
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io)?;
-    for r in records {
-        let mut line = serde_json::to_string(r).expect("records always serialise");
-        line.push('\n');
-        file.write_all(line.as_bytes()).map_err(io)?;
-    }
-    Ok(())
-}
-
-/// Reads every record of `path`, line by line (at most [`limits::MAX_HISTORY_BYTES`]);
-/// a line that is not a record (or has a zero duration) is an error naming its line.
-pub fn read_history(path: &Path) -> Result<Vec<HistoryRecord>, HistoryError> {
-    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
-    let reader = BufReader::new(file.take(limits::MAX_HISTORY_BYTES + 1));
-    parse_records(path, reader, Some(limits::MAX_HISTORY_BYTES))
-}
-
-/// The records of a history's text `bytes`, as [`read_history`] reads a file (`path`
-/// names it in errors): for readers of a history that is not a file, and fuzzing.
-pub fn parse_history(path: &Path, bytes: &[u8]) -> Result<Vec<HistoryRecord>, HistoryError> {
-    parse_records(path, bytes, Some(limits::MAX_HISTORY_BYTES))
-}
-
-/// The records in the last `bytes` of `path` (the most recent runs': a history grows
-/// with every run, and `run --adapt` needs only its end), from the first whole line
-/// there to the file's end when it was opened (at most `bytes`: a run appending meanwhile
-/// neither grows the read nor leaves half a line in it); a missing file has none. A
-/// corrupt line is an error naming its line, counted from where the read starts.
-pub fn read_recent_history(path: &Path, bytes: u64) -> Result<Vec<HistoryRecord>, HistoryError> {
-    use std::io::{Seek as _, SeekFrom};
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_error(path, e)),
-    };
-    let len = file.metadata().map_err(|e| io_error(path, e))?.len();
-    let start = len.saturating_sub(bytes);
-    let mut reader = BufReader::new(file);
-    if start > 0 {
-        // Start at the first line that begins inside the window: the line the window
-        // cuts is skipped whole (one byte earlier, so a window starting on a line's
-        // first byte keeps that line).
-        reader
-            .seek(SeekFrom::Start(start - 1))
-            .map_err(|e| io_error(path, e))?;
-        // Bounded by the window: a cut line longer than it is held only up to its size.
-        let mut cut = Vec::new();
-        (&mut reader)
-            .take(bytes)
-            .read_until(b'\n', &mut cut)
-            .map_err(|e| io_error(path, e))?;
-        // No line ends in the whole window: the end of the file is one line longer than
-        // the window, which no record is: corrupt, not a history without recent runs.
-        if cut.last() != Some(&b'\n') && cut.len() as u64 >= bytes.min(len - (start - 1)) {
-            return Err(HistoryError::Corrupt {
-                path: path.display().to_string(),
-                line: 1,
-                message: format!(
-                    "the last {} hold no line break: a corrupt tail, not records (lines counted from byte {start})",
-                    limits::bytes_as_limit(bytes)
-                ),
-            });
-        }
-    }
-    let at = reader.stream_position().map_err(|e| io_error(path, e))?;
-    parse_records(path, reader.take(len.saturating_sub(at)), None).map_err(|e| match e {
-        HistoryError::Corrupt {
-            path,
-            line,
-            message,
-        } => HistoryError::Corrupt {
-            path,
-            line,
-            message: format!("{message} (lines counted from byte {start})"),
-        },
-        e => e,
-    })
-}
-
-fn io_error(path: &Path, error: std::io::Error) -> HistoryError {
-    HistoryError::Io {
-        path: path.display().to_string(),
-        error,
-    }
-}
-
-/// The records of `reader`'s lines, numbered from 1; more than `limit` bytes is an error.
-fn parse_records(
-    path: &Path,
-    mut reader: impl BufRead,
-    limit: Option<u64>,
-) -> Result<Vec<HistoryRecord>, HistoryError> {
-    let corrupt = |line: usize, message: String| HistoryError::Corrupt {
-        path: path.display().to_string(),
-        line,
-        message,
-    };
-    let (mut records, mut line, mut read) = (Vec::new(), String::new(), 0u64);
-    for number in 1.. {
-        line.clear();
-        let n = match reader.read_line(&mut line) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(corrupt(number, "not UTF-8 text".into()));
-            }
-            Err(e) => return Err(io_error(path, e)),
-        };
-        if n == 0 {
-            break;
-        }
-        read += n as u64;
-        if let Some(limit) = limit.filter(|&limit| read > limit) {
-            let too_large = std::io::Error::new(
-                std::io::ErrorKind::FileTooLarge,
-                format!("larger than the limit of {limit} bytes for a history file (limits.rs)"),
-            );
-            return Err(io_error(path, too_large));
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record: HistoryRecord =
-            serde_json::from_str(&line).map_err(|e| corrupt(number, e.to_string()))?;
-        if record.ns == 0 || record.tokens == 0 {
-            return Err(corrupt(number, "a zero duration or token count".into()));
-        }
-        records.push(record);
-    }
-    Ok(records)
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -530,6 +250,11 @@ mod tests {
 
     use super::*;
     use crate::engine::simulate;
+    use std::fs::OpenOptions;
+    use std::io::Write as _;
+    use std::path::Path;
+
+    use crate::limits;
 
     fn run() -> RunOutcome {
         let plan = Arc::new(tiny_plan(2, 256, 64));

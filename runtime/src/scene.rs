@@ -4,96 +4,28 @@
 //! scenes share them. Unknown keys are rejected. The scenes shipped in `scenes/` are also
 //! embedded in the binary, so `hetsched simulate` runs without any file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use hetsched_systems::graph::build_stages;
 use hetsched_systems::memory::MemoryConfig;
-use hetsched_systems::model::ChunkShape;
 use hetsched_systems::policy::UnknownPolicy;
 use hetsched_systems::{
     DEFAULT_POLICY, DeviceProfile, ModelConfig, PlacementConfig, PlanError, Policy, PolicyRegistry,
     PrefillPlan, Workload,
 };
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use hetsched_limits::{self as limits, LimitError};
+use hetsched_limits::LimitError;
+
+mod check;
+mod source;
+
+use check::check_model;
+pub use source::shipped_scenes;
+use source::{Source, parse};
 
 /// The scene `hetsched simulate` runs when none is given.
 pub const DEFAULT_SCENE: &str = "qwen1.5-1.8b-xiaomi14";
-
-/// Files under `scenes/`, embedded: (path relative to `scenes/`, contents).
-const EMBEDDED: &[(&str, &str)] = &[
-    (
-        "qwen1.5-1.8b-xiaomi14.toml",
-        include_str!("../../scenes/qwen1.5-1.8b-xiaomi14.toml"),
-    ),
-    (
-        "gemma-2b-xiaomi14.toml",
-        include_str!("../../scenes/gemma-2b-xiaomi14.toml"),
-    ),
-    (
-        "llama-2-7b-xiaomi14.toml",
-        include_str!("../../scenes/llama-2-7b-xiaomi14.toml"),
-    ),
-    (
-        "qwen1.5-1.8b-k60pro.toml",
-        include_str!("../../scenes/qwen1.5-1.8b-k60pro.toml"),
-    ),
-    (
-        "gemma-2b-k60pro.toml",
-        include_str!("../../scenes/gemma-2b-k60pro.toml"),
-    ),
-    (
-        "llama-2-7b-k60pro.toml",
-        include_str!("../../scenes/llama-2-7b-k60pro.toml"),
-    ),
-    (
-        "qwen1.5-1.8b-xiaomi14-gpu.toml",
-        include_str!("../../scenes/qwen1.5-1.8b-xiaomi14-gpu.toml"),
-    ),
-    (
-        "llama-2-7b-xiaomi14-gpu.toml",
-        include_str!("../../scenes/llama-2-7b-xiaomi14-gpu.toml"),
-    ),
-    (
-        "smollm2-135m-desktop.toml",
-        include_str!("../../scenes/smollm2-135m-desktop.toml"),
-    ),
-    (
-        "devices/xiaomi14.toml",
-        include_str!("../../scenes/devices/xiaomi14.toml"),
-    ),
-    (
-        "devices/xiaomi14-gpu.toml",
-        include_str!("../../scenes/devices/xiaomi14-gpu.toml"),
-    ),
-    (
-        "devices/k60pro.toml",
-        include_str!("../../scenes/devices/k60pro.toml"),
-    ),
-    (
-        "devices/desktop.toml",
-        include_str!("../../scenes/devices/desktop.toml"),
-    ),
-    (
-        "models/qwen1.5-1.8b.toml",
-        include_str!("../../scenes/models/qwen1.5-1.8b.toml"),
-    ),
-    (
-        "models/gemma-2b.toml",
-        include_str!("../../scenes/models/gemma-2b.toml"),
-    ),
-    (
-        "models/llama-2-7b.toml",
-        include_str!("../../scenes/models/llama-2-7b.toml"),
-    ),
-    (
-        "models/smollm2-135m.toml",
-        include_str!("../../scenes/models/smollm2-135m.toml"),
-    ),
-];
 
 /// Why a scene could not be loaded.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -209,85 +141,9 @@ pub struct Scene {
     pub placement: PlacementConfig,
 }
 
-/// Where scene files come from.
-enum Source {
-    Disk(PathBuf),
-    Embedded,
-}
-
-impl Source {
-    /// Reads the file `path` on its own (a device profile, a model description).
-    fn read_alone(path: &Path) -> Result<(String, String), SceneError> {
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        Source::Disk(dir).read(&name)
-    }
-
-    fn read(&self, relative: &str) -> Result<(String, String), SceneError> {
-        match self {
-            Source::Disk(dir) => {
-                let path = dir.join(relative);
-                let shown = path.display().to_string();
-                limits::read_text(&path, limits::MAX_TEXT_FILE_BYTES)
-                    .map(|text| (shown.clone(), text))
-                    .map_err(|e| SceneError::Io {
-                        path: shown,
-                        message: e.to_string(),
-                    })
-            }
-            Source::Embedded => embedded(relative)
-                .map(|text| (format!("<shipped>/{relative}"), text.to_string()))
-                .ok_or_else(|| SceneError::Io {
-                    path: format!("<shipped>/{relative}"),
-                    message: "not a shipped scene file".into(),
-                }),
-        }
-    }
-}
-
-fn embedded(relative: &str) -> Option<&'static str> {
-    EMBEDDED
-        .iter()
-        .find(|(path, _)| *path == relative)
-        .map(|(_, text)| *text)
-}
-
 /// `value` (a device profile, a model) as the TOML text the scene loader reads back.
 pub fn toml_text<T: serde::Serialize>(value: &T) -> Result<String, String> {
     toml::to_string(value).map_err(|e| e.to_string())
-}
-
-/// Names of the shipped scenes (without `.toml`).
-pub fn shipped_scenes() -> Vec<&'static str> {
-    EMBEDDED
-        .iter()
-        .filter(|(path, _)| !path.contains('/'))
-        .map(|(path, _)| path.trim_end_matches(".toml"))
-        .collect()
-}
-
-fn parse<T: DeserializeOwned>(path: &str, text: &str) -> Result<T, SceneError> {
-    toml::from_str(text).map_err(|e| {
-        let (line, column) = e
-            .span()
-            .map_or((1, 1), |span| line_column(text, span.start));
-        SceneError::Parse {
-            path: path.to_string(),
-            line,
-            column,
-            message: e.message().trim().to_string(),
-        }
-    })
-}
-
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 impl Scene {
@@ -415,54 +271,6 @@ impl Scene {
             })
     }
 
-    /// Checks, before the plan is built, that its size and every processor's modeled
-    /// time stay within the limits: an upper bound (every chunk at the last chunk's
-    /// past) computed in f64, so that the plan's u64 sums cannot overflow.
-    fn check_cost_range(&self) -> Result<(), SceneError> {
-        check_model(&self.model)?;
-        self.device.validate()?;
-        let stages = build_stages(&self.model)?;
-        let w = &self.workload;
-        let chunks = u64::from(w.prompt_len.div_ceil(w.chunk_len.max(1)));
-        limits::check(
-            "plan instances (chunks × stages)",
-            chunks.saturating_mul(stages.len() as u64),
-            limits::MAX_INSTANCES,
-        )?;
-        let shape = ChunkShape {
-            tokens: u64::from(w.chunk_len),
-            past: u64::from(w.prompt_len),
-        };
-        for p in &self.device.processors {
-            let (mut total, mut worst) = (0.0f64, (0.0f64, ""));
-            for stage in &stages {
-                let roofline = || {
-                    stage.ops.iter().fold(p.cost.launch_us * 1e3, |sum, op| {
-                        sum + p.cost.op_ns(&self.model, op, shape).unwrap_or(0.0)
-                    })
-                };
-                let ns = p
-                    .cost
-                    .stage_cost(&self.model, &stage.ops)
-                    .map_or_else(roofline, |measured| measured.ns(shape));
-                if ns > worst.0 || ns.is_nan() {
-                    worst = (ns, &stage.name);
-                }
-                total += ns * chunks as f64;
-            }
-            if total.is_nan() || total > limits::MAX_MODELED_NS {
-                return Err(SceneError::CostOverflow {
-                    processor: p.name.clone(),
-                    seconds: total * 1e-9,
-                    stage: worst.1.to_string(),
-                    stage_seconds: worst.0 * 1e-9,
-                    max_seconds: limits::MAX_MODELED_NS * 1e-9,
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// Whether the scene lets some kind of stage run on more than one processor (false
     /// for a scene whose plan cannot be built).
     pub fn has_flexible_placement(&self) -> bool {
@@ -478,25 +286,4 @@ impl Scene {
             ..self.clone()
         }
     }
-}
-
-/// Checks a model's shape (a scene's model TOML) against the limits.
-fn check_model(model: &ModelConfig) -> Result<(), LimitError> {
-    let dims = [
-        ("layers", model.layers, limits::MAX_LAYERS),
-        ("hidden", model.hidden, limits::MAX_HIDDEN),
-        ("heads", model.heads, limits::MAX_HEADS),
-        ("kv_heads", model.kv_heads, limits::MAX_HEADS),
-        ("head_dim", model.head_dim.unwrap_or(0), limits::MAX_HIDDEN),
-        ("ffn", model.ffn, limits::MAX_FFN),
-        ("vocab", model.vocab, limits::MAX_VOCAB),
-        ("context", model.context, limits::MAX_CONTEXT),
-    ];
-    for (what, value, max) in dims {
-        limits::check(&format!("{} `{what}`", model.name), value.into(), max)?;
-    }
-    if let Some(ops) = &model.layer_ops {
-        limits::check("layer_ops entries", ops.len() as u64, 4096)?;
-    }
-    Ok(())
 }
