@@ -6,8 +6,6 @@
 //! [`ModelIdentity`]: a file made for another model is refused with a clear error instead
 //! of silently shadowing the wrong channels.
 
-use std::path::{Path, PathBuf};
-
 use serde::{Deserialize, Serialize};
 
 use hetsched_systems::shadow::ShadowSite;
@@ -15,84 +13,20 @@ use hetsched_systems::shadow::ShadowSite;
 use super::error::CalibrationError;
 use super::shadow::{PrunedScale, QuantRule};
 use super::steps::projection_tensor;
-use hetsched_import::limits;
-use hetsched_import::{ImportError, LayerTensor, LlamaConfig, LlamaSource};
+use hetsched_import::LlamaConfig;
 use hetsched_systems::op::Projection;
+
+mod file;
+mod identity;
+
+pub use file::default_calibration_path;
+pub use identity::ModelIdentity;
 
 /// The calibration file format this build reads and writes.
 pub const CALIBRATION_VERSION: u32 = 3;
 
 /// The share of a site's channels that Fig. 11's statistic calls "top" channels.
 pub const TOP_CHANNEL_SHARE: f64 = 0.03;
-
-/// Which model a calibration belongs to: shapes, name and a fingerprint of its norm
-/// weights (FNV-1a over their bits; they differ between checkpoints of one architecture
-/// and are stored unquantized in every format).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModelIdentity {
-    /// `general.name` or the checkpoint directory's name.
-    pub name: String,
-    /// Decoder layers.
-    pub layers: usize,
-    /// Hidden size.
-    pub hidden: usize,
-    /// FFN size.
-    pub ffn: usize,
-    /// Vocabulary size.
-    pub vocab: usize,
-    /// Hex FNV-1a 64 of every norm weight's f32 bits.
-    pub fingerprint: String,
-    /// Width of the query heads together (the O site's channels), written only where it
-    /// is not the hidden size (Gemma 3: 4 heads of 256 on a hidden of 640).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub q_dim: Option<usize>,
-}
-
-impl std::fmt::Display for ModelIdentity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:?} ({} layers, hidden {}, ffn {}, vocab {}, fingerprint {})",
-            self.name, self.layers, self.hidden, self.ffn, self.vocab, self.fingerprint
-        )
-    }
-}
-
-impl ModelIdentity {
-    pub(crate) fn new<'a>(
-        name: String,
-        c: &LlamaConfig,
-        norms: impl Iterator<Item = &'a [f32]>,
-    ) -> Self {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for v in norms.flatten() {
-            for b in v.to_bits().to_le_bytes() {
-                hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-            }
-        }
-        Self {
-            q_dim: (c.q_dim() != c.hidden).then_some(c.q_dim()),
-            name,
-            layers: c.n_layers,
-            hidden: c.hidden,
-            ffn: c.ffn,
-            vocab: c.vocab_size,
-            fingerprint: format!("{hash:016x}"),
-        }
-    }
-
-    /// The identity of a model file, read from its norm weights only.
-    pub fn of_source(source: &dyn LlamaSource) -> Result<Self, ImportError> {
-        let c = source.config();
-        let mut norms = Vec::with_capacity(2 * c.n_layers + 1);
-        for l in 0..c.n_layers {
-            norms.push(source.layer(l, LayerTensor::AttnNorm)?);
-            norms.push(source.layer(l, LayerTensor::FfnNorm)?);
-        }
-        norms.push(source.output_norm()?);
-        Ok(Self::new(source.name(), c, norms.iter().map(|v| &v[..])))
-    }
-}
 
 /// How calibration ranks the sites whose shadow is kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -381,134 +315,6 @@ impl Calibration {
             })
             .collect()
     }
-
-    /// Reads the calibration at `path`.
-    pub fn load(path: &Path) -> Result<Self, CalibrationError> {
-        let text = hetsched_import::limits::read_text(
-            path,
-            hetsched_import::limits::MAX_CALIBRATION_BYTES,
-        )
-        .map_err(|source| CalibrationError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::parse(&text, path)
-    }
-
-    /// Parses calibration JSON held in memory, with the checks of [`Self::load`];
-    /// `path` only names the file in errors. (The fuzzer `examples/fuzz_parsers.rs`
-    /// drives this.)
-    pub fn parse(text: &str, path: &Path) -> Result<Self, CalibrationError> {
-        let corrupt = |reason: String| CalibrationError::Corrupt {
-            path: path.to_owned(),
-            reason,
-        };
-        // The version first: a file of another version may not parse as this one.
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
-        let version = value
-            .get("version")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| corrupt("no `version` number".into()))?;
-        if version != u64::from(CALIBRATION_VERSION) {
-            return Err(CalibrationError::Version {
-                path: path.to_owned(),
-                found: version,
-                expected: CALIBRATION_VERSION,
-            });
-        }
-        let calibration: Self =
-            serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
-        calibration.validate().map_err(corrupt)?;
-        if !valid_pruned_clip(calibration.pruned_clip_rms) {
-            return Err(corrupt(format!(
-                "`pruned_clip_rms` {} is not a finite clip of at least 1 RMS",
-                calibration.pruned_clip_rms
-            )));
-        }
-        Ok(calibration)
-    }
-
-    /// Checks the sites against the model the file names (which [`Self::check_model`]
-    /// then ties to the model loaded): layers and channels in range, one entry per
-    /// (layer, site), finite statistics and positive scales. Every later use indexes by
-    /// these, so a hostile file fails here, not with a panic or a huge allocation.
-    pub fn validate(&self) -> Result<(), String> {
-        let m = &self.model;
-        let dims = [
-            ("model.layers", m.layers, limits::MAX_LAYERS),
-            ("model.hidden", m.hidden, limits::MAX_HIDDEN),
-            ("model.ffn", m.ffn, limits::MAX_FFN),
-            ("model.vocab", m.vocab, limits::MAX_VOCAB),
-            ("model.q_dim", m.q_dim.unwrap_or(0), limits::MAX_HIDDEN),
-        ];
-        for (what, value, max) in dims {
-            limits::check(what, value as u64, max).map_err(|e| e.to_string())?;
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        for s in &self.sites {
-            let at = format!("site {:?} of layer {}", s.site, s.layer);
-            if s.layer >= m.layers {
-                return Err(format!("{at}: the model has {} layers", m.layers));
-            }
-            if !seen.insert((s.layer, s.site)) {
-                return Err(format!("{at} appears twice"));
-            }
-            let width = match s.site {
-                ShadowSite::Down => m.ffn,
-                ShadowSite::O => m.q_dim.unwrap_or(m.hidden),
-                ShadowSite::Qkv | ShadowSite::GateUp => m.hidden,
-            };
-            if s.channels > width {
-                return Err(format!(
-                    "{at} has {} channels, the model's site has {width}",
-                    s.channels
-                ));
-            }
-            let mut channels = s
-                .hot_channels
-                .iter()
-                .map(|h| h.channel)
-                .chain(s.top_channels.iter().copied());
-            if let Some(c) = channels.find(|&c| c as usize >= s.channels) {
-                return Err(format!("{at} names channel {c} of {}", s.channels));
-            }
-            if s.top_channel_max.len() != s.top_channels.len() {
-                return Err(format!(
-                    "{at}: top_channels and top_channel_max differ in length"
-                ));
-            }
-            let mut stats = [s.min, s.max, s.rms, s.importance, s.scale_percentile]
-                .into_iter()
-                .chain(s.top_channel_max.iter().copied())
-                .chain(s.sensitivity);
-            if stats.any(|v| !v.is_finite()) {
-                return Err(format!("{at} has a non-finite statistic"));
-            }
-            // A site that saw values has a positive max scale; none is negative.
-            let observed = s.elements > 0 && s.max.abs().max(s.min.abs()) > 0.0;
-            let bad_max =
-                !s.scale_max.is_finite() || s.scale_max < 0.0 || (observed && s.scale_max == 0.0);
-            if bad_max || s.scale_percentile < 0.0 || s.rms < 0.0 {
-                return Err(format!(
-                    "{at} has scale_max {} and scale_percentile {}: scales must be positive",
-                    s.scale_max, s.scale_percentile
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes this calibration to `path` (pretty JSON), whole or not at all.
-    pub fn save(&self, path: &Path) -> Result<(), CalibrationError> {
-        let text = serde_json::to_string_pretty(self).expect("a calibration always serialises");
-        hetsched_runtime::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| {
-            CalibrationError::Write {
-                path: path.to_owned(),
-                source,
-            }
-        })
-    }
 }
 
 /// Input channels of each site's linears (in [`ShadowSite::index`] order).
@@ -535,17 +341,4 @@ pub(crate) fn site_row_bytes(c: &LlamaConfig) -> [u64; 4] {
 /// most values would go to the shadow).
 pub(super) fn valid_pruned_clip(rms: f32) -> bool {
     rms.is_finite() && rms >= 1.0
-}
-
-/// Where `hetsched calibrate` writes a model's calibration by default, and where `run`
-/// and `eval` look for it: `FILE.gguf.calibration.json` beside a GGUF file,
-/// `hetsched-calibration.json` inside a Hugging Face directory.
-pub fn default_calibration_path(model: &Path) -> PathBuf {
-    if model.is_dir() {
-        model.join("hetsched-calibration.json")
-    } else {
-        let mut name = model.as_os_str().to_owned();
-        name.push(".calibration.json");
-        PathBuf::from(name)
-    }
 }
