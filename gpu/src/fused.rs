@@ -219,21 +219,7 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
             n_kv_heads,
             style,
         } => {
-            if m > crate::GEMV_MAX_ROWS {
-                return Err(shape(
-                    OP,
-                    format!(
-                        "positions from a buffer take at most {} rows, a has {m}",
-                        crate::GEMV_MAX_ROWS
-                    ),
-                ));
-            }
-            if positions.elem() != Elem::I32 || positions.rows() * positions.cols() < m {
-                return Err(shape(
-                    OP,
-                    format!("positions must hold {m} u32 values (I32)"),
-                ));
-            }
+            check_positions(m, positions, angles, caches.0)?;
             let table_rows = angles.rows();
             let at = GemmEpilogue::QkvRope {
                 angles,
@@ -243,18 +229,6 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
                 n_kv_heads,
                 style,
             };
-            // The table holds every position, not m rows: checked as a table of m rows
-            // (its columns and stride), and against the caches' rows.
-            let (kc, _) = caches;
-            if table_rows < m || table_rows > kc.rows() {
-                return Err(shape(
-                    OP,
-                    format!(
-                        "an angle table of {table_rows} positions for caches of {} rows",
-                        kc.rows()
-                    ),
-                ));
-            }
             let mut planned = plan_qkv(&mut p, m, n, out, at, table_rows)?;
             p[7] |= 4;
             planned[4] = Some(positions);
@@ -266,6 +240,44 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
     }
     p[5] = out.ld_words() as u32;
     Ok((p, binds))
+}
+
+/// Checks [`GemmEpilogue::QkvRopeAt`]'s operands for `m` rows: `positions` holds `m` u32
+/// values, and the angle table covers them without outgrowing the key cache `kc`.
+fn check_positions(
+    m: usize,
+    positions: &GpuMatrix,
+    angles: &GpuMatrix,
+    kc: &GpuMatrix,
+) -> Result<()> {
+    if m > crate::GEMV_MAX_ROWS {
+        return Err(shape(
+            OP,
+            format!(
+                "positions from a buffer take at most {} rows, a has {m}",
+                crate::GEMV_MAX_ROWS
+            ),
+        ));
+    }
+    if positions.elem() != Elem::I32 || positions.rows() * positions.cols() < m {
+        return Err(shape(
+            OP,
+            format!("positions must hold {m} u32 values (I32)"),
+        ));
+    }
+    let table_rows = angles.rows();
+    // The table holds every position, not m rows: its columns and stride are checked by
+    // `plan_qkv` as a table of m rows; here its rows against m and the caches' rows.
+    if table_rows < m || table_rows > kc.rows() {
+        return Err(shape(
+            OP,
+            format!(
+                "an angle table of {table_rows} positions for caches of {} rows",
+                kc.rows()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The push constants and bindings of [`GemmEpilogue::QkvRope`] (`epilogue`), with an
