@@ -13,16 +13,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hetsched::exec::{
-    Calibration, ExecError, ExecModel, HotChannel, Importance, LinearPrecision, ModelIdentity,
-    PrefillOptions, PrunedScale, SiteCalibration, prefill,
-};
+use hetsched::exec::{Calibration, ExecError, ExecModel, LinearPrecision, PrefillOptions, prefill};
 use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
 use hetsched::import::{GgmlType, GgufFile, GgufHeader, HfModel, ImportError, LlamaConfig};
 use hetsched::scene::{Scene, SceneError};
 use hetsched::systems::PlanError;
-use hetsched::systems::shadow::ShadowSite;
 use proptest::prelude::*;
+
+#[path = "common/calibration.rs"]
+mod calibration_fixture;
+use calibration_fixture::tiny_calibration;
 
 /// `System`, counting the bytes live and their peak.
 struct Counting;
@@ -570,62 +570,9 @@ proptest! {
 // ---------------------------------------------------------------------------
 // Calibration files
 
-fn site(layer: usize, which: ShadowSite, channels: usize) -> SiteCalibration {
-    SiteCalibration {
-        layer,
-        site: which,
-        channels,
-        min: -1.0,
-        max: 2.0,
-        rms: 0.5,
-        scale_max: 2.0 / 127.0,
-        scale_percentile: 1.0 / 127.0,
-        importance: 2.0,
-        sensitivity: None,
-        elements: 1000,
-        outliers: 3,
-        keep: true,
-        hot_channels: vec![HotChannel {
-            channel: 1,
-            outliers: 3,
-        }],
-        top_channels: vec![1, 0],
-        top_channel_max: vec![2.0, 1.0],
-        row_bytes: 4 * channels as u64,
-    }
-}
-
+/// The tiny calibration every site of whose keeps its shadow.
 fn calibration() -> Calibration {
-    let model = ModelIdentity {
-        name: "tiny".into(),
-        layers: 2,
-        hidden: H,
-        ffn: FFN,
-        vocab: VOCAB,
-        fingerprint: "0123456789abcdef".into(),
-        q_dim: None,
-    };
-    let sites = (0..2)
-        .flat_map(|l| {
-            ShadowSite::ALL.map(|s| site(l, s, if s == ShadowSite::Down { FFN } else { H }))
-        })
-        .collect();
-    Calibration {
-        version: hetsched::exec::CALIBRATION_VERSION,
-        model,
-        corpus: vec!["corpus.txt".into()],
-        ctx: 64,
-        windows: 1,
-        tokens: 64,
-        clip_rms: 8.0,
-        pruned_clip_rms: 8.0,
-        percentile: 99.9,
-        prune: 0.0,
-        importance: Importance::default(),
-        pruned_scale: PrunedScale::default(),
-        pruned_shadow_bytes: 0,
-        sites,
-    }
+    tiny_calibration(None, |_| true)
 }
 
 /// Saves `edit`ed JSON of a valid calibration and loads it back.

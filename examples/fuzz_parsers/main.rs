@@ -21,9 +21,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hetsched::exec::{
-    Calibration, HotChannel, Importance, ModelIdentity, PrunedScale, SiteCalibration,
-};
+use hetsched::exec::Calibration;
 use hetsched::import::gguf::writer::{GgufWriter, TinyModel};
 use hetsched::import::hf::safetensors_tensor_names;
 use hetsched::import::{GgmlType, GgufFile, GgufSource, LlamaSource, MetadataValue as V};
@@ -35,12 +33,15 @@ use hetsched::history::{
 };
 use hetsched::profiling::fit_profile_alone;
 use hetsched::scene::Scene;
-use hetsched::systems::shadow::ShadowSite;
 use hetsched::systems::testing::{bare_profile_origin, tiny_plan};
 use hetsched::systems::{PolicyRegistry, PrefillPlan};
 use hetsched_kernels::seeded::SeededRng;
 
+#[path = "../../tests/common/calibration.rs"]
+mod calibration_fixture;
 mod mutate;
+
+use calibration_fixture::tiny_calibration;
 use mutate::{below, mutate};
 
 const SCENE: &str = include_str!("../../scenes/smollm2-135m-desktop.toml");
@@ -238,59 +239,9 @@ fn safetensors_seeds() -> Vec<Vec<u8>> {
     vec![header.as_bytes().to_vec(), file, small.as_bytes().to_vec()]
 }
 
+/// A valid calibration's JSON, half its sites kept.
 fn calibration_seed() -> Vec<u8> {
-    let (h, ffn) = (8, 16);
-    let site = |layer: usize, which: ShadowSite, channels: usize| SiteCalibration {
-        layer,
-        site: which,
-        channels,
-        min: -1.0,
-        max: 2.0,
-        rms: 0.5,
-        scale_max: 2.0 / 127.0,
-        scale_percentile: 1.0 / 127.0,
-        importance: 2.0,
-        sensitivity: Some(0.25),
-        elements: 1000,
-        outliers: 3,
-        keep: layer == 0,
-        hot_channels: vec![HotChannel {
-            channel: 1,
-            outliers: 3,
-        }],
-        top_channels: vec![1, 0],
-        top_channel_max: vec![2.0, 1.0],
-        row_bytes: 4 * channels as u64,
-    };
-    let sites = (0..2)
-        .flat_map(|l| {
-            ShadowSite::ALL.map(|s| site(l, s, if s == ShadowSite::Down { ffn } else { h }))
-        })
-        .collect();
-    let calibration = Calibration {
-        version: hetsched::exec::CALIBRATION_VERSION,
-        model: ModelIdentity {
-            name: "tiny".into(),
-            layers: 2,
-            hidden: h,
-            ffn,
-            vocab: 10,
-            fingerprint: "0123456789abcdef".into(),
-            q_dim: None,
-        },
-        corpus: vec!["corpus.txt".into()],
-        ctx: 64,
-        windows: 1,
-        tokens: 64,
-        clip_rms: 8.0,
-        pruned_clip_rms: 8.0,
-        percentile: 99.9,
-        prune: 0.0,
-        importance: Importance::default(),
-        pruned_scale: PrunedScale::default(),
-        pruned_shadow_bytes: 0,
-        sites,
-    };
+    let calibration = tiny_calibration(Some(0.25), |layer| layer == 0);
     serde_json::to_vec_pretty(&calibration).expect("a calibration serializes")
 }
 
