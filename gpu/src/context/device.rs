@@ -70,7 +70,7 @@ pub struct GpuOptions {
     pub one_row_gemv_tree: bool,
     /// Keep the output projection a GEMM of its own after attention (a layer of 5
     /// dispatches) even where attention could add it into the residual stream itself
-    /// ([`GpuContext::attention_fuses_output`]): the deterministic path (the fused one
+    /// ([`GpuContext::attention_fuses_output`](crate::GpuContext::attention_fuses_output)): the deterministic path (the fused one
     /// sums the heads' products with float atomics, in no fixed order).
     pub unfused_output_projection: bool,
 }
