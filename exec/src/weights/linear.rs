@@ -30,15 +30,19 @@ pub enum LinearPrecision {
     #[serde(rename = "w4a8-shadow")]
     W4a8Shadow,
     /// W4A8 with INT8 activations scaled per row and group of 32 inputs (llama.cpp's
-    /// Q8_0 blocks; [`QuantRule::Groups`](crate::shadow::QuantRule::Groups)): the CPU lane's W4A8, which SmolLM2's
+    /// Q8_0 blocks; [`QuantRule::Groups`]): the CPU lane's W4A8, which SmolLM2's
     /// massive activations do not ruin (the NPU lane needs one scale per tensor).
     /// Every linear's input width must be a multiple of 32.
+    ///
+    /// [`QuantRule::Groups`]: crate::shadow::QuantRule::Groups
     #[serde(rename = "w4a8-g32")]
     W4a8G32,
     /// W4A8 with INT8 activations scaled per row and group of 128 inputs
-    /// ([`QuantRule::Groups128`](crate::shadow::QuantRule::Groups128)): the four weight groups under one activation scale add
+    /// ([`QuantRule::Groups128`]): the four weight groups under one activation scale add
     /// their sub-scaled products in i32 before one float step, a faster kernel than
     /// `w4a8-g32`'s at a coarser activation resolution (docs/real-execution.md).
+    ///
+    /// [`QuantRule::Groups128`]: crate::shadow::QuantRule::Groups128
     #[serde(rename = "w4a8-g128")]
     W4a8G128,
 }
@@ -158,7 +162,9 @@ impl LinearWeights {
     }
 
     /// Bytes of the weights the product reads (packed values and their scales; not the
-    /// outlier shadow's float rows, which [`ExecModel::shadow_report`](super::ExecModel::shadow_report) counts).
+    /// outlier shadow's float rows, which [`ExecModel::shadow_report`] counts).
+    ///
+    /// [`ExecModel::shadow_report`]: super::ExecModel::shadow_report
     pub fn bytes(&self) -> u64 {
         let (n, k) = (self.n() as u64, self.k() as u64);
         match self {

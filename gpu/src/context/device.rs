@@ -61,8 +61,10 @@ pub struct GpuOptions {
     /// blocks per range give a chunk's 72 query blocks more workgroups.
     pub attention_min_key_blocks: Option<usize>,
     /// Fewest 64-key blocks each workgroup of the decode attention walks when it splits a
-    /// (head, token) along its keys (`None`: [`DECODE_MIN_KEY_BLOCKS`](crate::DECODE_MIN_KEY_BLOCKS));
+    /// (head, token) along its keys (`None`: [`DECODE_MIN_KEY_BLOCKS`]);
     /// a cache of at most this many blocks runs unsplit, in one dispatch with no merge.
+    ///
+    /// [`DECODE_MIN_KEY_BLOCKS`]: crate::DECODE_MIN_KEY_BLOCKS
     pub decode_min_key_blocks: Option<usize>,
     /// Keep the one-row GEMV's 64-thread shared-memory tree (`gemv1_*_fused.comp`) even
     /// where subgroup arithmetic allows its 128-thread kernel (`gemv1_*_fused_sg.comp`):
@@ -70,8 +72,10 @@ pub struct GpuOptions {
     pub one_row_gemv_tree: bool,
     /// Keep the output projection a GEMM of its own after attention (a layer of 5
     /// dispatches) even where attention could add it into the residual stream itself
-    /// ([`GpuContext::attention_fuses_output`](crate::GpuContext::attention_fuses_output)): the deterministic path (the fused one
+    /// ([`GpuContext::attention_fuses_output`]): the deterministic path (the fused one
     /// sums the heads' products with float atomics, in no fixed order).
+    ///
+    /// [`GpuContext::attention_fuses_output`]: crate::GpuContext::attention_fuses_output
     pub unfused_output_projection: bool,
 }
 

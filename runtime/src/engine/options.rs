@@ -8,8 +8,11 @@ use std::time::Duration;
 pub struct EngineOptions {
     /// When a job has run too long, or `None` for never (simulation: virtual time).
     pub deadline: Option<Deadline>,
-    /// Consecutive [`Backend::wait`](crate::backends::Backend::wait) calls that may return no completion while jobs are
-    /// in flight before the run fails with [`BackendFault::NoProgress`](super::BackendFault::NoProgress).
+    /// Consecutive [`Backend::wait`] calls that may return no completion while jobs are
+    /// in flight before the run fails with [`BackendFault::NoProgress`].
+    ///
+    /// [`Backend::wait`]: crate::backends::Backend::wait
+    /// [`BackendFault::NoProgress`]: super::BackendFault::NoProgress
     pub max_empty_waits: u32,
     /// When set, the run stops at the next tick: jobs in flight are waited for (their
     /// slices recorded), no new job is submitted, and the run fails with
@@ -47,10 +50,12 @@ pub struct Deadline {
     /// by orders of magnitude on another host, and debug builds are slow).
     pub floor: Duration,
     /// Whether an overdue job is retried on another processor it may run on, when the
-    /// policy chooses placement and the backend lets go of it ([`Backend::abandon`](crate::backends::Backend::abandon));
+    /// policy chooses placement and the backend lets go of it ([`Backend::abandon`]);
     /// its processor is then given up for the rest of the run. Otherwise, or when no
     /// other processor may take it, the run fails with
     /// [`BackendFault::DeadlineExceeded`](super::BackendFault::DeadlineExceeded).
+    ///
+    /// [`Backend::abandon`]: crate::backends::Backend::abandon
     pub retry: bool,
 }
 
