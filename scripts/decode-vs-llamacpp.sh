@@ -39,9 +39,9 @@ WORK=target/decode-vs-llamacpp QUANTS="Q8_0 Q4_0"
 . "$(dirname "${BASH_SOURCE[0]}")/setup-vs-llamacpp.sh"
 
 PROMPT="The history of the printing press begins in the fifteenth century, when"
-# About 16 tokens a repeat; at least one.
+# About 13 tokens a repeat (64 repeats are 832 tokens); at least one.
 PROMPT_FILE="$WORK/prompt.$DEPTH.txt"
-python3 -c 'import sys; sys.stdout.write(" ".join([sys.argv[1]] * max(1, round(int(sys.argv[2]) / 16))))' \
+python3 -c 'import sys; sys.stdout.write(" ".join([sys.argv[1]] * max(1, round(int(sys.argv[2]) / 13))))' \
   "$PROMPT" "$DEPTH" >"$PROMPT_FILE"
 hetsched_row() { # precision -> "tok/s fraction bytes bandwidth overhead prompt_tokens"
   "$BIN" generate --model "$MODEL" --prompt-file "$PROMPT_FILE" --max-tokens "$TOKENS" --ignore-eos \
