@@ -167,7 +167,10 @@ fn an_arrival_pauses_a_running_chunk_at_a_subgraph_boundary_under_priority() {
         let bg = std::thread::spawn(move || collect(bg, 1));
         let fg = collect(fg, 1);
         let bg = bg.join().unwrap();
-        assert_eq!(bg.tokens, bg_alone, "{policy}: the background's greedy tokens");
+        assert_eq!(
+            bg.tokens, bg_alone,
+            "{policy}: the background's greedy tokens"
+        );
         assert_eq!(fg.tokens[0].len(), 3);
         (fg, bg)
     };

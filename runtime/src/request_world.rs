@@ -108,9 +108,20 @@ impl RequestWorld {
 
     /// Arms a prefill of `plan` to be run piecewise by [`RequestWorld::advance`] (a run
     /// started before and not finished is dropped).
-    pub fn start(&mut self, plan: Arc<PrefillPlan>, policy: Box<dyn Policy>, options: &EngineOptions) {
+    pub fn start(
+        &mut self,
+        plan: Arc<PrefillPlan>,
+        policy: Box<dyn Policy>,
+        options: &EngineOptions,
+    ) {
         let name = policy.name().to_string();
-        rearm_world(&mut self.world, plan.clone(), policy, self.request, RequestPhase::Prefill);
+        rearm_world(
+            &mut self.world,
+            plan.clone(),
+            policy,
+            self.request,
+            RequestPhase::Prefill,
+        );
         self.started = Some(StartedRun {
             state: RunState::new(&plan, options),
             plan,
@@ -135,10 +146,18 @@ impl RequestWorld {
             return Err(EngineError::NotStarted);
         };
         loop {
-            match run.state.step(&mut self.world, &mut self.schedule, backend, Wait::Next)? {
+            match run
+                .state
+                .step(&mut self.world, &mut self.schedule, backend, Wait::Next)?
+            {
                 Step::Finished => {
                     let ticks = run.state.into_tick_wall_ns();
-                    return Ok(Advance::Finished(finish(run.plan, run.policy, &mut self.world, ticks)));
+                    return Ok(Advance::Finished(finish(
+                        run.plan,
+                        run.policy,
+                        &mut self.world,
+                        ticks,
+                    )));
                 }
                 Step::Running { .. } if yield_now() => {
                     run.state.pause(&mut self.world, backend)?;

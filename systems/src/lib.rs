@@ -71,6 +71,8 @@ use bevy_ecs::prelude::{IntoScheduleConfigs, Messages, ResMut, Schedule, SystemS
 use bevy_ecs::schedule::SingleThreadedExecutor;
 
 pub use attention_span::attention_window;
+pub use cost::fit::{StageSample, fit_stage_cost, median};
+pub use cost::stage::{StageCost, attended_pairs, has_attention, precision_label, stage_kind};
 pub use cost::{CostModel, CostSource, MeasuredLatency, NPU_DECODE_ROWS, PeakRates};
 pub use decode_cost::{
     DecodeEstimate, MAX_DECODE_BATCH, batched_decode_step_ns, decode_lane, estimate_decode,
@@ -93,8 +95,6 @@ pub use request::{
     spawn_request_entity,
 };
 pub use request_policy::{ActiveRequestPolicy, RequestPolicy};
-pub use cost::fit::{StageSample, fit_stage_cost, median};
-pub use cost::stage::{StageCost, attended_pairs, has_attention, precision_label, stage_kind};
 pub use world::{spawn_request_world, spawn_world};
 
 /// The phases of one scheduler tick, in the order they run.

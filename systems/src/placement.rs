@@ -157,14 +157,14 @@ fn resolve_entry(
     }
     let names = || device.processor_names();
     let wanted = ProcessorKind::from_name(entry).ok_or_else(|| {
-            PlanError::InvalidWorkload(format!(
-                "[placement] {}: `{entry}` is neither a processor of {} ({}) nor a processor \
+        PlanError::InvalidWorkload(format!(
+            "[placement] {}: `{entry}` is neither a processor of {} ({}) nor a processor \
                  kind (cpu, gpu, npu)",
-                kind.key(),
-                device.name,
-                names()
-            ))
-        })?;
+            kind.key(),
+            device.name,
+            names()
+        ))
+    })?;
     let lanes: Vec<usize> = (0..device.processors.len())
         .filter(|&i| device.processors[i].kind == wanted)
         .collect();

@@ -337,7 +337,9 @@ impl Session {
     pub fn prefill(&mut self, new: &[u32]) -> Result<(RunOutcome, u64), GenerateError> {
         self.start_prefill(new)?;
         self.resume_prefill(&|| false)?
-            .ok_or(GenerateError::PrefillOrder("a prefill that may not pause paused"))
+            .ok_or(GenerateError::PrefillOrder(
+                "a prefill that may not pause paused",
+            ))
     }
 
     /// Starts prefilling `new` after the history, to be run by

@@ -123,7 +123,11 @@ impl RunState {
     /// their completions without a tick, so nothing new is dispatched and the queues are
     /// idle when it returns. The next [`RunState::step`] resumes the run where it stood
     /// (its first tick sees those completions). An error ends the run, as a step's does.
-    pub fn pause(&mut self, world: &mut World, backend: &mut dyn Backend) -> Result<(), EngineError> {
+    pub fn pause(
+        &mut self,
+        world: &mut World,
+        backend: &mut dyn Backend,
+    ) -> Result<(), EngineError> {
         while self.guard.in_flight() > 0 {
             let waited = self.guard.wait(backend)?;
             self.absorb(world, backend, waited)?;

@@ -92,7 +92,8 @@ trait KindRules {
 
 impl ProcessorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ProcessorKind; 3] = [ProcessorKind::Cpu, ProcessorKind::Gpu, ProcessorKind::Npu];
+    pub const ALL: [ProcessorKind; 3] =
+        [ProcessorKind::Cpu, ProcessorKind::Gpu, ProcessorKind::Npu];
 
     /// Lower-case name, as written in scenes.
     pub fn as_str(self) -> &'static str {
@@ -138,10 +139,9 @@ impl ProcessorKind {
         chunk_len: u32,
     ) -> ChunkShape {
         match self.rules().static_chunk_tokens(chunk_len) {
-            Some(tokens) if cost.stage_cost(model, ops).is_none() => ChunkShape {
-                tokens,
-                ..executed
-            },
+            Some(tokens) if cost.stage_cost(model, ops).is_none() => {
+                ChunkShape { tokens, ..executed }
+            }
             _ => executed,
         }
     }

@@ -88,15 +88,24 @@ mod tests {
         let model = crate::testing::tiny_model(1);
         let device = crate::testing::tiny_device();
         let ops = crate::model::epilogue_ops();
-        let short = ChunkShape { tokens: 5, past: 64 };
+        let short = ChunkShape {
+            tokens: 5,
+            past: 64,
+        };
         for p in &device.processors {
             let want = match p.kind {
-                ProcessorKind::Npu => ChunkShape { tokens: 32, past: 64 },
+                ProcessorKind::Npu => ChunkShape {
+                    tokens: 32,
+                    past: 64,
+                },
                 _ => short,
             };
             assert_eq!(p.kind.priced_shape(&p.cost, &model, &ops, short, 32), want);
         }
-        let npu = device.processors.iter().find(|p| p.kind == ProcessorKind::Npu);
+        let npu = device
+            .processors
+            .iter()
+            .find(|p| p.kind == ProcessorKind::Npu);
         let mut cost = npu.unwrap().cost.clone();
         cost.stages.push(crate::cost::StageCost {
             stage: crate::cost::stage::stage_kind(&ops),

@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, OpWork, Precision};
 use super::stage::{StageCost, precision_label, stage_kind};
+use crate::model::{ChunkShape, ModelConfig, OpDecl, OpKind, OpWork, Precision};
 
 /// Peak arithmetic rates of a processor, in giga-operations per second (a multiply-add
 /// counts 2). Zero means the processor cannot do that precision.

@@ -169,7 +169,11 @@ pub fn chunk_tensors(layout: &PlanLayout) -> Vec<TensorTemplate> {
     }
     let tokens = u64::from(layout.workload.chunk_len);
     let lane = |stage: u32| layout.processor(InstanceKey { chunk: 0, stage });
-    let hosts = |lane: usize| layout.device.processors[lane].kind.hosts_tensors_it_touches();
+    let hosts = |lane: usize| {
+        layout.device.processors[lane]
+            .kind
+            .hosts_tensors_it_touches()
+    };
     let mut workspace = vec![0u64; layout.stages.len()];
     let mut tensors = Vec::new();
     for (i, (stage, op, _)) in chain.iter().enumerate() {

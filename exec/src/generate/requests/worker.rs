@@ -277,7 +277,8 @@ impl Worker {
             .flatten()
             .map(|s| (s.processor, s.end_ns.saturating_sub(s.start_ns)))
             .collect();
-        let per_token = (before + began.elapsed()).as_nanos() as u64 / (end - live.prefilled) as u64;
+        let per_token =
+            (before + began.elapsed()).as_nanos() as u64 / (end - live.prefilled) as u64;
         self.prefill_ns_per_token = match self.prefill_ns_per_token {
             0 => per_token,
             old => smoothed(old, per_token),

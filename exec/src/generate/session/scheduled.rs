@@ -137,7 +137,10 @@ impl Session {
         compiled: &Compiled,
         plan_ns: u64,
     ) -> Result<(), GenerateError> {
-        let policy = self.policies.create(&self.options.policy).map_err(ExecError::from)?;
+        let policy = self
+            .policies
+            .create(&self.options.policy)
+            .map_err(ExecError::from)?;
         let caches = self.caches.take().ok_or_else(broken)?;
         let pos0 = self.tokens.len();
         let mut tokens = self.tokens.clone();
@@ -157,7 +160,10 @@ impl Session {
             ..EngineOptions::real_queues()
         };
         self.world.start(compiled.plan.clone(), policy, &options);
-        self.started = Some(StartedPrefill::Scheduled(ScheduledPrefill { runner, plan_ns }));
+        self.started = Some(StartedPrefill::Scheduled(ScheduledPrefill {
+            runner,
+            plan_ns,
+        }));
         Ok(())
     }
 
