@@ -11,8 +11,9 @@
 //! only (its scalar twin is [`crate::reference::scaled_dots`]). [`add_weighted_rows`] is
 //! element-wise (`acc[i] += p_j · v_j[i]`, `j` in order), compiled for the widest vector
 //! unit and bit-identical to its twin [`crate::reference::add_weighted_rows`]. On a CPU
-//! with AVX-512 and heads of a multiple of 16 values both run in [`avx512`]'s forms,
-//! which reduce sixteen keys at once and keep the accumulator in registers.
+//! with AVX-512 and heads of a multiple of 16 values both run in the forms of the private
+//! `avx512` module, which reduce sixteen keys at once and keep the accumulator in
+//! registers.
 
 // reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
 // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
