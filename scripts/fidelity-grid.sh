@@ -9,6 +9,9 @@
 #   scripts/fidelity-grid.sh PROFILE.toml [MODEL] [THREADS]
 #
 # Environment: PROMPTS, CHUNKS, POLICIES, PRECISIONS (space-separated) narrow the grid;
+# RAW names a file every run's `--json` report is appended to (one line each);
+# BACKENDS picks the lanes as `run --backends` does (default cpu,npu; `gpu` for every stage
+# resident on the GPU, `cpu,gpu,npu` for the GPU as float lane; a build with `--features gpu`);
 # PROMPT is the text repeated to each prompt length (default: one short sentence; the
 # w8a8-shadow costs depend on the text's outliers, docs/calibration.md);
 # REPS runs the whole grid that many times, round after round (default 1: one run per
@@ -32,6 +35,7 @@ prompts=${PROMPTS:-128 512 2048}
 chunks=${CHUNKS:-64 128 256}
 policies=${POLICIES:-balance stall inorder}
 precisions=${PRECISIONS:-f32 w8a8}
+backends=${BACKENDS:-cpu,npu}
 reps=${REPS:-1}
 prompt_text=${PROMPT:-The committee reviewed the proposal.}
 profiles=("$profile")
@@ -59,9 +63,14 @@ for precision in $precisions; do
           [[ $prof == *+adapt ]] && history+=(--adapt)
           "$bin" run --model "$model" --prompt "$prompt_text" \
             --prompt-len "$prompt" --chunk-len "$chunk" --policy "$policy" \
-            --precision "$precision" --threads "$threads" --warmup 1 \
+            --precision "$precision" --threads "$threads" --warmup 1 --backends "$backends" \
             --profile "${prof%+adapt}" --predict --json "${calibration[@]}" "${history[@]}" 2>/dev/null \
-            | PROF="$prof" REP="$rep" python3 -c '
+            | python3 -c 'import json, os, sys
+r = json.load(sys.stdin)
+raw = os.environ.get("RAW")
+if raw:
+    open(raw, "a").write(json.dumps(r) + "\n")
+json.dump(r, sys.stdout)' | PROF="$prof" REP="$rep" python3 -c '
 import json, os, sys
 r = json.load(sys.stdin)
 p = r["prediction"]

@@ -17,8 +17,9 @@ use hetsched::import::GgufTokenizer;
 
 mod common;
 mod compare;
+mod gpu_common;
 use common::loaded;
-use compare::max_relative_diff;
+use gpu_common::{greedy_steps_agree, unless_no_device};
 
 /// GPU float kernels (f32, other summation orders) against the CPU path, relative to the
 /// largest logit: the prefill test's tolerance (tests/gpu_prefill.rs).
@@ -39,19 +40,11 @@ fn options(gpu: GpuUse) -> PrefillOptions {
 /// A session with every stage on the GPU and one on the CPU f32 path (direct steps), or
 /// `None` (after saying why) when there is no device and none was demanded.
 fn sessions(model: &Arc<ExecModel>) -> Option<(Session, Session)> {
-    let gpu = match Session::new(
+    let gpu = unless_no_device(Session::new(
         model.clone(),
         options(GpuUse::Resident),
         DecodePath::Scheduled,
-    ) {
-        Err(GenerateError::Exec(ExecError::Gpu(reason)))
-            if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
-        {
-            println!("skipped: no Vulkan device ({reason})");
-            return None;
-        }
-        other => other.unwrap(),
-    };
+    ))?;
     let cpu = Session::new(model.clone(), options(GpuUse::Off), DecodePath::Direct).unwrap();
     Some((gpu, cpu))
 }
@@ -72,20 +65,7 @@ fn gpu_decode_steps_match_the_cpu_f32_path() {
     // Both start from the f32 reference forward's next token.
     let reference = l.reference.forward_last(&prompt).unwrap();
     assert_eq!(argmax(gpu.logits().unwrap()), argmax(&reference));
-    let mut worst = 0f32;
-    for step in 0..=STEPS {
-        let (want, got) = (cpu.logits().unwrap(), gpu.logits().unwrap());
-        let diff = max_relative_diff(got, want);
-        worst = worst.max(diff);
-        assert!(diff <= LOGIT_TOL, "step {step}: logits differ by {diff}");
-        let token = argmax(want);
-        assert_eq!(argmax(got), token, "step {step}");
-        if step < STEPS {
-            cpu.step(token).unwrap();
-            gpu.step(token).unwrap();
-        }
-    }
-    assert_eq!(gpu.tokens(), cpu.tokens());
+    let worst = greedy_steps_agree(&mut gpu, &mut cpu, STEPS, LOGIT_TOL);
     println!("largest relative logit difference over {STEPS} steps: {worst:e}");
 }
 

@@ -18,7 +18,9 @@ use hetsched::systems::ProcessorKind;
 use hetsched_gpu::Elem;
 
 mod compare;
+mod gpu_common;
 use compare::max_relative_diff;
+use gpu_common::unless_no_device;
 
 /// GPU float kernels (f32, other summation orders) against the CPU path.
 const LOGIT_TOL: f32 = 1e-3;
@@ -65,15 +67,7 @@ fn on_gpu(
     tokens: &[u32],
     options: &PrefillOptions,
 ) -> Option<PrefillResult> {
-    match prefill(model.clone(), tokens, options) {
-        Err(ExecError::Gpu(reason))
-            if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") =>
-        {
-            println!("skipped: no Vulkan device ({reason})");
-            None
-        }
-        other => Some(other.unwrap()),
-    }
+    unless_no_device(prefill(model.clone(), tokens, options))
 }
 
 /// Largest |difference| relative to the largest |logit|.

@@ -182,8 +182,10 @@ pub fn run(args: RunArgs) -> Result<(), CliError> {
     let defaults = PrefillOptions::default();
     let threads = args.threads.unwrap_or(defaults.threads);
     let device = run_device(&args, profile, &model, threads, &defaults.device)?;
-    // A timeline asked for shows the device's times.
-    let options = run_options(&args, gpu, device, threads, timelines.any(), defaults)?;
+    // A timeline asked for shows the device's times, and so does a prediction: it prices
+    // each stage by what the device spent on it.
+    let device_times = timelines.any() || args.predict;
+    let options = run_options(&args, gpu, device, threads, device_times, defaults)?;
     if let Some(asked) = requests {
         let tokenizer = loaded.tokenizer;
         return crate::real_requests::run(asked, model, tokenizer, &text, options, args.json);

@@ -40,12 +40,49 @@ fn gpu_costed_like(spec: &ProcessorSpec) -> ProcessorSpec {
     }
 }
 
-/// The device profile of [`GpuUse::Resident`](crate::GpuUse::Resident): one GPU lane, costed like the host's CPU
-/// (the policies only need a guess, and with one lane they only order chunks).
+/// The device profile of [`GpuUse::Resident`](crate::GpuUse::Resident) under `device`:
+/// its GPU lane alone where it has one (a profile measured by `hetsched profile
+/// --backends gpu`, whose stage costs the plan and `run --predict` then price with), else
+/// [`resident_gpu_device`].
+pub fn resident_gpu_device_of(device: &DeviceProfile) -> DeviceProfile {
+    match device.first_of(ProcessorKind::Gpu) {
+        Some(gpu) => DeviceProfile {
+            name: device.name.clone(),
+            measured: device.measured.clone(),
+            processors: vec![device.processors[gpu].clone()],
+        },
+        None => resident_gpu_device(),
+    }
+}
+
+/// The device profile of [`GpuUse::Resident`](crate::GpuUse::Resident) without a measured
+/// one: one GPU lane, costed like the host's CPU (the policies only need a guess, and
+/// with one lane they only order chunks).
 pub fn resident_gpu_device() -> DeviceProfile {
     let mut device = host_device();
     let cpu = device.first_of(ProcessorKind::Cpu).unwrap_or(0);
     device.processors = vec![gpu_costed_like(&device.processors[cpu])];
     device.name = "Vulkan GPU (every stage resident)".into();
     device
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device with a GPU lane (a measured profile's) gives the resident path that lane
+    /// and its costs; one without gives the host's guess.
+    #[test]
+    fn the_resident_device_is_the_measured_gpu_lane_where_there_is_one() {
+        let mut measured = with_gpu_lane(host_device());
+        let gpu = measured.first_of(ProcessorKind::Gpu).unwrap();
+        measured.processors[gpu].cost.launch_us = 123.0;
+        let resident = resident_gpu_device_of(&measured);
+        assert_eq!(resident.processors.len(), 1);
+        assert_eq!(resident.processors[0].kind, ProcessorKind::Gpu);
+        assert_eq!(resident.processors[0].cost.launch_us, 123.0);
+        assert_eq!(resident.name, measured.name);
+        let guess = resident_gpu_device_of(&host_device());
+        assert_eq!(guess, resident_gpu_device());
+    }
 }

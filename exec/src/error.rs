@@ -70,16 +70,16 @@ pub enum ExecError {
         /// Chunk.
         chunk: usize,
     },
-    /// A model the GPU kernels do not compute, asked to run on a GPU lane: they run the
-    /// llama row with unscaled RoPE only (one RoPE table, no sliding window, no family
-    /// steps); the CPU lanes run every family row and RoPE scaling.
+    /// A model the GPU kernels do not compute, asked to run on a GPU lane: they run every
+    /// family row with unscaled RoPE only (tables from each layer's base); the CPU lanes
+    /// also run RoPE scaling.
     #[error(
-        "{arch} model: the GPU lanes do not run {feature} (their kernels compute the llama family with unscaled RoPE only); run it on the CPU lanes instead (`--backends cpu,npu`)"
+        "{arch} model: the GPU lanes do not run {feature} (their kernels compute unscaled RoPE only); run it on the CPU lanes instead (`--backends cpu,npu`)"
     )]
     NotOnGpu {
         /// `general.architecture` (`gemma3`, `qwen2`, `llama`).
         arch: String,
-        /// What the GPU kernels lack (`the gemma3 family's steps`, `scaled RoPE`).
+        /// What the GPU kernels lack (`scaled RoPE`).
         feature: String,
     },
     /// The run produced NaN or infinite logits.

@@ -45,12 +45,20 @@ pub fn norm_rows(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
 
 /// `act(gate) ⊙ up` with the family's activation.
 pub fn gated(activation: Activation, gate: &[f32], up: &[f32]) -> Vec<f32> {
-    assert_eq!(
-        gate.len(),
-        up.len(),
-        "gate and up must have the same length"
-    );
     let mut out = vec![0f32; gate.len()];
+    gated_into(activation, gate, up, &mut out);
+    out
+}
+
+/// [`gated`] into `out` (a decode step's buffer, kept across steps).
+///
+/// # Panics
+/// If `gate`, `up` and `out` differ in length.
+pub fn gated_into(activation: Activation, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert!(
+        gate.len() == up.len() && up.len() == out.len(),
+        "gate, up and out must have the same length"
+    );
     // Element by element: blocks on several workers give the same values as one pass.
     let blocks = out
         .chunks_mut(ELEMENTS_PER_BLOCK)
@@ -63,7 +71,6 @@ pub fn gated(activation: Activation, gate: &[f32], up: &[f32]) -> Vec<f32> {
         Activation::SiluGlu => silu_mul_fast(gate, up, out),
         Activation::GeluTanhGlu => gelu_tanh_mul_fast(gate, up, out),
     });
-    out
 }
 
 /// Queries after their projection is dequantized, up to RoPE: the bias, then the

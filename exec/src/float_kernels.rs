@@ -268,8 +268,8 @@ pub struct GpuFloat {
     pub context: parking_lot::Mutex<hetsched_gpu::GpuContext>,
     /// RoPE parameters.
     pub head_dim: usize,
-    /// RoPE base.
-    pub rope_base: f32,
+    /// Each layer's RoPE base (a sliding-window layer may use another).
+    pub rope_bases: Vec<f32>,
     /// RoPE pairing.
     pub rope_style: hetsched_kernels::RopeStyle,
 }
@@ -298,20 +298,15 @@ impl FloatKernels for GpuFloat {
         x: &mut [f32],
         positions: Range<usize>,
         heads: usize,
-        // One table for every layer: GPU lanes run the llama family only.
-        _layer: usize,
+        layer: usize,
     ) -> Result<(), KernelError> {
         let positions: Vec<usize> = positions.collect();
+        let base = self.rope_bases.get(layer).copied().ok_or_else(|| {
+            KernelError::Device(format!("RoPE of layer {layer}, past the model's layers").into())
+        })?;
         let gpu = self.context.lock();
-        gpu.rope(
-            x,
-            &positions,
-            heads,
-            self.head_dim,
-            self.rope_base,
-            self.rope_style,
-        )
-        .map_err(|e| KernelError::Device(Box::new(e)))
+        gpu.rope(x, &positions, heads, self.head_dim, base, self.rope_style)
+            .map_err(|e| KernelError::Device(Box::new(e)))
     }
 
     fn attention(
@@ -320,12 +315,13 @@ impl FloatKernels for GpuFloat {
         k_cache: &[f32],
         v_cache: &[f32],
         shape: &AttentionShape,
-        // No sliding window: GPU lanes run the llama family only.
-        _window: usize,
+        window: usize,
     ) -> Result<Vec<f32>, KernelError> {
         let rows = shape.kv_len * shape.n_kv_heads * shape.head_dim;
+        // `usize::MAX` (all keys) is the kernel's 0.
+        let window = if window == usize::MAX { 0 } else { window };
         let gpu = self.context.lock();
-        gpu.attention_causal_gqa(q, &k_cache[..rows], &v_cache[..rows], shape)
+        gpu.attention_causal_gqa_windowed(q, (&k_cache[..rows], &v_cache[..rows]), shape, window)
             .map_err(|e| KernelError::Device(Box::new(e)))
     }
 }

@@ -173,25 +173,25 @@ impl StepBackend for Window {
     fn lm_head(&mut self) -> Result<(), Infallible> {
         self.access(&[X], &[])
     }
-    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    /// Touches nothing: the embed step's upload carries the scale.
     fn embed_scale(&mut self) -> Result<(), Infallible> {
         Ok(())
     }
-    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    /// The q/k/v step added the biases (in the family's own buffer, outside the arena).
     fn qkv_bias(&mut self) -> Result<(), Infallible> {
-        Ok(())
+        self.access(&[Q], &[Q])
     }
-    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    /// The q/k/v step normalized q and k (in the family's own buffer, outside the arena).
     fn qk_norm(&mut self) -> Result<(), Infallible> {
-        Ok(())
+        self.access(&[Q], &[Q])
     }
-    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
+    /// Adds the normalized block output (in the family's own buffers, outside the arena)
+    /// into the stream.
     fn post_norm(&mut self, _: Block) -> Result<(), Infallible> {
-        Ok(())
+        self.access(&[X], &[X])
     }
-    /// Touches nothing: the resident runner (the llama family only) refuses the stage.
     fn gelu_mul(&mut self) -> Result<(), Infallible> {
-        Ok(())
+        self.access(&[Hidden], &[Hidden])
     }
 }
 

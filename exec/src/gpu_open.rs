@@ -16,15 +16,11 @@ pub(crate) fn no_gpu_support() -> ExecError {
     )
 }
 
-/// Refuses a model the GPU kernels do not compute ([`ExecError::NotOnGpu`]): they run the
-/// llama row with unscaled RoPE (one RoPE table from the base, no sliding window, no
-/// family steps).
+/// Refuses a model the GPU kernels do not compute ([`ExecError::NotOnGpu`]): they run
+/// every family row (llama, Qwen2, Gemma 3: their steps, sliding windows and per-layer
+/// RoPE bases) with unscaled RoPE only (the tables come from each layer's base).
 pub(crate) fn gpu_computes(model: &ExecModel) -> Result<(), ExecError> {
     let arch = model.config.family.arch.to_owned();
-    if !model.config.family.is_llama_like() {
-        let feature = format!("the {arch} family's steps");
-        return Err(ExecError::NotOnGpu { arch, feature });
-    }
     if model.rope_scaled {
         let feature = "scaled RoPE (linear, or Llama-3's rope_freqs.weight)".to_owned();
         return Err(ExecError::NotOnGpu { arch, feature });
@@ -43,7 +39,9 @@ pub(crate) fn open_float_lane(
     return Ok(Arc::new(GpuFloat {
         context: parking_lot::Mutex::new(gpu_context(kernels)?),
         head_dim: model.config.head_dim,
-        rope_base: model.config.rope_base,
+        rope_bases: (0..model.config.n_layers)
+            .map(|l| model.config.rope_base_of(l))
+            .collect(),
         rope_style: model.config.rope_style,
     }));
     #[cfg_attr(feature = "gpu", expect(unreachable_code))]

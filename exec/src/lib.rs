@@ -63,7 +63,9 @@ pub use calibration::{
     SiteCalibration, default_calibration_path,
 };
 pub use decide::policy_of_run;
-pub use devices::{HOST_SCENE, host_device, resident_gpu_device, with_gpu_lane};
+pub use devices::{
+    HOST_SCENE, host_device, resident_gpu_device, resident_gpu_device_of, with_gpu_lane,
+};
 pub use error::{CalibrationError, ExecError, KernelError};
 pub use eval::{
     EvalReport, EvalWindows, Scoring, evaluate, evaluate_windows, evaluate_with_progress,

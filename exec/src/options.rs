@@ -143,7 +143,7 @@ pub struct GpuKernelOptions {
 /// [`GpuUse::FloatLane`].
 pub fn run_device(options: &PrefillOptions) -> DeviceProfile {
     match options.gpu {
-        GpuUse::Resident => crate::resident_gpu_device(),
+        GpuUse::Resident => crate::resident_gpu_device_of(&options.device),
         GpuUse::Off | GpuUse::FloatLane => prefill_device(options),
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use hetsched_runtime::engine::RunOutcome;
 use hetsched_systems::{InstanceKey, PrefillPlan};
 
-use crate::devices::resident_gpu_device;
+use crate::devices::resident_gpu_device_of;
 use crate::gpu_open::gpu_context;
 use crate::gpu_resident::{DeviceTime, GpuModel, GpuStageRunner, ResidentWeights};
 use crate::prefill_parts::{check_prompt, compile, take_logits, workload};
@@ -73,7 +73,7 @@ pub fn prefill_on_gpu(
     check_prompt(&gpu.host, tokens)?;
     let plan = Arc::new(PrefillPlan::new(
         gpu.host.model_config(),
-        resident_gpu_device(),
+        resident_gpu_device_of(&options.device),
         workload(tokens, options, None),
     )?);
     let (steps, layers) = compile(&plan)?;

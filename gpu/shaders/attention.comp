@@ -5,6 +5,8 @@
 // thread for the q·k score), with an online softmax (running max and sum, rescaled per
 // block) so any cache length works in one pass; each thread owns output dims tid, tid+64, ...
 // Layouts: q, out [n_tokens, n_heads, head_dim]; k, v [kv_len, n_kv_heads, head_dim].
+// With a sliding window w > 0 (push word 14) query t sees only its last w keys,
+// pos0 + t + 1 - w ..= pos0 + t: the walk starts there (0 = no window, the walk from key 0).
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
@@ -20,7 +22,9 @@ layout(push_constant) uniform Push {
     uint n_kv_heads;
     uint head_dim;
     float scale;
-    uint pad[9];
+    uint pad[7];
+    uint window;  // keys a query sees at most; 0: all
+    uint pad2;
 } p;
 
 const uint D_MAX = 256;
@@ -63,11 +67,12 @@ void main() {
         for (uint i = tid; i < d; i += 64) qs[i] = q[qbase + i];
         barrier();
         uint n_keys = p.pos0 + t + 1;
+        uint first = p.window != 0u && n_keys > p.window ? n_keys - p.window : 0u;
         float m = -1.0 / 0.0;
         float l = 0.0;
         float acc[D_MAX / 64];
         for (uint i = 0; i < D_MAX / 64; i++) acc[i] = 0.0;
-        for (uint base = 0; base < n_keys; base += 64) {
+        for (uint base = first; base < n_keys; base += 64) {
             uint j = base + tid;
             float s = -1.0 / 0.0;
             if (j < n_keys) {

@@ -10,7 +10,9 @@
 //
 // Token t sits at position pos0 + t and sees keys 0 ..= pos0 + t; with flags bit 0 its
 // position is positions[t] instead, so a recorded decode step attends over however many
-// keys the cache holds when it is replayed. Layouts as attention_flash.comp: q, out
+// keys the cache holds when it is replayed. With a sliding window w > 0 it sees only its
+// last w keys (the walk of every split starts at pos + 1 - w at the earliest; 0: all
+// keys). Layouts as attention_flash.comp: q, out
 // [n_tokens, n_heads, head_dim]; k, v [kv, n_kv_heads, head_dim]; head_dim a multiple of
 // 4, at most 256.
 //
@@ -39,7 +41,9 @@ layout(push_constant) uniform Push {
     float scale;
     uint flags;    // bit 0: positions from the buffer
     uint splits;   // workgroups along z, each over its own run of key blocks
-    uint pad[7];
+    uint pad[5];
+    uint window;   // keys a token sees at most; 0: all
+    uint pad2;
 } p;
 
 const uint T = 64;
@@ -82,6 +86,7 @@ void main() {
     uint run = ((p.kv_len + T - 1) / T + p.splits - 1) / p.splits * T;
     uint first = split * run;
     uint end = min(keys, first + run);
+    if (p.window != 0u && keys > p.window) first = max(first, keys - p.window);
     barrier();
     for (uint k0 = first; k0 < end; k0 += T) {
         uint j = k0 + tid;

@@ -17,6 +17,8 @@
 //     adjacent pairs, (i, i + d/2) interleaved for half-split); the pair is rotated with
 //     the host's f64 table cs[t * d/2 + i] and stored at its own dims. q goes to C
 //     [m, qcols]; k and v go straight into the layer's caches at row pos0 + t.
+//   4 GELU_MUL: as SILU_MUL with GELU(tanh) (Gemma): gelu(g) = g / (1 + exp(-2y)),
+//     y = sqrt(2/pi) g (1 + 0.044715 g^2), the form of the CPU's gelu_tanh_mul_fast.
 
 layout(std430, binding = 2) buffer C { float c[]; };
 layout(std430, binding = 3) readonly buffer Cs { vec2 cs[]; };
@@ -31,7 +33,7 @@ layout(push_constant) uniform Push {
     uint ldcs;     // mode 3: row stride of the RoPE table in (cos, sin) pairs
     uint ldw4;     // W row stride in 16-byte units (4 f32 or 8 f16)
     uint ldc;      // C row stride in floats
-    uint mode;     // 0 plain, 1 residual, 2 silu-mul, 3 qkv + rope + cache
+    uint mode;     // 0 plain, 1 residual, 2 silu-mul, 3 qkv + rope + cache, 4 gelu-mul
     uint flags;    // bit 0: norm prologue; bit 1: half-split RoPE
     float eps;     // norm epsilon
     uint kdim;     // true k (the norm's mean)
@@ -80,6 +82,12 @@ void store_qkv(uint row, uint col, float x0, float x1) {
     }
 }
 
+// GELU(tanh)(g) * u (mode 4).
+float gelu_mul(float g, float u) {
+    float y = 0.7978846 * g * (1.0 + 0.044715 * g * g);
+    return g / (1.0 + exp(-2.0 * y)) * u;
+}
+
 // The epilogue of product columns col .. col + 3 (col a multiple of 4) of row `row`, the
 // row's norm scale already applied; returns whether a residual sum is not finite. Callers
 // index their accumulators with constants only (a run-time index made NVIDIA's compiler
@@ -105,6 +113,10 @@ bool epilogue_quad(uint row, uint col, vec4 v) {
         uint h = row * p.ldc + col / 2;
         c[h] = v.x / (1.0 + exp(-v.x)) * v.y;
         if (col + 2 < p.N) c[h + 1] = v.z / (1.0 + exp(-v.z)) * v.w;
+    } else if (p.mode == 4u) {
+        uint h = row * p.ldc + col / 2;
+        c[h] = gelu_mul(v.x, v.y);
+        if (col + 2 < p.N) c[h + 1] = gelu_mul(v.z, v.w);
     } else {
         store_qkv(row, col, v.x, v.y);
         if (col + 2 < p.N) store_qkv(row, col + 2, v.z, v.w);

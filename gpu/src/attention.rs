@@ -176,19 +176,32 @@ pub(crate) struct FusedOutput<'a> {
     pub(crate) slot: usize,
 }
 
+/// Push-constant word of the sliding window (keys a query sees at most, 0: all) in the
+/// kernels that take one (`attention.comp`, `attention_decode.comp`).
+const WINDOW_WORD: usize = 14;
+
 /// Records attention of shape `s` (already validated) over `[q, k_cache, v_cache, out]`:
 /// the decode kernel for a few tokens (`attention_decode.comp`, unfused only), else the
 /// tensor-core kernel where [`GpuContext::attention_on_tensor_cores`], else the plain one;
 /// with `fused`, their variants that also add the output projection into the stream.
+/// With a sliding `window` (> 0; 0: none) the kernels that take one run: the decode kernel
+/// for a few tokens, else `attention.comp` (unfused only; the caller refuses `fused`).
 pub(crate) fn record_attention<C: AsRef<GpuContext>>(
     job: &mut Job<C>,
     bufs: [&Subbuffer<[u32]>; 4],
     s: &AttentionShape,
     fused: Option<&FusedOutput<'_>>,
+    window: usize,
 ) -> Result<()> {
     let ctx = job.ctx();
     if fused.is_none() && decode_attention_fits(s) {
-        return record_decode_attention(job, bufs, None, s);
+        return record_decode_attention(job, bufs, None, s, window);
+    }
+    if window > 0 {
+        let mut push = base_push(s);
+        push[WINDOW_WORD] = window_word(window);
+        let groups = [s.n_heads as u32, s.n_tokens.clamp(1, 65_535) as u32, 1];
+        return job.dispatch(Shader::Attention, &bufs, push, groups);
     }
     if !ctx.attention_on_tensor_cores(s) {
         let (shader, mut push, groups) = plain_dispatch(s);
@@ -308,6 +321,18 @@ impl GpuContext {
         v_cache: &[f32],
         s: &AttentionShape,
     ) -> Result<Vec<f32>> {
+        self.attention_causal_gqa_windowed(q, (k_cache, v_cache), s, 0)
+    }
+
+    /// [`GpuContext::attention_causal_gqa`] where each query sees at most its last `window`
+    /// keys (itself included; a sliding-window layer), 0 meaning all of them.
+    pub fn attention_causal_gqa_windowed(
+        &self,
+        q: &[f32],
+        (k_cache, v_cache): (&[f32], &[f32]),
+        s: &AttentionShape,
+        window: usize,
+    ) -> Result<Vec<f32>> {
         validate_shape(s, q.len(), k_cache.len(), v_cache.len())?;
         if q.is_empty() {
             return Ok(Vec::new());
@@ -317,7 +342,7 @@ impl GpuContext {
         let k_buf = job.upload(&words(k_cache), "attention k cache")?;
         let v_buf = job.upload(&words(v_cache), "attention v cache")?;
         let out = self.alloc_words(q.len() as u64, "attention output")?;
-        record_attention(&mut job, [&q_buf, &k_buf, &v_buf, &out], s, None)?;
+        record_attention(&mut job, [&q_buf, &k_buf, &v_buf, &out], s, None, window)?;
         job.download(&out);
         let got = job.finish()?.downloads;
         Ok(got[0].iter().map(|&b| f32::from_bits(b)).collect())
@@ -359,12 +384,19 @@ fn decode_splits(kv_len: usize, min_blocks: usize) -> usize {
         .clamp(1, DECODE_MAX_SPLITS)
 }
 
+/// A window as its push-constant word: keys past `u32::MAX` are all of them.
+fn window_word(window: usize) -> u32 {
+    u32::try_from(window).unwrap_or(0)
+}
+
 /// The decode attention kernel's push constants for `s` split `splits` ways, positions
-/// from a buffer when `positions_from_buffer`, else from pos0.
+/// from a buffer when `positions_from_buffer`, else from pos0, over a sliding `window`
+/// (0: none).
 fn decode_push(
     s: &AttentionShape,
     splits: usize,
     positions_from_buffer: bool,
+    window: usize,
 ) -> [u32; PUSH_WORDS] {
     let mut p = [0u32; PUSH_WORDS];
     p[..9].copy_from_slice(&[
@@ -378,25 +410,27 @@ fn decode_push(
         u32::from(positions_from_buffer),
         splits as u32,
     ]);
+    p[WINDOW_WORD] = window_word(window);
     p
 }
 
 /// Records the decode attention kernel over `[q, k_cache, v_cache, out]` for `s` (already
-/// validated), token positions from `positions` when given (else `s.pos0 + t`), split
-/// along the keys ([`decode_splits`]) and merged by `attention_decode_combine.comp` when
-/// there is more than one block of keys.
+/// validated), token positions from `positions` when given (else `s.pos0 + t`), over a
+/// sliding `window` (0: none), split along the keys ([`decode_splits`]) and merged by
+/// `attention_decode_combine.comp` when there is more than one block of keys.
 pub(crate) fn record_decode_attention<C: AsRef<GpuContext>>(
     job: &mut Job<C>,
     [q, k, v, out]: [&Subbuffer<[u32]>; 4],
     positions: Option<&Subbuffer<[u32]>>,
     s: &AttentionShape,
+    window: usize,
 ) -> Result<()> {
     let min_blocks = job
         .ctx()
         .decode_min_key_blocks
         .unwrap_or(DECODE_MIN_KEY_BLOCKS);
     let splits = decode_splits(s.kv_len, min_blocks);
-    let push = decode_push(s, splits, positions.is_some());
+    let push = decode_push(s, splits, positions.is_some(), window);
     let unused = job.ctx().unused_bindings()?;
     let positions = positions.unwrap_or(&unused[0]);
     let (n_heads, n_tokens) = (s.n_heads as u32, s.n_tokens as u32);

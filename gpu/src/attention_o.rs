@@ -130,6 +130,6 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             slot: o.slot,
         };
         let (k, v) = caches;
-        record_attention(job, [&q.buf, &k.buf, &v.buf, &out.buf], s, Some(&fused))
+        record_attention(job, [&q.buf, &k.buf, &v.buf, &out.buf], s, Some(&fused), 0)
     }
 }

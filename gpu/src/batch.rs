@@ -313,8 +313,23 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
     pub fn attention(
         &mut self,
         q: &GpuMatrix,
+        caches: (&GpuMatrix, &GpuMatrix),
+        s: &AttentionShape,
+        out: &GpuMatrix,
+    ) -> Result<()> {
+        self.attention_windowed(q, caches, s, 0, out)
+    }
+
+    /// [`GpuBatch::attention`] where each query sees at most its last `window` keys
+    /// (itself included; a sliding-window layer), 0 meaning all of them. A window runs on
+    /// the decode kernel for up to 8 tokens, else on the plain f32 kernel
+    /// (`attention.comp`), never on tensor cores.
+    pub fn attention_windowed(
+        &mut self,
+        q: &GpuMatrix,
         (k_cache, v_cache): (&GpuMatrix, &GpuMatrix),
         s: &AttentionShape,
+        window: usize,
         out: &GpuMatrix,
     ) -> Result<()> {
         check_attention(q, (k_cache, v_cache), s, out)?;
@@ -323,6 +338,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             [&q.buf, &k_cache.buf, &v_cache.buf, &out.buf],
             s,
             None,
+            window,
         )
     }
 

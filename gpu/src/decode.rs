@@ -271,6 +271,19 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         positions: &GpuMatrix,
         out: &GpuMatrix,
     ) -> Result<()> {
+        self.attention_at_windowed(q, caches, s, (positions, 0), out)
+    }
+
+    /// [`GpuBatch::attention_at`] where each token sees at most its last `window` keys
+    /// (itself included), 0 meaning all; `at` is `(positions, window)`.
+    pub fn attention_at_windowed(
+        &mut self,
+        q: &GpuMatrix,
+        caches: (&GpuMatrix, &GpuMatrix),
+        s: &AttentionShape,
+        (positions, window): (&GpuMatrix, usize),
+        out: &GpuMatrix,
+    ) -> Result<()> {
         let at = AttentionShape {
             pos0: 0,
             kv_len: s.kv_len.max(s.n_tokens),
@@ -303,6 +316,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             [&q.buf, &k.buf, &v.buf, &out.buf],
             Some(&positions.buf),
             &at,
+            window,
         )
     }
 }

@@ -1,7 +1,7 @@
 //! The fused GEMM of a decoder layer (`gemm_fused_tiles.glsl`, `gemm_fused_epilogue.glsl`):
-//! RMSNorm folded into the GEMM's prologue, and RoPE with the KV-cache write, SiLU·up, or
-//! the residual add folded into its epilogue, so that a llama layer is four GEMM
-//! dispatches and one attention. The activations are f32; the weights f32 (f32 sums on
+//! RMSNorm folded into the GEMM's prologue, and RoPE with the KV-cache write, SiLU·up (or
+//! GELU·up), or the residual add folded into its epilogue, so that a llama layer is four
+//! GEMM dispatches and one attention. The activations are f32; the weights f32 (f32 sums on
 //! CUDA cores, `gemm_f32_fused.comp`) or f16 (activations rounded to f16 as they are
 //! staged, f32 sums: on tensor cores, `gemm_f16_coopmat_khr_fused.comp`, where the device
 //! has KHR cooperative matrices, else on CUDA cores, `gemm_f16_fused.comp`).
@@ -32,6 +32,9 @@ pub enum GemmEpilogue<'a> {
     /// `w` holds gate and up rows interleaved ([`interleave_rows`]); `out` `[m, n/2]` =
     /// `silu(gate) · up`.
     SiluMul,
+    /// [`GemmEpilogue::SiluMul`] with GELU(tanh) for SiLU (Gemma): `out` = `gelu(gate) ·
+    /// up`.
+    GeluMul,
     /// `w` = `[Wq; Wk; Wv]` with each head's q and k rows in [`rope_pair_rows`] order: RoPE
     /// (the `angles` of [`GpuContext::rope_angles`] for the chunk's tokens) on q and k, q
     /// into `out` `[m, n_heads · head_dim]`, k and v into rows `pos0..pos0 + m` of the
@@ -70,6 +73,52 @@ pub enum GemmEpilogue<'a> {
         /// Which dims RoPE pairs.
         style: RopeStyle,
     },
+}
+
+/// Which cache rows a q/k/v step writes keys and values to, and which RoPE row it reads:
+/// [`QkvRows::rope_epilogue`], [`GpuBatch::qkv_finish`](crate::GpuBatch::qkv_finish).
+#[derive(Clone, Copy, Debug)]
+pub enum QkvRows<'a> {
+    /// Row `r` of the product is cache row `pos0 + r` and angle row `r` (a table of the
+    /// product's rows, [`crate::GpuContext::rope_angles`] of their positions).
+    From(usize),
+    /// Row `r` is cache row and angle row `positions[r]` (`[1, m]` or more u32,
+    /// [`Elem::I32`]), read when the batch runs (a recorded decode step; the table holds
+    /// every position). The kernel cannot check what it reads: each position must be
+    /// below the caches' and the table's rows.
+    At(&'a GpuMatrix),
+}
+
+impl<'a> QkvRows<'a> {
+    /// The fused GEMM's RoPE epilogue for these rows ([`GemmEpilogue::QkvRope`] or
+    /// [`GemmEpilogue::QkvRopeAt`]): the q/k/v of a layer with neither biases nor QK-norm,
+    /// rotated and written as they are stored.
+    pub fn rope_epilogue(
+        self,
+        angles: &'a GpuMatrix,
+        caches: (&'a GpuMatrix, &'a GpuMatrix),
+        (n_heads, n_kv_heads): (usize, usize),
+        style: RopeStyle,
+    ) -> GemmEpilogue<'a> {
+        match self {
+            QkvRows::From(pos0) => GemmEpilogue::QkvRope {
+                angles,
+                caches,
+                pos0,
+                n_heads,
+                n_kv_heads,
+                style,
+            },
+            QkvRows::At(positions) => GemmEpilogue::QkvRopeAt {
+                angles,
+                caches,
+                positions,
+                n_heads,
+                n_kv_heads,
+                style,
+            },
+        }
+    }
 }
 
 /// One fused GEMM: the optional RMSNorm of `a`'s rows (its weight folded into `w` by
@@ -204,12 +253,15 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
                 binds[3] = Some(flags);
             }
         }
-        GemmEpilogue::SiluMul => {
+        GemmEpilogue::SiluMul | GemmEpilogue::GeluMul => {
             if !n.is_multiple_of(2) {
                 return Err(shape(OP, format!("gate/up rows {n} must be even")));
             }
             f32_shape("out", out, m, n / 2)?;
-            p[6] = 2;
+            p[6] = match f.epilogue {
+                GemmEpilogue::SiluMul => 2,
+                _ => 4,
+            };
         }
         GemmEpilogue::QkvRopeAt {
             angles,
@@ -221,14 +273,7 @@ fn plan<'a>(a: &GpuMatrix, w: &GpuMatrix, out: &GpuMatrix, f: &FusedGemm<'a>) ->
         } => {
             check_positions(m, positions, angles, caches.0)?;
             let table_rows = angles.rows();
-            let at = GemmEpilogue::QkvRope {
-                angles,
-                caches,
-                pos0: 0,
-                n_heads,
-                n_kv_heads,
-                style,
-            };
+            let at = QkvRows::From(0).rope_epilogue(angles, caches, (n_heads, n_kv_heads), style);
             let mut planned = plan_qkv(&mut p, m, n, out, at, table_rows)?;
             p[7] |= 4;
             planned[4] = Some(positions);

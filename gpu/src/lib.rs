@@ -1,7 +1,8 @@
 //! Vulkan compute kernels for hetsched (vulkano 0.35, GLSL compiled by `glslc` in
 //! `build.rs`, the `GL_KHR_cooperative_matrix` kernels by glslang 13 where installed): tiled
 //! GEMM in f32, f16 (also on tensor cores through cooperative matrices) and INT8, RMSNorm,
-//! RoPE, causal GQA attention, SiLU x up, quantize and dequantize. Each kernel matches its scalar twin in
+//! RoPE, causal GQA attention (with a sliding window), SiLU x up, the q/k/v finish of
+//! families with QKV biases or QK-norm, quantize and dequantize. Each kernel matches its scalar twin in
 //! `hetsched_kernels::reference` within the tolerance its test states.
 //!
 //! # Entry points
@@ -28,6 +29,7 @@ mod coopmat;
 mod decode;
 mod elementwise;
 mod error;
+mod family;
 mod fused;
 mod gemm;
 mod job;
@@ -45,8 +47,9 @@ pub use buffers::{Elem, GpuArena, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use decode::{GEMV_MAX_ROWS, HostMatrix, RecordedBatch};
 pub use error::{GpuError, Result};
+pub use family::QkvFinish;
 pub use fused::{
-    FusedGemm, GemmEpilogue, fold_norm, interleave_rows, reorder_rope_rows, rope_pair_rows,
+    FusedGemm, GemmEpilogue, QkvRows, fold_norm, interleave_rows, reorder_rope_rows, rope_pair_rows,
 };
 pub use gemm::{CoopKernel, GemmTile};
 pub use hetsched_kernels::reference::{AttentionShape, RopeStyle};

@@ -96,6 +96,7 @@ shaders! {
     EmbedRows => "embed_rows",
     ArgmaxRows => "argmax_rows",
     AddChecked => "add_checked",
+    QkvFinish => "qkv_finish",
 }
 
 /// The lazily built pipelines of one device.

@@ -39,17 +39,27 @@ fn check(ctx: &hetsched_gpu::GpuContext, s: AttentionShape, seed: u64) {
     common::assert_close(&format!("{s:?}"), &got, &want, &tol, rel);
 }
 
-#[test]
-fn matches_reference_with_past_offset_and_gqa() {
-    let Some(ctx) = common::gpu() else { return };
-    let shape = |n_tokens, pos0, kv_len, n_heads, n_kv_heads, head_dim| AttentionShape {
+fn shape(
+    n_tokens: usize,
+    pos0: usize,
+    kv_len: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) -> AttentionShape {
+    AttentionShape {
         n_tokens,
         pos0,
         kv_len,
         n_heads,
         n_kv_heads,
         head_dim,
-    };
+    }
+}
+
+#[test]
+fn matches_reference_with_past_offset_and_gqa() {
+    let Some(ctx) = common::gpu() else { return };
     // Where the default context runs the tensor-core kernel, the f32 kernels (the
     // reference path) are checked too, through a context that asks for them.
     let f32_ctx = ctx
@@ -90,6 +100,45 @@ fn matches_reference_with_past_offset_and_gqa() {
         if let Some(f32_ctx) = &f32_ctx {
             check(f32_ctx, s, 30 + i as u64);
         }
+    }
+}
+
+/// Windowed attention against `reference::attention_windowed_gqa`: the plain kernel for a chunk (head dims 64 and 256), the
+/// decode kernel for a few tokens (its runs of 64 keys split so that some runs lie wholly
+/// before the window and see no key), windows of one key and wider than the cache.
+#[test]
+fn windowed_matches_the_reference_on_each_querys_keys() {
+    let Some(ctx) = common::gpu() else { return };
+    for (i, (n_tokens, pos0, head_dim, window)) in [
+        (20, 13, 64, 5),
+        (20, 0, 256, 8),
+        (9, 40, 16, 1),
+        (3, 300, 64, 70),
+        (2, 200, 256, 1000),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (n_heads, n_kv_heads) = (4, 2);
+        let kv_len = pos0 + n_tokens;
+        let s = shape(n_tokens, pos0, kv_len, n_heads, n_kv_heads, head_dim);
+        let mut rng = SeededRng::new(70 + i as u64);
+        let q: Vec<f32> = rng.f32s(n_tokens * n_heads * head_dim);
+        let kv_row = n_kv_heads * head_dim;
+        let k: Vec<f32> = rng
+            .f32s(kv_len * kv_row)
+            .into_iter()
+            .map(|x| x * 4.0)
+            .collect();
+        let v = rng.f32s(kv_len * kv_row);
+        let got = ctx
+            .attention_causal_gqa_windowed(&q, (&k, &v), &s, window)
+            .unwrap();
+        let mut want = vec![0.0; q.len()];
+        reference::attention_windowed_gqa(&q, &k, &v, &mut want, &s, window);
+        let vmax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let tol = vec![vmax + 0.1; want.len()];
+        common::assert_close(&format!("{s:?} window {window}"), &got, &want, &tol, 1e-5);
     }
 }
 

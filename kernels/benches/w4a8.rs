@@ -206,12 +206,14 @@ fn decode_rows(c: &mut Criterion, int8: &[PackedI8Weights]) {
 }
 
 /// SmolLM2-135M's matrix shapes, `(name, k, n)`: the FFN's gate and up, its down, the
-/// attention's Q and output, its K and V.
-const DECODE_SHAPES: [(&str, usize, usize); 4] = [
+/// attention's Q and output, its K and V, and the head (49152 tokens: beyond the caches,
+/// streamed from memory).
+const DECODE_SHAPES: [(&str, usize, usize); 5] = [
     ("gate 576x1536", 576, 1536),
     ("down 1536x576", 1536, 576),
     ("q 576x576", 576, 576),
     ("kv 576x192", 576, 192),
+    ("head 576x49152", 576, 49152),
 ];
 
 fn decode_shapes(c: &mut Criterion) {

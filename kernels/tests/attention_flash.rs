@@ -2,6 +2,7 @@
 //! shapes: GQA groups, head dimensions of one to four steps, chunks at an offset, token
 //! blocks of any size (row groups cut mid-token), contexts across several key tiles.
 
+use hetsched_kernels::reference;
 use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{
     AttentionShape, FlashKeys, attention_causal_gqa, attention_causal_gqa_flash,
@@ -73,9 +74,9 @@ fn check(shape: AttentionShape, block: usize, spread: f32, seed: u64) -> Result<
     close(&got, &want, ATTENTION_TOL)
 }
 
-/// The windowed walk against the reference on each query's own window (the reference's
-/// causal attention of the query over the keys `max(0, p + 1 - window) ..= p`), with the
-/// keys gathered from the first one the chunk's first query sees.
+/// The windowed walk against the reference on each query's own window
+/// (`reference::attention_windowed_gqa`: causal attention of the query over the keys
+/// `max(0, p + 1 - window) ..= p`), with the keys gathered from the first one the chunk's first query sees.
 fn check_windowed(
     shape: AttentionShape,
     window: usize,
@@ -87,20 +88,8 @@ fn check_windowed(
     let q = rng.f32s(shape.n_tokens * n_heads * d);
     let k = rng.f32s(shape.kv_len * kv_heads * d);
     let v = rng.f32s(shape.kv_len * kv_heads * d);
-    let (row, kv_row) = (n_heads * d, kv_heads * d);
     let mut want = vec![0f32; q.len()];
-    for (t, (query, out)) in q.chunks(row).zip(want.chunks_mut(row)).enumerate() {
-        let pos = shape.pos0 + t;
-        let first = (pos + 1).saturating_sub(window);
-        let one = AttentionShape {
-            n_tokens: 1,
-            pos0: pos - first,
-            kv_len: pos + 1 - first,
-            ..shape
-        };
-        let span = first * kv_row..(pos + 1) * kv_row;
-        attention_causal_gqa(query, &k[span.clone()], &v[span], out, &one);
-    }
+    reference::attention_windowed_gqa(&q, &k, &v, &mut want, &shape, window);
     let from = (shape.pos0 + 1).saturating_sub(window);
     let keys = FlashKeys::gather_from(&k, from, shape.kv_len, kv_heads, d);
     let got = in_blocks(&q, &shape, block, |qb, ob, sub| {

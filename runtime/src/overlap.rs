@@ -41,19 +41,7 @@ pub(crate) fn overlaps(slices: &[SliceRecord]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hetsched_systems::{InstanceKey, RequestId};
-
-    fn slice(processor: usize, start_ns: u64, end_ns: u64) -> SliceRecord {
-        SliceRecord {
-            id: 0,
-            request: RequestId(0),
-            key: InstanceKey { chunk: 0, stage: 0 },
-            processor,
-            start_ns,
-            end_ns,
-            estimated_ns: 0,
-        }
-    }
+    use hetsched_systems::testing::slice_on as slice;
 
     #[test]
     fn overlap_is_summed_per_other_lane_and_capped_at_the_own_span() {

@@ -82,7 +82,7 @@ impl ShadowRun {
                 continue;
             }
             subgraphs += 1;
-            busy += s.end_ns - s.start_ns;
+            busy += s.duration_ns();
             let partner = InstanceKey {
                 chunk: key.chunk,
                 stage: key.stage - 1,
@@ -215,11 +215,10 @@ impl RunReport {
     pub fn new(scene: &str, run: &RunOutcome) -> RunReport {
         let plan = &run.plan;
         let lanes = plan.device.processors.len();
-        let mut busy = vec![0u64; lanes];
+        let busy = run.timeline.busy_ns_by_lane(lanes);
         let mut count = vec![0usize; lanes];
         let mut span = vec![(u64::MAX, 0u64); lanes];
         for s in &run.timeline.slices {
-            busy[s.processor] += s.end_ns - s.start_ns;
             count[s.processor] += 1;
             span[s.processor].0 = span[s.processor].0.min(s.start_ns);
             span[s.processor].1 = span[s.processor].1.max(s.end_ns);

@@ -24,6 +24,7 @@ use hetsched_exec::generate::{DecodePath, FinishReason, GenerateError, Session};
 use hetsched_exec::{ExecError, ExecModel, GpuUse, PrefillOptions};
 use hetsched_import::GgufTokenizer;
 use hetsched_systems::ProcessorKind;
+use hetsched_systems::resources::TimelineLog;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::mpsc;
 
@@ -328,10 +329,9 @@ fn run_request(shared: &Shared, fresh: &mut Fresh, tokenizer: &GgufTokenizer, qu
         shared.waiting.lock().kv_bytes = 0;
         match generated {
             Ok(generated) => {
-                let slices = generated.prefill_run.timeline.slices.iter();
                 let busy = busy_by_lane(
+                    &generated.prefill_run.timeline,
                     shared.lanes.len(),
-                    slices.map(|s| (s.processor, s.end_ns.saturating_sub(s.start_ns))),
                     (shared.decode_lane, generated.decode_ns),
                 );
                 let mut waiting = shared.waiting.lock();
@@ -368,18 +368,16 @@ fn kv_bytes(model: &ExecModel, request: &EngineRequest) -> u64 {
     (positions as u64).saturating_mul(per_position as u64)
 }
 
-/// A sample's busy seconds per lane, of `lanes`: its prefill's subgraphs (lane, ns) where
-/// they ran, and its decode steps' wall time (ns) on their lane.
+/// A sample's busy seconds per lane, of `lanes`: its prefill's subgraphs where they ran,
+/// and its decode steps' wall time (ns) on their lane.
 fn busy_by_lane(
+    prefill: &TimelineLog,
     lanes: usize,
-    prefill: impl Iterator<Item = (usize, u64)>,
     (decode_lane, decode_ns): (usize, u64),
 ) -> Vec<f64> {
-    let mut busy = vec![0u64; lanes];
-    for (lane, ns) in prefill.chain([(decode_lane, decode_ns)]) {
-        if let Some(total) = busy.get_mut(lane) {
-            *total += ns;
-        }
+    let mut busy = prefill.busy_ns_by_lane(lanes);
+    if let Some(total) = busy.get_mut(decode_lane) {
+        *total += decode_ns;
     }
     busy.into_iter().map(|ns| ns as f64 / 1e9).collect()
 }
@@ -425,15 +423,19 @@ mod tests {
     /// decode steps on theirs; slices of a lane the engine does not list are not counted.
     #[test]
     fn busy_time_is_each_lanes_subgraphs_and_the_decode_steps_on_theirs() {
-        let prefill = [
-            (0, 2_000_000_000),
-            (1, 500_000_000),
-            (0, 1_000_000_000),
-            (7, 1),
-        ];
-        let busy = busy_by_lane(3, prefill.into_iter(), (2, 250_000_000));
+        use hetsched_systems::testing::slice_on as slice;
+        let prefill = TimelineLog {
+            slices: vec![
+                slice(0, 0, 2_000_000_000),
+                slice(1, 1_000_000_000, 1_500_000_000),
+                slice(0, 2_000_000_000, 3_000_000_000),
+                slice(7, 0, 1),
+            ],
+            counters: Vec::new(),
+        };
+        let busy = busy_by_lane(&prefill, 3, (2, 250_000_000));
         assert_eq!(busy, [3.0, 0.5, 0.25]);
-        let busy = busy_by_lane(2, prefill.into_iter(), (0, 250_000_000));
+        let busy = busy_by_lane(&prefill, 2, (0, 250_000_000));
         assert_eq!(busy, [3.25, 0.5]);
     }
 

@@ -182,7 +182,9 @@ pub const SLACK_STRETCH: f64 = 1.2;
 
 /// Slack-driven: the order of [`StrictPriority`], and a less urgent request fills an idle
 /// processor only with a job that fits in the slack of every more urgent request ahead:
-/// its deadline (arrival + its TTFT target while in its prefill; the run's arming time +
+/// its deadline (arrival + its TTFT target while in its prefill, at most [`SLACK_STRETCH`]
+/// x its alone bound: the first token is what a user waits through, so a looser target
+/// caps the fill rather than budgeting it; the run's arming time +
 /// its TPOT target for a decode step, at least [`SLACK_STRETCH`] x its alone bound; else
 /// the arming time + [`SLACK_STRETCH`] x its alone bound) minus now minus the time it
 /// still needs alone. A job that would end after the urgent request needs the processor waits; a
@@ -201,7 +203,7 @@ impl Slack {
                     ttft_ns: Some(ttft),
                     ..
                 },
-            ) => urgent.arrival_ns.saturating_add(ttft),
+            ) => urgent.arrival_ns.saturating_add(ttft.min(stretched)),
             // A step's target, never tighter than the stretch (a target below the
             // step's own time is missed whatever fills beside it).
             (
@@ -353,8 +355,8 @@ mod tests {
             tpot_ns: Some(t * ms),
             ..SloTargets::default()
         };
-        let ttft = SloTargets {
-            ttft_ns: Some(500 * ms),
+        let ttft = |t| SloTargets {
+            ttft_ns: Some(t * ms),
             ..SloTargets::default()
         };
         let slack = |phase, targets| Slack::slack_ns(10 * ms, &urgent(phase, targets)) / ms as i128;
@@ -363,8 +365,10 @@ mod tests {
         // A step's TPOT target above the stretch is its deadline; below, the stretch.
         assert_eq!(slack(decode, tpot(250)), 150);
         assert_eq!(slack(decode, tpot(50)), 20);
-        // A prefill measures against its TTFT target from arrival, not its TPOT one.
-        assert_eq!(slack(RequestPhase::Prefill, ttft), 390);
+        // A prefill measures against its TTFT target from arrival, not its TPOT one, and
+        // never past the stretch from arrival (1.2 x 100 ms - 10 ms now - 100 ms needed).
+        assert_eq!(slack(RequestPhase::Prefill, ttft(500)), 10);
+        assert_eq!(slack(RequestPhase::Prefill, ttft(115)), 5);
         assert_eq!(slack(RequestPhase::Prefill, tpot(250)), 20);
     }
 

@@ -175,6 +175,13 @@ pub struct SliceRecord {
     pub estimated_ns: u64,
 }
 
+impl SliceRecord {
+    /// How long it ran, ns (0 for a slice whose clock went backwards).
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
 /// A sampled counter value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CounterSample {
@@ -191,6 +198,20 @@ pub struct TimelineLog {
     pub slices: Vec<SliceRecord>,
     /// Counter tracks: name and samples (a sample only where the value changed).
     pub counters: Vec<(String, Vec<CounterSample>)>,
+}
+
+impl TimelineLog {
+    /// Busy time per processor lane, ns: the summed durations of the slices that ran on
+    /// each of `lanes` lanes (a slice on a lane beyond them is not counted).
+    pub fn busy_ns_by_lane(&self, lanes: usize) -> Vec<u64> {
+        let mut busy = vec![0u64; lanes];
+        for s in &self.slices {
+            if let Some(total) = busy.get_mut(s.processor) {
+                *total += s.duration_ns();
+            }
+        }
+        busy
+    }
 }
 
 /// Scheduler statistics.

@@ -190,3 +190,17 @@ pub fn bare_profile_origin(model: &str, threads: usize) -> crate::ProfileOrigin 
         warm_weights: Vec::new(),
     }
 }
+
+/// A slice of request 0's first instance on `processor` from `start_ns` to `end_ns`, for
+/// tests of what is summed over a timeline.
+pub fn slice_on(processor: usize, start_ns: u64, end_ns: u64) -> SliceRecord {
+    SliceRecord {
+        id: 0,
+        request: crate::RequestId(0),
+        key: crate::InstanceKey { chunk: 0, stage: 0 },
+        processor,
+        start_ns,
+        end_ns,
+        estimated_ns: 0,
+    }
+}

@@ -1,4 +1,4 @@
-//! README.md and docs/*.md are a reference: what the project does, how to use it, why it is
+//! README.md and the Markdown under docs/ are a reference: what the project does, how to use it, why it is
 //! built so, and figures each named by its command, date and commit. They do not name the
 //! work that produced them: no numbered work session ("session 8", "end of session 12"),
 //! no issue number ("issue 19", "#42") and no remote-machine tool ("device tool"). The
@@ -74,18 +74,26 @@ fn issue_hash(lower: &str) -> Option<String> {
     None
 }
 
-/// README.md and every docs/*.md under `root`.
+/// README.md and every Markdown file under `root`/docs, the raw data's READMEs included.
 fn reference_docs(root: &Path) -> Vec<std::path::PathBuf> {
     let mut files = vec![root.join("README.md")];
-    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
-        .expect("docs/ is readable")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
+    let mut docs = Vec::new();
+    markdown_under(&root.join("docs"), &mut docs);
     docs.sort();
     files.extend(docs);
     files
+}
+
+/// Every `.md` file below `dir`, into `found`.
+fn markdown_under(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("docs/ is readable").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            markdown_under(&path, found);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            found.push(path);
+        }
+    }
 }
 
 #[test]

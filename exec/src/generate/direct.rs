@@ -11,23 +11,34 @@
 
 use std::time::Instant;
 
-use hetsched_kernels::{add_weighted_rows, scaled_dots};
+use hetsched_kernels::{add_weighted_rows, rms_norm_fast, scaled_dots};
 use hetsched_systems::op::{Block, Projection};
 use hetsched_systems::shadow::ShadowSite;
 use rayon::prelude::*;
 
+use super::gated_linears::{GatedOut, project_gated};
 use super::head::QuantizedHead;
 use super::linears::{self, Batch, Matrix};
 use super::sequence_kv::{KvRows, SequenceKv, SequenceStep};
-use crate::family::{self, gated, norm_rows};
+use crate::family::{self, gated_into, norm_rows};
 use crate::state::KvCache;
 use crate::values::quantize_slice;
 use crate::{ExecError, ExecModel, LayerWeights, QuantRule};
 
 /// The buffers of decode steps, kept across steps so that a step allocates little: the
-/// prepared activations and the projections' outputs (`[sequences, n]` each).
+/// residual stream, the normed rows and the gated activation, the prepared activations
+/// and the projections' outputs (`[sequences, n]` each).
 #[derive(Debug, Default)]
 pub struct DecodeBuffers {
+    /// The residual stream, `[sequences, hidden]`.
+    x: Vec<f32>,
+    /// The current norm's output, `[sequences, hidden]`.
+    normed: Vec<f32>,
+    /// A vocabulary of logits handed back ([`DecodeBuffers::recycle_logits`]) for the
+    /// next one-sequence step to write over instead of a zeroed allocation.
+    spare_logits: Vec<f32>,
+    /// The gated activation, `[sequences, ffn]`.
+    hidden: Vec<f32>,
     input: Batch,
     q: Vec<f32>,
     k: Vec<f32>,
@@ -43,6 +54,13 @@ pub struct DecodeBuffers {
 }
 
 impl DecodeBuffers {
+    /// Takes back logits a later step superseded, for the next one-sequence step to
+    /// write its logits into (a vocabulary of zeros each step otherwise: 192 KiB for
+    /// SmolLM2).
+    pub fn recycle_logits(&mut self, logits: Vec<f32>) {
+        self.spare_logits = logits;
+    }
+
     /// Wall time the steps run with these buffers spent inside the kernels' parallel
     /// regions (the linears and attention, fork and join included), ns.
     pub fn kernel_ns(&self) -> u64 {
@@ -93,7 +111,8 @@ pub fn decode_batch(
 ) -> Result<Vec<Vec<f32>>, ExecError> {
     let c = &model.config;
     let h = c.hidden;
-    let mut x = Vec::with_capacity(sequences.len() * h);
+    let mut x = std::mem::take(&mut buffers.x);
+    x.clear();
     for s in sequences.iter() {
         let row = s.token as usize;
         let embedding =
@@ -107,19 +126,28 @@ pub fn decode_batch(
         x.extend_from_slice(embedding);
     }
     family::scale_embeddings(c, &mut x);
+    // A step that fails leaves its buffers to be allocated again by the next one.
     for (layer, w) in model.layers.iter().enumerate() {
         attention_block(model, layer, w, sequences, &mut x, buffers)?;
         ffn_block(model, layer, w, sequences, &mut x, buffers)?;
     }
-    let normed = norm_rows(&x, &model.output_norm, c.norm_eps);
+    let mut normed = std::mem::take(&mut buffers.normed);
+    norm_into(&x, &model.output_norm, c.norm_eps, &mut normed);
+    buffers.x = x;
     let quantized = head;
     let (head, rule) = match head {
-        Some(head) => (Matrix::Linear(&head.weights), head.rule.clone()),
-        None => (Matrix::F32(&model.output), QuantRule::PassThrough),
+        Some(head) => (Matrix::Linear(&head.weights), &head.rule),
+        None => (Matrix::F32(&model.output), &QuantRule::PassThrough),
     };
     prepare_rows(&normed, h, rule, None, sequences, &mut buffers.input)?;
     let n = head.n();
-    let mut logits = vec![0f32; sequences.len() * n];
+    // Every column of the head's product is written, so a recycled buffer's old values
+    // never show; a batch of several sequences splits its logits into rows of their own.
+    let mut logits = match sequences.len() {
+        1 => std::mem::take(&mut buffers.spare_logits),
+        _ => Vec::new(),
+    };
+    logits.resize(sequences.len() * n, 0.0);
     let (input, counters) = (&buffers.input, &model.shadow_counters);
     // The candidates' rescoring is the head's arithmetic, timed with its product.
     timed(&mut buffers.kernel_ns, || {
@@ -129,6 +157,7 @@ pub fn decode_batch(
         }
         Ok::<_, ExecError>(())
     })?;
+    buffers.normed = normed;
     // One sequence's logits are handed over as they are, not copied (a vocabulary each
     // token).
     let rows = match sequences.len() {
@@ -140,21 +169,25 @@ pub fn decode_batch(
         .collect()
 }
 
-/// Quantizes each `width`-wide row of `x` under `rule` on its own into `batch`; a
-/// non-finite row, the input of `site`'s linears in `layer` (the LM head: `None`), is refused
-/// as the prefill refuses it (naming the sequence's position).
+/// Quantizes each `width`-wide row of `x` under `rule` on its own into `batch` (one
+/// row in place, in the batch's own buffers, where the rule allows); a non-finite row,
+/// the input of `site`'s linears in `layer` (the LM head: `None`), is refused as the
+/// prefill refuses it (naming the sequence's position).
 fn prepare_rows(
     x: &[f32],
     width: usize,
-    rule: QuantRule,
+    rule: &QuantRule,
     at: Option<(usize, ShadowSite)>,
     sequences: &[SequenceStep<'_>],
     batch: &mut Batch,
 ) -> Result<(), ExecError> {
-    if rule != QuantRule::PassThrough {
+    if *rule != QuantRule::PassThrough {
         for (row, sequence) in x.chunks_exact(width.max(1)).zip(sequences) {
             crate::passes::finite_quantize_input(row, at, sequence.position)?;
         }
+    }
+    if sequences.len() == 1 && batch.quantize_one(x, rule) {
+        return Ok(());
     }
     let acts = x
         .chunks_exact(width.max(1))
@@ -162,6 +195,14 @@ fn prepare_rows(
         .collect();
     batch.set(acts);
     Ok(())
+}
+
+/// RMSNorm of the rows of `x` with `weight` into `out` (sized to `x`; its capacity is
+/// kept across steps), by the prefill's norm kernel ([`rms_norm_fast`]).
+fn norm_into(x: &[f32], weight: &[f32], eps: f32, out: &mut Vec<f32>) {
+    out.resize(x.len(), 0.0);
+    let cols = weight.len().max(1);
+    rms_norm_fast(x, weight, eps, out, x.len() / cols, cols);
 }
 
 /// Sizes `v` to `n` values (its capacity is kept across steps).
@@ -182,12 +223,11 @@ fn attention_block(
 ) -> Result<(), ExecError> {
     let c = &model.config;
     let (m, kv_dim) = (sequences.len(), c.kv_dim());
-    let normed = norm_rows(x, &w.attn_norm, c.norm_eps);
-    let rule = model.quant_rule(layer, ShadowSite::Qkv);
+    norm_into(x, &w.attn_norm, c.norm_eps, &mut b.normed);
     prepare_rows(
-        &normed,
+        &b.normed,
         c.hidden,
-        rule,
+        &w.quant[ShadowSite::Qkv.index()],
         Some((layer, ShadowSite::Qkv)),
         sequences,
         &mut b.input,
@@ -218,11 +258,10 @@ fn attention_block(
         rotate_and_cache(model, layer, s, qr, kr, vr)?;
     }
     let attended = attend_sequences(model, layer, sequences, b, q_n);
-    let normed_rule = model.quant_rule(layer, ShadowSite::O);
     let prepared = prepare_rows(
         &attended,
         q_n,
-        normed_rule,
+        &w.quant[ShadowSite::O.index()],
         Some((layer, ShadowSite::O)),
         sequences,
         &mut b.input,
@@ -317,12 +356,11 @@ fn ffn_block(
 ) -> Result<(), ExecError> {
     let c = &model.config;
     let m = sequences.len();
-    let normed = norm_rows(x, &w.ffn_norm, c.norm_eps);
-    let rule = model.quant_rule(layer, ShadowSite::GateUp);
+    norm_into(x, &w.ffn_norm, c.norm_eps, &mut b.normed);
     prepare_rows(
-        &normed,
+        &b.normed,
         c.hidden,
-        rule,
+        &w.quant[ShadowSite::GateUp.index()],
         Some((layer, ShadowSite::GateUp)),
         sequences,
         &mut b.input,
@@ -331,16 +369,26 @@ fn ffn_block(
     let [gate, up, down] = [Projection::Gate, Projection::Up, Projection::Down]
         .map(|p| Matrix::Linear(w.projection(p)));
     let ffn = gate.n();
-    let mut outs = [sized(&mut b.gate, m * ffn), sized(&mut b.up, m * up.n())];
-    timed(&mut b.kernel_ns, || {
-        linears::project_batch(&b.input, &[gate, up], &mut outs, counters)
+    let fused = GatedOut {
+        gate: sized(&mut b.gate, m * ffn),
+        up: sized(&mut b.up, m * up.n()),
+        hidden: sized(&mut b.hidden, m * ffn),
+    };
+    let activation = c.family.activation;
+    let fused = timed(&mut b.kernel_ns, || {
+        project_gated(&b.input, [gate, up], activation, fused)
     })?;
-    let hidden = gated(c.family.activation, &b.gate, &b.up);
-    let rule = model.quant_rule(layer, ShadowSite::Down);
+    if !fused {
+        let mut outs = [&mut b.gate[..], &mut b.up[..]];
+        timed(&mut b.kernel_ns, || {
+            linears::project_batch(&b.input, &[gate, up], &mut outs, counters)
+        })?;
+        gated_into(activation, &b.gate, &b.up, &mut b.hidden);
+    }
     prepare_rows(
-        &hidden,
+        &b.hidden,
         ffn,
-        rule,
+        &w.quant[ShadowSite::Down.index()],
         Some((layer, ShadowSite::Down)),
         sequences,
         &mut b.input,

@@ -7,7 +7,7 @@
 //! thread for work stealing on a shared machine; one region per activation instead of
 //! one per projection saves the pool's fork-join per projection. The arithmetic is the
 //! prefill's: exact INT32 accumulators, dequantized by `acc × (a_scale × w_scale)`
-//! ([`dequantize_i32_acc`]), the outlier shadow added after, so that a direct step
+//! ([`dequantize_i32_acc_fast`], the reference's bit-exact twin), the outlier shadow added after, so that a direct step
 //! continues a scheduled prefill bit for bit on an INT8 model.
 //!
 //! A batched step ([`Batch`], [`project_batch`]: one row per sequence) runs the same
@@ -17,21 +17,23 @@
 //! one-row product bit for bit; f32 rows differ from the matrix-vector kernel's only in
 //! summation order.
 
-use hetsched_kernels::gemm_w4::act_groups;
-use hetsched_kernels::reference::dequantize_i32_acc;
+use hetsched_kernels::gemm_w4::{
+    GROUP_K, act_groups, quantize_groups_into, quantize_groups128_into,
+};
 use hetsched_kernels::{
-    I8Vector, PackedF32Weights, gemm_i8_cols, gemm_w4_cols, gemm_w4_g128_cols,
-    gemm_w4_grouped_cols, gemv_f32, gemv_i8, matmul_f32_packed_cols,
+    I8Vector, PackedF32Weights, dequantize_i32_acc_fast, gemm_i8_cols, gemm_w4_cols,
+    gemm_w4_g128_cols, gemm_w4_grouped_cols, gemv_f32, gemv_i8, matmul_f32_packed_cols,
+    quantize_per_tensor_fast, scale_for_max_abs_fast,
 };
 use rayon::prelude::*;
 
 use crate::activation::{Act, Outliers};
 use crate::shadow::ShadowCounters;
 use crate::values::shadow_product;
-use crate::{ExecError, KernelError, LinearWeights};
+use crate::{ExecError, KernelError, LinearWeights, QuantRule};
 
 /// Tasks per pool thread of one region (work stealing evens out a descheduled thread).
-const TASKS_PER_THREAD: usize = 4;
+pub(super) const TASKS_PER_THREAD: usize = 4;
 /// Columns of INT8 accumulators a task keeps on its stack before dequantizing them.
 const I32_TILE: usize = 256;
 
@@ -46,6 +48,11 @@ pub(super) struct Input {
     outliers: Outliers,
     /// With an INT8 row scaled per group (`w4a8-g32`, `w4a8-g128`): one scale per group.
     group_scales: Option<GroupScales>,
+    /// The INT8 values of [`Input::quantize_in_place`] before [`I8Vector::set`] takes
+    /// them (kept across steps).
+    scratch: Vec<i8>,
+    /// The group scales of the previous row, kept for the next row's (across steps).
+    spare_scales: Vec<f32>,
 }
 
 /// The scales of an INT8 row scaled per group.
@@ -58,6 +65,46 @@ enum GroupScales {
 }
 
 impl Input {
+    /// Quantizes `row` under `rule` into this input's own buffers, which keep their
+    /// capacity across steps (a decode step quantizes four rows a layer; an [`Act`] of
+    /// each allocated its values and scales). The values are [`crate::values::quantize_slice`]'s
+    /// for the same rule: the same kernels on the same row (a per-tensor scale's max |x|
+    /// is exact in any order). Returns `false`, leaving the input as it was, for the
+    /// rules that also produce outliers or keep f32 (clipped, hot-max, pass-through):
+    /// those go through [`Input::set`].
+    pub(super) fn quantize_in_place(&mut self, row: &[f32], rule: &QuantRule) -> bool {
+        let per_tensor = match *rule {
+            QuantRule::MaxAbs => Some(scale_for_max_abs_fast(row)),
+            QuantRule::Static { scale } => Some(scale),
+            QuantRule::Groups => None,
+            QuantRule::Groups128 { width } if width > 0 && row.len().is_multiple_of(width) => None,
+            _ => return false,
+        };
+        if let Some(GroupScales::Per32(v) | GroupScales::Per128(v)) = self.group_scales.take() {
+            self.spare_scales = v;
+        }
+        let (q, scales) = (&mut self.scratch, &mut self.spare_scales);
+        q.resize(row.len(), 0);
+        match (per_tensor, rule) {
+            (Some(scale), _) => quantize_per_tensor_fast(row, scale, q),
+            (None, &QuantRule::Groups128 { width }) => {
+                let rows = row.len() / width;
+                scales.resize(rows * act_groups(width), 0.0);
+                quantize_groups128_into(row, rows, width, q, scales);
+                self.group_scales = Some(GroupScales::Per128(std::mem::take(scales)));
+            }
+            (None, _) => {
+                scales.resize(row.len().div_ceil(GROUP_K), 0.0);
+                quantize_groups_into(row, 1, row.len(), q, scales);
+                self.group_scales = Some(GroupScales::Per32(std::mem::take(scales)));
+            }
+        }
+        self.int8.set(q);
+        self.scale = per_tensor;
+        self.outliers.clear();
+        true
+    }
+
     /// Takes a quantized activation (keeps this input's buffers).
     pub(super) fn set(&mut self, act: Act) {
         match act {
@@ -108,10 +155,10 @@ impl Matrix<'_> {
 }
 
 /// One task: a matrix, its output columns `cols`, and where they go.
-struct Task<'a> {
-    weights: Matrix<'a>,
-    cols: std::ops::Range<usize>,
-    out: &'a mut [f32],
+pub(super) struct Task<'a> {
+    pub(super) weights: Matrix<'a>,
+    pub(super) cols: std::ops::Range<usize>,
+    pub(super) out: &'a mut [f32],
 }
 
 /// `outs[i] = weights[i] · input` (dequantized, shadow merged) for every `i`, in one
@@ -156,7 +203,7 @@ pub(super) fn project(
 }
 
 /// One task's columns.
-fn run(input: &Input, t: Task<'_>) -> Result<(), KernelError> {
+pub(super) fn run(input: &Input, t: Task<'_>) -> Result<(), KernelError> {
     let int8 = input.int8.values();
     match (t.weights, input.scale, input.group_scales.as_ref()) {
         (Matrix::Linear(LinearWeights::F32(w)) | Matrix::F32(w), None, None) => {
@@ -212,7 +259,7 @@ fn dequantized_tiles(
         let start = t.cols.start + i * I32_TILE;
         let (cols, acc) = (start..start + out.len(), &mut acc[..out.len()]);
         product(cols.clone(), acc);
-        dequantize_i32_acc(acc, 1, out.len(), a_scale, &row_scales[cols], out);
+        dequantize_i32_acc_fast(acc, 1, out.len(), a_scale, &row_scales[cols], out);
     }
 }
 
@@ -235,6 +282,22 @@ pub(super) struct Batch {
 }
 
 impl Batch {
+    /// The row of a batch of one without outliers (nothing to add to its products
+    /// after the kernels), else `None`.
+    pub(super) fn single_plain(&self) -> Option<&Input> {
+        (self.rows == 1 && self.single.outliers.is_empty()).then_some(&self.single)
+    }
+
+    /// One row quantized under `rule` in place ([`Input::quantize_in_place`]); `false`,
+    /// leaving the batch as it was, for a rule that goes through [`Batch::set`].
+    pub(super) fn quantize_one(&mut self, row: &[f32], rule: &QuantRule) -> bool {
+        let done = self.single.quantize_in_place(row, rule);
+        if done {
+            self.rows = 1;
+        }
+        done
+    }
+
     /// The rows (one quantized activation per sequence, all of one rule).
     pub(super) fn set(&mut self, mut acts: Vec<Act>) {
         self.rows = acts.len();
@@ -347,7 +410,7 @@ fn run_rows(
             .zip(tile.chunks_exact_mut(width))
             .zip(&batch.scales)
         {
-            dequantize_i32_acc(acc, 1, width, a_scale, &row_scales[cols.clone()], out);
+            dequantize_i32_acc_fast(acc, 1, width, a_scale, &row_scales[cols.clone()], out);
         }
         tile
     };
@@ -395,7 +458,7 @@ fn run_rows(
     Ok(tile)
 }
 
-fn check(found: usize, expected: usize) -> Result<(), KernelError> {
+pub(super) fn check(found: usize, expected: usize) -> Result<(), KernelError> {
     if found == expected {
         Ok(())
     } else {
@@ -404,7 +467,7 @@ fn check(found: usize, expected: usize) -> Result<(), KernelError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use hetsched_kernels::PackedW4Weights;
 
     use super::*;
@@ -412,7 +475,7 @@ mod tests {
     use crate::values::{dequantize, linear, quantize};
 
     /// A deterministic pseudo-random row in [-1, 1) with a few large entries (outliers).
-    fn values(n: usize, seed: u32) -> Vec<f32> {
+    pub(in crate::generate) fn values(n: usize, seed: u32) -> Vec<f32> {
         (0..n as u32)
             .map(|i| {
                 let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
@@ -453,5 +516,41 @@ mod tests {
                 assert!((a - b).abs() <= 1e-5 * largest, "{name}: {a} vs {b}");
             }
         }
+    }
+
+    /// A row quantized in place holds what [`Input::set`] of the same rule's
+    /// [`crate::values::quantize_slice`] holds, value for value, also when one input
+    /// passes from rule to rule (its buffers kept); the rules with outliers are left to
+    /// `set`.
+    #[test]
+    fn quantizing_in_place_equals_setting_the_quantized_row() {
+        let k = 256;
+        let mut in_place = Input::default();
+        let rules = [
+            QuantRule::Groups,
+            QuantRule::MaxAbs,
+            QuantRule::Groups128 { width: k },
+            QuantRule::Static { scale: 0.01 },
+            QuantRule::Groups,
+        ];
+        for (seed, rule) in rules.into_iter().enumerate() {
+            let row = values(k, seed as u32);
+            assert!(in_place.quantize_in_place(&row, &rule), "{rule:?}");
+            let mut set = Input::default();
+            set.set(crate::values::quantize_slice(&row, rule.clone()));
+            assert_eq!(in_place.int8.values(), set.int8.values(), "{rule:?}");
+            assert_eq!(in_place.scale, set.scale, "{rule:?}");
+            let scales = |i: &Input| match &i.group_scales {
+                Some(GroupScales::Per32(v)) => Some((32, v.clone())),
+                Some(GroupScales::Per128(v)) => Some((128, v.clone())),
+                None => None,
+            };
+            assert_eq!(scales(&in_place), scales(&set), "{rule:?}");
+            assert!(in_place.outliers.is_empty());
+        }
+        let row = values(k, 3);
+        assert!(!in_place.quantize_in_place(&row, &QuantRule::Clip { rms: 3.0 }));
+        assert!(!in_place.quantize_in_place(&row, &QuantRule::PassThrough));
+        assert!(!in_place.quantize_in_place(&row, &QuantRule::Groups128 { width: 100 }));
     }
 }

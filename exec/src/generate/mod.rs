@@ -43,6 +43,7 @@ mod decode_path;
 mod decode_run;
 mod direct;
 mod error;
+mod gated_linears;
 mod gpu;
 mod head;
 mod inline;

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use hetsched_runtime::engine::RunOutcome;
 use hetsched_runtime::request_world::RequestWorld;
-use hetsched_systems::resources::Job;
+use hetsched_systems::resources::{Job, SliceRecord};
 use hetsched_systems::{DEFAULT_DECODE_LAYERS_PER_STAGE, PolicyRegistry};
 use parking_lot::RwLock;
 
@@ -394,10 +394,7 @@ impl Session {
                     false => self.decode_scheduled(token)?,
                 };
                 let slices = outcome.timeline.slices;
-                slices
-                    .iter()
-                    .map(|s| s.end_ns.saturating_sub(s.start_ns))
-                    .sum()
+                slices.iter().map(SliceRecord::duration_ns).sum()
             }
             DecodePath::Direct | DecodePath::DirectF32Head | DecodePath::DirectInt8Head => {
                 let position = self.tokens.len();
@@ -408,7 +405,10 @@ impl Session {
                     direct::decode_step(model, head, caches, token, position, buffers)
                 })?;
                 self.tokens.push(token);
-                self.logits = Some(logits);
+                // The superseded logits are the next step's buffer.
+                if let Some(read) = self.logits.replace(logits) {
+                    self.buffers.recycle_logits(read);
+                }
                 self.buffers.kernel_ns() - kernel_ns
             }
         };

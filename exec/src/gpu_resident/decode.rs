@@ -18,11 +18,16 @@ use std::sync::Arc;
 
 use hetsched_gpu::{
     AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, HostMatrix,
-    RecordedBatch,
+    QkvRows, RecordedBatch,
 };
+use hetsched_import::EmbeddingScale;
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::resources::Job;
 
+use super::family::{
+    FamilyScratch, QkvIo, gate_up_epilogue, local_angles, record_post_norm, record_projection,
+    record_qkv, window,
+};
 use super::tensors::NonFiniteFlags;
 use super::{GpuModel, gpu_err};
 use crate::error::ExecError;
@@ -49,6 +54,8 @@ struct StepTensors {
     flags_out: HostMatrix,
     /// The logits' host copy (the head recording that reads them).
     logits_out: HostMatrix,
+    /// The buffers of the family's steps (none for llama).
+    family: FamilyScratch,
 }
 
 /// The recordings of one cache capacity.
@@ -99,9 +106,15 @@ impl GpuDecode {
     pub fn new(model: Arc<GpuModel>) -> Result<Self, ExecError> {
         let ctx = &model.context;
         let c = &model.host.config;
+        // The family's scale on the table itself: the rows the step gathers are scaled.
+        let mut table = std::borrow::Cow::from(&model.host.token_embd);
+        if c.family.embedding_scale != EmbeddingScale::One {
+            crate::family::scale_embeddings(c, table.to_mut());
+        }
         let embeddings = ctx
-            .upload_f32(&model.host.token_embd, c.vocab_size, c.hidden)
+            .upload_f32(&table, c.vocab_size, c.hidden)
             .map_err(gpu_err)?;
+        drop(table);
         let flag_rows = NonFiniteFlags::rows(1, model.layers.len());
         let host = |rows, cols| ctx.host_matrix(rows, cols).map_err(gpu_err);
         let t = StepTensors {
@@ -125,6 +138,7 @@ impl GpuDecode {
                 .map_err(gpu_err)?,
             flags_out: host(flag_rows, NonFiniteFlags::COLS)?,
             logits_out: host(1, c.vocab_size)?,
+            family: FamilyScratch::alloc(ctx, c, 1)?,
         };
         Ok(Self {
             model,
@@ -216,16 +230,42 @@ impl GpuDecode {
         let angles = ctx
             .rope_angles(&positions, c.head_dim, c.rope_base)
             .map_err(gpu_err)?;
+        let local = local_angles(ctx, c, &positions)?;
         let mut b = GpuBatch::replayable(ctx.clone()).map_err(gpu_err)?;
         b.upload_host(&t.token_in, &t.token).map_err(gpu_err)?;
         b.upload_host(&t.position_in, &t.position)
             .map_err(gpu_err)?;
         b.embed_rows(&self.embeddings, &t.token, &t.x)
             .map_err(gpu_err)?;
+        for (layer, caches) in caches.iter().enumerate() {
+            let angles = match &local {
+                Some(local) if c.family.is_local(layer) => local,
+                _ => &angles,
+            };
+            self.record_layer(&mut b, layer, (caches, capacity), angles)?;
+        }
+        Ok(Recorded {
+            capacity,
+            layers: b.record().map_err(gpu_err)?,
+            head: record_head(m, t, false)?,
+            head_logits: None,
+        })
+    }
+
+    /// Records decoder layer `layer` of the step over its caches (`capacity` rows) with
+    /// its RoPE table of every position.
+    fn record_layer(
+        &self,
+        b: &mut GpuBatch<Arc<GpuContext>>,
+        layer: usize,
+        ((kc, vc), capacity): (&(GpuMatrix, GpuMatrix), usize),
+        angles: &GpuMatrix,
+    ) -> Result<(), ExecError> {
+        let m = &self.model;
+        let (c, t, w) = (&m.host.config, &self.t, &m.layers[layer]);
         let flags = NonFiniteFlags {
             layers: m.layers.len(),
         };
-        let eps = Some(c.norm_eps);
         let shape = AttentionShape {
             n_tokens: 1,
             pos0: 0,
@@ -234,49 +274,36 @@ impl GpuDecode {
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
         };
-        for (layer, (w, (kc, vc))) in m.layers.iter().zip(caches).enumerate() {
-            let residual = |block| GemmEpilogue::Residual {
-                flags: &t.flags,
-                slot: flags.slot(0, layer, block),
-            };
-            let qkv = FusedGemm {
-                norm_eps: eps,
-                epilogue: GemmEpilogue::QkvRopeAt {
-                    angles: &angles,
-                    caches: (kc, vc),
-                    positions: &t.position,
-                    n_heads: c.n_heads,
-                    n_kv_heads: c.n_kv_heads,
-                    style: c.rope_style,
-                },
-            };
-            b.gemm_fused(&t.x, &w.qkv, &t.q, qkv).map_err(gpu_err)?;
-            b.attention_at(&t.q, (kc, vc), &shape, &t.position, &t.attn)
-                .map_err(gpu_err)?;
-            let o = FusedGemm {
-                norm_eps: None,
-                epilogue: residual(0),
-            };
-            b.gemm_fused(&t.attn, &w.o, &t.x, o).map_err(gpu_err)?;
-            let gate_up = FusedGemm {
-                norm_eps: eps,
-                epilogue: GemmEpilogue::SiluMul,
-            };
-            b.gemm_fused(&t.x, &w.gate_up, &t.hidden, gate_up)
-                .map_err(gpu_err)?;
-            let down = FusedGemm {
-                norm_eps: None,
-                epilogue: residual(1),
-            };
-            b.gemm_fused(&t.hidden, &w.down, &t.x, down)
-                .map_err(gpu_err)?;
+        let io = QkvIo {
+            x: &t.x,
+            q: &t.q,
+            scratch: &t.family,
+            angles,
+            caches: (kc, vc),
+            rows: QkvRows::At(&t.position),
+        };
+        record_qkv(b, c, (&w.qkv, &w.family), io)?;
+        let at = (&t.position, window(c, layer));
+        b.attention_at_windowed(&t.q, (kc, vc), &shape, at, &t.attn)
+            .map_err(gpu_err)?;
+        let stream = (&t.x, &t.family);
+        let post = w.family.post_norms.as_ref();
+        for (block, input, weights) in [(0, &t.attn, &w.o), (1, &t.hidden, &w.down)] {
+            if block == 1 {
+                let gate_up = FusedGemm {
+                    norm_eps: Some(c.norm_eps),
+                    epilogue: gate_up_epilogue(c.family.activation),
+                };
+                b.gemm_fused(&t.x, &w.gate_up, &t.hidden, gate_up)
+                    .map_err(gpu_err)?;
+            }
+            let check = (&t.flags, flags.slot(0, layer, block));
+            record_projection(b, (input, weights), post.is_some(), stream, check)?;
+            if let Some(post) = post {
+                record_post_norm(b, (&post[block], c.norm_eps), stream, check)?;
+            }
         }
-        Ok(Recorded {
-            capacity,
-            layers: b.record().map_err(gpu_err)?,
-            head: record_head(m, t, false)?,
-            head_logits: None,
-        })
+        Ok(())
     }
 
     /// Runs the decoder layers' recording, without waiting.

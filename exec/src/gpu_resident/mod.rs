@@ -21,6 +21,7 @@
 //! first rotates and copies them into the cache, once.
 
 mod decode;
+mod family;
 mod model;
 mod record;
 mod tensors;

@@ -6,13 +6,15 @@ use hetsched_gpu::{GpuContext, GpuMatrix, fold_norm, interleave_rows, reorder_ro
 use hetsched_import::LlamaConfig;
 use hetsched_systems::op::Projection;
 
+use super::family::FamilyLayer;
 use super::gpu_err;
 use crate::error::ExecError;
 use crate::weights::{ExecModel, LayerWeights, LinearWeights};
 
 /// One decoder layer's weights on the device, in the layouts of the fused GEMMs
 /// ([`hetsched_gpu::GemmEpilogue`]): the norms folded into the projections that follow
-/// them, q/k/v stacked (q and k rows in RoPE-pair order), gate and up interleaved.
+/// them, q/k/v stacked (q and k rows in RoPE-pair order, or in the file's order for a
+/// layer whose q/k/v are finished apart, see `family.rs`), gate and up interleaved.
 pub(super) struct GpuLayer {
     /// `[Wq; Wk; Wv] · diag(attn_norm)`, `[q + 2 kv, hidden]`.
     pub(super) qkv: GpuMatrix,
@@ -22,6 +24,8 @@ pub(super) struct GpuLayer {
     pub(super) gate_up: GpuMatrix,
     /// Down projection `[hidden, ffn]`.
     pub(super) down: GpuMatrix,
+    /// The weights of the family's steps (none for llama).
+    pub(super) family: FamilyLayer,
 }
 
 /// The element type of the resident weights: f32 (the reference), or f16 for the fused
@@ -100,8 +104,17 @@ fn fused_layer(
 ) -> Result<GpuLayer, ExecError> {
     let (h, d) = (c.hidden, c.head_dim);
     let proj = |p: Projection| rows(w.projection(p));
-    let mut qkv = reorder_rope_rows(&proj(Projection::Q)?, h, d, c.rope_style);
-    qkv.extend(reorder_rope_rows(&proj(Projection::K)?, h, d, c.rope_style));
+    let family = FamilyLayer::upload(up.ctx, &w.family)?;
+    // The fused epilogue rotates pairs at adjacent columns; `qkv_finish` reads the file's
+    // order.
+    let rope_rows = |p: Projection| -> Result<Vec<f32>, ExecError> {
+        match family.finishes_qkv() {
+            true => proj(p),
+            false => Ok(reorder_rope_rows(&proj(p)?, h, d, c.rope_style)),
+        }
+    };
+    let mut qkv = rope_rows(Projection::Q)?;
+    qkv.extend(rope_rows(Projection::K)?);
     qkv.extend(proj(Projection::V)?);
     let qkv = fold_norm(&qkv, h, &w.attn_norm);
     let gate_up = interleave_rows(&proj(Projection::Gate)?, &proj(Projection::Up)?, h);
@@ -112,6 +125,7 @@ fn fused_layer(
         o: up.upload(&rows(o)?, o.n(), o.k())?,
         gate_up: up.upload(&gate_up, gate_up.len() / h.max(1), h)?,
         down: up.upload(&rows(down)?, down.n(), down.k())?,
+        family,
     })
 }
 

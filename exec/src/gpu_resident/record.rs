@@ -13,16 +13,22 @@
 //! projection into the stream ([`GpuBatch::attention_into_residual`]) and the o step
 //! records nothing. A llama layer is thus 4 dispatches per chunk (3 GEMMs and attention
 //! with o), else 5 (4 GEMMs and the attention), where the unfused kernels took 15 to 19
-//! and 2 copies.
+//! and 2 copies. A family's steps (Qwen2's biases, Gemma 3's QK-norm, post-norms, GELU,
+//! sliding window and local RoPE base) add the dispatches `family.rs` describes; their
+//! steps in the walk record nothing of their own except the post-norm.
 
 use std::sync::Arc;
 
 use hetsched_gpu::{
-    AttentionOutput, AttentionShape, FusedGemm, GemmEpilogue, GpuBatch, GpuContext,
+    AttentionOutput, AttentionShape, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, QkvRows,
 };
+use hetsched_import::Activation;
 use hetsched_systems::op::{Block, NormSite, Projection};
 use hetsched_systems::shadow::ShadowSite;
 
+use super::family::{
+    QkvIo, gate_up_epilogue, record_post_norm, record_projection, record_qkv, window,
+};
 use super::tensors::{ChunkTensors, KvRows, NonFiniteFlags, RunState, Value};
 use super::{GpuStageRunner, gpu_err};
 use crate::error::ExecError;
@@ -86,15 +92,24 @@ impl Recorder<'_> {
         let chunk = self.chunk;
         self.tensors().require(Value::Q, step, chunk)
     }
-}
 
-/// The refusal of a model family's step: the resident runner computes the llama family
-/// only (`prefill` refuses others before it gets here).
-fn llama_only(f: FamilyStep) -> Result<(), ExecError> {
-    Err(ExecError::UnsupportedOp {
-        op: format!("{f:?}"),
-        stage: "the resident GPU path (llama family only)".into(),
-    })
+    /// The gated activation `step` (of `activation`), which the gate/up GEMM's epilogue
+    /// computed: the family's activation must be the step's.
+    fn gated(&mut self, step: Step, activation: Activation) -> Result<(), ExecError> {
+        let family = self.runner.model.host.config.family;
+        if family.activation != activation {
+            return Err(ExecError::UnsupportedOp {
+                op: format!("{step:?}"),
+                stage: format!("the resident GPU path of a {} model", family.arch),
+            });
+        }
+        let chunk = self.chunk;
+        let t = self.tensors();
+        t.take(Value::Gate, step, chunk)?;
+        t.take(Value::Up, step, chunk)?;
+        t.act = Some(Value::Hidden);
+        Ok(())
+    }
 }
 
 impl StepBackend for Recorder<'_> {
@@ -154,8 +169,11 @@ impl StepBackend for Recorder<'_> {
     /// Records nothing: the projection's GEMM already added its output into the stream.
     fn residual(&mut self) -> Result<(), ExecError> {
         let chunk = self.chunk;
-        self.tensors()
-            .delta
+        let t = self.tensors();
+        if t.unnormed {
+            return Err(ExecError::missing(Step::Residual, chunk, "post-norm"));
+        }
+        t.delta
             .take()
             .ok_or_else(|| ExecError::missing(Step::Residual, chunk, "delta"))?;
         Ok(())
@@ -163,12 +181,7 @@ impl StepBackend for Recorder<'_> {
 
     /// Records nothing: the gate/up GEMM wrote SiLU(gate)·up.
     fn silu_mul(&mut self) -> Result<(), ExecError> {
-        let (step, chunk) = (Step::SiluMul, self.chunk);
-        let t = self.tensors();
-        t.take(Value::Gate, step, chunk)?;
-        t.take(Value::Up, step, chunk)?;
-        t.act = Some(Value::Hidden);
-        Ok(())
+        self.gated(Step::SiluMul, Activation::SiluGlu)
     }
 
     /// Refused: an f32 model has no outliers and so no shadow stages; a plan that has one
@@ -186,29 +199,40 @@ impl StepBackend for Recorder<'_> {
         Ok(())
     }
 
+    /// Records nothing: the embed step's upload carries the scale.
     fn embed_scale(&mut self) -> Result<(), ExecError> {
-        llama_only(FamilyStep::EmbedScale)
+        Ok(())
     }
 
+    /// Records nothing: the q/k/v step added the biases; the queries must exist.
     fn qkv_bias(&mut self) -> Result<(), ExecError> {
-        llama_only(FamilyStep::QkvBias)
+        let step = FamilyStep::QkvBias;
+        self.runner.layer(self.layer)?.family.weights_for(step)?;
+        self.queries(Step::Family(step))
     }
 
+    /// Records nothing: the q/k/v step normalized q and k; the queries must exist.
     fn qk_norm(&mut self) -> Result<(), ExecError> {
-        llama_only(FamilyStep::QkNorm)
+        let step = FamilyStep::QkNorm;
+        self.runner.layer(self.layer)?.family.weights_for(step)?;
+        self.queries(Step::Family(step))
     }
 
     fn post_norm(&mut self, block: Block) -> Result<(), ExecError> {
-        llama_only(FamilyStep::PostNorm(block))
+        let (layer, chunk) = (self.layer, self.chunk);
+        self.runner
+            .post_norm(self.batch, self.state, (layer, chunk), block)
     }
 
+    /// Records nothing: the gate/up GEMM wrote GELU(gate)·up.
     fn gelu_mul(&mut self) -> Result<(), ExecError> {
-        llama_only(FamilyStep::GeluMul)
+        self.gated(Step::Family(FamilyStep::GeluMul), Activation::GeluTanhGlu)
     }
 }
 
 impl GpuStageRunner {
-    /// Uploads the chunk's token embeddings into its residual (the only upload of a run).
+    /// Uploads the chunk's token embeddings into its residual (the only upload of a run),
+    /// times the family's embedding scale.
     fn embed(&self, b: &mut Batch, t: &ChunkTensors) -> Result<(), ExecError> {
         let hidden = self.model.host.config.hidden;
         let embd = &self.model.host.token_embd;
@@ -217,6 +241,7 @@ impl GpuStageRunner {
             let row = id as usize;
             x.extend_from_slice(&embd[row * hidden..(row + 1) * hidden]);
         }
+        crate::family::scale_embeddings(&self.model.host.config, &mut x);
         b.write(&t.x, 0, &x).map_err(gpu_err)
     }
 
@@ -247,10 +272,6 @@ impl GpuStageRunner {
         if act != want {
             return Err(ExecError::missing(step, chunk, want.name()));
         }
-        let residual = |block| GemmEpilogue::Residual {
-            flags: &state.nonfinite,
-            slot: flags.slot(chunk, layer, block),
-        };
         let (group, done) = match p {
             // Attention already added it into the stream.
             Projection::O if t.o_fused => {
@@ -263,11 +284,11 @@ impl GpuStageRunner {
                     Projection::O => (&w.o, 0, Value::O),
                     _ => (&w.down, 1, Value::Down),
                 };
-                let f = FusedGemm {
-                    norm_eps: None,
-                    epilogue: residual(block),
-                };
-                b.gemm_fused(input, weights, &t.x, f).map_err(gpu_err)?;
+                let post_norm = w.family.post_norms.is_some();
+                let stream = (&t.x, &t.family);
+                let check = (&state.nonfinite, flags.slot(chunk, layer, block));
+                record_projection(b, (input, weights), post_norm, stream, check)?;
+                t.unnormed = post_norm;
                 t.ready |= done.bit();
                 return Ok(());
             }
@@ -287,13 +308,13 @@ impl GpuStageRunner {
             return Ok(());
         }
         t.pending = 0;
-        let eps = Some(self.model.host.config.norm_eps);
+        let c = &self.model.host.config;
         if done == Value::Q {
-            self.qkv(b, state, layer, chunk, eps)?;
+            self.qkv(b, state, layer, chunk)?;
         } else {
             let f = FusedGemm {
-                norm_eps: eps,
-                epilogue: GemmEpilogue::SiluMul,
+                norm_eps: Some(c.norm_eps),
+                epilogue: gate_up_epilogue(c.family.activation),
             };
             b.gemm_fused(&t.x, &w.gate_up, &t.hidden, f)
                 .map_err(gpu_err)?;
@@ -310,31 +331,30 @@ impl GpuStageRunner {
         state: &mut RunState,
         layer: usize,
         chunk: usize,
-        norm_eps: Option<f32>,
     ) -> Result<(), ExecError> {
         let c = &self.model.host.config;
         let t = &mut state.chunks[chunk];
         let (k_cache, v_cache) = &state.caches[layer];
-        let f = FusedGemm {
-            norm_eps,
-            epilogue: GemmEpilogue::QkvRope {
-                angles: &t.angles,
-                caches: (k_cache, v_cache),
-                pos0: t.pos0,
-                n_heads: c.n_heads,
-                n_kv_heads: c.n_kv_heads,
-                style: c.rope_style,
-            },
+        let io = QkvIo {
+            x: &t.x,
+            q: &t.q,
+            scratch: &t.family,
+            angles: t.angles_of(c, layer),
+            caches: (k_cache, v_cache),
+            rows: QkvRows::From(t.pos0),
         };
-        b.gemm_fused(&t.x, &self.layer(layer)?.qkv, &t.q, f)
-            .map_err(gpu_err)?;
+        let w = self.layer(layer)?;
+        record_qkv(b, c, (&w.qkv, &w.family), io)?;
+        let t = &mut state.chunks[chunk];
         t.ready |= Value::Q.bit();
         state.kv[layer][chunk] = KvRows::Written;
         Ok(())
     }
 
-    /// Causal attention of the chunk's queries over the cache, whose rows of every chunk
-    /// up to this one must have been written by their q/k/v GEMMs.
+    /// Causal attention of the chunk's queries over the cache (through the layer's sliding
+    /// window, if any), whose rows of every chunk up to this one must have been written by
+    /// their q/k/v GEMMs. The output projection joins the dispatch where the device can
+    /// and the layer has no window and no post-norm.
     fn attention(
         &self,
         b: &mut Batch,
@@ -361,11 +381,15 @@ impl GpuStageRunner {
             head_dim: c.head_dim,
         };
         let (k_cache, v_cache) = &state.caches[layer];
-        let w_o = &self.layer(layer)?.o;
-        if self
-            .model
-            .context
-            .attention_fuses_output(&shape, w_o.elem())
+        let w = self.layer(layer)?;
+        let w_o = &w.o;
+        let window = window(c, layer);
+        let plain_o = window == 0 && w.family.post_norms.is_none();
+        if plain_o
+            && self
+                .model
+                .context
+                .attention_fuses_output(&shape, w_o.elem())
         {
             let flags = NonFiniteFlags {
                 layers: self.model.layers.len(),
@@ -380,10 +404,42 @@ impl GpuStageRunner {
                 .map_err(gpu_err)?;
             t.o_fused = true;
         } else {
-            b.attention(&t.q, (k_cache, v_cache), &shape, &t.attn)
+            b.attention_windowed(&t.q, (k_cache, v_cache), &shape, window, &t.attn)
                 .map_err(gpu_err)?;
         }
         t.ready |= Value::Attn.bit();
+        Ok(())
+    }
+
+    /// A block's post-norm (stage of `layer` and `chunk`), which also adds the block's
+    /// output into the stream: the attention's of the stage's layer, or the feed-forward's
+    /// of the layer before (its down projection ran in that layer's stage).
+    fn post_norm(
+        &self,
+        b: &mut Batch,
+        state: &mut RunState,
+        (layer, chunk): (usize, usize),
+        block: Block,
+    ) -> Result<(), ExecError> {
+        let step = Step::Family(FamilyStep::PostNorm(block));
+        let (owner, index) = match block {
+            Block::Attention => (Some(layer), 0),
+            Block::FeedForward => (layer.checked_sub(1), 1),
+        };
+        let owner = owner.ok_or_else(|| ExecError::missing(step, chunk, "feed-forward"))?;
+        let weights = self.layer(owner)?.family.post_norms.as_ref();
+        let weight = &weights.ok_or_else(|| ExecError::missing(step, chunk, "post-norm"))?[index];
+        let flags = NonFiniteFlags {
+            layers: self.model.layers.len(),
+        };
+        let t = &mut state.chunks[chunk];
+        if !t.unnormed {
+            return Err(ExecError::missing(step, chunk, "block output"));
+        }
+        let eps = self.model.host.config.norm_eps;
+        let check = (&state.nonfinite, flags.slot(chunk, owner, index));
+        record_post_norm(b, (weight, eps), (&t.x, &t.family), check)?;
+        t.unnormed = false;
         Ok(())
     }
 

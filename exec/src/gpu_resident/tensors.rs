@@ -8,6 +8,7 @@ use hetsched_gpu::{Elem, GpuContext, GpuMatrix};
 use hetsched_import::LlamaConfig;
 use hetsched_systems::op::{NormSite, Projection};
 
+use super::family::{FamilyScratch, local_angles};
 use super::gpu_err;
 use crate::ActivationBytes;
 use crate::error::ExecError;
@@ -60,6 +61,13 @@ pub(super) struct ChunkTensors {
     pub(super) last: GpuMatrix,
     /// RoPE rotations of the chunk's positions, `[rows, head_dim]`.
     pub(super) angles: GpuMatrix,
+    /// Their local layers' twin, where the family's local base differs (Gemma 3).
+    pub(super) angles_local: Option<GpuMatrix>,
+    /// The buffers of the family's steps (none for llama).
+    pub(super) family: FamilyScratch,
+    /// A block's output sits in the family's delta buffer, not yet normalized and added
+    /// into the stream (its post-norm step does both).
+    pub(super) unnormed: bool,
     /// Values written and not yet consumed.
     pub(super) ready: u16,
     /// Input of the next projections.
@@ -83,6 +91,14 @@ impl ChunkTensors {
             return Err(ExecError::missing(step, chunk, v.name()));
         }
         Ok(())
+    }
+
+    /// The RoPE table of layer `layer` of a model with `c`'s family.
+    pub(super) fn angles_of(&self, c: &LlamaConfig, layer: usize) -> &GpuMatrix {
+        match &self.angles_local {
+            Some(local) if c.family.is_local(layer) => local,
+            _ => &self.angles,
+        }
     }
 
     /// Consumes `v`: it must have been written (see [`Self::require`]) and is then spent.
@@ -218,6 +234,9 @@ impl ChunkTensors {
             angles: ctx
                 .rope_angles(&positions, c.head_dim, c.rope_base)
                 .map_err(gpu_err)?,
+            angles_local: local_angles(ctx, c, &positions)?,
+            family: FamilyScratch::alloc(ctx, c, rows)?,
+            unnormed: false,
             ready: 0,
             act: None,
             delta: None,

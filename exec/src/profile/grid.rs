@@ -102,7 +102,7 @@ pub(super) fn measure(
             for &chunk_len in &grid.chunk_lens {
                 let options = PrefillOptions {
                     chunk_len,
-                    ..setup.options.clone()
+                    ..setup.run_options()
                 };
                 for (model, tokens) in setup.models.iter().zip(&prompts) {
                     bar.set_message(model.precision.as_str());
@@ -150,7 +150,7 @@ pub(super) fn sharing(
                     let options = PrefillOptions {
                         chunk_len,
                         policy: policy.into(),
-                        ..setup.options.clone()
+                        ..setup.run_options()
                     };
                     prefill(model.clone(), &tokens, &options)
                 };
@@ -194,7 +194,7 @@ pub(super) fn one_thread(
             let options = PrefillOptions {
                 chunk_len,
                 threads: 1,
-                ..setup.options.clone()
+                ..setup.run_options()
             };
             let result = prefill(model.clone(), &tokens, &options)?;
             samples.extend(records_on(&result.outcome, 1, setup.cache_bytes));

@@ -80,6 +80,16 @@ impl ProfileSetup<'_> {
         self.models.first().ok_or(ProfileError::NoModels)
     }
 
+    /// The options every measured prefill starts from: the setup's, with the resident GPU
+    /// path's stages timed by the device's timestamps (the host submits them without
+    /// waiting, so its clock sees only the recording).
+    fn run_options(&self) -> PrefillOptions {
+        PrefillOptions {
+            gpu_timestamps: self.options.gpu_timestamps || self.options.gpu == GpuUse::Resident,
+            ..self.options.clone()
+        }
+    }
+
     /// The device the prefills run on (the options' device, with a GPU lane if used).
     fn device(&self) -> DeviceProfile {
         match self.options.gpu {

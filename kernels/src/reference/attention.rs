@@ -117,6 +117,39 @@ pub fn attention_causal_gqa(
     }
 }
 
+/// [`attention_causal_gqa`] through a sliding window (Gemma 3's local layers): the query at
+/// position `p` attends to keys `max(0, p + 1 - window) ..= p` only, each query computed
+/// by [`attention_causal_gqa`] over its own keys.
+///
+/// # Panics
+/// As [`attention_causal_gqa`].
+pub fn attention_windowed_gqa(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    out: &mut [f32],
+    shape: &AttentionShape,
+    window: usize,
+) {
+    shape.validate(q.len(), k_cache.len(), v_cache.len(), out.len());
+    let (row, kv_row) = (
+        shape.n_heads * shape.head_dim,
+        shape.n_kv_heads * shape.head_dim,
+    );
+    for (t, (query, out)) in q.chunks(row).zip(out.chunks_mut(row)).enumerate() {
+        let pos = shape.pos0 + t;
+        let first = (pos + 1).saturating_sub(window);
+        let one = AttentionShape {
+            n_tokens: 1,
+            pos0: pos - first,
+            kv_len: pos + 1 - first,
+            ..*shape
+        };
+        let span = first * kv_row..(pos + 1) * kv_row;
+        attention_causal_gqa(query, &k_cache[span.clone()], &v_cache[span], out, &one);
+    }
+}
+
 /// One head's attention scores over cached keys, the twin of
 /// [`crate::attention_decode::scaled_dots`]: `out[j] = scale · Σ_i q[i] · key_j[i]` with
 /// `key_j` the `q.len()` values at `j · stride + offset`, summed left to right.

@@ -13,7 +13,9 @@ pub mod norm;
 pub mod quant;
 pub mod rope;
 
-pub use attention::{AttentionShape, add_weighted_rows, attention_causal_gqa, scaled_dots};
+pub use attention::{
+    AttentionShape, add_weighted_rows, attention_causal_gqa, attention_windowed_gqa, scaled_dots,
+};
 pub use elementwise::{add_inplace, silu, silu_mul};
 pub use gemm_i8::{dequantize_i32_acc, gemm_i8_reference};
 pub use matmul::{matmul_f32, matmul_f32_cols};

@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use hetsched_import::GgufTokenizer;
 use hetsched_systems::ProcessorKind;
 use hetsched_systems::request_policy::RequestPolicy;
+use hetsched_systems::resources::TimelineLog;
 
 mod decode;
 mod order;
@@ -269,14 +270,6 @@ impl Worker {
             Err(e) => Err(e),
         };
         let StartedChunk { end, ran: before } = live.chunk.take().expect("a chunk was started");
-        let slices = ran
-            .as_ref()
-            .map(|(outcome, _)| outcome.timeline.slices.iter());
-        let busy: Vec<(usize, u64)> = slices
-            .into_iter()
-            .flatten()
-            .map(|s| (s.processor, s.end_ns.saturating_sub(s.start_ns)))
-            .collect();
         let per_token =
             (before + began.elapsed()).as_nanos() as u64 / (end - live.prefilled) as u64;
         self.prefill_ns_per_token = match self.prefill_ns_per_token {
@@ -286,8 +279,8 @@ impl Worker {
         live.prefilled = end;
         let complete = end == live.prompt.len();
         // Before the first tokens go out: whoever saw one sees the chunk's busy time.
-        for (lane, ns) in busy {
-            self.add_busy(lane, ns);
+        if let Ok((outcome, _)) = &ran {
+            self.add_run_busy(&outcome.timeline);
         }
         let done = ran.and_then(|_| match complete {
             true => self.first_tokens(i),
@@ -423,6 +416,15 @@ impl Worker {
     fn add_busy(&self, lane: usize, ns: u64) {
         if let Some(busy) = self.shared.snapshot.lock().lanes.get_mut(lane) {
             busy.busy_ns += ns;
+        }
+    }
+
+    /// Adds a run's busy time on each lane to the snapshot at once, as [`Self::add_busy`].
+    fn add_run_busy(&self, timeline: &TimelineLog) {
+        let mut snapshot = self.shared.snapshot.lock();
+        let busy = timeline.busy_ns_by_lane(snapshot.lanes.len());
+        for (lane, ns) in snapshot.lanes.iter_mut().zip(busy) {
+            lane.busy_ns += ns;
         }
     }
 

@@ -1,0 +1,74 @@
+//! Shared by the root's GPU integration tests: skipping a test on a machine without a
+//! Vulkan device, unless `HETSCHED_REQUIRE_GPU=1` (CI sets it after installing lavapipe)
+//! makes that a failure; greedy decode steps on the GPU compared with the CPU's.
+
+// Each test binary that includes this module uses part of it.
+#![allow(dead_code)]
+
+use hetsched::exec::ExecError;
+use hetsched::exec::generate::{GenerateError, Session, argmax};
+
+use crate::compare::max_relative_diff;
+
+/// The reason an error says there is no GPU to run on, if it says so.
+pub trait NoDevice {
+    /// `Some(reason)` for a missing device ([`ExecError::Gpu`]).
+    fn no_device(&self) -> Option<&str>;
+}
+
+impl NoDevice for ExecError {
+    fn no_device(&self) -> Option<&str> {
+        match self {
+            ExecError::Gpu(reason) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+impl NoDevice for GenerateError {
+    fn no_device(&self) -> Option<&str> {
+        match self {
+            GenerateError::Exec(e) => e.no_device(),
+            _ => None,
+        }
+    }
+}
+
+/// `result`'s value; `None` (after saying why) when it failed for want of a device and
+/// none was demanded. Any other error fails the test.
+pub fn unless_no_device<T, E: NoDevice + std::fmt::Debug>(result: Result<T, E>) -> Option<T> {
+    match result {
+        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
+            match e.no_device() {
+                Some(reason) => {
+                    println!("skipped: no Vulkan device ({reason})");
+                    None
+                }
+                None => panic!("{e:?}"),
+            }
+        }
+        other => Some(other.unwrap()),
+    }
+}
+
+/// Feeds both sessions (prefilled alike) `steps` greedy tokens, the CPU's choice, and
+/// checks at every step, the first included, that `gpu`'s logits are within `tol` of
+/// `cpu`'s (relative to the largest) and pick the same token; returns the largest
+/// difference.
+pub fn greedy_steps_agree(gpu: &mut Session, cpu: &mut Session, steps: usize, tol: f32) -> f32 {
+    let mut worst = 0f32;
+    for step in 0..=steps {
+        let (want, got) = (cpu.logits().unwrap(), gpu.logits().unwrap());
+        let diff = max_relative_diff(got, want);
+        worst = worst.max(diff);
+        assert!(diff <= tol, "step {step}: logits differ by {diff}");
+        let token = argmax(want);
+        assert_eq!(argmax(got), token, "step {step}: greedy tokens differ");
+        if step < steps {
+            cpu.step(token).unwrap();
+            gpu.step(token).unwrap();
+        }
+    }
+    assert_eq!(gpu.tokens(), cpu.tokens());
+    worst
+}
