@@ -18,10 +18,16 @@
 //
 // Split over keys (flash decoding): with splits > 1 the workgroups of z = 0 .. splits
 // each walk their own run of blocks (the runs fixed by kv_len, so a recording replays at
-// any position) and write their running max, sum and unnormalized output to part
-// ([n_tokens, n_heads, splits] records of head_dim + 4 floats: m, l, two unused, the
-// output); attention_decode_combine.comp merges them. One (head, token) alone is a
-// handful of workgroups on a GPU with a hundred cores, each walking every block.
+// any position) and write their running max, sum and unnormalized output to part, then
+// count themselves in on their (token, head)'s counter; the last to arrive merges the
+// splits into out and sets the counter back to 0 for the next replay (the
+// threadfence-reduction pattern of attention_flash_khr.glsl: the partials are `coherent`
+// and a buffer barrier orders them before the atomic). The merge in the same dispatch
+// spares a second dispatch and the barrier before it. part holds
+// [n_tokens * n_heads counters, padded to a multiple of 4 words] then
+// [n_tokens, n_heads, splits] records of head_dim + 4 floats (m, l, two unused, the
+// output); the counters start at zero. One (head, token) alone is a handful of workgroups
+// on a GPU with a hundred cores, each walking every block.
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer Q { vec4 q[]; };
@@ -29,7 +35,7 @@ layout(std430, binding = 1) readonly buffer K { vec4 k[]; };
 layout(std430, binding = 2) readonly buffer V { vec4 v[]; };
 layout(std430, binding = 3) writeonly buffer O { vec4 o[]; };
 layout(std430, binding = 4) readonly buffer Positions { uint positions[]; };
-layout(std430, binding = 5) writeonly buffer Part { vec4 part[]; };
+layout(std430, binding = 5) coherent buffer Part { uint part[]; };
 
 layout(push_constant) uniform Push {
     uint n_tokens;
@@ -54,6 +60,20 @@ shared vec4 qs[MAX_D4];
 shared float ps[T];
 shared float red[T];
 shared vec4 acc_red[T];
+shared bool last_arrival;
+
+// part as vec4s past the counters: vec4 i at words 4 * i ..
+uint records_base() { return (p.n_tokens * p.n_heads + 3u) / 4u; }
+void store4(uint i, vec4 x) {
+    uvec4 w = floatBitsToUint(x);
+    part[4 * i] = w.x;
+    part[4 * i + 1] = w.y;
+    part[4 * i + 2] = w.z;
+    part[4 * i + 3] = w.w;
+}
+vec4 load4(uint i) {
+    return uintBitsToFloat(uvec4(part[4 * i], part[4 * i + 1], part[4 * i + 2], part[4 * i + 3]));
+}
 
 // Reduces red[0 .. T) into red[0]: max when `is_max`, else the sum.
 void reduce(bool is_max) {
@@ -127,9 +147,33 @@ void main() {
         if (p.splits == 1) {
             o[t * q_tok4 + h * d4 + lane] = sum / l;
         } else {
-            uint rec = ((t * p.n_heads + h) * p.splits + split) * (d4 + 1);
-            if (tid == 0) part[rec] = vec4(m, l, 0.0, 0.0);
-            part[rec + 1 + lane] = sum;
+            uint rec = records_base() + ((t * p.n_heads + h) * p.splits + split) * (d4 + 1);
+            if (tid == 0) store4(rec, vec4(m, l, 0.0, 0.0));
+            store4(rec + 1 + lane, sum);
         }
     }
+    if (p.splits == 1) return;
+    memoryBarrierBuffer();
+    barrier();
+    uint counter = t * p.n_heads + h;
+    if (tid == 0) last_arrival = atomicAdd(part[counter], 1u) == p.splits - 1;
+    barrier();
+    if (!last_arrival) return;
+    memoryBarrierBuffer();
+    if (tid == 0) part[counter] = 0u; // every split has counted in: ready for the next replay
+    if (tid >= d4) return;
+    uint base = records_base() + (t * p.n_heads + h) * p.splits * (d4 + 1);
+    float mx = NEG_INF;
+    for (uint s = 0; s < p.splits; s++) mx = max(mx, load4(base + s * (d4 + 1)).x);
+    float l_all = 0.0;
+    vec4 out_acc = vec4(0.0);
+    for (uint s = 0; s < p.splits; s++) {
+        uint r = base + s * (d4 + 1);
+        vec2 ml = load4(r).xy;
+        if (ml.y == 0.0) continue; // a split that saw no key (m = -inf, l = 0)
+        float w = exp(ml.x - mx);
+        l_all += w * ml.y;
+        out_acc += w * load4(r + 1 + tid);
+    }
+    o[t * q_tok4 + h * d4 + tid] = out_acc / l_all;
 }

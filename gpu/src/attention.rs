@@ -370,8 +370,8 @@ const DECODE_KEY_BLOCK: usize = 64;
 const DECODE_MAX_SPLITS: usize = 128;
 
 /// Fewest key blocks a workgroup of a split decode attention walks, unless
-/// [`crate::GpuOptions::decode_min_key_blocks`] says otherwise. A split costs a second
-/// dispatch (the merge) and its barrier, which a short cache does not earn back.
+/// [`crate::GpuOptions::decode_min_key_blocks`] says otherwise. A split costs each
+/// workgroup a write of its partials and an atomic, and the last one the merge.
 pub const DECODE_MIN_KEY_BLOCKS: usize = 1;
 
 /// How many workgroups one (head, token) of decode attention over `kv_len` keys is split
@@ -416,8 +416,8 @@ fn decode_push(
 
 /// Records the decode attention kernel over `[q, k_cache, v_cache, out]` for `s` (already
 /// validated), token positions from `positions` when given (else `s.pos0 + t`), over a
-/// sliding `window` (0: none), split along the keys ([`decode_splits`]) and merged by
-/// `attention_decode_combine.comp` when there is more than one block of keys.
+/// sliding `window` (0: none), split along the keys ([`decode_splits`]); the last
+/// workgroup of a (head, token) to finish merges its splits, in the same dispatch.
 pub(crate) fn record_decode_attention<C: AsRef<GpuContext>>(
     job: &mut Job<C>,
     [q, k, v, out]: [&Subbuffer<[u32]>; 4],
@@ -443,26 +443,21 @@ pub(crate) fn record_decode_attention<C: AsRef<GpuContext>>(
         );
     }
     // Every (token, head, split) record is written before the merge reads it, so the
-    // partials need no zeroing; a buffer of their own per recording, so that replays of
-    // different steps never share one.
+    // records need no zeroing; the counters do, once: the merging workgroup leaves its
+    // counter at zero for the next replay. A buffer of their own per recording, so that
+    // replays of different steps never share one.
+    let counters = (s.n_tokens * s.n_heads).next_multiple_of(4);
     let record_words = s.head_dim + 4;
-    let words = s.n_tokens * s.n_heads * splits * record_words;
+    let words = counters + s.n_tokens * s.n_heads * splits * record_words;
     let part = job
         .ctx()
         .alloc_words(words as u64, "decode attention partials")?;
+    job.zero_once(&part)?;
     job.dispatch(
         Shader::AttentionDecode,
         &[q, k, v, out, positions, &part],
         push,
         [n_heads, n_tokens, splits as u32],
-    )?;
-    let mut merge = [0u32; PUSH_WORDS];
-    merge[..4].copy_from_slice(&[n_tokens, n_heads, s.head_dim as u32, splits as u32]);
-    job.dispatch(
-        Shader::AttentionDecodeCombine,
-        &[&part, out],
-        merge,
-        [n_heads, n_tokens, 1],
     )
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct Job<C: AsRef<GpuContext>> {
     /// Dispatches recorded.
     dispatches: usize,
     downloads: Vec<Subbuffer<[u32]>>,
+    /// Whether the command buffer is submitted again and again ([`Job::replayable`]).
+    replayed: bool,
 }
 
 /// One storage buffer of a [`GpuContext::run_simple`] call, bound in order from binding 0.
@@ -242,6 +244,7 @@ impl<C: AsRef<GpuContext>> Job<C> {
             dispatched: false,
             dispatches: 0,
             downloads: Vec::new(),
+            replayed: usage == CommandBufferUsage::MultipleSubmit,
         })
     }
 
@@ -300,6 +303,18 @@ impl<C: AsRef<GpuContext>> Job<C> {
         }
         .map_err(vk("recording a timestamp"))?;
         Ok(())
+    }
+
+    /// Zero-fills `buf` once, before anything this job records runs (device memory starts
+    /// undefined): inside a one-shot job, or in a submission of its own before a
+    /// replayable job is recorded further, so that its replays do not fill it again.
+    pub(crate) fn zero_once(&mut self, buf: &Subbuffer<[u32]>) -> Result<()> {
+        if !self.replayed {
+            return self.fill_zero(buf);
+        }
+        let mut zero = Job::new(self.ctx())?;
+        zero.fill_zero(buf)?;
+        zero.finish().map(drop)
     }
 
     /// Zero-fills `buf` (device memory starts undefined).

@@ -91,7 +91,6 @@ shaders! {
     Gemv1F16Fused => "gemv1_f16_fused",
     Gemv1F32FusedSg => "gemv1_f32_fused_sg",
     Gemv1F16FusedSg => "gemv1_f16_fused_sg",
-    AttentionDecodeCombine => "attention_decode_combine",
     AttentionDecode => "attention_decode",
     EmbedRows => "embed_rows",
     ArgmaxRows => "argmax_rows",

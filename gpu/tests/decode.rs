@@ -1,7 +1,7 @@
 //! What a decode step recorded once and replayed needs: attention over positions read from
 //! a buffer (`GpuBatch::attention_at`) and the few-token kernel against the reference, the
 //! q/k/v GEMM taking its positions from a buffer (`GemmEpilogue::QkvRopeAt`) against the
-//! same GEMM given them as push constants, the embedding gather, greedy sampling (ties to
+//! same GEMM given them as push constants, split attention replayed at new positions, the embedding gather, greedy sampling (ties to
 //! the lower id, NaN never chosen), and a recorded batch replayed with new inputs.
 //! Tolerances: attention `1e-5 · (max|v| + 0.1)` (as the other f32 attention kernels);
 //! the rest exact.
@@ -74,6 +74,72 @@ fn decode_attention_matches_the_reference_at_any_position() {
             &got,
             &ctx.download_f32(&out).unwrap(),
         );
+    }
+}
+
+#[test]
+fn split_decode_attention_replays_at_new_positions() {
+    // A recorded step's attention over a 300-row cache runs split along its keys (five
+    // workgroups a head, the last to finish merging them); each replay must find the
+    // arrival counters back at zero, whichever position it attends from.
+    let Some(ctx) = common::gpu_with(GpuOptions::default()) else {
+        return;
+    };
+    let ctx = Arc::new(ctx);
+    let mut rng = SeededRng::new(43);
+    let (heads, kv_heads, d, capacity) = (9, 3, 64, 300);
+    let (qc, kvc) = (heads * d, kv_heads * d);
+    let k = rng.f32s(capacity * kvc);
+    let v = rng.f32s(capacity * kvc);
+    let km = ctx.upload_f32(&k, capacity, kvc).unwrap();
+    let vm = ctx.upload_f32(&v, capacity, kvc).unwrap();
+    let q_in = ctx.host_matrix(1, qc).unwrap();
+    let q = ctx.alloc_matrix(1, qc, Elem::F32).unwrap();
+    let position_in = ctx.host_matrix(1, 1).unwrap();
+    let position = ctx.alloc_matrix(1, 4, Elem::I32).unwrap();
+    let out = ctx.alloc_matrix(1, qc, Elem::F32).unwrap();
+    let out_host = ctx.host_matrix(1, qc).unwrap();
+    let at = AttentionShape {
+        n_tokens: 1,
+        pos0: 0,
+        kv_len: capacity,
+        n_heads: heads,
+        n_kv_heads: kv_heads,
+        head_dim: d,
+    };
+    let mut b = GpuBatch::replayable(ctx.clone()).unwrap();
+    b.upload_host(&q_in, &q).unwrap();
+    b.upload_host(&position_in, &position).unwrap();
+    b.attention_at(&q, (&km, &vm), &at, &position, &out)
+        .unwrap();
+    b.download_host(&out, &out_host).unwrap();
+    let step = b.record().unwrap();
+    assert_eq!(
+        step.dispatches(),
+        1,
+        "the merge runs inside the attention dispatch"
+    );
+    let vmax = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    for pos in [299usize, 5, 130, 299, 64] {
+        let qh = rng.f32s(qc);
+        q_in.write(&qh.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+            .unwrap();
+        position_in.write(&[pos as u32]).unwrap();
+        step.submit().unwrap();
+        let s = AttentionShape {
+            pos0: pos,
+            kv_len: pos + 1,
+            ..at
+        };
+        let want = reference_attention(&qh, &k[..s.kv_len * kvc], &v[..s.kv_len * kvc], &s);
+        let got: Vec<f32> = out_host
+            .read()
+            .unwrap()
+            .into_iter()
+            .map(f32::from_bits)
+            .collect();
+        let tol = vec![vmax + 0.1; want.len()];
+        common::assert_close(&format!("replay at {pos}"), &got, &want, &tol, 1e-5);
     }
 }
 
