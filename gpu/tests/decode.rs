@@ -1,8 +1,9 @@
 //! What a decode step recorded once and replayed needs: attention over positions read from
 //! a buffer (`GpuBatch::attention_at`) and the few-token kernel against the reference, the
 //! q/k/v GEMM taking its positions from a buffer (`GemmEpilogue::QkvRopeAt`) against the
-//! same GEMM given them as push constants, split attention replayed at new positions, the embedding gather, greedy sampling (ties to
-//! the lower id, NaN never chosen), and a recorded batch replayed with new inputs.
+//! same GEMM given them as push constants, split attention replayed at new positions, the
+//! embedding gather, greedy sampling (ties to the lower id, NaN never chosen), and a
+//! recorded batch replayed with new inputs.
 //! Tolerances: attention `1e-5 · (max|v| + 0.1)` (as the other f32 attention kernels);
 //! the rest exact.
 
