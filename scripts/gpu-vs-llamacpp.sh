@@ -45,7 +45,11 @@
 #       --precision f32 --max-tokens 128 --ignore-eos) against llama-bench -p 0 -n 128;
 #       tg-hetsched-old the same with OLD_BIN; tg-hetsched-tree the same with the one-row GEMV's 64-thread tree
 #       (HETSCHED_GPU_ONE_ROW_GEMV_TREE=1), tg-hetsched-dmbN with the decode attention's
-#       split down to N key blocks a workgroup (HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N).
+#       split down to N key blocks a workgroup (HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N),
+#       tg-hetsched-five with five dispatches a layer (HETSCHED_GPU_FIVE_DISPATCH_DECODE=1),
+#       tg-hetsched-gN with N workgroups a multiprocessor in the one-dispatch layer
+#       (HETSCHED_GPU_DECODE_GROUPS_PER_SM=N), tg-hetsched-nopf without its prefetch of the
+#       next stage's weights (HETSCHED_GPU_DECODE_NO_PREFETCH=1).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -187,6 +191,15 @@ print(last["decode_tokens_per_s"])'
             tg-hetsched-dmb*) # the decode attention split down to N key blocks a workgroup
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=${row#tg-hetsched-dmb} hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+            tg-hetsched-five) # five dispatches a layer instead of one
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(HETSCHED_GPU_FIVE_DISPATCH_DECODE=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+            tg-hetsched-nopf) # the one-dispatch layer without its weight prefetch
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(HETSCHED_GPU_DECODE_NO_PREFETCH=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+            tg-hetsched-g*) # the one-dispatch layer's grid at N workgroups a multiprocessor
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(HETSCHED_GPU_DECODE_GROUPS_PER_SM=${row#tg-hetsched-g} hetsched_tg /tmp/hetsched 128 || echo nan) ;;
             tg-llama.cpp:*) [ "$n" = "$first" ] || continue; tps=$(llama_tg "${row#tg-llama.cpp:}" 128 || echo nan); label=tg128 ;;
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;

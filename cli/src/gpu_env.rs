@@ -8,7 +8,9 @@ use crate::CliError;
 
 /// The kernel variants the variables ask for: `HETSCHED_GPU_F32_ATTENTION=1`,
 /// `HETSCHED_GPU_UNFUSED_O=1`, `HETSCHED_GPU_ONE_ROW_GEMV_TREE=1`,
-/// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N` and `HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N` (N ≥ 1).
+/// `HETSCHED_GPU_FIVE_DISPATCH_DECODE=1`, `HETSCHED_GPU_DECODE_NO_PREFETCH=1`,
+/// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N`,
+/// `HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N` and `HETSCHED_GPU_DECODE_GROUPS_PER_SM=N` (N ≥ 1).
 pub fn gpu_kernels() -> Result<GpuKernelOptions, CliError> {
     Ok(GpuKernelOptions {
         f32_attention: is_one("HETSCHED_GPU_F32_ATTENTION"),
@@ -16,11 +18,24 @@ pub fn gpu_kernels() -> Result<GpuKernelOptions, CliError> {
         attention_min_key_blocks: key_blocks("HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS")?,
         decode_min_key_blocks: key_blocks("HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS")?,
         one_row_gemv_tree: is_one("HETSCHED_GPU_ONE_ROW_GEMV_TREE"),
+        five_dispatch_decode: is_one("HETSCHED_GPU_FIVE_DISPATCH_DECODE"),
+        decode_layer_no_prefetch: is_one("HETSCHED_GPU_DECODE_NO_PREFETCH"),
+        decode_layer_groups_per_sm: whole(
+            "HETSCHED_GPU_DECODE_GROUPS_PER_SM",
+            "a whole number of workgroups, at least 1",
+        )?
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
     })
 }
 
 /// The whole number of key blocks, at least 1, that `variable` holds (`None` unset).
 fn key_blocks(variable: &'static str) -> Result<Option<usize>, CliError> {
+    whole(variable, "a whole number of key blocks, at least 1")
+}
+
+/// The whole number, at least 1, that `variable` holds (`None` unset); `expected` says
+/// what it counts, for the error.
+fn whole(variable: &'static str, expected: &'static str) -> Result<Option<usize>, CliError> {
     match std::env::var(variable) {
         Err(_) => Ok(None),
         Ok(value) => match value.parse::<usize>() {
@@ -28,7 +43,7 @@ fn key_blocks(variable: &'static str) -> Result<Option<usize>, CliError> {
             _ => Err(CliError::GpuEnvironment {
                 variable,
                 value,
-                expected: "a whole number of key blocks, at least 1",
+                expected,
             }),
         },
     }

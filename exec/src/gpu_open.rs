@@ -62,6 +62,9 @@ pub(crate) fn gpu_context(
         attention_min_key_blocks: kernels.attention_min_key_blocks,
         decode_min_key_blocks: kernels.decode_min_key_blocks,
         one_row_gemv_tree: kernels.one_row_gemv_tree,
+        five_dispatch_decode: kernels.five_dispatch_decode,
+        decode_layer_groups_per_sm: kernels.decode_layer_groups_per_sm,
+        decode_layer_no_prefetch: kernels.decode_layer_no_prefetch,
         ..Default::default()
     };
     let context = hetsched_gpu::GpuContext::new(options).map_err(failed)?;

@@ -135,6 +135,15 @@ pub struct GpuKernelOptions {
     /// The one-row GEMV's 64-thread shared-memory tree even where the device's subgroup
     /// arithmetic allows the 128-thread kernel (`HETSCHED_GPU_ONE_ROW_GEMV_TREE=1`).
     pub one_row_gemv_tree: bool,
+    /// A decode step's llama layers as five dispatches each even where the device runs
+    /// each as one dispatch with grid barriers (`HETSCHED_GPU_FIVE_DISPATCH_DECODE=1`).
+    pub five_dispatch_decode: bool,
+    /// Workgroups per multiprocessor of the one-dispatch decode layer (`None`: the
+    /// kernel's default; `HETSCHED_GPU_DECODE_GROUPS_PER_SM=N`).
+    pub decode_layer_groups_per_sm: Option<u32>,
+    /// The one-dispatch decode layer without its prefetch of the next stage's weights
+    /// (`HETSCHED_GPU_DECODE_NO_PREFETCH=1`).
+    pub decode_layer_no_prefetch: bool,
 }
 
 /// The processors a run under `options` uses, in the order its timeline's lanes number

@@ -56,6 +56,12 @@ pub struct GpuContext {
     /// The one-row GEMV runs its subgroup kernel: the device has subgroup arithmetic in
     /// compute shaders and [`GpuOptions::one_row_gemv_tree`] is off.
     pub(crate) one_row_gemv_subgroup: bool,
+    /// [`GpuOptions::five_dispatch_decode`].
+    pub(crate) five_dispatch_decode: bool,
+    /// [`GpuOptions::decode_layer_groups_per_sm`].
+    pub(crate) decode_layer_groups_per_sm: Option<u32>,
+    /// [`GpuOptions::decode_layer_no_prefetch`].
+    pub(crate) decode_layer_no_prefetch: bool,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
     /// that no buffer is bound twice in one dispatch).
     unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 5]>,
@@ -135,6 +141,9 @@ impl GpuContext {
             attention_min_key_blocks: options.attention_min_key_blocks,
             decode_min_key_blocks: options.decode_min_key_blocks,
             one_row_gemv_subgroup,
+            five_dispatch_decode: options.five_dispatch_decode,
+            decode_layer_groups_per_sm: options.decode_layer_groups_per_sm,
+            decode_layer_no_prefetch: options.decode_layer_no_prefetch,
             unused_bindings: std::sync::OnceLock::new(),
             dispatches: std::sync::atomic::AtomicU64::new(0),
         })

@@ -27,6 +27,7 @@ mod buffers;
 mod context;
 mod coopmat;
 mod decode;
+mod decode_layer;
 mod elementwise;
 mod error;
 mod family;
@@ -46,6 +47,9 @@ pub use batch::{BatchOutput, GpuBatch};
 pub use buffers::{Elem, GpuArena, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use decode::{GEMV_MAX_ROWS, HostMatrix, RecordedBatch};
+pub use decode_layer::{
+    DECODE_LAYER_GAVE_UP, DECODE_LAYER_GROUPS_PER_SM, DecodeLayer, DecodeLayerCounters,
+};
 pub use error::{GpuError, Result};
 pub use family::QkvFinish;
 pub use fused::{

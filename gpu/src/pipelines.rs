@@ -96,6 +96,7 @@ shaders! {
     ArgmaxRows => "argmax_rows",
     AddChecked => "add_checked",
     QkvFinish => "qkv_finish",
+    DecodeLayer => "decode_layer",
 }
 
 /// The lazily built pipelines of one device.

@@ -2,8 +2,9 @@
 //! a buffer (`GpuBatch::attention_at`) and the few-token kernel against the reference, the
 //! q/k/v GEMM taking its positions from a buffer (`GemmEpilogue::QkvRopeAt`) against the
 //! same GEMM given them as push constants, split attention replayed at new positions, the
-//! embedding gather, greedy sampling (ties to the lower id, NaN never chosen), and a
-//! recorded batch replayed with new inputs.
+//! embedding gather, greedy sampling (ties to the lower id, NaN never chosen), a
+//! recorded batch replayed with new inputs, and a llama layer as one dispatch against the
+//! same layer as five.
 //! Tolerances: attention `1e-5 · (max|v| + 0.1)` (as the other f32 attention kernels);
 //! the rest exact.
 
@@ -12,7 +13,8 @@ mod common;
 use std::sync::Arc;
 
 use hetsched_gpu::{
-    AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuError, GpuOptions, RopeStyle,
+    AttentionShape, DecodeLayer, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuError, GpuOptions,
+    RopeStyle,
 };
 use hetsched_kernels::{reference, seeded::SeededRng};
 
@@ -288,4 +290,184 @@ fn embedding_gather_and_greedy_sampling_replay_with_new_inputs() {
     assert!(matches!(b.record(), Err(GpuError::Shape { .. })));
     // A host matrix takes exactly its words.
     assert!(ids_in.write(&[1, 2]).is_err());
+}
+
+#[test]
+fn one_dispatch_decode_layer_equals_its_five_dispatches() {
+    // A llama layer recorded as one dispatch (grid barriers between its stages) against the
+    // same layer as five (q/k/v, attention, o, gate/up, down), replayed at positions that
+    // split the attention into one to three key runs: the stream, the new cache row and
+    // the flags agree. The products are summed in the same order by both (128 threads, a
+    // subgroup sum); attention walks blocks of 128 keys against 64, so the tolerance is
+    // attention's, `1e-5` of the values' scale, widened by the layer's products to 1e-4.
+    let Some(ctx) = common::gpu_with(GpuOptions::default()) else {
+        return;
+    };
+    let ctx = Arc::new(ctx);
+    if ctx.decode_layer_workgroups().is_none() {
+        eprintln!("skipped: this device runs no one-dispatch decode layer");
+        return;
+    }
+    let mut rng = SeededRng::new(47);
+    let (heads, kv_heads, d, hidden, ffn, capacity) = (6, 2, 16, 64, 96, 300);
+    let (qc, kvc) = (heads * d, kv_heads * d);
+    let scaled = |rng: &mut SeededRng, n: usize, s: f32| -> Vec<f32> {
+        rng.f32s(n).into_iter().map(|v| v * s).collect()
+    };
+    let up = |data: &[f32], rows: usize, cols: usize| ctx.upload_f32(data, rows, cols).unwrap();
+    let qkv = up(
+        &scaled(&mut rng, (qc + 2 * kvc) * hidden, 0.2),
+        qc + 2 * kvc,
+        hidden,
+    );
+    let o = up(&scaled(&mut rng, hidden * qc, 0.1), hidden, qc);
+    let gate_up = up(&scaled(&mut rng, 2 * ffn * hidden, 0.2), 2 * ffn, hidden);
+    let down = up(&scaled(&mut rng, hidden * ffn, 0.1), hidden, ffn);
+    let table: Vec<usize> = (0..capacity).collect();
+    let angles = ctx.rope_angles(&table, d, 10_000.0).unwrap();
+    let k0 = rng.f32s(capacity * kvc);
+    let v0 = rng.f32s(capacity * kvc);
+    let zero_flags = vec![0.0f32; 4];
+    // One recording per way, each over its own stream, caches and flags.
+    let ways = [false, true].map(|at_once| {
+        let x_in = ctx.host_matrix(1, hidden).unwrap();
+        let x = ctx.alloc_matrix(1, hidden, Elem::F32).unwrap();
+        let position_in = ctx.host_matrix(1, 1).unwrap();
+        let position = ctx.alloc_matrix(1, 4, Elem::I32).unwrap();
+        let (kc, vc) = (up(&k0, capacity, kvc), up(&v0, capacity, kvc));
+        let q = ctx.alloc_matrix(1, qc, Elem::F32).unwrap();
+        let attn = ctx.alloc_matrix(1, qc, Elem::F32).unwrap();
+        let hid = ctx.alloc_matrix(1, ffn, Elem::F32).unwrap();
+        let flags = up(&zero_flags, 1, 4);
+        let out = [
+            ctx.host_matrix(1, hidden).unwrap(),
+            ctx.host_matrix(capacity, kvc).unwrap(),
+        ];
+        let mut b = GpuBatch::replayable(ctx.clone()).unwrap();
+        b.upload_host(&x_in, &x).unwrap();
+        b.upload_host(&position_in, &position).unwrap();
+        let counters = b.decode_layer_counters(1).unwrap();
+        let residual = |slot| GemmEpilogue::Residual {
+            flags: &flags,
+            slot,
+        };
+        if at_once {
+            let l = DecodeLayer {
+                x: &x,
+                qkv: &qkv,
+                o: &o,
+                gate_up: &gate_up,
+                down: &down,
+                angles: &angles,
+                caches: (&kc, &vc),
+                positions: &position,
+                scratch: (&q, &attn, &hid),
+                flags: (&flags, 0, 1),
+                heads: (heads, kv_heads),
+                style: RopeStyle::HalfSplit,
+                eps: 1e-5,
+            };
+            b.decode_layer(&l, &counters, 0).unwrap();
+        } else {
+            let epilogue = GemmEpilogue::QkvRopeAt {
+                angles: &angles,
+                caches: (&kc, &vc),
+                positions: &position,
+                n_heads: heads,
+                n_kv_heads: kv_heads,
+                style: RopeStyle::HalfSplit,
+            };
+            let normed = |epilogue| FusedGemm {
+                norm_eps: Some(1e-5),
+                epilogue,
+            };
+            let plain = |epilogue| FusedGemm {
+                norm_eps: None,
+                epilogue,
+            };
+            b.gemm_fused(&x, &qkv, &q, normed(epilogue)).unwrap();
+            let s = AttentionShape {
+                n_tokens: 1,
+                pos0: 0,
+                kv_len: capacity,
+                n_heads: heads,
+                n_kv_heads: kv_heads,
+                head_dim: d,
+            };
+            b.attention_at(&q, (&kc, &vc), &s, &position, &attn)
+                .unwrap();
+            b.gemm_fused(&attn, &o, &x, plain(residual(0))).unwrap();
+            b.gemm_fused(&x, &gate_up, &hid, normed(GemmEpilogue::SiluMul))
+                .unwrap();
+            b.gemm_fused(&hid, &down, &x, plain(residual(1))).unwrap();
+        }
+        b.download_host(&x, &out[0]).unwrap();
+        b.download_host(&kc, &out[1]).unwrap();
+        let step = b.record().unwrap();
+        let dispatches = step.dispatches();
+        (x_in, position_in, out, flags, step, dispatches)
+    });
+    assert_eq!((ways[0].5, ways[1].5), (5, 1), "dispatches a layer");
+    for pos in [299usize, 5, 130, 299, 64] {
+        let x = rng.f32s(hidden);
+        let words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
+        let [want, got] = [&ways[0], &ways[1]].map(|(x_in, position_in, out, _, step, _)| {
+            x_in.write(&words).unwrap();
+            position_in.write(&[pos as u32]).unwrap();
+            step.submit().unwrap();
+            out.each_ref().map(|m| {
+                m.read()
+                    .unwrap()
+                    .into_iter()
+                    .map(f32::from_bits)
+                    .collect::<Vec<f32>>()
+            })
+        });
+        let scale = vec![x.iter().fold(1f32, |m, v| m.max(v.abs())); hidden];
+        common::assert_close(&format!("stream at {pos}"), &got[0], &want[0], &scale, 1e-4);
+        let row = pos * kvc..(pos + 1) * kvc;
+        common::assert_same(
+            &format!("cache row {pos}"),
+            &got[1][row.clone()],
+            &want[1][row],
+        );
+    }
+    for (way, name) in ways.iter().zip(["five dispatches", "one dispatch"]) {
+        let flags = ctx.download_f32(&way.3).unwrap();
+        assert_eq!(flags, zero_flags, "{name}: no residual add raised its flag");
+    }
+}
+
+#[test]
+fn one_dispatch_decode_layer_is_refused_where_it_cannot_run() {
+    let Some(ctx) = common::gpu_with(GpuOptions {
+        five_dispatch_decode: true,
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    assert_eq!(ctx.decode_layer_workgroups(), None);
+    let ctx = Arc::new(ctx);
+    let m = |rows, cols| ctx.alloc_matrix(rows, cols, Elem::F32).unwrap();
+    let (x, w, angles, cache, flags) = (m(1, 8), m(8, 8), m(4, 4), m(4, 4), m(1, 4));
+    let positions = ctx.alloc_matrix(1, 4, Elem::I32).unwrap();
+    let l = DecodeLayer {
+        x: &x,
+        qkv: &w,
+        o: &w,
+        gate_up: &w,
+        down: &w,
+        angles: &angles,
+        caches: (&cache, &cache),
+        positions: &positions,
+        scratch: (&x, &x, &x),
+        flags: (&flags, 0, 1),
+        heads: (1, 1),
+        style: RopeStyle::Adjacent,
+        eps: 1e-5,
+    };
+    let mut b = GpuBatch::replayable(ctx.clone()).unwrap();
+    let counters = b.decode_layer_counters(1).unwrap();
+    let err = b.decode_layer(&l, &counters, 0);
+    assert!(matches!(err, Err(GpuError::Shape { .. })), "{err:?}");
 }

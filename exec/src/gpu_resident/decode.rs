@@ -17,10 +17,10 @@
 use std::sync::Arc;
 
 use hetsched_gpu::{
-    AttentionShape, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, HostMatrix,
-    QkvRows, RecordedBatch,
+    AttentionShape, DECODE_LAYER_GAVE_UP, DecodeLayer, DecodeLayerCounters, Elem, FusedGemm,
+    GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, HostMatrix, QkvRows, RecordedBatch,
 };
-use hetsched_import::EmbeddingScale;
+use hetsched_import::{Activation, EmbeddingScale};
 use hetsched_systems::plan::InstanceKey;
 use hetsched_systems::resources::Job;
 
@@ -235,6 +235,10 @@ impl GpuDecode {
         b.upload_host(&t.token_in, &t.token).map_err(gpu_err)?;
         b.upload_host(&t.position_in, &t.position)
             .map_err(gpu_err)?;
+        let counters = match self.layers_in_one_dispatch() {
+            true => Some(b.decode_layer_counters(caches.len()).map_err(gpu_err)?),
+            false => None,
+        };
         b.embed_rows(&self.embeddings, &t.token, &t.x)
             .map_err(gpu_err)?;
         for (layer, caches) in caches.iter().enumerate() {
@@ -242,7 +246,12 @@ impl GpuDecode {
                 Some(local) if c.family.is_local(layer) => local,
                 _ => &angles,
             };
-            self.record_layer(&mut b, layer, (caches, capacity), angles)?;
+            match &counters {
+                Some(counters) => {
+                    self.record_layer_at_once(&mut b, layer, caches, angles, counters)?
+                }
+                None => self.record_layer(&mut b, layer, (caches, capacity), angles)?,
+            }
         }
         Ok(Recorded {
             capacity,
@@ -252,8 +261,60 @@ impl GpuDecode {
         })
     }
 
+    /// Whether every layer records as one dispatch ([`GpuBatch::decode_layer`]): the
+    /// device runs that kernel, and every layer is a llama layer (SiLU gate, no window, no
+    /// QKV bias, QK-norm or post-norms) with f32 weights.
+    fn layers_in_one_dispatch(&self) -> bool {
+        let m = &self.model;
+        let c = &m.host.config;
+        m.context.decode_layer_workgroups().is_some()
+            && c.family.activation == Activation::SiluGlu
+            && m.layers.iter().enumerate().all(|(layer, w)| {
+                window(c, layer) == 0
+                    && !c.family.is_local(layer)
+                    && !w.family.finishes_qkv()
+                    && w.family.post_norms.is_none()
+                    && [&w.qkv, &w.o, &w.gate_up, &w.down]
+                        .iter()
+                        .all(|m| m.elem() == Elem::F32)
+            })
+    }
+
+    /// Records llama layer `layer` of the step as one dispatch.
+    fn record_layer_at_once(
+        &self,
+        b: &mut GpuBatch<Arc<GpuContext>>,
+        layer: usize,
+        (kc, vc): &(GpuMatrix, GpuMatrix),
+        angles: &GpuMatrix,
+        counters: &DecodeLayerCounters,
+    ) -> Result<(), ExecError> {
+        let m = &self.model;
+        let (c, t, w) = (&m.host.config, &self.t, &m.layers[layer]);
+        let flags = NonFiniteFlags {
+            layers: m.layers.len(),
+        };
+        let l = DecodeLayer {
+            x: &t.x,
+            qkv: &w.qkv,
+            o: &w.o,
+            gate_up: &w.gate_up,
+            down: &w.down,
+            angles,
+            caches: (kc, vc),
+            positions: &t.position,
+            scratch: (&t.q, &t.attn, &t.hidden),
+            flags: (&t.flags, flags.slot(0, layer, 0), flags.slot(0, layer, 1)),
+            heads: (c.n_heads, c.n_kv_heads),
+            style: c.rope_style,
+            eps: c.norm_eps,
+        };
+        b.decode_layer(&l, counters, layer).map_err(gpu_err)
+    }
+
     /// Records decoder layer `layer` of the step over its caches (`capacity` rows) with
-    /// its RoPE table of every position.
+    /// its RoPE table of every position, as five dispatches (or more, for the families'
+    /// steps).
     fn record_layer(
         &self,
         b: &mut GpuBatch<Arc<GpuContext>>,
@@ -324,6 +385,14 @@ impl GpuDecode {
         let flags = self.t.flags_out.read().map_err(gpu_err)?;
         let flags: Vec<f32> = flags.into_iter().map(f32::from_bits).collect();
         let layers = self.model.layers.len();
+        if let Some(slot) = flags.iter().position(|&f| f == DECODE_LAYER_GAVE_UP) {
+            return Err(ExecError::Kernel(format!(
+                "decode layer {}: the device did not run the layer kernel's workgroups all \
+                 at once, so its grid barrier gave up (HETSCHED_GPU_FIVE_DISPATCH_DECODE=1 \
+                 records five dispatches a layer instead)",
+                slot / NonFiniteFlags::BLOCKS.len() % layers.max(1)
+            )));
+        }
         if let Some((_, layer, block)) = (NonFiniteFlags { layers }).first_raised(&flags) {
             return Err(ExecError::NonFiniteOnDevice {
                 layer,

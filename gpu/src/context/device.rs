@@ -77,6 +77,20 @@ pub struct GpuOptions {
     ///
     /// [`GpuContext::attention_fuses_output`]: crate::GpuContext::attention_fuses_output
     pub unfused_output_projection: bool,
+    /// Record a decode step's llama layers as five dispatches each even where the device
+    /// runs them as one ([`GpuContext::decode_layer_workgroups`]): for comparing the two.
+    ///
+    /// [`GpuContext::decode_layer_workgroups`]: crate::GpuContext::decode_layer_workgroups
+    pub five_dispatch_decode: bool,
+    /// Workgroups per multiprocessor of the one-dispatch decode layer's grid (`None`:
+    /// [`DECODE_LAYER_GROUPS_PER_SM`]). More than the device keeps resident at once makes
+    /// every step fail (see [`crate::GpuBatch::decode_layer`]).
+    ///
+    /// [`DECODE_LAYER_GROUPS_PER_SM`]: crate::DECODE_LAYER_GROUPS_PER_SM
+    pub decode_layer_groups_per_sm: Option<u32>,
+    /// The one-dispatch decode layer leaves the next stage's weights alone while its
+    /// workgroups wait at a barrier (by default they load them into the cache then).
+    pub decode_layer_no_prefetch: bool,
 }
 
 /// What the chosen device offers that the kernels rely on.
@@ -134,6 +148,9 @@ pub struct DeviceInfo {
     /// `shaderBufferFloat32AtomicAdd` (`VK_EXT_shader_atomic_float`) is enabled: what
     /// attention with the output projection folded in needs.
     pub float_atomic_add: bool,
+    /// Streaming multiprocessors, where the driver reports them
+    /// (`VK_NV_shader_sm_builtins`): what sizes the one-dispatch decode layer's grid.
+    pub multiprocessors: Option<u32>,
 }
 
 impl DeviceInfo {
@@ -243,6 +260,7 @@ pub(super) fn device_info(
         },
         coop_matrix_nv: extensions.nv_cooperative_matrix && features.cooperative_matrix,
         float_atomic_add: features.shader_buffer_float32_atomic_add,
+        multiprocessors: props.shader_sm_count.filter(|&n| n > 0),
     }
 }
 
