@@ -1,9 +1,13 @@
-//! A llama decoder layer of one token's decode step in one dispatch
-//! (`decode_layer.comp`): the five dispatches of [`GpuBatch::gemm_fused`] and
-//! [`GpuBatch::attention_at`] a layer otherwise records, with the device's workgroups
-//! meeting at a counter (a grid barrier) between the stages instead of at a pipeline
-//! barrier. On an H100 a pipeline barrier between two dependent dispatches costs about
-//! 6 µs, and a decode step of SmolLM2 has 150 of them: more than its kernels' own time.
+//! The llama decoder layers of one token's decode step in one dispatch
+//! (`decode_layer.glsl`: up to 64 layers a dispatch, or one on a CPU implementation or a
+//! device that binds few storage buffers, [`GpuContext::decode_layers_per_dispatch`]):
+//! per layer the five
+//! dispatches of [`GpuBatch::gemm_fused`] and [`GpuBatch::attention_at`] the step
+//! otherwise records, with the device's workgroups meeting at a counter (a grid barrier)
+//! between the stages and the layers instead of at a pipeline barrier. On an H100 a
+//! pipeline barrier between two dependent dispatches costs about 6 µs, and a decode step
+//! of SmolLM2 has 150 of them: more than its kernels' own time. A layer's weights and
+//! caches are elements of descriptor arrays, which the kernel indexes by layer.
 //!
 //! A grid barrier completes only if every workgroup of the grid runs at once, which Vulkan
 //! does not promise. [`GpuContext::decode_layer_workgroups`] sizes the grid to what the
@@ -34,18 +38,26 @@ pub const DECODE_LAYER_GAVE_UP: f32 = 2.0;
 /// NVIDIA multiprocessor of the last decade.
 pub const DECODE_LAYER_GROUPS_PER_SM: u32 = 4;
 
+/// The kernel's variants, with the layers each binds (the length of its descriptor
+/// arrays), widest first.
+const KERNELS: [(Shader, usize); 2] = [(Shader::DecodeLayer, 64), (Shader::DecodeLayer1, 1)];
+
+/// Storage buffers a variant of `layers` layers binds: 6 arrays of a layer's buffers, 9
+/// single buffers.
+fn storage_buffers(layers: usize) -> u32 {
+    (6 * layers + 9) as u32
+}
+
 /// Keys a workgroup of the layer kernel's attention walks per block.
 const KEY_BLOCK: usize = 128;
 /// Most key runs per head: past this, runs grow longer rather than more numerous.
 const MAX_SPLITS: usize = 64;
 
-/// One llama decoder layer's operands for [`GpuBatch::decode_layer`]: every matrix dense
-/// f32 (columns a multiple of 4), the weights laid out as [`GpuBatch::gemm_fused`] takes
-/// them.
+/// One llama decoder layer's own buffers for [`GpuBatch::decode_layers`]: every matrix
+/// dense f32 (columns a multiple of 4), the weights laid out as
+/// [`GpuBatch::gemm_fused`] takes them.
 #[derive(Clone, Copy, Debug)]
-pub struct DecodeLayer<'a> {
-    /// The residual stream, `[1, hidden]`, read and written.
-    pub x: &'a GpuMatrix,
+pub struct DecodeLayerWeights<'a> {
     /// `[Wq; Wk; Wv]` `[q + 2 kv, hidden]`, the attention norm folded in
     /// ([`crate::fold_norm`]) and each head's rows in [`crate::rope_pair_rows`] order.
     pub qkv: &'a GpuMatrix,
@@ -56,17 +68,29 @@ pub struct DecodeLayer<'a> {
     pub gate_up: &'a GpuMatrix,
     /// `[hidden, ffn]`.
     pub down: &'a GpuMatrix,
-    /// RoPE's (cos, sin) table of every position the caches hold, `[capacity, head_dim]`.
-    pub angles: &'a GpuMatrix,
     /// The layer's key and value caches, `[capacity, kv]` each.
     pub caches: (&'a GpuMatrix, &'a GpuMatrix),
+}
+
+/// The llama decoder layers of a token's step for [`GpuBatch::decode_layers`], and what
+/// they share.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeLayers<'a> {
+    /// The layers, in order.
+    pub layers: &'a [DecodeLayerWeights<'a>],
+    /// The residual stream, `[1, hidden]`, read and written.
+    pub x: &'a GpuMatrix,
+    /// RoPE's (cos, sin) table of every position the caches hold, `[capacity, head_dim]`.
+    pub angles: &'a GpuMatrix,
     /// The token's position, `[1, 1]` or more u32 ([`Elem::I32`]), read when the batch
     /// runs: it must be below `capacity` (the kernel cannot check it).
     pub positions: &'a GpuMatrix,
     /// Scratch: q `[1, q]`, attention's output `[1, q]`, the gate/up product `[1, ffn]`.
     pub scratch: (&'a GpuMatrix, &'a GpuMatrix, &'a GpuMatrix),
-    /// Dense f32 flags and the slots of the attention and feed-forward residual adds.
-    pub flags: (&'a GpuMatrix, usize, usize),
+    /// Dense f32 flags, and the slot of the first layer's attention residual add: layer
+    /// `l`'s attention and feed-forward adds raise slots `first + 2 l` and `first + 2 l +
+    /// 1`.
+    pub flags: (&'a GpuMatrix, usize),
     /// Query heads and key/value heads.
     pub heads: (usize, usize),
     /// Which dims RoPE pairs.
@@ -75,24 +99,23 @@ pub struct DecodeLayer<'a> {
     pub eps: f32,
 }
 
-/// The grid barriers' counters of one recorded step, one per layer, zeroed at the step's
-/// start each time it runs ([`GpuBatch::decode_layer_counters`]).
+/// The grid barriers' counters of one recorded step, one per dispatch, zeroed at the
+/// step's start each time it runs ([`GpuBatch::decode_layer_counters`]).
 #[derive(Clone, Debug)]
 pub struct DecodeLayerCounters {
     buf: Subbuffer<[u32]>,
-    layers: usize,
+    dispatches: usize,
 }
 
 impl GpuContext {
     /// Workgroups of [`GpuBatch::decode_layer`]'s grid on this device, or `None` where it
     /// does not run (see the module note): the device's multiprocessors times
     /// [`DECODE_LAYER_GROUPS_PER_SM`] where the driver reports them, one on a CPU
-    /// implementation, `None` without subgroup arithmetic or with
+    /// implementation; `None` without subgroup arithmetic, without dynamic indexing of
+    /// storage-buffer arrays or room for the kernel's bindings, or with
     /// [`crate::GpuOptions::five_dispatch_decode`].
     pub fn decode_layer_workgroups(&self) -> Option<u32> {
-        if !self.info.subgroup_arithmetic || self.five_dispatch_decode {
-            return None;
-        }
+        self.decode_layer_kernel()?;
         if self.info.kind == crate::DeviceKind::Cpu {
             return Some(1);
         }
@@ -105,98 +128,156 @@ impl GpuContext {
     }
 }
 
-impl<C: AsRef<GpuContext>> GpuBatch<C> {
-    /// Counters for `layers` [`GpuBatch::decode_layer`] dispatches, zeroed here in the
-    /// recording (so every replay zeroes them again before its layers run).
-    pub fn decode_layer_counters(&mut self, layers: usize) -> Result<DecodeLayerCounters> {
-        let job = self.job_mut();
-        let buf = job
-            .ctx()
-            .alloc_words(layers.max(1) as u64, "decode layer counters")?;
-        job.fill_zero(&buf)?;
-        Ok(DecodeLayerCounters { buf, layers })
+impl GpuContext {
+    /// Layers one dispatch of [`GpuBatch::decode_layers`] runs at most here: 64, or one on
+    /// a CPU implementation (lavapipe computed wrong results with three of SmolLM2's
+    /// layers bound at once) or where the device binds fewer than 393 storage buffers a
+    /// stage; `None` where the kernel does not run
+    /// ([`GpuContext::decode_layer_workgroups`]).
+    pub fn decode_layers_per_dispatch(&self) -> Option<usize> {
+        self.decode_layer_workgroups()?;
+        self.decode_layer_kernel().map(|(_, layers)| layers)
     }
 
-    /// Records layer `layer` of a token's decode step as one dispatch; see the module
-    /// note. Refused (an error, nothing recorded) where
-    /// [`GpuContext::decode_layer_workgroups`] is `None`.
-    pub fn decode_layer(
-        &mut self,
-        l: &DecodeLayer<'_>,
-        counters: &DecodeLayerCounters,
-        layer: usize,
-    ) -> Result<()> {
-        const OP: &str = "decode_layer";
-        let job = self.job_mut();
-        let Some(groups) = job.ctx().decode_layer_workgroups() else {
-            return Err(shape(
-                OP,
-                "this device runs no decode layer kernel (no subgroup arithmetic, no \
-                 multiprocessor count, or switched off): record the five dispatches",
-            ));
-        };
-        if layer >= counters.layers {
-            return Err(shape(
-                OP,
-                format!("layer {layer} of {} counters", counters.layers),
-            ));
+    /// The widest variant of the kernel the device binds, where it may run at all.
+    pub(crate) fn decode_layer_kernel(&self) -> Option<(Shader, usize)> {
+        let i = &self.info;
+        if !i.subgroup_arithmetic || !i.storage_buffer_array_indexing || self.five_dispatch_decode {
+            return None;
         }
-        let s = check(l)?;
-        let (kc, vc) = l.caches;
-        let (q, attn, hidden) = l.scratch;
-        let (flags, slot_o, slot_down) = l.flags;
-        let splits = kc.rows().div_ceil(KEY_BLOCK).clamp(1, MAX_SPLITS);
-        // Per head a counter (padded to whole vec4s), then per (head, run) its max, sum
-        // and output: written before the merge reads them, so only the counters need
-        // zeroing, once; the merging workgroup leaves its counter at zero.
-        let d4 = s.head_dim / 4;
-        let words = s.n_heads.next_multiple_of(4) + s.n_heads * splits * (d4 + 1) * 4;
-        let part = job
-            .ctx()
-            .alloc_words(words as u64, "decode layer attention partials")?;
-        job.zero_once(&part)?;
-        // Prefetching pays where workgroups wait for each other; one workgroup never does.
-        let prefetch = groups > 1 && !job.ctx().decode_layer_no_prefetch;
-        let push = [
-            (s.hidden / 4) as u32,
-            (s.ffn / 4) as u32,
-            l.eps.to_bits(),
-            (s.n_heads * s.head_dim) as u32,
-            (s.n_kv_heads * s.head_dim) as u32,
-            s.head_dim as u32,
-            (l.angles.ld_words() / 2) as u32,
-            u32::from(l.style == RopeStyle::HalfSplit) << 1 | u32::from(prefetch) << 2,
-            s.n_heads as u32,
-            s.n_kv_heads as u32,
-            kc.rows() as u32,
-            (1.0 / (s.head_dim as f32).sqrt()).to_bits(),
-            splits as u32,
-            slot_o as u32,
-            slot_down as u32,
-            layer as u32,
-        ];
-        let buffers = [
-            &l.x.buf,
-            &l.qkv.buf,
-            &l.o.buf,
-            &l.gate_up.buf,
-            &l.down.buf,
-            &l.angles.buf,
-            &kc.buf,
-            &vc.buf,
-            &l.positions.buf,
-            &q.buf,
-            &attn.buf,
-            &hidden.buf,
-            &flags.buf,
-            &part,
-            &counters.buf,
-        ];
-        job.dispatch(Shader::DecodeLayer, &buffers, push, [groups, 1, 1])
+        let cpu = i.kind == crate::DeviceKind::Cpu;
+        KERNELS
+            .into_iter()
+            .filter(|&(_, layers)| !cpu || layers == 1)
+            .find(|&(_, layers)| i.max_stage_storage_buffers >= storage_buffers(layers))
     }
 }
 
-/// The shapes a [`DecodeLayer`] implies.
+impl<C: AsRef<GpuContext>> GpuBatch<C> {
+    /// Counters for the dispatches of [`GpuBatch::decode_layers`] over `layers` layers,
+    /// zeroed here in the recording (so every replay zeroes them again before its layers
+    /// run).
+    pub fn decode_layer_counters(&mut self, layers: usize) -> Result<DecodeLayerCounters> {
+        let job = self.job_mut();
+        let per_dispatch = job.ctx().decode_layers_per_dispatch().unwrap_or(1);
+        let dispatches = layers.div_ceil(per_dispatch).max(1);
+        let buf = job
+            .ctx()
+            .alloc_words(dispatches as u64, "decode layer counters")?;
+        job.fill_zero(&buf)?;
+        Ok(DecodeLayerCounters { buf, dispatches })
+    }
+
+    /// Records the layers of a token's decode step,
+    /// [`GpuContext::decode_layers_per_dispatch`] to a dispatch; see the module note. Refused (an error, nothing recorded) where
+    /// [`GpuContext::decode_layer_workgroups`] is `None`.
+    pub fn decode_layers(
+        &mut self,
+        l: &DecodeLayers<'_>,
+        counters: &DecodeLayerCounters,
+    ) -> Result<()> {
+        let job = self.job_mut();
+        let ctx = job.ctx();
+        let (Some(groups), Some((shader, per_dispatch))) =
+            (ctx.decode_layer_workgroups(), ctx.decode_layer_kernel())
+        else {
+            return Err(shape(
+                OP,
+                "this device runs no decode layer kernel (no subgroup arithmetic, no \
+                 indexing of buffer arrays, no multiprocessor count, or switched off): \
+                 record the five dispatches a layer",
+            ));
+        };
+        let s = check(l)?;
+        let runs = l.layers.chunks(per_dispatch);
+        if runs.len() > counters.dispatches {
+            return Err(shape(
+                OP,
+                format!(
+                    "{} layers take {} dispatches; the counters serve {}",
+                    l.layers.len(),
+                    runs.len(),
+                    counters.dispatches
+                ),
+            ));
+        }
+        let capacity = l.layers[0].caches.0.rows();
+        let splits = capacity.div_ceil(KEY_BLOCK).clamp(1, MAX_SPLITS);
+        // Per layer and head a counter (padded to whole vec4s), then per (head, run) its
+        // max, sum and output: written before the merge reads them, so only the counters
+        // need zeroing, once; the merging workgroup leaves its counter at zero.
+        let d4 = s.head_dim / 4;
+        let layer_words = s.n_heads.next_multiple_of(4) + s.n_heads * splits * (d4 + 1) * 4;
+        let part = job.ctx().alloc_words(
+            (layer_words * l.layers.len().min(per_dispatch)) as u64,
+            "decode layer attention partials",
+        )?;
+        job.zero_once(&part)?;
+        // Prefetching pays where workgroups wait for each other; one workgroup never does.
+        let prefetch = groups > 1 && !job.ctx().decode_layer_no_prefetch;
+        let (q, attn, hidden) = l.scratch;
+        let (flags, first_slot) = l.flags;
+        for (dispatch, run) in runs.enumerate() {
+            let first = dispatch * per_dispatch;
+            let push = [
+                (s.hidden / 4) as u32,
+                (s.ffn / 4) as u32,
+                l.eps.to_bits(),
+                (s.n_heads * s.head_dim) as u32,
+                (s.n_kv_heads * s.head_dim) as u32,
+                s.head_dim as u32,
+                (l.angles.ld_words() / 2) as u32,
+                u32::from(l.style == RopeStyle::HalfSplit) << 1 | u32::from(prefetch) << 2,
+                s.n_heads as u32,
+                s.n_kv_heads as u32,
+                capacity as u32,
+                (1.0 / (s.head_dim as f32).sqrt()).to_bits(),
+                splits as u32,
+                (first_slot + 2 * first) as u32,
+                run.len() as u32,
+                dispatch as u32,
+            ];
+            // Every array element is bound: the run's layers, then its last layer again.
+            let array = |f: for<'w> fn(&DecodeLayerWeights<'w>) -> &'w GpuMatrix| {
+                let last = run[run.len() - 1];
+                (0..per_dispatch)
+                    .map(|i| &f(run.get(i).unwrap_or(&last)).buf)
+                    .collect::<Vec<_>>()
+            };
+            let [wqkv, wo, wgu, wdown, kc, vc] = [
+                array(|w| w.qkv),
+                array(|w| w.o),
+                array(|w| w.gate_up),
+                array(|w| w.down),
+                array(|w| w.caches.0),
+                array(|w| w.caches.1),
+            ];
+            let bindings: [&[&Subbuffer<[u32]>]; 15] = [
+                &[&l.x.buf],
+                &wqkv,
+                &wo,
+                &wgu,
+                &wdown,
+                &[&l.angles.buf],
+                &kc,
+                &vc,
+                &[&l.positions.buf],
+                &[&q.buf],
+                &[&attn.buf],
+                &[&hidden.buf],
+                &[&flags.buf],
+                &[&part],
+                &[&counters.buf],
+            ];
+            job.dispatch_arrays(shader, &bindings, push, [groups, 1, 1])?;
+        }
+        Ok(())
+    }
+}
+
+const OP: &str = "decode_layers";
+
+/// The shapes a [`DecodeLayers`] implies.
 struct LayerShape {
     hidden: usize,
     ffn: usize,
@@ -206,12 +287,14 @@ struct LayerShape {
 }
 
 /// Checks every operand of `l` against the others; returns the shapes.
-fn check(l: &DecodeLayer<'_>) -> Result<LayerShape> {
-    const OP: &str = "decode_layer";
+fn check(l: &DecodeLayers<'_>) -> Result<LayerShape> {
     let (n_heads, n_kv_heads) = l.heads;
     let head_dim = l.angles.cols();
     let hidden = l.x.cols();
-    let ffn = l.down.cols();
+    let Some(first) = l.layers.first() else {
+        return Err(shape(OP, "no layers"));
+    };
+    let ffn = first.down.cols();
     if n_heads == 0 || n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
         return Err(shape(
             OP,
@@ -228,20 +311,22 @@ fn check(l: &DecodeLayer<'_>) -> Result<LayerShape> {
         ));
     }
     let (qcols, kvcols) = (n_heads * head_dim, n_kv_heads * head_dim);
-    let capacity = l.caches.0.rows();
+    let capacity = first.caches.0.rows();
     dense(OP, "x", l.x, 1, hidden)?;
-    dense(OP, "qkv", l.qkv, qcols + 2 * kvcols, hidden)?;
-    dense(OP, "o", l.o, hidden, qcols)?;
-    dense(OP, "gate_up", l.gate_up, 2 * ffn, hidden)?;
-    dense(OP, "down", l.down, hidden, ffn)?;
-    dense(OP, "k cache", l.caches.0, capacity, kvcols)?;
-    dense(OP, "v cache", l.caches.1, capacity, kvcols)?;
+    for w in l.layers {
+        dense(OP, "qkv", w.qkv, qcols + 2 * kvcols, hidden)?;
+        dense(OP, "o", w.o, hidden, qcols)?;
+        dense(OP, "gate_up", w.gate_up, 2 * ffn, hidden)?;
+        dense(OP, "down", w.down, hidden, ffn)?;
+        dense(OP, "k cache", w.caches.0, capacity, kvcols)?;
+        dense(OP, "v cache", w.caches.1, capacity, kvcols)?;
+    }
     dense(OP, "angles", l.angles, l.angles.rows(), head_dim)?;
     let (q, attn, hid) = l.scratch;
     dense(OP, "q", q, 1, qcols)?;
     dense(OP, "attention output", attn, 1, qcols)?;
     dense(OP, "gate/up product", hid, 1, ffn)?;
-    let (flags, slot_o, slot_down) = l.flags;
+    let (flags, first_slot) = l.flags;
     dense(OP, "flags", flags, flags.rows(), flags.cols())?;
     if capacity == 0 || l.angles.rows() < capacity {
         return Err(shape(
@@ -252,8 +337,8 @@ fn check(l: &DecodeLayer<'_>) -> Result<LayerShape> {
             ),
         ));
     }
-    if slot_o.max(slot_down) >= flags.rows() * flags.cols() {
-        return Err(shape(OP, "a flag slot past the flags"));
+    if first_slot + 2 * l.layers.len() > flags.rows() * flags.cols() {
+        return Err(shape(OP, "a layer's flag slot past the flags"));
     }
     if l.positions.elem() != Elem::I32 || l.positions.rows() * l.positions.cols() == 0 {
         return Err(shape(OP, "positions must hold a u32 (I32)"));

@@ -97,6 +97,7 @@ shaders! {
     AddChecked => "add_checked",
     QkvFinish => "qkv_finish",
     DecodeLayer => "decode_layer",
+    DecodeLayer1 => "decode_layer_1",
 }
 
 /// The lazily built pipelines of one device.

@@ -3,8 +3,8 @@
 //! q/k/v GEMM taking its positions from a buffer (`GemmEpilogue::QkvRopeAt`) against the
 //! same GEMM given them as push constants, split attention replayed at new positions, the
 //! embedding gather, greedy sampling (ties to the lower id, NaN never chosen), a
-//! recorded batch replayed with new inputs, and a llama layer as one dispatch against the
-//! same layer as five.
+//! recorded batch replayed with new inputs, and llama layers as one dispatch against the
+//! same layers as five dispatches each.
 //! Tolerances: attention `1e-5 · (max|v| + 0.1)` (as the other f32 attention kernels);
 //! the rest exact.
 
@@ -13,8 +13,8 @@ mod common;
 use std::sync::Arc;
 
 use hetsched_gpu::{
-    AttentionShape, DecodeLayer, Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuError, GpuOptions,
-    RopeStyle,
+    AttentionShape, DecodeLayerWeights, DecodeLayers, Elem, FusedGemm, GemmEpilogue, GpuBatch,
+    GpuError, GpuMatrix, GpuOptions, RopeStyle,
 };
 use hetsched_kernels::{reference, seeded::SeededRng};
 
@@ -293,13 +293,14 @@ fn embedding_gather_and_greedy_sampling_replay_with_new_inputs() {
 }
 
 #[test]
-fn one_dispatch_decode_layer_equals_its_five_dispatches() {
-    // A llama layer recorded as one dispatch (grid barriers between its stages) against the
-    // same layer as five (q/k/v, attention, o, gate/up, down), replayed at positions that
-    // split the attention into one to three key runs: the stream, the new cache row and
-    // the flags agree. The products are summed in the same order by both (128 threads, a
-    // subgroup sum); attention walks blocks of 128 keys against 64, so the tolerance is
-    // attention's, `1e-5` of the values' scale, widened by the layer's products to 1e-4.
+fn one_dispatch_decode_layers_equal_their_five_dispatches_each() {
+    // Three llama layers recorded as one dispatch (grid barriers between their stages and
+    // between the layers) against the same layers as five dispatches each (q/k/v,
+    // attention, o, gate/up, down), replayed at positions that split the attention into
+    // one to three key runs: the stream, every layer's new cache row and the flags agree.
+    // The products are summed in the same order by both (128 threads, a subgroup sum);
+    // attention walks blocks of 128 keys against 64, so the stream's tolerance is
+    // attention's, `1e-5` of the values' scale, widened by the products to 1e-4.
     let Some(ctx) = common::gpu_with(GpuOptions::default()) else {
         return;
     };
@@ -309,83 +310,107 @@ fn one_dispatch_decode_layer_equals_its_five_dispatches() {
         return;
     }
     let mut rng = SeededRng::new(47);
-    let (heads, kv_heads, d, hidden, ffn, capacity) = (6, 2, 16, 64, 96, 300);
+    let (heads, kv_heads, d, hidden, ffn, capacity, n_layers) = (9, 3, 64, 576, 1536, 100, 6);
     let (qc, kvc) = (heads * d, kv_heads * d);
-    let scaled = |rng: &mut SeededRng, n: usize, s: f32| -> Vec<f32> {
-        rng.f32s(n).into_iter().map(|v| v * s).collect()
-    };
     let up = |data: &[f32], rows: usize, cols: usize| ctx.upload_f32(data, rows, cols).unwrap();
-    let qkv = up(
-        &scaled(&mut rng, (qc + 2 * kvc) * hidden, 0.2),
-        qc + 2 * kvc,
-        hidden,
-    );
-    let o = up(&scaled(&mut rng, hidden * qc, 0.1), hidden, qc);
-    let gate_up = up(&scaled(&mut rng, 2 * ffn * hidden, 0.2), 2 * ffn, hidden);
-    let down = up(&scaled(&mut rng, hidden * ffn, 0.1), hidden, ffn);
+    let mut weights = |rows: usize, cols: usize, scale: f32| {
+        let data: Vec<f32> = rng.f32s(rows * cols).iter().map(|v| v * scale).collect();
+        up(&data, rows, cols)
+    };
+    let layer_weights: Vec<[GpuMatrix; 4]> = (0..n_layers)
+        .map(|_| {
+            [
+                weights(qc + 2 * kvc, hidden, 0.2),
+                weights(hidden, qc, 0.1),
+                weights(2 * ffn, hidden, 0.2),
+                weights(hidden, ffn, 0.1),
+            ]
+        })
+        .collect();
     let table: Vec<usize> = (0..capacity).collect();
     let angles = ctx.rope_angles(&table, d, 10_000.0).unwrap();
     let k0 = rng.f32s(capacity * kvc);
     let v0 = rng.f32s(capacity * kvc);
-    let zero_flags = vec![0.0f32; 4];
+    let zero_flags = vec![0.0f32; 16];
     // One recording per way, each over its own stream, caches and flags.
     let ways = [false, true].map(|at_once| {
         let x_in = ctx.host_matrix(1, hidden).unwrap();
         let x = ctx.alloc_matrix(1, hidden, Elem::F32).unwrap();
         let position_in = ctx.host_matrix(1, 1).unwrap();
         let position = ctx.alloc_matrix(1, 4, Elem::I32).unwrap();
-        let (kc, vc) = (up(&k0, capacity, kvc), up(&v0, capacity, kvc));
+        let caches: Vec<_> = (0..n_layers)
+            .map(|l| {
+                let shift =
+                    |c: &[f32]| -> Vec<f32> { c.iter().map(|v| v + l as f32 * 0.1).collect() };
+                (
+                    up(&shift(&k0), capacity, kvc),
+                    up(&shift(&v0), capacity, kvc),
+                )
+            })
+            .collect();
         let q = ctx.alloc_matrix(1, qc, Elem::F32).unwrap();
         let attn = ctx.alloc_matrix(1, qc, Elem::F32).unwrap();
         let hid = ctx.alloc_matrix(1, ffn, Elem::F32).unwrap();
-        let flags = up(&zero_flags, 1, 4);
-        let out = [
-            ctx.host_matrix(1, hidden).unwrap(),
-            ctx.host_matrix(capacity, kvc).unwrap(),
-        ];
+        let flags = up(&zero_flags, 4, 4);
+        let x_out = ctx.host_matrix(1, hidden).unwrap();
+        let caches_out: Vec<_> = (0..n_layers)
+            .map(|_| ctx.host_matrix(capacity, kvc).unwrap())
+            .collect();
         let mut b = GpuBatch::replayable(ctx.clone()).unwrap();
         b.upload_host(&x_in, &x).unwrap();
         b.upload_host(&position_in, &position).unwrap();
-        let counters = b.decode_layer_counters(1).unwrap();
-        let residual = |slot| GemmEpilogue::Residual {
-            flags: &flags,
-            slot,
-        };
+        let counters = b.decode_layer_counters(n_layers).unwrap();
         if at_once {
-            let l = DecodeLayer {
+            let layers: Vec<DecodeLayerWeights<'_>> = layer_weights
+                .iter()
+                .zip(&caches)
+                .map(|([qkv, o, gate_up, down], (kc, vc))| DecodeLayerWeights {
+                    qkv,
+                    o,
+                    gate_up,
+                    down,
+                    caches: (kc, vc),
+                })
+                .collect();
+            let l = DecodeLayers {
+                layers: &layers,
                 x: &x,
-                qkv: &qkv,
-                o: &o,
-                gate_up: &gate_up,
-                down: &down,
                 angles: &angles,
-                caches: (&kc, &vc),
                 positions: &position,
                 scratch: (&q, &attn, &hid),
-                flags: (&flags, 0, 1),
+                flags: (&flags, 0),
                 heads: (heads, kv_heads),
-                style: RopeStyle::HalfSplit,
+                style: RopeStyle::Adjacent,
                 eps: 1e-5,
             };
-            b.decode_layer(&l, &counters, 0).unwrap();
-        } else {
-            let epilogue = GemmEpilogue::QkvRopeAt {
-                angles: &angles,
-                caches: (&kc, &vc),
-                positions: &position,
-                n_heads: heads,
-                n_kv_heads: kv_heads,
-                style: RopeStyle::HalfSplit,
-            };
+            b.decode_layers(&l, &counters).unwrap();
+        }
+        for (layer, ([qkv, o, gate_up, down], (kc, vc))) in layer_weights
+            .iter()
+            .zip(&caches)
+            .enumerate()
+            .filter(|_| !at_once)
+        {
             let normed = |epilogue| FusedGemm {
                 norm_eps: Some(1e-5),
                 epilogue,
             };
-            let plain = |epilogue| FusedGemm {
+            let residual = |block| FusedGemm {
                 norm_eps: None,
-                epilogue,
+                epilogue: GemmEpilogue::Residual {
+                    flags: &flags,
+                    slot: 2 * layer + block,
+                },
             };
-            b.gemm_fused(&x, &qkv, &q, normed(epilogue)).unwrap();
+            let rope = GemmEpilogue::QkvRopeAt {
+                angles: &angles,
+                caches: (kc, vc),
+                positions: &position,
+                n_heads: heads,
+                n_kv_heads: kv_heads,
+                style: RopeStyle::Adjacent,
+            };
+            b.gemm_fused(&x, qkv, &q, normed(rope)).unwrap();
             let s = AttentionShape {
                 n_tokens: 1,
                 pos0: 0,
@@ -394,52 +419,60 @@ fn one_dispatch_decode_layer_equals_its_five_dispatches() {
                 n_kv_heads: kv_heads,
                 head_dim: d,
             };
-            b.attention_at(&q, (&kc, &vc), &s, &position, &attn)
+            b.attention_at(&q, (kc, vc), &s, &position, &attn).unwrap();
+            b.gemm_fused(&attn, o, &x, residual(0)).unwrap();
+            b.gemm_fused(&x, gate_up, &hid, normed(GemmEpilogue::SiluMul))
                 .unwrap();
-            b.gemm_fused(&attn, &o, &x, plain(residual(0))).unwrap();
-            b.gemm_fused(&x, &gate_up, &hid, normed(GemmEpilogue::SiluMul))
-                .unwrap();
-            b.gemm_fused(&hid, &down, &x, plain(residual(1))).unwrap();
+            b.gemm_fused(&hid, down, &x, residual(1)).unwrap();
         }
-        b.download_host(&x, &out[0]).unwrap();
-        b.download_host(&kc, &out[1]).unwrap();
+        b.download_host(&x, &x_out).unwrap();
+        for ((kc, _), out) in caches.iter().zip(&caches_out) {
+            b.download_host(kc, out).unwrap();
+        }
         let step = b.record().unwrap();
-        let dispatches = step.dispatches();
-        (x_in, position_in, out, flags, step, dispatches)
+        (x_in, position_in, x_out, caches_out, flags, step)
     });
-    assert_eq!((ways[0].5, ways[1].5), (5, 1), "dispatches a layer");
-    for pos in [299usize, 5, 130, 299, 64] {
+    let dispatches = ways.each_ref().map(|w| w.5.dispatches());
+    let per_dispatch = ctx.decode_layers_per_dispatch().unwrap();
+    assert_eq!(
+        dispatches,
+        [5 * n_layers, n_layers.div_ceil(per_dispatch)],
+        "dispatches of the layers"
+    );
+    let read = |m: &hetsched_gpu::HostMatrix| -> Vec<f32> {
+        m.read().unwrap().into_iter().map(f32::from_bits).collect()
+    };
+    for pos in [99usize, 5, 30, 99, 64] {
         let x = rng.f32s(hidden);
         let words: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();
-        let [want, got] = [&ways[0], &ways[1]].map(|(x_in, position_in, out, _, step, _)| {
+        for (x_in, position_in, _, _, _, step) in &ways {
             x_in.write(&words).unwrap();
             position_in.write(&[pos as u32]).unwrap();
             step.submit().unwrap();
-            out.each_ref().map(|m| {
-                m.read()
-                    .unwrap()
-                    .into_iter()
-                    .map(f32::from_bits)
-                    .collect::<Vec<f32>>()
-            })
-        });
-        let scale = vec![x.iter().fold(1f32, |m, v| m.max(v.abs())); hidden];
-        common::assert_close(&format!("stream at {pos}"), &got[0], &want[0], &scale, 1e-4);
-        let row = pos * kvc..(pos + 1) * kvc;
-        common::assert_same(
-            &format!("cache row {pos}"),
-            &got[1][row.clone()],
-            &want[1][row],
-        );
+        }
+        let [want, got] = ways.each_ref().map(|w| read(&w.2));
+        let scale = vec![want.iter().fold(1f32, |m, v| m.max(v.abs())); hidden];
+        common::assert_close(&format!("stream at {pos}"), &got, &want, &scale, 1e-4);
+        for layer in 0..n_layers {
+            let [want, got] = ways.each_ref().map(|w| read(&w.3[layer]));
+            let row = pos * kvc..(pos + 1) * kvc;
+            common::assert_close(
+                &format!("layer {layer}'s cache row {pos}"),
+                &got[row.clone()],
+                &want[row],
+                &vec![scale[0]; kvc],
+                1e-4,
+            );
+        }
     }
     for (way, name) in ways.iter().zip(["five dispatches", "one dispatch"]) {
-        let flags = ctx.download_f32(&way.3).unwrap();
+        let flags = ctx.download_f32(&way.4).unwrap();
         assert_eq!(flags, zero_flags, "{name}: no residual add raised its flag");
     }
 }
 
 #[test]
-fn one_dispatch_decode_layer_is_refused_where_it_cannot_run() {
+fn one_dispatch_decode_layers_are_refused_where_they_cannot_run() {
     let Some(ctx) = common::gpu_with(GpuOptions {
         five_dispatch_decode: true,
         ..GpuOptions::default()
@@ -451,23 +484,26 @@ fn one_dispatch_decode_layer_is_refused_where_it_cannot_run() {
     let m = |rows, cols| ctx.alloc_matrix(rows, cols, Elem::F32).unwrap();
     let (x, w, angles, cache, flags) = (m(1, 8), m(8, 8), m(4, 4), m(4, 4), m(1, 4));
     let positions = ctx.alloc_matrix(1, 4, Elem::I32).unwrap();
-    let l = DecodeLayer {
-        x: &x,
+    let layers = [DecodeLayerWeights {
         qkv: &w,
         o: &w,
         gate_up: &w,
         down: &w,
-        angles: &angles,
         caches: (&cache, &cache),
+    }];
+    let l = DecodeLayers {
+        layers: &layers,
+        x: &x,
+        angles: &angles,
         positions: &positions,
         scratch: (&x, &x, &x),
-        flags: (&flags, 0, 1),
+        flags: (&flags, 0),
         heads: (1, 1),
         style: RopeStyle::Adjacent,
         eps: 1e-5,
     };
     let mut b = GpuBatch::replayable(ctx.clone()).unwrap();
     let counters = b.decode_layer_counters(1).unwrap();
-    let err = b.decode_layer(&l, &counters, 0);
+    let err = b.decode_layers(&l, &counters);
     assert!(matches!(err, Err(GpuError::Shape { .. })), "{err:?}");
 }

@@ -17,8 +17,9 @@
 use std::sync::Arc;
 
 use hetsched_gpu::{
-    AttentionShape, DECODE_LAYER_GAVE_UP, DecodeLayer, DecodeLayerCounters, Elem, FusedGemm,
-    GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, HostMatrix, QkvRows, RecordedBatch,
+    AttentionShape, DECODE_LAYER_GAVE_UP, DecodeLayerCounters, DecodeLayerWeights, DecodeLayers,
+    Elem, FusedGemm, GemmEpilogue, GpuBatch, GpuContext, GpuMatrix, HostMatrix, QkvRows,
+    RecordedBatch,
 };
 use hetsched_import::{Activation, EmbeddingScale};
 use hetsched_systems::plan::InstanceKey;
@@ -235,23 +236,22 @@ impl GpuDecode {
         b.upload_host(&t.token_in, &t.token).map_err(gpu_err)?;
         b.upload_host(&t.position_in, &t.position)
             .map_err(gpu_err)?;
-        let counters = match self.layers_in_one_dispatch() {
+        let at_once = self.layers_in_one_dispatch();
+        let counters = match at_once {
             true => Some(b.decode_layer_counters(caches.len()).map_err(gpu_err)?),
             false => None,
         };
         b.embed_rows(&self.embeddings, &t.token, &t.x)
             .map_err(gpu_err)?;
-        for (layer, caches) in caches.iter().enumerate() {
+        if let Some(counters) = counters {
+            self.record_layers_at_once(&mut b, caches, &angles, &counters)?;
+        }
+        for (layer, caches) in caches.iter().enumerate().filter(|_| !at_once) {
             let angles = match &local {
                 Some(local) if c.family.is_local(layer) => local,
                 _ => &angles,
             };
-            match &counters {
-                Some(counters) => {
-                    self.record_layer_at_once(&mut b, layer, caches, angles, counters)?
-                }
-                None => self.record_layer(&mut b, layer, (caches, capacity), angles)?,
-            }
+            self.record_layer(&mut b, layer, (caches, capacity), angles)?;
         }
         Ok(Recorded {
             capacity,
@@ -280,36 +280,43 @@ impl GpuDecode {
             })
     }
 
-    /// Records llama layer `layer` of the step as one dispatch.
-    fn record_layer_at_once(
+    /// Records the step's llama layers in one dispatch ([`GpuBatch::decode_layers`]).
+    fn record_layers_at_once(
         &self,
         b: &mut GpuBatch<Arc<GpuContext>>,
-        layer: usize,
-        (kc, vc): &(GpuMatrix, GpuMatrix),
+        caches: &[(GpuMatrix, GpuMatrix)],
         angles: &GpuMatrix,
         counters: &DecodeLayerCounters,
     ) -> Result<(), ExecError> {
         let m = &self.model;
-        let (c, t, w) = (&m.host.config, &self.t, &m.layers[layer]);
+        let (c, t) = (&m.host.config, &self.t);
+        let layers: Vec<DecodeLayerWeights<'_>> = m
+            .layers
+            .iter()
+            .zip(caches)
+            .map(|(w, (kc, vc))| DecodeLayerWeights {
+                qkv: &w.qkv,
+                o: &w.o,
+                gate_up: &w.gate_up,
+                down: &w.down,
+                caches: (kc, vc),
+            })
+            .collect();
         let flags = NonFiniteFlags {
             layers: m.layers.len(),
         };
-        let l = DecodeLayer {
+        let l = DecodeLayers {
+            layers: &layers,
             x: &t.x,
-            qkv: &w.qkv,
-            o: &w.o,
-            gate_up: &w.gate_up,
-            down: &w.down,
             angles,
-            caches: (kc, vc),
             positions: &t.position,
             scratch: (&t.q, &t.attn, &t.hidden),
-            flags: (&t.flags, flags.slot(0, layer, 0), flags.slot(0, layer, 1)),
+            flags: (&t.flags, flags.slot(0, 0, 0)),
             heads: (c.n_heads, c.n_kv_heads),
             style: c.rope_style,
             eps: c.norm_eps,
         };
-        b.decode_layer(&l, counters, layer).map_err(gpu_err)
+        b.decode_layers(&l, counters).map_err(gpu_err)
     }
 
     /// Records decoder layer `layer` of the step over its caches (`capacity` rows) with

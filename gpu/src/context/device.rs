@@ -151,6 +151,11 @@ pub struct DeviceInfo {
     /// Streaming multiprocessors, where the driver reports them
     /// (`VK_NV_shader_sm_builtins`): what sizes the one-dispatch decode layer's grid.
     pub multiprocessors: Option<u32>,
+    /// Shaders may index arrays of storage buffers with a dynamically uniform index
+    /// (`shaderStorageBufferArrayDynamicIndexing`, enabled where offered).
+    pub storage_buffer_array_indexing: bool,
+    /// Storage buffers one shader stage may bind (`maxPerStageDescriptorStorageBuffers`).
+    pub max_stage_storage_buffers: u32,
 }
 
 impl DeviceInfo {
@@ -200,6 +205,9 @@ pub(super) fn wanted_extensions_and_features(
         // Attention's fused output projection adds into the residual stream with it.
         shader_buffer_float32_atomic_add: extensions.ext_shader_atomic_float
             && have.shader_buffer_float32_atomic_add,
+        // The one-dispatch decode step indexes its layers' weights in descriptor arrays.
+        shader_storage_buffer_array_dynamic_indexing: have
+            .shader_storage_buffer_array_dynamic_indexing,
         ..DeviceFeatures::empty()
     };
     (extensions, features)
@@ -261,6 +269,8 @@ pub(super) fn device_info(
         coop_matrix_nv: extensions.nv_cooperative_matrix && features.cooperative_matrix,
         float_atomic_add: features.shader_buffer_float32_atomic_add,
         multiprocessors: props.shader_sm_count.filter(|&n| n > 0),
+        storage_buffer_array_indexing: features.shader_storage_buffer_array_dynamic_indexing,
+        max_stage_storage_buffers: props.max_per_stage_descriptor_storage_buffers,
     }
 }
 

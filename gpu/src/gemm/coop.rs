@@ -58,6 +58,9 @@ impl GpuContext {
     /// Whether `shader` is a cooperative-matrix kernel that cannot run here (for
     /// [`GpuContext::prepare`], which builds every other pipeline).
     pub(crate) fn coop_shader_unusable(&self, shader: Shader) -> bool {
+        if matches!(shader, Shader::DecodeLayer | Shader::DecodeLayer1) {
+            return self.decode_layer_kernel().map(|(s, _)| s) != Some(shader);
+        }
         if shader == Shader::AttentionFlashKhr {
             return !self.tensor_core_attention_available();
         }
