@@ -141,7 +141,7 @@ pub struct GpuKernelOptions {
     /// Workgroups per multiprocessor of the one-dispatch decode layer (`None`: the
     /// kernel's default; `HETSCHED_GPU_DECODE_GROUPS_PER_SM=N`).
     pub decode_layer_groups_per_sm: Option<u32>,
-    /// The one-dispatch decode layer without its prefetch of the next stage's weights
+    /// The one-dispatch decode layers without their prefetch of a later stage's weights
     /// (`HETSCHED_GPU_DECODE_NO_PREFETCH=1`).
     pub decode_layer_no_prefetch: bool,
 }

@@ -61,7 +61,7 @@ layout(push_constant) uniform Push {
     uint kvcols;    // n_kv_heads · head_dim (= a cache row's floats)
     uint head_dim;
     uint ldcs;      // RoPE table row stride in (cos, sin) pairs
-    uint flags;     // bit 1: half-split RoPE; bit 2: prefetch the next stage's weights
+    uint flags;     // bit 1: half-split RoPE; bit 2: prefetch a later stage's weights
     uint n_heads;
     uint n_kv_heads;
     uint kv_len;    // cache rows (a bound on every position + 1)
@@ -83,37 +83,52 @@ shared float ps[THREADS];
 shared bool last_arrival;
 shared bool gave_up;
 
-vec4 load_w(uint which, uint i);
+vec4 load_w_of(uint which, uint l, uint i);
 
-// Loads the weight rows this workgroup's quads of stage `which` (`quads` of them, k4
-// vec4s a row) will read, so that they come from the cache when the stage runs: the
-// threads past the first subgroup do it while the first thread waits at the barrier. A
-// NaN among them raises the flag the stage's product would raise anyway.
-void prefetch(uint which, uint quads, uint k4) {
+// Prefetch: at the start of a stage every thread issues up to PREFETCH_LOADS loads, one
+// per 128-byte line of the weight rows this workgroup will read in a later stage, and
+// uses them only at the next barrier. The loads fly while the stage computes and the
+// workgroup waits, and the later stage finds its weights in the cache (a load of
+// weights from memory otherwise costs each stage about a microsecond before its first
+// product). A NaN among them raises the flag their own stage would raise.
+const uint PREFETCH_LOADS = 4u;
+float prefetched[PREFETCH_LOADS];
+uint prefetch_slot = 0u;
+
+// Issues the prefetch of stage `which`'s rows of layer `l` (`quads` quads in the stage,
+// k4 vec4s a row), whose residual add raises `slot`.
+void prefetch(uint which, uint l, uint quads, uint k4, uint slot) {
     uint tid = gl_LocalInvocationID.x;
-    const uint FIRST = 32u; // past the waiting thread's subgroup on NVIDIA (warps of 32)
-    if ((p.flags & 4u) == 0u || tid < FIRST) return;
-    float sink = 0.0;
-    for (uint quad = gl_WorkGroupID.x; quad < quads; quad += gl_NumWorkGroups.x) {
-        uint base = 4u * quad * k4;
-        for (uint i = tid - FIRST; i < 4u * k4; i += 4u * (THREADS - FIRST)) {
-            uint stride = THREADS - FIRST;
-            vec4 w0 = load_w(which, base + i);
-            vec4 w1 = i + stride < 4u * k4 ? load_w(which, base + i + stride) : vec4(0.0);
-            vec4 w2 = i + 2u * stride < 4u * k4 ? load_w(which, base + i + 2u * stride) : vec4(0.0);
-            vec4 w3 = i + 3u * stride < 4u * k4 ? load_w(which, base + i + 3u * stride) : vec4(0.0);
-            sink += w0.x + w1.x + w2.x + w3.x;
+    uint wg = gl_WorkGroupID.x;
+    uint groups = gl_NumWorkGroups.x;
+    uint lines_per_row = (k4 + 7u) / 8u;
+    uint my_quads = quads > wg ? (quads - wg + groups - 1u) / groups : 0u;
+    uint lines = (p.flags & 4u) != 0u ? my_quads * 4u * lines_per_row : 0u;
+    prefetch_slot = slot;
+    [[unroll]] for (uint u = 0u; u < PREFETCH_LOADS; u++) {
+        uint line = tid + u * THREADS;
+        prefetched[u] = 0.0;
+        if (line < lines) {
+            uint r = line / lines_per_row; // which of the workgroup's rows
+            uint row = 4u * (wg + (r / 4u) * groups) + r % 4u;
+            prefetched[u] = load_w_of(which, l, row * k4 + (line % lines_per_row) * 8u).x;
         }
     }
-    if (isnan(sink)) flags[slot_o()] = 1.0;
 }
 
-// Every workgroup of the grid arrives, then waits until all have (see the header); the
-// other threads meanwhile prefetch stage `which`'s weights (`quads`, `k4`; which 4: none).
-void grid_barrier(uint which, uint quads, uint k4) {
+// Uses the prefetched values (waiting for them).
+void prefetch_settle() {
+    float sum = 0.0;
+    [[unroll]] for (uint u = 0u; u < PREFETCH_LOADS; u++) sum += prefetched[u];
+    if (isnan(sum)) flags[prefetch_slot] = 1.0;
+    [[unroll]] for (uint u = 0u; u < PREFETCH_LOADS; u++) prefetched[u] = 0.0;
+}
+
+// Every workgroup of the grid arrives, then waits until all have (see the header).
+void grid_barrier() {
+    prefetch_settle();
     memoryBarrierBuffer();
     barrier();
-    if (which < 4u) prefetch(which, quads, k4);
     if (gl_LocalInvocationID.x == 0 && !gave_up) {
         uint groups = gl_NumWorkGroups.x;
         // The arrivals at one barrier are the values [b · groups, (b + 1) · groups): no
@@ -139,12 +154,13 @@ vec4 load_a(uint which, uint i) {
     if (which == 3u) return hid[i];
     return x[i];
 }
-vec4 load_w(uint which, uint i) {
-    if (which == 0u) return w_qkv[layer].w[i];
-    if (which == 1u) return w_o[layer].w[i];
-    if (which == 2u) return w_gu[layer].w[i];
-    return w_down[layer].w[i];
+vec4 load_w_of(uint which, uint l, uint i) {
+    if (which == 0u) return w_qkv[l].w[i];
+    if (which == 1u) return w_o[l].w[i];
+    if (which == 2u) return w_gu[l].w[i];
+    return w_down[l].w[i];
 }
+vec4 load_w(uint which, uint i) { return load_w_of(which, layer, i); }
 
 // The four sums of W rows col .. col + 3 against A (k4 vec4s), and A's sum of squares,
 // in every thread.
@@ -367,12 +383,11 @@ void main() {
     float ss;
 
     for (layer = 0u; layer < p.layers; layer++) {
-        if (layer > 0u) {
-            // The stream the last layer's down wrote; meanwhile this layer's q/k/v weights.
-            grid_barrier(0u, (p.qcols + 2u * p.kvcols) / 4u, p.hidden4);
-        }
-        // 1. q/k/v: the norm prologue, RoPE, q to Q and k, v to the caches' row pos.
         uint qkv_quads = (p.qcols + 2u * p.kvcols) / 4u;
+        if (layer > 0u) grid_barrier(); // the stream the last layer's down wrote
+        prefetch(1u, layer, p.hidden4, p.qcols / 4u, slot_o());
+
+        // 1. q/k/v: the norm prologue, RoPE, q to Q and k, v to the caches' row pos.
         for (uint quad = wg; quad < qkv_quads; quad += groups) {
             vec4 v = gemv_quad(0u, 4u * quad, p.hidden4, ss);
             if (tid == 0u) {
@@ -381,20 +396,23 @@ void main() {
                 store_qkv(pos, 4u * quad + 2u, v.z, v.w);
             }
         }
-        grid_barrier(4u, 0u, 0u);
+        grid_barrier();
+        prefetch(2u, layer, 2u * p.ffn4, p.hidden4, slot_o() + 1u);
 
         // 2. attention over keys 0 ..= pos, one unit per (head, key run).
         for (uint unit = wg; unit < p.n_heads * p.splits; unit += groups) {
             attention_unit(unit / p.splits, unit % p.splits, pos);
         }
-        grid_barrier(1u, p.hidden4, p.qcols / 4u);
+        grid_barrier();
+        prefetch(3u, layer, p.hidden4, p.ffn4, slot_o() + 1u);
 
         // 3. o, added into the stream.
         for (uint quad = wg; quad < p.hidden4; quad += groups) {
             vec4 v = gemv_quad(1u, 4u * quad, p.qcols / 4u, ss);
             if (tid == 0u) residual(quad, v, slot_o());
         }
-        grid_barrier(2u, 2u * p.ffn4, p.hidden4);
+        grid_barrier();
+        if (layer + 1u < p.layers) prefetch(0u, layer + 1u, qkv_quads, p.hidden4, slot_o() + 2u);
 
         // 4. gate/up (rows interleaved gate j, up j) with the norm prologue: silu(g) · u.
         for (uint quad = wg; quad < 2u * p.ffn4; quad += groups) {
@@ -406,7 +424,7 @@ void main() {
                 hid[(h + 1u) >> 2][(h + 1u) & 3u] = v.z / (1.0 + exp(-v.z)) * v.w;
             }
         }
-        grid_barrier(3u, p.hidden4, p.ffn4);
+        grid_barrier();
 
         // 5. down, added into the stream.
         for (uint quad = wg; quad < p.hidden4; quad += groups) {

@@ -213,8 +213,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             "decode layer attention partials",
         )?;
         job.zero_once(&part)?;
-        // Prefetching pays where workgroups wait for each other; one workgroup never does.
-        let prefetch = groups > 1 && !job.ctx().decode_layer_no_prefetch;
+        let prefetch = !job.ctx().decode_layer_no_prefetch;
         let (q, attn, hidden) = l.scratch;
         let (flags, first_slot) = l.flags;
         for (dispatch, run) in runs.enumerate() {

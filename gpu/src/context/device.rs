@@ -88,8 +88,8 @@ pub struct GpuOptions {
     ///
     /// [`DECODE_LAYER_GROUPS_PER_SM`]: crate::DECODE_LAYER_GROUPS_PER_SM
     pub decode_layer_groups_per_sm: Option<u32>,
-    /// The one-dispatch decode layer leaves the next stage's weights alone while its
-    /// workgroups wait at a barrier (by default they load them into the cache then).
+    /// The one-dispatch decode layers do not prefetch a later stage's weights (by default
+    /// each stage starts the loads of the next product's weight rows into the cache).
     pub decode_layer_no_prefetch: bool,
 }
 
