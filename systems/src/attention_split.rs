@@ -35,11 +35,13 @@ use crate::graph::{Sharing, StageDependency, StageTemplate};
 use crate::model::{ExecClass, ModelConfig, OpKind};
 pub use crate::op::HeadRange;
 
-/// The query heads of `model` cut into at most `parts` groups of equal size (the last
-/// may hold fewer), in head order; one group of every head for `parts` 0 or 1.
+/// The query heads of `model` cut into groups of `heads / parts` heads (rounded down, at
+/// least one; the last group may hold fewer), in head order: at least `parts` groups, so
+/// that no group is longer than asked for, and at most one a head. One group of every
+/// head for `parts` 0 or 1.
 pub fn head_groups(model: &ModelConfig, parts: u32) -> Vec<HeadRange> {
     let heads = model.heads.max(1);
-    let per = heads.div_ceil(parts.clamp(1, heads));
+    let per = (heads / parts.clamp(1, heads)).max(1);
     (0..heads)
         .step_by(per as usize)
         .map(|first| HeadRange {
@@ -224,7 +226,9 @@ mod tests {
                 next += g.count;
             }
             assert_eq!(next, 16);
-            assert!(groups.len() as u32 <= parts.max(1));
+            assert!(groups.len() as u32 >= parts.clamp(1, 16), "{parts}");
+            // Groups of one size, the last aside.
+            assert!(groups.iter().all(|g| g.count <= groups[0].count));
         }
         let groups = head_groups(&model, 8);
         assert_eq!(groups[0].kv_heads(16, 4), 1);

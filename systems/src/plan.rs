@@ -140,7 +140,8 @@ impl PrefillPlan {
     /// This plan with each chunk's attention stage cut by query heads into a prep, parts
     /// and a merge ([`crate::attention_split`]), as many parts as the longest chunk's
     /// attention needs to run about `part_ns` or less a part on the stage's home
-    /// processor (at most one a query head), its memory settings kept. The plan is
+    /// processor (at most one a query head; [`crate::attention_split::head_groups`]),
+    /// its memory settings kept. The plan is
     /// returned as it is where no attention stage is that long, on a device of one
     /// processor (nothing runs beside a part there) and where a processor prices an
     /// attention stage by a fitted stage cost (measured whole: its parts never were).
@@ -167,8 +168,8 @@ impl PrefillPlan {
     }
 
     /// How many parts [`PrefillPlan::with_attention_split`] cuts attention into: the
-    /// longest attention operator (the last chunk's, on its stage's home processor) over
-    /// `part_ns`, rounded up, at most the query heads; 1 where it cuts nothing.
+    /// longest attention operator (of the last two chunks, on its stage's home processor)
+    /// over `part_ns`, rounded up, at most the query heads; 1 where it cuts nothing.
     fn attention_parts(&self, part_ns: u64) -> u32 {
         if self.lanes() < 2 || part_ns == 0 {
             return 1;
@@ -188,22 +189,26 @@ impl PrefillPlan {
             let Some(op) = stage.ops.iter().find(|op| op.kind == OpKind::Attention) else {
                 continue;
             };
-            let key = InstanceKey {
-                chunk: self.chunks - 1,
-                stage: j as u32,
-            };
             let processor = &self.device.processors[self.stage_processor[j]];
             let ops = std::slice::from_ref(op);
-            let shape = processor.kind.priced_shape(
-                &processor.cost,
-                &self.model,
-                ops,
-                self.executed_shape(key),
-                self.workload.chunk_len,
-            );
-            let ns = processor.cost.op_ns(&self.model, op, shape).unwrap_or(0.0);
-            let needed = (ns / part_ns as f64).ceil().min(f64::from(u32::MAX)) as u32;
-            parts = parts.max(needed);
+            // The longest chunk's attention: the last one, or the one before it when the
+            // last holds fewer tokens (attention grows with the keys before a chunk).
+            for chunk in self.chunks.saturating_sub(2)..self.chunks {
+                let key = InstanceKey {
+                    chunk,
+                    stage: j as u32,
+                };
+                let shape = processor.kind.priced_shape(
+                    &processor.cost,
+                    &self.model,
+                    ops,
+                    self.executed_shape(key),
+                    self.workload.chunk_len,
+                );
+                let ns = processor.cost.op_ns(&self.model, op, shape).unwrap_or(0.0);
+                let needed = (ns / part_ns as f64).ceil().min(f64::from(u32::MAX)) as u32;
+                parts = parts.max(needed);
+            }
         }
         parts.min(self.model.heads)
     }
