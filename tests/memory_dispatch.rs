@@ -145,6 +145,7 @@ fn layer() -> impl Strategy<Value = Vec<OpDecl>> {
                     ExecClass::Float
                 }),
                 window: None,
+                heads: None,
             });
         }
         decls

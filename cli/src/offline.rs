@@ -77,6 +77,21 @@ pub struct SimulateArgs {
     /// live ones waits, or is refused.
     #[arg(long, value_name = "WHAT", default_value = "wait", value_parser = ["wait", "refuse"], requires = "kv_budget")]
     kv_full: String,
+    /// With --requests: cut each prefill's attention stages by query heads into parts of
+    /// about MS milliseconds or less on their home processor (docs/requests.md,
+    /// "Attention cut by query heads") [default: attention whole].
+    #[arg(long, value_name = "MS", value_parser = part_ms, requires = "requests")]
+    attention_part_ms: Option<u64>,
+}
+
+/// A part length in milliseconds, as ns: above 0, at most a minute.
+fn part_ms(text: &str) -> Result<u64, String> {
+    match text.parse::<f64>() {
+        Ok(ms) if ms > 0.0 && ms <= 60_000.0 => Ok(((ms * 1e6).round() as u64).max(1)),
+        _ => Err(format!(
+            "`{text}`: give a part length in milliseconds, above 0 and at most 60000"
+        )),
+    }
 }
 
 /// `simulate --decode-tokens`: the prefill's report, the modelled decode, end to end.
@@ -216,6 +231,7 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
             } else {
                 KvFull::Wait
             },
+            attention_part_ns: args.attention_part_ms,
         };
         return simulate_mix(&scene, trace, &options, args.json, &timelines);
     }

@@ -229,6 +229,38 @@ fn a_request_trace_reports_each_request_and_refuses_bad_input() {
     );
     let out = hetsched(&["simulate", "--requests", "agent-burst", "--kv-budget", "0"]);
     assert_clear_failure(&out, "give a budget above 0");
+    for bad in ["0", "nan", "1e9"] {
+        let out = hetsched(&[
+            "simulate",
+            "--requests",
+            "agent-burst",
+            "--attention-part-ms",
+            bad,
+        ]);
+        assert_clear_failure(&out, "give a part length in milliseconds");
+    }
+}
+
+#[test]
+fn attention_cut_by_heads_is_an_option_of_a_request_trace() {
+    let dir = scratch("requests-cut");
+    let trace = dir.join("cut.toml");
+    std::fs::write(
+        &trace,
+        "[[request]]\narrival_ms = 0\nprompt_tokens = 1024\nmax_tokens = 1\npriority = \"background\"\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["simulate", "--requests", trace.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        succeeded_json(&hetsched(&args))["requests"][0]["ttft_ms"]
+            .as_f64()
+            .unwrap()
+    };
+    let whole = run(&[]);
+    let cut = run(&["--attention-part-ms", "2"]);
+    // The same work in more jobs, each paying its launch and operator overhead.
+    assert!(cut > whole, "cut {cut} ms, whole {whole} ms");
 }
 
 #[test]

@@ -97,6 +97,9 @@ impl Step {
             OpRole::Dequantize(ShadowSite::O) => Step::DequantizeO,
             OpRole::Dequantize(ShadowSite::Down) => Step::DequantizeDown,
             OpRole::Rope => Step::Rope,
+            // A part of attention cut by query heads (a simulated plan option) would run
+            // every head here: refused rather than computed twice over.
+            OpRole::Attention if op.heads.is_some() => return Err(unsupported()),
             OpRole::Attention => Step::Attention,
             OpRole::Residual => Step::Residual,
             OpRole::SiluMul => Step::SiluMul,
@@ -163,6 +166,19 @@ mod tests {
                 .count();
             assert_eq!(count, 2, "{p:?}");
         }
+    }
+
+    #[test]
+    fn attention_cut_by_heads_is_refused() {
+        let model = tiny_model(1);
+        let stages = build_stages(&model).expect("a valid model");
+        let groups = hetsched_systems::attention_split::head_groups(&model, 2);
+        let cut = hetsched_systems::attention_split::split_attention_stages(stages, &groups);
+        let err = Step::compile_stages(&cut).unwrap_err();
+        assert!(
+            matches!(&err, ExecError::UnsupportedOp { op, .. } if op.starts_with("attention[")),
+            "{err}"
+        );
     }
 
     #[test]

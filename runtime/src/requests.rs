@@ -189,6 +189,12 @@ pub struct MixOptions {
     pub kv_budget_bytes: Option<u64>,
     /// What a request that does not fit gets.
     pub kv_full: KvFull,
+    /// Cut each prefill's attention stages by query heads into parts of about this many
+    /// ns or less on their home processor ([`PrefillPlan::with_attention_split`]), the
+    /// same plan alone and in the mix; `None`: attention whole. Off by default: on the
+    /// shipped scenes the parts' overheads cost more than the gaps they fill
+    /// (docs/requests.md, "Attention cut by query heads").
+    pub attention_part_ns: Option<u64>,
 }
 
 impl MixOptions {
@@ -198,6 +204,7 @@ impl MixOptions {
             request_policy: request_policy.to_string(),
             kv_budget_bytes: None,
             kv_full: KvFull::Wait,
+            attention_part_ns: None,
         }
     }
 }

@@ -191,6 +191,7 @@ proptest! {
             request_policy: ["fcfs", "priority", "slack"][which].to_string(),
             kv_budget_bytes: budget,
             kv_full: if refuse { KvFull::Refuse } else { KvFull::Wait },
+            attention_part_ns: None,
         };
         let run = simulate_requests(&scene, &specs, &options).unwrap();
         check_invariants(&specs, &run, budget)?;
@@ -202,10 +203,16 @@ proptest! {
     #[test]
     fn fcfs_schedules_each_request_as_alone(
         raw in prop::collection::vec((0u64..800, 1u32..600, 1u32..5, 1u32..3, any::<bool>()), 1..4),
+        split in any::<bool>(),
     ) {
         let scene = Scene::default_scene();
         let specs = specs(&raw);
-        let options = MixOptions::new("fcfs");
+        // With attention cut by heads (parts of about 2 ms: up to 4 on these prompts),
+        // alone and in the mix.
+        let options = MixOptions {
+            attention_part_ns: split.then_some(2_000_000),
+            ..MixOptions::new("fcfs")
+        };
         let run = simulate_requests(&scene, &specs, &options).unwrap();
         check_invariants(&specs, &run, None)?;
         for (i, spec) in specs.iter().enumerate() {

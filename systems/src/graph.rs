@@ -273,7 +273,8 @@ fn new_stage(layer: Option<u32>, op: OpDecl, last_chunk_only: bool) -> StageTemp
 }
 
 impl StageTemplate {
-    fn named(mut self) -> Self {
+    /// The stage named after its layer and first operator (`L3.qkv_proj`).
+    pub(crate) fn named(mut self) -> Self {
         let first = &self.ops[0].name;
         self.name = match self.layer {
             Some(l) => format!("L{l}.{first}"),

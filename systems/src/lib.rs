@@ -34,6 +34,7 @@
 //! ```
 
 pub mod attention_span;
+pub mod attention_split;
 pub mod block;
 mod bound;
 mod collect;

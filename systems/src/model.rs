@@ -361,7 +361,7 @@ impl OpDecl {
                 elementwise(2.0, width, fb + act.bytes() as f64)
             }
             OpKind::Rope => elementwise(6.0, q_width + kv_width, 2.0 * fb),
-            OpKind::Attention => attention_work(model, shape, self.window.map(u64::from)),
+            OpKind::Attention => attention_work(model, self, shape),
             OpKind::SiluMul => {
                 let width = model.ffn as f64;
                 OpWork {
@@ -428,17 +428,24 @@ impl OpDecl {
     }
 }
 
-/// Causal attention of a chunk of `shape` over the KV cache (through a sliding `window`
-/// of keys, if given: [`crate::attention_span`]): QK^T, softmax and PV per head.
-fn attention_work(model: &ModelConfig, shape: ChunkShape, window: Option<u64>) -> OpWork {
+/// Causal attention of a chunk of `shape` over the KV cache (through the operator's
+/// sliding window of keys, if it has one: [`crate::attention_span`]): QK^T, softmax and
+/// PV per head, for every head or for the operator's head range (a part of split
+/// attention, [`crate::attention_split`]: its query heads and the KV heads they read).
+fn attention_work(model: &ModelConfig, op: &OpDecl, shape: ChunkShape) -> OpWork {
+    let window = op.window.map(u64::from);
+    let (heads, kv_heads) = match op.heads {
+        Some(range) => (range.count, range.kv_heads(model.heads, model.kv_heads)),
+        None => (model.heads, model.kv_heads),
+    };
     let c = shape.tokens as f64;
     let hd = model.head_dim() as f64;
-    let q_width = model.heads as f64 * hd;
-    let kv_width = model.kv_heads as f64 * hd;
+    let q_width = heads as f64 * hd;
+    let kv_width = kv_heads as f64 * hd;
     let fb = model.float_precision.bytes() as f64;
     // Query t of the chunk sees past + t + 1 keys (causal), at most `window`.
     let keys = windowed_pairs(shape, window);
-    let heads = model.heads as f64;
+    let heads = heads as f64;
     // QK^T and PV (2 multiply-adds per key and head dimension) plus softmax.
     let ops = heads * keys * (4.0 * hd + 5.0);
     let kv_len = keys_read(shape, window);

@@ -258,6 +258,27 @@ impl OpKind {
     }
 }
 
+/// Query heads `first .. first + count` of an attention operator: a part of a split
+/// attention stage ([`crate::attention_split`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct HeadRange {
+    /// First query head.
+    pub first: u32,
+    /// Query heads in the range, at least 1.
+    pub count: u32,
+}
+
+impl HeadRange {
+    /// The KV heads the range's query heads read, of a model of `heads` query heads and
+    /// `kv_heads` KV heads (grouped-query attention: query head `h` reads KV head
+    /// `h / (heads / kv_heads)`).
+    pub fn kv_heads(self, heads: u32, kv_heads: u32) -> u32 {
+        let group = (heads / kv_heads.max(1)).max(1);
+        let last = self.first + self.count.max(1) - 1;
+        last / group - self.first / group + 1
+    }
+}
+
 /// One operator as declared in a layer graph (built in, or from a scene's `layer_ops`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -287,6 +308,11 @@ pub struct OpDecl {
     /// graph builder sets it on a local layer's attention ([`crate::ModelConfig::attention_window`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<u32>,
+    /// The query heads an attention operator computes, when it is a part of a split
+    /// attention stage ([`crate::attention_split`]); `None`: every head. Set by the plan,
+    /// never read from a scene.
+    #[serde(skip)]
+    pub heads: Option<HeadRange>,
 }
 
 impl OpDecl {
@@ -302,6 +328,7 @@ impl OpDecl {
             out_features: None,
             class: None,
             window: None,
+            heads: None,
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::num::NonZeroU64;
 
+use crate::attention_split::{head_groups, is_splittable, split_attention_stages};
 use crate::device::DeviceProfile;
 use crate::error::PlanError;
 use crate::graph::{
@@ -10,7 +11,7 @@ use crate::graph::{
     merge_for_one_chunk_one_processor, merge_for_one_processor,
 };
 use crate::memory::{MemoryConfig, MemoryProfile};
-use crate::model::{ChunkShape, ModelConfig};
+use crate::model::{ChunkShape, ModelConfig, OpKind};
 use crate::placement::PlacementConfig;
 
 mod lanes;
@@ -133,6 +134,95 @@ impl PrefillPlan {
                 false => merge_for_one_processor(stages),
             };
         }
+        Self::from_stages(model, device, workload, placement, stages, only_lane)
+    }
+
+    /// This plan with each chunk's attention stage cut by query heads into a prep, parts
+    /// and a merge ([`crate::attention_split`]), as many parts as the longest chunk's
+    /// attention needs to run about `part_ns` or less a part on the stage's home
+    /// processor (at most one a query head; [`crate::attention_split::head_groups`]),
+    /// its memory settings kept. The plan is
+    /// returned as it is where no attention stage is that long, on a device of one
+    /// processor (nothing runs beside a part there) and where a processor prices an
+    /// attention stage by a fitted stage cost (measured whole: its parts never were).
+    ///
+    /// # Errors
+    /// As [`PrefillPlan::placed`] and [`PrefillPlan::with_memory`], for the cut plan.
+    pub fn with_attention_split(self, part_ns: u64) -> Result<Self, PlanError> {
+        let parts = self.attention_parts(part_ns);
+        if parts <= 1 {
+            return Ok(self);
+        }
+        let groups = head_groups(&self.model, parts);
+        let stages = split_attention_stages(self.stages.clone(), &groups);
+        let memory = self.memory.clone();
+        Self::from_stages(
+            self.model,
+            self.device,
+            self.workload,
+            self.placement,
+            stages,
+            None,
+        )?
+        .with_memory(memory)
+    }
+
+    /// How many parts [`PrefillPlan::with_attention_split`] cuts attention into: the
+    /// longest attention operator (of the last two chunks, on its stage's home processor)
+    /// over `part_ns`, rounded up, at most the query heads; 1 where it cuts nothing.
+    fn attention_parts(&self, part_ns: u64) -> u32 {
+        if self.lanes() < 2 || part_ns == 0 {
+            return 1;
+        }
+        let mut parts = 1u32;
+        for (j, stage) in self.stages.iter().enumerate() {
+            if !is_splittable(stage) {
+                continue;
+            }
+            let fitted = self.stage_lanes[j].iter().any(|&lane| {
+                let cost = &self.device.processors[lane].cost;
+                cost.stage_cost(&self.model, &stage.ops).is_some()
+            });
+            if fitted {
+                return 1;
+            }
+            let Some(op) = stage.ops.iter().find(|op| op.kind == OpKind::Attention) else {
+                continue;
+            };
+            let processor = &self.device.processors[self.stage_processor[j]];
+            let ops = std::slice::from_ref(op);
+            // The longest chunk's attention: the last one, or the one before it when the
+            // last holds fewer tokens (attention grows with the keys before a chunk).
+            for chunk in self.chunks.saturating_sub(2)..self.chunks {
+                let key = InstanceKey {
+                    chunk,
+                    stage: j as u32,
+                };
+                let shape = processor.kind.priced_shape(
+                    &processor.cost,
+                    &self.model,
+                    ops,
+                    self.executed_shape(key),
+                    self.workload.chunk_len,
+                );
+                let ns = processor.cost.op_ns(&self.model, op, shape).unwrap_or(0.0);
+                let needed = (ns / part_ns as f64).ceil().min(f64::from(u32::MAX)) as u32;
+                parts = parts.max(needed);
+            }
+        }
+        parts.min(self.model.heads)
+    }
+
+    /// Builds the plan of `stages` (a linked per-chunk chain): lanes, instances, memory
+    /// and costs.
+    fn from_stages(
+        model: ModelConfig,
+        device: DeviceProfile,
+        workload: Workload,
+        placement: PlacementConfig,
+        stages: Vec<StageTemplate>,
+        only_lane: Option<usize>,
+    ) -> Result<Self, PlanError> {
         let stage_lanes = match only_lane {
             Some(lane) if lane < device.processors.len() => vec![vec![lane]; stages.len()],
             Some(lane) => {

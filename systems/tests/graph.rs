@@ -100,6 +100,7 @@ fn op(name: &str, kind: OpKind, inputs: &[&str]) -> OpDecl {
         out_features: Some(256),
         class: None,
         window: None,
+        heads: None,
     }
 }
 

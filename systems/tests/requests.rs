@@ -28,6 +28,8 @@ struct Spec {
     arrival_ns: u64,
     interactive: bool,
     policy: usize,
+    /// Attention cut by query heads into as many parts as the model has heads.
+    split: bool,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -38,21 +40,29 @@ fn spec() -> impl Strategy<Value = Spec> {
         0u64..400_000,
         any::<bool>(),
         0usize..POLICIES.len(),
+        any::<bool>(),
     )
         .prop_map(
-            |(layers, chunks, chunk_len, arrival_ns, interactive, policy)| Spec {
+            |(layers, chunks, chunk_len, arrival_ns, interactive, policy, split)| Spec {
                 layers,
                 prompt_len: chunks * chunk_len - chunk_len / 2,
                 chunk_len,
                 arrival_ns,
                 interactive,
                 policy,
+                split,
             },
         )
 }
 
 fn plan_of(spec: &Spec) -> Arc<PrefillPlan> {
-    Arc::new(tiny_plan(spec.layers, spec.prompt_len, spec.chunk_len))
+    let plan = tiny_plan(spec.layers, spec.prompt_len, spec.chunk_len);
+    // A part of 1 ns: one part per query head.
+    let plan = match spec.split {
+        true => plan.with_attention_split(1).expect("a valid split plan"),
+        false => plan,
+    };
+    Arc::new(plan)
 }
 
 fn policy_of(spec: &Spec) -> Box<dyn hetsched_systems::Policy> {
@@ -253,6 +263,7 @@ fn an_interactive_request_overtakes_a_background_prefill_under_priority() {
         arrival_ns: 0,
         interactive: false,
         policy: 0,
+        split: false,
     };
     let interactive = Spec {
         prompt_len: 16,

@@ -60,22 +60,32 @@ pub(super) fn check_and_plan(
     }
     specs
         .iter()
-        .map(|s| plan_for(scene, s).map(Arc::new))
+        .map(|s| plan_for(scene, s, options).map(Arc::new))
         .collect()
 }
 
-/// The scene's plan for `spec`'s prompt (the scene's chunk length, placement and memory).
-pub(super) fn plan_for(scene: &Scene, spec: &RequestSpec) -> Result<PrefillPlan, RequestsError> {
+/// The scene's plan for `spec`'s prompt (the scene's chunk length, placement and memory),
+/// its attention cut by query heads where `options` asks for it.
+pub(super) fn plan_for(
+    scene: &Scene,
+    spec: &RequestSpec,
+    options: &MixOptions,
+) -> Result<PrefillPlan, RequestsError> {
     let mut scene = scene.clone();
     scene.workload = Workload {
         prompt_len: spec.prompt_len,
         ..scene.workload.clone()
     };
-    scene.plan().map_err(|e| match e {
-        SceneError::Plan(source) => RequestsError::Plan {
-            id: spec.id,
-            source,
-        },
+    let plan_error = |source| RequestsError::Plan {
+        id: spec.id,
+        source,
+    };
+    let plan = scene.plan().map_err(|e| match e {
+        SceneError::Plan(source) => plan_error(source),
         other => RequestsError::Scene(other),
-    })
+    })?;
+    match options.attention_part_ns {
+        Some(part_ns) => plan.with_attention_split(part_ns).map_err(plan_error),
+        None => Ok(plan),
+    }
 }

@@ -34,7 +34,7 @@ fn a_lone_request_gets_its_alone_time_and_bad_input_is_refused() {
         "one token: no decode"
     );
     // Alone, the prefill is the engine's own simulation of its plan.
-    let plan = Arc::new(plan_for(&scene, &one[0]).unwrap());
+    let plan = Arc::new(plan_for(&scene, &one[0], &MixOptions::new("slack")).unwrap());
     let engine = crate::engine::simulate(plan, scene.new_policy().unwrap()).unwrap();
     assert_eq!(s.ttft_ns, engine.makespan_ns);
     assert!(matches!(

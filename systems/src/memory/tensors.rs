@@ -86,7 +86,12 @@ pub(super) fn output_row(op: &OpDecl, model: &ModelConfig) -> (u64, bool) {
             float,
             false,
         ),
-        OpKind::Attention => (u64::from(model.heads).saturating_mul(hd), float, false),
+        // Every query head's output, or a part's heads (split attention).
+        OpKind::Attention => (
+            u64::from(op.heads.map_or(model.heads, |r| r.count)).saturating_mul(hd),
+            float,
+            false,
+        ),
         OpKind::SiluMul => {
             let bytes = if op.class() == ExecClass::Int8 {
                 act

@@ -71,19 +71,20 @@ impl PlanLayout<'_> {
     }
 
     /// The memory step of `stage`: stages in chain order, except that a shadow shares the
-    /// step of the INT8 stage it runs beside. A chunk's steps run one after another (the
+    /// step of the INT8 stage it runs beside, and the parts of split attention share one. A chunk's steps run one after another (the
     /// stages of one step may overlap), which is what memory accounting relies on.
     pub fn memory_step(&self, stage: u32) -> u32 {
         self.memory_steps[stage as usize]
     }
 }
 
-/// For each stage, its memory step: a shadow joins the step of the stage before it.
+/// For each stage, its memory step: a shadow, or a part of split attention after the
+/// first, joins the step of the stage before it.
 pub(super) fn memory_steps(stages: &[StageTemplate]) -> Vec<u32> {
     let mut steps = Vec::with_capacity(stages.len());
     let mut next = 0u32;
     for stage in stages {
-        if stage.is_shadow() && next > 0 {
+        if stage.runs_beside_previous() && next > 0 {
             steps.push(next - 1);
         } else {
             steps.push(next);
