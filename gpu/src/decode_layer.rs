@@ -108,7 +108,7 @@ pub struct DecodeLayerCounters {
 }
 
 impl GpuContext {
-    /// Workgroups of [`GpuBatch::decode_layer`]'s grid on this device, or `None` where it
+    /// Workgroups of [`GpuBatch::decode_layers`]'s grid on this device, or `None` where it
     /// does not run (see the module note): the device's multiprocessors times
     /// [`DECODE_LAYER_GROUPS_PER_SM`] where the driver reports them, one on a CPU
     /// implementation; `None` without subgroup arithmetic, without dynamic indexing of

@@ -84,7 +84,7 @@ pub struct GpuOptions {
     pub five_dispatch_decode: bool,
     /// Workgroups per multiprocessor of the one-dispatch decode layer's grid (`None`:
     /// [`DECODE_LAYER_GROUPS_PER_SM`]). More than the device keeps resident at once makes
-    /// every step fail (see [`crate::GpuBatch::decode_layer`]).
+    /// every step fail (see [`crate::GpuBatch::decode_layers`]).
     ///
     /// [`DECODE_LAYER_GROUPS_PER_SM`]: crate::DECODE_LAYER_GROUPS_PER_SM
     pub decode_layer_groups_per_sm: Option<u32>,
