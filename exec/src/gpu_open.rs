@@ -65,6 +65,7 @@ pub(crate) fn gpu_context(
         five_dispatch_decode: kernels.five_dispatch_decode,
         decode_layer_groups_per_sm: kernels.decode_layer_groups_per_sm,
         decode_layer_no_prefetch: kernels.decode_layer_no_prefetch,
+        decode_layers_per_dispatch: kernels.decode_layers_per_dispatch,
         ..Default::default()
     };
     let context = hetsched_gpu::GpuContext::new(options).map_err(failed)?;

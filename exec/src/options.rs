@@ -144,6 +144,9 @@ pub struct GpuKernelOptions {
     /// The one-dispatch decode layers without their prefetch of a later stage's weights
     /// (`HETSCHED_GPU_DECODE_NO_PREFETCH=1`).
     pub decode_layer_no_prefetch: bool,
+    /// At most this many layers in one dispatch of the one-dispatch decode layers
+    /// (`None`: as many as the kernel binds; `HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N`).
+    pub decode_layers_per_dispatch: Option<usize>,
 }
 
 /// The processors a run under `options` uses, in the order its timeline's lanes number

@@ -62,6 +62,8 @@ pub struct GpuContext {
     pub(crate) decode_layer_groups_per_sm: Option<u32>,
     /// [`GpuOptions::decode_layer_no_prefetch`].
     pub(crate) decode_layer_no_prefetch: bool,
+    /// [`GpuOptions::decode_layers_per_dispatch`].
+    pub(crate) decode_layers_per_dispatch: Option<usize>,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
     /// that no buffer is bound twice in one dispatch).
     unused_bindings: std::sync::OnceLock<[Subbuffer<[u32]>; 5]>,
@@ -144,6 +146,7 @@ impl GpuContext {
             five_dispatch_decode: options.five_dispatch_decode,
             decode_layer_groups_per_sm: options.decode_layer_groups_per_sm,
             decode_layer_no_prefetch: options.decode_layer_no_prefetch,
+            decode_layers_per_dispatch: options.decode_layers_per_dispatch,
             unused_bindings: std::sync::OnceLock::new(),
             dispatches: std::sync::atomic::AtomicU64::new(0),
         })

@@ -129,27 +129,31 @@ impl GpuContext {
 }
 
 impl GpuContext {
-    /// Layers one dispatch of [`GpuBatch::decode_layers`] runs at most here: 64, or one on
-    /// a CPU implementation (lavapipe computed wrong results with three of SmolLM2's
-    /// layers bound at once) or where the device binds fewer than 393 storage buffers a
-    /// stage; `None` where the kernel does not run
-    /// ([`GpuContext::decode_layer_workgroups`]).
+    /// Layers one dispatch of [`GpuBatch::decode_layers`] runs at most here: 64 (or fewer,
+    /// [`crate::GpuOptions::decode_layers_per_dispatch`]), or one on a CPU implementation
+    /// (lavapipe computed wrong results with three of SmolLM2's layers bound at once) or
+    /// where the device binds fewer than 393 storage buffers a stage; `None` where the
+    /// kernel does not run ([`GpuContext::decode_layer_workgroups`]).
     pub fn decode_layers_per_dispatch(&self) -> Option<usize> {
         self.decode_layer_workgroups()?;
-        self.decode_layer_kernel().map(|(_, layers)| layers)
+        self.decode_layer_kernel()
+            .map(|(_, _, per_dispatch)| per_dispatch)
     }
 
-    /// The widest variant of the kernel the device binds, where it may run at all.
-    pub(crate) fn decode_layer_kernel(&self) -> Option<(Shader, usize)> {
+    /// The widest variant of the kernel the device binds, where it may run at all: its
+    /// shader, the layers it binds, and the layers a dispatch runs.
+    pub(crate) fn decode_layer_kernel(&self) -> Option<(Shader, usize, usize)> {
         let i = &self.info;
         if !i.subgroup_arithmetic || !i.storage_buffer_array_indexing || self.five_dispatch_decode {
             return None;
         }
         let cpu = i.kind == crate::DeviceKind::Cpu;
+        let cap = self.decode_layers_per_dispatch.unwrap_or(usize::MAX).max(1);
         KERNELS
             .into_iter()
-            .filter(|&(_, layers)| !cpu || layers == 1)
+            .filter(|&(_, layers)| (!cpu && cap > 1) || layers == 1)
             .find(|&(_, layers)| i.max_stage_storage_buffers >= storage_buffers(layers))
+            .map(|(shader, layers)| (shader, layers, layers.min(cap)))
     }
 }
 
@@ -169,8 +173,9 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
     }
 
     /// Records the layers of a token's decode step,
-    /// [`GpuContext::decode_layers_per_dispatch`] to a dispatch; see the module note. Refused (an error, nothing recorded) where
-    /// [`GpuContext::decode_layer_workgroups`] is `None`.
+    /// [`GpuContext::decode_layers_per_dispatch`] to a dispatch; see the module note.
+    /// Refused (an error, nothing recorded) where [`GpuContext::decode_layer_workgroups`]
+    /// is `None`.
     pub fn decode_layers(
         &mut self,
         l: &DecodeLayers<'_>,
@@ -178,7 +183,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
     ) -> Result<()> {
         let job = self.job_mut();
         let ctx = job.ctx();
-        let (Some(groups), Some((shader, per_dispatch))) =
+        let (Some(groups), Some((shader, bound, per_dispatch))) =
             (ctx.decode_layer_workgroups(), ctx.decode_layer_kernel())
         else {
             return Err(shape(
@@ -239,7 +244,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
             // Every array element is bound: the run's layers, then its last layer again.
             let array = |f: for<'w> fn(&DecodeLayerWeights<'w>) -> &'w GpuMatrix| {
                 let last = run[run.len() - 1];
-                (0..per_dispatch)
+                (0..bound)
                     .map(|i| &f(run.get(i).unwrap_or(&last)).buf)
                     .collect::<Vec<_>>()
             };

@@ -91,6 +91,9 @@ pub struct GpuOptions {
     /// The one-dispatch decode layers do not prefetch a later stage's weights (by default
     /// each stage starts the loads of the next product's weight rows into the cache).
     pub decode_layer_no_prefetch: bool,
+    /// At most this many layers in one dispatch of the one-dispatch decode layers (`None`:
+    /// as many as the kernel binds): for comparing one dispatch a step with one a layer.
+    pub decode_layers_per_dispatch: Option<usize>,
 }
 
 /// What the chosen device offers that the kernels rely on.

@@ -59,7 +59,7 @@ impl GpuContext {
     /// [`GpuContext::prepare`], which builds every other pipeline).
     pub(crate) fn coop_shader_unusable(&self, shader: Shader) -> bool {
         if matches!(shader, Shader::DecodeLayer | Shader::DecodeLayer1) {
-            return self.decode_layer_kernel().map(|(s, _)| s) != Some(shader);
+            return self.decode_layer_kernel().map(|(s, _, _)| s) != Some(shader);
         }
         if shader == Shader::AttentionFlashKhr {
             return !self.tensor_core_attention_available();
