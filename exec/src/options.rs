@@ -145,7 +145,7 @@ pub struct GpuKernelOptions {
     /// (`HETSCHED_GPU_DECODE_NO_PREFETCH=1`).
     pub decode_layer_no_prefetch: bool,
     /// At most this many layers in one dispatch of the one-dispatch decode layers
-    /// (`None`: as many as the kernel binds; `HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N`).
+    /// (`None`: the kernel's default; `HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N`).
     pub decode_layers_per_dispatch: Option<usize>,
 }
 

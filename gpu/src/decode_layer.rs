@@ -38,6 +38,11 @@ pub const DECODE_LAYER_GAVE_UP: f32 = 2.0;
 /// NVIDIA multiprocessor of the last decade.
 pub const DECODE_LAYER_GROUPS_PER_SM: u32 = 4;
 
+/// Layers a dispatch of [`GpuBatch::decode_layers`] runs unless
+/// [`crate::GpuOptions::decode_layers_per_dispatch`] says otherwise: one, the variant
+/// measured on a GPU; the whole step in one dispatch (up to 64 layers) is an option.
+pub const DECODE_LAYERS_PER_DISPATCH: usize = 1;
+
 /// The kernel's variants, with the layers each binds (the length of its descriptor
 /// arrays), widest first.
 const KERNELS: [(Shader, usize); 2] = [(Shader::DecodeLayer, 64), (Shader::DecodeLayer1, 1)];
@@ -129,8 +134,9 @@ impl GpuContext {
 }
 
 impl GpuContext {
-    /// Layers one dispatch of [`GpuBatch::decode_layers`] runs at most here: 64 (or fewer,
-    /// [`crate::GpuOptions::decode_layers_per_dispatch`]), or one on a CPU implementation
+    /// Layers one dispatch of [`GpuBatch::decode_layers`] runs at most here:
+    /// [`crate::GpuOptions::decode_layers_per_dispatch`] (default
+    /// [`DECODE_LAYERS_PER_DISPATCH`], at most 64), or one on a CPU implementation
     /// (lavapipe computed wrong results with three of SmolLM2's layers bound at once) or
     /// where the device binds fewer than 393 storage buffers a stage; `None` where the
     /// kernel does not run ([`GpuContext::decode_layer_workgroups`]).
@@ -148,7 +154,10 @@ impl GpuContext {
             return None;
         }
         let cpu = i.kind == crate::DeviceKind::Cpu;
-        let cap = self.decode_layers_per_dispatch.unwrap_or(usize::MAX).max(1);
+        let cap = self
+            .decode_layers_per_dispatch
+            .unwrap_or(DECODE_LAYERS_PER_DISPATCH)
+            .max(1);
         KERNELS
             .into_iter()
             .filter(|&(_, layers)| (!cpu && cap > 1) || layers == 1)

@@ -92,7 +92,7 @@ pub struct GpuOptions {
     /// each stage starts the loads of the next product's weight rows into the cache).
     pub decode_layer_no_prefetch: bool,
     /// At most this many layers in one dispatch of the one-dispatch decode layers (`None`:
-    /// as many as the kernel binds): for comparing one dispatch a step with one a layer.
+    /// [`crate::DECODE_LAYERS_PER_DISPATCH`]; at most 64, the kernel's descriptor arrays).
     pub decode_layers_per_dispatch: Option<usize>,
 }
 
