@@ -301,14 +301,26 @@ fn one_dispatch_decode_layers_equal_their_five_dispatches_each() {
     // The products are summed in the same order by both (128 threads, a subgroup sum);
     // attention walks blocks of 128 keys against 64, so the stream's tolerance is
     // attention's, `1e-5` of the values' scale, widened by the products to 1e-4.
-    let Some(ctx) = common::gpu_with(GpuOptions::default()) else {
-        return;
-    };
-    let ctx = Arc::new(ctx);
-    if ctx.decode_layer_workgroups().is_none() {
-        eprintln!("skipped: this device runs no one-dispatch decode layer");
-        return;
+    // Both widths of the kernel: one layer a dispatch (the default), and every layer in one
+    // (a CPU implementation runs one a dispatch either way).
+    for per_dispatch in [None, Some(64)] {
+        let options = GpuOptions {
+            decode_layers_per_dispatch: per_dispatch,
+            ..GpuOptions::default()
+        };
+        let Some(ctx) = common::gpu_with(options) else {
+            return;
+        };
+        if ctx.decode_layer_workgroups().is_none() {
+            eprintln!("skipped: this device runs no one-dispatch decode layer");
+            return;
+        }
+        layers_against_five_dispatches(Arc::new(ctx));
     }
+}
+
+/// The body of [`one_dispatch_decode_layers_equal_their_five_dispatches_each`] on `ctx`.
+fn layers_against_five_dispatches(ctx: Arc<hetsched_gpu::GpuContext>) {
     let mut rng = SeededRng::new(47);
     let (heads, kv_heads, d, hidden, ffn, capacity, n_layers) = (9, 3, 64, 576, 1536, 100, 6);
     let (qc, kvc) = (heads * d, kv_heads * d);
