@@ -1,10 +1,9 @@
-//! The llama decoder layers of one token's decode step in one dispatch
-//! (`decode_layer.glsl`: up to 64 layers a dispatch, or one on a CPU implementation or a
-//! device that binds few storage buffers, [`GpuContext::decode_layers_per_dispatch`]):
-//! per layer the five
-//! dispatches of [`GpuBatch::gemm_fused`] and [`GpuBatch::attention_at`] the step
-//! otherwise records, with the device's workgroups meeting at a counter (a grid barrier)
-//! between the stages and the layers instead of at a pipeline barrier. On an H100 a
+//! The llama decoder layers of one token's decode step as few dispatches
+//! (`decode_layer.glsl`: one layer a dispatch by default, up to 64 as an option,
+//! [`GpuContext::decode_layers_per_dispatch`]): per layer the five dispatches of
+//! [`GpuBatch::gemm_fused`] and [`GpuBatch::attention_at`] the step otherwise records,
+//! with the device's workgroups meeting at a counter (a grid barrier) between the stages
+//! and the layers instead of at a pipeline barrier. On an H100 a
 //! pipeline barrier between two dependent dispatches costs about 6 µs, and a decode step
 //! of SmolLM2 has 150 of them: more than its kernels' own time. A layer's weights and
 //! caches are elements of descriptor arrays, which the kernel indexes by layer.
@@ -28,7 +27,7 @@ use crate::context::GpuContext;
 use crate::error::{Result, shape};
 use crate::pipelines::Shader;
 
-/// The flag value `decode_layer.comp` leaves in a layer's attention slot when its
+/// The flag value `decode_layer.glsl` leaves in a layer's attention slot when its
 /// workgroups did not all run at once (a residual add that breaks the stream writes 1.0).
 pub const DECODE_LAYER_GAVE_UP: f32 = 2.0;
 

@@ -6,9 +6,10 @@
 //! ([`hetsched_systems::PrefillPlan::decode_step`] with every decoder layer in one
 //! stage): the layers (the token's embedding gathered on the device, then per layer the
 //! few-row q/k/v GEMM writing the cache row the position names, attention over the keys
-//! up to it, o, gate/up and down), submitted without waiting; and the head (the
-//! few-row head GEMM, greedy sampling, the copies of the chosen token and the non-finite
-//! flags to the host), submitted and waited for. Every value that changes from step to
+//! up to it, o, gate/up and down: one dispatch a llama layer where the device runs
+//! [`GpuBatch::decode_layers`], five otherwise), submitted without waiting; and the head
+//! (the few-row head GEMM, greedy sampling, the copies of the chosen token and the
+//! non-finite flags to the host), submitted and waited for. Every value that changes from step to
 //! step is read by the kernels from device buffers that the recordings fill from the
 //! host matrices, so a recording holds for every position its caches have rows for: it
 //! is made once per cache capacity (the session's context bucket: the caches double when
