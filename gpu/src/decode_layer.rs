@@ -130,9 +130,7 @@ impl GpuContext {
             .multiprocessors
             .map(|sm| sm.saturating_mul(per_sm).max(1))
     }
-}
 
-impl GpuContext {
     /// Layers one dispatch of [`GpuBatch::decode_layers`] runs at most here:
     /// [`crate::GpuOptions::decode_layers_per_dispatch`] (default
     /// [`DECODE_LAYERS_PER_DISPATCH`], at most 64), or one on a CPU implementation

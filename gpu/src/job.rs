@@ -333,9 +333,11 @@ impl<C: AsRef<GpuContext>> Job<C> {
         push: [u32; PUSH_WORDS],
         groups: [u32; 3],
     ) -> Result<()> {
-        let arrays: Vec<[&Subbuffer<[u32]>; 1]> = buffers.iter().map(|&b| [b]).collect();
-        let arrays: Vec<&[&Subbuffer<[u32]>]> = arrays.iter().map(|a| a.as_slice()).collect();
-        self.dispatch_arrays(shader, &arrays, push, groups)
+        let writes = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| WriteDescriptorSet::buffer(i as u32, (*b).clone()));
+        self.dispatch_with(shader, writes, push, groups)
     }
 
     /// [`Job::dispatch`] where binding `i` is the array `bindings[i]` (one element for a
@@ -344,6 +346,20 @@ impl<C: AsRef<GpuContext>> Job<C> {
         &mut self,
         shader: Shader,
         bindings: &[&[&Subbuffer<[u32]>]],
+        push: [u32; PUSH_WORDS],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let writes = bindings.iter().enumerate().map(|(i, array)| {
+            WriteDescriptorSet::buffer_array(i as u32, 0, array.iter().map(|&b| b.clone()))
+        });
+        self.dispatch_with(shader, writes, push, groups)
+    }
+
+    /// One dispatch of `shader` with the descriptor set `writes` make.
+    fn dispatch_with(
+        &mut self,
+        shader: Shader,
+        writes: impl IntoIterator<Item = WriteDescriptorSet>,
         push: [u32; PUSH_WORDS],
         groups: [u32; 3],
     ) -> Result<()> {
@@ -362,9 +378,6 @@ impl<C: AsRef<GpuContext>> Job<C> {
         let pipeline = self.ctx().pipelines.get(shader)?;
         let layout = pipeline.layout().clone();
         let set_layout = layout.set_layouts()[0].clone();
-        let writes = bindings.iter().enumerate().map(|(i, array)| {
-            WriteDescriptorSet::buffer_array(i as u32, 0, array.iter().map(|&b| b.clone()))
-        });
         let set = DescriptorSet::new(self.ctx().descriptors.clone(), set_layout, writes, [])
             .map_err(vk("writing a descriptor set"))?;
         if !self.dispatched {

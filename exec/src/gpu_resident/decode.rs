@@ -9,11 +9,11 @@
 //! up to it, o, gate/up and down: one dispatch a llama layer where the device runs
 //! [`GpuBatch::decode_layers`], five otherwise), submitted without waiting; and the head
 //! (the few-row head GEMM, greedy sampling, the copies of the chosen token and the
-//! non-finite flags to the host), submitted and waited for. Every value that changes from step to
-//! step is read by the kernels from device buffers that the recordings fill from the
-//! host matrices, so a recording holds for every position its caches have rows for: it
-//! is made once per cache capacity (the session's context bucket: the caches double when
-//! they fill) and dropped when the caches move.
+//! non-finite flags to the host), submitted and waited for. Every value that changes
+//! from step to step is read by the kernels from device buffers that the recordings fill
+//! from the host matrices, so a recording holds for every position its caches have rows
+//! for: it is made once per cache capacity (the session's context bucket: the caches
+//! double when they fill) and dropped when the caches move.
 
 use std::sync::Arc;
 
@@ -237,22 +237,23 @@ impl GpuDecode {
         b.upload_host(&t.token_in, &t.token).map_err(gpu_err)?;
         b.upload_host(&t.position_in, &t.position)
             .map_err(gpu_err)?;
-        let at_once = self.layers_in_one_dispatch();
-        let counters = match at_once {
+        let counters = match self.layers_in_one_dispatch() {
             true => Some(b.decode_layer_counters(caches.len()).map_err(gpu_err)?),
             false => None,
         };
         b.embed_rows(&self.embeddings, &t.token, &t.x)
             .map_err(gpu_err)?;
-        if let Some(counters) = counters {
-            self.record_layers_at_once(&mut b, caches, &angles, &counters)?;
-        }
-        for (layer, caches) in caches.iter().enumerate().filter(|_| !at_once) {
-            let angles = match &local {
-                Some(local) if c.family.is_local(layer) => local,
-                _ => &angles,
-            };
-            self.record_layer(&mut b, layer, (caches, capacity), angles)?;
+        match &counters {
+            Some(counters) => self.record_layers_at_once(&mut b, caches, &angles, counters)?,
+            None => {
+                for (layer, caches) in caches.iter().enumerate() {
+                    let angles = match &local {
+                        Some(local) if c.family.is_local(layer) => local,
+                        _ => &angles,
+                    };
+                    self.record_layer(&mut b, layer, (caches, capacity), angles)?;
+                }
+            }
         }
         Ok(Recorded {
             capacity,
@@ -262,9 +263,9 @@ impl GpuDecode {
         })
     }
 
-    /// Whether every layer records as one dispatch ([`GpuBatch::decode_layer`]): the
-    /// device runs that kernel, and every layer is a llama layer (SiLU gate, no window, no
-    /// QKV bias, QK-norm or post-norms) with f32 weights.
+    /// Whether the layers record as the one-dispatch kernel ([`GpuBatch::decode_layers`]):
+    /// the device runs that kernel, and every layer is a llama layer (SiLU gate, no
+    /// window, no QKV bias, QK-norm or post-norms) with f32 weights.
     fn layers_in_one_dispatch(&self) -> bool {
         let m = &self.model;
         let c = &m.host.config;
@@ -393,15 +394,16 @@ impl GpuDecode {
         let flags = self.t.flags_out.read().map_err(gpu_err)?;
         let flags: Vec<f32> = flags.into_iter().map(f32::from_bits).collect();
         let layers = self.model.layers.len();
+        let located = NonFiniteFlags { layers };
         if let Some(slot) = flags.iter().position(|&f| f == DECODE_LAYER_GAVE_UP) {
             return Err(ExecError::Kernel(format!(
                 "decode layer {}: the device did not run the layer kernel's workgroups all \
                  at once, so its grid barrier gave up (HETSCHED_GPU_FIVE_DISPATCH_DECODE=1 \
                  records five dispatches a layer instead)",
-                slot / NonFiniteFlags::BLOCKS.len() % layers.max(1)
+                located.locate(slot).1
             )));
         }
-        if let Some((_, layer, block)) = (NonFiniteFlags { layers }).first_raised(&flags) {
+        if let Some((_, layer, block)) = located.first_raised(&flags) {
             return Err(ExecError::NonFiniteOnDevice {
                 layer,
                 block,

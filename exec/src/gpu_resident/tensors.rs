@@ -321,13 +321,17 @@ impl NonFiniteFlags {
 
     /// The first raised flag, as (chunk, layer, block name).
     pub(super) fn first_raised(self, flags: &[f32]) -> Option<(usize, usize, &'static str)> {
-        let slot = flags.iter().position(|&f| f != 0.0)?;
+        Some(self.locate(flags.iter().position(|&f| f != 0.0)?))
+    }
+
+    /// Flag `slot`'s (chunk, layer, block name): [`Self::slot`] undone.
+    pub(super) fn locate(self, slot: usize) -> (usize, usize, &'static str) {
         let blocks = Self::BLOCKS.len();
         let (cell, block) = (slot / blocks, slot % blocks);
-        Some((
+        (
             cell / self.layers.max(1),
             cell % self.layers.max(1),
             Self::BLOCKS[block],
-        ))
+        )
     }
 }

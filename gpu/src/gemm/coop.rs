@@ -55,9 +55,10 @@ impl GpuContext {
         Ok(())
     }
 
-    /// Whether `shader` is a cooperative-matrix kernel that cannot run here (for
+    /// Whether `shader` is a kernel that cannot run here: a cooperative-matrix kernel the
+    /// device lacks, or a variant of the one-dispatch decode layers it does not pick (for
     /// [`GpuContext::prepare`], which builds every other pipeline).
-    pub(crate) fn coop_shader_unusable(&self, shader: Shader) -> bool {
+    pub(crate) fn shader_unusable(&self, shader: Shader) -> bool {
         if matches!(shader, Shader::DecodeLayer | Shader::DecodeLayer1) {
             return self.decode_layer_kernel().map(|(s, _, _)| s) != Some(shader);
         }
