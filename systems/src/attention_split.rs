@@ -28,8 +28,10 @@
 //! with other groups (Gemma-2B's one KV head) reads that head again.
 //!
 //! The cut is a plan option ([`crate::PrefillPlan::with_attention_split`]), not the
-//! default: the simulated request mix turns it on for its prefills (docs/requests.md);
-//! single-request plans, and real runs, keep attention whole.
+//! default: the simulated request mix applies it to its prefills only when asked
+//! (`simulate --requests ... --attention-part-ms MS`), since in the simulated agent burst
+//! it made the background request end later (docs/requests.md); single-request plans,
+//! and real runs, keep attention whole.
 
 use crate::graph::{Sharing, StageDependency, StageTemplate};
 use crate::model::{ExecClass, ModelConfig, OpKind};
