@@ -11,15 +11,15 @@
 
 use std::time::Instant;
 
-use hetsched_kernels::{add_weighted_rows, rms_norm_fast, scaled_dots};
+use hetsched_kernels::rms_norm_fast;
 use hetsched_systems::op::{Block, Projection};
 use hetsched_systems::shadow::ShadowSite;
-use rayon::prelude::*;
 
+use super::attend::{Query, attend_all};
 use super::gated_linears::{GatedOut, project_gated};
 use super::head::QuantizedHead;
 use super::linears::{self, Batch, Matrix};
-use super::sequence_kv::{KvRows, SequenceKv, SequenceStep};
+use super::sequence_kv::{SequenceKv, SequenceStep};
 use crate::family::{self, gated_into, norm_rows};
 use crate::state::KvCache;
 use crate::values::quantize_slice;
@@ -436,70 +436,4 @@ fn add_finite(
         *x += d;
     }
     Ok(())
-}
-
-/// One sequence's query of a decode step (`[n_heads, head_dim]`, RoPE applied) and the
-/// cache it attends over: the first `kv_len` positions of `cache`.
-#[derive(Clone, Copy, Debug)]
-pub struct Query<'a> {
-    /// The query.
-    pub q: &'a [f32],
-    /// The sequence's keys and values ([`KvRows::of`] a cache, or a shared prefix and the
-    /// sequence's own rows).
-    pub cache: KvRows<'a>,
-    /// Positions attended (the query's own included).
-    pub kv_len: usize,
-}
-
-/// Causal GQA attention of every query of a decode step over its own cache, or only the
-/// last `window` positions of it (a sliding-window layer; `usize::MAX`: all), into
-/// `out` (`[queries, n_heads · head_dim]`). One parallel region on the current pool for
-/// every sequence and head together: per sequence a region of `n_heads` tasks would
-/// leave a thread idle on an odd head count and pay a fork and join per sequence and
-/// layer. Each head's arithmetic is the same whatever runs beside it.
-pub fn attend_all(model: &ExecModel, queries: &[Query<'_>], window: usize, out: &mut [f32]) {
-    let c = &model.config;
-    let d = c.head_dim.max(1);
-    let heads = c.n_heads;
-    debug_assert_eq!(out.len(), queries.len() * heads * d);
-    out.par_chunks_mut(d).enumerate().for_each(|(task, out)| {
-        let (query, head) = (&queries[task / heads.max(1)], task % heads.max(1));
-        attend_head(model, query, head, window, out);
-    });
-}
-
-/// Head `head` of one query: softmax of its scaled scores over the cache's keys, times
-/// the values, into `out` (`head_dim` values).
-fn attend_head(model: &ExecModel, query: &Query<'_>, head: usize, window: usize, out: &mut [f32]) {
-    let c = &model.config;
-    let (d, kv_dim) = (c.head_dim, c.kv_dim());
-    let group = c.n_heads / c.n_kv_heads.max(1);
-    let scale = 1.0 / (d as f32).sqrt();
-    let (kv_len, first) = (query.kv_len, query.kv_len.saturating_sub(window));
-    let runs = query.cache.runs(first..kv_len, kv_dim);
-    let q = &query.q[head * d..(head + 1) * d];
-    let offset = (head / group.max(1)) * d;
-    let mut scores = vec![0f32; kv_len - first];
-    let mut at = 0;
-    for (keys, _) in runs {
-        let n = keys.len() / kv_dim.max(1);
-        scaled_dots(q, keys, kv_dim, offset, scale, &mut scores[at..at + n]);
-        at += n;
-    }
-    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-    let mut total = 0f32;
-    for s in &mut scores {
-        *s = (*s - max).exp();
-        total += *s;
-    }
-    for s in &mut scores {
-        *s /= total;
-    }
-    out.fill(0.0);
-    let mut at = 0;
-    for (_, values) in runs {
-        let n = values.len() / kv_dim.max(1);
-        add_weighted_rows(&scores[at..at + n], values, kv_dim, offset, out);
-        at += n;
-    }
 }

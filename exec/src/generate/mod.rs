@@ -36,6 +36,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod attend;
 pub mod bandwidth;
 mod chat;
 pub mod decode_eval;
