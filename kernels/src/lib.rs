@@ -94,6 +94,7 @@ pub mod gemv_f32;
 pub mod gemv_i8;
 pub mod reference;
 pub mod rope_table;
+mod row_dots;
 pub mod seeded;
 pub mod shadow_merge;
 mod tile_args;
@@ -124,6 +125,7 @@ pub use reference::{
     AttentionShape, RopeStyle, add_inplace, attention_causal_gqa, rms_norm, rope, silu_mul,
 };
 pub use rope_table::RopeTable;
+pub use row_dots::chosen_row_dots;
 pub use shadow_merge::{dequantize_add_shadow, shadow_scatter};
 pub use vector::{dequantize_i32_acc_fast, rms_norm_fast};
 pub use vector::{

@@ -14,6 +14,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use hetsched_kernels::chosen_row_dots;
 use hetsched_kernels::reference::quantize_weights_per_row;
 use hetsched_kernels::{PackedI8Weights, PackedW4Weights};
 
@@ -120,31 +121,14 @@ impl HeadRescore {
     /// Replaces the [`RESCORED_CANDIDATES`] largest of `logits` with `x`'s products with
     /// their INT8 rows.
     fn apply(&self, x: &[f32], logits: &mut [f32]) {
-        for id in largest_unordered(logits, RESCORED_CANDIDATES) {
-            let j = id as usize;
-            let row = &self.rows[j * self.k..(j + 1) * self.k];
-            logits[j] = int8_dot(row, x) * self.scales[j];
+        let ids = largest_unordered(logits, RESCORED_CANDIDATES);
+        let mut dots = [0f32; RESCORED_CANDIDATES];
+        let dots = &mut dots[..ids.len()];
+        chosen_row_dots(&self.rows, self.k, &ids, x, dots);
+        for (&id, dot) in ids.iter().zip(dots) {
+            logits[id as usize] = *dot * self.scales[id as usize];
         }
     }
-}
-
-/// `Σ q[p] · x[p]`, summed in 16 lanes (which the compiler keeps in vector registers; a
-/// single running sum would be one long chain of dependent additions).
-fn int8_dot(q: &[i8], x: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut lanes = [0f32; LANES];
-    let (q_body, q_tail) = q.split_at(q.len() - q.len() % LANES);
-    for (qs, xs) in q_body.chunks_exact(LANES).zip(x.chunks_exact(LANES)) {
-        for ((acc, &q), &v) in lanes.iter_mut().zip(qs).zip(xs) {
-            *acc += f32::from(q) * v;
-        }
-    }
-    let tail: f32 = q_tail
-        .iter()
-        .zip(&x[q_body.len()..])
-        .map(|(&q, &v)| f32::from(q) * v)
-        .sum();
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// The ids of the `count` largest values (the lower id on a tie; a NaN below every
@@ -262,24 +246,6 @@ mod tests {
         let mut got = largest_unordered(&below, 4);
         got.sort_unstable();
         assert_eq!(got, vec![1, 2, 3, 4]);
-    }
-
-    #[test]
-    fn the_lane_dot_equals_the_plain_sum_within_rounding() {
-        for k in [0, 1, 15, 16, 17, 64, 576, 581] {
-            let q: Vec<i8> = (0..k).map(|i| ((i * 37) % 255) as i8).collect();
-            let x: Vec<f32> = (0..k).map(|i| (i as f32 * 0.11).cos()).collect();
-            let plain: f64 = q
-                .iter()
-                .zip(&x)
-                .map(|(&q, &v)| f64::from(q) * f64::from(v))
-                .sum();
-            let got = f64::from(int8_dot(&q, &x));
-            assert!(
-                (got - plain).abs() <= 1e-5 * plain.abs().max(1.0),
-                "k {k}: {got} vs {plain}"
-            );
-        }
     }
 
     #[test]
