@@ -48,8 +48,8 @@
 #       split down to N key blocks a workgroup (HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N),
 #       tg-hetsched-five with five dispatches a layer (HETSCHED_GPU_FIVE_DISPATCH_DECODE=1),
 #       tg-hetsched-gN with N workgroups a multiprocessor in the one-dispatch layer
-#       (HETSCHED_GPU_DECODE_GROUPS_PER_SM=N), tg-hetsched-nopf without its prefetch of
-#       later stages' weights (HETSCHED_GPU_DECODE_NO_PREFETCH=1), tg-hetsched-lN with at
+#       (HETSCHED_GPU_DECODE_GROUPS_PER_SM=N), tg-hetsched-pf with its prefetch of
+#       later stages' weights (HETSCHED_GPU_DECODE_PREFETCH=1), tg-hetsched-lN with at
 #       most N layers a dispatch (HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
@@ -195,9 +195,9 @@ print(last["decode_tokens_per_s"])'
             tg-hetsched-five) # five dispatches a layer instead of one
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_FIVE_DISPATCH_DECODE=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;
-            tg-hetsched-nopf) # the one-dispatch layer without its weight prefetch
+            tg-hetsched-pf) # the one-dispatch layer with its weight prefetch
               [ "$n" = "$first" ] || continue; label=tg128
-              tps=$(HETSCHED_GPU_DECODE_NO_PREFETCH=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+              tps=$(HETSCHED_GPU_DECODE_PREFETCH=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;
             tg-hetsched-l*) # at most N layers a dispatch of the one-dispatch layers
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=${row#tg-hetsched-l} hetsched_tg /tmp/hetsched 128 || echo nan) ;;

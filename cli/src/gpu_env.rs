@@ -8,7 +8,7 @@ use crate::CliError;
 
 /// The kernel variants the variables ask for: `HETSCHED_GPU_F32_ATTENTION=1`,
 /// `HETSCHED_GPU_UNFUSED_O=1`, `HETSCHED_GPU_ONE_ROW_GEMV_TREE=1`,
-/// `HETSCHED_GPU_FIVE_DISPATCH_DECODE=1`, `HETSCHED_GPU_DECODE_NO_PREFETCH=1`,
+/// `HETSCHED_GPU_FIVE_DISPATCH_DECODE=1`, `HETSCHED_GPU_DECODE_PREFETCH=1`,
 /// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N`,
 /// `HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N`, `HETSCHED_GPU_DECODE_GROUPS_PER_SM=N` and
 /// `HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N` (N ≥ 1).
@@ -20,7 +20,7 @@ pub fn gpu_kernels() -> Result<GpuKernelOptions, CliError> {
         decode_min_key_blocks: key_blocks("HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS")?,
         one_row_gemv_tree: is_one("HETSCHED_GPU_ONE_ROW_GEMV_TREE"),
         five_dispatch_decode: is_one("HETSCHED_GPU_FIVE_DISPATCH_DECODE"),
-        decode_layer_no_prefetch: is_one("HETSCHED_GPU_DECODE_NO_PREFETCH"),
+        decode_layer_prefetch: is_one("HETSCHED_GPU_DECODE_PREFETCH"),
         decode_layers_per_dispatch: whole(
             "HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH",
             "a whole number of layers, at least 1",

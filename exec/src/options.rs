@@ -141,9 +141,9 @@ pub struct GpuKernelOptions {
     /// Workgroups per multiprocessor of the one-dispatch decode layer (`None`: the
     /// kernel's default; `HETSCHED_GPU_DECODE_GROUPS_PER_SM=N`).
     pub decode_layer_groups_per_sm: Option<u32>,
-    /// The one-dispatch decode layers without their prefetch of a later stage's weights
-    /// (`HETSCHED_GPU_DECODE_NO_PREFETCH=1`).
-    pub decode_layer_no_prefetch: bool,
+    /// The one-dispatch decode layers prefetch a later stage's weights
+    /// (`HETSCHED_GPU_DECODE_PREFETCH=1`).
+    pub decode_layer_prefetch: bool,
     /// At most this many layers in one dispatch of the one-dispatch decode layers
     /// (`None`: the kernel's default; `HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N`).
     pub decode_layers_per_dispatch: Option<usize>,

@@ -60,8 +60,8 @@ pub struct GpuContext {
     pub(crate) five_dispatch_decode: bool,
     /// [`GpuOptions::decode_layer_groups_per_sm`].
     pub(crate) decode_layer_groups_per_sm: Option<u32>,
-    /// [`GpuOptions::decode_layer_no_prefetch`].
-    pub(crate) decode_layer_no_prefetch: bool,
+    /// [`GpuOptions::decode_layer_prefetch`].
+    pub(crate) decode_layer_prefetch: bool,
     /// [`GpuOptions::decode_layers_per_dispatch`].
     pub(crate) decode_layers_per_dispatch: Option<usize>,
     /// Tiny buffers bound where a fused kernel's mode leaves a binding unused (one each, so
@@ -145,7 +145,7 @@ impl GpuContext {
             one_row_gemv_subgroup,
             five_dispatch_decode: options.five_dispatch_decode,
             decode_layer_groups_per_sm: options.decode_layer_groups_per_sm,
-            decode_layer_no_prefetch: options.decode_layer_no_prefetch,
+            decode_layer_prefetch: options.decode_layer_prefetch,
             decode_layers_per_dispatch: options.decode_layers_per_dispatch,
             unused_bindings: std::sync::OnceLock::new(),
             dispatches: std::sync::atomic::AtomicU64::new(0),
