@@ -40,10 +40,8 @@ mod row;
 /// Rows per microtile (as the integer W4A8 kernel: 8 partials, 8 accumulators, 4
 /// unpacked weight vectors and the broadcasts fit the 32 zmm registers).
 const MR: usize = 4;
-/// Groups ahead of the one multiplied whose weight bytes are prefetched (2 KiB a block).
-/// A one-row product (a decode step's) does little arithmetic per byte, so without it the
-/// loads wait on memory: in a profile of `generate --precision w4a8-g32` the first use
-/// of each group's first load took a third of the kernel's samples.
+/// Groups ahead of the one multiplied whose weight bytes the multi-row microkernel
+/// prefetches (2 KiB a block); the one-row kernel reaches further ([`row`]).
 const PREFETCH_GROUPS: usize = 8;
 /// Groups of activation biases kept on the stack (a row of up to 2048 values).
 const STACK_GROUPS: usize = 64;
