@@ -204,15 +204,25 @@ fn largest(logits: &[f32], k: usize) -> Vec<u32> {
     ids
 }
 
-/// The id of the largest logit, the lowest id on a tie (0 for no logits).
+/// The id of the largest logit, the lowest id on a tie; a NaN is passed over (0 for no
+/// logits, or none but NaN).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+    // The largest value first, in 16 lanes (a compare and a select each, which vectorise;
+    // a running index compared element by element took 27 µs over SmolLM2's 49152
+    // logits, 1% of a 4-bit decode step), then the first position holding it.
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let (body, tail) = logits.as_chunks::<LANES>();
+    for chunk in body {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = if v > *m { v } else { *m };
         }
     }
-    best as u32
+    let max = tail
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    logits.iter().position(|&v| v == max).unwrap_or(0) as u32
 }
 
 #[cfg(test)]
@@ -238,6 +248,42 @@ mod tests {
         for (g, w) in got.iter().zip(want) {
             assert_eq!(g.0, w.0, "{got:?} vs {want:?}");
             assert!((g.1 - w.1).abs() < 1e-5, "{got:?} vs {want:?}");
+        }
+    }
+
+    /// The first position of the largest value, as a scan element by element finds it: at
+    /// lengths with and without a tail of the 16 lanes, the largest in the body, in the
+    /// tail and tied across both, NaN passed over (first among them), nothing but negative
+    /// infinity.
+    #[test]
+    fn argmax_is_the_first_largest() {
+        let scan = |v: &[f32]| {
+            let mut best = 0;
+            for (i, &x) in v.iter().enumerate() {
+                if x > v[best] || (v[best].is_nan() && !x.is_nan()) {
+                    best = i;
+                }
+            }
+            best as u32
+        };
+        for len in [1, 2, 15, 16, 17, 33, 100, 49152] {
+            let base: Vec<f32> = (0..len)
+                .map(|i| ((i * 7919) % 1009) as f32 * -0.01)
+                .collect();
+            let mut cases = vec![base.clone()];
+            for at in [0, len / 2, len - 1] {
+                let mut v = base.clone();
+                v[at] = 3.0;
+                cases.push(v.clone());
+                v[len - 1 - at / 2] = 3.0;
+                cases.push(v.clone());
+                v[(at + 1) % len] = f32::NAN;
+                cases.push(v);
+            }
+            cases.push(vec![f32::NEG_INFINITY; len]);
+            for v in cases {
+                assert_eq!(argmax(&v), scan(&v), "{len}: {:?}", &v[..len.min(20)]);
+            }
         }
     }
 
