@@ -10,7 +10,7 @@
 // of pipeline barriers. A pipeline barrier between dependent dispatches costs about 6 µs
 // on an H100 (a dispatch drains before the next starts), more than most of a decode
 // step's small products take; a grid barrier is one atomic add per workgroup and a spin
-// on a word in L2, in two levels (see grid_barrier).
+// on the counter in L2.
 //
 // The workgroups are persistent: each walks the units of a stage (a quad of output
 // columns, or a (head, key run) of attention) with a stride of the grid, then meets every
@@ -36,10 +36,6 @@ const uint THREADS = 128;
 const uint MAX_D4 = 64;
 const float NEG_INF = -1.0 / 0.0;
 const uint SPIN_LIMIT = 1u << 24;
-// Workgroups of a team of the grid barrier, and the words between two of its counters
-// (128 bytes: each counter on an L2 line of its own).
-const uint TEAM = 32u;
-const uint LINE = 32u;
 
 layout(std430, binding = 0) coherent buffer X { vec4 x[]; };
 layout(std430, binding = 1) readonly buffer Wqkv { vec4 w[]; } w_qkv[MAX_LAYERS];
@@ -73,7 +69,7 @@ layout(push_constant) uniform Push {
     uint splits;    // key runs per head
     uint slot0;     // flag of the first layer's attention residual add (then its FFN's, the next layer's, ...)
     uint layers;    // layers of this dispatch
-    uint sync;      // this dispatch's first word in Sync (its words zero when the dispatch starts)
+    uint sync;      // this dispatch's counter in Sync (zero when the dispatch starts)
 } p;
 
 // The layer being run (dynamically uniform: every invocation walks the layers together).
@@ -128,50 +124,23 @@ void prefetch_settle() {
     [[unroll]] for (uint u = 0u; u < PREFETCH_LOADS; u++) prefetched[u] = 0.0;
 }
 
-// Spins until `sync_words[word]` reaches `target`; past SPIN_LIMIT gives up (see the
-// header). Whether it was reached.
-bool await_word(uint word, uint target) {
-    uint spins = 0u;
-    while (sync_words[word] < target) {
-        if (++spins > SPIN_LIMIT) {
-            gave_up = true;
-            flags[slot_o()] = 2.0;
-            return false;
-        }
-    }
-    return true;
-}
-
-// Every workgroup of the grid arrives, then waits until all have (see the header). In two
-// levels, so that no word takes more than a team's atomic adds and polls: the grid's
-// workgroups form teams of TEAM; a workgroup adds one to its team's counter, and the last
-// of the team to arrive adds one to the grid's counter, waits for every team's last, and
-// then releases its team through the team's release word, on which the others wait. With
-// one counter for all, 528 workgroups (an H100's grid) added to and polled the same L2
-// line at each of a step's 150 barriers. Every word only grows (zeroed when the dispatch
-// starts): the arrivals at barrier b are [b · size, (b + 1) · size) of a team's counter
-// and [b · teams, (b + 1) · teams) of the grid's, and a team's release reads b + 1.
+// Every workgroup of the grid arrives, then waits until all have (see the header).
 void grid_barrier() {
     prefetch_settle();
     memoryBarrierBuffer();
     barrier();
     if (gl_LocalInvocationID.x == 0 && !gave_up) {
         uint groups = gl_NumWorkGroups.x;
-        uint teams = (groups + TEAM - 1u) / TEAM;
-        uint team = gl_WorkGroupID.x / TEAM;
-        uint size = min(TEAM, groups - team * TEAM);
-        uint counter = p.sync + (1u + team) * LINE;
-        uint release = p.sync + (1u + teams + team) * LINE;
-        uint arrival = atomicAdd(sync_words[counter], 1u);
-        uint b = arrival / size;
-        if (arrival % size == size - 1u) {
-            atomicAdd(sync_words[p.sync], 1u);
-            if (await_word(p.sync, (b + 1u) * teams)) {
-                memoryBarrierBuffer();
-                atomicMax(sync_words[release], b + 1u);
+        // The arrivals at one barrier are the values [b · groups, (b + 1) · groups): no
+        // workgroup passes barrier b before all have arrived at it.
+        uint target = (atomicAdd(sync_words[p.sync], 1u) / groups + 1u) * groups;
+        uint spins = 0u;
+        while (sync_words[p.sync] < target) {
+            if (++spins > SPIN_LIMIT) {
+                gave_up = true;
+                flags[slot_o()] = 2.0;
+                break;
             }
-        } else {
-            await_word(release, b + 1u);
         }
     }
     barrier();

@@ -53,15 +53,6 @@ fn storage_buffers(layers: usize) -> u32 {
     (6 * layers + 9) as u32
 }
 
-/// Words of a dispatch's grid barrier for a grid of `groups` workgroups
-/// (`decode_layer.glsl`'s `grid_barrier`): the grid's counter, then per team of 32
-/// workgroups a counter and a release word, each on a 128-byte line of its own.
-fn sync_words(groups: u32) -> usize {
-    const TEAM: usize = 32;
-    const LINE: usize = 32;
-    LINE * (1 + 2 * (groups as usize).div_ceil(TEAM))
-}
-
 /// Keys a workgroup of the layer kernel's attention walks per block.
 const KEY_BLOCK: usize = 128;
 /// Most key runs per head: past this, runs grow longer rather than more numerous.
@@ -181,10 +172,9 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         let job = self.job_mut();
         let per_dispatch = job.ctx().decode_layers_per_dispatch().unwrap_or(1);
         let dispatches = layers.div_ceil(per_dispatch).max(1);
-        let words = sync_words(job.ctx().decode_layer_workgroups().unwrap_or(1));
         let buf = job
             .ctx()
-            .alloc_words((dispatches * words) as u64, "decode layer counters")?;
+            .alloc_words(dispatches as u64, "decode layer counters")?;
         job.fill_zero(&buf)?;
         Ok(DecodeLayerCounters { buf, dispatches })
     }
@@ -256,7 +246,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
                 splits as u32,
                 (first_slot + 2 * first) as u32,
                 run.len() as u32,
-                (dispatch * sync_words(groups)) as u32,
+                dispatch as u32,
             ];
             // Every array element is bound: the run's layers, then its last layer again.
             let array = |f: for<'w> fn(&DecodeLayerWeights<'w>) -> &'w GpuMatrix| {
