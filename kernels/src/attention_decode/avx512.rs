@@ -191,9 +191,10 @@ unsafe fn weighted_block<const N: usize>(
     for (j, &pj) in p.iter().enumerate() {
         let pv = _mm512_set1_ps(pj);
         for (r, a) in regs.iter_mut().enumerate() {
-            // SAFETY: row `j < p.len()` holds the head's columns from `start`.
             let at = j * stride + start + r * LANES;
+            // SAFETY: row `j < p.len()` holds the head's columns from `start`.
             let v = unsafe { _mm512_loadu_ps(base.add(at)) };
+            // The same line of the row sixteen rows on (a hint: never faults).
             _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(at + KEYS * stride).cast());
             *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, v));
         }
