@@ -130,5 +130,5 @@ pub use shadow_merge::{dequantize_add_shadow, shadow_scatter};
 pub use vector::{dequantize_i32_acc_fast, rms_norm_fast};
 pub use vector::{
     exp_approx, max_abs, max_f32, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,
-    sum_f32,
+    softmax_in_place, sum_f32,
 };

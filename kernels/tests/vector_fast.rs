@@ -4,7 +4,7 @@ use hetsched_kernels::seeded::SeededRng;
 use hetsched_kernels::{dequantize_i32_acc_fast, rms_norm_fast};
 use hetsched_kernels::{
     exp_approx, max_abs, max_f32, quantize_per_tensor_fast, reference, scale_for_max_abs_fast,
-    silu_mul_fast, sum_f32,
+    silu_mul_fast, softmax_in_place, sum_f32,
 };
 use proptest::prelude::*;
 
@@ -29,6 +29,48 @@ fn exp_is_within_a_few_ulp_over_the_normal_range() {
     assert!(exp_approx(f32::NAN).is_nan());
     assert!(exp_approx(-1e4) >= 0.0 && exp_approx(-1e4) < 1e-37);
     assert!(exp_approx(1e4).is_finite());
+}
+
+/// softmax in place against the f64 softmax: each probability within 1e-6 of it
+/// (relative to the largest, 1), the returned maximum exact and the total within 1e-6
+/// relative; lengths with and without a tail of the 16 lanes, a spread that underflows
+/// the smallest, ties, empty.
+#[test]
+fn softmax_in_place_equals_the_f64_softmax() {
+    let mut rng = SeededRng::new(52);
+    for (len, spread) in [
+        (1, 1.0),
+        (15, 3.0),
+        (16, 10.0),
+        (17, 0.5),
+        (333, 30.0),
+        (1000, 200.0),
+    ] {
+        let mut s: Vec<f32> = rng.f32s(len).iter().map(|v| v * spread).collect();
+        if len > 3 {
+            s[2] = s[1];
+        }
+        let want_max = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f64> = s
+            .iter()
+            .map(|&v| (f64::from(v) - f64::from(want_max)).exp())
+            .collect();
+        let want_total: f64 = exps.iter().sum();
+        let (max, total) = softmax_in_place(&mut s);
+        assert_eq!(max, want_max);
+        assert!(
+            (f64::from(total) - want_total).abs() <= 1e-6 * want_total,
+            "{total} vs {want_total}"
+        );
+        for (got, e) in s.iter().zip(&exps) {
+            assert!(
+                (f64::from(*got) - e / want_total).abs() <= 1e-6,
+                "{got} vs {}",
+                e / want_total
+            );
+        }
+    }
+    assert_eq!(softmax_in_place(&mut []), (f32::NEG_INFINITY, 0.0));
 }
 
 /// Values around every rounding tie of a scale, plus specials.

@@ -21,7 +21,7 @@
 
 use std::ops::Range;
 
-use hetsched_kernels::{add_weighted_rows, scaled_dots};
+use hetsched_kernels::{add_weighted_rows, scaled_dots, softmax_in_place};
 use rayon::prelude::*;
 
 use super::sequence_kv::KvRows;
@@ -155,14 +155,7 @@ fn attend_run(h: &Heads, query: &Query<'_>, run: Range<usize>) -> Partial {
     }
     let (mut max, mut total) = (vec![f32::NEG_INFINITY; h.n], vec![0f32; h.n]);
     for (head, scores) in scores.chunks_exact_mut(n.max(1)).enumerate() {
-        max[head] = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-        for s in scores.iter_mut() {
-            *s = (*s - max[head]).exp();
-            total[head] += *s;
-        }
-        for s in scores.iter_mut() {
-            *s /= total[head];
-        }
+        (max[head], total[head]) = softmax_in_place(scores);
     }
     let mut values = vec![0f32; h.n * d];
     let mut at = 0;

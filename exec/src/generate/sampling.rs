@@ -7,6 +7,7 @@
 //! smallest prefix (most probable first) whose probability reaches `top_p`,
 //! renormalised. Temperature 0 is greedy: the largest logit, the lower id on a tie.
 
+use hetsched_kernels::max_f32;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
@@ -207,21 +208,10 @@ fn largest(logits: &[f32], k: usize) -> Vec<u32> {
 /// The id of the largest logit, the lowest id on a tie; a NaN is passed over (0 for no
 /// logits, or none but NaN).
 pub fn argmax(logits: &[f32]) -> u32 {
-    // The largest value first, in 16 lanes (a compare and a select each, which vectorise;
-    // a running index compared element by element took 27 µs over SmolLM2's 49152
-    // logits, 1% of a 4-bit decode step), then the first position holding it.
-    const LANES: usize = 16;
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let (body, tail) = logits.as_chunks::<LANES>();
-    for chunk in body {
-        for (m, &v) in lanes.iter_mut().zip(chunk) {
-            *m = if v > *m { v } else { *m };
-        }
-    }
-    let max = tail
-        .iter()
-        .chain(&lanes)
-        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    // The largest value first, in vector lanes, then the first position holding it: a
+    // running index compared element by element took 27 µs over SmolLM2's 49152 logits,
+    // 1% of a 4-bit decode step, against 3 µs.
+    let max = max_f32(logits);
     logits.iter().position(|&v| v == max).unwrap_or(0) as u32
 }
 
