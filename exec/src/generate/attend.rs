@@ -11,6 +11,9 @@
 //! so each row is fetched from memory once and the GQA group's other heads find it in
 //! L1.
 //!
+//! Each head's softmax runs in vector lanes ([`softmax_in_place`]: the prefill's
+//! `exp_approx`, within 2 ulp of `expf`).
+//!
 //! A run's heads leave a partial result (the run's largest score, the sum of its
 //! exponentials, its probability-weighted values); runs of one query are merged by the
 //! usual rescaling. A query attended in one run (a short cache, or as many sequences as
