@@ -9,7 +9,7 @@
 
 use crate::gemm_f32::{PackedF32Weights, matmul_f32_packed, matmul_f32_packed_cols};
 use crate::reference::AttentionShape;
-use crate::vector::{exp_approx, max_f32, sum_f32_lanes};
+use crate::vector::{exp_approx, max_f32, normalize_lanes};
 use crate::widest::widest;
 
 /// Keys and values of every KV head, packed for the GEMM.
@@ -143,9 +143,6 @@ widest! {
         for (o, &v) in out.iter_mut().zip(s) {
             *o = exp_approx(v * scale - max);
         }
-        let inv = 1.0 / sum_f32_lanes(out);
-        for o in out.iter_mut() {
-            *o *= inv;
-        }
+        normalize_lanes(out);
     }
 }

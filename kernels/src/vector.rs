@@ -115,13 +115,21 @@ widest! {
         for v in s.iter_mut() {
             *v = exp_approx(*v - max);
         }
-        let total = sum_f32_lanes(s);
-        let inverse = 1.0 / total;
-        for v in s.iter_mut() {
-            *v *= inverse;
-        }
-        total
+        normalize_lanes(s)
     }
+}
+
+/// `x[i] /= Σ x` (as a multiply by the inverse of [`sum_f32`]'s lane sum), inlined into
+/// its caller (an `#[inline(always)]` body of [`widest!`]); returns the sum. The last step
+/// of both softmaxes, the decode attention's and the prefill's.
+#[inline(always)]
+pub(crate) fn normalize_lanes(x: &mut [f32]) -> f32 {
+    let total = sum_f32_lanes(x);
+    let inverse = 1.0 / total;
+    for v in x.iter_mut() {
+        *v *= inverse;
+    }
+    total
 }
 
 /// Sum in 16 interleaved partial sums (so the loop vectorizes): the result differs from
