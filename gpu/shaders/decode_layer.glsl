@@ -1,9 +1,9 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-// The llama decoder layers of one token's decode step in one dispatch (up to MAX_LAYERS
-// of them, which the including kernel sets; a layer's weights and caches are elements of
-// descriptor arrays, 6 · MAX_LAYERS + 9 storage buffers in all): per layer
+// The llama decoder layers of a decode step of up to ROWS sequences in one dispatch (up
+// to MAX_LAYERS layers; the including kernel sets both; a layer's weights and caches are
+// elements of descriptor arrays, 6 · MAX_LAYERS + 9 storage buffers in all): per layer
 // the five stages the step otherwise runs as five dispatches (q/k/v with the norm prologue, RoPE and the
 // cache write; attention over the cache; o with the residual add; gate/up with the norm
 // prologue and SiLU·up; down with the residual add), separated by grid barriers instead
@@ -26,7 +26,16 @@
 // the norm's weight folded into W; gemm_fused_epilogue.glsl's epilogues) and
 // attention_decode.comp (online softmax over blocks of keys, runs of blocks merged by
 // the last workgroup of a head to arrive), here with blocks of 128 keys. f32 weights,
-// dense rows (every row stride is its k), one token; its position is positions[0].
+// dense rows (every row stride is its k).
+//
+// Rows: a step feeds one token to each of `rows` sequences (at most ROWS), the stream,
+// q, attention's output and the gate/up product one row per sequence. A product reads
+// each weight once for all the rows (the GEMV becomes a GEMM of a few rows). Row r's
+// token is at position positions[4r]; its keys and values live in the layer's one cache
+// at rows mapped from positions: below positions[4r + 1] (a prefix the sequences share,
+// such as the prompt of parallel samples) a position is its own row, from there on it
+// is shifted by positions[4r + 2] (the sequence's own region). A single sequence gives
+// (pos, 0, 0): every position its own row.
 //
 // Values one workgroup writes and another reads after a barrier (the stream, q, the new
 // cache row, attention's output, the gate/up product, the partials) live in `coherent`
@@ -61,10 +70,10 @@ layout(push_constant) uniform Push {
     uint kvcols;    // n_kv_heads · head_dim (= a cache row's floats)
     uint head_dim;
     uint ldcs;      // RoPE table row stride in (cos, sin) pairs
-    uint flags;     // bit 1: half-split RoPE; bit 2: prefetch a later stage's weights
+    uint flags;     // bit 1: half-split RoPE; bit 2: prefetch a later stage's weights; bits 8-15: rows
     uint n_heads;
     uint n_kv_heads;
-    uint kv_len;    // cache rows (a bound on every position + 1)
+    uint kv_len;    // a bound on every row's position + 1 (the keys a row attends)
     float scale;    // attention's 1/sqrt(head_dim)
     uint splits;    // key runs per head
     uint slot0;     // flag of the first layer's attention residual add (then its FFN's, the next layer's, ...)
@@ -76,8 +85,16 @@ layout(push_constant) uniform Push {
 uint layer = 0u;
 uint slot_o() { return p.slot0 + 2u * layer; }
 
-shared vec4 red4[THREADS];
-shared float red1[THREADS];
+// Sequences stepped (1 ..= ROWS).
+uint n_rows() { return (p.flags >> 8) & 0xffu; }
+
+// The cache row of position j of the sequence whose row map is (shared prefix, shift).
+uint cache_row(uint j, uvec2 map) { return j < map.x ? j : j + map.y; }
+uvec2 row_map(uint r) { return uvec2(positions[4u * r + 1u], positions[4u * r + 2u]); }
+
+// A product's partial sums meet here, row r of subgroup s at r · gl_NumSubgroups + s.
+shared vec4 red4[THREADS * ROWS];
+shared float red1[THREADS * ROWS];
 shared vec4 qs[MAX_D4];
 shared float ps[THREADS];
 shared bool last_arrival;
@@ -148,7 +165,8 @@ void grid_barrier() {
 }
 
 // Stage `which`'s operands: 0 q/k/v (A = the stream), 1 o (attention's output), 2
-// gate/up (the stream), 3 down (the gate/up product).
+// gate/up (the stream), 3 down (the gate/up product); i indexes A's rows one after
+// another.
 vec4 load_a(uint which, uint i) {
     if (which == 1u) return attn[i];
     if (which == 3u) return hid[i];
@@ -162,33 +180,50 @@ vec4 load_w_of(uint which, uint l, uint i) {
 }
 vec4 load_w(uint which, uint i) { return load_w_of(which, layer, i); }
 
-// The four sums of W rows col .. col + 3 against A (k4 vec4s), and A's sum of squares,
-// in every thread.
+// The four sums of W rows col .. col + 3 against each row of A (k4 vec4s a row), and
+// that row's sum of squares: thread r < n_rows() gets row r's (others get zeros). Each
+// weight is loaded once for all the rows.
 vec4 gemv_quad(uint which, uint col, uint k4, out float ss_out) {
     uint tid = gl_LocalInvocationID.x;
-    vec4 acc = vec4(0.0);
-    float ss = 0.0;
+    uint n = n_rows();
+    vec4 acc[ROWS];
+    float ss[ROWS];
+    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
+        acc[r] = vec4(0.0);
+        ss[r] = 0.0;
+    }
     for (uint kk = tid; kk < k4; kk += THREADS) {
-        vec4 a = load_a(which, kk);
         vec4 w0 = load_w(which, col * k4 + kk);
         vec4 w1 = load_w(which, (col + 1u) * k4 + kk);
         vec4 w2 = load_w(which, (col + 2u) * k4 + kk);
         vec4 w3 = load_w(which, (col + 3u) * k4 + kk);
-        acc += vec4(dot(a, w0), dot(a, w1), dot(a, w2), dot(a, w3));
-        ss += dot(a, a);
+        [[unroll]] for (uint r = 0u; r < ROWS; r++) {
+            if (r < n) {
+                vec4 a = load_a(which, r * k4 + kk);
+                acc[r] += vec4(dot(a, w0), dot(a, w1), dot(a, w2), dot(a, w3));
+                ss[r] += dot(a, a);
+            }
+        }
     }
-    vec4 sum = subgroupAdd(acc);
-    float sum_ss = subgroupAdd(ss);
-    if (subgroupElect()) {
-        red4[gl_SubgroupID] = sum;
-        red1[gl_SubgroupID] = sum_ss;
+    uint subgroups = gl_NumSubgroups;
+    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
+        if (r < n) {
+            vec4 sum = subgroupAdd(acc[r]);
+            float sum_ss = subgroupAdd(ss[r]);
+            if (subgroupElect()) {
+                red4[r * subgroups + gl_SubgroupID] = sum;
+                red1[r * subgroups + gl_SubgroupID] = sum_ss;
+            }
+        }
     }
     barrier();
-    vec4 total = red4[0];
-    float total_ss = red1[0];
-    for (uint i = 1u; i < gl_NumSubgroups; i++) {
-        total += red4[i];
-        total_ss += red1[i];
+    vec4 total = vec4(0.0);
+    float total_ss = 0.0;
+    if (tid < n) {
+        for (uint i = 0u; i < subgroups; i++) {
+            total += red4[tid * subgroups + i];
+            total_ss += red1[tid * subgroups + i];
+        }
     }
     barrier(); // red4 and red1 are written again by the next quad
     ss_out = total_ss;
@@ -207,13 +242,15 @@ void put(uint region, uint i, float v) {
     else vc[layer].v[i >> 2][i & 3u] = v;
 }
 
-// gemm_fused_epilogue.glsl's store_qkv for the token at `pos`: the rotated pair (x0, x1)
-// of q/k/v columns (col, col + 1).
-void store_qkv(uint pos, uint col, float x0, float x1) {
+// gemm_fused_epilogue.glsl's store_qkv for row r's token: the rotated pair (x0, x1) of
+// q/k/v columns (col, col + 1), q to the row's q, k and v to the caches' row of the
+// token's position.
+void store_qkv(uint r, uint col, float x0, float x1) {
     uint d = p.head_dim;
+    uint pos = positions[4u * r];
     uint region = col < p.qcols ? 0u : (col < p.qcols + p.kvcols ? 1u : 2u);
     uint local = col - (region == 0u ? 0u : (region == 1u ? p.qcols : p.qcols + p.kvcols));
-    uint base = region == 0u ? 0u : pos * p.kvcols;
+    uint base = region == 0u ? r * p.qcols : cache_row(pos, row_map(r)) * p.kvcols;
     if (region == 2u) {
         put(2u, base + local, x0);
         put(2u, base + local + 1u, x1);
@@ -221,16 +258,18 @@ void store_qkv(uint pos, uint col, float x0, float x1) {
     }
     uint head = local / d;
     uint i = (local % d) / 2u;
-    vec2 r = cs[pos * p.ldcs + i];
+    vec2 rot = cs[pos * p.ldcs + i];
     bool split = (p.flags & 2u) != 0u;
-    put(region, base + head * d + (split ? i : 2u * i), x0 * r.x - x1 * r.y);
-    put(region, base + head * d + (split ? i + d / 2u : 2u * i + 1u), x0 * r.y + x1 * r.x);
+    put(region, base + head * d + (split ? i : 2u * i), x0 * rot.x - x1 * rot.y);
+    put(region, base + head * d + (split ? i + d / 2u : 2u * i + 1u), x0 * rot.y + x1 * rot.x);
 }
 
-// Adds the quad's sums into the stream and raises `slot` when a sum is not finite.
-void residual(uint quad, vec4 v, uint slot) {
-    vec4 y = x[quad] + v;
-    x[quad] = y;
+// Adds the quad's sums into row r of the stream and raises `slot` when a sum is not
+// finite.
+void residual(uint r, uint quad, vec4 v, uint slot) {
+    uint i = r * p.hidden4 + quad;
+    vec4 y = x[i] + v;
+    x[i] = y;
     if (any(isnan(y)) || any(isinf(y))) flags[slot] = 1.0;
 }
 
@@ -243,14 +282,15 @@ void reduce(bool is_max) {
     }
 }
 
-// The layer's region of part, in vec4s: its counters, then its records.
+// The layer's region of part, in vec4s: a counter per (row, head), then the records.
 uint part_base() {
     uint d4 = p.head_dim / 4u;
-    return layer * ((p.n_heads + 3u) / 4u + p.n_heads * p.splits * (d4 + 1u));
+    uint row_heads = n_rows() * p.n_heads;
+    return layer * ((row_heads + 3u) / 4u + row_heads * p.splits * (d4 + 1u));
 }
-uint counter(uint h) { return 4u * part_base() + h; }
+uint counter(uint rh) { return 4u * part_base() + rh; }
 // part as vec4s past the layer's counters.
-uint records_base() { return part_base() + (p.n_heads + 3u) / 4u; }
+uint records_base() { return part_base() + (n_rows() * p.n_heads + 3u) / 4u; }
 void store4(uint i, vec4 v) {
     uvec4 w = floatBitsToUint(v);
     part[4u * i] = w.x;
@@ -262,15 +302,19 @@ vec4 load4(uint i) {
     return uintBitsToFloat(uvec4(part[4u * i], part[4u * i + 1u], part[4u * i + 2u], part[4u * i + 3u]));
 }
 
-// Attention of head h over key run `split` (attention_decode.comp with T = THREADS).
-void attention_unit(uint h, uint split, uint pos) {
+// Attention of row r's head h over key run `split` (attention_decode.comp with T =
+// THREADS), over the keys at positions 0 ..= the row's position.
+void attention_unit(uint r, uint h, uint split) {
     const uint T = THREADS;
     uint tid = gl_LocalInvocationID.x;
     uint d4 = p.head_dim / 4u;
     uint g = h / (p.n_heads / p.n_kv_heads);
     uint kv_tok4 = p.kvcols / 4u;
+    uint pos = positions[4u * r];
+    uvec2 map = row_map(r);
     uint keys = min(pos + 1u, p.kv_len);
-    if (tid < d4) qs[tid] = q[h * d4 + tid];
+    uint rh = r * p.n_heads + h; // the (row, head) of this unit: its q, output and records
+    if (tid < d4) qs[tid] = q[rh * d4 + tid];
     uint slices = T / d4;
     uint lane = tid % d4;
     uint slice = tid / d4;
@@ -287,7 +331,7 @@ void attention_unit(uint h, uint split, uint pos) {
         if (j < end) {
             // Eight loads in flight before the first product (a loop of load-then-use
             // waits out the cache's latency once per vec4); the sum in the order of dims.
-            uint base = j * kv_tok4 + g * d4;
+            uint base = cache_row(j, map) * kv_tok4 + g * d4;
             float dotp = 0.0;
             for (uint c0 = 0u; c0 < d4; c0 += 8u) {
                 vec4 kv[8];
@@ -321,7 +365,8 @@ void attention_unit(uint h, uint split, uint pos) {
                 vec4 vv[4];
                 [[unroll]] for (uint u = 0u; u < 4u; u++) {
                     uint key = jj + u * slices;
-                    vv[u] = key < block ? vc[layer].v[(k0 + key) * kv_tok4 + g * d4 + lane] : vec4(0.0);
+                    uint row = cache_row(k0 + key, map);
+                    vv[u] = key < block ? vc[layer].v[row * kv_tok4 + g * d4 + lane] : vec4(0.0);
                 }
                 [[unroll]] for (uint u = 0u; u < 4u; u++) {
                     uint key = jj + u * slices;
@@ -337,9 +382,9 @@ void attention_unit(uint h, uint split, uint pos) {
         vec4 sum = vec4(0.0);
         for (uint s = 0u; s < slices; s++) sum += red4[s * d4 + lane];
         if (p.splits == 1u) {
-            attn[h * d4 + lane] = sum / l;
+            attn[rh * d4 + lane] = sum / l;
         } else {
-            uint rec = records_base() + (h * p.splits + split) * (d4 + 1u);
+            uint rec = records_base() + (rh * p.splits + split) * (d4 + 1u);
             if (tid == 0u) store4(rec, vec4(m, l, 0.0, 0.0));
             store4(rec + 1u + lane, sum);
         }
@@ -347,13 +392,13 @@ void attention_unit(uint h, uint split, uint pos) {
     if (p.splits > 1u) {
         memoryBarrierBuffer();
         barrier();
-        if (tid == 0u) last_arrival = atomicAdd(part[counter(h)], 1u) == p.splits - 1u;
+        if (tid == 0u) last_arrival = atomicAdd(part[counter(rh)], 1u) == p.splits - 1u;
         barrier();
         if (last_arrival) {
             memoryBarrierBuffer();
-            if (tid == 0u) part[counter(h)] = 0u; // every run has counted in: ready for the next step
+            if (tid == 0u) part[counter(rh)] = 0u; // every run has counted in: ready for the next step
             if (tid < d4) {
-                uint base = records_base() + h * p.splits * (d4 + 1u);
+                uint base = records_base() + rh * p.splits * (d4 + 1u);
                 float mx = NEG_INF;
                 for (uint s = 0u; s < p.splits; s++) mx = max(mx, load4(base + s * (d4 + 1u)).x);
                 float l_all = 0.0;
@@ -366,7 +411,7 @@ void attention_unit(uint h, uint split, uint pos) {
                     l_all += w * ml.y;
                     out_acc += w * load4(r + 1u + tid);
                 }
-                attn[h * d4 + tid] = out_acc / l_all;
+                attn[rh * d4 + tid] = out_acc / l_all;
             }
         }
     }
@@ -379,7 +424,7 @@ void main() {
     uint wg = gl_WorkGroupID.x;
     if (tid == 0u) gave_up = false;
     barrier();
-    uint pos = positions[0];
+    uint n = n_rows();
     float ss;
 
     for (layer = 0u; layer < p.layers; layer++) {
@@ -387,21 +432,24 @@ void main() {
         if (layer > 0u) grid_barrier(); // the stream the last layer's down wrote
         prefetch(1u, layer, p.hidden4, p.qcols / 4u, slot_o());
 
-        // 1. q/k/v: the norm prologue, RoPE, q to Q and k, v to the caches' row pos.
+        // 1. q/k/v: the norm prologue, RoPE, q to Q and k, v to the caches' row of each
+        // token's position (thread r the epilogue of row r).
         for (uint quad = wg; quad < qkv_quads; quad += groups) {
             vec4 v = gemv_quad(0u, 4u * quad, p.hidden4, ss);
-            if (tid == 0u) {
+            if (tid < n) {
                 v *= norm_scale(ss);
-                store_qkv(pos, 4u * quad, v.x, v.y);
-                store_qkv(pos, 4u * quad + 2u, v.z, v.w);
+                store_qkv(tid, 4u * quad, v.x, v.y);
+                store_qkv(tid, 4u * quad + 2u, v.z, v.w);
             }
         }
         grid_barrier();
         prefetch(2u, layer, 2u * p.ffn4, p.hidden4, slot_o() + 1u);
 
-        // 2. attention over keys 0 ..= pos, one unit per (head, key run).
-        for (uint unit = wg; unit < p.n_heads * p.splits; unit += groups) {
-            attention_unit(unit / p.splits, unit % p.splits, pos);
+        // 2. attention over each row's keys, one unit per (row, head, key run).
+        uint head_runs = p.n_heads * p.splits;
+        for (uint unit = wg; unit < n * head_runs; unit += groups) {
+            uint within = unit % head_runs;
+            attention_unit(unit / head_runs, within / p.splits, within % p.splits);
         }
         grid_barrier();
         prefetch(3u, layer, p.hidden4, p.ffn4, slot_o() + 1u);
@@ -409,7 +457,7 @@ void main() {
         // 3. o, added into the stream.
         for (uint quad = wg; quad < p.hidden4; quad += groups) {
             vec4 v = gemv_quad(1u, 4u * quad, p.qcols / 4u, ss);
-            if (tid == 0u) residual(quad, v, slot_o());
+            if (tid < n) residual(tid, quad, v, slot_o());
         }
         grid_barrier();
         if (layer + 1u < p.layers) prefetch(0u, layer + 1u, qkv_quads, p.hidden4, slot_o() + 2u);
@@ -417,9 +465,9 @@ void main() {
         // 4. gate/up (rows interleaved gate j, up j) with the norm prologue: silu(g) · u.
         for (uint quad = wg; quad < 2u * p.ffn4; quad += groups) {
             vec4 v = gemv_quad(2u, 4u * quad, p.hidden4, ss);
-            if (tid == 0u) {
+            if (tid < n) {
                 v *= norm_scale(ss);
-                uint h = 2u * quad; // the quad's first of two outputs
+                uint h = tid * 4u * p.ffn4 + 2u * quad; // the quad's first of two outputs
                 hid[h >> 2][h & 3u] = v.x / (1.0 + exp(-v.x)) * v.y;
                 hid[(h + 1u) >> 2][(h + 1u) & 3u] = v.z / (1.0 + exp(-v.z)) * v.w;
             }
@@ -429,7 +477,7 @@ void main() {
         // 5. down, added into the stream.
         for (uint quad = wg; quad < p.hidden4; quad += groups) {
             vec4 v = gemv_quad(3u, 4u * quad, p.ffn4, ss);
-            if (tid == 0u) residual(quad, v, slot_o() + 1u);
+            if (tid < n) residual(tid, quad, v, slot_o() + 1u);
         }
     }
 }

@@ -17,6 +17,13 @@
 //! workgroups not all run at once after all, the kernel gives up waiting and raises the
 //! layer's attention flag to 2.0 ([`DECODE_LAYER_GAVE_UP`]): an error for the caller,
 //! never a hang.
+//!
+//! One dispatch steps up to [`DECODE_LAYER_MAX_ROWS`] sequences at once (batched decode,
+//! such as parallel samples of one prompt): the products read each weight once for all
+//! of them, and attention runs a unit per (sequence, head, key run). The sequences share
+//! the layer's caches: each row's positions map to cache rows through a shared prefix and
+//! a shift of its own ([`DecodeLayers::positions`]), so samples read their prompt's rows
+//! without a copy.
 
 use hetsched_kernels::reference::RopeStyle;
 use vulkano::buffer::Subbuffer;
@@ -43,9 +50,18 @@ pub const DECODE_LAYER_GROUPS_PER_SM: u32 = 4;
 /// 815 tokens/s against 730 with one layer a dispatch).
 pub const DECODE_LAYERS_PER_DISPATCH: usize = 64;
 
+/// Most sequences one dispatch of [`GpuBatch::decode_layers`] steps together.
+pub const DECODE_LAYER_MAX_ROWS: usize = 8;
+
 /// The kernel's variants, with the layers each binds (the length of its descriptor
-/// arrays), widest first.
-const KERNELS: [(Shader, usize); 2] = [(Shader::DecodeLayer, 64), (Shader::DecodeLayer1, 1)];
+/// arrays) and the most rows it steps, widest first; a step of one row takes a one-row
+/// variant (no loops over rows it does not have).
+const KERNELS: [(Shader, usize, usize); 4] = [
+    (Shader::DecodeLayer, 64, 1),
+    (Shader::DecodeLayer1, 1, 1),
+    (Shader::DecodeLayerRows8, 64, DECODE_LAYER_MAX_ROWS),
+    (Shader::DecodeLayer1Rows8, 1, DECODE_LAYER_MAX_ROWS),
+];
 
 /// Storage buffers a variant of `layers` layers binds: 6 arrays of a layer's buffers, 9
 /// single buffers.
@@ -83,14 +99,24 @@ pub struct DecodeLayerWeights<'a> {
 pub struct DecodeLayers<'a> {
     /// The layers, in order.
     pub layers: &'a [DecodeLayerWeights<'a>],
-    /// The residual stream, `[1, hidden]`, read and written.
+    /// The residual stream, `[rows, hidden]` (a row per sequence, 1 ..=
+    /// [`DECODE_LAYER_MAX_ROWS`]), read and written.
     pub x: &'a GpuMatrix,
-    /// RoPE's (cos, sin) table of every position the caches hold, `[capacity, head_dim]`.
+    /// RoPE's (cos, sin) table of every position a row may be at, `[positions,
+    /// head_dim]`.
     pub angles: &'a GpuMatrix,
-    /// The token's position, `[1, 1]` or more u32 ([`Elem::I32`]), read when the batch
-    /// runs: it must be below `capacity` (the kernel cannot check it).
+    /// Per row four u32 ([`Elem::I32`], at least `4 · rows` words), read when the batch
+    /// runs: the token's position `p`, then a shared prefix `s` and a shift `o`: the row
+    /// attends over positions `0 ..= p`, and position `j` lives in cache row `j` below
+    /// `s` and `j + o` from `s` on (one sequence: `(p, 0, 0)`). Every position must be
+    /// below `keys` and every mapped row below the caches' rows: the kernel cannot check
+    /// them.
     pub positions: &'a GpuMatrix,
-    /// Scratch: q `[1, q]`, attention's output `[1, q]`, the gate/up product `[1, ffn]`.
+    /// A bound on every row's position + 1 (at most the RoPE table's positions): the
+    /// attention's key runs split this many keys.
+    pub keys: usize,
+    /// Scratch, a row per sequence: q `[rows, q]`, attention's output `[rows, q]`, the
+    /// gate/up product `[rows, ffn]`.
     pub scratch: (&'a GpuMatrix, &'a GpuMatrix, &'a GpuMatrix),
     /// Dense f32 flags, and the slot of the first layer's attention residual add: layer
     /// `l`'s attention and feed-forward adds raise slots `first + 2 l` and `first + 2 l +
@@ -120,7 +146,7 @@ impl GpuContext {
     /// storage-buffer arrays or room for the kernel's bindings, or with
     /// [`crate::GpuOptions::five_dispatch_decode`].
     pub fn decode_layer_workgroups(&self) -> Option<u32> {
-        self.decode_layer_kernel()?;
+        self.decode_layer_kernel(1)?;
         if self.info.kind == crate::DeviceKind::Cpu {
             return Some(1);
         }
@@ -140,13 +166,19 @@ impl GpuContext {
     /// kernel does not run ([`GpuContext::decode_layer_workgroups`]).
     pub fn decode_layers_per_dispatch(&self) -> Option<usize> {
         self.decode_layer_workgroups()?;
-        self.decode_layer_kernel()
+        self.decode_layer_kernel(1)
             .map(|(_, _, per_dispatch)| per_dispatch)
     }
 
-    /// The widest variant of the kernel the device binds, where it may run at all: its
-    /// shader, the layers it binds, and the layers a dispatch runs.
-    pub(crate) fn decode_layer_kernel(&self) -> Option<(Shader, usize, usize)> {
+    /// The widest variant of the kernel for steps of `rows` sequences the device binds,
+    /// where it may run at all: its shader, the layers it binds, and the layers a
+    /// dispatch runs. `None` also for `rows` 0 or past [`DECODE_LAYER_MAX_ROWS`].
+    pub(crate) fn decode_layer_kernel(&self, rows: usize) -> Option<(Shader, usize, usize)> {
+        let kernel_rows = match rows {
+            1 => 1,
+            2..=DECODE_LAYER_MAX_ROWS => DECODE_LAYER_MAX_ROWS,
+            _ => return None,
+        };
         let i = &self.info;
         if !i.subgroup_arithmetic || !i.storage_buffer_array_indexing || self.five_dispatch_decode {
             return None;
@@ -158,9 +190,10 @@ impl GpuContext {
             .max(1);
         KERNELS
             .into_iter()
-            .filter(|&(_, layers)| (!cpu && cap > 1) || layers == 1)
-            .find(|&(_, layers)| i.max_stage_storage_buffers >= storage_buffers(layers))
-            .map(|(shader, layers)| (shader, layers, layers.min(cap)))
+            .filter(|&(_, _, rows)| rows == kernel_rows)
+            .filter(|&(_, layers, _)| (!cpu && cap > 1) || layers == 1)
+            .find(|&(_, layers, _)| i.max_stage_storage_buffers >= storage_buffers(layers))
+            .map(|(shader, layers, _)| (shader, layers, layers.min(cap)))
     }
 }
 
@@ -179,7 +212,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         Ok(DecodeLayerCounters { buf, dispatches })
     }
 
-    /// Records the layers of a token's decode step,
+    /// Records the layers of a decode step of `l.x.rows()` sequences,
     /// [`GpuContext::decode_layers_per_dispatch`] to a dispatch; see the module note.
     /// Refused (an error, nothing recorded) where [`GpuContext::decode_layer_workgroups`]
     /// is `None`.
@@ -188,11 +221,13 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         l: &DecodeLayers<'_>,
         counters: &DecodeLayerCounters,
     ) -> Result<()> {
+        let s = check(l)?;
         let job = self.job_mut();
         let ctx = job.ctx();
-        let (Some(groups), Some((shader, bound, per_dispatch))) =
-            (ctx.decode_layer_workgroups(), ctx.decode_layer_kernel())
-        else {
+        let (Some(groups), Some((shader, bound, per_dispatch))) = (
+            ctx.decode_layer_workgroups(),
+            ctx.decode_layer_kernel(s.rows),
+        ) else {
             return Err(shape(
                 OP,
                 "this device runs no decode layer kernel (no subgroup arithmetic, no \
@@ -200,7 +235,6 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
                  record the five dispatches a layer",
             ));
         };
-        let s = check(l)?;
         let runs = l.layers.chunks(per_dispatch);
         if runs.len() > counters.dispatches {
             return Err(shape(
@@ -213,13 +247,14 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
                 ),
             ));
         }
-        let capacity = l.layers[0].caches.0.rows();
-        let splits = capacity.div_ceil(KEY_BLOCK).clamp(1, MAX_SPLITS);
-        // Per layer and head a counter (padded to whole vec4s), then per (head, run) its
-        // max, sum and output: written before the merge reads them, so only the counters
-        // need zeroing, once; the merging workgroup leaves its counter at zero.
+        let splits = l.keys.div_ceil(KEY_BLOCK).clamp(1, MAX_SPLITS);
+        // Per layer and (row, head) a counter (padded to whole vec4s), then per (row,
+        // head, run) its max, sum and output: written before the merge reads them, so only
+        // the counters need zeroing, once; the merging workgroup leaves its counter at
+        // zero.
         let d4 = s.head_dim / 4;
-        let layer_words = s.n_heads.next_multiple_of(4) + s.n_heads * splits * (d4 + 1) * 4;
+        let row_heads = s.rows * s.n_heads;
+        let layer_words = row_heads.next_multiple_of(4) + row_heads * splits * (d4 + 1) * 4;
         let part = job.ctx().alloc_words(
             (layer_words * l.layers.len().min(per_dispatch)) as u64,
             "decode layer attention partials",
@@ -238,10 +273,12 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
                 (s.n_kv_heads * s.head_dim) as u32,
                 s.head_dim as u32,
                 (l.angles.ld_words() / 2) as u32,
-                u32::from(l.style == RopeStyle::HalfSplit) << 1 | u32::from(prefetch) << 2,
+                u32::from(l.style == RopeStyle::HalfSplit) << 1
+                    | u32::from(prefetch) << 2
+                    | (s.rows as u32) << 8,
                 s.n_heads as u32,
                 s.n_kv_heads as u32,
-                capacity as u32,
+                l.keys as u32,
                 (1.0 / (s.head_dim as f32).sqrt()).to_bits(),
                 splits as u32,
                 (first_slot + 2 * first) as u32,
@@ -290,6 +327,7 @@ const OP: &str = "decode_layers";
 
 /// The shapes a [`DecodeLayers`] implies.
 struct LayerShape {
+    rows: usize,
     hidden: usize,
     ffn: usize,
     n_heads: usize,
@@ -301,7 +339,7 @@ struct LayerShape {
 fn check(l: &DecodeLayers<'_>) -> Result<LayerShape> {
     let (n_heads, n_kv_heads) = l.heads;
     let head_dim = l.angles.cols();
-    let hidden = l.x.cols();
+    let (rows, hidden) = (l.x.rows(), l.x.cols());
     let Some(first) = l.layers.first() else {
         return Err(shape(OP, "no layers"));
     };
@@ -323,7 +361,13 @@ fn check(l: &DecodeLayers<'_>) -> Result<LayerShape> {
     }
     let (qcols, kvcols) = (n_heads * head_dim, n_kv_heads * head_dim);
     let capacity = first.caches.0.rows();
-    dense(OP, "x", l.x, 1, hidden)?;
+    if rows == 0 || rows > DECODE_LAYER_MAX_ROWS {
+        return Err(shape(
+            OP,
+            format!("{rows} rows: a step takes 1 to {DECODE_LAYER_MAX_ROWS} sequences"),
+        ));
+    }
+    dense(OP, "x", l.x, rows, hidden)?;
     for w in l.layers {
         dense(OP, "qkv", w.qkv, qcols + 2 * kvcols, hidden)?;
         dense(OP, "o", w.o, hidden, qcols)?;
@@ -334,16 +378,17 @@ fn check(l: &DecodeLayers<'_>) -> Result<LayerShape> {
     }
     dense(OP, "angles", l.angles, l.angles.rows(), head_dim)?;
     let (q, attn, hid) = l.scratch;
-    dense(OP, "q", q, 1, qcols)?;
-    dense(OP, "attention output", attn, 1, qcols)?;
-    dense(OP, "gate/up product", hid, 1, ffn)?;
+    dense(OP, "q", q, rows, qcols)?;
+    dense(OP, "attention output", attn, rows, qcols)?;
+    dense(OP, "gate/up product", hid, rows, ffn)?;
     let (flags, first_slot) = l.flags;
     dense(OP, "flags", flags, flags.rows(), flags.cols())?;
-    if capacity == 0 || l.angles.rows() < capacity {
+    if capacity == 0 || l.keys == 0 || l.angles.rows() < l.keys {
         return Err(shape(
             OP,
             format!(
-                "caches of {capacity} rows and a RoPE table of {} positions",
+                "caches of {capacity} rows, keys up to {} and a RoPE table of {} positions",
+                l.keys,
                 l.angles.rows()
             ),
         ));
@@ -351,10 +396,14 @@ fn check(l: &DecodeLayers<'_>) -> Result<LayerShape> {
     if first_slot + 2 * l.layers.len() > flags.rows() * flags.cols() {
         return Err(shape(OP, "a layer's flag slot past the flags"));
     }
-    if l.positions.elem() != Elem::I32 || l.positions.rows() * l.positions.cols() == 0 {
-        return Err(shape(OP, "positions must hold a u32 (I32)"));
+    if l.positions.elem() != Elem::I32 || l.positions.rows() * l.positions.cols() < 4 * rows {
+        return Err(shape(
+            OP,
+            format!("positions must hold {} u32 (I32)", 4 * rows),
+        ));
     }
     Ok(LayerShape {
+        rows,
         hidden,
         ffn,
         n_heads,

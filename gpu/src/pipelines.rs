@@ -98,6 +98,8 @@ shaders! {
     QkvFinish => "qkv_finish",
     DecodeLayer => "decode_layer",
     DecodeLayer1 => "decode_layer_1",
+    DecodeLayerRows8 => "decode_layer_rows8",
+    DecodeLayer1Rows8 => "decode_layer_1_rows8",
 }
 
 /// The lazily built pipelines of one device.

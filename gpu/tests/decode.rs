@@ -389,6 +389,7 @@ fn layers_against_five_dispatches(ctx: Arc<hetsched_gpu::GpuContext>) {
                 x: &x,
                 angles: &angles,
                 positions: &position,
+                keys: capacity,
                 scratch: (&q, &attn, &hid),
                 flags: (&flags, 0),
                 heads: (heads, kv_heads),
@@ -508,6 +509,7 @@ fn one_dispatch_decode_layers_are_refused_where_they_cannot_run() {
         x: &x,
         angles: &angles,
         positions: &positions,
+        keys: 4,
         scratch: (&x, &x, &x),
         flags: (&flags, 0),
         heads: (1, 1),
@@ -518,4 +520,184 @@ fn one_dispatch_decode_layers_are_refused_where_they_cannot_run() {
     let counters = b.decode_layer_counters(1).unwrap();
     let err = b.decode_layers(&l, &counters);
     assert!(matches!(err, Err(GpuError::Shape { .. })), "{err:?}");
+}
+
+#[test]
+fn batched_decode_layers_equal_each_row_stepped_alone() {
+    // Up to eight sequences stepped in one dispatch over one cache per layer, whose rows
+    // below a shared prefix every sequence reads and past it each sequence's own region
+    // (parallel samples of one prompt), against each sequence stepped alone by the
+    // one-row kernel over a cache laid out as that sequence sees it. The products sum each
+    // row in the same order as the one-row kernel; attention may split its keys
+    // differently (the key runs follow `keys`), so the tolerance is the one-dispatch
+    // test's, 1e-4 of the stream's scale.
+    for per_dispatch in [None, Some(1)] {
+        let options = GpuOptions {
+            decode_layers_per_dispatch: per_dispatch,
+            ..GpuOptions::default()
+        };
+        let Some(ctx) = common::gpu_with(options) else {
+            return;
+        };
+        if ctx.decode_layer_workgroups().is_none() {
+            eprintln!("skipped: this device runs no one-dispatch decode layer");
+            return;
+        }
+        let ctx = Arc::new(ctx);
+        batched_rows_against_alone(&ctx, 3);
+        batched_rows_against_alone(&ctx, hetsched_gpu::DECODE_LAYER_MAX_ROWS);
+    }
+}
+
+/// The body of [`batched_decode_layers_equal_each_row_stepped_alone`] for `rows`
+/// sequences on `ctx`.
+fn batched_rows_against_alone(ctx: &Arc<hetsched_gpu::GpuContext>, rows: usize) {
+    let mut rng = SeededRng::new(53 + rows as u64);
+    let (heads, kv_heads, d, hidden, ffn, n_layers) = (9, 3, 64, 576, 1536, 2);
+    // A prompt of `prefix` positions, then `own` rows of each sequence's own.
+    let (prefix, own) = (150, 20);
+    let capacity = prefix + rows * own;
+    let keys = prefix + own;
+    let (qc, kvc) = (heads * d, kv_heads * d);
+    let up = |data: &[f32], r: usize, c: usize| ctx.upload_f32(data, r, c).unwrap();
+    let layer_weights: Vec<[GpuMatrix; 4]> = (0..n_layers)
+        .map(|_| {
+            [
+                (qc + 2 * kvc, hidden, 0.2),
+                (hidden, qc, 0.1),
+                (2 * ffn, hidden, 0.2),
+                (hidden, ffn, 0.1),
+            ]
+            .map(|(r, c, scale)| {
+                let data: Vec<f32> = rng.f32s(r * c).iter().map(|v| v * scale).collect();
+                up(&data, r, c)
+            })
+        })
+        .collect();
+    let table: Vec<usize> = (0..keys).collect();
+    let angles = ctx.rope_angles(&table, d, 10_000.0).unwrap();
+    // The batch's caches, and each sequence's view of them: position j is cache row j
+    // below the prefix and row j + r · own from there on.
+    let shared: Vec<(Vec<f32>, Vec<f32>)> = (0..n_layers)
+        .map(|_| (rng.f32s(capacity * kvc), rng.f32s(capacity * kvc)))
+        .collect();
+    let row_of = |r: usize, j: usize| if j < prefix { j } else { j + r * own };
+    let view = |r: usize, cache: &[f32]| -> Vec<f32> {
+        (0..keys)
+            .flat_map(|j| cache[row_of(r, j) * kvc..][..kvc].to_vec())
+            .collect()
+    };
+    // A step of `n` rows over `caches` (`cache_rows` rows each): its stream and cache
+    // host matrices in, its recording.
+    let record = |n: usize, caches: &[(GpuMatrix, GpuMatrix)], k: usize| {
+        let x = ctx.alloc_matrix(n, hidden, Elem::F32).unwrap();
+        let position = ctx.alloc_matrix(n, 4, Elem::I32).unwrap();
+        let (x_in, position_in) = (
+            ctx.host_matrix(n, hidden).unwrap(),
+            ctx.host_matrix(n, 4).unwrap(),
+        );
+        let x_out = ctx.host_matrix(n, hidden).unwrap();
+        let [q, attn] = [0; 2].map(|_| ctx.alloc_matrix(n, qc, Elem::F32).unwrap());
+        let hid = ctx.alloc_matrix(n, ffn, Elem::F32).unwrap();
+        let flags = up(&[0.0; 16], 4, 4);
+        let mut b = GpuBatch::replayable(ctx.clone()).unwrap();
+        b.upload_host(&x_in, &x).unwrap();
+        b.upload_host(&position_in, &position).unwrap();
+        let counters = b.decode_layer_counters(n_layers).unwrap();
+        let layers: Vec<DecodeLayerWeights<'_>> = layer_weights
+            .iter()
+            .zip(caches)
+            .map(|([qkv, o, gate_up, down], (kc, vc))| DecodeLayerWeights {
+                qkv,
+                o,
+                gate_up,
+                down,
+                caches: (kc, vc),
+            })
+            .collect();
+        let l = DecodeLayers {
+            layers: &layers,
+            x: &x,
+            angles: &angles,
+            positions: &position,
+            keys: k,
+            scratch: (&q, &attn, &hid),
+            flags: (&flags, 0),
+            heads: (heads, kv_heads),
+            style: RopeStyle::Adjacent,
+            eps: 1e-5,
+        };
+        b.decode_layers(&l, &counters).unwrap();
+        b.download_host(&x, &x_out).unwrap();
+        (x_in, position_in, x_out, flags, b.record().unwrap())
+    };
+    let batch_caches: Vec<(GpuMatrix, GpuMatrix)> = shared
+        .iter()
+        .map(|(k, v)| (up(k, capacity, kvc), up(v, capacity, kvc)))
+        .collect();
+    let batch = record(rows, &batch_caches, keys);
+    let alone_caches: Vec<Vec<(GpuMatrix, GpuMatrix)>> = (0..rows)
+        .map(|r| {
+            shared
+                .iter()
+                .map(|(k, v)| (up(&view(r, k), keys, kvc), up(&view(r, v), keys, kvc)))
+                .collect()
+        })
+        .collect();
+    let alone: Vec<_> = alone_caches.iter().map(|c| record(1, c, keys)).collect();
+    let read = |m: &hetsched_gpu::HostMatrix| -> Vec<f32> {
+        m.read().unwrap().into_iter().map(f32::from_bits).collect()
+    };
+    // Two steps: each row at its own position past the prefix (different lengths), then
+    // each one on (attending over the row the first step wrote).
+    let first: Vec<usize> = (0..rows).map(|r| prefix + (r * 7) % (own - 1)).collect();
+    for step in 0..2 {
+        let x = rng.f32s(rows * hidden);
+        let mut positions = Vec::new();
+        for (r, &p) in first.iter().enumerate() {
+            positions.extend([(p + step) as u32, prefix as u32, (r * own) as u32, 0]);
+        }
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        batch.0.write(&bits(&x)).unwrap();
+        batch.1.write(&positions).unwrap();
+        batch.4.submit().unwrap();
+        let got = read(&batch.2);
+        for (r, one) in alone.iter().enumerate() {
+            one.0.write(&bits(&x[r * hidden..][..hidden])).unwrap();
+            one.1.write(&[(first[r] + step) as u32, 0, 0, 0]).unwrap();
+            one.4.submit().unwrap();
+            let want = read(&one.2);
+            let scale = vec![want.iter().fold(1f32, |m, v| m.max(v.abs())); hidden];
+            let what = format!("{rows} rows, step {step}: row {r}'s stream");
+            common::assert_close(&what, &got[r * hidden..][..hidden], &want, &scale, 1e-4);
+        }
+    }
+    // The new rows landed in each sequence's own region (against the alone caches' rows
+    // at the same positions), and the shared prefix is untouched.
+    for (layer, (kc, _)) in batch_caches.iter().enumerate() {
+        let got = ctx.download_f32(kc).unwrap();
+        assert_eq!(
+            got[..prefix * kvc],
+            shared[layer].0[..prefix * kvc],
+            "layer {layer}: the shared prefix is only read"
+        );
+        for (r, caches) in alone_caches.iter().enumerate() {
+            let want = ctx.download_f32(&caches[layer].0).unwrap();
+            for p in [first[r], first[r] + 1] {
+                common::assert_close(
+                    &format!("{rows} rows: layer {layer}, row {r}'s key at {p}"),
+                    &got[row_of(r, p) * kvc..][..kvc],
+                    &want[p * kvc..][..kvc],
+                    &vec![1.0; kvc],
+                    1e-4,
+                );
+            }
+        }
+    }
+    for (name, flags) in
+        std::iter::once(("batch", &batch.3)).chain(alone.iter().map(|a| ("alone", &a.3)))
+    {
+        let flags = ctx.download_f32(flags).unwrap();
+        assert!(flags.iter().all(|&f| f == 0.0), "{name}: flags {flags:?}");
+    }
 }

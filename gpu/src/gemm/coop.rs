@@ -56,11 +56,18 @@ impl GpuContext {
     }
 
     /// Whether `shader` is a kernel that cannot run here: a cooperative-matrix kernel the
-    /// device lacks, or a variant of the one-dispatch decode layers it does not pick (for
-    /// [`GpuContext::prepare`], which builds every other pipeline).
+    /// device lacks, or a variant of the one-dispatch decode layers it does not pick for
+    /// one sequence (for [`GpuContext::prepare`], which builds every other pipeline; the
+    /// batched variants are built at their first use).
     pub(crate) fn shader_unusable(&self, shader: Shader) -> bool {
-        if matches!(shader, Shader::DecodeLayer | Shader::DecodeLayer1) {
-            return self.decode_layer_kernel().map(|(s, _, _)| s) != Some(shader);
+        if matches!(
+            shader,
+            Shader::DecodeLayer
+                | Shader::DecodeLayer1
+                | Shader::DecodeLayerRows8
+                | Shader::DecodeLayer1Rows8
+        ) {
+            return self.decode_layer_kernel(1).map(|(s, _, _)| s) != Some(shader);
         }
         if shader == Shader::AttentionFlashKhr {
             return !self.tensor_core_attention_available();
