@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::{
-    DecodePath, GenerateError, GenerateOptions, Generated, Session, argmax,
+    DecodePath, GenerateError, GenerateOptions, Generated, SamplesGenerated, Sampling, Session,
+    argmax,
 };
 use hetsched::exec::{ExecError, ExecModel, GpuUse, PrefillOptions};
 use hetsched::import::GgufTokenizer;
@@ -124,4 +125,72 @@ fn gpu_sessions_refuse_direct_steps_and_int8_weights() {
         }
         other => panic!("expected a clear GPU error, got {other:?}"),
     }
+}
+
+/// Parallel samples of one prompt decoded together on the GPU (one batched step for all
+/// of them, each sample's positions in its own region of the device caches after the
+/// prompt's rows) give the CPU f32 path's samples: seeded temperature sampling from the
+/// logits each step reads back (the samples differ, so a sample that read another's rows
+/// would drift), and greedy samples, which take the token the device chose, equal to a
+/// single greedy turn. A sample count past the GPU's batch is refused before any work.
+#[test]
+fn gpu_samples_equal_the_cpu_f32_samples() {
+    let l = loaded();
+    let Some((mut gpu, _)) = sessions(&l.f32) else {
+        return;
+    };
+    let prompt = l.tokenizer.encode("Once upon a time").unwrap();
+    let never = AtomicBool::new(false);
+    let sampled = GenerateOptions {
+        max_tokens: 8,
+        ignore_eos: true,
+        sampling: Sampling {
+            temperature: 0.8,
+            top_k: Some(40),
+            top_p: 0.95,
+            seed: 7,
+        },
+        ..GenerateOptions::default()
+    };
+    let greedy = GenerateOptions {
+        sampling: Sampling::default(),
+        ..sampled.clone()
+    };
+    for (turn, n) in [(&sampled, 3), (&greedy, 2)] {
+        let mut cpu =
+            Session::new(l.f32.clone(), options(GpuUse::Off), DecodePath::Direct).unwrap();
+        let mut gpu_turn = Session::new(
+            l.f32.clone(),
+            options(GpuUse::Resident),
+            DecodePath::Scheduled,
+        )
+        .unwrap();
+        let run = |s: &mut Session| {
+            s.generate_samples(&prompt, &l.tokenizer, turn, n, &never, |_, _| {})
+                .unwrap()
+        };
+        let (want, got) = (run(&mut cpu), run(&mut gpu_turn));
+        let texts = |g: &SamplesGenerated| -> Vec<Vec<u32>> {
+            g.samples.iter().map(|s| s.tokens.clone()).collect()
+        };
+        assert_eq!(texts(&got), texts(&want), "{n} samples");
+        assert_eq!(got.decode_tokens, want.decode_tokens);
+        if turn.sampling.is_greedy() {
+            let alone = gpu.generate(&prompt, &l.tokenizer, turn, &never, |_| {});
+            assert_eq!(got.samples[0].tokens, alone.unwrap().tokens);
+        } else {
+            assert_ne!(got.samples[0].tokens, got.samples[1].tokens, "seeds differ");
+        }
+    }
+    let history = gpu.tokens().len();
+    let refused = gpu.generate_samples(&prompt, &l.tokenizer, &greedy, 9, &never, |_, _| {});
+    assert!(
+        matches!(refused, Err(GenerateError::Samples { n: 9, max: 8 })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        gpu.tokens().len(),
+        history,
+        "the refused samples did no work"
+    );
 }

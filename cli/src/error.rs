@@ -125,7 +125,7 @@ pub enum CliError {
     #[error("cannot write CSV: {0}")]
     Csv(#[from] csv::Error),
     /// An option that `generate --n` above 1 cannot go with.
-    #[error("--n above 1 decodes the samples together in batched direct steps on the CPU: {0}")]
+    #[error("--n above 1 decodes the samples together in batched steps: {0}")]
     SamplesWith(&'static str),
     /// `--backends` names something other than cpu, gpu and npu.
     #[error("unknown backend `{0}`: use cpu, gpu and npu")]

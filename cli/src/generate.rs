@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use hetsched::cancel::CancelFlag;
 use hetsched::exec::generate::{
-    ChatTemplate, DecodePath, GenerateError, GenerateOptions, Generated, MAX_SAMPLES, Sampling,
-    Session,
+    ChatTemplate, DecodePath, GPU_MAX_SAMPLES, GenerateError, GenerateOptions, Generated,
+    MAX_SAMPLES, Sampling, Session,
 };
 use hetsched::exec::{GpuUse, LinearPrecision, PrefillOptions};
 use hetsched::import::GgufFile;
@@ -208,17 +208,18 @@ fn check_settings(args: &GenerateArgs) -> Result<(), CliError> {
     if args.stop.iter().any(String::is_empty) {
         return Err(CliError::EmptyStop);
     }
-    if args.n == 0 || args.n > MAX_SAMPLES {
-        return Err(GenerateError::Samples {
-            n: args.n,
-            max: MAX_SAMPLES,
-        }
-        .into());
+    let resident_gpu = args.backends == ["gpu"];
+    let max = match resident_gpu {
+        true => GPU_MAX_SAMPLES,
+        false => MAX_SAMPLES,
+    };
+    if args.n == 0 || args.n > max {
+        return Err(GenerateError::Samples { n: args.n, max }.into());
     }
     let batched = args.n > 1;
-    if batched && (args.decode == Some(DecodeChoice::Scheduled) || args.backends == ["gpu"]) {
+    if batched && args.decode == Some(DecodeChoice::Scheduled) && !resident_gpu {
         return Err(CliError::SamplesWith(
-            "drop --decode scheduled and --backends gpu",
+            "drop --decode scheduled (on the CPU, samples decode on the direct path)",
         ));
     }
     if batched && (args.trace.is_some() || args.svg.is_some()) {

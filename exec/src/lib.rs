@@ -76,6 +76,7 @@ pub use float_kernels::{CpuFloat, FloatKernels};
 #[cfg(feature = "gpu")]
 pub use gpu_resident::{
     DecodeOutput, DecodeStages, DeviceTime, GpuDecode, GpuModel, GpuStageRunner, ResidentWeights,
+    StepRow,
 };
 pub use heap::release_free_memory;
 pub use interpret::StageRunner;

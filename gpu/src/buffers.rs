@@ -77,6 +77,27 @@ impl GpuMatrix {
     pub(crate) fn ld_words(&self) -> usize {
         self.ld() / self.elem.per_word()
     }
+
+    /// The matrix's first `rows` rows, sharing its memory (a batch recorded for fewer
+    /// rows than its buffers were made for).
+    ///
+    /// # Errors
+    /// [`GpuError::Shape`](crate::GpuError::Shape) for 0 rows or more than the matrix has.
+    pub fn first_rows(&self, rows: usize) -> crate::Result<GpuMatrix> {
+        if rows == 0 || rows > self.rows {
+            return Err(crate::GpuError::Shape {
+                op: "first rows",
+                problem: format!("{rows} rows of a {}-row matrix", self.rows),
+            });
+        }
+        let words = (rows * self.ld_words()) as u64;
+        Ok(GpuMatrix {
+            buf: self.buf.clone().slice(0..words),
+            rows,
+            cols: self.cols,
+            elem: self.elem,
+        })
+    }
 }
 
 /// One device buffer holding several matrices at offsets a memory plan chose

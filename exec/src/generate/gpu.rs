@@ -23,7 +23,7 @@ mod lane {
     use crate::generate::inline::InlineQueue;
     use crate::{
         DecodeOutput, DecodeStages, ExecError, ExecModel, GpuDecode, GpuKernelOptions, GpuModel,
-        GpuStageRunner, Step, take_logits,
+        GpuStageRunner, Step, StepRow, take_logits,
     };
 
     /// The model's weights and the session's KV cache on the device.
@@ -39,6 +39,9 @@ mod lane {
         decode: Option<Arc<GpuDecode>>,
         /// The decode step's plan (every layer in one stage, then the head).
         decode_plan: Option<Arc<PrefillPlan>>,
+        /// The decoder of steps of several sequences (parallel samples), made at the first
+        /// such step.
+        batched: Option<GpuDecode>,
     }
 
     /// A plan for the GPU lane and its stages compiled.
@@ -70,6 +73,7 @@ mod lane {
                 capacity: 0,
                 decode: Some(decode),
                 decode_plan: None,
+                batched: None,
             })
         }
 
@@ -101,7 +105,50 @@ mod lane {
                 Some(None) => self.decode = None,
                 None => {}
             }
+            if let Some(batched) = &mut self.batched {
+                batched.invalidate();
+            }
             Ok(())
+        }
+
+        /// Rows of the caches (positions of one sequence, or a shared prefix and every
+        /// sample's own positions).
+        pub(in crate::generate) fn capacity(&self) -> usize {
+            self.capacity
+        }
+
+        /// The most sequences one batched step ([`Self::step_rows`]) takes here: up to
+        /// [`hetsched_gpu::DECODE_LAYER_MAX_ROWS`] where the layers run as the one-dispatch
+        /// kernel, else one.
+        pub(in crate::generate) fn batched_rows(&self) -> usize {
+            self.decode.as_ref().map_or(1, |d| d.batched_rows())
+        }
+
+        /// One decode step of several sequences over the session's device caches (`rows`,
+        /// every position below `keys`), run here outside the session's plans, as the CPU
+        /// lanes run their batched steps; returns each row's greedy token, and the logits
+        /// with `want_logits`.
+        pub(in crate::generate) fn step_rows(
+            &mut self,
+            rows: &[StepRow],
+            keys: usize,
+            want_logits: bool,
+        ) -> Result<DecodeOutput, ExecError> {
+            let caches = self.caches.as_ref().ok_or_else(lost)?;
+            let batched = match &mut self.batched {
+                Some(b) => b,
+                None => {
+                    let single = match &self.decode {
+                        Some(d) => d.clone(),
+                        None => Arc::new(GpuDecode::new(self.model.clone())?),
+                    };
+                    let batched = single.with_rows(single.batched_rows())?;
+                    self.decode = Some(single);
+                    self.batched.insert(batched)
+                }
+            };
+            batched.prepare(caches, (rows, keys), want_logits)?;
+            batched.run_now()
         }
 
         /// Prefills `tokens[pos0..]` (chunks of `chunk_len`) after the history in the
@@ -149,8 +196,9 @@ mod lane {
                     plan
                 }
             };
+            let row = [StepRow::alone(token, tokens.len() - 1)];
             let prepared = match Arc::get_mut(&mut decode) {
-                Some(d) => d.prepare(caches, (token, tokens.len() - 1), want_logits),
+                Some(d) => d.prepare(caches, (&row, self.capacity), want_logits),
                 None => Err(ExecError::Kernel(
                     "a GPU decode step is still held by an earlier step's stages".into(),
                 )),
@@ -234,7 +282,11 @@ mod lane {
 }
 
 #[cfg(feature = "gpu")]
+pub(super) use crate::StepRow;
+#[cfg(feature = "gpu")]
 pub(super) use lane::GpuLane;
+#[cfg(not(feature = "gpu"))]
+pub(super) use stub::StepRow;
 
 /// Without the `gpu` feature there is no GPU lane: the type has no value, and
 /// [`GpuLane::open`] says how to build one.
@@ -251,10 +303,18 @@ mod stub {
 
     type Ran = Result<(RunOutcome, Vec<f32>), ExecError>;
 
-    /// What a decode step gives: the greedy next token, and the logits when asked for.
+    /// What a decode step gives: each row's greedy next token, and the logits when asked
+    /// for.
     pub(in crate::generate) struct DecodeOutput {
-        pub(in crate::generate) next: u32,
+        pub(in crate::generate) next: Vec<u32>,
         pub(in crate::generate) logits: Option<Vec<f32>>,
+    }
+
+    /// A sequence's token in a batched step (see the GPU build's `StepRow`).
+    pub(in crate::generate) struct StepRow {
+        pub(in crate::generate) token: u32,
+        pub(in crate::generate) position: usize,
+        pub(in crate::generate) shift: (usize, usize),
     }
 
     impl super::GpuLane {
@@ -286,6 +346,23 @@ mod stub {
             _: &[u32],
             _: bool,
         ) -> Result<(RunOutcome, DecodeOutput), ExecError> {
+            match *self {}
+        }
+
+        pub(in crate::generate) fn capacity(&self) -> usize {
+            match *self {}
+        }
+
+        pub(in crate::generate) fn batched_rows(&self) -> usize {
+            match *self {}
+        }
+
+        pub(in crate::generate) fn step_rows(
+            &mut self,
+            _: &[StepRow],
+            _: usize,
+            _: bool,
+        ) -> Result<DecodeOutput, ExecError> {
             match *self {}
         }
     }

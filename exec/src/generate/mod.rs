@@ -61,7 +61,7 @@ pub use chat::{ChatForm, ChatTemplate};
 pub use direct::{DecodeBuffers, decode_batch, decode_step};
 pub use error::GenerateError;
 pub use head::{HeadRescore, QuantizedHead, RESCORED_CANDIDATES};
-pub use samples::{MAX_SAMPLES, Sample, SamplesGenerated};
+pub use samples::{GPU_MAX_SAMPLES, MAX_SAMPLES, Sample, SamplesGenerated};
 pub use sampling::{Sampler, Sampling, argmax};
 pub use sequence_kv::{KvRows, SequenceKv, SequenceStep};
 pub use session::{DecodePath, DecodeTime, Session, WeightBytes};

@@ -8,6 +8,12 @@
 //! GEMM over the samples' rows. A sample that ends (EOS, a stop string, `max_tokens`)
 //! leaves the batch; the others go on.
 //!
+//! On a session resident on the GPU the samples decode there, up to
+//! [`hetsched_gpu::DECODE_LAYER_MAX_ROWS`] of them in one step: the device's caches hold
+//! the prompt's rows, then each sample's own region (`max_tokens - 1` rows each) after
+//! them, and a step maps every sample's positions past the prompt into its region. A
+//! greedy step reads back only each sample's token.
+//!
 //! Sample `i` samples with the options' sampling and seed `seed + i` (wrapping), so
 //! greedy samples are all the same text and a seeded run is reproducible. The session's
 //! history stays the prompt: a later turn continues after the prompt, not after a sample.
@@ -19,6 +25,7 @@ use hetsched_import::GgufTokenizer;
 use hetsched_runtime::engine::RunOutcome;
 
 use super::error::GenerateError;
+use super::gpu::StepRow;
 use super::sampling::{Sampler, Sampling};
 use super::session::Session;
 use super::turn::{Continuation, FinishReason, GenerateOptions, Limits, Next};
@@ -28,6 +35,13 @@ use crate::state::KvCache;
 /// holds its own cache of up to `max_tokens` positions, and a batch's rows are its live
 /// samples.
 pub const MAX_SAMPLES: usize = 64;
+
+/// The most samples decoded together on the GPU lane: one batched step of the
+/// one-dispatch decode layers (`hetsched_gpu::DECODE_LAYER_MAX_ROWS`).
+pub const GPU_MAX_SAMPLES: usize = 8;
+
+#[cfg(feature = "gpu")]
+const _: () = assert!(GPU_MAX_SAMPLES == hetsched_gpu::DECODE_LAYER_MAX_ROWS);
 
 /// One finished sample.
 #[derive(Clone, Debug)]
@@ -63,8 +77,16 @@ pub struct SamplesGenerated {
     pub prefill_run: RunOutcome,
 }
 
+/// What a batched step gave each live sample, in order.
+pub(super) enum Chosen {
+    /// Its logits, to sample from.
+    Logits(Vec<Vec<f32>>),
+    /// The token the GPU chose for it (greedy).
+    Tokens(Vec<u32>),
+}
+
 /// A sample still decoding: its progress and its own KV cache (per layer, the positions
-/// after the prompt).
+/// after the prompt; none on the GPU lane, whose device caches hold them).
 struct Live {
     index: usize,
     continuation: Continuation,
@@ -109,7 +131,12 @@ impl Session {
         let layers = self.model().layers.len();
         // A sample feeds at most max_tokens - 1 tokens: its last one is never fed.
         let own_positions = options.max_tokens.saturating_sub(1).max(1);
-        let own = || own_caches(layers, own_positions * kv_dim);
+        let on_gpu = self.batched_rows().is_some();
+        let own = || match on_gpu {
+            true => Vec::new(),
+            false => own_caches(layers, own_positions * kv_dim),
+        };
+        self.reserve_gpu_rows(prompt_end + n * own_positions)?;
         let logits = self.logits().ok_or(GenerateError::EmptyTurn)?.to_vec();
         let mut live = Vec::with_capacity(n);
         let mut done: Vec<Option<Sample>> = (0..n).map(|_| None).collect();
@@ -141,7 +168,7 @@ impl Session {
                 decode_tokens += self.step_samples(
                     &mut live,
                     &mut done,
-                    prompt_end,
+                    (prompt_end, own_positions),
                     &limits,
                     cancel,
                     &mut on_text,
@@ -174,11 +201,9 @@ impl Session {
         options: &GenerateOptions,
         n: usize,
     ) -> Result<u32, GenerateError> {
-        if n == 0 || n > MAX_SAMPLES {
-            return Err(GenerateError::Samples {
-                n,
-                max: MAX_SAMPLES,
-            });
+        let max = self.batched_rows().unwrap_or(MAX_SAMPLES).min(MAX_SAMPLES);
+        if n == 0 || n > max {
+            return Err(GenerateError::Samples { n, max });
         }
         self.check_batched()?;
         let eos = tokenizer.eos_id().ok_or(GenerateError::NoEos)?;
@@ -189,32 +214,55 @@ impl Session {
         Ok(eos)
     }
 
-    /// One batched decode step of the `live` samples (their prompt ends at `prompt_end`):
-    /// each is fed its next token and samples one more, streaming its text through
-    /// `on_text`; one that ends moves to `done`. Returns the tokens fed.
+    /// One batched decode step of the `live` samples (their prompt ends at `prompt_end`;
+    /// each has `own` positions after it): each is fed its next token and samples one
+    /// more, streaming its text through `on_text`; one that ends moves to `done`. Returns
+    /// the tokens fed.
     fn step_samples(
         &mut self,
         live: &mut Vec<Live>,
         done: &mut [Option<Sample>],
-        prompt_end: usize,
+        (prompt_end, own): (usize, usize),
         limits: &Limits<'_>,
         cancel: &AtomicBool,
         on_text: &mut impl FnMut(usize, &str),
     ) -> Result<u64, GenerateError> {
-        let mut batch: Vec<(u32, usize, &mut [KvCache])> = live
-            .iter_mut()
-            .map(|s| {
-                let position = prompt_end + s.continuation.tokens.len() - 1;
-                (s.next, position, s.caches.as_mut_slice())
-            })
-            .collect();
-        let logits = self.step_after_history(&mut batch)?;
-        let fed = logits.len() as u64;
+        let position = |s: &Live| prompt_end + s.continuation.tokens.len() - 1;
+        let chosen = match self.batched_rows() {
+            Some(_) => {
+                let rows: Vec<StepRow> = live
+                    .iter()
+                    .map(|s| StepRow {
+                        token: s.next,
+                        position: position(s),
+                        shift: (prompt_end, s.index * own),
+                    })
+                    .collect();
+                let greedy = limits.options.sampling.is_greedy();
+                self.step_rows_on_gpu(&rows, prompt_end + own, !greedy)?
+            }
+            None => {
+                let mut batch: Vec<(u32, usize, &mut [KvCache])> = live
+                    .iter_mut()
+                    .map(|s| (s.next, position(s), s.caches.as_mut_slice()))
+                    .collect();
+                Chosen::Logits(self.step_after_history(&mut batch)?)
+            }
+        };
+        let fed = live.len() as u64;
         let mut still = Vec::with_capacity(live.len());
-        for (mut s, logits) in live.drain(..).zip(logits) {
+        let chosen: Vec<Result<Vec<f32>, u32>> = match chosen {
+            Chosen::Logits(rows) => rows.into_iter().map(Ok).collect(),
+            Chosen::Tokens(tokens) => tokens.into_iter().map(Err).collect(),
+        };
+        for (mut s, choice) in live.drain(..).zip(chosen) {
             let index = s.index;
             let mut emit = |t: &str| on_text(index, t);
-            match s.continuation.take(&logits, limits, cancel, &mut emit)? {
+            let next = match choice {
+                Ok(logits) => s.continuation.take(&logits, limits, cancel, &mut emit)?,
+                Err(token) => s.continuation.accept(token, limits, cancel, &mut emit)?,
+            };
+            match next {
                 Next::Feed(next) => {
                     s.next = next;
                     still.push(s);

@@ -30,7 +30,7 @@ use parking_lot::RwLock;
 use super::decode_run::DecodeRun;
 use super::direct;
 use super::error::GenerateError;
-use super::gpu::GpuLane;
+use super::gpu::{GpuLane, StepRow};
 use super::head::QuantizedHead;
 use crate::state::KvCache;
 use crate::{
@@ -429,16 +429,58 @@ impl Session {
 
     /// Refuses batched decode steps on a session whose steps are scheduled or on the GPU.
     pub(super) fn check_batched(&self) -> Result<(), GenerateError> {
-        if self.path == DecodePath::Scheduled || self.gpu.is_some() {
+        if self.path == DecodePath::Scheduled && self.gpu.is_none() {
             return Err(ExecError::InvalidOption {
                 option: "decode",
-                message: "batched decode steps (parallel samples) run on the direct path; \
-                          use the direct decode path on the CPU"
+                message: "batched decode steps (parallel samples) run on the direct path on \
+                          the CPU, or resident on the GPU; use the direct decode path"
                     .into(),
             }
             .into());
         }
         Ok(())
+    }
+
+    /// The most sequences one batched step takes: on the GPU lane as many as its
+    /// decoder steps together (one where its layers do not run as one dispatch), on the
+    /// CPU no limit of its own.
+    pub(super) fn batched_rows(&self) -> Option<usize> {
+        self.gpu.as_ref().map(GpuLane::batched_rows)
+    }
+
+    /// Makes room on the GPU lane for `rows` cache rows (a shared prefix and the
+    /// samples' own positions after it), keeping the history's rows. Nothing on the CPU.
+    pub(super) fn reserve_gpu_rows(&mut self, rows: usize) -> Result<(), GenerateError> {
+        let written = self.tokens.len();
+        match &mut self.gpu {
+            Some(gpu) if gpu.capacity() < rows => Ok(gpu.reserve(rows, written)?),
+            _ => Ok(()),
+        }
+    }
+
+    /// One batched decode step on the GPU lane (`rows`: each sequence's token, position
+    /// and cache rows, every position below `keys`), timed as the session's decode steps;
+    /// returns each row's greedy token, or with `want_logits` each row's logits.
+    pub(super) fn step_rows_on_gpu(
+        &mut self,
+        rows: &[StepRow],
+        keys: usize,
+        want_logits: bool,
+    ) -> Result<super::samples::Chosen, GenerateError> {
+        let started = Instant::now();
+        let gpu = self.gpu.as_mut().ok_or_else(broken)?;
+        let out = gpu.step_rows(rows, keys, want_logits)?;
+        let wall_ns = started.elapsed().as_nanos() as u64;
+        self.decode_time.steps += 1;
+        self.decode_time.wall_ns += wall_ns;
+        self.decode_time.busy_ns += wall_ns;
+        let vocab = self.model.config.vocab_size;
+        Ok(match out.logits {
+            Some(logits) => {
+                super::samples::Chosen::Logits(logits.chunks(vocab).map(<[f32]>::to_vec).collect())
+            }
+            None => super::samples::Chosen::Tokens(out.next),
+        })
     }
 
     /// One batched decode step of sequences that continue the session's history (parallel
@@ -504,7 +546,7 @@ impl Session {
         let gpu = self.gpu.as_mut().ok_or_else(broken)?;
         let want_logits = self.gpu_logits;
         let (outcome, out) = gpu.step(&mut self.world, policy, &tokens, want_logits)?;
-        self.finish_gpu_run(tokens, out.logits, Some(out.next));
+        self.finish_gpu_run(tokens, out.logits, out.next.first().copied());
         Ok(outcome)
     }
 

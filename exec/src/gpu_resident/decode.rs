@@ -14,6 +14,15 @@
 //! from the host matrices, so a recording holds for every position its caches have rows
 //! for: it is made once per cache capacity (the session's context bucket: the caches
 //! double when they fill) and dropped when the caches move.
+//!
+//! A step may feed several sequences at once (up to the rows the decoder was made for,
+//! at most [`hetsched_gpu::DECODE_LAYER_MAX_ROWS`]; parallel samples of one prompt): one
+//! token each, the layers as the one-dispatch kernel over all rows (each weight read once
+//! for all of them), the head a GEMM of a few rows, greedy sampling per row. The
+//! sequences share the layers' caches, each position mapped to a cache row by its
+//! [`StepRow::shift`], so samples read their prompt's rows where the prefill wrote them.
+//! A recording holds for one (cache capacity, rows, key bound); a batch whose live rows
+//! change records again.
 
 use std::sync::Arc;
 
@@ -35,12 +44,48 @@ use super::{GpuModel, gpu_err};
 use crate::error::ExecError;
 use crate::queues::{JobError, JobRunner};
 
-/// The device buffers of one token's step and the host matrices around them.
+/// One sequence's part of a decode step: its token, the token's position, and where the
+/// sequence's positions live in the layers' caches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepRow {
+    /// The token fed.
+    pub token: u32,
+    /// Its position.
+    pub position: usize,
+    /// `(from, by)`: positions from `from` on live `by` cache rows further on (a
+    /// sequence's own region after a prefix it shares with others); below `from` a
+    /// position is its own row. `(0, 0)`: every position its own row.
+    pub shift: (usize, usize),
+}
+
+impl StepRow {
+    /// The token of a sequence whose every position is its own cache row.
+    pub fn alone(token: u32, position: usize) -> Self {
+        Self {
+            token,
+            position,
+            shift: (0, 0),
+        }
+    }
+
+    /// The cache row of position `j` of this row's sequence.
+    fn cache_row(&self, j: usize) -> usize {
+        match j >= self.shift.0 {
+            true => j + self.shift.1,
+            false => j,
+        }
+    }
+}
+
+/// The device buffers of a step of up to `rows` sequences and the host matrices around
+/// them (a step of fewer rows records over their first rows).
 struct StepTensors {
-    /// Token id in, position in (host side, written before each replay).
+    rows: usize,
+    /// Token ids in (`[1, rows]`), and per row (position, shift from, shift by, 0)
+    /// (`[rows, 4]`): host side, written before each replay.
     token_in: HostMatrix,
     position_in: HostMatrix,
-    /// Their device copies, `[1, 4]` u32 (one used).
+    /// Their device copies (the ids `[⌈rows / 4⌉, 4]` u32).
     token: GpuMatrix,
     position: GpuMatrix,
     x: GpuMatrix,
@@ -48,33 +93,59 @@ struct StepTensors {
     attn: GpuMatrix,
     hidden: GpuMatrix,
     logits: GpuMatrix,
-    /// The chosen token on the device and on the host.
+    /// The chosen tokens on the device and on the host.
     next: GpuMatrix,
     next_out: HostMatrix,
     /// Non-finite flags of the step's residual adds, and their host copy.
     flags: GpuMatrix,
     flags_out: HostMatrix,
-    /// The logits' host copy (the head recording that reads them).
-    logits_out: HostMatrix,
     /// The buffers of the family's steps (none for llama).
     family: FamilyScratch,
 }
 
-/// The recordings of one cache capacity.
+/// The per-row tensors of [`StepTensors`] over a step's first rows.
+struct RowViews {
+    position: GpuMatrix,
+    x: GpuMatrix,
+    q: GpuMatrix,
+    attn: GpuMatrix,
+    hidden: GpuMatrix,
+    logits: GpuMatrix,
+}
+
+impl StepTensors {
+    fn views(&self, rows: usize) -> Result<RowViews, ExecError> {
+        let first = |m: &GpuMatrix| m.first_rows(rows).map_err(gpu_err);
+        Ok(RowViews {
+            position: first(&self.position)?,
+            x: first(&self.x)?,
+            q: first(&self.q)?,
+            attn: first(&self.attn)?,
+            hidden: first(&self.hidden)?,
+            logits: first(&self.logits)?,
+        })
+    }
+}
+
+/// The recordings of one (cache capacity, rows, key bound).
 struct Recorded {
     capacity: usize,
+    rows: usize,
+    keys: usize,
+    views: RowViews,
     layers: RecordedBatch,
     head: RecordedBatch,
-    /// The head that also copies the logits out, recorded on first use.
-    head_logits: Option<RecordedBatch>,
+    /// The head that also copies the logits out, and their host copy, recorded on
+    /// first use.
+    head_logits: Option<(RecordedBatch, HostMatrix)>,
 }
 
 /// What one step produced.
 #[derive(Debug)]
 pub struct DecodeOutput {
-    /// The greedy next token (the largest logit, the lower id on a tie).
-    pub next: u32,
-    /// The logits, when asked for.
+    /// Per row, the greedy next token (the largest logit, the lower id on a tie).
+    pub next: Vec<u32>,
+    /// The logits, `[rows, vocab]` row after row, when asked for.
     pub logits: Option<Vec<f32>>,
 }
 
@@ -104,33 +175,56 @@ fn alloc(ctx: &GpuContext, rows: usize, cols: usize, elem: Elem) -> Result<GpuMa
 }
 
 impl GpuDecode {
-    /// Uploads the token embeddings and allocates one token's buffers.
+    /// Uploads the token embeddings and allocates the buffers of one sequence's steps.
     pub fn new(model: Arc<GpuModel>) -> Result<Self, ExecError> {
-        let ctx = &model.context;
         let c = &model.host.config;
         // The family's scale on the table itself: the rows the step gathers are scaled.
         let mut table = std::borrow::Cow::from(&model.host.token_embd);
         if c.family.embedding_scale != EmbeddingScale::One {
             crate::family::scale_embeddings(c, table.to_mut());
         }
-        let embeddings = ctx
+        let embeddings = model
+            .context
             .upload_f32(&table, c.vocab_size, c.hidden)
             .map_err(gpu_err)?;
         drop(table);
+        Self::over(model, embeddings, 1)
+    }
+
+    /// A decoder of steps of up to `rows` sequences of the same model, sharing this one's
+    /// embedding table ([`Self::batched_rows`] says how many it may take).
+    pub fn with_rows(&self, rows: usize) -> Result<Self, ExecError> {
+        Self::over(self.model.clone(), self.embeddings.clone(), rows)
+    }
+
+    /// The most sequences one step takes on this device and model: one, or up to
+    /// [`hetsched_gpu::DECODE_LAYER_MAX_ROWS`] where the layers run as the one-dispatch
+    /// kernel.
+    pub fn batched_rows(&self) -> usize {
+        match self.layers_in_one_dispatch() {
+            true => hetsched_gpu::DECODE_LAYER_MAX_ROWS,
+            false => 1,
+        }
+    }
+
+    fn over(model: Arc<GpuModel>, embeddings: GpuMatrix, rows: usize) -> Result<Self, ExecError> {
+        let ctx = &model.context;
+        let c = &model.host.config;
         let flag_rows = NonFiniteFlags::rows(1, model.layers.len());
         let host = |rows, cols| ctx.host_matrix(rows, cols).map_err(gpu_err);
         let t = StepTensors {
-            token_in: host(1, 1)?,
-            position_in: host(1, 1)?,
-            token: alloc(ctx, 1, 4, Elem::I32)?,
-            position: alloc(ctx, 1, 4, Elem::I32)?,
-            x: alloc(ctx, 1, c.hidden, Elem::F32)?,
-            q: alloc(ctx, 1, c.n_heads * c.head_dim, Elem::F32)?,
-            attn: alloc(ctx, 1, c.n_heads * c.head_dim, Elem::F32)?,
-            hidden: alloc(ctx, 1, c.ffn, Elem::F32)?,
-            logits: alloc(ctx, 1, c.vocab_size, Elem::F32)?,
-            next: alloc(ctx, 1, 4, Elem::I32)?,
-            next_out: host(1, 1)?,
+            rows,
+            token_in: host(1, rows)?,
+            position_in: host(rows, 4)?,
+            token: alloc(ctx, rows.div_ceil(4), 4, Elem::I32)?,
+            position: alloc(ctx, rows, 4, Elem::I32)?,
+            x: alloc(ctx, rows, c.hidden, Elem::F32)?,
+            q: alloc(ctx, rows, c.n_heads * c.head_dim, Elem::F32)?,
+            attn: alloc(ctx, rows, c.n_heads * c.head_dim, Elem::F32)?,
+            hidden: alloc(ctx, rows, c.ffn, Elem::F32)?,
+            logits: alloc(ctx, rows, c.vocab_size, Elem::F32)?,
+            next: alloc(ctx, rows.div_ceil(4), 4, Elem::I32)?,
+            next_out: host(1, rows)?,
             flags: ctx
                 .upload_f32(
                     &vec![0.0; flag_rows * NonFiniteFlags::COLS],
@@ -139,8 +233,7 @@ impl GpuDecode {
                 )
                 .map_err(gpu_err)?,
             flags_out: host(flag_rows, NonFiniteFlags::COLS)?,
-            logits_out: host(1, c.vocab_size)?,
-            family: FamilyScratch::alloc(ctx, c, 1)?,
+            family: FamilyScratch::alloc(ctx, c, rows)?,
         };
         Ok(Self {
             model,
@@ -163,49 +256,81 @@ impl GpuDecode {
         Some(r.layers.dispatches() + r.head.dispatches())
     }
 
-    /// Prepares the step of `token` at `position` over `caches` (one key and value cache
-    /// per layer, rows for `position`): records for this capacity if not yet done, and
-    /// writes the token and the position for the replay. Run the step's stages next
-    /// ([`JobRunner::run`]), then [`Self::finish`].
+    /// Prepares the step of `rows` (one token of each sequence) over `caches` (one key
+    /// and value cache per layer, with a row for each token's position) with every
+    /// position below `keys` (at most the caches' rows): records for this (capacity,
+    /// rows, keys) if not yet done, and writes the tokens and positions for the replay.
+    /// Run the step's stages next ([`JobRunner::run`]), then [`Self::finish`]; or
+    /// [`Self::run_now`].
     pub fn prepare(
         &mut self,
         caches: &[(GpuMatrix, GpuMatrix)],
-        (token, position): (u32, usize),
+        (rows, keys): (&[StepRow], usize),
         want_logits: bool,
     ) -> Result<(), ExecError> {
         let c = &self.model.host.config;
         let capacity = caches.first().map_or(0, |(k, _)| k.rows());
-        if token as usize >= c.vocab_size {
+        if rows.is_empty() || rows.len() > self.t.rows {
+            return Err(ExecError::Kernel(format!(
+                "a decode step of {} sequences on a decoder of at most {}",
+                rows.len(),
+                self.t.rows
+            )));
+        }
+        if let Some(r) = rows.iter().find(|r| r.token as usize >= c.vocab_size) {
             return Err(ExecError::TokenOutOfRange {
-                id: token,
+                id: r.token,
                 vocab: c.vocab_size,
             });
         }
-        if caches.len() != self.model.layers.len() || position >= capacity {
+        let outside = |r: &&StepRow| r.position >= keys || r.cache_row(r.position) >= capacity;
+        if caches.len() != self.model.layers.len()
+            || keys > capacity
+            || rows.iter().any(|r| outside(&r))
+        {
+            let row = rows.iter().find(outside).unwrap_or(&rows[0]);
             return Err(ExecError::Kernel(format!(
-                "a decode step at position {position} needs {} layer caches with a row for it \
-                 ({} of {capacity} rows given)",
+                "a decode step at position {} (cache row {}, positions below {keys}) needs {} \
+                 layer caches with a row for it ({} of {capacity} rows given)",
+                row.position,
+                row.cache_row(row.position),
                 self.model.layers.len(),
                 caches.len()
             )));
         }
-        if self.recorded.as_ref().map(|r| r.capacity) != Some(capacity) {
-            self.recorded = Some(self.record(caches, capacity)?);
+        let key = (capacity, rows.len(), keys);
+        if self.recorded.as_ref().map(|r| (r.capacity, r.rows, r.keys)) != Some(key) {
+            self.recorded = None; // its views and recordings go before the new ones
+            self.recorded = Some(self.record(caches, key)?);
         }
         if want_logits {
             let r = self.recorded.as_mut().ok_or_else(not_recorded)?;
             if r.head_logits.is_none() {
-                r.head_logits = Some(record_head(&self.model, &self.t, true)?);
+                let (head, out) = record_head(&self.model, &self.t, &r.views, true)?;
+                r.head_logits = Some((head, out.ok_or_else(not_recorded)?));
             }
         }
         self.want_logits = want_logits;
-        self.t.token_in.write(&[token]).map_err(gpu_err)?;
-        self.t
-            .position_in
-            .write(&[position as u32])
-            .map_err(gpu_err)?;
+        let mut tokens = vec![0u32; self.t.rows];
+        let mut positions = vec![0u32; 4 * self.t.rows];
+        for (i, r) in rows.iter().enumerate() {
+            tokens[i] = r.token;
+            positions[4 * i..4 * i + 3].copy_from_slice(&[
+                r.position as u32,
+                r.shift.0 as u32,
+                r.shift.1 as u32,
+            ]);
+        }
+        self.t.token_in.write(&tokens).map_err(gpu_err)?;
+        self.t.position_in.write(&positions).map_err(gpu_err)?;
         *self.out.lock() = None;
         Ok(())
+    }
+
+    /// Runs the prepared step here (the layers, then the head), outside any plan.
+    pub fn run_now(&self) -> Result<DecodeOutput, ExecError> {
+        self.run_layers()?;
+        self.run_head()
     }
 
     /// What the step's head produced, after the step's stages ran.
@@ -222,12 +347,21 @@ impl GpuDecode {
     fn record(
         &self,
         caches: &[(GpuMatrix, GpuMatrix)],
-        capacity: usize,
+        (capacity, rows, keys): (usize, usize, usize),
     ) -> Result<Recorded, ExecError> {
         let m = &self.model;
         let c = &m.host.config;
         let t = &self.t;
         let ctx = &m.context;
+        let at_once = self.layers_in_one_dispatch();
+        if rows > 1 && !at_once {
+            return Err(ExecError::Kernel(
+                "a decode step of several sequences needs the one-dispatch llama layers (f32 \
+                 weights, a GPU that keeps the kernel's grid resident)"
+                    .into(),
+            ));
+        }
+        let views = t.views(rows)?;
         let positions: Vec<usize> = (0..capacity).collect();
         let angles = ctx
             .rope_angles(&positions, c.head_dim, c.rope_base)
@@ -237,29 +371,34 @@ impl GpuDecode {
         b.upload_host(&t.token_in, &t.token).map_err(gpu_err)?;
         b.upload_host(&t.position_in, &t.position)
             .map_err(gpu_err)?;
-        let counters = match self.layers_in_one_dispatch() {
+        let counters = match at_once {
             true => Some(b.decode_layer_counters(caches.len()).map_err(gpu_err)?),
             false => None,
         };
-        b.embed_rows(&self.embeddings, &t.token, &t.x)
+        b.embed_rows(&self.embeddings, &t.token, &views.x)
             .map_err(gpu_err)?;
         match &counters {
-            Some(counters) => self.record_layers_at_once(&mut b, caches, &angles, counters)?,
+            Some(counters) => {
+                self.record_layers_at_once(&mut b, caches, (&angles, keys), &views, counters)?
+            }
             None => {
                 for (layer, caches) in caches.iter().enumerate() {
                     let angles = match &local {
                         Some(local) if c.family.is_local(layer) => local,
                         _ => &angles,
                     };
-                    self.record_layer(&mut b, layer, (caches, capacity), angles)?;
+                    self.record_layer(&mut b, layer, (caches, capacity), (angles, &views))?;
                 }
             }
         }
         Ok(Recorded {
             capacity,
+            rows,
+            keys,
             layers: b.record().map_err(gpu_err)?,
-            head: record_head(m, t, false)?,
+            head: record_head(m, t, &views, false)?.0,
             head_logits: None,
+            views,
         })
     }
 
@@ -282,12 +421,14 @@ impl GpuDecode {
             })
     }
 
-    /// Records the step's llama layers in one dispatch ([`GpuBatch::decode_layers`]).
+    /// Records the step's llama layers in one dispatch ([`GpuBatch::decode_layers`]) over
+    /// the rows of `views`, every position below `keys`.
     fn record_layers_at_once(
         &self,
         b: &mut GpuBatch<Arc<GpuContext>>,
         caches: &[(GpuMatrix, GpuMatrix)],
-        angles: &GpuMatrix,
+        (angles, keys): (&GpuMatrix, usize),
+        views: &RowViews,
         counters: &DecodeLayerCounters,
     ) -> Result<(), ExecError> {
         let m = &self.model;
@@ -309,10 +450,11 @@ impl GpuDecode {
         };
         let l = DecodeLayers {
             layers: &layers,
-            x: &t.x,
+            x: &views.x,
             angles,
-            positions: &t.position,
-            scratch: (&t.q, &t.attn, &t.hidden),
+            positions: &views.position,
+            keys,
+            scratch: (&views.q, &views.attn, &views.hidden),
             flags: (&t.flags, flags.slot(0, 0, 0)),
             heads: (c.n_heads, c.n_kv_heads),
             style: c.rope_style,
@@ -321,15 +463,15 @@ impl GpuDecode {
         b.decode_layers(&l, counters).map_err(gpu_err)
     }
 
-    /// Records decoder layer `layer` of the step over its caches (`capacity` rows) with
-    /// its RoPE table of every position, as five dispatches (or more, for the families'
-    /// steps).
+    /// Records decoder layer `layer` of the step (its one row in `v`) over its caches
+    /// (`capacity` rows) with its RoPE table of every position, as five dispatches (or
+    /// more, for the families' steps).
     fn record_layer(
         &self,
         b: &mut GpuBatch<Arc<GpuContext>>,
         layer: usize,
         ((kc, vc), capacity): (&(GpuMatrix, GpuMatrix), usize),
-        angles: &GpuMatrix,
+        (angles, v): (&GpuMatrix, &RowViews),
     ) -> Result<(), ExecError> {
         let m = &self.model;
         let (c, t, w) = (&m.host.config, &self.t, &m.layers[layer]);
@@ -345,26 +487,26 @@ impl GpuDecode {
             head_dim: c.head_dim,
         };
         let io = QkvIo {
-            x: &t.x,
-            q: &t.q,
+            x: &v.x,
+            q: &v.q,
             scratch: &t.family,
             angles,
             caches: (kc, vc),
-            rows: QkvRows::At(&t.position),
+            rows: QkvRows::At(&v.position),
         };
         record_qkv(b, c, (&w.qkv, &w.family), io)?;
-        let at = (&t.position, window(c, layer));
-        b.attention_at_windowed(&t.q, (kc, vc), &shape, at, &t.attn)
+        let at = (&v.position, window(c, layer));
+        b.attention_at_windowed(&v.q, (kc, vc), &shape, at, &v.attn)
             .map_err(gpu_err)?;
-        let stream = (&t.x, &t.family);
+        let stream = (&v.x, &t.family);
         let post = w.family.post_norms.as_ref();
-        for (block, input, weights) in [(0, &t.attn, &w.o), (1, &t.hidden, &w.down)] {
+        for (block, input, weights) in [(0, &v.attn, &w.o), (1, &v.hidden, &w.down)] {
             if block == 1 {
                 let gate_up = FusedGemm {
                     norm_eps: Some(c.norm_eps),
                     epilogue: gate_up_epilogue(c.family.activation),
                 };
-                b.gemm_fused(&t.x, &w.gate_up, &t.hidden, gate_up)
+                b.gemm_fused(&v.x, &w.gate_up, &v.hidden, gate_up)
                     .map_err(gpu_err)?;
             }
             let check = (&t.flags, flags.slot(0, layer, block));
@@ -382,13 +524,13 @@ impl GpuDecode {
         r.layers.submit_async().map_err(gpu_err)
     }
 
-    /// Runs the head's recording, waits, and reads the token (and the logits).
+    /// Runs the head's recording, waits, and reads the tokens (and the logits).
     fn run_head(&self) -> Result<DecodeOutput, ExecError> {
         let r = self.recorded.as_ref().ok_or_else(not_recorded)?;
-        let head = match (self.want_logits, &r.head_logits) {
-            (true, Some(h)) => h,
+        let (head, logits_out) = match (self.want_logits, &r.head_logits) {
+            (true, Some((h, out))) => (h, Some(out)),
             (true, None) => return Err(not_recorded()),
-            (false, _) => &r.head,
+            (false, _) => (&r.head, None),
         };
         head.submit().map_err(gpu_err)?;
         let flags = self.t.flags_out.read().map_err(gpu_err)?;
@@ -410,20 +552,20 @@ impl GpuDecode {
                 chunk: 0,
             });
         }
-        let next = self.t.next_out.read().map_err(gpu_err)?[0];
-        let logits = match self.want_logits {
-            true => Some(
-                self.t
-                    .logits_out
-                    .read()
+        let mut next = self.t.next_out.read().map_err(gpu_err)?;
+        next.truncate(r.rows);
+        let logits = match logits_out {
+            Some(out) => Some(
+                out.read()
                     .map_err(gpu_err)?
                     .into_iter()
                     .map(f32::from_bits)
                     .collect(),
             ),
-            false => None,
+            None => None,
         };
-        if next as usize >= self.model.host.config.vocab_size {
+        let vocab = self.model.host.config.vocab_size;
+        if next.iter().any(|&n| n as usize >= vocab) {
             return Err(ExecError::Kernel(
                 "the decode step's logits hold no number (greedy sampling found none)".into(),
             ));
@@ -432,23 +574,35 @@ impl GpuDecode {
     }
 }
 
-/// The head's recording: the final norm and the head GEMM, greedy sampling, and the
-/// copies of the chosen token and the flags (and with `logits`, the logits) to the host.
-fn record_head(m: &GpuModel, t: &StepTensors, logits: bool) -> Result<RecordedBatch, ExecError> {
+/// The head's recording over the rows of `v`: the final norm and the head GEMM, greedy
+/// sampling, and the copies of the chosen tokens and the flags (and with `logits`, the
+/// logits, into the host matrix returned) to the host.
+fn record_head(
+    m: &GpuModel,
+    t: &StepTensors,
+    v: &RowViews,
+    logits: bool,
+) -> Result<(RecordedBatch, Option<HostMatrix>), ExecError> {
     let mut b = GpuBatch::replayable(m.context.clone()).map_err(gpu_err)?;
     let head = FusedGemm {
         norm_eps: Some(m.host.config.norm_eps),
         epilogue: GemmEpilogue::Store,
     };
-    b.gemm_fused(&t.x, &m.output, &t.logits, head)
+    b.gemm_fused(&v.x, &m.output, &v.logits, head)
         .map_err(gpu_err)?;
-    b.argmax_rows(&t.logits, &t.next).map_err(gpu_err)?;
+    b.argmax_rows(&v.logits, &t.next).map_err(gpu_err)?;
     b.download_host(&t.next, &t.next_out).map_err(gpu_err)?;
     b.download_host(&t.flags, &t.flags_out).map_err(gpu_err)?;
-    if logits {
-        b.download_host(&t.logits, &t.logits_out).map_err(gpu_err)?;
-    }
-    b.record().map_err(gpu_err)
+    let logits_out = match logits {
+        true => {
+            let (rows, vocab) = (v.logits.rows(), v.logits.cols());
+            let out = m.context.host_matrix(rows, vocab).map_err(gpu_err)?;
+            b.download_host(&v.logits, &out).map_err(gpu_err)?;
+            Some(out)
+        }
+        false => None,
+    };
+    Ok((b.record().map_err(gpu_err)?, logits_out))
 }
 
 fn not_recorded() -> ExecError {

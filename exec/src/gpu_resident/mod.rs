@@ -38,7 +38,7 @@ use super::error::ExecError;
 use super::queues::{JobError, JobRunner};
 use super::steps::Step;
 use super::walk::walk;
-pub use decode::{DecodeOutput, DecodeStages, GpuDecode};
+pub use decode::{DecodeOutput, DecodeStages, GpuDecode, StepRow};
 use model::GpuLayer;
 pub use model::{GpuModel, ResidentWeights};
 use record::Recorder;
