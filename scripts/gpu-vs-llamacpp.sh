@@ -51,6 +51,9 @@
 #       (HETSCHED_GPU_DECODE_GROUPS_PER_SM=N), tg-hetsched-pf with its prefetch of
 #       later stages' weights (HETSCHED_GPU_DECODE_PREFETCH=1), tg-hetsched-lN with at
 #       most N layers a dispatch (HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N).
+#       tg-hetsched-nN decodes N greedy samples of the prompt together (generate --n N:
+#       batched steps, decode tokens/s summed over the samples), tg-hetsched-sN N samples
+#       at temperature 0.8 (each step reads the logits back for the host's sampler).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -159,9 +162,9 @@ remote)
   }
   # Decode, one sequence: hetsched's greedy turn of N tokens after a short prompt (the
   # step recorded once and replayed), llama.cpp's tgN (llama-bench -p 0 -n N).
-  hetsched_tg() { # binary tokens
+  hetsched_tg() { # binary tokens [generate options]
     "$1" generate --model /tmp/model.gguf --prompt "The capital of France is" \
-      --backends gpu --precision f32 --max-tokens "$2" --ignore-eos --json 2>/dev/null |
+      --backends gpu --precision f32 --max-tokens "$2" --ignore-eos --json "${@:3}" 2>/dev/null |
       tee -a "$out/generate.jsonl" |
       python3 -c 'import json,sys
 text, dec, at, last = sys.stdin.read(), json.JSONDecoder(), 0, None
@@ -204,6 +207,12 @@ print(last["decode_tokens_per_s"])'
             tg-hetsched-g*) # the one-dispatch layer's grid at N workgroups a multiprocessor
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_DECODE_GROUPS_PER_SM=${row#tg-hetsched-g} hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+            tg-hetsched-n*) # N greedy samples decoded together
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(hetsched_tg /tmp/hetsched 128 --n "${row#tg-hetsched-n}" || echo nan) ;;
+            tg-hetsched-s*) # N samples at temperature 0.8 decoded together
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(hetsched_tg /tmp/hetsched 128 --n "${row#tg-hetsched-s}" --temperature 0.8 --seed 1 || echo nan) ;;
             tg-llama.cpp:*) [ "$n" = "$first" ] || continue; tps=$(llama_tg "${row#tg-llama.cpp:}" 128 || echo nan); label=tg128 ;;
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;

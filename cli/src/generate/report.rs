@@ -134,8 +134,11 @@ pub(super) fn samples_report(
         model: model.name.clone(),
         precision: model.precision.as_str(),
         threads,
+        decode: match backends.as_str() {
+            "gpu" => "gpu-batched",
+            _ => "direct-batched",
+        },
         backends,
-        decode: "direct-batched",
         n: s.samples.len(),
         prompt_tokens: s.prompt_tokens,
         generated_tokens: s.samples.iter().map(|x| x.tokens.len()).sum(),
