@@ -310,7 +310,9 @@ mod stub {
         pub(in crate::generate) logits: Option<Vec<f32>>,
     }
 
-    /// A sequence's token in a batched step (see the GPU build's `StepRow`).
+    /// A sequence's token in a batched step (see the GPU build's `StepRow`): made by the
+    /// samples' code, read only by a GPU lane, which this build has none of.
+    #[allow(dead_code)]
     pub(in crate::generate) struct StepRow {
         pub(in crate::generate) token: u32,
         pub(in crate::generate) position: usize,

@@ -27,7 +27,7 @@ use hetsched_runtime::engine::RunOutcome;
 use super::error::GenerateError;
 use super::gpu::StepRow;
 use super::sampling::{Sampler, Sampling};
-use super::session::Session;
+use super::session::{Chosen, Session};
 use super::turn::{Continuation, FinishReason, GenerateOptions, Limits, Next};
 use crate::state::KvCache;
 
@@ -75,14 +75,6 @@ pub struct SamplesGenerated {
     pub decode_tokens: u64,
     /// The scheduled prefill that ran.
     pub prefill_run: RunOutcome,
-}
-
-/// What a batched step gave each live sample, in order.
-pub(super) enum Chosen {
-    /// Its logits, to sample from.
-    Logits(Vec<Vec<f32>>),
-    /// The token the GPU chose for it (greedy).
-    Tokens(Vec<u32>),
 }
 
 /// A sample still decoding: its progress and its own KV cache (per layer, the positions

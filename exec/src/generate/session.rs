@@ -466,7 +466,7 @@ impl Session {
         rows: &[StepRow],
         keys: usize,
         want_logits: bool,
-    ) -> Result<super::samples::Chosen, GenerateError> {
+    ) -> Result<Chosen, GenerateError> {
         let started = Instant::now();
         let gpu = self.gpu.as_mut().ok_or_else(broken)?;
         let out = gpu.step_rows(rows, keys, want_logits)?;
@@ -477,9 +477,9 @@ impl Session {
         let vocab = self.model.config.vocab_size;
         Ok(match out.logits {
             Some(logits) => {
-                super::samples::Chosen::Logits(logits.chunks(vocab).map(<[f32]>::to_vec).collect())
+                Chosen::Logits(logits.chunks(vocab).map(<[f32]>::to_vec).collect())
             }
-            None => super::samples::Chosen::Tokens(out.next),
+            None => Chosen::Tokens(out.next),
         })
     }
 
@@ -568,6 +568,14 @@ impl Session {
     pub(super) fn set_gpu_logits(&mut self, read: bool) {
         self.gpu_logits = read;
     }
+}
+
+/// What a batched step gave each of its sequences, in order.
+pub(super) enum Chosen {
+    /// Their logits, to sample from.
+    Logits(Vec<Vec<f32>>),
+    /// The tokens the GPU chose (greedy).
+    Tokens(Vec<u32>),
 }
 
 fn broken() -> GenerateError {
