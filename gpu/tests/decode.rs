@@ -301,22 +301,8 @@ fn one_dispatch_decode_layers_equal_their_five_dispatches_each() {
     // The products are summed in the same order by both (128 threads, a subgroup sum);
     // attention walks blocks of 128 keys against 64, so the stream's tolerance is
     // attention's, `1e-5` of the values' scale, widened by the products to 1e-4.
-    // Both widths of the kernel: every layer in one dispatch (the default), and one layer a
-    // dispatch (a CPU implementation runs one a dispatch either way).
-    for per_dispatch in [None, Some(1)] {
-        let options = GpuOptions {
-            decode_layers_per_dispatch: per_dispatch,
-            ..GpuOptions::default()
-        };
-        let Some(ctx) = common::gpu_with(options) else {
-            return;
-        };
-        if ctx.decode_layer_workgroups().is_none() {
-            eprintln!("skipped: this device runs no one-dispatch decode layer");
-            return;
-        }
-        layers_against_five_dispatches(Arc::new(ctx));
-    }
+    // Both widths of the kernel.
+    at_both_widths(layers_against_five_dispatches);
 }
 
 /// The body of [`one_dispatch_decode_layers_equal_their_five_dispatches_each`] on `ctx`.
@@ -373,17 +359,7 @@ fn layers_against_five_dispatches(ctx: Arc<hetsched_gpu::GpuContext>) {
         b.upload_host(&position_in, &position).unwrap();
         let counters = b.decode_layer_counters(n_layers).unwrap();
         if at_once {
-            let layers: Vec<DecodeLayerWeights<'_>> = layer_weights
-                .iter()
-                .zip(&caches)
-                .map(|([qkv, o, gate_up, down], (kc, vc))| DecodeLayerWeights {
-                    qkv,
-                    o,
-                    gate_up,
-                    down,
-                    caches: (kc, vc),
-                })
-                .collect();
+            let layers = layers_over(&layer_weights, &caches);
             let l = DecodeLayers {
                 layers: &layers,
                 x: &x,
@@ -531,22 +507,10 @@ fn batched_decode_layers_equal_each_row_stepped_alone() {
     // row in the same order as the one-row kernel; attention may split its keys
     // differently (the key runs follow `keys`), so the tolerance is the one-dispatch
     // test's, 1e-4 of the stream's scale.
-    for per_dispatch in [None, Some(1)] {
-        let options = GpuOptions {
-            decode_layers_per_dispatch: per_dispatch,
-            ..GpuOptions::default()
-        };
-        let Some(ctx) = common::gpu_with(options) else {
-            return;
-        };
-        if ctx.decode_layer_workgroups().is_none() {
-            eprintln!("skipped: this device runs no one-dispatch decode layer");
-            return;
-        }
-        let ctx = Arc::new(ctx);
+    at_both_widths(|ctx| {
         batched_rows_against_alone(&ctx, 3);
         batched_rows_against_alone(&ctx, hetsched_gpu::DECODE_LAYER_MAX_ROWS);
-    }
+    });
 }
 
 /// The body of [`batched_decode_layers_equal_each_row_stepped_alone`] for `rows`
@@ -604,17 +568,7 @@ fn batched_rows_against_alone(ctx: &Arc<hetsched_gpu::GpuContext>, rows: usize) 
         b.upload_host(&x_in, &x).unwrap();
         b.upload_host(&position_in, &position).unwrap();
         let counters = b.decode_layer_counters(n_layers).unwrap();
-        let layers: Vec<DecodeLayerWeights<'_>> = layer_weights
-            .iter()
-            .zip(caches)
-            .map(|([qkv, o, gate_up, down], (kc, vc))| DecodeLayerWeights {
-                qkv,
-                o,
-                gate_up,
-                down,
-                caches: (kc, vc),
-            })
-            .collect();
+        let layers = layers_over(&layer_weights, caches);
         let l = DecodeLayers {
             layers: &layers,
             x: &x,
@@ -699,5 +653,44 @@ fn batched_rows_against_alone(ctx: &Arc<hetsched_gpu::GpuContext>, rows: usize) 
     {
         let flags = ctx.download_f32(flags).unwrap();
         assert!(flags.iter().all(|&f| f == 0.0), "{name}: flags {flags:?}");
+    }
+}
+
+/// The one-dispatch kernel's view of layers: each layer's [Wqkv, Wo, Wgate_up, Wdown]
+/// and its (key, value) caches.
+fn layers_over<'a>(
+    weights: &'a [[GpuMatrix; 4]],
+    caches: &'a [(GpuMatrix, GpuMatrix)],
+) -> Vec<DecodeLayerWeights<'a>> {
+    weights
+        .iter()
+        .zip(caches)
+        .map(|([qkv, o, gate_up, down], (kc, vc))| DecodeLayerWeights {
+            qkv,
+            o,
+            gate_up,
+            down,
+            caches: (kc, vc),
+        })
+        .collect()
+}
+
+/// Runs `body` on a device context at both widths of the one-dispatch kernel: every layer
+/// in one dispatch (the default), and one layer a dispatch (a CPU implementation runs one
+/// a dispatch either way); skips where the kernel does not run.
+fn at_both_widths(body: impl Fn(Arc<hetsched_gpu::GpuContext>)) {
+    for per_dispatch in [None, Some(1)] {
+        let options = GpuOptions {
+            decode_layers_per_dispatch: per_dispatch,
+            ..GpuOptions::default()
+        };
+        let Some(ctx) = common::gpu_with(options) else {
+            return;
+        };
+        if ctx.decode_layer_workgroups().is_none() {
+            eprintln!("skipped: this device runs no one-dispatch decode layer");
+            return;
+        }
+        body(Arc::new(ctx));
     }
 }

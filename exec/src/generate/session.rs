@@ -476,9 +476,7 @@ impl Session {
         self.decode_time.busy_ns += wall_ns;
         let vocab = self.model.config.vocab_size;
         Ok(match out.logits {
-            Some(logits) => {
-                Chosen::Logits(logits.chunks(vocab).map(<[f32]>::to_vec).collect())
-            }
+            Some(logits) => Chosen::Logits(logits.chunks(vocab).map(<[f32]>::to_vec).collect()),
             None => Chosen::Tokens(out.next),
         })
     }

@@ -85,14 +85,10 @@ struct StepTensors {
     /// (`[rows, 4]`): host side, written before each replay.
     token_in: HostMatrix,
     position_in: HostMatrix,
-    /// Their device copies (the ids `[⌈rows / 4⌉, 4]` u32).
+    /// The ids' device copy, `[⌈rows / 4⌉, 4]` u32.
     token: GpuMatrix,
-    position: GpuMatrix,
-    x: GpuMatrix,
-    q: GpuMatrix,
-    attn: GpuMatrix,
-    hidden: GpuMatrix,
-    logits: GpuMatrix,
+    /// The matrices of a row per sequence, the positions' device copy among them.
+    per_row: RowViews,
     /// The chosen tokens on the device and on the host.
     next: GpuMatrix,
     next_out: HostMatrix,
@@ -103,7 +99,8 @@ struct StepTensors {
     family: FamilyScratch,
 }
 
-/// The per-row tensors of [`StepTensors`] over a step's first rows.
+/// The matrices of a step with a row per sequence (of [`StepTensors`], or a view of their
+/// first rows).
 struct RowViews {
     position: GpuMatrix,
     x: GpuMatrix,
@@ -116,13 +113,14 @@ struct RowViews {
 impl StepTensors {
     fn views(&self, rows: usize) -> Result<RowViews, ExecError> {
         let first = |m: &GpuMatrix| m.first_rows(rows).map_err(gpu_err);
+        let all = &self.per_row;
         Ok(RowViews {
-            position: first(&self.position)?,
-            x: first(&self.x)?,
-            q: first(&self.q)?,
-            attn: first(&self.attn)?,
-            hidden: first(&self.hidden)?,
-            logits: first(&self.logits)?,
+            position: first(&all.position)?,
+            x: first(&all.x)?,
+            q: first(&all.q)?,
+            attn: first(&all.attn)?,
+            hidden: first(&all.hidden)?,
+            logits: first(&all.logits)?,
         })
     }
 }
@@ -217,12 +215,14 @@ impl GpuDecode {
             token_in: host(1, rows)?,
             position_in: host(rows, 4)?,
             token: alloc(ctx, rows.div_ceil(4), 4, Elem::I32)?,
-            position: alloc(ctx, rows, 4, Elem::I32)?,
-            x: alloc(ctx, rows, c.hidden, Elem::F32)?,
-            q: alloc(ctx, rows, c.n_heads * c.head_dim, Elem::F32)?,
-            attn: alloc(ctx, rows, c.n_heads * c.head_dim, Elem::F32)?,
-            hidden: alloc(ctx, rows, c.ffn, Elem::F32)?,
-            logits: alloc(ctx, rows, c.vocab_size, Elem::F32)?,
+            per_row: RowViews {
+                position: alloc(ctx, rows, 4, Elem::I32)?,
+                x: alloc(ctx, rows, c.hidden, Elem::F32)?,
+                q: alloc(ctx, rows, c.n_heads * c.head_dim, Elem::F32)?,
+                attn: alloc(ctx, rows, c.n_heads * c.head_dim, Elem::F32)?,
+                hidden: alloc(ctx, rows, c.ffn, Elem::F32)?,
+                logits: alloc(ctx, rows, c.vocab_size, Elem::F32)?,
+            },
             next: alloc(ctx, rows.div_ceil(4), 4, Elem::I32)?,
             next_out: host(1, rows)?,
             flags: ctx
@@ -369,7 +369,7 @@ impl GpuDecode {
         let local = local_angles(ctx, c, &positions)?;
         let mut b = GpuBatch::replayable(ctx.clone()).map_err(gpu_err)?;
         b.upload_host(&t.token_in, &t.token).map_err(gpu_err)?;
-        b.upload_host(&t.position_in, &t.position)
+        b.upload_host(&t.position_in, &t.per_row.position)
             .map_err(gpu_err)?;
         let counters = match at_once {
             true => Some(b.decode_layer_counters(caches.len()).map_err(gpu_err)?),
