@@ -85,16 +85,19 @@ layout(push_constant) uniform Push {
 uint layer = 0u;
 uint slot_o() { return p.slot0 + 2u * layer; }
 
-// Sequences stepped (1 ..= ROWS).
-uint n_rows() { return (p.flags >> 8) & 0xffu; }
+// Sequences stepped (1 ..= ROWS; the one-row variants know it at compile time).
+uint n_rows() { return ROWS == 1u ? 1u : (p.flags >> 8) & 0xffu; }
 
 // The cache row of position j of the sequence whose row map is (shared prefix, shift).
 uint cache_row(uint j, uvec2 map) { return j < map.x ? j : j + map.y; }
 uvec2 row_map(uint r) { return uvec2(positions[4u * r + 1u], positions[4u * r + 2u]); }
 
-// A product's partial sums meet here, row r of subgroup s at r · gl_NumSubgroups + s.
-shared vec4 red4[THREADS * ROWS];
-shared float red1[THREADS * ROWS];
+// A product's partial sums meet here, row r of subgroup s at r · gl_NumSubgroups + s
+// (at most THREADS / 4 subgroups: the host runs the several-row variants only where
+// subgroups have 4 invocations or more); attention's reductions use the first THREADS.
+const uint RED = max(THREADS, ROWS * THREADS / 4u);
+shared vec4 red4[RED];
+shared float red1[RED];
 shared vec4 qs[MAX_D4];
 shared float ps[THREADS];
 shared bool last_arrival;

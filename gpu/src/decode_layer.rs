@@ -44,6 +44,12 @@ pub const DECODE_LAYER_GAVE_UP: f32 = 2.0;
 /// NVIDIA multiprocessor of the last decade.
 pub const DECODE_LAYER_GROUPS_PER_SM: u32 = 4;
 
+/// At most this many workgroups per multiprocessor in a step of several rows: the
+/// products keep each row's sums in registers, and on an H100 four workgroups a
+/// multiprocessor of the 8-row variant were not all resident (the grid barrier gave up);
+/// one sequence's grid of 264 workgroups measured as fast as 528.
+pub const DECODE_LAYER_BATCHED_GROUPS_PER_SM: u32 = 2;
+
 /// Layers a dispatch of [`GpuBatch::decode_layers`] runs unless
 /// [`crate::GpuOptions::decode_layers_per_dispatch`] says otherwise: up to 64, the whole
 /// step of a model of 64 layers or fewer in one dispatch (on an H100, SmolLM2's tg128 at
@@ -146,13 +152,37 @@ impl GpuContext {
     /// storage-buffer arrays or room for the kernel's bindings, or with
     /// [`crate::GpuOptions::five_dispatch_decode`].
     pub fn decode_layer_workgroups(&self) -> Option<u32> {
-        self.decode_layer_kernel(1)?;
+        self.decode_layer_grid(1)
+    }
+
+    /// The most sequences one dispatch of [`GpuBatch::decode_layers`] steps here:
+    /// [`DECODE_LAYER_MAX_ROWS`], one where the several-row variants do not run
+    /// (subgroups under 4 invocations), none where the kernel does not run at all.
+    pub fn decode_layer_max_rows(&self) -> usize {
+        match (
+            self.decode_layer_grid(DECODE_LAYER_MAX_ROWS),
+            self.decode_layer_grid(1),
+        ) {
+            (Some(_), _) => DECODE_LAYER_MAX_ROWS,
+            (None, Some(_)) => 1,
+            (None, None) => 0,
+        }
+    }
+
+    /// Workgroups of the grid of a step of `rows` sequences: as
+    /// [`GpuContext::decode_layer_workgroups`], with at most
+    /// [`DECODE_LAYER_BATCHED_GROUPS_PER_SM`] a multiprocessor for several rows.
+    fn decode_layer_grid(&self, rows: usize) -> Option<u32> {
+        self.decode_layer_kernel(rows)?;
         if self.info.kind == crate::DeviceKind::Cpu {
             return Some(1);
         }
-        let per_sm = self
+        let mut per_sm = self
             .decode_layer_groups_per_sm
             .unwrap_or(DECODE_LAYER_GROUPS_PER_SM);
+        if rows > 1 {
+            per_sm = per_sm.min(DECODE_LAYER_BATCHED_GROUPS_PER_SM);
+        }
         self.info
             .multiprocessors
             .map(|sm| sm.saturating_mul(per_sm).max(1))
@@ -174,9 +204,12 @@ impl GpuContext {
     /// where it may run at all: its shader, the layers it binds, and the layers a
     /// dispatch runs. `None` also for `rows` 0 or past [`DECODE_LAYER_MAX_ROWS`].
     pub(crate) fn decode_layer_kernel(&self, rows: usize) -> Option<(Shader, usize, usize)> {
+        // The several-row variants size their reductions for subgroups of 4 or more.
         let kernel_rows = match rows {
             1 => 1,
-            2..=DECODE_LAYER_MAX_ROWS => DECODE_LAYER_MAX_ROWS,
+            2..=DECODE_LAYER_MAX_ROWS if self.info.subgroup_size.is_some_and(|s| s >= 4) => {
+                DECODE_LAYER_MAX_ROWS
+            }
             _ => return None,
         };
         let i = &self.info;
@@ -225,7 +258,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         let job = self.job_mut();
         let ctx = job.ctx();
         let (Some(groups), Some((shader, bound, per_dispatch))) = (
-            ctx.decode_layer_workgroups(),
+            ctx.decode_layer_grid(s.rows),
             ctx.decode_layer_kernel(s.rows),
         ) else {
             return Err(shape(

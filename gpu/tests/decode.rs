@@ -615,6 +615,11 @@ fn batched_rows_against_alone(ctx: &Arc<hetsched_gpu::GpuContext>, rows: usize) 
         batch.0.write(&bits(&x)).unwrap();
         batch.1.write(&positions).unwrap();
         batch.4.submit().unwrap();
+        let flags = ctx.download_f32(&batch.3).unwrap();
+        assert!(
+            flags.iter().all(|&f| f == 0.0),
+            "{rows} rows, step {step}: flags {flags:?} (2.0: the grid barrier gave up)"
+        );
         let got = read(&batch.2);
         for (r, one) in alone.iter().enumerate() {
             one.0.write(&bits(&x[r * hidden..][..hidden])).unwrap();

@@ -197,10 +197,10 @@ impl GpuDecode {
 
     /// The most sequences one step takes on this device and model: one, or up to
     /// [`hetsched_gpu::DECODE_LAYER_MAX_ROWS`] where the layers run as the one-dispatch
-    /// kernel.
+    /// kernel and the device runs its several-row variants.
     pub fn batched_rows(&self) -> usize {
         match self.layers_in_one_dispatch() {
-            true => hetsched_gpu::DECODE_LAYER_MAX_ROWS,
+            true => self.model.context.decode_layer_max_rows().max(1),
             false => 1,
         }
     }
