@@ -13,7 +13,7 @@ use hetsched::exec::generate::{
     DecodePath, GenerateError, GenerateOptions, Generated, SamplesGenerated, Sampling, Session,
     argmax,
 };
-use hetsched::exec::{ExecError, ExecModel, GpuUse, PrefillOptions};
+use hetsched::exec::{ExecError, ExecModel, GpuDecode, GpuModel, GpuUse, PrefillOptions, StepRow};
 use hetsched::import::GgufTokenizer;
 
 mod common;
@@ -193,4 +193,56 @@ fn gpu_samples_equal_the_cpu_f32_samples() {
         history,
         "the refused samples did no work"
     );
+}
+
+/// A batched step is refused before anything runs: more rows than its decoder takes, a
+/// position at or past the key bound, a key bound past the caches' rows, or a row whose
+/// shifted position lands past them. Each is a typed error; a step within bounds then
+/// runs.
+#[test]
+fn gpu_batched_steps_refuse_rows_outside_the_caches() {
+    let l = loaded();
+    let ctx = match hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()) {
+        Ok(ctx) => ctx,
+        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
+            println!("skipped: no Vulkan device ({e})");
+            return;
+        }
+        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    };
+    let model = Arc::new(GpuModel::upload(ctx, l.f32.clone()).unwrap());
+    let single = GpuDecode::new(model.clone()).unwrap();
+    if single.batched_rows() < 3 {
+        println!("skipped: this device steps one sequence at a time");
+        return;
+    }
+    let mut decode = single.with_rows(3).unwrap();
+    let caches = model.alloc_caches(40).unwrap();
+    let row = |position, shift| StepRow {
+        token: 1,
+        position,
+        shift,
+    };
+    let refused = [
+        (vec![row(0, (0, 0)); 4], 20), // 4 rows on a decoder of 3
+        (vec![row(5, (4, 10)), row(20, (4, 20))], 20), // position 20 of keys below 20
+        (vec![row(5, (0, 0))], 41),    // keys past the 40 rows
+        (vec![row(5, (4, 10)), row(12, (4, 30))], 20), // row 12 + 30 past the 40
+    ];
+    for (rows, keys) in refused {
+        let err = decode.prepare(&caches, (&rows, keys), false);
+        assert!(
+            matches!(err, Err(ExecError::Kernel(_))),
+            "{rows:?} below {keys}: {err:?}"
+        );
+    }
+    let token = l.f32.config.vocab_size as u32;
+    let err = decode.prepare(&caches, (&[StepRow::alone(token, 0)], 20), false);
+    assert!(
+        matches!(err, Err(ExecError::TokenOutOfRange { .. })),
+        "{err:?}"
+    );
+    let rows = [row(5, (4, 10)), row(6, (4, 20)), row(3, (4, 30))];
+    decode.prepare(&caches, (&rows, 20), false).unwrap();
+    assert_eq!(decode.run_now().unwrap().next.len(), 3);
 }
