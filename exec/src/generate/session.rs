@@ -427,7 +427,8 @@ impl Session {
         ))
     }
 
-    /// Refuses batched decode steps on a session whose steps are scheduled or on the GPU.
+    /// Refuses batched decode steps on a session whose steps are scheduled on the CPU
+    /// (on the GPU lane they are [`Self::step_rows_on_gpu`]).
     pub(super) fn check_batched(&self) -> Result<(), GenerateError> {
         if self.path == DecodePath::Scheduled && self.gpu.is_none() {
             return Err(ExecError::InvalidOption {
@@ -490,6 +491,14 @@ impl Session {
         sequences: &mut [(u32, usize, &mut [KvCache])],
     ) -> Result<Vec<Vec<f32>>, GenerateError> {
         self.check_batched()?;
+        if self.gpu.is_some() {
+            return Err(ExecError::Kernel(
+                "a session resident on the GPU keeps its cache there: its batched steps are \
+                 GPU steps"
+                    .into(),
+            )
+            .into());
+        }
         let vocab = self.model.config.vocab_size;
         if let Some(&(id, ..)) = sequences.iter().find(|s| s.0 as usize >= vocab) {
             return Err(ExecError::TokenOutOfRange { id, vocab }.into());
