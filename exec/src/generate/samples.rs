@@ -9,7 +9,7 @@
 //! leaves the batch; the others go on.
 //!
 //! On a session resident on the GPU the samples decode there, up to
-//! [`hetsched_gpu::DECODE_LAYER_MAX_ROWS`] of them in one step: the device's caches hold
+//! [`GPU_MAX_SAMPLES`] of them in one step: the device's caches hold
 //! the prompt's rows, then each sample's own region (`max_tokens - 1` rows each) after
 //! them, and a step maps every sample's positions past the prompt into its region. A
 //! greedy step reads back only each sample's token.

@@ -538,10 +538,15 @@ impl GpuDecode {
         let layers = self.model.layers.len();
         let located = NonFiniteFlags { layers };
         if let Some(slot) = flags.iter().position(|&f| f == DECODE_LAYER_GAVE_UP) {
+            // A step of one row has the five dispatches to fall back on; several rows
+            // only a smaller grid.
+            let instead = match r.rows {
+                1 => "HETSCHED_GPU_FIVE_DISPATCH_DECODE=1 records five dispatches a layer instead",
+                _ => "HETSCHED_GPU_DECODE_GROUPS_PER_SM=1 runs a smaller grid",
+            };
             return Err(ExecError::Kernel(format!(
                 "decode layer {}: the device did not run the layer kernel's workgroups all \
-                 at once, so its grid barrier gave up (HETSCHED_GPU_FIVE_DISPATCH_DECODE=1 \
-                 records five dispatches a layer instead)",
+                 at once, so its grid barrier gave up ({instead})",
                 located.locate(slot).1
             )));
         }
