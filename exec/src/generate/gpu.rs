@@ -121,7 +121,7 @@ mod lane {
         /// [`hetsched_gpu::DECODE_LAYER_MAX_ROWS`] where the layers run as the one-dispatch
         /// kernel, else one.
         pub(in crate::generate) fn batched_rows(&self) -> usize {
-            self.decode.as_ref().map_or(1, |d| d.batched_rows())
+            GpuDecode::batched_rows_of(&self.model)
         }
 
         /// One decode step of several sequences over the session's device caches (`rows`,

@@ -199,8 +199,13 @@ impl GpuDecode {
     /// [`hetsched_gpu::DECODE_LAYER_MAX_ROWS`] where the layers run as the one-dispatch
     /// kernel and the device runs its several-row variants.
     pub fn batched_rows(&self) -> usize {
-        match self.layers_in_one_dispatch() {
-            true => self.model.context.decode_layer_max_rows().max(1),
+        Self::batched_rows_of(&self.model)
+    }
+
+    /// [`Self::batched_rows`] of a decoder of `model`, without one.
+    pub fn batched_rows_of(model: &GpuModel) -> usize {
+        match layers_in_one_dispatch(model) {
+            true => model.context.decode_layer_max_rows().max(1),
             false => 1,
         }
     }
@@ -353,7 +358,7 @@ impl GpuDecode {
         let c = &m.host.config;
         let t = &self.t;
         let ctx = &m.context;
-        let at_once = self.layers_in_one_dispatch();
+        let at_once = layers_in_one_dispatch(m);
         if rows > 1 && !at_once {
             return Err(ExecError::Kernel(
                 "a decode step of several sequences needs the one-dispatch llama layers (f32 \
@@ -400,25 +405,6 @@ impl GpuDecode {
             head_logits: None,
             views,
         })
-    }
-
-    /// Whether the layers record as the one-dispatch kernel ([`GpuBatch::decode_layers`]):
-    /// the device runs that kernel, and every layer is a llama layer (SiLU gate, no
-    /// window, no QKV bias, QK-norm or post-norms) with f32 weights.
-    fn layers_in_one_dispatch(&self) -> bool {
-        let m = &self.model;
-        let c = &m.host.config;
-        m.context.decode_layer_workgroups().is_some()
-            && c.family.activation == Activation::SiluGlu
-            && m.layers.iter().enumerate().all(|(layer, w)| {
-                window(c, layer) == 0
-                    && !c.family.is_local(layer)
-                    && !w.family.finishes_qkv()
-                    && w.family.post_norms.is_none()
-                    && [&w.qkv, &w.o, &w.gate_up, &w.down]
-                        .iter()
-                        .all(|m| m.elem() == Elem::F32)
-            })
     }
 
     /// Records the step's llama layers in one dispatch ([`GpuBatch::decode_layers`]) over
@@ -577,6 +563,24 @@ impl GpuDecode {
         }
         Ok(DecodeOutput { next, logits })
     }
+}
+
+/// Whether `m`'s decode layers record as the one-dispatch kernel
+/// ([`GpuBatch::decode_layers`]): the device runs that kernel, and every layer is a llama
+/// layer (SiLU gate, no window, no QKV bias, QK-norm or post-norms) with f32 weights.
+fn layers_in_one_dispatch(m: &GpuModel) -> bool {
+    let c = &m.host.config;
+    m.context.decode_layer_workgroups().is_some()
+        && c.family.activation == Activation::SiluGlu
+        && m.layers.iter().enumerate().all(|(layer, w)| {
+            window(c, layer) == 0
+                && !c.family.is_local(layer)
+                && !w.family.finishes_qkv()
+                && w.family.post_norms.is_none()
+                && [&w.qkv, &w.o, &w.gate_up, &w.down]
+                    .iter()
+                    .all(|m| m.elem() == Elem::F32)
+        })
 }
 
 /// The head's recording over the rows of `v`: the final norm and the head GEMM, greedy
