@@ -311,8 +311,12 @@ impl GpuDecode {
         if want_logits {
             let r = self.recorded.as_mut().ok_or_else(not_recorded)?;
             if r.head_logits.is_none() {
-                let (head, out) = record_head(&self.model, &self.t, &r.views, true)?;
-                r.head_logits = Some((head, out.ok_or_else(not_recorded)?));
+                let logits = &r.views.logits;
+                let out = (self.model.context)
+                    .host_matrix(logits.rows(), logits.cols())
+                    .map_err(gpu_err)?;
+                let head = record_head(&self.model, &self.t, &r.views, Some(&out))?;
+                r.head_logits = Some((head, out));
             }
         }
         self.want_logits = want_logits;
@@ -401,7 +405,7 @@ impl GpuDecode {
             rows,
             keys,
             layers: b.record().map_err(gpu_err)?,
-            head: record_head(m, t, &views, false)?.0,
+            head: record_head(m, t, &views, None)?,
             head_logits: None,
             views,
         })
@@ -584,14 +588,14 @@ fn layers_in_one_dispatch(m: &GpuModel) -> bool {
 }
 
 /// The head's recording over the rows of `v`: the final norm and the head GEMM, greedy
-/// sampling, and the copies of the chosen tokens and the flags (and with `logits`, the
-/// logits, into the host matrix returned) to the host.
+/// sampling, and the copies of the chosen tokens and the flags (and the logits, into
+/// `logits_out` when given) to the host.
 fn record_head(
     m: &GpuModel,
     t: &StepTensors,
     v: &RowViews,
-    logits: bool,
-) -> Result<(RecordedBatch, Option<HostMatrix>), ExecError> {
+    logits_out: Option<&HostMatrix>,
+) -> Result<RecordedBatch, ExecError> {
     let mut b = GpuBatch::replayable(m.context.clone()).map_err(gpu_err)?;
     let head = FusedGemm {
         norm_eps: Some(m.host.config.norm_eps),
@@ -602,16 +606,10 @@ fn record_head(
     b.argmax_rows(&v.logits, &t.next).map_err(gpu_err)?;
     b.download_host(&t.next, &t.next_out).map_err(gpu_err)?;
     b.download_host(&t.flags, &t.flags_out).map_err(gpu_err)?;
-    let logits_out = match logits {
-        true => {
-            let (rows, vocab) = (v.logits.rows(), v.logits.cols());
-            let out = m.context.host_matrix(rows, vocab).map_err(gpu_err)?;
-            b.download_host(&v.logits, &out).map_err(gpu_err)?;
-            Some(out)
-        }
-        false => None,
-    };
-    Ok((b.record().map_err(gpu_err)?, logits_out))
+    if let Some(out) = logits_out {
+        b.download_host(&v.logits, out).map_err(gpu_err)?;
+    }
+    b.record().map_err(gpu_err)
 }
 
 fn not_recorded() -> ExecError {
