@@ -246,3 +246,38 @@ fn gpu_batched_steps_refuse_rows_outside_the_caches() {
     decode.prepare(&caches, (&rows, 20), false).unwrap();
     assert_eq!(decode.run_now().unwrap().next.len(), 3);
 }
+
+/// A step of five dispatches a layer keeps every position at its own cache row, so a row
+/// shifted into its own region is refused there (it would read and write the wrong rows),
+/// while a shift that starts past the position changes nothing and runs.
+#[test]
+fn five_dispatch_steps_refuse_shifted_rows() {
+    let l = loaded();
+    let options = hetsched_gpu::GpuOptions {
+        five_dispatch_decode: true,
+        ..hetsched_gpu::GpuOptions::default()
+    };
+    let ctx = match hetsched_gpu::GpuContext::new(options) {
+        Ok(ctx) => ctx,
+        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
+            println!("skipped: no Vulkan device ({e})");
+            return;
+        }
+        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    };
+    let model = Arc::new(GpuModel::upload(ctx, l.f32.clone()).unwrap());
+    let mut decode = GpuDecode::new(model.clone()).unwrap();
+    assert_eq!(decode.batched_rows(), 1);
+    let caches = model.alloc_caches(40).unwrap();
+    let row = |shift| StepRow {
+        token: 1,
+        position: 5,
+        shift,
+    };
+    let err = decode.prepare(&caches, (&[row((4, 10))], 20), false);
+    assert!(matches!(err, Err(ExecError::Kernel(_))), "{err:?}");
+    decode
+        .prepare(&caches, (&[row((6, 10))], 20), false)
+        .unwrap();
+    assert_eq!(decode.run_now().unwrap().next.len(), 1);
+}

@@ -303,6 +303,16 @@ impl GpuDecode {
                 caches.len()
             )));
         }
+        // The five dispatches a layer read and write each position at its own row.
+        let shifted = |r: &StepRow| r.shift.1 != 0 && r.shift.0 <= r.position;
+        if rows.iter().any(shifted) && !layers_in_one_dispatch(&self.model) {
+            return Err(ExecError::Kernel(
+                "a decode step whose positions are shifted into their own cache region needs \
+                 the one-dispatch llama layers (f32 weights, a GPU that keeps the kernel's grid \
+                 resident); the five dispatches a layer keep every position at its own row"
+                    .into(),
+            ));
+        }
         let key = (capacity, rows.len(), keys);
         if self.recorded.as_ref().map(|r| (r.capacity, r.rows, r.keys)) != Some(key) {
             self.recorded = None; // its views and recordings go before the new ones
