@@ -19,7 +19,10 @@ use common::test_model;
 
 /// The folder holding libhetsched_capi.so, built for these tests: cargo builds only the
 /// rlib for an integration test, so the shared library is built here, once, by the same
-/// cargo, profile and features (`--lib --tests`: only the link step is new).
+/// cargo and profile. The whole workspace is named so that every dependency keeps the
+/// features the README's `cargo test --workspace` unified: under that command every unit
+/// is already built and only the link step is new (with `-p hetsched-capi` alone the
+/// dependencies would be compiled again with fewer features).
 fn library_dir() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
@@ -38,8 +41,8 @@ fn library_dir() -> PathBuf {
             .to_string();
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let status = Command::new(cargo)
-                .args(["build", "--profile", &profile, "--lib", "--tests"])
-                .args(["-p", "hetsched-capi"])
+                .args(["build", "--profile", &profile])
+                .args(["--workspace", "--lib", "--tests"])
                 .status()
                 .expect("run cargo");
             assert!(status.success(), "cargo could not build the shared library");
