@@ -2,12 +2,20 @@
 //! top-p (nucleus) from a seeded ChaCha8 generator, so that a seed gives the same text
 //! on every run and machine.
 //!
-//! The distribution sampled from ([`Sampler::distribution`]): the `top_k` largest logits
-//! (ties: the lower id first), softmax of `logit / temperature` over them, then the
-//! smallest prefix (most probable first) whose probability reaches `top_p`,
-//! renormalised. Temperature 0 is greedy: the largest logit, the lower id on a tie.
+//! The distribution sampled from ([`Sampler::distribution`]): the softmax of
+//! `logit / temperature` over the vocabulary; of it the `top_k` largest logits (ties:
+//! the lower id first), renormalised; then, with `top_p` below 1, the smallest prefix
+//! (most probable first) whose probability reaches `top_p`, renormalised. A draw walks
+//! the kept tokens most probable first. Temperature 0 is greedy: the largest logit, the
+//! lower id on a tie.
+//!
+//! A draw costs a few passes over the vocabulary, not a sort of it: the softmax in vector
+//! lanes ([`softmax_in_place`]), and the ranking of the few tokens whose weight is within
+//! [`FIRST_TIER_LN`] of the largest, past which a draw or a nucleus rarely reaches (when
+//! it does, the top-k set is ranked whole). Sorting SmolLM2's 49152 logits for every
+//! token, as a draw at temperature alone once did, took longer than a 4-bit decode step.
 
-use hetsched_kernels::max_f32;
+use hetsched_kernels::{max_f32, softmax_in_place};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
@@ -73,16 +81,19 @@ impl Sampling {
     }
 }
 
-/// Candidates sorted first when top-p alone cuts the vocabulary: the nucleus is almost
-/// always among them, and sorting a few hundred costs nothing next to the full
-/// vocabulary (when it is not, the whole vocabulary is sorted).
-const NUCLEUS_FIRST: usize = 256;
+/// The first tier of candidates: tokens whose `(logit - max) / temperature` is at least
+/// this, so whose weight is at least e^-9.21 ≈ 1e-4 of the most probable token's. They
+/// are ranked first; the rest only when a draw or a nucleus reaches past them.
+pub const FIRST_TIER_LN: f32 = -9.21;
 
 /// Picks tokens under one [`Sampling`] with its own generator.
 #[derive(Debug, Clone)]
 pub struct Sampler {
     sampling: Sampling,
     rng: ChaCha8Rng,
+    /// The vocabulary's probabilities of the last draw, kept for the next one to write
+    /// over.
+    probabilities: Vec<f32>,
 }
 
 impl Sampler {
@@ -92,6 +103,7 @@ impl Sampler {
         Ok(Self {
             sampling,
             rng: ChaCha8Rng::seed_from_u64(sampling.seed),
+            probabilities: Vec::new(),
         })
     }
 
@@ -105,57 +117,165 @@ impl Sampler {
         if self.sampling.is_greedy() {
             return argmax(logits);
         }
-        let candidates = self.distribution(logits);
         // A uniform draw in [0, 1) with 53 random bits.
         let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        let mut cumulative = 0.0;
-        for &(id, p) in &candidates {
-            cumulative += f64::from(p);
-            if u < cumulative {
-                return id;
-            }
-        }
-        // Rounding left the sum just below 1: the last candidate.
-        candidates
-            .last()
-            .map_or_else(|| argmax(logits), |&(id, _)| id)
+        let mut probabilities = std::mem::take(&mut self.probabilities);
+        let token = draw(&self.sampling, logits, &mut probabilities, u);
+        self.probabilities = probabilities;
+        token.unwrap_or_else(|| argmax(logits))
     }
 
     /// The tokens this sampler can pick after `logits` and their probabilities (summing
     /// to 1), most probable first. Greedy: the one most probable token.
     pub fn distribution(&self, logits: &[f32]) -> Vec<(u32, f32)> {
-        let s = &self.sampling;
-        if s.is_greedy() {
+        if self.sampling.is_greedy() {
             return vec![(argmax(logits), 1.0)];
         }
-        let k = s.top_k.unwrap_or(logits.len()).min(logits.len());
-        let first = if s.top_p < 1.0 {
-            k.min(NUCLEUS_FIRST)
-        } else {
-            k
-        };
-        let sorted = largest(logits, first);
-        let Some(&best) = sorted.first() else {
-            return Vec::new();
-        };
-        let max = logits[best as usize];
-        let weight =
-            |id: u32| (f64::from(logits[id as usize] - max) / f64::from(s.temperature)).exp();
-        // The softmax's normaliser over the whole top-k set.
-        let total: f64 = if first == k {
-            sorted.iter().map(|&id| weight(id)).sum()
-        } else if k == logits.len() {
-            (0..logits.len() as u32).map(weight).sum()
-        } else {
-            largest(logits, k).iter().map(|&id| weight(id)).sum()
-        };
-        let probability = |id: u32| (id, weight(id) / total);
-        match nucleus(sorted.iter().map(|&id| probability(id)), s.top_p) {
-            Some(kept) => kept,
-            None => nucleus(largest(logits, k).into_iter().map(probability), s.top_p)
-                .unwrap_or_default(),
+        let mut probabilities = Vec::new();
+        Candidates::new(&self.sampling, logits, &mut probabilities).kept()
+    }
+}
+
+/// The token that the uniform draw `u` picks from the distribution of `sampling` after
+/// `logits`: the first, most probable first, whose cumulative probability exceeds `u`
+/// (the last kept one when rounding leaves the sum just below 1); `None` for no logits.
+/// `probabilities` is scratch. Without a nucleus the kept tokens are the top-k set,
+/// walked tier by tier: a draw that ends in the first tier ranks nothing else.
+fn draw(sampling: &Sampling, logits: &[f32], probabilities: &mut Vec<f32>, u: f64) -> Option<u32> {
+    let mut candidates = Candidates::new(sampling, logits, probabilities);
+    let mut walk = Walk {
+        u,
+        cumulative: 0.0,
+        last: None,
+    };
+    if sampling.top_p < 1.0 {
+        return walk.over(candidates.kept()).or(walk.last);
+    }
+    let (first, k) = (candidates.k.min(candidates.first_tier.len()), candidates.k);
+    for (from, to) in [(0, first), (first, k)] {
+        let ids = candidates.ranked(to)[from..].to_vec();
+        let kept = ids
+            .iter()
+            .map(|&id| (id, candidates.probability(id) as f32));
+        if let Some(id) = walk.over(kept) {
+            return Some(id);
         }
     }
+    walk.last
+}
+
+/// A draw's walk over kept tokens, most probable first, across calls.
+struct Walk {
+    u: f64,
+    cumulative: f64,
+    last: Option<u32>,
+}
+
+impl Walk {
+    /// The first of `kept` at which the cumulative probability passes the draw.
+    fn over(&mut self, kept: impl IntoIterator<Item = (u32, f32)>) -> Option<u32> {
+        for (id, p) in kept {
+            self.cumulative += f64::from(p);
+            self.last = Some(id);
+            if self.u < self.cumulative {
+                return Some(id);
+            }
+        }
+        None
+    }
+}
+
+/// One step's candidates: the vocabulary's probabilities under the temperature, the
+/// first tier ranked, and the top-k set's mass.
+struct Candidates<'a> {
+    sampling: &'a Sampling,
+    logits: &'a [f32],
+    /// Softmax of `logit / temperature` over the vocabulary.
+    probabilities: &'a [f32],
+    /// How many tokens the top-k cut keeps (the vocabulary without one).
+    k: usize,
+    /// The tokens of the first tier ([`FIRST_TIER_LN`]), ranked.
+    first_tier: Vec<u32>,
+    /// The top-k set ranked whole, once something reaches past the first tier.
+    all: Option<Vec<u32>>,
+    /// The summed probability of the top-k set (1 when it is the vocabulary).
+    top_k_mass: f64,
+}
+
+impl<'a> Candidates<'a> {
+    fn new(sampling: &'a Sampling, logits: &'a [f32], probabilities: &'a mut Vec<f32>) -> Self {
+        let max = max_f32(logits);
+        let temperature = sampling.temperature;
+        probabilities.clear();
+        probabilities.extend(logits.iter().map(|&l| (l - max) / temperature));
+        // A prefix of the ranking: a larger logit never scales to a smaller value.
+        let mut first_tier = positions_where(probabilities, |v| v >= FIRST_TIER_LN);
+        first_tier.sort_unstable_by(|a, b| by_logit(logits, a, b));
+        softmax_in_place(probabilities);
+        let k = sampling.top_k.unwrap_or(logits.len()).min(logits.len());
+        let mut candidates = Self {
+            sampling,
+            logits,
+            probabilities,
+            k,
+            first_tier,
+            all: None,
+            top_k_mass: 1.0,
+        };
+        if k < logits.len() {
+            let probabilities = candidates.probabilities;
+            candidates.top_k_mass = (candidates.ranked(k).iter())
+                .map(|&id| f64::from(probabilities[id as usize]))
+                .sum();
+        }
+        candidates
+    }
+
+    /// The `n` (at most `k`) most probable tokens, ranked.
+    fn ranked(&mut self, n: usize) -> &[u32] {
+        if n <= self.first_tier.len() {
+            return &self.first_tier[..n];
+        }
+        let (logits, k) = (self.logits, self.k);
+        &self.all.get_or_insert_with(|| largest(logits, k))[..n]
+    }
+
+    /// A top-k candidate's probability within the top-k set (before any nucleus).
+    fn probability(&self, id: u32) -> f64 {
+        f64::from(self.probabilities[id as usize]) / self.top_k_mass
+    }
+
+    /// The first `n` of the top-k set, ranked, each with its [`Candidates::probability`].
+    fn ranked_with_probability(&mut self, n: usize) -> Vec<(u32, f64)> {
+        let ids = self.ranked(n).to_vec();
+        ids.into_iter()
+            .map(|id| (id, self.probability(id)))
+            .collect()
+    }
+
+    /// The kept tokens and their probabilities, most probable first: the top-k set, then
+    /// the nucleus of it.
+    fn kept(&mut self) -> Vec<(u32, f32)> {
+        let (top_p, k) = (self.sampling.top_p, self.k);
+        if top_p >= 1.0 {
+            return self
+                .ranked_with_probability(k)
+                .into_iter()
+                .map(|(id, p)| (id, p as f32))
+                .collect();
+        }
+        let first = k.min(self.first_tier.len());
+        nucleus(self.ranked_with_probability(first).into_iter(), top_p)
+            .or_else(|| nucleus(self.ranked_with_probability(k).into_iter(), top_p))
+            .unwrap_or_default()
+    }
+}
+
+/// The ranking of tokens: the larger logit first, the lower id on a tie.
+fn by_logit(logits: &[f32], a: &u32, b: &u32) -> std::cmp::Ordering {
+    logits[*b as usize]
+        .total_cmp(&logits[*a as usize])
+        .then(a.cmp(b))
 }
 
 /// The shortest prefix of `sorted` (token and probability, the most probable first) whose
@@ -165,8 +285,8 @@ impl Sampler {
 fn nucleus(sorted: impl Iterator<Item = (u32, f64)>, top_p: f32) -> Option<Vec<(u32, f32)>> {
     let mut kept = Vec::new();
     let mut mass = 0.0;
-    // Probabilities come through exp(ln p): a sum meant to equal top_p may land a hair
-    // below it.
+    // Probabilities come through the softmax's rounding: a sum meant to equal top_p may
+    // land a hair below it.
     let target = f64::from(top_p) - 1e-6;
     for (id, p) in sorted {
         kept.push((id, p));
@@ -186,13 +306,9 @@ fn nucleus(sorted: impl Iterator<Item = (u32, f64)>, top_p: f32) -> Option<Vec<(
     })
 }
 
-/// The ids of the `k` largest logits, largest first (ties: the lower id first).
+/// The ids of the `k` largest logits, ranked ([`by_logit`]).
 fn largest(logits: &[f32], k: usize) -> Vec<u32> {
-    let order = |a: &u32, b: &u32| {
-        logits[*b as usize]
-            .total_cmp(&logits[*a as usize])
-            .then(a.cmp(b))
-    };
+    let order = |a: &u32, b: &u32| by_logit(logits, a, b);
     let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
     if k == 0 {
         return Vec::new();
@@ -208,11 +324,36 @@ fn largest(logits: &[f32], k: usize) -> Vec<u32> {
 /// The id of the largest logit, the lowest id on a tie; a NaN is passed over (0 for no
 /// logits, or none but NaN).
 pub fn argmax(logits: &[f32]) -> u32 {
-    // The largest value first, in vector lanes, then the first position holding it: a
+    // The largest value first, in vector lanes, then the first block of 16 holding it
+    // (each block tested whole, without an early exit), then its position there: a
     // running index compared element by element took 27 µs over SmolLM2's 49152 logits,
-    // 1% of a 4-bit decode step, against 3 µs.
+    // 1% of a 4-bit decode step.
     let max = max_f32(logits);
-    logits.iter().position(|&v| v == max).unwrap_or(0) as u32
+    let first_block = logits
+        .chunks(16)
+        .position(|block| block.iter().fold(false, |any, &v| any | (v == max)));
+    first_block.map_or(0, |b| {
+        let at = b * 16;
+        (at + logits[at..].iter().position(|&v| v == max).unwrap_or(0)) as u32
+    })
+}
+
+/// The positions of `values` that pass `keep`, in order. Blocks of 16 are tested whole
+/// first (a test without an early exit, which vectorizes): most hold none, and a scan
+/// value by value with a branch each cost several times more over a vocabulary.
+fn positions_where(values: &[f32], keep: impl Fn(f32) -> bool) -> Vec<u32> {
+    let mut kept = Vec::new();
+    for (b, block) in values.chunks(16).enumerate() {
+        if block.iter().fold(false, |any, &v| any | keep(v)) {
+            let at = b * 16;
+            kept.extend(
+                (at..at + block.len())
+                    .filter(|&i| keep(values[i]))
+                    .map(|i| i as u32),
+            );
+        }
+    }
+    kept
 }
 
 #[cfg(test)]
@@ -321,17 +462,77 @@ mod tests {
     }
 
     #[test]
-    fn top_p_beyond_the_first_candidates_sorts_everything() {
-        // 1000 equal logits: the nucleus of 0.5 is 500 tokens, past the first 256.
-        let logits = vec![0.0; 1000];
+    fn top_p_beyond_the_first_tier_ranks_everything() {
+        // 1000 equal logits are one tier: the nucleus of 0.5 is its first 500 tokens.
         let s = Sampler::new(sampling(1.0, None, 0.5)).unwrap();
-        let got = s.distribution(&logits);
+        let got = s.distribution(&[0.0; 1000]);
         assert_eq!(got.len(), 500);
         assert!(
             got.iter()
                 .enumerate()
                 .all(|(i, &(id, p))| id == i as u32 && (p - 1.0 / 500.0).abs() < 1e-6)
         );
+        // One token 10 above 1000 others: it alone is the first tier (0.9566 of the
+        // mass), and a nucleus of 0.99 reaches about 770 of the others, the lower ids first.
+        let mut logits = vec![-10.0; 1001];
+        logits[500] = 0.0;
+        let s = Sampler::new(sampling(1.0, None, 0.99)).unwrap();
+        let got = s.distribution(&logits);
+        let tail = (-10f64).exp();
+        let needed = ((0.99 - 1e-6) * (1.0 + 1000.0 * tail) - 1.0) / tail;
+        assert_eq!(got.len(), 1 + needed.ceil() as usize);
+        assert_eq!(got[0].0, 500);
+        assert!(
+            got[1..]
+                .iter()
+                .enumerate()
+                .all(|(i, &(id, _))| { id == if i < 500 { i as u32 } else { i as u32 + 1 } })
+        );
+    }
+
+    /// Walks `distribution`'s kept tokens as a draw of `u` does.
+    fn reference_draw(s: &Sampler, logits: &[f32], u: f64) -> Option<u32> {
+        let kept = s.distribution(logits);
+        let mut cumulative = 0.0;
+        for &(id, p) in &kept {
+            cumulative += f64::from(p);
+            if u < cumulative {
+                return Some(id);
+            }
+        }
+        kept.last().map(|&(id, _)| id)
+    }
+
+    proptest::proptest! {
+        /// A draw ranks tier by tier, yet picks the token the whole distribution's walk
+        /// picks: random logits (a bell, a lifted few, ties), temperatures, top-k, top-p
+        /// and draws, those past the first tier included.
+        #[test]
+        fn a_draw_picks_the_token_the_distribution_walk_picks(
+            seed in 0u64..u64::MAX,
+            vocab in 1usize..3000,
+            spread in 0.1f32..30.0,
+            temperature in 0.05f32..4.0,
+            top_k in proptest::option::of(1usize..400),
+            top_p in proptest::sample::select(vec![1.0f32, 0.999, 0.95, 0.5, 0.1]),
+            u in 0.0f64..1.0,
+        ) {
+            let mut state = seed | 1;
+            let logits: Vec<f32> = (0..vocab)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    // Coarse steps, so that ties occur.
+                    ((state >> 40) % 64) as f32 / 64.0 * spread
+                })
+                .collect();
+            let setting = sampling(temperature, top_k, top_p);
+            proptest::prop_assume!(!setting.is_greedy());
+            let s = Sampler::new(setting).unwrap();
+            let got = draw(&setting, &logits, &mut Vec::new(), u);
+            proptest::prop_assert_eq!(got, reference_draw(&s, &logits, u));
+        }
     }
 
     #[test]
