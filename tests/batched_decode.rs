@@ -17,7 +17,7 @@ use std::sync::atomic::AtomicBool;
 
 use hetsched::exec::generate::{
     DecodeBuffers, DecodePath, GenerateError, GenerateOptions, MAX_SAMPLES, QuantizedHead,
-    SequenceKv, SequenceStep, Session, decode_batch, decode_step,
+    Sampling, SequenceKv, SequenceStep, Session, decode_batch, decode_step,
 };
 use hetsched::exec::{ExecModel, KvCache, LinearPrecision, PrefillOptions};
 use hetsched::import::GgufFile;
@@ -199,6 +199,60 @@ fn greedy_samples_equal_the_single_continuation() {
             "sample {i}: streamed pieces make the text"
         );
     }
+}
+
+/// Samples at a temperature, their draws made side by side on the pool, are each the
+/// single sequence's continuation under that sample's own seed (`seed + i`): a batched
+/// INT8 step's logits equal the sequence's alone bit for bit, so the same draws pick the
+/// same tokens.
+#[test]
+fn sampled_samples_equal_the_single_continuation_of_their_own_seed() {
+    let l = loaded();
+    let options = PrefillOptions {
+        threads: 2,
+        chunk_len: 8,
+        ..PrefillOptions::default()
+    };
+    let prompt = l.tokenizer.encode("The capital of France is").unwrap();
+    let sampled = |seed| GenerateOptions {
+        max_tokens: 12,
+        ignore_eos: true,
+        sampling: Sampling {
+            temperature: 1.2,
+            top_k: None,
+            top_p: 1.0,
+            seed,
+        },
+        ..GenerateOptions::default()
+    };
+    let never = AtomicBool::new(false);
+    let mut many = Session::new(l.w8a8.clone(), options.clone(), DecodePath::Direct).unwrap();
+    let samples = many
+        .generate_samples(&prompt, &l.tokenizer, &sampled(40), 4, &never, |_, _| {})
+        .unwrap();
+    let mut distinct = samples
+        .samples
+        .iter()
+        .map(|s| &s.tokens)
+        .collect::<Vec<_>>();
+    for (i, s) in samples.samples.iter().enumerate() {
+        let mut one = Session::new(l.w8a8.clone(), options.clone(), DecodePath::Direct).unwrap();
+        let alone = one
+            .generate(
+                &prompt,
+                &l.tokenizer,
+                &sampled(40 + i as u64),
+                &never,
+                |_| {},
+            )
+            .unwrap();
+        assert_eq!(s.tokens, alone.tokens, "sample {i}");
+    }
+    distinct.dedup();
+    assert!(
+        distinct.len() > 1,
+        "four seeds at temperature 1.2 drew one text"
+    );
 }
 
 #[test]

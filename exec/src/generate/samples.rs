@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use hetsched_import::GgufTokenizer;
 use hetsched_runtime::engine::RunOutcome;
+use rayon::prelude::*;
 
 use super::error::GenerateError;
 use super::gpu::StepRow;
@@ -243,17 +244,21 @@ impl Session {
         };
         let fed = live.len() as u64;
         let mut still = Vec::with_capacity(live.len());
-        let chosen: Vec<Result<Vec<f32>, u32>> = match chosen {
-            Chosen::Logits(rows) => rows.into_iter().map(Ok).collect(),
-            Chosen::Tokens(tokens) => tokens.into_iter().map(Err).collect(),
+        let tokens: Vec<u32> = match chosen {
+            // Each sample draws from its own logits with its own generator, so the draws
+            // (a vocabulary's softmax each) run side by side on the pool, the same tokens
+            // as one after another; they are taken (streamed, checked for stops) in order.
+            Chosen::Logits(rows) => live
+                .par_iter_mut()
+                .zip(rows.par_iter())
+                .map(|(s, logits)| s.continuation.sample(logits))
+                .collect(),
+            Chosen::Tokens(tokens) => tokens,
         };
-        for (mut s, choice) in live.drain(..).zip(chosen) {
+        for (mut s, token) in live.drain(..).zip(tokens) {
             let index = s.index;
             let mut emit = |t: &str| on_text(index, t);
-            let next = match choice {
-                Ok(logits) => s.continuation.take(&logits, limits, cancel, &mut emit)?,
-                Err(token) => s.continuation.accept(token, limits, cancel, &mut emit)?,
-            };
+            let next = s.continuation.accept(token, limits, cancel, &mut emit)?;
             match next {
                 Next::Feed(next) => {
                     s.next = next;

@@ -118,8 +118,14 @@ impl Continuation {
         cancel: &AtomicBool,
         on_text: &mut impl FnMut(&str),
     ) -> Result<Next, GenerateError> {
-        let token = self.sampler.sample(logits);
+        let token = self.sample(logits);
         self.accept(token, limits, cancel, on_text)
+    }
+
+    /// The next token from `logits` under this sequence's own sampler, not yet taken
+    /// (the samples of a batched step draw side by side, then are taken in order).
+    pub(super) fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.sampler.sample(logits)
     }
 
     /// Takes `token`, chosen elsewhere (greedy sampling on the GPU lane), as
