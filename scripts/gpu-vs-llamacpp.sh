@@ -52,7 +52,8 @@
 #       later stages' weights (HETSCHED_GPU_DECODE_PREFETCH=1), tg-hetsched-lN with at
 #       most N layers a dispatch (HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N).
 #       tg-hetsched-nN decodes N greedy samples of the prompt together (generate --n N:
-#       batched steps, decode tokens/s summed over the samples), tg-hetsched-sN N samples
+#       batched steps, decode tokens/s summed over the samples; tg-hetsched-nNgG with G
+#       workgroups a multiprocessor), tg-hetsched-sN N samples
 #       at temperature 0.8 (each step reads the logits back for the host's sampler).
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
@@ -207,9 +208,12 @@ print(last["decode_tokens_per_s"])'
             tg-hetsched-g*) # the one-dispatch layer's grid at N workgroups a multiprocessor
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_DECODE_GROUPS_PER_SM=${row#tg-hetsched-g} hetsched_tg /tmp/hetsched 128 || echo nan) ;;
-            tg-hetsched-n*) # N greedy samples decoded together
+            tg-hetsched-n*) # N greedy samples decoded together (nNgG: at G workgroups a multiprocessor)
               [ "$n" = "$first" ] || continue; label=tg128
-              tps=$(hetsched_tg /tmp/hetsched 128 --n "${row#tg-hetsched-n}" || echo nan) ;;
+              spec=${row#tg-hetsched-n} groups=
+              [[ $spec == *g* ]] && groups=${spec#*g}
+              tps=$( [ -n "$groups" ] && export HETSCHED_GPU_DECODE_GROUPS_PER_SM=$groups
+                hetsched_tg /tmp/hetsched 128 --n "${spec%%g*}" || echo nan) ;;
             tg-hetsched-s*) # N samples at temperature 0.8 decoded together
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(hetsched_tg /tmp/hetsched 128 --n "${row#tg-hetsched-s}" --temperature 0.8 --seed 1 || echo nan) ;;

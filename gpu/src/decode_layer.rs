@@ -170,19 +170,21 @@ impl GpuContext {
     }
 
     /// Workgroups of the grid of a step of `rows` sequences: as
-    /// [`GpuContext::decode_layer_workgroups`], with at most
-    /// [`DECODE_LAYER_BATCHED_GROUPS_PER_SM`] a multiprocessor for several rows.
+    /// [`GpuContext::decode_layer_workgroups`], with
+    /// [`DECODE_LAYER_BATCHED_GROUPS_PER_SM`] a multiprocessor for several rows unless
+    /// [`crate::GpuOptions::decode_layer_groups_per_sm`] says otherwise.
     fn decode_layer_grid(&self, rows: usize) -> Option<u32> {
         self.decode_layer_kernel(rows)?;
         if self.info.kind == crate::DeviceKind::Cpu {
             return Some(1);
         }
-        let mut per_sm = self
-            .decode_layer_groups_per_sm
-            .unwrap_or(DECODE_LAYER_GROUPS_PER_SM);
-        if rows > 1 {
-            per_sm = per_sm.min(DECODE_LAYER_BATCHED_GROUPS_PER_SM);
-        }
+        // An asked-for count holds for every width (the grid barrier refuses one that
+        // does not fit, by name).
+        let per_sm = match (self.decode_layer_groups_per_sm, rows) {
+            (Some(asked), _) => asked,
+            (None, 1) => DECODE_LAYER_GROUPS_PER_SM,
+            (None, _) => DECODE_LAYER_BATCHED_GROUPS_PER_SM,
+        };
         self.info
             .multiprocessors
             .map(|sm| sm.saturating_mul(per_sm).max(1))
