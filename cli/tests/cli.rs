@@ -321,6 +321,40 @@ fn a_request_trace_runs_on_the_real_model_beside_each_request_alone() {
 }
 
 #[test]
+fn generate_reports_the_steps_and_the_time_between_them() {
+    let model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let out = hetsched(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "6",
+        "--ignore-eos",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "3",
+        "--threads",
+        "2",
+        "--json",
+    ]);
+    let report = succeeded_json(&out);
+    let figure = |key: &str| {
+        report[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {report}"))
+    };
+    assert_eq!(figure("generated_tokens"), 6.0);
+    assert!(figure("decode_tokens_per_s") > 0.0);
+    let overhead = figure("decode_overhead_median");
+    assert!((0.0..=1.0).contains(&overhead), "{overhead}");
+    // Five steps after the first token: four gaps between them, each a draw and its text.
+    assert!(figure("between_steps_us_median") >= 0.0);
+}
+
+#[test]
 fn missing_scene_file() {
     assert_clear_failure(&hetsched(&["simulate", "no/such/scene.toml"]), "not found");
 }

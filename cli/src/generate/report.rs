@@ -45,6 +45,11 @@ pub(super) struct GenerateReport {
     pub(super) decode_overhead_us_median: Option<f64>,
     /// Subgraph instances of one scheduled decode step.
     pub(super) decode_instances_per_step: Option<usize>,
+    /// The time from one decode step's end to the next one's start, µs, the median over
+    /// the steps: choosing the token from the logits (greedy or sampled), streaming its
+    /// text and checking the stop conditions. `decode_tokens_per_s` times the steps
+    /// alone, as `llama-bench`'s tg rows time no sampling.
+    pub(super) between_steps_us_median: Option<f64>,
     pub(super) text: String,
     pub(super) finish_reason: hetsched::exec::generate::FinishReason,
 }
@@ -200,6 +205,13 @@ pub(super) fn report(
             crate::profile::median(outside.collect())
         }),
         decode_instances_per_step: None,
+        between_steps_us_median: (generated.decode_spans_ns.len() > 1).then(|| {
+            let gaps = generated
+                .decode_spans_ns
+                .windows(2)
+                .map(|pair| pair[1].0.saturating_sub(pair[0].1) as f64 / 1e3);
+            crate::profile::median(gaps.collect())
+        }),
         finish_reason: generated.finish_reason,
         text: generated.text.clone(),
     }
