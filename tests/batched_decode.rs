@@ -161,9 +161,9 @@ fn samples_over_a_shared_prefix_equal_a_sequence_alone() {
     });
 }
 
-/// Greedy parallel samples are each the single-sequence greedy continuation.
-#[test]
-fn greedy_samples_equal_the_single_continuation() {
+/// The test model, the prefill options of the samples' sessions (2 threads, chunks of 8)
+/// and the prompt they continue.
+fn samples_setup() -> (&'static common::Loaded, PrefillOptions, Vec<u32>) {
     let l = loaded();
     let options = PrefillOptions {
         threads: 2,
@@ -171,6 +171,13 @@ fn greedy_samples_equal_the_single_continuation() {
         ..PrefillOptions::default()
     };
     let prompt = l.tokenizer.encode("The capital of France is").unwrap();
+    (l, options, prompt)
+}
+
+/// Greedy parallel samples are each the single-sequence greedy continuation.
+#[test]
+fn greedy_samples_equal_the_single_continuation() {
+    let (l, options, prompt) = samples_setup();
     let generate = GenerateOptions {
         max_tokens: 8,
         ignore_eos: true,
@@ -207,13 +214,7 @@ fn greedy_samples_equal_the_single_continuation() {
 /// same tokens.
 #[test]
 fn sampled_samples_equal_the_single_continuation_of_their_own_seed() {
-    let l = loaded();
-    let options = PrefillOptions {
-        threads: 2,
-        chunk_len: 8,
-        ..PrefillOptions::default()
-    };
-    let prompt = l.tokenizer.encode("The capital of France is").unwrap();
+    let (l, options, prompt) = samples_setup();
     let sampled = |seed| GenerateOptions {
         max_tokens: 12,
         ignore_eos: true,
