@@ -21,7 +21,7 @@ use hetsched::exec::generate::requests::{
     Admission, CancelError, EngineLimits, Priority, RequestEngine, RequestEvent, RequestHandle,
     RequestMetrics, RequestSpec, SubmitError, kv_bytes,
 };
-use hetsched::exec::generate::{FinishReason, GenerateError};
+use hetsched::exec::generate::{FinishReason, GenerateError, Sampling};
 use hetsched::systems::request_policy::{
     LiveRequest, REQUEST_POLICIES, create_request_policy, pick_next,
 };
@@ -227,6 +227,35 @@ fn samples_of_one_request_decode_together() {
     }
     assert!(out.reasons.iter().all(|r| *r == Some(FinishReason::Length)));
     assert_eq!(out.metrics.unwrap().generated_tokens, 15);
+}
+
+/// Requests sampled at a temperature, submitted together (their samples decode in the
+/// engine's batched steps, their draws side by side on its pool), each draw what they
+/// draw alone: every sample keeps its own generator's stream.
+#[test]
+fn sampled_requests_together_draw_what_they_draw_alone() {
+    let engine = engine(EngineLimits::default());
+    let sampled = |text, seed| RequestSpec {
+        sampling: Sampling {
+            temperature: 1.2,
+            top_k: None,
+            top_p: 1.0,
+            seed,
+        },
+        ..spec(text, 8, Priority::INTERACTIVE)
+    };
+    let one = sampled("Once upon a time", 5);
+    let two = RequestSpec {
+        n: 2,
+        ..sampled("The capital of France is", 9)
+    };
+    let one_alone = alone(&engine, one.clone());
+    let two_alone = alone(&engine, two.clone());
+    let (one, two) = (engine.submit(one).unwrap(), engine.submit(two).unwrap());
+    let two = std::thread::spawn(move || collect(two, 2));
+    assert_eq!(collect(one, 1).tokens, one_alone);
+    assert_eq!(two.join().unwrap().tokens, two_alone);
+    assert_ne!(two_alone[0], two_alone[1], "two seeds drew one text");
 }
 
 #[test]

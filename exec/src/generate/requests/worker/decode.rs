@@ -1,10 +1,12 @@
 //! The engine's tokens: each sample's first token after its prompt's prefill, and the
 //! batched decode step of every decoding sample of every request.
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
+use rayon::prelude::*;
 
 use super::{LiveSample, Worker, smoothed};
 use crate::generate::direct::decode_batch;
@@ -110,13 +112,38 @@ impl Worker {
         }
     }
 
+    /// The next token of each row's sample (`owners`: its request index and sample)
+    /// from its logits, `None` for a sample no longer decoding. Each sample draws with
+    /// its own generator from its own row, so the draws (a vocabulary's softmax each)
+    /// run side by side on the pool: the tokens of draws one after another.
+    fn draw_tokens(&mut self, owners: &[(usize, usize)], logits: &[Vec<f32>]) -> Vec<Option<u32>> {
+        let mut by_owner: HashMap<(usize, usize), &mut Continuation> = (self.live.iter_mut())
+            .enumerate()
+            .flat_map(|(r, live)| {
+                (live.samples.iter_mut()).map(move |s| ((r, s.index), &mut s.continuation))
+            })
+            .collect();
+        let mut rows: Vec<(Option<&mut Continuation>, &Vec<f32>)> = owners
+            .iter()
+            .map(|owner| by_owner.remove(owner))
+            .zip(logits)
+            .collect();
+        self.pool.install(|| {
+            rows.par_iter_mut()
+                .map(|(continuation, logits)| continuation.as_mut().map(|c| c.sample(logits)))
+                .collect()
+        })
+    }
+
     /// Samples each decoding sample's next token from its logits (`owners`: the request
     /// index and sample of each row), ending the samples and requests that are done.
     fn take_tokens(&mut self, owners: Vec<(usize, usize)>, logits: Vec<Vec<f32>>) {
+        let tokens = self.draw_tokens(&owners, &logits);
         let tokenizer = self.tokenizer.clone();
         let mut touched = Vec::new();
         let mut failed = Vec::new();
-        for ((r, index), logits) in owners.into_iter().zip(logits) {
+        for ((r, index), token) in owners.into_iter().zip(tokens) {
+            let Some(token) = token else { continue };
             let live = &mut self.live[r];
             let limits = Limits {
                 tokenizer: &tokenizer,
@@ -126,9 +153,9 @@ impl Worker {
             let at = live.samples.iter().position(|s| s.index == index);
             let Some(at) = at else { continue };
             let sample = &mut live.samples[at];
-            match take(
+            match send_token(
                 &mut sample.continuation,
-                &logits,
+                token,
                 &limits,
                 index,
                 &live.events,
@@ -163,8 +190,20 @@ fn take(
     sample: usize,
     events: &Sender<RequestEvent>,
 ) -> Result<Next, GenerateError> {
+    let token = continuation.sample(logits);
+    send_token(continuation, token, limits, sample, events)
+}
+
+/// Takes `token`, drawn for `sample`, and sends its event.
+fn send_token(
+    continuation: &mut Continuation,
+    token: u32,
+    limits: &Limits<'_>,
+    sample: usize,
+    events: &Sender<RequestEvent>,
+) -> Result<Next, GenerateError> {
     let mut piece = String::new();
-    let next = continuation.take(logits, limits, &AtomicBool::new(false), &mut |t| {
+    let next = continuation.accept(token, limits, &AtomicBool::new(false), &mut |t| {
         piece.push_str(t)
     })?;
     let token = *continuation.tokens.last().expect("a token was taken");
