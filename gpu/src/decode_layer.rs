@@ -44,11 +44,12 @@ pub const DECODE_LAYER_GAVE_UP: f32 = 2.0;
 /// NVIDIA multiprocessor of the last decade.
 pub const DECODE_LAYER_GROUPS_PER_SM: u32 = 4;
 
-/// At most this many workgroups per multiprocessor in a step of several rows: the
-/// products keep each row's sums in registers, and on an H100 four workgroups a
-/// multiprocessor of the 8-row variant were not all resident (the grid barrier gave up);
-/// one sequence's grid of 264 workgroups measured as fast as 528.
-pub const DECODE_LAYER_BATCHED_GROUPS_PER_SM: u32 = 2;
+/// Workgroups per multiprocessor in a step of several rows: the products keep each row's
+/// sums in registers. On an H100, 8 samples decoded 3353 tokens/s at 3 a multiprocessor,
+/// 3365 at 4 and 3113 at 2 (one run, medians); 3 leaves the grid barrier more room on
+/// devices with fewer registers a multiprocessor (at 4, with 20 KB of shared memory for
+/// the reductions then, an H100 did not keep every workgroup resident).
+pub const DECODE_LAYER_BATCHED_GROUPS_PER_SM: u32 = 3;
 
 /// Layers a dispatch of [`GpuBatch::decode_layers`] runs unless
 /// [`crate::GpuOptions::decode_layers_per_dispatch`] says otherwise: up to 64, the whole
