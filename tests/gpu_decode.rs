@@ -20,7 +20,7 @@ mod common;
 mod compare;
 mod gpu_common;
 use common::loaded;
-use gpu_common::{greedy_steps_agree, unless_no_device};
+use gpu_common::{gpu_context, gpu_context_with, greedy_steps_agree, unless_no_device};
 
 /// GPU float kernels (f32, other summation orders) against the CPU path, relative to the
 /// largest logit: the prefill test's tolerance (tests/gpu_prefill.rs).
@@ -202,13 +202,8 @@ fn gpu_samples_equal_the_cpu_f32_samples() {
 #[test]
 fn gpu_batched_steps_refuse_rows_outside_the_caches() {
     let l = loaded();
-    let ctx = match hetsched_gpu::GpuContext::new(hetsched_gpu::GpuOptions::default()) {
-        Ok(ctx) => ctx,
-        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
-            println!("skipped: no Vulkan device ({e})");
-            return;
-        }
-        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    let Some(ctx) = gpu_context() else {
+        return;
     };
     let model = Arc::new(GpuModel::upload(ctx, l.f32.clone()).unwrap());
     let single = GpuDecode::new(model.clone()).unwrap();
@@ -257,13 +252,8 @@ fn five_dispatch_steps_refuse_shifted_rows() {
         five_dispatch_decode: true,
         ..hetsched_gpu::GpuOptions::default()
     };
-    let ctx = match hetsched_gpu::GpuContext::new(options) {
-        Ok(ctx) => ctx,
-        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
-            println!("skipped: no Vulkan device ({e})");
-            return;
-        }
-        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
+    let Some(ctx) = gpu_context_with(options) else {
+        return;
     };
     let model = Arc::new(GpuModel::upload(ctx, l.f32.clone()).unwrap());
     let mut decode = GpuDecode::new(model.clone()).unwrap();

@@ -20,7 +20,7 @@ use hetsched_gpu::Elem;
 mod compare;
 mod gpu_common;
 use compare::max_relative_diff;
-use gpu_common::unless_no_device;
+use gpu_common::{gpu_context, gpu_context_with, unless_no_device};
 
 /// GPU float kernels (f32, other summation orders) against the CPU path.
 const LOGIT_TOL: f32 = 1e-3;
@@ -40,24 +40,6 @@ fn prompt(file: &GgufFile) -> Vec<u32> {
         .unwrap()
         .encode("The quick brown fox jumps over the lazy dog. The capital of France is")
         .unwrap()
-}
-
-/// A GPU context, or `None` (after saying why) when there is no device and none was
-/// demanded.
-fn gpu_context() -> Option<hetsched_gpu::GpuContext> {
-    gpu_context_with(hetsched_gpu::GpuOptions::default())
-}
-
-/// [`gpu_context`] with `options`.
-fn gpu_context_with(options: hetsched_gpu::GpuOptions) -> Option<hetsched_gpu::GpuContext> {
-    match hetsched_gpu::GpuContext::new(options) {
-        Ok(ctx) => Some(ctx),
-        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
-            println!("skipped: no Vulkan device ({e})");
-            None
-        }
-        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
-    }
 }
 
 /// `prefill` on the GPU, or `None` (after saying why) when there is no device and none

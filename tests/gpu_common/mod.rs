@@ -1,6 +1,7 @@
 //! Shared by the root's GPU integration tests: skipping a test on a machine without a
 //! Vulkan device, unless `HETSCHED_REQUIRE_GPU=1` (CI sets it after installing lavapipe)
-//! makes that a failure; greedy decode steps on the GPU compared with the CPU's.
+//! makes that a failure (a result's error, or a context of its own); greedy decode steps on
+//! the GPU compared with the CPU's.
 
 // Each test binary that includes this module uses part of it.
 #![allow(dead_code)]
@@ -48,6 +49,24 @@ pub fn unless_no_device<T, E: NoDevice + std::fmt::Debug>(result: Result<T, E>) 
             }
         }
         other => Some(other.unwrap()),
+    }
+}
+
+/// A GPU context, or `None` (after saying why) when there is no device and none was
+/// demanded.
+pub fn gpu_context() -> Option<hetsched_gpu::GpuContext> {
+    gpu_context_with(hetsched_gpu::GpuOptions::default())
+}
+
+/// [`gpu_context`] with `options`.
+pub fn gpu_context_with(options: hetsched_gpu::GpuOptions) -> Option<hetsched_gpu::GpuContext> {
+    match hetsched_gpu::GpuContext::new(options) {
+        Ok(ctx) => Some(ctx),
+        Err(e) if std::env::var("HETSCHED_REQUIRE_GPU").as_deref() != Ok("1") => {
+            println!("skipped: no Vulkan device ({e})");
+            None
+        }
+        Err(e) => panic!("HETSCHED_REQUIRE_GPU=1 but no Vulkan device: {e}"),
     }
 }
 
