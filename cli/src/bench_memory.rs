@@ -1,9 +1,7 @@
 //! `hetsched bench-memory`: this machine's streaming-read bandwidth, the limit of decode
 //! speed (a decode step reads every weight once), at each thread count asked for.
 
-use hetsched::exec::generate::bandwidth::{
-    DEFAULT_PROBE_BYTES, ReadBandwidth, measure_read_bandwidth,
-};
+use hetsched::exec::generate::bandwidth::{ReadBandwidth, measure_read_bandwidth, probe_bytes};
 
 use crate::CliError;
 use crate::output::print_json_or;
@@ -14,9 +12,10 @@ pub struct BenchMemoryArgs {
     /// Thread counts to measure, each reading its own part of the buffer.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
-    /// Buffer size in MiB (far larger than the last-level cache, so passes read memory).
-    #[arg(long, default_value_t = DEFAULT_PROBE_BYTES >> 20)]
-    mib: usize,
+    /// Buffer size in MiB (far larger than the last-level cache, so passes read memory);
+    /// default: 4x the largest cache, 256 to 2048.
+    #[arg(long)]
+    mib: Option<usize>,
     /// Timed passes per thread count (the median and the fastest are reported).
     #[arg(long, default_value_t = 7)]
     passes: usize,
@@ -27,7 +26,8 @@ pub struct BenchMemoryArgs {
 
 /// Measures and prints the bandwidth at each thread count.
 pub fn bench_memory(args: BenchMemoryArgs) -> Result<(), CliError> {
-    let bytes = args.mib.saturating_mul(1 << 20);
+    let mib = args.mib.unwrap_or(probe_bytes() >> 20);
+    let bytes = mib.saturating_mul(1 << 20);
     let rows = args
         .threads
         .iter()
@@ -36,7 +36,7 @@ pub fn bench_memory(args: BenchMemoryArgs) -> Result<(), CliError> {
     print_json_or(args.json, &rows, || {
         let mut text = format!(
             "streaming read of {} MiB, {} passes (measured)\nthreads  median GB/s  best GB/s\n",
-            args.mib, args.passes
+            mib, args.passes
         );
         for r in &rows {
             text += &format!(

@@ -354,6 +354,35 @@ fn generate_reports_the_steps_and_the_time_between_them() {
     assert!(figure("between_steps_us_median") >= 0.0);
 }
 
+/// The probe reports each thread count asked for, over the buffer asked for, and
+/// refuses what it cannot measure with an error, not a panic.
+#[test]
+fn bench_memory_reports_each_thread_count_and_refuses_zero() {
+    let rows = succeeded_json(&hetsched(&[
+        "bench-memory",
+        "--threads",
+        "1,2",
+        "--mib",
+        "4",
+        "--passes",
+        "2",
+        "--json",
+    ]));
+    let rows = rows.as_array().expect("a JSON array");
+    assert_eq!(rows.len(), 2);
+    for (row, threads) in rows.iter().zip([1, 2]) {
+        assert_eq!(row["threads"], threads);
+        assert_eq!(row["bytes"], 4 << 20);
+        assert_eq!(row["passes"], 2);
+        let (median, best) = (row["median_gb_s"].as_f64(), row["best_gb_s"].as_f64());
+        assert!(median > Some(0.0) && best >= median, "{row}");
+    }
+    assert_clear_failure(
+        &hetsched(&["bench-memory", "--threads", "0", "--mib", "4"]),
+        "bandwidth probe",
+    );
+}
+
 #[test]
 fn missing_scene_file() {
     assert_clear_failure(&hetsched(&["simulate", "no/such/scene.toml"]), "not found");

@@ -92,11 +92,13 @@ pub mod gemm_i8;
 pub mod gemm_w4;
 pub mod gemv_f32;
 pub mod gemv_i8;
+mod prefetch;
 pub mod reference;
 pub mod rope_table;
 mod row_dots;
 pub mod seeded;
 pub mod shadow_merge;
+pub mod stream_read;
 mod tile_args;
 mod tiling;
 pub mod vector;
@@ -127,6 +129,7 @@ pub use reference::{
 pub use rope_table::RopeTable;
 pub use row_dots::chosen_row_dots;
 pub use shadow_merge::{dequantize_add_shadow, shadow_scatter};
+pub use stream_read::stream_read_sum;
 pub use vector::{dequantize_i32_acc_fast, rms_norm_fast};
 pub use vector::{
     exp_approx, max_abs, max_f32, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,

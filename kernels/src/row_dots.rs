@@ -7,6 +7,8 @@
 //! 2-core EPYC, 128 of them 80 µs of a 2.9 ms decode step; with the lines of the rows
 //! [`ROWS_AHEAD`] candidates on requested before each product, about half that.
 
+use crate::prefetch::prefetch_lines;
+
 /// Candidate rows whose lines are requested ahead of the one multiplied.
 const ROWS_AHEAD: usize = 8;
 
@@ -33,21 +35,6 @@ pub fn chosen_row_dots(rows: &[i8], k: usize, ids: &[u32], x: &[f32], out: &mut 
         }
         *o = int8_dot(row(id), x);
     }
-}
-
-/// Requests the cache lines of `bytes` (a hint: it neither faults nor changes a value).
-fn prefetch_lines(bytes: &[i8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: a prefetch reads nothing architecturally and cannot fault; SSE is part
-        // of every x86_64 target.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr())
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// `Σ q[p] · x[p]`, summed in 16 lanes (which the compiler keeps in vector registers; a

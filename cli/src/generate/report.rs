@@ -2,7 +2,7 @@
 //! and the one-line summary on stderr.
 
 use hetsched::exec::ExecModel;
-use hetsched::exec::generate::bandwidth::{DEFAULT_PROBE_BYTES, measure_read_bandwidth};
+use hetsched::exec::generate::bandwidth::{measure_read_bandwidth, probe_bytes};
 use hetsched::exec::generate::{DecodePath, DecodeTime, Generated, SamplesGenerated, WeightBytes};
 use serde::Serialize;
 
@@ -91,7 +91,7 @@ pub(super) fn print_samples(
 /// Adds the memory bandwidth probed on `threads` threads to `report`, and the share of it
 /// the decode's weight streaming used.
 pub(super) fn add_bandwidth(report: &mut GenerateReport, threads: usize) -> Result<(), CliError> {
-    let probe = measure_read_bandwidth(threads, DEFAULT_PROBE_BYTES, 5)?;
+    let probe = measure_read_bandwidth(threads, probe_bytes(), 5)?;
     let streamed = report.weight_bytes_per_token.total() as f64 * report.decode_tokens_per_s;
     report.bandwidth_gb_s = probe.median_gb_s;
     report.bandwidth_fraction = streamed / 1e9 / probe.median_gb_s;

@@ -1,6 +1,7 @@
 //! The memory-bandwidth limit of decoding: how fast this machine streams a buffer far
 //! larger than its last-level cache, read once per pass by `threads` threads on disjoint
-//! halves (as a decode step's linears stream disjoint weight columns).
+//! halves (as a decode step's linears stream disjoint weight columns), each requesting
+//! its lines ahead as the decode kernels do ([`hetsched_kernels::stream_read_sum`]).
 //!
 //! A decode step reads every weight once, so its speed is bounded by
 //! `bandwidth / weight bytes per token`; [`ReadBandwidth`] is that bandwidth, measured,
@@ -9,11 +10,48 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use hetsched_kernels::stream_read_sum;
+
 use crate::ExecError;
 
-/// Bytes the probe streams per pass by default: 8× a 32 MiB last-level cache, so that
+/// Bytes the probe streams per pass at least: 8× a 32 MiB last-level cache, so that
 /// every pass reads from memory, not from the cache.
 pub const DEFAULT_PROBE_BYTES: usize = 256 << 20;
+/// The most bytes [`probe_bytes`] asks for, whatever the cache.
+const MAX_PROBE_BYTES: usize = 2 << 30;
+
+/// Bytes for a probe that reads memory on this machine: 4× the largest cache the kernel
+/// reports (`/sys/devices/system/cpu/cpu0/cache`), at least [`DEFAULT_PROBE_BYTES`], at
+/// most 2 GiB. Some 2-core machines this project runs on have a 480 MiB last-level cache,
+/// which a 256 MiB buffer fits in.
+pub fn probe_bytes() -> usize {
+    let largest = largest_cache_bytes().unwrap_or(0);
+    largest
+        .saturating_mul(4)
+        .clamp(DEFAULT_PROBE_BYTES, MAX_PROBE_BYTES)
+}
+
+/// The largest cache of CPU 0 that sysfs lists (`size` as `32768K`), if any.
+fn largest_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|entry| {
+        let size = std::fs::read_to_string(entry.ok()?.path().join("size")).ok()?;
+        parse_cache_size(&size)
+    })
+    .max()
+}
+
+/// `32768K`, `480M` or `65536` (bytes) as bytes; `None` for anything else.
+fn parse_cache_size(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().last()? {
+        (i, 'K') => (&text[..i], 1 << 10),
+        (i, 'M') => (&text[..i], 1 << 20),
+        (i, 'G') => (&text[..i], 1 << 30),
+        _ => (text, 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(unit)
+}
 
 /// A measured streaming-read bandwidth.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -62,7 +100,7 @@ pub fn measure_read_bandwidth(
         let started = Instant::now();
         std::thread::scope(|scope| {
             for chunk in buffer.chunks(part) {
-                scope.spawn(move || black_box(read_sum(chunk)));
+                scope.spawn(move || black_box(stream_read_sum(chunk)));
             }
         });
         started.elapsed().as_secs_f64()
@@ -80,29 +118,34 @@ pub fn measure_read_bandwidth(
     })
 }
 
-/// The wrapping sum of `words` in eight independent lanes (vectorized by the compiler:
-/// the loop is bound by the loads, not by one add chain).
-fn read_sum(words: &[u64]) -> u64 {
-    let (chunks, rest) = words.as_chunks::<8>();
-    let mut lanes = [0u64; 8];
-    for chunk in chunks {
-        for (l, w) in lanes.iter_mut().zip(chunk) {
-            *l = l.wrapping_add(*w);
-        }
-    }
-    let tail = rest.iter().fold(0u64, |s, w| s.wrapping_add(*w));
-    lanes.iter().fold(tail, |s, l| s.wrapping_add(*l))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_sum_reads_every_word() {
-        let words: Vec<u64> = (1..=21).collect();
-        assert_eq!(read_sum(&words), 21 * 22 / 2);
-        assert_eq!(read_sum(&[u64::MAX, 2]), 1);
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("480M"), Some(480 << 20));
+        assert_eq!(parse_cache_size("1G"), Some(1 << 30));
+        assert_eq!(parse_cache_size("65536"), Some(65536));
+        for junk in ["", "K", "12Q", "-5K", "99999999999999999999G"] {
+            assert_eq!(parse_cache_size(junk), None, "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn the_probe_outgrows_the_cache_within_bounds() {
+        let bytes = probe_bytes();
+        assert!(
+            (DEFAULT_PROBE_BYTES..=MAX_PROBE_BYTES).contains(&bytes),
+            "{bytes}"
+        );
+        if let Some(cache) = largest_cache_bytes() {
+            assert!(
+                bytes >= cache.saturating_mul(4).min(MAX_PROBE_BYTES),
+                "{bytes} {cache}"
+            );
+        }
     }
 
     #[test]
