@@ -19,7 +19,7 @@ const STEP_WORDS: usize = 32;
 const AHEAD_WORDS: usize = (12 << 10) / 8;
 
 /// The wrapping sum of `words`, read once front to back with the lines
-/// [`AHEAD_WORDS`] ahead requested. Equal to [`stream_read_sum_reference`] (wrapping
+/// 12 KiB ahead requested. Equal to [`stream_read_sum_reference`] (wrapping
 /// addition does not depend on the order).
 pub fn stream_read_sum(words: &[u64]) -> u64 {
     let (steps, rest) = words.as_chunks::<STEP_WORDS>();
