@@ -130,8 +130,8 @@ pub use rope_table::RopeTable;
 pub use row_dots::chosen_row_dots;
 pub use shadow_merge::{dequantize_add_shadow, shadow_scatter};
 pub use stream_read::stream_read_sum;
-pub use vector::{dequantize_i32_acc_fast, rms_norm_fast};
 pub use vector::{
-    exp_approx, max_abs, max_f32, quantize_per_tensor_fast, scale_for_max_abs_fast, silu_mul_fast,
-    softmax_in_place, sum_f32,
+    block_maxima, exp_approx, max_abs, max_f32, quantize_per_tensor_fast, scale_for_max_abs_fast,
+    silu_mul_fast, softmax_in_place, sum_f32,
 };
+pub use vector::{dequantize_i32_acc_fast, rms_norm_fast};

@@ -84,6 +84,29 @@ pub fn max_abs(x: &[f32]) -> f32 {
 widest! {
 /// Largest element, NaNs ignored (`-inf` for an empty slice): exact, any order.
 pub fn max_f32(x: &[f32]) -> f32 {
+    max_in_lanes(x)
+}
+}
+
+widest! {
+/// `out[b]` = [`max_f32`] of the `b`-th run of `block` values of `x` (the last run may be
+/// shorter), for as many runs as `out` holds; one call for all of them, where a call per
+/// run costs as much as the run's comparisons (a 4-bit head's 768 runs of 64 logits).
+///
+/// # Panics
+/// If `block` is 0.
+pub fn block_maxima(x: &[f32], block: usize, out: &mut [f32]) {
+    assert!(block > 0, "blocks of at least one value");
+    for (run, m) in x.chunks(block).zip(out.iter_mut()) {
+        *m = max_in_lanes(run);
+    }
+}
+}
+
+/// [`max_f32`]'s arithmetic, inlined into the callers' widest bodies: 16 lanes, then
+/// the lanes and the tail.
+#[inline(always)]
+fn max_in_lanes(x: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 16];
     let mut chunks = x.chunks_exact(16);
     for chunk in &mut chunks {
@@ -96,7 +119,6 @@ pub fn max_f32(x: &[f32]) -> f32 {
         .into_iter()
         .chain(tail)
         .fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m })
-}
 }
 
 /// `s[i] = e^(s[i] - max) / Σ_j e^(s[j] - max)` in place, `max` the largest of `s` (NaNs

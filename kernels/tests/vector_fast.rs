@@ -1,11 +1,11 @@
 //! The vectorizable element-wise kernels against their scalar twins.
 
 use hetsched_kernels::seeded::SeededRng;
-use hetsched_kernels::{dequantize_i32_acc_fast, rms_norm_fast};
 use hetsched_kernels::{
-    exp_approx, max_abs, max_f32, quantize_per_tensor_fast, reference, scale_for_max_abs_fast,
-    silu_mul_fast, softmax_in_place, sum_f32,
+    block_maxima, exp_approx, max_abs, max_f32, quantize_per_tensor_fast, reference,
+    scale_for_max_abs_fast, silu_mul_fast, softmax_in_place, sum_f32,
 };
+use hetsched_kernels::{dequantize_i32_acc_fast, rms_norm_fast};
 use proptest::prelude::*;
 
 /// exp: relative error against f64 over the normal range.
@@ -123,6 +123,23 @@ proptest! {
         prop_assert_eq!(scale_for_max_abs_fast(&x), reference::scale_for_max_abs(&x));
         let want = x.iter().filter(|v| !v.is_nan()).fold(0f32, |m, v| m.max(v.abs()));
         prop_assert_eq!(max_abs(&x), want);
+    }
+
+    #[test]
+    fn block_maxima_are_each_blocks_max(
+        seed in any::<u64>(),
+        len in 0usize..700,
+        block in 1usize..80,
+        with_nan in any::<bool>(),
+    ) {
+        let mut x = SeededRng::new(seed).f32s(len);
+        if with_nan && !x.is_empty() {
+            x[len / 3] = f32::NAN;
+        }
+        let mut got = vec![7.0f32; len.div_ceil(block)];
+        block_maxima(&x, block, &mut got);
+        let want: Vec<f32> = x.chunks(block).map(max_f32).collect();
+        prop_assert_eq!(got, want);
     }
 
     #[test]
