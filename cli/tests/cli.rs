@@ -377,9 +377,15 @@ fn bench_memory_reports_each_thread_count_and_refuses_zero() {
         let (median, best) = (row["median_gb_s"].as_f64(), row["best_gb_s"].as_f64());
         assert!(median > Some(0.0) && best >= median, "{row}");
     }
+    for threads in ["0", "5000"] {
+        assert_clear_failure(
+            &hetsched(&["bench-memory", "--threads", threads, "--mib", "4"]),
+            "bandwidth probe",
+        );
+    }
     assert_clear_failure(
-        &hetsched(&["bench-memory", "--threads", "0", "--mib", "4"]),
-        "bandwidth probe",
+        &hetsched(&["bench-memory", "--passes", "1000000", "--mib", "4"]),
+        "at most 1024 threads and 1000 passes",
     );
 }
 

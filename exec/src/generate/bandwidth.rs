@@ -17,6 +17,11 @@ use crate::ExecError;
 /// Bytes the probe streams per pass at least: 8× a 32 MiB last-level cache, so that
 /// every pass reads from memory, not from the cache.
 pub const DEFAULT_PROBE_BYTES: usize = 256 << 20;
+/// The most threads a probe starts (each is a thread of the process for the whole
+/// probe: a count the machine cannot start would fail midway).
+pub const MAX_PROBE_THREADS: usize = 1024;
+/// The most passes a probe times (each a read of the whole buffer).
+pub const MAX_PROBE_PASSES: usize = 1000;
 /// The most bytes [`probe_bytes`] asks for, whatever the cache.
 const MAX_PROBE_BYTES: usize = 2 << 30;
 
@@ -73,8 +78,9 @@ pub struct ReadBandwidth {
 /// pass. The buffer is written once before timing (its pages faulted in).
 ///
 /// # Errors
-/// [`ExecError::Kernel`] when `threads`, `passes` or `bytes` is 0, or `bytes` is less
-/// than 64 bytes a thread, or the buffer cannot be allocated.
+/// [`ExecError::Kernel`] when `threads`, `passes` or `bytes` is 0, `threads` is above
+/// [`MAX_PROBE_THREADS`] or `passes` above [`MAX_PROBE_PASSES`], `bytes` is less than 64
+/// bytes a thread, or the buffer cannot be allocated.
 pub fn measure_read_bandwidth(
     threads: usize,
     bytes: usize,
@@ -84,6 +90,11 @@ pub fn measure_read_bandwidth(
     if threads == 0 || passes == 0 {
         return invalid(format!(
             "needs threads and passes (got {threads} and {passes})"
+        ));
+    }
+    if threads > MAX_PROBE_THREADS || passes > MAX_PROBE_PASSES {
+        return invalid(format!(
+            "at most {MAX_PROBE_THREADS} threads and {MAX_PROBE_PASSES} passes (got {threads} and {passes})"
         ));
     }
     let words = bytes / 8;
@@ -188,7 +199,15 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_measure() {
-        for (threads, bytes, passes) in [(0, 1 << 16, 1), (2, 1 << 16, 0), (4, 64, 1)] {
+        let too_many = [
+            (MAX_PROBE_THREADS + 1, 1 << 30, 1),
+            (usize::MAX, 1 << 16, 1),
+            (2, 1 << 16, MAX_PROBE_PASSES + 1),
+        ];
+        for (threads, bytes, passes) in [(0, 1 << 16, 1), (2, 1 << 16, 0), (4, 64, 1)]
+            .into_iter()
+            .chain(too_many)
+        {
             let error = measure_read_bandwidth(threads, bytes, passes).unwrap_err();
             assert!(error.to_string().contains("bandwidth probe"), "{error}");
         }
