@@ -17,8 +17,8 @@ use crate::ExecError;
 /// Bytes the probe streams per pass at least: 8× a 32 MiB last-level cache, so that
 /// every pass reads from memory, not from the cache.
 pub const DEFAULT_PROBE_BYTES: usize = 256 << 20;
-/// The most threads a probe starts (each is a thread of the process for the whole
-/// probe: a count the machine cannot start would fail midway).
+/// The most threads a probe starts (each lives for the whole probe, and a thread the OS
+/// cannot start would panic in its spawn, not return an error).
 pub const MAX_PROBE_THREADS: usize = 1024;
 /// The most passes a probe times (each a read of the whole buffer).
 pub const MAX_PROBE_PASSES: usize = 1000;
