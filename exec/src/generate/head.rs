@@ -138,9 +138,10 @@ const MAX_BLOCK: usize = 64;
 /// number), in no particular order.
 ///
 /// Where there are more than `count` blocks of [`MAX_BLOCK`] values, a floor first: the
-/// `count`-th largest of the blocks' maxima ([`block_maxima`], in the widest vector unit). `count` blocks
-/// hold a value at least that large, so every one of the `count` largest reaches it; the
-/// values at or above it (in the blocks whose maximum does) are then ranked. A
+/// `count`-th largest of the blocks' maxima ([`block_maxima`], in the widest vector
+/// unit). `count` blocks hold a value at least that large, so every one of the `count`
+/// largest reaches it; the values at or above it (in the blocks whose maximum does) are
+/// then ranked. A
 /// vocabulary's heap of the `count` largest, each value compared with the smallest kept,
 /// replaced the kept ones some `count · ln(n / count)` times: 28-30 µs of a `w4a8-g32`
 /// decode step over SmolLM2's 49152 logits, against 18-20 µs with the floor (timers in
