@@ -18,9 +18,9 @@ const STEP_WORDS: usize = 32;
 /// one-row W4 kernel's `ROW_PREFETCH_GROUPS`.
 const AHEAD_WORDS: usize = (12 << 10) / 8;
 
-/// The wrapping sum of `words`, read once front to back with the lines
-/// 12 KiB ahead requested. Equal to [`stream_read_sum_reference`] (wrapping
-/// addition does not depend on the order).
+/// The wrapping sum of `words`, read once front to back with the lines 12 KiB ahead
+/// requested. Equal to [`stream_read_sum_reference`] (wrapping addition does not depend
+/// on the order).
 pub fn stream_read_sum(words: &[u64]) -> u64 {
     let (steps, rest) = words.as_chunks::<STEP_WORDS>();
     // 16 lanes: 8 of the baseline's 16 vector registers (32 lanes spilled two to the

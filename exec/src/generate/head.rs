@@ -141,11 +141,10 @@ const MAX_BLOCK: usize = 64;
 /// `count`-th largest of the blocks' maxima ([`block_maxima`], in the widest vector
 /// unit). `count` blocks hold a value at least that large, so every one of the `count`
 /// largest reaches it; the values at or above it (in the blocks whose maximum does) are
-/// then ranked. A
-/// vocabulary's heap of the `count` largest, each value compared with the smallest kept,
-/// replaced the kept ones some `count · ln(n / count)` times: 28-30 µs of a `w4a8-g32`
-/// decode step over SmolLM2's 49152 logits, against 18-20 µs with the floor (timers in
-/// a probe build, 4 runs each, 2026-12-07).
+/// then ranked. A vocabulary's heap of the `count` largest, each value compared with the
+/// smallest kept, replaced the kept ones some `count · ln(n / count)` times: 28-30 µs of
+/// a `w4a8-g32` decode step over SmolLM2's 49152 logits, against 18-20 µs with the floor
+/// (timers in a probe build, 4 runs each, 2026-12-07).
 pub fn largest_unordered(values: &[f32], count: usize) -> Vec<u32> {
     let count = count.min(values.len());
     if count == 0 {
@@ -182,8 +181,12 @@ fn largest_above_block_floor(values: &[f32], count: usize) -> Option<Vec<u32>> {
         for (i, &v) in block.iter().enumerate() {
             // The float test first (most values fail it; a NaN always does), the exact
             // order (-0 below +0) after.
-            if v >= floor && order_key(v) >= floor_key {
-                candidates.push((order_key(v), (b * MAX_BLOCK + i) as u32));
+            if v < floor {
+                continue;
+            }
+            let key = order_key(v);
+            if key >= floor_key {
+                candidates.push((key, (b * MAX_BLOCK + i) as u32));
             }
         }
     }
@@ -250,16 +253,15 @@ fn from_order_key(key: i32) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    use hetsched_kernels::seeded::SeededRng;
+
     use super::*;
 
-    /// The reference: sort every id by value, largest first, the lower id on a tie.
+    /// The reference: sort every id by value, largest first (a NaN below every number, as
+    /// `order_key` orders them), the lower id on a tie.
     fn largest_by_sorting(values: &[f32], count: usize) -> Vec<u32> {
         let mut ids: Vec<u32> = (0..values.len() as u32).collect();
-        ids.sort_by(|&a, &b| {
-            values[b as usize]
-                .total_cmp(&values[a as usize])
-                .then(a.cmp(&b))
-        });
+        ids.sort_by_key(|&id| (Reverse(order_key(values[id as usize])), id));
         ids.truncate(count);
         ids.sort_unstable();
         ids
@@ -296,20 +298,8 @@ mod tests {
     /// of NaNs and minus infinities where the floor cannot be used.
     #[test]
     fn the_blocks_floor_keeps_the_ids_the_heap_keeps() {
-        let by_order = |values: &[f32], count: usize| {
-            let mut ids: Vec<u32> = (0..values.len() as u32).collect();
-            ids.sort_by_key(|&id| (Reverse(order_key(values[id as usize])), id));
-            ids.truncate(count);
-            ids.sort_unstable();
-            ids
-        };
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = SeededRng::new(0x2545_f491_4f6c_dd1d);
+        let mut next = move || rng.next_u64();
         let specials = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
         for len in [65, 200, 4096, 20_000, 49_152] {
             for count in [1, 3, 32, 128] {
@@ -326,7 +316,7 @@ mod tests {
                     heap.sort_unstable();
                     let what = format!("len {len} count {count} specials {special_share}%");
                     assert_eq!(got, heap, "{what}");
-                    assert_eq!(got, by_order(&values, count), "{what}");
+                    assert_eq!(got, largest_by_sorting(&values, count), "{what}");
                 }
             }
         }
@@ -346,7 +336,7 @@ mod tests {
             values[7_777] = 1.0;
             let mut got = largest_unordered(&values, 5);
             got.sort_unstable();
-            assert_eq!(got, by_order(&values, 5), "fill {fill}");
+            assert_eq!(got, largest_by_sorting(&values, 5), "fill {fill}");
         }
     }
 
