@@ -111,7 +111,11 @@ proptest! {
         block in 1usize..40,
         seed in any::<u64>(),
     ) {
-        prop_assume!(flash_supported(64));
+        // The kernel needs AVX-512: on a CPU without it there is nothing to compare (an
+        // assumption would reject every case and fail the run).
+        if !flash_supported(64) {
+            return Ok(());
+        }
         let shape = AttentionShape {
             n_tokens,
             pos0,
@@ -136,7 +140,9 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let head_dim = 64 * steps;
-        prop_assume!(flash_supported(head_dim));
+        if !flash_supported(head_dim) {
+            return Ok(());
+        }
         let shape = AttentionShape {
             n_tokens,
             pos0,

@@ -1,7 +1,18 @@
 //! The inner product the AVX2 W4A8 kernels share (the per-tensor [`super::gemm_w4`] and
 //! the activation-scaled ones of `scaled/`): a weight group's exact i32 products for the
-//! 8 columns of half a block, both operands widened to i16 and multiplied with
-//! `vpmaddwd`, two partial sums per column.
+//! 8 columns of half a block.
+//!
+//! The stored nibbles `q + 8` (0..=15) are `vpmaddubsw`'s unsigned operand as they are
+//! and the activations its signed one, so a group's product is `Σ (q + 8) a = Σ q a +
+//! 8 Σ a`; the second term is one i32 per row and group ([`neg_group_bias`], once per
+//! call), added negated after the group. A 32-byte load holds quads `v` and `v + 4` of 8
+//! columns: a mask, and a shift and a mask, give the two operands, each multiplied with
+//! its quad's activations broadcast. The group's eight `vpmaddubsw` results add up in
+//! i16 (a lane sums 16 products of at most 15 · 128: 30720, exact), and one `vpmaddwd`
+//! against ones gives each column's i32, in column order. Per 32 bytes of weights that
+//! is 2 multiplies and 6 other operations, where widening both operands to i16 for
+//! `vpmaddwd` took 4 multiplies and some 16 others, and a fold of two partial sums per
+//! column at the end.
 
 // reason: x86 SIMD intrinsics (loads through raw pointers) need `unsafe`; every block
 // states why it is sound.
@@ -10,60 +21,92 @@
 use std::arch::x86_64::*;
 
 use super::packed::{GROUP_BYTES, VEC_BYTES, VECS};
-
-/// Widened signed i16 weights of one 32-byte vector: `[quad v cols 0..4, quad v cols
-/// 4..8, quad v+4 cols 0..4, quad v+4 cols 4..8]`.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn unpack(bytes: &[u8]) -> [__m256i; 4] {
-    debug_assert_eq!(bytes.len(), 32);
-    // SAFETY: `bytes` is exactly 32 readable bytes; loadu has no alignment requirement.
-    let x = unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) };
-    let (mask, eight) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(8));
-    let lo = _mm256_sub_epi8(_mm256_and_si256(x, mask), eight);
-    let hi = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(x), mask), eight);
-    [
-        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(lo)),
-        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(lo)),
-        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(hi)),
-        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(hi)),
-    ]
-}
-
-/// The 8 column sums, in order, of pair sums `lo` (columns 0..4) and `hi` (4..8).
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(super) fn fold_pairs(lo: __m256i, hi: __m256i) -> __m256i {
-    _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(lo, hi))
-}
+use super::quant::GROUP_K;
 
 /// `Σ q a` of group `g` of a packed `block` for `R` zero-padded activation rows (as
-/// 4-byte quads) and the 8 columns of half `half`: `[r][q]` holds columns `4q..4q + 4`,
-/// two partial sums each ([`fold_pairs`] adds them).
+/// 4-byte quads) and the 8 columns of half `half`, one i32 per column in order;
+/// `neg_bias[r]` is row `r`'s `-8 Σ a` of the group.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn group_pairs<const R: usize>(
+pub(super) fn group_dots<const R: usize>(
     block: &[u8],
     rows: &[&[[u8; 4]]; R],
+    neg_bias: [i32; R],
     g: usize,
     half: usize,
-) -> [[__m256i; 2]; R] {
-    let mut part = [[_mm256_setzero_si256(); 2]; R];
+) -> [__m256i; R] {
+    let mask = _mm256_set1_epi8(0x0f);
+    let mut sums = [_mm256_setzero_si256(); R];
     for v in 0..VECS {
         let at = g * GROUP_BYTES + v * VEC_BYTES + half * 32;
-        let wv = unpack(&block[at..at + 32]);
+        let bytes = &block[at..at + 32];
+        // SAFETY: `bytes` is exactly 32 readable bytes; loadu has no alignment requirement.
+        let x = unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) };
+        let lo = _mm256_and_si256(x, mask);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), mask);
         for r in 0..R {
             let quads = &rows[r][g * 8..g * 8 + 8];
-            let lo = _mm256_cvtepi8_epi16(_mm_set1_epi32(i32::from_le_bytes(quads[v])));
-            let hi = _mm256_cvtepi8_epi16(_mm_set1_epi32(i32::from_le_bytes(quads[v + VECS])));
-            for q in 0..2 {
-                let sum = _mm256_add_epi32(
-                    _mm256_madd_epi16(wv[q], lo),
-                    _mm256_madd_epi16(wv[2 + q], hi),
-                );
-                part[r][q] = _mm256_add_epi32(part[r][q], sum);
-            }
+            let a_lo = _mm256_set1_epi32(i32::from_le_bytes(quads[v]));
+            let a_hi = _mm256_set1_epi32(i32::from_le_bytes(quads[v + VECS]));
+            let both = _mm256_add_epi16(
+                _mm256_maddubs_epi16(lo, a_lo),
+                _mm256_maddubs_epi16(hi, a_hi),
+            );
+            sums[r] = _mm256_add_epi16(sums[r], both);
         }
     }
-    part
+    let ones = _mm256_set1_epi16(1);
+    std::array::from_fn(|r| {
+        let dots = _mm256_madd_epi16(sums[r], ones);
+        _mm256_add_epi32(dots, _mm256_set1_epi32(neg_bias[r]))
+    })
+}
+
+/// `-8 Σ a` of every row and group of the zero-padded activation rows `padded`
+/// (`[m, 32 · groups]`): what the stored `q + 8` add to a group's product, negated.
+/// `vpsadbw` sums each 8 bytes of `a + 128`.
+#[target_feature(enable = "avx2")]
+pub(super) fn neg_group_bias(padded: &[u8]) -> Vec<i32> {
+    let (groups, rest) = padded.as_chunks::<GROUP_K>();
+    debug_assert!(rest.is_empty(), "rows are whole groups");
+    let flip = _mm256_set1_epi8(i8::MIN);
+    groups
+        .iter()
+        .map(|group| {
+            // SAFETY: `group` is exactly 32 readable bytes; loadu has no alignment
+            // requirement.
+            let x = unsafe { _mm256_loadu_si256(group.as_ptr().cast()) };
+            let sums = _mm256_sad_epu8(_mm256_xor_si256(x, flip), _mm256_setzero_si256());
+            let pair = _mm_add_epi64(
+                _mm256_castsi256_si128(sums),
+                _mm256_extracti128_si256::<1>(sums),
+            );
+            let biased = _mm_cvtsi128_si64(pair) + _mm_extract_epi64::<1>(pair);
+            -8 * (biased as i32 - 128 * GROUP_K as i32)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seeded::SeededRng;
+
+    /// The vector bias equals `8 Σ a` summed plainly, negated, at the extremes of i8 too.
+    #[test]
+    fn group_bias_matches_the_plain_sum() {
+        if !is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut rng = SeededRng::new(3);
+        let mut padded: Vec<u8> = rng.i8s(GROUP_K * 9).iter().map(|&v| v as u8).collect();
+        padded[..GROUP_K].fill(0x80);
+        padded[GROUP_K..2 * GROUP_K].fill(0x7f);
+        let want: Vec<i32> = padded
+            .chunks_exact(GROUP_K)
+            .map(|g| -8 * g.iter().map(|&b| i32::from(b as i8)).sum::<i32>())
+            .collect();
+        // SAFETY: avx2 was detected above.
+        assert_eq!(unsafe { neg_group_bias(&padded) }, want);
+    }
 }

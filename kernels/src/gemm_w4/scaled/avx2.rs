@@ -1,15 +1,15 @@
 //! AVX2 variant.
 //!
-//! The integer products are those of [`crate::gemm_w4::gemm_w4`]'s AVX2 kernel (both
-//! operands widened to i16, `vpmaddwd`, two partial sums per column folded with
-//! `vphaddd`). `SPAN = 1`: each group's product is converted to f32 and
-//! fused-multiply-added with the sub-scales times the group's activation scale.
-//! `SPAN > 1`: the products are multiplied by the sub-scales in i32 (`vpmulld`) and
-//! added to the span's i32 sum, converted and fused-multiply-added with the span's
-//! activation scale after its groups. The row scales multiply the accumulators at the
-//! end. Same operations and order as [`super::scalar`]: bit-identical results. Needs
-//! FMA besides AVX2 (every AVX2 CPU of note has it); a CPU without it runs the scalar
-//! variant.
+//! The integer products are those of [`crate::gemm_w4::gemm_w4`]'s AVX2 kernel (the
+//! stored nibbles against the activations with `vpmaddubsw`, added up in i16 per group,
+//! `-8 Σ a` added after: [`crate::gemm_w4::avx2_groups`]). `SPAN = 1`: each group's
+//! product is converted to f32 and fused-multiply-added with the sub-scales times the
+//! group's activation scale. `SPAN > 1`: the products are multiplied by the sub-scales
+//! in i32 (`vpmulld`) and added to the span's i32 sum, converted and
+//! fused-multiply-added with the span's activation scale after its groups. The row
+//! scales multiply the accumulators at the end. Same operations and order as
+//! [`super::scalar`]: bit-identical results. Needs FMA besides AVX2 (every AVX2 CPU of
+//! note has it); a CPU without it runs the scalar variant.
 
 // reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
 // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
@@ -20,7 +20,7 @@ use std::ops::Range;
 
 use super::spans_of;
 use crate::cpu::I8Kernel;
-use crate::gemm_w4::avx2_groups::{fold_pairs, group_pairs};
+use crate::gemm_w4::avx2_groups::{group_dots, neg_group_bias};
 use crate::gemm_w4::packed::{PackedW4Weights, activation_rows};
 use crate::gemm_w4::quant::GROUP_K;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
@@ -64,33 +64,23 @@ fn gemm_impl<const SPAN: usize>(
     let groups = w.groups();
     let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     let padded = activation_rows(a, m, w.k(), groups);
+    let neg_bias = neg_group_bias(&padded);
     for_each_microtile!(m, cols, out, MR, 1, |r0, R, b0, _N, tile| {
         let a_rows = &padded[r0 * kp..(r0 + R) * kp];
         let scales = &a_scales[r0 * spans..(r0 + R) * spans];
+        let bias = &neg_bias[r0 * groups..(r0 + R) * groups];
         for half in 0..2 {
-            micro::<SPAN, R>((a_rows, scales), w, b0, half, tile);
+            micro::<SPAN, R>((a_rows, scales, bias), w, b0, half, tile);
         }
     });
 }
 
-/// `Σ q a` of group `g` for `R` rows and the 8 columns of half `half` of a block.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn group_products<const R: usize>(
-    block: &[u8],
-    rows: &[&[[u8; 4]]; R],
-    g: usize,
-    half: usize,
-) -> [__m256i; R] {
-    let part = group_pairs(block, rows, g, half);
-    std::array::from_fn(|r| fold_pairs(part[r][0], part[r][1]))
-}
-
-/// Computes `R` rows × half `half` (8 columns) of block `b0` into `tile`.
+/// Computes `R` rows × half `half` (8 columns) of block `b0` into `tile` (`neg_bias`:
+/// the rows' `-8 Σ a` per group).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn micro<const SPAN: usize, const R: usize>(
-    (a_rows, scales): (&[u8], &[f32]),
+    (a_rows, scales, neg_bias): (&[u8], &[f32], &[i32]),
     w: &PackedW4Weights,
     b0: usize,
     half: usize,
@@ -106,7 +96,8 @@ fn micro<const SPAN: usize, const R: usize>(
     for span in 0..spans {
         let mut sum = [_mm256_setzero_si256(); R];
         for g in span * SPAN..((span + 1) * SPAN).min(groups) {
-            let dots = group_products(block, &rows, g, half);
+            let bias = std::array::from_fn(|r| neg_bias[r * groups + g]);
+            let dots = group_dots(block, &rows, bias, g, half);
             let at = g * BLOCK + half * HALF;
             let s8: [u8; HALF] = std::array::from_fn(|i| subs[at + i] as u8);
             let s = _mm256_cvtepi8_epi32(_mm_set_epi64x(0, i64::from_le_bytes(s8)));
