@@ -13,7 +13,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::avx2_groups::{group_dots, neg_group_bias};
+use super::avx2_groups::{group_dots, neg_group_bias, sub_scales};
 use super::packed::{PackedW4Weights, pad_activations};
 use super::quant::GROUP_K;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
@@ -37,22 +37,19 @@ pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, 
             &padded[r0 * kp..(r0 + R) * kp],
             &neg_bias[r0 * groups..(r0 + R) * groups],
         );
-        for half in 0..2 {
-            micro::<R>(rows, w, b0, half, tile);
-        }
+        micro::<R>(rows, w, b0, tile);
     });
 }
 
-/// Computes `R` rows × half `half` (8 columns) of block `b0` into `tile`. `a_rows`
-/// holds `R` zero-padded activation rows of `32 * groups` bytes, `neg_bias` their
-/// `-8 Σ a` per group.
+/// Computes `R` rows × the 16 columns of block `b0` into `tile`. `a_rows` holds `R`
+/// zero-padded activation rows of `32 * groups` bytes, `neg_bias` their `-8 Σ a` per
+/// group.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn micro<const R: usize>(
     (a_rows, neg_bias): (&[u8], &[i32]),
     w: &PackedW4Weights,
     b0: usize,
-    half: usize,
     tile: &mut Tile<i32>,
 ) {
     let groups = w.groups();
@@ -61,21 +58,23 @@ fn micro<const R: usize>(
     let (block, subs) = (w.block(b0), w.block_sub_scales(b0));
     let rows: [&[[u8; 4]]; R] =
         std::array::from_fn(|r| a_rows[r * kp..(r + 1) * kp].as_chunks::<4>().0);
-    let mut acc = [_mm256_setzero_si256(); R];
+    let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for g in 0..groups {
         let bias = std::array::from_fn(|r| neg_bias[r * groups + g]);
-        let dots = group_dots(block, &rows, bias, g, half);
-        let at = g * BLOCK + half * HALF;
-        let s8: [u8; HALF] = std::array::from_fn(|i| subs[at + i] as u8);
-        let s = _mm256_cvtepi8_epi32(_mm_set_epi64x(0, i64::from_le_bytes(s8)));
+        let dots = group_dots(block, &rows, bias, g);
+        let s = sub_scales(&subs[g * BLOCK..(g + 1) * BLOCK]);
         for r in 0..R {
-            acc[r] = _mm256_add_epi32(acc[r], _mm256_mullo_epi32(dots[r], s));
+            for h in 0..2 {
+                let scaled = _mm256_mullo_epi32(dots[r][h], s[h]);
+                acc[r][h] = _mm256_add_epi32(acc[r][h], scaled);
+            }
         }
     }
     for (r, acc) in acc.iter().enumerate() {
-        let at = r * TILE_COLS + half * HALF;
-        let dst = &mut tile[at..at + HALF];
-        // SAFETY: `dst` is exactly 8 writable i32; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), *acc) };
+        let dst = &mut tile[r * TILE_COLS..r * TILE_COLS + BLOCK];
+        for (half, dst) in acc.iter().zip(dst.chunks_exact_mut(HALF)) {
+            // SAFETY: `dst` is exactly 8 writable i32; storeu has no alignment requirement.
+            unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), *half) };
+        }
     }
 }

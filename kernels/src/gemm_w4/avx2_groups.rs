@@ -1,12 +1,12 @@
 //! The inner product the AVX2 W4A8 kernels share (the per-tensor [`super::gemm_w4`] and
 //! the activation-scaled ones of `scaled/`): a weight group's exact i32 products for the
-//! 8 columns of half a block.
+//! 16 columns of a block.
 //!
 //! The stored nibbles `q + 8` (0..=15) are `vpmaddubsw`'s unsigned operand as they are
 //! and the activations its signed one, so a group's product is `Σ (q + 8) a = Σ q a +
 //! 8 Σ a`; the second term is one i32 per row and group ([`neg_group_bias`], once per
 //! call), added negated after the group. A 32-byte load holds quads `v` and `v + 4` of 8
-//! columns: a mask, and a shift and a mask, give the two operands, each multiplied with
+//! columns (half a 64-byte vector): a mask, and a shift and a mask, give the two operands, each multiplied with
 //! its quad's activations broadcast. The group's eight `vpmaddubsw` results add up in
 //! i16 (a lane sums 16 products of at most 15 · 128: 30720, exact), and one `vpmaddwd`
 //! against ones gives each column's i32, in column order. Per 32 bytes of weights that
@@ -22,10 +22,12 @@ use std::arch::x86_64::*;
 
 use super::packed::{GROUP_BYTES, VEC_BYTES, VECS};
 use super::quant::GROUP_K;
+use crate::tiling::BLOCK;
 
 /// `Σ q a` of group `g` of a packed `block` for `R` zero-padded activation rows (as
-/// 4-byte quads) and the 8 columns of half `half`, one i32 per column in order;
-/// `neg_bias[r]` is row `r`'s `-8 Σ a` of the group.
+/// 4-byte quads) and the block's 16 columns, per row two vectors of 8 i32 (columns
+/// `0..8` and `8..16`, in order); `neg_bias[r]` is row `r`'s `-8 Σ a` of the group.
+/// Both halves of each 64-byte vector in one pass share the activations' broadcasts.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(super) fn group_dots<const R: usize>(
@@ -33,33 +35,61 @@ pub(super) fn group_dots<const R: usize>(
     rows: &[&[[u8; 4]]; R],
     neg_bias: [i32; R],
     g: usize,
-    half: usize,
-) -> [__m256i; R] {
+) -> [[__m256i; 2]; R] {
     let mask = _mm256_set1_epi8(0x0f);
-    let mut sums = [_mm256_setzero_si256(); R];
+    let mut sums = [[_mm256_setzero_si256(); 2]; R];
     for v in 0..VECS {
-        let at = g * GROUP_BYTES + v * VEC_BYTES + half * 32;
-        let bytes = &block[at..at + 32];
-        // SAFETY: `bytes` is exactly 32 readable bytes; loadu has no alignment requirement.
-        let x = unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) };
-        let lo = _mm256_and_si256(x, mask);
-        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), mask);
+        let at = g * GROUP_BYTES + v * VEC_BYTES;
+        let bytes = &block[at..at + VEC_BYTES];
+        // SAFETY: `bytes` is exactly 64 readable bytes, two 32-byte loads; loadu has no
+        // alignment requirement.
+        let x = unsafe {
+            [
+                _mm256_loadu_si256(bytes.as_ptr().cast()),
+                _mm256_loadu_si256(bytes.as_ptr().add(32).cast()),
+            ]
+        };
+        let mut lo = [_mm256_setzero_si256(); 2];
+        let mut hi = [_mm256_setzero_si256(); 2];
+        for h in 0..2 {
+            lo[h] = _mm256_and_si256(x[h], mask);
+            hi[h] = _mm256_and_si256(_mm256_srli_epi16::<4>(x[h]), mask);
+        }
         for r in 0..R {
             let quads = &rows[r][g * 8..g * 8 + 8];
             let a_lo = _mm256_set1_epi32(i32::from_le_bytes(quads[v]));
             let a_hi = _mm256_set1_epi32(i32::from_le_bytes(quads[v + VECS]));
-            let both = _mm256_add_epi16(
-                _mm256_maddubs_epi16(lo, a_lo),
-                _mm256_maddubs_epi16(hi, a_hi),
-            );
-            sums[r] = _mm256_add_epi16(sums[r], both);
+            for h in 0..2 {
+                let both = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(lo[h], a_lo),
+                    _mm256_maddubs_epi16(hi[h], a_hi),
+                );
+                sums[r][h] = _mm256_add_epi16(sums[r][h], both);
+            }
         }
     }
     let ones = _mm256_set1_epi16(1);
-    std::array::from_fn(|r| {
-        let dots = _mm256_madd_epi16(sums[r], ones);
-        _mm256_add_epi32(dots, _mm256_set1_epi32(neg_bias[r]))
-    })
+    let mut dots = [[_mm256_setzero_si256(); 2]; R];
+    for r in 0..R {
+        let bias = _mm256_set1_epi32(neg_bias[r]);
+        for h in 0..2 {
+            dots[r][h] = _mm256_add_epi32(_mm256_madd_epi16(sums[r][h], ones), bias);
+        }
+    }
+    dots
+}
+
+/// A group's 16 sub-scales of a block (`subs`, 16 bytes) as two vectors of 8 i32.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn sub_scales(subs: &[i8]) -> [__m256i; 2] {
+    let subs: &[i8; BLOCK] = subs.try_into().expect("a group's sub-scales are 16 bytes");
+    // SAFETY: `subs` is exactly 16 readable bytes; loadu has no alignment requirement.
+    let s = unsafe { _mm_loadu_si128(subs.as_ptr().cast()) };
+    [
+        _mm256_cvtepi8_epi32(s),
+        _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(s)),
+    ]
 }
 
 /// `-8 Σ a` of every row and group of the zero-padded activation rows `padded`

@@ -20,7 +20,7 @@ use std::ops::Range;
 
 use super::spans_of;
 use crate::cpu::I8Kernel;
-use crate::gemm_w4::avx2_groups::{group_dots, neg_group_bias};
+use crate::gemm_w4::avx2_groups::{group_dots, neg_group_bias, sub_scales};
 use crate::gemm_w4::packed::{PackedW4Weights, activation_rows};
 use crate::gemm_w4::quant::GROUP_K;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
@@ -69,21 +69,18 @@ fn gemm_impl<const SPAN: usize>(
         let a_rows = &padded[r0 * kp..(r0 + R) * kp];
         let scales = &a_scales[r0 * spans..(r0 + R) * spans];
         let bias = &neg_bias[r0 * groups..(r0 + R) * groups];
-        for half in 0..2 {
-            micro::<SPAN, R>((a_rows, scales, bias), w, b0, half, tile);
-        }
+        micro::<SPAN, R>((a_rows, scales, bias), w, b0, tile);
     });
 }
 
-/// Computes `R` rows × half `half` (8 columns) of block `b0` into `tile` (`neg_bias`:
-/// the rows' `-8 Σ a` per group).
+/// Computes `R` rows × the 16 columns of block `b0` into `tile` (`neg_bias`: the rows'
+/// `-8 Σ a` per group).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn micro<const SPAN: usize, const R: usize>(
     (a_rows, scales, neg_bias): (&[u8], &[f32], &[i32]),
     w: &PackedW4Weights,
     b0: usize,
-    half: usize,
     tile: &mut Tile<f32>,
 ) {
     let groups = w.groups();
@@ -92,45 +89,57 @@ fn micro<const SPAN: usize, const R: usize>(
     let (block, subs) = (w.block(b0), w.block_sub_scales(b0));
     let rows: [&[[u8; 4]]; R] =
         std::array::from_fn(|r| a_rows[r * kp..(r + 1) * kp].as_chunks::<4>().0);
-    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for span in 0..spans {
-        let mut sum = [_mm256_setzero_si256(); R];
+        let mut sum = [[_mm256_setzero_si256(); 2]; R];
         for g in span * SPAN..((span + 1) * SPAN).min(groups) {
             let bias = std::array::from_fn(|r| neg_bias[r * groups + g]);
-            let dots = group_dots(block, &rows, bias, g, half);
-            let at = g * BLOCK + half * HALF;
-            let s8: [u8; HALF] = std::array::from_fn(|i| subs[at + i] as u8);
-            let s = _mm256_cvtepi8_epi32(_mm_set_epi64x(0, i64::from_le_bytes(s8)));
+            let dots = group_dots(block, &rows, bias, g);
+            let s = sub_scales(&subs[g * BLOCK..(g + 1) * BLOCK]);
             if SPAN == 1 {
-                let s = _mm256_cvtepi32_ps(s);
+                let s = [_mm256_cvtepi32_ps(s[0]), _mm256_cvtepi32_ps(s[1])];
                 for r in 0..R {
-                    let scale = _mm256_mul_ps(s, _mm256_set1_ps(scales[r * spans + span]));
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
+                    let a_scale = _mm256_set1_ps(scales[r * spans + span]);
+                    for h in 0..2 {
+                        let scale = _mm256_mul_ps(s[h], a_scale);
+                        let dot = _mm256_cvtepi32_ps(dots[r][h]);
+                        acc[r][h] = _mm256_fmadd_ps(dot, scale, acc[r][h]);
+                    }
                 }
             } else {
                 for r in 0..R {
-                    sum[r] = _mm256_add_epi32(sum[r], _mm256_mullo_epi32(dots[r], s));
+                    for h in 0..2 {
+                        let scaled = _mm256_mullo_epi32(dots[r][h], s[h]);
+                        sum[r][h] = _mm256_add_epi32(sum[r][h], scaled);
+                    }
                 }
             }
         }
         if SPAN > 1 {
             for r in 0..R {
                 let a_scale = _mm256_set1_ps(scales[r * spans + span]);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), a_scale, acc[r]);
+                for h in 0..2 {
+                    let sum = _mm256_cvtepi32_ps(sum[r][h]);
+                    acc[r][h] = _mm256_fmadd_ps(sum, a_scale, acc[r][h]);
+                }
             }
         }
     }
-    let mut d = [0f32; HALF];
+    let mut d = [0f32; BLOCK];
     let all = w.row_scales();
-    let start = (b0 * BLOCK + half * HALF).min(all.len());
-    let have = &all[start..(start + HALF).min(all.len())];
+    let start = (b0 * BLOCK).min(all.len());
+    let have = &all[start..(start + BLOCK).min(all.len())];
     d[..have.len()].copy_from_slice(have);
-    // SAFETY: `d` is exactly 8 readable f32.
-    let d = unsafe { _mm256_loadu_ps(d.as_ptr()) };
     for (r, acc) in acc.iter().enumerate() {
-        let at = r * TILE_COLS + half * HALF;
-        let dst = &mut tile[at..at + HALF];
-        // SAFETY: `dst` is exactly 8 writable f32; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), _mm256_mul_ps(*acc, d)) };
+        let dst = &mut tile[r * TILE_COLS..r * TILE_COLS + BLOCK];
+        let halves = dst.chunks_exact_mut(HALF).zip(d.chunks_exact(HALF));
+        for (half, (dst, d)) in acc.iter().zip(halves) {
+            // SAFETY: `d` is exactly 8 readable f32 and `dst` 8 writable ones; loadu and
+            // storeu have no alignment requirement.
+            unsafe {
+                let d = _mm256_loadu_ps(d.as_ptr());
+                _mm256_storeu_ps(dst.as_mut_ptr(), _mm256_mul_ps(*half, d));
+            }
+        }
     }
 }
