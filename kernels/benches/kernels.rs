@@ -1,7 +1,9 @@
 //! Kernel throughput at SmolLM2-135M prefill shapes, single-threaded: the INT8 GEMM
 //! (ops/s: compare with the machine's VNNI peak, 64 MACs × 2 ops × 2 ports per cycle per
-//! core on AVX-512 VNNI), the f32 GEMM, and attention. Criterion's throughput is set
-//! in operations, so "elem/s" reads as ops/s.
+//! core on AVX-512 VNNI), the f32 GEMM, and attention; and the products of one decode
+//! step's attention (one head's query against the cached keys, the weighted values) with
+//! the softmax between them, which run compiled for the widest vector unit the CPU has.
+//! Criterion's throughput is set in operations, so "elem/s" reads as ops/s.
 
 use std::hint::black_box;
 
@@ -12,6 +14,7 @@ use hetsched_kernels::{
     gemm_i8, matmul_f32_packed,
 };
 use hetsched_kernels::{FlashKeys, attention_causal_gqa_flash, flash_supported};
+use hetsched_kernels::{add_weighted_rows, scaled_dots, softmax_in_place};
 
 /// (name, m, k, n): SmolLM2's FFN up/gate and down projections at chunk lengths.
 const SHAPES: [(&str, usize, usize, usize); 4] = [
@@ -131,5 +134,33 @@ fn flash_attention(c: &mut Criterion, rng: &mut SeededRng) {
     group.finish();
 }
 
-criterion_group!(benches, gemm, attention);
+/// One head of a decode step's attention over 512 cached positions at SmolLM2's shape
+/// (rows of 3 KV heads × 64 values): the scores, their softmax, the weighted values.
+fn decode_attention(c: &mut Criterion) {
+    let (positions, d, stride) = (512, 64, 192);
+    let mut rng = SeededRng::new(11);
+    let (q, keys, values) = (
+        rng.f32s(d),
+        rng.f32s(positions * stride),
+        rng.f32s(positions * stride),
+    );
+    let mut scores = vec![0f32; positions];
+    let mut acc = vec![0f32; d];
+    let mut group = c.benchmark_group("decode_attention");
+    group.throughput(Throughput::Elements((2 * positions * d) as u64));
+    group.bench_function("scaled_dots 512", |b| {
+        b.iter(|| scaled_dots(black_box(&q), &keys, stride, d, 0.125, &mut scores))
+    });
+    group.throughput(Throughput::Elements(positions as u64));
+    group.bench_function("softmax 512", |b| {
+        b.iter(|| softmax_in_place(black_box(&mut scores)))
+    });
+    group.throughput(Throughput::Elements((2 * positions * d) as u64));
+    group.bench_function("add_weighted_rows 512", |b| {
+        b.iter(|| add_weighted_rows(black_box(&scores), &values, stride, d, &mut acc))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, gemm, attention, decode_attention);
 criterion_main!(benches);

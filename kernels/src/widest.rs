@@ -2,13 +2,16 @@
 //!
 //! The crate builds for the x86-64 baseline (SSE2), so the auto-vectorized element-wise
 //! kernels ([`crate::vector`], the dequantize and RMSNorm of the linears, the attention
-//! softmax) use 128-bit registers. A function written with `widest!` has its body
-//! compiled twice: as is, and inlined into a copy compiled with AVX-512 enabled, which
-//! runs when the CPU has it and vectorizes with 512-bit registers. The arithmetic is the
-//! same Rust code in the same order (Rust never contracts a multiply and an add into an
-//! FMA on its own, and the vectorizer reorders no floating-point reduction), so both
-//! copies give bit-identical results: `tests/vector_fast.rs` compares them with the
-//! scalar references.
+//! softmax and a decode step's attention products) use 128-bit registers. A function
+//! written with `widest!` has its body compiled three times: as is, and inlined into
+//! copies compiled with AVX-512 and with AVX2 (and FMA) enabled, the widest of which the
+//! CPU has runs, vectorized with 512- or 256-bit registers. The arithmetic is the same
+//! Rust code in the same order (Rust never contracts a multiply and an add into an FMA on
+//! its own, an explicit `mul_add` rounds once in every copy, and the vectorizer reorders
+//! no floating-point reduction), so all copies give bit-identical results:
+//! `tests/vector_fast.rs` compares them with the scalar references. The AVX2 copy is
+//! what a CPU without AVX-512 runs (AMD before Zen 4, most Intel desktops and laptops):
+//! there the baseline copy took a decode step's attention at half the vector width.
 
 /// Whether the CPU has the AVX-512 subsets `widest!` compiles for (detected once).
 pub fn avx512_available() -> bool {
@@ -28,8 +31,24 @@ pub fn avx512_available() -> bool {
     }
 }
 
+/// Whether the CPU has AVX2 and FMA, which `widest!`'s middle copy is compiled for
+/// (detected once).
+pub fn avx2_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *DETECTED
+            .get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Defines `fn name(args) -> ret { body }` whose body runs compiled with AVX-512 when
-/// [`avx512_available`], else as the baseline build. The body is an `#[inline(always)]`
+/// [`avx512_available`], else with AVX2 and FMA when [`avx2_available`], else as the
+/// baseline build. The body is an `#[inline(always)]`
 /// inner function, so it is inlined (and vectorized) into the wide copy; keep it free of
 /// calls that are not inlined themselves.
 macro_rules! widest {
@@ -47,11 +66,23 @@ macro_rules! widest {
                 body($($arg),*)
             }
             #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            fn middle($($arg: $ty),*) $(-> $ret)? {
+                body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
             if $crate::widest::avx512_available() {
                 // SAFETY: every feature `wide` is compiled for was detected on the
                 // running CPU just above.
                 #[allow(unsafe_code)]
                 return unsafe { wide($($arg),*) };
+            }
+            #[cfg(target_arch = "x86_64")]
+            if $crate::widest::avx2_available() {
+                // SAFETY: every feature `middle` is compiled for was detected on the
+                // running CPU just above.
+                #[allow(unsafe_code)]
+                return unsafe { middle($($arg),*) };
             }
             body($($arg),*)
         }
