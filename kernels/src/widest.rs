@@ -32,25 +32,17 @@ pub fn avx512_available() -> bool {
 }
 
 /// Whether the CPU has AVX2 and FMA, which `widest!`'s middle copy is compiled for
-/// (detected once).
+/// ([`crate::cpu::CpuFeatures`], detected once).
 pub fn avx2_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *DETECTED
-            .get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    let cpu = crate::cpu::CpuFeatures::detect();
+    cpu.avx2 && cpu.fma
 }
 
 /// Defines `fn name(args) -> ret { body }` whose body runs compiled with AVX-512 when
 /// [`avx512_available`], else with AVX2 and FMA when [`avx2_available`], else as the
-/// baseline build. The body is an `#[inline(always)]`
-/// inner function, so it is inlined (and vectorized) into the wide copy; keep it free of
-/// calls that are not inlined themselves.
+/// baseline build. The body is an `#[inline(always)]` inner function, so it is inlined
+/// (and vectorized) into both wider copies; keep it free of calls that are not inlined
+/// themselves.
 macro_rules! widest {
     (
         $(#[$meta:meta])*

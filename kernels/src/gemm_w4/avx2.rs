@@ -1,6 +1,6 @@
 //! AVX2 W4A8 GEMM, nibbles unpacked in registers.
 //!
-//! Per group of 32 `k` and half block (8 columns), the group's exact i32 products of
+//! Per group of 32 `k` and block (16 columns), the group's exact i32 products of
 //! [`super::avx2_groups`] (the stored `q + 8` against the activations with
 //! `vpmaddubsw`, `-8 Σ a` added after), multiplied by the integer sub-scales and added
 //! to the row's accumulators. Wrapping i32 throughout: equal to the scalar reference

@@ -6,10 +6,11 @@
 //! and the activations its signed one, so a group's product is `Σ (q + 8) a = Σ q a +
 //! 8 Σ a`; the second term is one i32 per row and group ([`neg_group_bias`], once per
 //! call), added negated after the group. A 32-byte load holds quads `v` and `v + 4` of 8
-//! columns (half a 64-byte vector): a mask, and a shift and a mask, give the two operands, each multiplied with
-//! its quad's activations broadcast. The group's eight `vpmaddubsw` results add up in
-//! i16 (a lane sums 16 products of at most 15 · 128: 30720, exact), and one `vpmaddwd`
-//! against ones gives each column's i32, in column order. Per 32 bytes of weights that
+//! columns (half a 64-byte vector): a mask, and a shift and a mask, give the two
+//! operands, each multiplied with its quad's activations broadcast. The group's eight
+//! `vpmaddubsw` results add up in i16 (a lane sums 16 products of at most 15 · 128:
+//! 30720, exact), and one `vpmaddwd` against ones gives each column's i32, in column
+//! order. Per 32 bytes of weights that
 //! is 2 multiplies and 6 other operations, where widening both operands to i16 for
 //! `vpmaddwd` took 4 multiplies and some 16 others, and a fold of two partial sums per
 //! column at the end.
@@ -120,9 +121,10 @@ pub(super) fn neg_group_bias(padded: &[u8]) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gemm_w4::scaled::group_bias;
     use crate::seeded::SeededRng;
 
-    /// The vector bias equals `8 Σ a` summed plainly, negated, at the extremes of i8 too.
+    /// The vector bias equals the scalar [`group_bias`] negated, at the extremes of i8 too.
     #[test]
     fn group_bias_matches_the_plain_sum() {
         if !is_x86_feature_detected!("avx2") {
@@ -132,10 +134,7 @@ mod tests {
         let mut padded: Vec<u8> = rng.i8s(GROUP_K * 9).iter().map(|&v| v as u8).collect();
         padded[..GROUP_K].fill(0x80);
         padded[GROUP_K..2 * GROUP_K].fill(0x7f);
-        let want: Vec<i32> = padded
-            .chunks_exact(GROUP_K)
-            .map(|g| -8 * g.iter().map(|&b| i32::from(b as i8)).sum::<i32>())
-            .collect();
+        let want: Vec<i32> = group_bias(&padded).iter().map(|b| -b).collect();
         // SAFETY: avx2 was detected above.
         assert_eq!(unsafe { neg_group_bias(&padded) }, want);
     }

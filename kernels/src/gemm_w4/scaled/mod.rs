@@ -75,7 +75,7 @@ fn spans_of<const SPAN: usize>(groups: usize) -> usize {
 
 /// `8 · Σ a` of every row and group of the zero-padded activation rows `padded`
 /// (`[m, 32 · groups]`): what the unsigned `q + 8` weights add to a group's product.
-fn group_bias(padded: &[u8]) -> Vec<i32> {
+pub(in crate::gemm_w4) fn group_bias(padded: &[u8]) -> Vec<i32> {
     padded
         .chunks_exact(GROUP_K)
         .map(|g| 8 * g.iter().map(|&b| i32::from(b as i8)).sum::<i32>())
