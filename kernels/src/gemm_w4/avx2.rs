@@ -13,7 +13,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::avx2_groups::{group_dots, neg_group_bias, sub_scales};
+use super::avx2_groups::{group_dots, group_operands, neg_group_bias, sub_scales};
 use super::packed::{PackedW4Weights, pad_activations};
 use super::quant::GROUP_K;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
@@ -30,7 +30,8 @@ const HALF: usize = BLOCK / 2;
 pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedW4Weights, cols: Range<usize>, out: &mut [i32]) {
     // Unbiased i8 bit patterns, rows zero-padded to whole groups.
     let padded = pad_activations(a, m, w.k(), w.groups(), 0);
-    let neg_bias = neg_group_bias(&padded);
+    let mut neg_bias = vec![0; padded.len() / GROUP_K];
+    neg_group_bias(&padded, &mut neg_bias);
     let (groups, kp) = (w.groups(), GROUP_K * w.groups());
     for_each_microtile!(m, cols, out, MR, 1, |r0, R, b0, _N, tile| {
         let rows = (
@@ -61,7 +62,8 @@ fn micro<const R: usize>(
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for g in 0..groups {
         let bias = std::array::from_fn(|r| neg_bias[r * groups + g]);
-        let dots = group_dots(block, &rows, bias, g);
+        let (group, quads) = group_operands(block, &rows, g);
+        let dots = group_dots(group, quads, bias);
         let s = sub_scales(&subs[g * BLOCK..(g + 1) * BLOCK]);
         for r in 0..R {
             for h in 0..2 {

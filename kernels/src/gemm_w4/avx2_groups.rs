@@ -25,23 +25,21 @@ use super::packed::{GROUP_BYTES, VEC_BYTES, VECS};
 use super::quant::GROUP_K;
 use crate::tiling::BLOCK;
 
-/// `Σ q a` of group `g` of a packed `block` for `R` zero-padded activation rows (as
-/// 4-byte quads) and the block's 16 columns, per row two vectors of 8 i32 (columns
-/// `0..8` and `8..16`, in order); `neg_bias[r]` is row `r`'s `-8 Σ a` of the group.
-/// Both halves of each 64-byte vector in one pass share the activations' broadcasts.
+/// `Σ q a` of one weight group (`group`: its 256 packed bytes) for `R` activation rows
+/// (`quads[r]`: row `r`'s 32 activations of the group as 4-byte quads) and the block's
+/// 16 columns, per row two vectors of 8 i32 (columns `0..8` and `8..16`, in order);
+/// `neg_bias[r]` is row `r`'s `-8 Σ a` of the group. Both halves of each 64-byte vector
+/// in one pass share the activations' broadcasts.
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(super) fn group_dots<const R: usize>(
-    block: &[u8],
-    rows: &[&[[u8; 4]]; R],
+    group: &[u8; GROUP_BYTES],
+    quads: [&[[u8; 4]; 8]; R],
     neg_bias: [i32; R],
-    g: usize,
 ) -> [[__m256i; 2]; R] {
     let mask = _mm256_set1_epi8(0x0f);
     let mut sums = [[_mm256_setzero_si256(); 2]; R];
-    for v in 0..VECS {
-        let at = g * GROUP_BYTES + v * VEC_BYTES;
-        let bytes = &block[at..at + VEC_BYTES];
+    for (v, bytes) in group.as_chunks::<VEC_BYTES>().0.iter().enumerate() {
         // SAFETY: `bytes` is exactly 64 readable bytes, two 32-byte loads; loadu has no
         // alignment requirement.
         let x = unsafe {
@@ -57,9 +55,8 @@ pub(super) fn group_dots<const R: usize>(
             hi[h] = _mm256_and_si256(_mm256_srli_epi16::<4>(x[h]), mask);
         }
         for r in 0..R {
-            let quads = &rows[r][g * 8..g * 8 + 8];
-            let a_lo = _mm256_set1_epi32(i32::from_le_bytes(quads[v]));
-            let a_hi = _mm256_set1_epi32(i32::from_le_bytes(quads[v + VECS]));
+            let a_lo = _mm256_set1_epi32(i32::from_le_bytes(quads[r][v]));
+            let a_hi = _mm256_set1_epi32(i32::from_le_bytes(quads[r][v + VECS]));
             for h in 0..2 {
                 let both = _mm256_add_epi16(
                     _mm256_maddubs_epi16(lo[h], a_lo),
@@ -80,6 +77,26 @@ pub(super) fn group_dots<const R: usize>(
     dots
 }
 
+/// Group `g`'s packed bytes of a block (`block`: its `groups · 256` bytes) and the 32
+/// activations of group `g` of each row (`rows[r]`: a row as quads), as
+/// [`group_dots`] takes them.
+#[inline]
+pub(super) fn group_operands<'a, const R: usize>(
+    block: &'a [u8],
+    rows: &[&'a [[u8; 4]]; R],
+    g: usize,
+) -> (&'a [u8; GROUP_BYTES], [&'a [[u8; 4]; 8]; R]) {
+    let group = block[g * GROUP_BYTES..(g + 1) * GROUP_BYTES]
+        .try_into()
+        .expect("a group is GROUP_BYTES long");
+    let quads = std::array::from_fn(|r| {
+        rows[r][g * 8..g * 8 + 8]
+            .try_into()
+            .expect("a group's activations are 8 quads")
+    });
+    (group, quads)
+}
+
 /// A group's 16 sub-scales of a block (`subs`, 16 bytes) as two vectors of 8 i32.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -94,28 +111,26 @@ pub(super) fn sub_scales(subs: &[i8]) -> [__m256i; 2] {
 }
 
 /// `-8 Σ a` of every row and group of the zero-padded activation rows `padded`
-/// (`[m, 32 · groups]`): what the stored `q + 8` add to a group's product, negated.
-/// `vpsadbw` sums each 8 bytes of `a + 128`.
+/// (`[m, 32 · groups]`) into `out` (one per group): what the stored `q + 8` add to a
+/// group's product, negated. `vpsadbw` sums each 8 bytes of `a + 128`.
 #[target_feature(enable = "avx2")]
-pub(super) fn neg_group_bias(padded: &[u8]) -> Vec<i32> {
+pub(super) fn neg_group_bias(padded: &[u8], out: &mut [i32]) {
     let (groups, rest) = padded.as_chunks::<GROUP_K>();
     debug_assert!(rest.is_empty(), "rows are whole groups");
+    debug_assert_eq!(groups.len(), out.len());
     let flip = _mm256_set1_epi8(i8::MIN);
-    groups
-        .iter()
-        .map(|group| {
-            // SAFETY: `group` is exactly 32 readable bytes; loadu has no alignment
-            // requirement.
-            let x = unsafe { _mm256_loadu_si256(group.as_ptr().cast()) };
-            let sums = _mm256_sad_epu8(_mm256_xor_si256(x, flip), _mm256_setzero_si256());
-            let pair = _mm_add_epi64(
-                _mm256_castsi256_si128(sums),
-                _mm256_extracti128_si256::<1>(sums),
-            );
-            let biased = _mm_cvtsi128_si64(pair) + _mm_extract_epi64::<1>(pair);
-            -8 * (biased as i32 - 128 * GROUP_K as i32)
-        })
-        .collect()
+    for (group, slot) in groups.iter().zip(out) {
+        // SAFETY: `group` is exactly 32 readable bytes; loadu has no alignment
+        // requirement.
+        let x = unsafe { _mm256_loadu_si256(group.as_ptr().cast()) };
+        let sums = _mm256_sad_epu8(_mm256_xor_si256(x, flip), _mm256_setzero_si256());
+        let pair = _mm_add_epi64(
+            _mm256_castsi256_si128(sums),
+            _mm256_extracti128_si256::<1>(sums),
+        );
+        let biased = _mm_cvtsi128_si64(pair) + _mm_extract_epi64::<1>(pair);
+        *slot = -8 * (biased as i32 - 128 * GROUP_K as i32);
+    }
 }
 
 #[cfg(test)]
@@ -135,7 +150,9 @@ mod tests {
         padded[..GROUP_K].fill(0x80);
         padded[GROUP_K..2 * GROUP_K].fill(0x7f);
         let want: Vec<i32> = group_bias(&padded).iter().map(|b| -b).collect();
+        let mut got = vec![0; want.len()];
         // SAFETY: avx2 was detected above.
-        assert_eq!(unsafe { neg_group_bias(&padded) }, want);
+        unsafe { neg_group_bias(&padded, &mut got) };
+        assert_eq!(got, want);
     }
 }

@@ -7,7 +7,8 @@
 //! group's activation scale. `SPAN > 1`: the products are multiplied by the sub-scales
 //! in i32 (`vpmulld`) and added to the span's i32 sum, converted and
 //! fused-multiply-added with the span's activation scale after its groups. The row
-//! scales multiply the accumulators at the end. Same operations and order as
+//! scales multiply the accumulators at the end. One row (a decode step) takes [`row`]'s
+//! kernel, block after block straight into the output. Same operations and order as
 //! [`super::scalar`]: bit-identical results. Needs FMA besides AVX2 (every AVX2 CPU of
 //! note has it); a CPU without it runs the scalar variant.
 
@@ -18,12 +19,15 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::spans_of;
+use super::{BiasSlots, spans_of};
 use crate::cpu::I8Kernel;
-use crate::gemm_w4::avx2_groups::{group_dots, neg_group_bias, sub_scales};
+use crate::gemm_w4::avx2_groups::{group_dots, group_operands, neg_group_bias, sub_scales};
 use crate::gemm_w4::packed::{PackedW4Weights, activation_rows};
 use crate::gemm_w4::quant::GROUP_K;
+use crate::gemv_f32::for_each_block;
 use crate::tiling::{BLOCK, TILE_COLS, Tile, for_each_microtile};
+
+mod row;
 
 /// Rows per microtile.
 const MR: usize = 2;
@@ -64,7 +68,16 @@ fn gemm_impl<const SPAN: usize>(
     let groups = w.groups();
     let (kp, spans) = (GROUP_K * groups, spans_of::<SPAN>(groups));
     let padded = activation_rows(a, m, w.k(), groups);
-    let neg_bias = neg_group_bias(&padded);
+    let mut slots = BiasSlots::new();
+    let neg_bias = slots.take(padded.len() / GROUP_K);
+    neg_group_bias(&padded, neg_bias);
+    let neg_bias = &*neg_bias;
+    if m == 1 {
+        for_each_block(cols, out, |b, dst| {
+            row::block::<SPAN>(&padded, a_scales, neg_bias, w, b, dst)
+        });
+        return;
+    }
     for_each_microtile!(m, cols, out, MR, 1, |r0, R, b0, _N, tile| {
         let a_rows = &padded[r0 * kp..(r0 + R) * kp];
         let scales = &a_scales[r0 * spans..(r0 + R) * spans];
@@ -94,7 +107,8 @@ fn micro<const SPAN: usize, const R: usize>(
         let mut sum = [[_mm256_setzero_si256(); 2]; R];
         for g in span * SPAN..((span + 1) * SPAN).min(groups) {
             let bias = std::array::from_fn(|r| neg_bias[r * groups + g]);
-            let dots = group_dots(block, &rows, bias, g);
+            let (group, quads) = group_operands(block, &rows, g);
+            let dots = group_dots(group, quads, bias);
             let s = sub_scales(&subs[g * BLOCK..(g + 1) * BLOCK]);
             if SPAN == 1 {
                 let s = [_mm256_cvtepi32_ps(s[0]), _mm256_cvtepi32_ps(s[1])];

@@ -29,7 +29,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::{group_bias, spans_of};
+use super::{BiasSlots, group_bias, spans_of};
 use crate::cpu::I8Kernel;
 use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS, activation_rows};
 use crate::gemm_w4::quant::GROUP_K;
@@ -43,8 +43,6 @@ const MR: usize = 4;
 /// Groups ahead of the one multiplied whose weight bytes the multi-row microkernel
 /// prefetches (2 KiB a block); the one-row kernel reaches further ([`row`]).
 const PREFETCH_GROUPS: usize = 8;
-/// Groups of activation biases kept on the stack (a row of up to 2048 values).
-const STACK_GROUPS: usize = 64;
 
 /// `out[m, cols]` (compact tile) with AVX-512 VNNI. Shapes are checked by the caller.
 ///
@@ -76,18 +74,8 @@ fn gemm_impl<const SPAN: usize>(
     out: &mut [f32],
 ) {
     let padded = activation_rows(a, m, w.k(), w.groups());
-    // A decode step's row (k up to 2048) keeps its biases on the stack: this runs once per
-    // column task, several per matrix-vector product, where an allocation each was
-    // measurable.
-    let (mut stack, mut heap) = ([0i32; STACK_GROUPS], Vec::new());
-    let count = padded.len() / GROUP_K;
-    let neg_bias = match count <= STACK_GROUPS {
-        true => &mut stack[..count],
-        false => {
-            heap.resize(count, 0);
-            &mut heap[..]
-        }
-    };
+    let mut slots = BiasSlots::new();
+    let neg_bias = slots.take(padded.len() / GROUP_K);
     neg_bias_of(&padded, neg_bias);
     let neg_bias = &*neg_bias;
     if m == 1 {

@@ -73,6 +73,36 @@ fn spans_of<const SPAN: usize>(groups: usize) -> usize {
     groups.div_ceil(SPAN)
 }
 
+/// Groups of activation biases kept on the stack (a row of up to 2048 values).
+const STACK_GROUPS: usize = 64;
+
+/// Room for the `-8 Σ a` of every row and group of one call. A decode step's row (k up
+/// to 2048) keeps its biases on the stack: a kernel call runs once per column task,
+/// several per matrix-vector product, where an allocation each was measurable.
+struct BiasSlots {
+    stack: [i32; STACK_GROUPS],
+    heap: Vec<i32>,
+}
+
+impl BiasSlots {
+    fn new() -> Self {
+        Self {
+            stack: [0; STACK_GROUPS],
+            heap: Vec::new(),
+        }
+    }
+
+    /// `count` zeroed slots.
+    fn take(&mut self, count: usize) -> &mut [i32] {
+        if count <= STACK_GROUPS {
+            &mut self.stack[..count]
+        } else {
+            self.heap.resize(count, 0);
+            &mut self.heap[..]
+        }
+    }
+}
+
 /// `8 · Σ a` of every row and group of the zero-padded activation rows `padded`
 /// (`[m, 32 · groups]`): what the unsigned `q + 8` weights add to a group's product.
 pub(in crate::gemm_w4) fn group_bias(padded: &[u8]) -> Vec<i32> {
