@@ -9,9 +9,17 @@
 //! and removes the bias with the block's column sums, as the GEMM does:
 //! `Σ (a + 128) · w = Σ a · w + 128 · Σ w`.
 //!
-//! Variants: AVX-512 VNNI here; on a CPU without it, the INT8 GEMM's best kernel with one
-//! row ([`crate::gemm_i8_cols`]); the scalar twin walks the same packed layout. All are
-//! tested for exact equality with [`crate::reference::gemm_i8_reference`].
+//! The AVX2 kernel (a CPU without AVX-512 VNNI) has no unsigned-by-signed product that
+//! is exact for every pair of bytes (`vpmaddubsw` saturates its i16 pair sums), so it
+//! widens the weights to i16 as they load (`vpmovsxbw`) and multiplies them with the
+//! activation quad widened once per group (`vpmaddwd`); each of a block's four column
+//! quarters keeps an accumulator of column pairs of partial sums, folded at the end of
+//! the block. It prefetches [`AVX2_PREFETCH_BYTES`] ahead: the product does little
+//! arithmetic per byte, so without the request its loads wait on memory (through the
+//! INT8 GEMM's one-row tile, which has none, one thread streamed 8.4 GiB/s from memory).
+//!
+//! The scalar twin walks the same packed layout. All are tested for exact equality with
+//! [`crate::reference::gemm_i8_reference`].
 
 // reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
 // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
@@ -20,12 +28,17 @@
 use std::ops::Range;
 
 use crate::cpu::I8Kernel;
-use crate::gemm_i8::{PackedI8Weights, gemm_i8_with};
+use crate::gemm_i8::PackedI8Weights;
 use crate::gemv_f32::for_each_block;
 use crate::tiling::BLOCK;
 
 /// Bytes of one k-group of one packed block (16 columns × 4 k).
 const GROUP_BYTES: usize = BLOCK * 4;
+
+/// How far ahead of the group multiplied the AVX2 kernel requests weight bytes: 12 KiB,
+/// a block or more of SmolLM2's (9 or 24 KiB), as the blocks follow each other in memory.
+#[cfg(target_arch = "x86_64")]
+const AVX2_PREFETCH_BYTES: usize = 12 * 1024;
 
 /// One INT8 activation row prepared for [`gemv_i8`]: the values, and the same values
 /// as `v + 128` (u8) padded to whole groups of 4 with an encoded zero. Reusable: refill
@@ -97,8 +110,13 @@ pub fn gemv_i8_with(
             // SAFETY: `kernel.is_available()` was asserted above.
             unsafe { x86::vnni_block(&x.biased, w, b, lanes) }
         }),
-        // No dedicated kernel: the GEMM with one row.
-        other => gemm_i8_with(other, &x.values, 1, w, cols, out),
+        #[cfg(target_arch = "x86_64")]
+        I8Kernel::Avx2 => for_each_block(cols, out, |b, lanes| {
+            // SAFETY: `kernel.is_available()` was asserted above.
+            unsafe { x86::avx2_block(&x.biased, w, b, lanes) }
+        }),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("x86 kernels are never available here"),
     }
 }
 
@@ -119,7 +137,7 @@ fn scalar_block(x: &I8Vector, w: &PackedI8Weights, b: usize, lanes: &mut [i32; B
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, GROUP_BYTES, PackedI8Weights};
+    use super::{AVX2_PREFETCH_BYTES, BLOCK, GROUP_BYTES, PackedI8Weights};
 
     /// Block `b` times the biased activation, four `vpdpbusd` chains, bias removed.
     ///
@@ -160,6 +178,50 @@ mod x86 {
         let v = _mm512_sub_epi32(sum, _mm512_slli_epi32::<7>(sums));
         // SAFETY: `lanes` is exactly 16 writable i32.
         unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) };
+    }
+
+    /// Block `b` times the activation (`biased`: `v + 128`, padded to whole groups),
+    /// weights widened to i16 as they load, exact.
+    ///
+    /// # Safety
+    /// The CPU must support avx2.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn avx2_block(
+        biased: &[u8],
+        w: &PackedI8Weights,
+        b: usize,
+        lanes: &mut [i32; BLOCK],
+    ) {
+        let groups = w.block(b).as_chunks::<GROUP_BYTES>().0;
+        let a = biased.as_chunks::<4>().0;
+        debug_assert_eq!(groups.len(), a.len());
+        // Columns 4q..4q + 4 of each group, as pairs of i32 per column (k 0 + 1, 2 + 3).
+        let mut quarters = [_mm256_setzero_si256(); 4];
+        for (group, quad) in groups.iter().zip(a) {
+            let ahead = group.as_ptr().wrapping_add(AVX2_PREFETCH_BYTES);
+            // A hint: it never faults, so an address past the weights is harmless.
+            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+            // The quad's 4 values as i16, repeated for the 4 columns of a quarter.
+            let unbiased = i32::from_le_bytes(*quad) ^ i32::from_le_bytes([0x80; 4]);
+            let av = _mm256_cvtepi8_epi16(_mm_set1_epi32(unbiased));
+            for (q, acc) in quarters.iter_mut().enumerate() {
+                // SAFETY: `group` is exactly 64 readable bytes, and `16 q + 16 <= 64`;
+                // loadu needs no alignment.
+                let wq = unsafe { _mm_loadu_si128(group.as_ptr().add(16 * q).cast()) };
+                let wv = _mm256_cvtepi8_epi16(wq);
+                *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(wv, av));
+            }
+        }
+        // `hadd` of quarters (0, 1) gives columns [0, 1, 4, 5 | 2, 3, 6, 7] (it works
+        // within 128-bit halves); the permute puts them in order.
+        let order = |v| _mm256_permute4x64_epi64::<0b11_01_10_00>(v);
+        let low = order(_mm256_hadd_epi32(quarters[0], quarters[1]));
+        let high = order(_mm256_hadd_epi32(quarters[2], quarters[3]));
+        // SAFETY: `lanes` is exactly 16 writable i32; storeu needs no alignment.
+        unsafe {
+            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), low);
+            _mm256_storeu_si256(lanes.as_mut_ptr().add(8).cast(), high);
+        }
     }
 }
 
