@@ -13,7 +13,8 @@
 //! unit and bit-identical to its twin [`crate::reference::add_weighted_rows`]. On a CPU
 //! with AVX-512 and heads of a multiple of 16 values both run in the forms of the private
 //! `avx512` module, which reduce sixteen keys at once and keep the accumulator in
-//! registers.
+//! registers; on a CPU with AVX2 but not AVX-512, in those of the `avx2` module (four
+//! keys at once), with the same bits.
 
 // reason: x86 SIMD intrinsics (loads/stores through raw pointers and calls into
 // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
@@ -22,6 +23,8 @@
 use crate::widest::widest;
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 
 /// Whether [`avx512`]'s forms serve a head of `d` values on this CPU.
@@ -29,6 +32,20 @@ fn avx512_serves(d: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         d.is_multiple_of(16) && crate::cpu::CpuFeatures::detect().avx512f
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = d;
+        false
+    }
+}
+
+/// Whether [`avx2`]'s forms serve a head of `d` values on this CPU (one without
+/// AVX-512).
+fn avx2_serves(d: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        d.is_multiple_of(16) && crate::cpu::CpuFeatures::detect().avx2
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -59,6 +76,13 @@ pub fn scaled_dots(
         // SAFETY: avx512f was detected, the head is whole registers and the shapes were
         // checked just above.
         unsafe { avx512::scaled_dots(q, rows, stride, offset, scale, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2_serves(q.len()) {
+        // SAFETY: avx2 was detected, the head is whole 16-value chunks and the shapes
+        // were checked just above.
+        unsafe { avx2::scaled_dots(q, rows, stride, offset, scale, out) };
         return;
     }
     scaled_dots_loop(q, rows, stride, offset, scale, out);
@@ -115,6 +139,12 @@ pub fn add_weighted_rows(p: &[f32], rows: &[f32], stride: usize, offset: usize, 
     if avx512_serves(acc.len()) {
         // SAFETY: as in `scaled_dots`.
         unsafe { avx512::add_weighted_rows(p, rows, stride, offset, acc) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2_serves(acc.len()) {
+        // SAFETY: as in `scaled_dots`.
+        unsafe { avx2::add_weighted_rows(p, rows, stride, offset, acc) };
         return;
     }
     add_weighted_rows_loop(p, rows, stride, offset, acc);
