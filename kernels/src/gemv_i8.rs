@@ -15,8 +15,10 @@
 //! activation quad widened once per group (`vpmaddwd`); each of a block's four column
 //! quarters keeps an accumulator of column pairs of partial sums, folded at the end of
 //! the block. It prefetches [`AVX2_PREFETCH_BYTES`] ahead: the product does little
-//! arithmetic per byte, so without the request its loads wait on memory (through the
-//! INT8 GEMM's one-row tile, which has none, one thread streamed 8.4 GiB/s from memory).
+//! arithmetic per byte, so its loads would otherwise wait on memory. Against the INT8
+//! GEMM's one-row tile, which a CPU without VNNI ran before, one thread reads 27.8 GiB/s
+//! from the cache instead of 20.6 (from memory both about 8.5 GiB/s on one thread of an
+//! AVX2-only EPYC; `decode_gemv` in `benches/w4a8.rs`).
 //!
 //! The scalar twin walks the same packed layout. All are tested for exact equality with
 //! [`crate::reference::gemm_i8_reference`].
