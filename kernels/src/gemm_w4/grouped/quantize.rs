@@ -48,6 +48,12 @@ pub fn quantize_groups_into(x: &[f32], m: usize, k: usize, q: &mut [i8], scales:
         #[allow(unsafe_code)]
         return unsafe { avx512::groups_loop(x, k, q, scales) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::widest::avx2_available() {
+        // SAFETY: avx2 and fma were detected just above.
+        #[allow(unsafe_code)]
+        return unsafe { avx2::groups_loop(x, k, q, scales) };
+    }
     groups_loop(x, k, q, scales);
 }
 
@@ -168,12 +174,51 @@ pub(in crate::gemm_w4) fn quantize_with_scale(x: &[f32], scale: f32, q: &mut [i8
     }
 }
 
-/// The group loop with the groups' maxima taken 16 groups at a time: the maxima of one
-/// group need a horizontal reduction (a chain of shuffles and maxima per group, which
-/// made the group quantizer 3x slower than the per-tensor one); 16 groups' partial
-/// maxima transposed into one vector share the shuffles, and their 16 scales are one
-/// division. Maxima are exact and taken in any order, so the result is bit-identical
-/// to [`super::quantize_groups_reference`].
+/// The group loop with the groups' maxima taken `BATCH` groups at a time by `batch_scales`
+/// (which writes the batch's scales), for the vector forms below: the maxima of one group
+/// need a horizontal reduction (a chain of shuffles and maxima per group, which made the
+/// group quantizer 3x slower than the per-tensor one); a batch's partial maxima
+/// transposed into one vector share the shuffles, and their scales are one division.
+/// Maxima are exact and taken in any order, so the result is bit-identical to
+/// [`quantize_groups_reference`]. Inlined into each form, so it is compiled with its
+/// instruction set.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn batched_groups_loop<const BATCH: usize>(
+    x: &[f32],
+    k: usize,
+    q: &mut [i8],
+    scales: &mut [f32],
+    batch_scales: impl Fn(&[[f32; GROUP_K]; BATCH], &mut [f32; BATCH]),
+) {
+    let groups = k.div_ceil(GROUP_K);
+    let rows = x.chunks_exact(k).zip(q.chunks_exact_mut(k));
+    for ((x, q), scales) in rows.zip(scales.chunks_exact_mut(groups)) {
+        let (full, x_tail) = x.as_chunks::<GROUP_K>();
+        let (full_q, q_tail) = q.as_chunks_mut::<GROUP_K>();
+        let (batches, x_rest) = full.as_chunks::<BATCH>();
+        let (q_batches, q_rest) = full_q.as_chunks_mut::<BATCH>();
+        let (s_batched, s_rest) = scales.split_at_mut(batches.len() * BATCH);
+        let s_batches = s_batched.as_chunks_mut::<BATCH>().0;
+        for ((x, q), s) in batches.iter().zip(q_batches).zip(s_batches) {
+            batch_scales(x, s);
+            for ((x, q), &scale) in x.iter().zip(q.iter_mut()).zip(s.iter()) {
+                quantize_with_scale(x, scale, q);
+            }
+        }
+        // The whole groups after the last batch, then the short tail group, if any
+        // (its scale is the last of `s_rest`).
+        let rest = x_rest.iter().zip(q_rest.iter_mut());
+        for ((x, q), s) in rest.zip(s_rest.iter_mut()) {
+            *s = quantize_group(x, q);
+        }
+        if !x_tail.is_empty() {
+            s_rest[s_rest.len() - 1] = quantize_group(x_tail, q_tail);
+        }
+    }
+}
+
+/// [`batched_groups_loop`] with AVX-512, 16 groups a batch.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     // reason: x86 SIMD intrinsics (loads through raw pointers, calls into
@@ -182,7 +227,7 @@ mod avx512 {
 
     use std::arch::x86_64::*;
 
-    use super::{GROUP_K, Q_MAX, quantize_group, quantize_with_scale};
+    use super::{GROUP_K, Q_MAX, batched_groups_loop};
 
     /// Groups whose maxima are taken together.
     const BATCH: usize = 16;
@@ -190,34 +235,11 @@ mod avx512 {
     /// [`super::groups_loop`], 16 whole groups at a time.
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
     pub(super) fn groups_loop(x: &[f32], k: usize, q: &mut [i8], scales: &mut [f32]) {
-        let groups = k.div_ceil(GROUP_K);
-        let rows = x.chunks_exact(k).zip(q.chunks_exact_mut(k));
-        for ((x, q), scales) in rows.zip(scales.chunks_exact_mut(groups)) {
-            let (full, x_tail) = x.as_chunks::<GROUP_K>();
-            let (full_q, q_tail) = q.as_chunks_mut::<GROUP_K>();
-            let (batches, x_rest) = full.as_chunks::<BATCH>();
-            let (q_batches, q_rest) = full_q.as_chunks_mut::<BATCH>();
-            let (s_batched, s_rest) = scales.split_at_mut(batches.len() * BATCH);
-            let s_batches = s_batched.as_chunks_mut::<BATCH>().0;
-            for ((x, q), s) in batches.iter().zip(q_batches).zip(s_batches) {
-                let max = maxima(x);
-                let scale = _mm512_div_ps(max, _mm512_set1_ps(Q_MAX));
-                // SAFETY: `s` is exactly 16 writable f32.
-                unsafe { _mm512_storeu_ps(s.as_mut_ptr(), scale) };
-                for ((x, q), &scale) in x.iter().zip(q.iter_mut()).zip(s.iter()) {
-                    quantize_with_scale(x, scale, q);
-                }
-            }
-            // The whole groups after the last batch, then the short tail group, if any
-            // (its scale is the last of `s_rest`).
-            let rest = x_rest.iter().zip(q_rest.iter_mut());
-            for ((x, q), s) in rest.zip(s_rest.iter_mut()) {
-                *s = quantize_group(x, q);
-            }
-            if !x_tail.is_empty() {
-                s_rest[s_rest.len() - 1] = quantize_group(x_tail, q_tail);
-            }
-        }
+        batched_groups_loop::<BATCH>(x, k, q, scales, |x, s| {
+            let scale = _mm512_div_ps(maxima(x), _mm512_set1_ps(Q_MAX));
+            // SAFETY: `s` is exactly 16 writable f32.
+            unsafe { _mm512_storeu_ps(s.as_mut_ptr(), scale) };
+        });
     }
 
     /// Lane `i`: the largest finite |x| of group `i`.
@@ -275,5 +297,77 @@ mod avx512 {
         let a = _mm512_abs_ps(x);
         let finite = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, _mm512_set1_ps(f32::INFINITY));
         _mm512_maskz_mov_ps(finite, a)
+    }
+}
+
+/// [`batched_groups_loop`] with AVX2, 8 groups a batch.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    // reason: x86 SIMD intrinsics (loads through raw pointers, calls into
+    // `#[target_feature]` functions) need `unsafe`; every block states why it is sound.
+    #![allow(unsafe_code)]
+
+    use std::arch::x86_64::*;
+
+    use super::{GROUP_K, Q_MAX, batched_groups_loop};
+
+    /// Groups whose maxima are taken together.
+    const BATCH: usize = 8;
+
+    /// [`super::groups_loop`], 8 whole groups at a time.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn groups_loop(x: &[f32], k: usize, q: &mut [i8], scales: &mut [f32]) {
+        batched_groups_loop::<BATCH>(x, k, q, scales, |x, s| {
+            let scale = _mm256_div_ps(maxima(x), _mm256_set1_ps(Q_MAX));
+            // SAFETY: `s` is exactly 8 writable f32.
+            unsafe { _mm256_storeu_ps(s.as_mut_ptr(), scale) };
+        });
+    }
+
+    /// Lane `i`: the largest finite |x| of group `i`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn maxima(x: &[[f32; GROUP_K]; BATCH]) -> __m256 {
+        // Per group, the lane-wise maximum of its four eighths (non-finite values as 0).
+        let v: [__m256; BATCH] = std::array::from_fn(|g| {
+            let [a, b, c, d] = [0, 8, 16, 24].map(|at| {
+                // SAFETY: `at + 8 <= 32`: each eighth is 8 readable f32.
+                finite_abs(unsafe { _mm256_loadu_ps(x[g][at..].as_ptr()) })
+            });
+            _mm256_max_ps(_mm256_max_ps(a, b), _mm256_max_ps(c, d))
+        });
+        // Three levels of pairwise merges: each halves the lanes per group and doubles
+        // the groups per vector (128-bit halves, then pairs and single lanes within
+        // halves).
+        let c: [__m256; 4] = std::array::from_fn(|i| {
+            let (a, b) = (v[2 * i], v[2 * i + 1]);
+            _mm256_max_ps(
+                _mm256_permute2f128_ps::<0x20>(a, b),
+                _mm256_permute2f128_ps::<0x31>(a, b),
+            )
+        });
+        let d: [__m256; 2] = std::array::from_fn(|i| {
+            let (a, b) = (c[2 * i], c[2 * i + 1]);
+            _mm256_max_ps(
+                _mm256_shuffle_ps::<0x44>(a, b),
+                _mm256_shuffle_ps::<0xee>(a, b),
+            )
+        });
+        let e = _mm256_max_ps(
+            _mm256_shuffle_ps::<0x88>(d[0], d[1]),
+            _mm256_shuffle_ps::<0xdd>(d[0], d[1]),
+        );
+        // Lane `l` of `e` holds group [0, 2, 4, 6, 1, 3, 5, 7][l]; put group `i` in lane `i`.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        _mm256_permutevar8x32_ps(e, order)
+    }
+
+    /// |x|, with NaN and ±∞ as 0 (they never set a scale).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn finite_abs(x: __m256) -> __m256 {
+        let a = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+        let finite = _mm256_cmp_ps::<_CMP_LT_OQ>(a, _mm256_set1_ps(f32::INFINITY));
+        _mm256_and_ps(finite, a)
     }
 }

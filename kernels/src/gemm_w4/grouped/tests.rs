@@ -219,7 +219,8 @@ fn the_fast_quantizer_equals_the_reference_bit_for_bit() {
             x[12] = f32::INFINITY;
             x[33] = x[34] * 0.5;
         }
-        // The 16-group batches of the AVX-512 quantizer: specials in a later batch, a
+        // The 16-group batches of the AVX-512 quantizer (two of the AVX2 one's 8-group
+        // batches each): specials in a later batch, a
         // group that is all zeros, one whose largest value sits in its last lane and
         // one whose only finite values are negative.
         if m * k > 1100 {
