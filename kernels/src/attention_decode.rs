@@ -27,31 +27,30 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
-/// Whether [`avx512`]'s forms serve a head of `d` values on this CPU.
-fn avx512_serves(d: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        d.is_multiple_of(16) && crate::cpu::CpuFeatures::detect().avx512f
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = d;
-        false
-    }
+/// Which forms of the two products serve a head of `d` values on this CPU.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// [`avx512`]'s: heads of a multiple of 16 values with AVX-512.
+    Avx512,
+    /// [`avx2`]'s: heads of a multiple of 16 values with AVX2 but not AVX-512.
+    Avx2,
+    /// The portable loops.
+    Portable,
 }
 
-/// Whether [`avx2`]'s forms serve a head of `d` values on this CPU (one without
-/// AVX-512).
-fn avx2_serves(d: usize) -> bool {
+fn form(d: usize) -> Form {
     #[cfg(target_arch = "x86_64")]
-    {
-        d.is_multiple_of(16) && crate::cpu::CpuFeatures::detect().avx2
+    if d.is_multiple_of(16) {
+        let cpu = crate::cpu::CpuFeatures::detect();
+        if cpu.avx512f {
+            return Form::Avx512;
+        }
+        if cpu.avx2 {
+            return Form::Avx2;
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = d;
-        false
-    }
+    let _ = d;
+    Form::Portable
 }
 
 /// Partial sums of a dot product (one 512-bit register of f32).
@@ -71,21 +70,15 @@ pub fn scaled_dots(
     out: &mut [f32],
 ) {
     check_rows(rows, out.len(), stride, offset, q.len());
-    #[cfg(target_arch = "x86_64")]
-    if avx512_serves(q.len()) {
-        // SAFETY: avx512f was detected, the head is whole registers and the shapes were
-        // checked just above.
-        unsafe { avx512::scaled_dots(q, rows, stride, offset, scale, out) };
-        return;
+    match form(q.len()) {
+        // SAFETY (both forms): their instruction set was detected, the head is whole
+        // 16-value chunks and the shapes were checked just above.
+        #[cfg(target_arch = "x86_64")]
+        Form::Avx512 => unsafe { avx512::scaled_dots(q, rows, stride, offset, scale, out) },
+        #[cfg(target_arch = "x86_64")]
+        Form::Avx2 => unsafe { avx2::scaled_dots(q, rows, stride, offset, scale, out) },
+        _ => scaled_dots_loop(q, rows, stride, offset, scale, out),
     }
-    #[cfg(target_arch = "x86_64")]
-    if avx2_serves(q.len()) {
-        // SAFETY: avx2 was detected, the head is whole 16-value chunks and the shapes
-        // were checked just above.
-        unsafe { avx2::scaled_dots(q, rows, stride, offset, scale, out) };
-        return;
-    }
-    scaled_dots_loop(q, rows, stride, offset, scale, out);
 }
 
 widest! {
@@ -135,19 +128,14 @@ fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
 /// If `rows` is not `p.len()` rows of `stride` or a head at `offset` overruns a row.
 pub fn add_weighted_rows(p: &[f32], rows: &[f32], stride: usize, offset: usize, acc: &mut [f32]) {
     check_rows(rows, p.len(), stride, offset, acc.len());
-    #[cfg(target_arch = "x86_64")]
-    if avx512_serves(acc.len()) {
-        // SAFETY: as in `scaled_dots`.
-        unsafe { avx512::add_weighted_rows(p, rows, stride, offset, acc) };
-        return;
+    match form(acc.len()) {
+        // SAFETY (both forms): as in `scaled_dots`.
+        #[cfg(target_arch = "x86_64")]
+        Form::Avx512 => unsafe { avx512::add_weighted_rows(p, rows, stride, offset, acc) },
+        #[cfg(target_arch = "x86_64")]
+        Form::Avx2 => unsafe { avx2::add_weighted_rows(p, rows, stride, offset, acc) },
+        _ => add_weighted_rows_loop(p, rows, stride, offset, acc),
     }
-    #[cfg(target_arch = "x86_64")]
-    if avx2_serves(acc.len()) {
-        // SAFETY: as in `scaled_dots`.
-        unsafe { avx2::add_weighted_rows(p, rows, stride, offset, acc) };
-        return;
-    }
-    add_weighted_rows_loop(p, rows, stride, offset, acc);
 }
 
 widest! {

@@ -14,7 +14,7 @@
 //! widens the weights to i16 as they load (`vpmovsxbw`) and multiplies them with the
 //! activation quad widened once per group (`vpmaddwd`); each of a block's four column
 //! quarters keeps an accumulator of column pairs of partial sums, folded at the end of
-//! the block. It prefetches [`AVX2_PREFETCH_BYTES`] ahead: the product does little
+//! the block. It prefetches `AVX2_PREFETCH_BYTES` ahead: the product does little
 //! arithmetic per byte, so its loads would otherwise wait on memory. Against the INT8
 //! GEMM's one-row tile, which a CPU without VNNI ran before, one thread reads 27.8 GiB/s
 //! from the cache instead of 20.6 (from memory both about 8.5 GiB/s on one thread of an

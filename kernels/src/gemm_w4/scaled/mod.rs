@@ -23,9 +23,13 @@ mod scalar;
 use std::ops::Range;
 
 use super::PackedW4Weights;
+#[cfg(target_arch = "x86_64")]
+use super::packed::GROUP_BYTES;
 use super::quant::{GROUP_K, W4Rows};
 use crate::cpu::I8Kernel;
 use crate::tile_args::check_tile;
+#[cfg(target_arch = "x86_64")]
+use crate::tiling::BLOCK;
 
 /// `out[m, cols]` (compact tile) of activations `a[m, k]` with one scale per row and
 /// `SPAN · 32` inputs (`a_scales[m, ceil(k / (SPAN · 32))]`) through `w`, with `kernel`.
@@ -71,6 +75,49 @@ fn check_scales<const SPAN: usize>(len: usize, m: usize, groups: usize) {
 /// Activation scales per row: one per `SPAN` weight groups.
 fn spans_of<const SPAN: usize>(groups: usize) -> usize {
     groups.div_ceil(SPAN)
+}
+
+/// One weight group of a block's one-row product: its packed bytes, its 16 sub-scales,
+/// the row's 32 activations of the group as 4-byte quads, and their `-8 Σ a`.
+#[cfg(target_arch = "x86_64")]
+type RowGroup<'a> = (
+    &'a [u8; GROUP_BYTES],
+    &'a [i8; BLOCK],
+    &'a [[u8; 4]; 8],
+    i32,
+);
+
+/// The operands of block `b`'s product with one activation row (`a_row`: zero-padded,
+/// `32 · groups` bytes; `neg_bias`: its `-8 Σ a` per group; `scales`: its scale per span)
+/// span by span: the span's activation scale and its groups, as the one-row kernels walk
+/// them (chunks, so the loops index nothing).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn row_spans<'a, const SPAN: usize>(
+    w: &'a PackedW4Weights,
+    b: usize,
+    a_row: &'a [u8],
+    neg_bias: &'a [i32],
+    scales: &'a [f32],
+) -> impl Iterator<Item = (f32, impl Iterator<Item = RowGroup<'a>>)> {
+    let groups = w.groups();
+    debug_assert_eq!(a_row.len(), GROUP_K * groups);
+    debug_assert_eq!(scales.len(), groups.div_ceil(SPAN));
+    debug_assert_eq!(neg_bias.len(), groups);
+    let weights = w.block(b).as_chunks::<GROUP_BYTES>().0;
+    let subs = w.block_sub_scales(b).as_chunks::<BLOCK>().0;
+    let acts = a_row.as_chunks::<4>().0.as_chunks::<8>().0;
+    weights
+        .chunks(SPAN)
+        .zip(subs.chunks(SPAN))
+        .zip(acts.chunks(SPAN))
+        .zip(neg_bias.chunks(SPAN))
+        .zip(scales)
+        .map(|((((weights, subs), acts), neg_bias), &a_scale)| {
+            let each = weights.iter().zip(subs).zip(acts).zip(neg_bias);
+            let groups = each.map(|(((group, sub), quads), &bias)| (group, sub, quads, bias));
+            (a_scale, groups)
+        })
 }
 
 /// Groups of activation biases kept on the stack (a row of up to 2048 values).

@@ -12,9 +12,9 @@
 
 use std::arch::x86_64::*;
 
+use super::super::row_spans;
 use crate::gemm_w4::avx2_groups::{group_dots, sub_scales};
 use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights};
-use crate::gemm_w4::quant::GROUP_K;
 use crate::tiling::BLOCK;
 
 /// Groups ahead of the one multiplied whose weight bytes are prefetched (12 KiB, a block
@@ -37,25 +37,11 @@ pub(super) fn block<const SPAN: usize>(
     b: usize,
     out: &mut [f32; BLOCK],
 ) {
-    let groups = w.groups();
-    debug_assert_eq!(a_row.len(), GROUP_K * groups);
-    debug_assert_eq!(scales.len(), groups.div_ceil(SPAN));
-    debug_assert_eq!(neg_bias.len(), groups);
-    let weights = w.block(b).as_chunks::<GROUP_BYTES>().0;
-    let subs = w.block_sub_scales(b).as_chunks::<BLOCK>().0;
-    let acts = a_row.as_chunks::<4>().0.as_chunks::<8>().0;
     let mut acc = [_mm256_setzero_ps(); 2];
-    let spans = weights
-        .chunks(SPAN)
-        .zip(subs.chunks(SPAN))
-        .zip(acts.chunks(SPAN))
-        .zip(neg_bias.chunks(SPAN))
-        .zip(scales);
-    for ((((weights, subs), acts), neg_bias), &a_scale) in spans {
+    for (a_scale, groups) in row_spans::<SPAN>(w, b, a_row, neg_bias, scales) {
         let a_scale = _mm256_set1_ps(a_scale);
-        let each = weights.iter().zip(subs).zip(acts).zip(neg_bias);
         if SPAN == 1 {
-            for (((group, sub), quads), &neg_bias) in each {
+            for (group, sub, quads, neg_bias) in groups {
                 let dots = group_dot(group, quads, neg_bias);
                 let s = sub_scales(sub);
                 for h in 0..2 {
@@ -65,7 +51,7 @@ pub(super) fn block<const SPAN: usize>(
             }
         } else {
             let mut sum = [_mm256_setzero_si256(); 2];
-            for (((group, sub), quads), &neg_bias) in each {
+            for (group, sub, quads, neg_bias) in groups {
                 let dots = group_dot(group, quads, neg_bias);
                 let s = sub_scales(sub);
                 for h in 0..2 {

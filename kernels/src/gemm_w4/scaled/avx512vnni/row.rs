@@ -21,9 +21,9 @@
 
 use std::arch::x86_64::*;
 
+use super::super::row_spans;
 use super::{block_row_scales, sub_scale_words, sub_scales_i32};
 use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS};
-use crate::gemm_w4::quant::GROUP_K;
 use crate::tiling::BLOCK;
 
 /// Groups ahead of the one multiplied whose weight bytes are prefetched: 12 KiB, a block
@@ -49,34 +49,20 @@ pub(super) fn block<const SPAN: usize>(
     b: usize,
     out: &mut [f32],
 ) {
-    let groups = w.groups();
-    debug_assert_eq!(a_row.len(), GROUP_K * groups);
-    debug_assert_eq!(scales.len(), groups.div_ceil(SPAN));
-    debug_assert_eq!(neg_bias.len(), groups);
     debug_assert!(out.len() >= BLOCK);
-    let weights = w.block(b).as_chunks::<GROUP_BYTES>().0;
-    let subs = w.block_sub_scales(b).as_chunks::<BLOCK>().0;
-    let acts = a_row.as_chunks::<GROUP_K>().0;
     let mut acc = _mm512_setzero_ps();
-    let spans = weights
-        .chunks(SPAN)
-        .zip(subs.chunks(SPAN))
-        .zip(acts.chunks(SPAN))
-        .zip(neg_bias.chunks(SPAN))
-        .zip(scales);
-    for ((((weights, subs), acts), neg_bias), &a_scale) in spans {
-        let each = weights.iter().zip(subs).zip(acts).zip(neg_bias);
+    for (a_scale, groups) in row_spans::<SPAN>(w, b, a_row, neg_bias, scales) {
         if SPAN == 1 {
-            for (((group, sub), act), &neg_bias) in each {
-                let dot = group_dot(group, act, neg_bias);
+            for (group, sub, quads, neg_bias) in groups {
+                let dot = group_dot(group, quads, neg_bias);
                 let s = _mm512_cvtepi32_ps(sub_scales_i32(sub));
                 let scale = _mm512_mul_ps(s, _mm512_set1_ps(a_scale));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
             }
         } else {
             let mut sum = _mm512_setzero_si512();
-            for (((group, sub), act), &neg_bias) in each {
-                let dot = group_dot(group, act, neg_bias);
+            for (group, sub, quads, neg_bias) in groups {
+                let dot = group_dot(group, quads, neg_bias);
                 sum = _mm512_dpwssd_epi32(sum, dot, sub_scale_words(sub));
             }
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(a_scale), acc);
@@ -88,11 +74,11 @@ pub(super) fn block<const SPAN: usize>(
 }
 
 /// The exact `Σ q a` of one group's 16 columns (`group`: its 256 packed bytes, `act`:
-/// its 32 activations, `neg_bias`: their `-8 Σ a`), and the prefetch of the group
+/// its 32 activations as quads, `neg_bias`: their `-8 Σ a`), and the prefetch of the group
 /// [`ROW_PREFETCH_GROUPS`] ahead.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-fn group_dot(group: &[u8; GROUP_BYTES], act: &[u8; GROUP_K], neg_bias: i32) -> __m512i {
+fn group_dot(group: &[u8; GROUP_BYTES], quads: &[[u8; 4]; 8], neg_bias: i32) -> __m512i {
     let ahead = group
         .as_ptr()
         .wrapping_add(ROW_PREFETCH_GROUPS * GROUP_BYTES);
@@ -101,7 +87,6 @@ fn group_dot(group: &[u8; GROUP_BYTES], act: &[u8; GROUP_K], neg_bias: i32) -> _
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
     }
     let (lo_mask, hi_mask) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0xf0u8 as i8));
-    let quads = act.as_chunks::<4>().0;
     let mut lo = _mm512_set1_epi32(neg_bias);
     let mut hi = _mm512_setzero_si512();
     for (v, bytes) in group.as_chunks::<VEC_BYTES>().0.iter().enumerate() {
