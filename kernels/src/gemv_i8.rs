@@ -140,6 +140,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{AVX2_PREFETCH_BYTES, BLOCK, GROUP_BYTES, PackedI8Weights};
+    use crate::gemm_i8::avx2::fold_pairs;
 
     /// Block `b` times the biased activation, four `vpdpbusd` chains, bias removed.
     ///
@@ -214,11 +215,8 @@ mod x86 {
                 *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(wv, av));
             }
         }
-        // `hadd` of quarters (0, 1) gives columns [0, 1, 4, 5 | 2, 3, 6, 7] (it works
-        // within 128-bit halves); the permute puts them in order.
-        let order = |v| _mm256_permute4x64_epi64::<0b11_01_10_00>(v);
-        let low = order(_mm256_hadd_epi32(quarters[0], quarters[1]));
-        let high = order(_mm256_hadd_epi32(quarters[2], quarters[3]));
+        let low = fold_pairs(quarters[0], quarters[1]);
+        let high = fold_pairs(quarters[2], quarters[3]);
         // SAFETY: `lanes` is exactly 16 writable i32; storeu needs no alignment.
         unsafe {
             _mm256_storeu_si256(lanes.as_mut_ptr().cast(), low);

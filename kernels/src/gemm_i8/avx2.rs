@@ -45,7 +45,7 @@ pub(crate) fn gemm(a: &[i8], m: usize, w: &PackedI8Weights, cols: Range<usize>, 
 /// order.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn fold_pairs(lo: __m256i, hi: __m256i) -> __m256i {
+pub(crate) fn fold_pairs(lo: __m256i, hi: __m256i) -> __m256i {
     // hadd: [c0 c1 c4 c5 | c2 c3 c6 c7] (per 128-bit lane), then reorder the
     // 64-bit quarters 0, 2, 1, 3.
     let h = _mm256_hadd_epi32(lo, hi);

@@ -10,7 +10,7 @@
 //! `[m, cols.len()]` tile.
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512vnni;
 mod packed;

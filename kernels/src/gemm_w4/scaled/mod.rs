@@ -121,16 +121,19 @@ fn row_spans<'a, const SPAN: usize>(
 }
 
 /// Groups of activation biases kept on the stack (a row of up to 2048 values).
+#[cfg(target_arch = "x86_64")]
 const STACK_GROUPS: usize = 64;
 
 /// Room for the `-8 Σ a` of every row and group of one call. A decode step's row (k up
 /// to 2048) keeps its biases on the stack: a kernel call runs once per column task,
 /// several per matrix-vector product, where an allocation each was measurable.
+#[cfg(target_arch = "x86_64")]
 struct BiasSlots {
     stack: [i32; STACK_GROUPS],
     heap: Vec<i32>,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl BiasSlots {
     fn new() -> Self {
         Self {
@@ -139,7 +142,7 @@ impl BiasSlots {
         }
     }
 
-    /// `count` zeroed slots.
+    /// `count` slots, for the caller to fill.
     fn take(&mut self, count: usize) -> &mut [i32] {
         if count <= STACK_GROUPS {
             &mut self.stack[..count]

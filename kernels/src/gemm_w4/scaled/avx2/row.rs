@@ -17,10 +17,10 @@ use crate::gemm_w4::avx2_groups::{group_dots, sub_scales};
 use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights};
 use crate::tiling::BLOCK;
 
-/// Groups ahead of the one multiplied whose weight bytes are prefetched (12 KiB, a block
-/// or more ahead: SmolLM2's blocks are 18 or 48 groups). Measured from memory on one
-/// thread of an AVX2-only EPYC (`decode_gemv` in `benches/w4a8.rs`), see the docs of
-/// the decode kernels in docs/generation.md.
+/// Groups ahead of the one multiplied whose weight bytes are prefetched: 12 KiB, a block
+/// or more ahead (SmolLM2's blocks are 18 or 48 groups), the AVX-512 one-row kernel's
+/// distance. On one thread of an AVX2-only EPYC, 24, 48 and 96 groups streamed alike from
+/// memory within the bench's spread (`decode_gemv` in `benches/w4a8.rs`: 12.8-14.6 GiB/s).
 const ROW_PREFETCH_GROUPS: usize = 48;
 
 /// `out = d · Σ_span a_scale[span] · Σ_{g ∈ span} s[g] · Σ_{p ∈ g} a[p] · q[p]` for the 16
