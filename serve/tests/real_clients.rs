@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use hetsched_exec::generate::requests::RequestEngine;
@@ -77,11 +77,27 @@ fn greedy(
 struct Running {
     server: ServerThread,
     addr: SocketAddr,
+    /// Held until the server is gone (fields drop in order): one server at a time in
+    /// this test process. The server's CPU-time metrics read the process's threads by
+    /// name (`thread_time`), and every server's engine names its threads alike, so a
+    /// second server starting beside this one would add its threads' time to this one's
+    /// `engine-pool` (a utilization of 3.4 was read so).
+    _alone: MutexGuard<'static, ()>,
+}
+
+/// Waits until no other test of this process serves.
+fn alone() -> MutexGuard<'static, ()> {
+    static SERVING: Mutex<()> = Mutex::new(());
+    // A test that failed while serving leaves the lock poisoned; its server is gone.
+    SERVING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Running {
     /// Serves the test model with prefills under `prefill` and `kv_budget_bytes` of KV.
     fn start(prefill: PrefillOptions, kv_budget_bytes: usize) -> Self {
+        let alone = alone();
         let limits = Limits {
             shutdown_grace: Duration::from_secs(2),
             ..Limits::default()
@@ -103,6 +119,7 @@ impl Running {
         let running = Self {
             addr: server.addr,
             server,
+            _alone: alone,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
         while curl(&[&running.url("/health")]).0 != 200 {
