@@ -45,7 +45,9 @@ use crate::thread_time::cpu_time_by_prefix;
 
 /// Names of the engine's threads, as exec's request engine gives them: its kernel pool's
 /// workers (`hetsched-engine-{i}`) and its loop (`hetsched-requests`). A rename there
-/// shows as no busy time here (the server's tests check there is some).
+/// shows as no busy time here (the server's tests check there is some). Every engine
+/// names its threads alike, so a process that runs two (tests do) counts both engines'
+/// threads in each one's figures.
 const ENGINE_THREADS: [(&str, &str); 2] = [
     ("engine-pool", "hetsched-engine-"),
     ("engine-loop", "hetsched-requests"),
