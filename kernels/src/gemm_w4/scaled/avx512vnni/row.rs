@@ -73,7 +73,7 @@ pub(super) fn block<const SPAN: usize>(
     unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_mul_ps(acc, d)) };
 }
 
-/// The exact `Σ q a` of one group's 16 columns (`group`: its 256 packed bytes, `act`:
+/// The exact `Σ q a` of one group's 16 columns (`group`: its 256 packed bytes, `quads`:
 /// its 32 activations as quads, `neg_bias`: their `-8 Σ a`), and the prefetch of the group
 /// [`ROW_PREFETCH_GROUPS`] ahead.
 #[inline]
