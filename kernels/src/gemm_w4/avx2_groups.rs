@@ -10,10 +10,9 @@
 //! operands, each multiplied with its quad's activations broadcast. The group's eight
 //! `vpmaddubsw` results add up in i16 (a lane sums 16 products of at most 15 · 128:
 //! 30720, exact), and one `vpmaddwd` against ones gives each column's i32, in column
-//! order. Per 32 bytes of weights that
-//! is 2 multiplies and 6 other operations, where widening both operands to i16 for
-//! `vpmaddwd` took 4 multiplies and some 16 others, and a fold of two partial sums per
-//! column at the end.
+//! order. Per 32 bytes of weights that is 2 multiplies and 6 other operations, where
+//! widening both operands to i16 for `vpmaddwd` took 4 multiplies and some 16 others,
+//! and a fold of two partial sums per column at the end.
 
 // reason: x86 SIMD intrinsics (loads through raw pointers) need `unsafe`; every block
 // states why it is sound.
