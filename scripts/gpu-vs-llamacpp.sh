@@ -43,7 +43,8 @@
 #       Rows tg-hetsched and tg-llama.cpp:F16/F32 measure decode, one sequence: hetsched's
 #       greedy turn of 128 tokens after a short prompt (generate --backends gpu
 #       --precision f32 --max-tokens 128 --ignore-eos) against llama-bench -p 0 -n 128;
-#       tg-hetsched-old the same with OLD_BIN; tg-hetsched-tree the same with the one-row GEMV's 64-thread tree
+#       tg-hetsched-old the same with OLD_BIN; tg-hetsched-f16 the same with f16 weights
+#       (--gpu-weights f16); tg-hetsched-tree the same with the one-row GEMV's 64-thread tree
 #       (HETSCHED_GPU_ONE_ROW_GEMV_TREE=1), tg-hetsched-dmbN with the decode attention's
 #       split down to N key blocks a workgroup (HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N),
 #       tg-hetsched-five with five dispatches a layer (HETSCHED_GPU_FIVE_DISPATCH_DECODE=1),
@@ -199,6 +200,9 @@ print(last["decode_tokens_per_s"])'
             tg-hetsched-five) # five dispatches a layer instead of one
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_FIVE_DISPATCH_DECODE=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+            tg-hetsched-f16) # f16 weights (generate --gpu-weights f16)
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(hetsched_tg /tmp/hetsched 128 --gpu-weights f16 || echo nan) ;;
             tg-hetsched-pf) # the one-dispatch layer with its weight prefetch
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_DECODE_PREFETCH=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;

@@ -13,7 +13,9 @@ use hetsched::exec::generate::{
     DecodePath, GenerateError, GenerateOptions, Generated, SamplesGenerated, Sampling, Session,
     argmax,
 };
-use hetsched::exec::{ExecError, ExecModel, GpuDecode, GpuModel, GpuUse, PrefillOptions, StepRow};
+use hetsched::exec::{
+    ExecError, ExecModel, GpuDecode, GpuModel, GpuUse, GpuWeights, PrefillOptions, StepRow,
+};
 use hetsched::import::GgufTokenizer;
 
 mod common;
@@ -25,6 +27,9 @@ use gpu_common::{gpu_context, gpu_context_with, greedy_steps_agree, unless_no_de
 /// GPU float kernels (f32, other summation orders) against the CPU path, relative to the
 /// largest logit: the prefill test's tolerance (tests/gpu_prefill.rs).
 const LOGIT_TOL: f32 = 1e-3;
+/// f16 weights and product inputs against the CPU f32 path: the resident prefill's f16
+/// tolerance (tests/gpu_prefill.rs).
+const F16_LOGIT_TOL: f32 = 5e-3;
 /// Decode steps compared one by one.
 const STEPS: usize = 10;
 
@@ -68,6 +73,30 @@ fn gpu_decode_steps_match_the_cpu_f32_path() {
     assert_eq!(argmax(gpu.logits().unwrap()), argmax(&reference));
     let worst = greedy_steps_agree(&mut gpu, &mut cpu, STEPS, LOGIT_TOL);
     println!("largest relative logit difference over {STEPS} steps: {worst:e}");
+}
+
+/// With f16 weights asked for by name (`generate --gpu-weights f16`; the one-dispatch
+/// layers' f16 variant where the device runs them), each decode step's logits stay within
+/// the f16 tolerance of the CPU f32 path's, fed the same tokens, and pick the same token.
+#[test]
+fn gpu_decode_steps_with_f16_weights_stay_near_the_cpu_f32_path() {
+    let l = loaded();
+    let f16 = PrefillOptions {
+        gpu_weights: GpuWeights::F16,
+        ..options(GpuUse::Resident)
+    };
+    let Some(mut gpu) = unless_no_device(Session::new(l.f32.clone(), f16, DecodePath::Scheduled))
+    else {
+        return;
+    };
+    let mut cpu = Session::new(l.f32.clone(), options(GpuUse::Off), DecodePath::Direct).unwrap();
+    let prompt = l.tokenizer.encode("The capital of France is").unwrap();
+    for s in [&mut gpu, &mut cpu] {
+        s.reserve(prompt.len() + STEPS).unwrap();
+        s.prefill(&prompt).unwrap();
+    }
+    let worst = greedy_steps_agree(&mut gpu, &mut cpu, STEPS, F16_LOGIT_TOL);
+    println!("f16 weights: largest relative logit difference over {STEPS} steps: {worst:e}");
 }
 
 fn generate(s: &mut Session, tokenizer: &GgufTokenizer, prompt: &str) -> Generated {

@@ -92,6 +92,11 @@ pub struct GenerateArgs {
     /// with `--features gpu`.
     #[arg(long, value_delimiter = ',', default_value = "cpu,npu")]
     backends: Vec<String>,
+    /// With --backends gpu: the resident weights' type. f16 streams half the bytes a
+    /// decode step reads (the products round their inputs to f16 and sum in f32); f32 is
+    /// the reference, whose greedy tokens are the CPU f32 path's; auto is f32 here.
+    #[arg(long, value_enum, default_value = "auto")]
+    gpu_weights: crate::real::GpuWeights,
     #[command(flatten)]
     shadow: ShadowArgs,
     /// Print one JSON object at the end instead of streaming the text.
@@ -128,6 +133,9 @@ pub fn generate(args: GenerateArgs) -> Result<(), CliError> {
     check_settings(&args)?;
     let batched = args.n > 1;
     let gpu = crate::real::gpu_use(&args.backends)?;
+    if args.gpu_weights == crate::real::GpuWeights::F16 && gpu != GpuUse::Resident {
+        return Err(CliError::GpuWeightsNotResident);
+    }
     let (text, stop) = prompt_and_stops(&args)?;
     let precision = LinearPrecision::from(args.precision);
     let loaded = load_one(&args.model, precision, &args.shadow)?;
@@ -261,6 +269,7 @@ fn prefill_options(
         gpu,
         cancel: Some(cancel.clone()),
         gpu_kernels: crate::gpu_env::gpu_kernels()?,
+        gpu_weights: crate::gpu_env::gpu_weights(args.gpu_weights.into()),
         ..defaults
     })
 }

@@ -25,8 +25,8 @@
 // one-row product (128 threads a quad of columns, partial sums met through subgroupAdd;
 // the norm's weight folded into W; gemm_fused_epilogue.glsl's epilogues) and
 // attention_decode.comp (online softmax over blocks of keys, runs of blocks merged by
-// the last workgroup of a head to arrive), here with blocks of 128 keys. f32 weights,
-// dense rows (every row stride is its k).
+// the last workgroup of a head to arrive), here with blocks of 128 keys. f32 weights (f16
+// with W_F16), dense rows (every row stride is its k).
 //
 // Rows: a step feeds one token to each of `rows` sequences (at most ROWS), the stream,
 // q, attention's output and the gate/up product one row per sequence. A product reads
@@ -47,10 +47,18 @@ const float NEG_INF = -1.0 / 0.0;
 const uint SPIN_LIMIT = 1u << 24;
 
 layout(std430, binding = 0) coherent buffer X { vec4 x[]; };
-layout(std430, binding = 1) readonly buffer Wqkv { vec4 w[]; } w_qkv[MAX_LAYERS];
-layout(std430, binding = 2) readonly buffer Wo { vec4 w[]; } w_o[MAX_LAYERS];
-layout(std430, binding = 3) readonly buffer Wgu { vec4 w[]; } w_gu[MAX_LAYERS];
-layout(std430, binding = 4) readonly buffer Wdown { vec4 w[]; } w_down[MAX_LAYERS];
+// The weights: f32 (a vec4 holds 4 of a row's k), or with W_F16 f16 (a uvec2 holds 4),
+// half the bytes a step streams; the products then see A rounded to f16 as the fused
+// GEMMs' f16 kernels do, and sum in f32.
+#ifdef W_F16
+#define WEIGHT4 uvec2
+#else
+#define WEIGHT4 vec4
+#endif
+layout(std430, binding = 1) readonly buffer Wqkv { WEIGHT4 w[]; } w_qkv[MAX_LAYERS];
+layout(std430, binding = 2) readonly buffer Wo { WEIGHT4 w[]; } w_o[MAX_LAYERS];
+layout(std430, binding = 3) readonly buffer Wgu { WEIGHT4 w[]; } w_gu[MAX_LAYERS];
+layout(std430, binding = 4) readonly buffer Wdown { WEIGHT4 w[]; } w_down[MAX_LAYERS];
 layout(std430, binding = 5) readonly buffer Cs { vec2 cs[]; };
 layout(std430, binding = 6) coherent buffer Kc { vec4 v[]; } kc[MAX_LAYERS];
 layout(std430, binding = 7) coherent buffer Vc { vec4 v[]; } vc[MAX_LAYERS];
@@ -92,14 +100,20 @@ uint n_rows() { return ROWS == 1u ? 1u : (p.flags >> 8) & 0xffu; }
 uint cache_row(uint j, uvec2 map) { return j < map.x ? j : j + map.y; }
 uvec2 row_map(uint r) { return uvec2(positions[4u * r + 1u], positions[4u * r + 2u]); }
 
-// A product's partial sums meet here, row r of subgroup s at r · gl_NumSubgroups + s
-// (at most THREADS / 4 subgroups: the host runs the several-row variants only where
-// subgroups have 4 invocations or more); attention's reductions use the first THREADS.
-const uint RED = max(THREADS, ROWS * THREADS / 4u);
+// A product's partial sums meet here, quad q of row r of subgroup s at (r · quads + q) ·
+// gl_NumSubgroups + s (two quads of one row, or one quad of up to ROWS rows over at most
+// THREADS / 4 subgroups: the host runs the several-row variants only where subgroups
+// have 4 invocations or more); attention's reductions use the first THREADS.
+const uint RED = max(2u * THREADS, ROWS * THREADS / 4u);
 shared vec4 red4[RED];
 shared float red1[RED];
 shared vec4 qs[MAX_D4];
 shared float ps[THREADS];
+// Attention's reductions: a slot a subgroup (at most THREADS), max and sum apart.
+shared float red_max[THREADS];
+shared float red_sum[THREADS];
+// The merge's (max, sum) of each key run (at most MAX_SPLITS = 64 of the host).
+shared vec2 run_ml[THREADS];
 shared bool last_arrival;
 shared bool gave_up;
 
@@ -116,13 +130,14 @@ float prefetched[PREFETCH_LOADS];
 uint prefetch_slot = 0u;
 
 // Issues the prefetch of stage `which`'s rows of layer `l` (`quads` quads in the stage,
-// k4 vec4s a row), whose residual add raises `slot`.
-void prefetch(uint which, uint l, uint quads, uint k4, uint slot) {
+// `per_unit` a unit, k4 vec4s a row), whose residual add raises `slot`.
+void prefetch(uint which, uint l, uint quads, uint per_unit, uint k4, uint slot) {
     uint tid = gl_LocalInvocationID.x;
     uint wg = gl_WorkGroupID.x;
     uint groups = gl_NumWorkGroups.x;
     uint lines_per_row = (k4 + 7u) / 8u;
-    uint my_quads = quads > wg ? (quads - wg + groups - 1u) / groups : 0u;
+    uint units = quads / per_unit;
+    uint my_quads = units > wg ? (units - wg + groups - 1u) / groups * per_unit : 0u;
     uint lines = (p.flags & 4u) != 0u ? my_quads * 4u * lines_per_row : 0u;
     prefetch_slot = slot;
     [[unroll]] for (uint u = 0u; u < PREFETCH_LOADS; u++) {
@@ -130,7 +145,9 @@ void prefetch(uint which, uint l, uint quads, uint k4, uint slot) {
         prefetched[u] = 0.0;
         if (line < lines) {
             uint r = line / lines_per_row; // which of the workgroup's rows
-            uint row = 4u * (wg + (r / 4u) * groups) + r % 4u;
+            uint mine = r / 4u;            // which of its quads
+            uint quad = (wg + (mine / per_unit) * groups) * per_unit + mine % per_unit;
+            uint row = 4u * quad + r % 4u;
             prefetched[u] = load_w_of(which, l, row * k4 + (line % lines_per_row) * 8u).x;
         }
     }
@@ -175,62 +192,132 @@ vec4 load_a(uint which, uint i) {
     if (which == 3u) return hid[i];
     return x[i];
 }
+vec4 unpack_w(WEIGHT4 v) {
+#ifdef W_F16
+    return vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y));
+#else
+    return v;
+#endif
+}
 vec4 load_w_of(uint which, uint l, uint i) {
-    if (which == 0u) return w_qkv[l].w[i];
-    if (which == 1u) return w_o[l].w[i];
-    if (which == 2u) return w_gu[l].w[i];
-    return w_down[l].w[i];
+    if (which == 0u) return unpack_w(w_qkv[l].w[i]);
+    if (which == 1u) return unpack_w(w_o[l].w[i]);
+    if (which == 2u) return unpack_w(w_gu[l].w[i]);
+    return unpack_w(w_down[l].w[i]);
+}
+// A value as the products see it: rounded to f16 with f16 weights.
+vec4 operand_a(vec4 v) {
+#ifdef W_F16
+    return vec4(unpackHalf2x16(packHalf2x16(v.xy)), unpackHalf2x16(packHalf2x16(v.zw)));
+#else
+    return v;
+#endif
 }
 vec4 load_w(uint which, uint i) { return load_w_of(which, layer, i); }
 
-// The four sums of W rows col .. col + 3 against each row of A (k4 vec4s a row), and
-// that row's sum of squares: thread r < n_rows() gets row r's (others get zeros). Each
+// Loop steps of a product whose weight loads are issued together before any is used:
+// a loop of load-then-use waits out the memory's latency once a step, and a stage's
+// products are short (SmolLM2's k of 576 is two steps of 128 threads, its down's 1536
+// three), so that wait, not the bytes, is most of a stage. Fewer with several rows,
+// whose sums take the registers.
+const uint LOADS_AHEAD = ROWS == 1u ? 4u : 2u;
+
+// The sums of W rows col .. col + 4 quads - 1 against each row of A (k4 vec4s a row),
+// quads 1 or 2 (a constant at every call, so that the unrolled loops index their arrays
+// with constants; two only with one row), and that row's sum of squares: thread r <
+// n_rows() gets row r's first quad, its second in `second`, (others get zeros). Each
 // weight is loaded once for all the rows.
-vec4 gemv_quad(uint which, uint col, uint k4, out float ss_out) {
+vec4 gemv_quads(uint which, uint col, uint quads, uint k4, out vec4 second, out float ss_out) {
     uint tid = gl_LocalInvocationID.x;
     uint n = n_rows();
-    vec4 acc[ROWS];
+    vec4 acc[ROWS][2];
     float ss[ROWS];
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-        acc[r] = vec4(0.0);
+        acc[r][0] = vec4(0.0);
+        acc[r][1] = vec4(0.0);
         ss[r] = 0.0;
     }
-    for (uint kk = tid; kk < k4; kk += THREADS) {
-        vec4 w0 = load_w(which, col * k4 + kk);
-        vec4 w1 = load_w(which, (col + 1u) * k4 + kk);
-        vec4 w2 = load_w(which, (col + 2u) * k4 + kk);
-        vec4 w3 = load_w(which, (col + 3u) * k4 + kk);
-        [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-            if (r < n) {
-                vec4 a = load_a(which, r * k4 + kk);
-                acc[r] += vec4(dot(a, w0), dot(a, w1), dot(a, w2), dot(a, w3));
-                ss[r] += dot(a, a);
+    // LOADS_AHEAD quads' loads a trip: of LOADS_AHEAD / quads steps of k.
+    uint steps = LOADS_AHEAD / quads;
+    for (uint k0 = tid; k0 < k4; k0 += steps * THREADS) {
+        // Every load of the trip first (the first row's operand with them), then the
+        // products in the order of k, as one step at a time would add them.
+        vec4 w[LOADS_AHEAD][4];
+        vec4 a0[LOADS_AHEAD];
+        [[unroll]] for (uint u = 0u; u < LOADS_AHEAD; u++) {
+            uint kk = k0 + (u / quads) * THREADS;
+            uint c0 = col + 4u * (u % quads);
+            bool inside = kk < k4;
+            [[unroll]] for (uint c = 0u; c < 4u; c++) {
+                w[u][c] = inside ? load_w(which, (c0 + c) * k4 + kk) : vec4(0.0);
+            }
+            a0[u] = inside && u % quads == 0u ? load_a(which, kk) : vec4(0.0);
+        }
+        [[unroll]] for (uint u = 0u; u < LOADS_AHEAD; u += quads) {
+            uint kk = k0 + (u / quads) * THREADS;
+            if (kk < k4) {
+                [[unroll]] for (uint r = 0u; r < ROWS; r++) {
+                    if (r < n) {
+                        vec4 a = r == 0u ? a0[u] : load_a(which, r * k4 + kk);
+                        vec4 b = operand_a(a);
+                        [[unroll]] for (uint q = 0u; q < quads; q++) {
+                            vec4 d = vec4(dot(b, w[u + q][0]), dot(b, w[u + q][1]),
+                                          dot(b, w[u + q][2]), dot(b, w[u + q][3]));
+                            acc[r][q] += d;
+                        }
+                        ss[r] += dot(a, a);
+                    }
+                }
             }
         }
     }
     uint subgroups = gl_NumSubgroups;
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         if (r < n) {
-            vec4 sum = subgroupAdd(acc[r]);
-            float sum_ss = subgroupAdd(ss[r]);
-            if (subgroupElect()) {
-                red4[r * subgroups + gl_SubgroupID] = sum;
-                red1[r * subgroups + gl_SubgroupID] = sum_ss;
+            [[unroll]] for (uint q = 0u; q < quads; q++) {
+                vec4 sum = subgroupAdd(acc[r][q]);
+                if (subgroupElect()) red4[(r * quads + q) * subgroups + gl_SubgroupID] = sum;
             }
+            float sum_ss = subgroupAdd(ss[r]);
+            if (subgroupElect()) red1[r * subgroups + gl_SubgroupID] = sum_ss;
         }
     }
     barrier();
     vec4 total = vec4(0.0);
+    second = vec4(0.0);
     float total_ss = 0.0;
     if (tid < n) {
         for (uint i = 0u; i < subgroups; i++) {
-            total += red4[tid * subgroups + i];
+            total += red4[tid * quads * subgroups + i];
+            if (quads == 2u) second += red4[(tid * quads + 1u) * subgroups + i];
             total_ss += red1[tid * subgroups + i];
         }
     }
-    barrier(); // red4 and red1 are written again by the next quad
+    barrier(); // red4 and red1 are written again by the next unit
     ss_out = total_ss;
     return total;
+}
+
+// One quad of a stage's columns as gemv_quads's single-quad case.
+vec4 gemv_quad(uint which, uint col, uint k4, out float ss_out) {
+    vec4 unused;
+    return gemv_quads(which, col, 1u, k4, unused, ss_out);
+}
+
+// Quads a gate/up unit takes: two where the stage has more quads than the grid has
+// workgroups (SmolLM2's 768 against an H100's 528), so no workgroup runs two units one
+// after the other, each a wait for memory; one with several rows, whose sums fill the
+// registers.
+uint gate_up_quads_per_unit() {
+    return ROWS == 1u && 2u * p.ffn4 > gl_NumWorkGroups.x ? 2u : 1u;
+}
+
+// Row r's SiLU(gate) · up of gate/up quad `quad` (columns gate j, up j, gate j + 1, up
+// j + 1), v its sums scaled by the norm.
+void store_silu_mul(uint r, uint quad, vec4 v) {
+    uint h = r * 4u * p.ffn4 + 2u * quad; // the quad's first of two outputs
+    hid[h >> 2][h & 3u] = v.x / (1.0 + exp(-v.x)) * v.y;
+    hid[(h + 1u) >> 2][(h + 1u) & 3u] = v.z / (1.0 + exp(-v.z)) * v.w;
 }
 
 // The norm prologue's scale of a stream row with sum of squares ss.
@@ -276,13 +363,25 @@ void residual(uint r, uint quad, vec4 v, uint slot) {
     if (any(isnan(y)) || any(isinf(y))) flags[slot] = 1.0;
 }
 
-// Reduces red1[0 .. THREADS) into red1[0]: max when `is_max`, else the sum.
-void reduce(bool is_max) {
-    uint tid = gl_LocalInvocationID.x;
-    [[unroll]] for (uint s = THREADS / 2u; s > 0u; s >>= 1u) {
-        if (tid < s) red1[tid] = is_max ? max(red1[tid], red1[tid + s]) : red1[tid] + red1[tid + s];
-        barrier();
-    }
+// The maximum (`is_max`) or the sum of every invocation's v, to every invocation: each
+// subgroup reduces its own, the subgroups' results meet in `slots` (one barrier). The
+// caller alternates two slot arrays, so the next reduction may write while this one's
+// slots are still being read.
+float max_of_workgroup(float v) {
+    float s = subgroupMax(v);
+    if (subgroupElect()) red_max[gl_SubgroupID] = s;
+    barrier();
+    float total = red_max[0];
+    for (uint i = 1u; i < gl_NumSubgroups; i++) total = max(total, red_max[i]);
+    return total;
+}
+float sum_of_workgroup(float v) {
+    float s = subgroupAdd(v);
+    if (subgroupElect()) red_sum[gl_SubgroupID] = s;
+    barrier();
+    float total = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; i++) total += red_sum[i];
+    return total;
 }
 
 // The layer's region of part, in vec4s: a counter per (row, head), then the records.
@@ -305,10 +404,61 @@ vec4 load4(uint i) {
     return uintBitsToFloat(uvec4(part[4u * i], part[4u * i + 1u], part[4u * i + 2u], part[4u * i + 3u]));
 }
 
-// Attention of row r's head h over key run `split` (attention_decode.comp with T =
-// THREADS), over the keys at positions 0 ..= the row's position.
+// The last run of (row, head) rh to arrive merges every run's record into attention's
+// output (the workgroup together: the runs' max and sum first, one load each, then each
+// slice the outputs of every slices-th run, their loads together).
+void merge_runs(uint rh) {
+    const uint T = THREADS;
+    const uint RECORD_LOADS = 4u;
+    uint tid = gl_LocalInvocationID.x;
+    uint d4 = p.head_dim / 4u;
+    uint slices = T / d4;
+    uint lane = tid % d4;
+    uint slice = tid / d4;
+    uint base = records_base() + rh * p.splits * (d4 + 1u);
+    memoryBarrierBuffer();
+    if (tid == 0u) part[counter(rh)] = 0u; // every run has counted in: ready for the next step
+    if (tid < p.splits) run_ml[tid] = load4(base + tid * (d4 + 1u)).xy;
+    barrier();
+    float mx = NEG_INF;
+    for (uint s = 0u; s < p.splits; s++) mx = max(mx, run_ml[s].x);
+    vec4 out_acc = vec4(0.0);
+    float l_all = 0.0;
+    for (uint s = 0u; s < p.splits; s++) {
+        vec2 ml = run_ml[s];
+        if (ml.y != 0.0) l_all += exp(ml.x - mx) * ml.y; // a run that saw no key adds nothing
+    }
+    if (slice < slices) {
+        for (uint s0 = slice; s0 < p.splits; s0 += RECORD_LOADS * slices) {
+            vec4 o[RECORD_LOADS];
+            [[unroll]] for (uint u = 0u; u < RECORD_LOADS; u++) {
+                uint s = s0 + u * slices;
+                o[u] = s < p.splits && run_ml[s].y != 0.0 ? load4(base + s * (d4 + 1u) + 1u + lane) : vec4(0.0);
+            }
+            [[unroll]] for (uint u = 0u; u < RECORD_LOADS; u++) {
+                uint s = s0 + u * slices;
+                if (s < p.splits && run_ml[s].y != 0.0) out_acc += exp(run_ml[s].x - mx) * o[u];
+            }
+        }
+    }
+    red4[tid] = slice < slices ? out_acc : vec4(0.0);
+    barrier();
+    if (slice == 0u && tid < d4) {
+        vec4 sum = vec4(0.0);
+        for (uint s = 0u; s < slices; s++) sum += red4[s * d4 + lane];
+        attn[rh * d4 + lane] = sum / l_all;
+    }
+}
+
+// Attention of row r's head h over key run `split` (attention_decode.comp's online
+// softmax with T = THREADS keys a block), over the keys at positions 0 ..= the row's
+// position. A unit's time is a chain of waits (its q, its keys, its values, its run's
+// record, the merge), so each step issues its loads together and reduces through
+// subgroups: one barrier a reduction.
 void attention_unit(uint r, uint h, uint split) {
     const uint T = THREADS;
+    const uint KEY_LOADS = 16u; // a key's vec4s loaded together (SmolLM2's head: all 16)
+    const uint VALUE_LOADS = 8u; // values loaded together by a slice
     uint tid = gl_LocalInvocationID.x;
     uint d4 = p.head_dim / 4u;
     uint g = h / (p.n_heads / p.n_kv_heads);
@@ -332,52 +482,45 @@ void attention_unit(uint r, uint h, uint split) {
         uint j = k0 + tid;
         float s = NEG_INF;
         if (j < end) {
-            // Eight loads in flight before the first product (a loop of load-then-use
-            // waits out the cache's latency once per vec4); the sum in the order of dims.
+            // The sum in the order of dims.
             uint base = cache_row(j, map) * kv_tok4 + g * d4;
             float dotp = 0.0;
-            for (uint c0 = 0u; c0 < d4; c0 += 8u) {
-                vec4 kv[8];
-                [[unroll]] for (uint u = 0u; u < 8u; u++) {
+            for (uint c0 = 0u; c0 < d4; c0 += KEY_LOADS) {
+                vec4 kv[KEY_LOADS];
+                [[unroll]] for (uint u = 0u; u < KEY_LOADS; u++) {
                     kv[u] = c0 + u < d4 ? kc[layer].v[base + c0 + u] : vec4(0.0);
                 }
-                [[unroll]] for (uint u = 0u; u < 8u; u++) {
+                [[unroll]] for (uint u = 0u; u < KEY_LOADS; u++) {
                     if (c0 + u < d4) dotp += dot(qs[c0 + u], kv[u]);
                 }
             }
             s = dotp * p.scale;
         }
-        red1[tid] = s;
-        barrier();
-        reduce(true);
-        float m_new = max(m, red1[0]);
-        barrier();
+        // ps and the slot arrays are free here: every invocation read them before the
+        // last block's sum barrier or this block's max barrier.
+        float m_new = max(m, max_of_workgroup(s));
         float e = j < end ? exp(s - m_new) : 0.0;
         ps[tid] = e;
-        red1[tid] = e;
-        barrier();
-        reduce(false);
         float corr = exp(m - m_new);
-        l = l * corr + red1[0];
+        l = l * corr + sum_of_workgroup(e);
         m = m_new;
         acc *= corr;
         if (slice < slices) {
             uint block = min(T, end - k0);
-            // Four keys' loads in flight at once, added in key order.
-            for (uint jj = slice; jj < block; jj += 4u * slices) {
-                vec4 vv[4];
-                [[unroll]] for (uint u = 0u; u < 4u; u++) {
+            // The slice's keys slice, slice + slices, ...: loads together, added in key order.
+            for (uint jj = slice; jj < block; jj += VALUE_LOADS * slices) {
+                vec4 vv[VALUE_LOADS];
+                [[unroll]] for (uint u = 0u; u < VALUE_LOADS; u++) {
                     uint key = jj + u * slices;
                     uint row = cache_row(k0 + key, map);
                     vv[u] = key < block ? vc[layer].v[row * kv_tok4 + g * d4 + lane] : vec4(0.0);
                 }
-                [[unroll]] for (uint u = 0u; u < 4u; u++) {
+                [[unroll]] for (uint u = 0u; u < VALUE_LOADS; u++) {
                     uint key = jj + u * slices;
                     if (key < block) acc += ps[key] * vv[u];
                 }
             }
         }
-        barrier();
     }
     red4[tid] = slice < slices ? acc : vec4(0.0);
     barrier();
@@ -397,28 +540,9 @@ void attention_unit(uint r, uint h, uint split) {
         barrier();
         if (tid == 0u) last_arrival = atomicAdd(part[counter(rh)], 1u) == p.splits - 1u;
         barrier();
-        if (last_arrival) {
-            memoryBarrierBuffer();
-            if (tid == 0u) part[counter(rh)] = 0u; // every run has counted in: ready for the next step
-            if (tid < d4) {
-                uint base = records_base() + rh * p.splits * (d4 + 1u);
-                float mx = NEG_INF;
-                for (uint s = 0u; s < p.splits; s++) mx = max(mx, load4(base + s * (d4 + 1u)).x);
-                float l_all = 0.0;
-                vec4 out_acc = vec4(0.0);
-                for (uint s = 0u; s < p.splits; s++) {
-                    uint r = base + s * (d4 + 1u);
-                    vec2 ml = load4(r).xy;
-                    if (ml.y == 0.0) continue; // a run that saw no key
-                    float w = exp(ml.x - mx);
-                    l_all += w * ml.y;
-                    out_acc += w * load4(r + 1u + tid);
-                }
-                attn[rh * d4 + tid] = out_acc / l_all;
-            }
-        }
+        if (last_arrival) merge_runs(rh);
     }
-    barrier(); // qs, ps, red1, red4 and last_arrival are written again by the next unit
+    barrier(); // qs, ps, red4 and last_arrival are written again by the next unit
 }
 
 void main() {
@@ -433,7 +557,7 @@ void main() {
     for (layer = 0u; layer < p.layers; layer++) {
         uint qkv_quads = (p.qcols + 2u * p.kvcols) / 4u;
         if (layer > 0u) grid_barrier(); // the stream the last layer's down wrote
-        prefetch(1u, layer, p.hidden4, p.qcols / 4u, slot_o());
+        prefetch(1u, layer, p.hidden4, 1u, p.qcols / 4u, slot_o());
 
         // 1. q/k/v: the norm prologue, RoPE, q to Q and k, v to the caches' row of each
         // token's position (thread r the epilogue of row r).
@@ -446,7 +570,7 @@ void main() {
             }
         }
         grid_barrier();
-        prefetch(2u, layer, 2u * p.ffn4, p.hidden4, slot_o() + 1u);
+        prefetch(2u, layer, 2u * p.ffn4, gate_up_quads_per_unit(), p.hidden4, slot_o() + 1u);
 
         // 2. attention over each row's keys, one unit per (row, head, key run).
         uint head_runs = p.n_heads * p.splits;
@@ -455,7 +579,7 @@ void main() {
             attention_unit(unit / head_runs, within / p.splits, within % p.splits);
         }
         grid_barrier();
-        prefetch(3u, layer, p.hidden4, p.ffn4, slot_o() + 1u);
+        prefetch(3u, layer, p.hidden4, 1u, p.ffn4, slot_o() + 1u);
 
         // 3. o, added into the stream.
         for (uint quad = wg; quad < p.hidden4; quad += groups) {
@@ -463,16 +587,22 @@ void main() {
             if (tid < n) residual(tid, quad, v, slot_o());
         }
         grid_barrier();
-        if (layer + 1u < p.layers) prefetch(0u, layer + 1u, qkv_quads, p.hidden4, slot_o() + 2u);
+        if (layer + 1u < p.layers) prefetch(0u, layer + 1u, qkv_quads, 1u, p.hidden4, slot_o() + 2u);
 
         // 4. gate/up (rows interleaved gate j, up j) with the norm prologue: silu(g) · u.
-        for (uint quad = wg; quad < 2u * p.ffn4; quad += groups) {
-            vec4 v = gemv_quad(2u, 4u * quad, p.hidden4, ss);
-            if (tid < n) {
-                v *= norm_scale(ss);
-                uint h = tid * 4u * p.ffn4 + 2u * quad; // the quad's first of two outputs
-                hid[h >> 2][h & 3u] = v.x / (1.0 + exp(-v.x)) * v.y;
-                hid[(h + 1u) >> 2][(h + 1u) & 3u] = v.z / (1.0 + exp(-v.z)) * v.w;
+        if (gate_up_quads_per_unit() == 2u) {
+            for (uint pair = wg; pair < p.ffn4; pair += groups) {
+                vec4 second;
+                vec4 v = gemv_quads(2u, 8u * pair, 2u, p.hidden4, second, ss);
+                if (tid < n) {
+                    store_silu_mul(tid, 2u * pair, v * norm_scale(ss));
+                    store_silu_mul(tid, 2u * pair + 1u, second * norm_scale(ss));
+                }
+            }
+        } else {
+            for (uint quad = wg; quad < 2u * p.ffn4; quad += groups) {
+                vec4 v = gemv_quad(2u, 4u * quad, p.hidden4, ss);
+                if (tid < n) store_silu_mul(tid, quad, v * norm_scale(ss));
             }
         }
         grid_barrier();

@@ -61,13 +61,37 @@ pub const DECODE_LAYERS_PER_DISPATCH: usize = 64;
 pub const DECODE_LAYER_MAX_ROWS: usize = 8;
 
 /// The kernel's variants, with the layers each binds (the length of its descriptor
-/// arrays) and the most rows it steps, widest first; a step of one row takes a one-row
-/// variant (no loops over rows it does not have).
-const KERNELS: [(Shader, usize, usize); 4] = [
-    (Shader::DecodeLayer, 64, 1),
-    (Shader::DecodeLayer1, 1, 1),
-    (Shader::DecodeLayerRows8, 64, DECODE_LAYER_MAX_ROWS),
-    (Shader::DecodeLayer1Rows8, 1, DECODE_LAYER_MAX_ROWS),
+/// arrays), the most rows it steps and its weights' type, widest first; a step of one row
+/// takes a one-row variant (no loops over rows it does not have).
+const KERNELS: [(Shader, usize, usize, Elem); 8] = [
+    (Shader::DecodeLayer, 64, 1, Elem::F32),
+    (Shader::DecodeLayer1, 1, 1, Elem::F32),
+    (
+        Shader::DecodeLayerRows8,
+        64,
+        DECODE_LAYER_MAX_ROWS,
+        Elem::F32,
+    ),
+    (
+        Shader::DecodeLayer1Rows8,
+        1,
+        DECODE_LAYER_MAX_ROWS,
+        Elem::F32,
+    ),
+    (Shader::DecodeLayerF16, 64, 1, Elem::F16),
+    (Shader::DecodeLayer1F16, 1, 1, Elem::F16),
+    (
+        Shader::DecodeLayerRows8F16,
+        64,
+        DECODE_LAYER_MAX_ROWS,
+        Elem::F16,
+    ),
+    (
+        Shader::DecodeLayer1Rows8F16,
+        1,
+        DECODE_LAYER_MAX_ROWS,
+        Elem::F16,
+    ),
 ];
 
 /// Storage buffers a variant of `layers` layers binds: 6 arrays of a layer's buffers, 9
@@ -78,12 +102,15 @@ fn storage_buffers(layers: usize) -> u32 {
 
 /// Keys a workgroup of the layer kernel's attention walks per block.
 const KEY_BLOCK: usize = 128;
-/// Most key runs per head: past this, runs grow longer rather than more numerous.
+/// Most key runs per head: past this, runs grow longer rather than more numerous. The
+/// merge loads each run's max and sum with a thread of its own (128 a workgroup).
 const MAX_SPLITS: usize = 64;
+const _: () = assert!(MAX_SPLITS <= 128);
 
 /// One llama decoder layer's own buffers for [`GpuBatch::decode_layers`]: every matrix
-/// dense f32 (columns a multiple of 4), the weights laid out as
-/// [`GpuBatch::gemm_fused`] takes them.
+/// dense, the weights f32 or f16 (every layer's alike; the products then round their
+/// inputs to f16 as [`GpuBatch::gemm_fused`]'s f16 kernels do) and laid out as
+/// [`GpuBatch::gemm_fused`] takes them, the caches f32.
 #[derive(Clone, Copy, Debug)]
 pub struct DecodeLayerWeights<'a> {
     /// `[Wq; Wk; Wv]` `[q + 2 kv, hidden]`, the attention norm folded in
@@ -175,7 +202,7 @@ impl GpuContext {
     /// [`DECODE_LAYER_BATCHED_GROUPS_PER_SM`] a multiprocessor for several rows unless
     /// [`crate::GpuOptions::decode_layer_groups_per_sm`] says otherwise.
     fn decode_layer_grid(&self, rows: usize) -> Option<u32> {
-        self.decode_layer_kernel(rows)?;
+        self.decode_layer_kernel(rows, Elem::F32)?;
         if self.info.kind == crate::DeviceKind::Cpu {
             return Some(1);
         }
@@ -199,14 +226,19 @@ impl GpuContext {
     /// kernel does not run ([`GpuContext::decode_layer_workgroups`]).
     pub fn decode_layers_per_dispatch(&self) -> Option<usize> {
         self.decode_layer_workgroups()?;
-        self.decode_layer_kernel(1)
+        self.decode_layer_kernel(1, Elem::F32)
             .map(|(_, _, per_dispatch)| per_dispatch)
     }
 
-    /// The widest variant of the kernel for steps of `rows` sequences the device binds,
-    /// where it may run at all: its shader, the layers it binds, and the layers a
-    /// dispatch runs. `None` also for `rows` 0 or past [`DECODE_LAYER_MAX_ROWS`].
-    pub(crate) fn decode_layer_kernel(&self, rows: usize) -> Option<(Shader, usize, usize)> {
+    /// The widest variant of the kernel for steps of `rows` sequences over `weights`
+    /// (f32 or f16) the device binds, where it may run at all: its shader, the layers it
+    /// binds, and the layers a dispatch runs. `None` also for `rows` 0 or past
+    /// [`DECODE_LAYER_MAX_ROWS`], and for weights of another type.
+    pub(crate) fn decode_layer_kernel(
+        &self,
+        rows: usize,
+        weights: Elem,
+    ) -> Option<(Shader, usize, usize)> {
         // The several-row variants size their reductions for subgroups of 4 or more.
         let kernel_rows = match rows {
             1 => 1,
@@ -226,10 +258,10 @@ impl GpuContext {
             .max(1);
         KERNELS
             .into_iter()
-            .filter(|&(_, _, rows)| rows == kernel_rows)
-            .filter(|&(_, layers, _)| (!cpu && cap > 1) || layers == 1)
-            .find(|&(_, layers, _)| i.max_stage_storage_buffers >= storage_buffers(layers))
-            .map(|(shader, layers, _)| (shader, layers, layers.min(cap)))
+            .filter(|&(_, _, rows, elem)| rows == kernel_rows && elem == weights)
+            .filter(|&(_, layers, _, _)| (!cpu && cap > 1) || layers == 1)
+            .find(|&(_, layers, _, _)| i.max_stage_storage_buffers >= storage_buffers(layers))
+            .map(|(shader, layers, _, _)| (shader, layers, layers.min(cap)))
     }
 }
 
@@ -262,7 +294,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         let ctx = job.ctx();
         let (Some(groups), Some((shader, bound, per_dispatch))) = (
             ctx.decode_layer_grid(s.rows),
-            ctx.decode_layer_kernel(s.rows),
+            ctx.decode_layer_kernel(s.rows, s.weights),
         ) else {
             return Err(shape(
                 OP,
@@ -364,11 +396,41 @@ const OP: &str = "decode_layers";
 /// The shapes a [`DecodeLayers`] implies.
 struct LayerShape {
     rows: usize,
+    /// The weights' type, every layer's alike.
+    weights: Elem,
     hidden: usize,
     ffn: usize,
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
+}
+
+/// Checks that weight matrix `m` is dense `[rows, cols]` of type `elem`, f32 or f16
+/// (every row's stride its columns).
+fn dense_weights(elem: Elem, what: &str, m: &GpuMatrix, rows: usize, cols: usize) -> Result<()> {
+    if !matches!(elem, Elem::F32 | Elem::F16) || m.elem() != elem || m.ld() != m.cols() {
+        return Err(shape(
+            OP,
+            format!(
+                "{what} must be dense f32 or f16 like the first layer's q/k/v ({elem:?}, columns a \
+                 multiple of {}), got {:?} with {} columns",
+                4 * elem.per_word(),
+                m.elem(),
+                m.cols()
+            ),
+        ));
+    }
+    if m.rows() != rows || m.cols() != cols {
+        return Err(shape(
+            OP,
+            format!(
+                "{what} is [{}, {}], expected [{rows}, {cols}]",
+                m.rows(),
+                m.cols()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks every operand of `l` against the others; returns the shapes.
@@ -404,11 +466,12 @@ fn check(l: &DecodeLayers<'_>) -> Result<LayerShape> {
         ));
     }
     dense(OP, "x", l.x, rows, hidden)?;
+    let weights = first.qkv.elem();
     for w in l.layers {
-        dense(OP, "qkv", w.qkv, qcols + 2 * kvcols, hidden)?;
-        dense(OP, "o", w.o, hidden, qcols)?;
-        dense(OP, "gate_up", w.gate_up, 2 * ffn, hidden)?;
-        dense(OP, "down", w.down, hidden, ffn)?;
+        dense_weights(weights, "qkv", w.qkv, qcols + 2 * kvcols, hidden)?;
+        dense_weights(weights, "o", w.o, hidden, qcols)?;
+        dense_weights(weights, "gate_up", w.gate_up, 2 * ffn, hidden)?;
+        dense_weights(weights, "down", w.down, hidden, ffn)?;
         dense(OP, "k cache", w.caches.0, capacity, kvcols)?;
         dense(OP, "v cache", w.caches.1, capacity, kvcols)?;
     }
@@ -440,6 +503,7 @@ fn check(l: &DecodeLayers<'_>) -> Result<LayerShape> {
     }
     Ok(LayerShape {
         rows,
+        weights,
         hidden,
         ffn,
         n_heads,

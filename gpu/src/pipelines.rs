@@ -100,6 +100,10 @@ shaders! {
     DecodeLayer1 => "decode_layer_1",
     DecodeLayerRows8 => "decode_layer_rows8",
     DecodeLayer1Rows8 => "decode_layer_1_rows8",
+    DecodeLayerF16 => "decode_layer_f16",
+    DecodeLayer1F16 => "decode_layer_1_f16",
+    DecodeLayerRows8F16 => "decode_layer_rows8_f16",
+    DecodeLayer1Rows8F16 => "decode_layer_1_rows8_f16",
 }
 
 /// The lazily built pipelines of one device.

@@ -23,7 +23,7 @@ mod lane {
     use crate::generate::inline::InlineQueue;
     use crate::{
         DecodeOutput, DecodeStages, ExecError, ExecModel, GpuDecode, GpuKernelOptions, GpuModel,
-        GpuStageRunner, Step, StepRow, take_logits,
+        GpuStageRunner, GpuWeights, ResidentWeights, Step, StepRow, take_logits,
     };
 
     /// The model's weights and the session's KV cache on the device.
@@ -52,15 +52,23 @@ mod lane {
     }
 
     impl GpuLane {
-        /// Opens the GPU, uploads `model`'s (f32) weights and warms the device up.
+        /// Opens the GPU, uploads `model`'s weights as `weights` asks (f16 only when
+        /// asked by name: `Auto` is f32 here, so that a turn's greedy tokens are the CPU
+        /// f32 path's) and warms the device up.
         pub(in crate::generate) fn open(
             model: &Arc<ExecModel>,
             kernels: &GpuKernelOptions,
+            weights: GpuWeights,
         ) -> Result<Self, ExecError> {
             crate::gpu_open::gpu_computes(model)?;
-            let gpu = Arc::new(GpuModel::upload(
+            let weights = match weights {
+                GpuWeights::F16 => ResidentWeights::F16,
+                GpuWeights::F32 | GpuWeights::Auto => ResidentWeights::F32,
+            };
+            let gpu = Arc::new(GpuModel::upload_as(
                 crate::gpu_open::gpu_context(kernels)?,
                 model.clone(),
+                weights,
             )?);
             gpu.warm_up()?;
             // The decode step's buffers and token embeddings (a vocab x hidden upload,

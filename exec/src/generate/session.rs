@@ -145,7 +145,11 @@ impl Session {
                 }
                 .into());
             }
-            GpuUse::Resident => Some(GpuLane::open(&model, &options.gpu_kernels)?),
+            GpuUse::Resident => Some(GpuLane::open(
+                &model,
+                &options.gpu_kernels,
+                options.gpu_weights,
+            )?),
             _ => None,
         };
         let threads = options.threads;

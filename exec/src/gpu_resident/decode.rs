@@ -581,7 +581,8 @@ impl GpuDecode {
 
 /// Whether `m`'s decode layers record as the one-dispatch kernel
 /// ([`GpuBatch::decode_layers`]): the device runs that kernel, and every layer is a llama
-/// layer (SiLU gate, no window, no QKV bias, QK-norm or post-norms) with f32 weights.
+/// layer (SiLU gate, no window, no QKV bias, QK-norm or post-norms) with f32 or f16
+/// weights.
 fn layers_in_one_dispatch(m: &GpuModel) -> bool {
     let c = &m.host.config;
     m.context.decode_layer_workgroups().is_some()
@@ -591,9 +592,10 @@ fn layers_in_one_dispatch(m: &GpuModel) -> bool {
                 && !c.family.is_local(layer)
                 && !w.family.finishes_qkv()
                 && w.family.post_norms.is_none()
-                && [&w.qkv, &w.o, &w.gate_up, &w.down]
+                && [&w.o, &w.gate_up, &w.down]
                     .iter()
-                    .all(|m| m.elem() == Elem::F32)
+                    .all(|m| m.elem() == w.qkv.elem())
+                && matches!(w.qkv.elem(), Elem::F32 | Elem::F16)
         })
 }
 

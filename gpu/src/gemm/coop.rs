@@ -3,7 +3,7 @@
 
 use super::coop_kernel::CoopKernel;
 use super::{Kind, check_operands, push};
-use crate::buffers::GpuMatrix;
+use crate::buffers::{Elem, GpuMatrix};
 use crate::context::GpuContext;
 use crate::error::{GpuError, Result};
 use crate::job::Job;
@@ -57,8 +57,8 @@ impl GpuContext {
 
     /// Whether `shader` is a kernel that cannot run here: a cooperative-matrix kernel the
     /// device lacks, or a variant of the one-dispatch decode layers it does not pick for
-    /// one sequence (for [`GpuContext::prepare`], which builds every other pipeline; the
-    /// batched variants are built at their first use).
+    /// one sequence with f32 weights (for [`GpuContext::prepare`], which builds every other
+    /// pipeline; the batched and f16 variants are built at their first use).
     pub(crate) fn shader_unusable(&self, shader: Shader) -> bool {
         if matches!(
             shader,
@@ -66,8 +66,12 @@ impl GpuContext {
                 | Shader::DecodeLayer1
                 | Shader::DecodeLayerRows8
                 | Shader::DecodeLayer1Rows8
+                | Shader::DecodeLayerF16
+                | Shader::DecodeLayer1F16
+                | Shader::DecodeLayerRows8F16
+                | Shader::DecodeLayer1Rows8F16
         ) {
-            return self.decode_layer_kernel(1).map(|(s, _, _)| s) != Some(shader);
+            return self.decode_layer_kernel(1, Elem::F32).map(|(s, _, _)| s) != Some(shader);
         }
         if shader == Shader::AttentionFlashKhr {
             return !self.tensor_core_attention_available();
