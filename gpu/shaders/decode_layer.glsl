@@ -100,11 +100,10 @@ uint n_rows() { return ROWS == 1u ? 1u : (p.flags >> 8) & 0xffu; }
 uint cache_row(uint j, uvec2 map) { return j < map.x ? j : j + map.y; }
 uvec2 row_map(uint r) { return uvec2(positions[4u * r + 1u], positions[4u * r + 2u]); }
 
-// A product's partial sums meet here, quad q of row r of subgroup s at (r · quads + q) ·
-// gl_NumSubgroups + s (two quads of one row, or one quad of up to ROWS rows over at most
-// THREADS / 4 subgroups: the host runs the several-row variants only where subgroups
-// have 4 invocations or more); attention's reductions use the first THREADS.
-const uint RED = max(2u * THREADS, ROWS * THREADS / 4u);
+// A product's partial sums meet here, row r of subgroup s at r · gl_NumSubgroups + s
+// (at most THREADS / 4 subgroups: the host runs the several-row variants only where
+// subgroups have 4 invocations or more); attention's reductions use the first THREADS.
+const uint RED = max(THREADS, ROWS * THREADS / 4u);
 shared vec4 red4[RED];
 shared float red1[RED];
 shared vec4 qs[MAX_D4];
@@ -130,14 +129,13 @@ float prefetched[PREFETCH_LOADS];
 uint prefetch_slot = 0u;
 
 // Issues the prefetch of stage `which`'s rows of layer `l` (`quads` quads in the stage,
-// `per_unit` a unit, k4 vec4s a row), whose residual add raises `slot`.
-void prefetch(uint which, uint l, uint quads, uint per_unit, uint k4, uint slot) {
+// k4 vec4s a row), whose residual add raises `slot`.
+void prefetch(uint which, uint l, uint quads, uint k4, uint slot) {
     uint tid = gl_LocalInvocationID.x;
     uint wg = gl_WorkGroupID.x;
     uint groups = gl_NumWorkGroups.x;
     uint lines_per_row = (k4 + 7u) / 8u;
-    uint units = quads / per_unit;
-    uint my_quads = units > wg ? (units - wg + groups - 1u) / groups * per_unit : 0u;
+    uint my_quads = quads > wg ? (quads - wg + groups - 1u) / groups : 0u;
     uint lines = (p.flags & 4u) != 0u ? my_quads * 4u * lines_per_row : 0u;
     prefetch_slot = slot;
     [[unroll]] for (uint u = 0u; u < PREFETCH_LOADS; u++) {
@@ -145,9 +143,7 @@ void prefetch(uint which, uint l, uint quads, uint per_unit, uint k4, uint slot)
         prefetched[u] = 0.0;
         if (line < lines) {
             uint r = line / lines_per_row; // which of the workgroup's rows
-            uint mine = r / 4u;            // which of its quads
-            uint quad = (wg + (mine / per_unit) * groups) * per_unit + mine % per_unit;
-            uint row = 4u * quad + r % 4u;
+            uint row = 4u * (wg + (r / 4u) * groups) + r % 4u;
             prefetched[u] = load_w_of(which, l, row * k4 + (line % lines_per_row) * 8u).x;
         }
     }
@@ -205,14 +201,7 @@ vec4 load_w_of(uint which, uint l, uint i) {
     if (which == 2u) return unpack_w(w_gu[l].w[i]);
     return unpack_w(w_down[l].w[i]);
 }
-// A value as the products see it: rounded to f16 with f16 weights.
-vec4 operand_a(vec4 v) {
-#ifdef W_F16
-    return vec4(unpackHalf2x16(packHalf2x16(v.xy)), unpackHalf2x16(packHalf2x16(v.zw)));
-#else
-    return v;
-#endif
-}
+#include "operand_f16.glsl"
 vec4 load_w(uint which, uint i) { return load_w_of(which, layer, i); }
 
 // Loop steps of a product whose weight loads are issued together before any is used:
@@ -222,49 +211,39 @@ vec4 load_w(uint which, uint i) { return load_w_of(which, layer, i); }
 // whose sums take the registers.
 const uint LOADS_AHEAD = ROWS == 1u ? 4u : 2u;
 
-// The sums of W rows col .. col + 4 quads - 1 against each row of A (k4 vec4s a row),
-// quads 1 or 2 (a constant at every call, so that the unrolled loops index their arrays
-// with constants; two only with one row), and that row's sum of squares: thread r <
-// n_rows() gets row r's first quad, its second in `second`, (others get zeros). Each
+// The four sums of W rows col .. col + 3 against each row of A (k4 vec4s a row), and
+// that row's sum of squares: thread r < n_rows() gets row r's (others get zeros). Each
 // weight is loaded once for all the rows.
-vec4 gemv_quads(uint which, uint col, uint quads, uint k4, out vec4 second, out float ss_out) {
+vec4 gemv_quad(uint which, uint col, uint k4, out float ss_out) {
     uint tid = gl_LocalInvocationID.x;
     uint n = n_rows();
-    vec4 acc[ROWS][2];
+    vec4 acc[ROWS];
     float ss[ROWS];
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-        acc[r][0] = vec4(0.0);
-        acc[r][1] = vec4(0.0);
+        acc[r] = vec4(0.0);
         ss[r] = 0.0;
     }
-    // LOADS_AHEAD quads' loads a trip: of LOADS_AHEAD / quads steps of k.
-    uint steps = LOADS_AHEAD / quads;
-    for (uint k0 = tid; k0 < k4; k0 += steps * THREADS) {
-        // Every load of the trip first (the first row's operand with them), then the
+    for (uint k0 = tid; k0 < k4; k0 += LOADS_AHEAD * THREADS) {
+        // Every load of the step first (the first row's operand with them), then the
         // products in the order of k, as one step at a time would add them.
         vec4 w[LOADS_AHEAD][4];
         vec4 a0[LOADS_AHEAD];
         [[unroll]] for (uint u = 0u; u < LOADS_AHEAD; u++) {
-            uint kk = k0 + (u / quads) * THREADS;
-            uint c0 = col + 4u * (u % quads);
+            uint kk = k0 + u * THREADS;
             bool inside = kk < k4;
             [[unroll]] for (uint c = 0u; c < 4u; c++) {
-                w[u][c] = inside ? load_w(which, (c0 + c) * k4 + kk) : vec4(0.0);
+                w[u][c] = inside ? load_w(which, (col + c) * k4 + kk) : vec4(0.0);
             }
-            a0[u] = inside && u % quads == 0u ? load_a(which, kk) : vec4(0.0);
+            a0[u] = inside ? load_a(which, kk) : vec4(0.0);
         }
-        [[unroll]] for (uint u = 0u; u < LOADS_AHEAD; u += quads) {
-            uint kk = k0 + (u / quads) * THREADS;
+        [[unroll]] for (uint u = 0u; u < LOADS_AHEAD; u++) {
+            uint kk = k0 + u * THREADS;
             if (kk < k4) {
                 [[unroll]] for (uint r = 0u; r < ROWS; r++) {
                     if (r < n) {
                         vec4 a = r == 0u ? a0[u] : load_a(which, r * k4 + kk);
                         vec4 b = operand_a(a);
-                        [[unroll]] for (uint q = 0u; q < quads; q++) {
-                            vec4 d = vec4(dot(b, w[u + q][0]), dot(b, w[u + q][1]),
-                                          dot(b, w[u + q][2]), dot(b, w[u + q][3]));
-                            acc[r][q] += d;
-                        }
+                        acc[r] += vec4(dot(b, w[u][0]), dot(b, w[u][1]), dot(b, w[u][2]), dot(b, w[u][3]));
                         ss[r] += dot(a, a);
                     }
                 }
@@ -274,42 +253,26 @@ vec4 gemv_quads(uint which, uint col, uint quads, uint k4, out vec4 second, out 
     uint subgroups = gl_NumSubgroups;
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         if (r < n) {
-            [[unroll]] for (uint q = 0u; q < quads; q++) {
-                vec4 sum = subgroupAdd(acc[r][q]);
-                if (subgroupElect()) red4[(r * quads + q) * subgroups + gl_SubgroupID] = sum;
-            }
+            vec4 sum = subgroupAdd(acc[r]);
             float sum_ss = subgroupAdd(ss[r]);
-            if (subgroupElect()) red1[r * subgroups + gl_SubgroupID] = sum_ss;
+            if (subgroupElect()) {
+                red4[r * subgroups + gl_SubgroupID] = sum;
+                red1[r * subgroups + gl_SubgroupID] = sum_ss;
+            }
         }
     }
     barrier();
     vec4 total = vec4(0.0);
-    second = vec4(0.0);
     float total_ss = 0.0;
     if (tid < n) {
         for (uint i = 0u; i < subgroups; i++) {
-            total += red4[tid * quads * subgroups + i];
-            if (quads == 2u) second += red4[(tid * quads + 1u) * subgroups + i];
+            total += red4[tid * subgroups + i];
             total_ss += red1[tid * subgroups + i];
         }
     }
-    barrier(); // red4 and red1 are written again by the next unit
+    barrier(); // red4 and red1 are written again by the next quad
     ss_out = total_ss;
     return total;
-}
-
-// One quad of a stage's columns as gemv_quads's single-quad case.
-vec4 gemv_quad(uint which, uint col, uint k4, out float ss_out) {
-    vec4 unused;
-    return gemv_quads(which, col, 1u, k4, unused, ss_out);
-}
-
-// Quads a gate/up unit takes: two where the stage has more quads than the grid has
-// workgroups (SmolLM2's 768 against an H100's 528), so no workgroup runs two units one
-// after the other, each a wait for memory; one with several rows, whose sums fill the
-// registers.
-uint gate_up_quads_per_unit() {
-    return ROWS == 1u && 2u * p.ffn4 > gl_NumWorkGroups.x ? 2u : 1u;
 }
 
 // Row r's SiLU(gate) · up of gate/up quad `quad` (columns gate j, up j, gate j + 1, up
@@ -557,7 +520,7 @@ void main() {
     for (layer = 0u; layer < p.layers; layer++) {
         uint qkv_quads = (p.qcols + 2u * p.kvcols) / 4u;
         if (layer > 0u) grid_barrier(); // the stream the last layer's down wrote
-        prefetch(1u, layer, p.hidden4, 1u, p.qcols / 4u, slot_o());
+        prefetch(1u, layer, p.hidden4, p.qcols / 4u, slot_o());
 
         // 1. q/k/v: the norm prologue, RoPE, q to Q and k, v to the caches' row of each
         // token's position (thread r the epilogue of row r).
@@ -570,7 +533,7 @@ void main() {
             }
         }
         grid_barrier();
-        prefetch(2u, layer, 2u * p.ffn4, gate_up_quads_per_unit(), p.hidden4, slot_o() + 1u);
+        prefetch(2u, layer, 2u * p.ffn4, p.hidden4, slot_o() + 1u);
 
         // 2. attention over each row's keys, one unit per (row, head, key run).
         uint head_runs = p.n_heads * p.splits;
@@ -579,7 +542,7 @@ void main() {
             attention_unit(unit / head_runs, within / p.splits, within % p.splits);
         }
         grid_barrier();
-        prefetch(3u, layer, p.hidden4, 1u, p.ffn4, slot_o() + 1u);
+        prefetch(3u, layer, p.hidden4, p.ffn4, slot_o() + 1u);
 
         // 3. o, added into the stream.
         for (uint quad = wg; quad < p.hidden4; quad += groups) {
@@ -587,23 +550,12 @@ void main() {
             if (tid < n) residual(tid, quad, v, slot_o());
         }
         grid_barrier();
-        if (layer + 1u < p.layers) prefetch(0u, layer + 1u, qkv_quads, 1u, p.hidden4, slot_o() + 2u);
+        if (layer + 1u < p.layers) prefetch(0u, layer + 1u, qkv_quads, p.hidden4, slot_o() + 2u);
 
         // 4. gate/up (rows interleaved gate j, up j) with the norm prologue: silu(g) · u.
-        if (gate_up_quads_per_unit() == 2u) {
-            for (uint pair = wg; pair < p.ffn4; pair += groups) {
-                vec4 second;
-                vec4 v = gemv_quads(2u, 8u * pair, 2u, p.hidden4, second, ss);
-                if (tid < n) {
-                    store_silu_mul(tid, 2u * pair, v * norm_scale(ss));
-                    store_silu_mul(tid, 2u * pair + 1u, second * norm_scale(ss));
-                }
-            }
-        } else {
-            for (uint quad = wg; quad < 2u * p.ffn4; quad += groups) {
-                vec4 v = gemv_quad(2u, 4u * quad, p.hidden4, ss);
-                if (tid < n) store_silu_mul(tid, quad, v * norm_scale(ss));
-            }
+        for (uint quad = wg; quad < 2u * p.ffn4; quad += groups) {
+            vec4 v = gemv_quad(2u, 4u * quad, p.hidden4, ss);
+            if (tid < n) store_silu_mul(tid, quad, v * norm_scale(ss));
         }
         grid_barrier();
 

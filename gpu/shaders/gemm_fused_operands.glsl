@@ -21,11 +21,4 @@ vec4 load_w(uint row, uint kk) {
 #endif
 }
 
-// A value as the product sees it (rounded to f16 with f16 weights).
-vec4 operand_a(vec4 v) {
-#ifdef W_F16
-    return vec4(unpackHalf2x16(packHalf2x16(v.xy)), unpackHalf2x16(packHalf2x16(v.zw)));
-#else
-    return v;
-#endif
-}
+#include "operand_f16.glsl"

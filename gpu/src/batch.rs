@@ -88,6 +88,17 @@ pub(crate) fn dense(
             ),
         ));
     }
+    has_shape(op, what, m, rows, cols)
+}
+
+/// Checks that `m` is `[rows, cols]`.
+pub(crate) fn has_shape(
+    op: &'static str,
+    what: &str,
+    m: &GpuMatrix,
+    rows: usize,
+    cols: usize,
+) -> Result<()> {
     if m.rows() != rows || m.cols() != cols {
         return Err(shape(
             op,

@@ -28,7 +28,7 @@
 use hetsched_kernels::reference::RopeStyle;
 use vulkano::buffer::Subbuffer;
 
-use crate::batch::{GpuBatch, dense};
+use crate::batch::{GpuBatch, dense, has_shape};
 use crate::buffers::{Elem, GpuMatrix};
 use crate::context::GpuContext;
 use crate::error::{Result, shape};
@@ -420,17 +420,7 @@ fn dense_weights(elem: Elem, what: &str, m: &GpuMatrix, rows: usize, cols: usize
             ),
         ));
     }
-    if m.rows() != rows || m.cols() != cols {
-        return Err(shape(
-            OP,
-            format!(
-                "{what} is [{}, {}], expected [{rows}, {cols}]",
-                m.rows(),
-                m.cols()
-            ),
-        ));
-    }
-    Ok(())
+    has_shape(OP, what, m, rows, cols)
 }
 
 /// Checks every operand of `l` against the others; returns the shapes.
