@@ -326,10 +326,10 @@ void residual(uint r, uint quad, vec4 v, uint slot) {
     if (any(isnan(y)) || any(isinf(y))) flags[slot] = 1.0;
 }
 
-// The maximum (`is_max`) or the sum of every invocation's v, to every invocation: each
-// subgroup reduces its own, the subgroups' results meet in `slots` (one barrier). The
-// caller alternates two slot arrays, so the next reduction may write while this one's
-// slots are still being read.
+// The maximum, or the sum, of every invocation's v, to every invocation: each subgroup
+// reduces its own, the subgroups' results meet in red_max or red_sum (one barrier).
+// Attention alternates the two, so a reduction may write its array while the other
+// one's is still being read, and needs no barrier after it.
 float max_of_workgroup(float v) {
     float s = subgroupMax(v);
     if (subgroupElect()) red_max[gl_SubgroupID] = s;
