@@ -94,7 +94,8 @@ pub struct GenerateArgs {
     backends: Vec<String>,
     /// With --backends gpu: the resident weights' type. f16 streams half the bytes a
     /// decode step reads (the products round their inputs to f16 and sum in f32); f32 is
-    /// the reference, whose greedy tokens are the CPU f32 path's; auto is f32 here.
+    /// the reference, whose greedy tokens are the CPU f32 path's; auto is f32 here
+    /// (`HETSCHED_GPU_F16_WEIGHTS=1` makes it f16).
     #[arg(long, value_enum, default_value = "auto")]
     gpu_weights: crate::real::GpuWeights,
     #[command(flatten)]

@@ -29,7 +29,9 @@ use hetsched::timeline::svg::to_svg;
 /// The resident GPU weights' type (`run --gpu-weights`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum GpuWeights {
-    /// f16 where the device has tensor-core (cooperative-matrix) GEMMs, f32 elsewhere.
+    /// The command's default: for `run`, f16 where the device has tensor-core
+    /// (cooperative-matrix) GEMMs, f32 elsewhere; for `generate`, f32.
+    /// `HETSCHED_GPU_F16_WEIGHTS=1` or `=0` picks f16 or f32 in its place.
     Auto,
     /// f32 weights: the reference.
     F32,
