@@ -331,6 +331,7 @@ mod stub {
         pub(in crate::generate) fn open(
             _: &std::sync::Arc<ExecModel>,
             _: &crate::GpuKernelOptions,
+            _: crate::GpuWeights,
         ) -> Result<Self, ExecError> {
             Err(crate::gpu_open::no_gpu_support())
         }
