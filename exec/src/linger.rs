@@ -85,14 +85,23 @@ mod tests {
             .build()
             .unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        pool.install(after_job);
-        // The only worker's next work is its polling loop (queued on it, ahead of
-        // anything injected): a job injected now runs inside that loop.
+        // A job queues the polling loop on the only worker and holds the worker until a
+        // second job has been injected, so that the loop, when it starts, finds that job
+        // waiting (however late this thread gets a core: injecting it after the loop had
+        // begun raced the loop's LINGER on a loaded machine).
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        pool.spawn(move || {
+            after_job();
+            held.recv().unwrap();
+        });
         let tx2 = tx.clone();
         pool.spawn(move || tx2.send(LINGERING.with(Cell::get)).unwrap());
+        release.send(()).unwrap();
+        // The worker's own queue comes first: its polling loop, which runs the injected
+        // job inside it.
         assert!(rx.recv().unwrap(), "ran inside the polling loop");
         // Long after LINGER the worker has stopped polling: new work runs outside it.
-        std::thread::sleep(LINGER * 20);
+        std::thread::sleep(LINGER * 100);
         pool.spawn(move || tx.send(LINGERING.with(Cell::get)).unwrap());
         assert!(
             !rx.recv().unwrap(),
