@@ -61,36 +61,21 @@ pub const DECODE_LAYERS_PER_DISPATCH: usize = 64;
 pub const DECODE_LAYER_MAX_ROWS: usize = 8;
 
 /// The kernel's variants, with the layers each binds (the length of its descriptor
-/// arrays), the most rows it steps and its weights' type, widest first; a step of one row
-/// takes a one-row variant (no loops over rows it does not have).
-const KERNELS: [(Shader, usize, usize, Elem); 8] = [
-    (Shader::DecodeLayer, 64, 1, Elem::F32),
-    (Shader::DecodeLayer1, 1, 1, Elem::F32),
+/// arrays) and the most rows it steps, widest first, each as its f32 and its f16 weights'
+/// shader; a step of one row takes a one-row variant (no loops over rows it does not
+/// have).
+const KERNELS: [([Shader; 2], usize, usize); 4] = [
+    ([Shader::DecodeLayer, Shader::DecodeLayerF16], 64, 1),
+    ([Shader::DecodeLayer1, Shader::DecodeLayer1F16], 1, 1),
     (
-        Shader::DecodeLayerRows8,
+        [Shader::DecodeLayerRows8, Shader::DecodeLayerRows8F16],
         64,
         DECODE_LAYER_MAX_ROWS,
-        Elem::F32,
     ),
     (
-        Shader::DecodeLayer1Rows8,
+        [Shader::DecodeLayer1Rows8, Shader::DecodeLayer1Rows8F16],
         1,
         DECODE_LAYER_MAX_ROWS,
-        Elem::F32,
-    ),
-    (Shader::DecodeLayerF16, 64, 1, Elem::F16),
-    (Shader::DecodeLayer1F16, 1, 1, Elem::F16),
-    (
-        Shader::DecodeLayerRows8F16,
-        64,
-        DECODE_LAYER_MAX_ROWS,
-        Elem::F16,
-    ),
-    (
-        Shader::DecodeLayer1Rows8F16,
-        1,
-        DECODE_LAYER_MAX_ROWS,
-        Elem::F16,
     ),
 ];
 
@@ -256,12 +241,17 @@ impl GpuContext {
             .decode_layers_per_dispatch
             .unwrap_or(DECODE_LAYERS_PER_DISPATCH)
             .max(1);
+        let by_weights = match weights {
+            Elem::F32 => 0,
+            Elem::F16 => 1,
+            Elem::I32 | Elem::I8 => return None,
+        };
         KERNELS
             .into_iter()
-            .filter(|&(_, _, rows, elem)| rows == kernel_rows && elem == weights)
-            .filter(|&(_, layers, _, _)| (!cpu && cap > 1) || layers == 1)
-            .find(|&(_, layers, _, _)| i.max_stage_storage_buffers >= storage_buffers(layers))
-            .map(|(shader, layers, _, _)| (shader, layers, layers.min(cap)))
+            .filter(|&(_, _, rows)| rows == kernel_rows)
+            .filter(|&(_, layers, _)| (!cpu && cap > 1) || layers == 1)
+            .find(|&(_, layers, _)| i.max_stage_storage_buffers >= storage_buffers(layers))
+            .map(|(shaders, layers, _)| (shaders[by_weights], layers, layers.min(cap)))
     }
 }
 
