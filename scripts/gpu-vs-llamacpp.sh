@@ -51,7 +51,9 @@
 #       tg-hetsched-gN with N workgroups a multiprocessor in the one-dispatch layer
 #       (HETSCHED_GPU_DECODE_GROUPS_PER_SM=N), tg-hetsched-pf with its prefetch of
 #       later stages' weights (HETSCHED_GPU_DECODE_PREFETCH=1), tg-hetsched-lN with at
-#       most N layers a dispatch (HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N).
+#       most N layers a dispatch (HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N),
+#       tg-hetsched-unfused-o with o a stage of its own after attention in the one-dispatch
+#       layers (HETSCHED_GPU_UNFUSED_O=1; tg-hetsched-nN-unfused-o the same for N samples),
 #       tg-hetsched-nN decodes N greedy samples of the prompt together (generate --n N:
 #       batched steps, decode tokens/s summed over the samples; tg-hetsched-nNgG with G
 #       workgroups a multiprocessor), tg-hetsched-sN N samples
@@ -212,6 +214,13 @@ print(last["decode_tokens_per_s"])'
             tg-hetsched-g*) # the one-dispatch layer's grid at N workgroups a multiprocessor
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(HETSCHED_GPU_DECODE_GROUPS_PER_SM=${row#tg-hetsched-g} hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+            tg-hetsched-unfused-o) # o a stage of its own after attention (HETSCHED_GPU_UNFUSED_O=1)
+              [ "$n" = "$first" ] || continue; label=tg128
+              tps=$(HETSCHED_GPU_UNFUSED_O=1 hetsched_tg /tmp/hetsched 128 || echo nan) ;;
+            tg-hetsched-n*-unfused-o) # tg-hetsched-nN with o a stage of its own
+              [ "$n" = "$first" ] || continue; label=tg128
+              spec=${row#tg-hetsched-n}
+              tps=$(HETSCHED_GPU_UNFUSED_O=1 hetsched_tg /tmp/hetsched 128 --n "${spec%-unfused-o}" || echo nan) ;;
             tg-hetsched-n*) # N greedy samples decoded together (nNgG: at G workgroups a multiprocessor)
               [ "$n" = "$first" ] || continue; label=tg128
               spec=${row#tg-hetsched-n} groups=

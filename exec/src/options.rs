@@ -126,8 +126,9 @@ pub struct GpuKernelOptions {
     /// Fewest key blocks per range of the tensor-core attention's key split (`None`: the
     /// kernel's default; `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N`).
     pub attention_min_key_blocks: Option<usize>,
-    /// The output projection a GEMM of its own (5 dispatches a layer, deterministic) where
-    /// attention could add it into the stream itself (`HETSCHED_GPU_UNFUSED_O=1`).
+    /// The output projection a GEMM of its own (5 dispatches a layer in prefill, a stage of
+    /// its own in the one-dispatch decode layers; deterministic) where attention could add
+    /// it into the stream itself (`HETSCHED_GPU_UNFUSED_O=1`).
     pub unfused_output_projection: bool,
     /// Fewest key blocks each workgroup of the split decode attention walks (`None`: the
     /// kernel's default; `HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N`).

@@ -1,16 +1,18 @@
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_shader_atomic_float : require
 // The llama decoder layers of a decode step of up to ROWS sequences in one dispatch (up
 // to MAX_LAYERS layers; the including kernel sets both; a layer's weights and caches are
 // elements of descriptor arrays, 6 · MAX_LAYERS + 9 storage buffers in all): per layer
-// the five stages the step otherwise runs as five dispatches (q/k/v with the norm prologue, RoPE and the
-// cache write; attention over the cache; o with the residual add; gate/up with the norm
-// prologue and SiLU·up; down with the residual add), separated by grid barriers instead
-// of pipeline barriers. A pipeline barrier between dependent dispatches costs about 6 µs
-// on an H100 (a dispatch drains before the next starts), more than most of a decode
-// step's small products take; a grid barrier is one atomic add per workgroup and a spin
-// on the counter in L2.
+// the five stages the step otherwise runs as five dispatches (q/k/v with the norm
+// prologue, RoPE and the cache write; attention over the cache; o with the residual add;
+// gate/up with the norm prologue and SiLU·up; down with the residual add), or four in a
+// step of one row whose keys are few (attention and o as one stage, see attention_unit), separated by
+// grid barriers instead of pipeline barriers. A pipeline barrier between dependent
+// dispatches costs about 6 µs on an H100 (a dispatch drains before the next starts),
+// more than most of a decode step's small products take; a grid barrier is one atomic
+// add per workgroup and a spin on the counter in L2.
 //
 // The workgroups are persistent: each walks the units of a stage (a quad of output
 // columns, or a (head, key run) of attention) with a stride of the grid, then meets every
@@ -47,6 +49,8 @@ const float NEG_INF = -1.0 / 0.0;
 const uint SPIN_LIMIT = 1u << 24;
 
 layout(std430, binding = 0) coherent buffer X { vec4 x[]; };
+// The stream as floats, for attention with o's atomic adds.
+layout(std430, binding = 0) coherent buffer Xs { float xs[]; };
 // The weights: f32 (a vec4 holds 4 of a row's k), or with W_F16 f16 (a uvec2 holds 4),
 // half the bytes a step streams; the products then see A rounded to f16 as the fused
 // GEMMs' f16 kernels do, and sum in f32.
@@ -78,7 +82,7 @@ layout(push_constant) uniform Push {
     uint kvcols;    // n_kv_heads · head_dim (= a cache row's floats)
     uint head_dim;
     uint ldcs;      // RoPE table row stride in (cos, sin) pairs
-    uint flags;     // bit 1: half-split RoPE; bit 2: prefetch a later stage's weights; bits 8-15: rows
+    uint flags;     // bit 1: half-split RoPE; bit 2: prefetch a later stage's weights; bit 3: attention with o; bits 8-15: rows
     uint n_heads;
     uint n_kv_heads;
     uint kv_len;    // a bound on every row's position + 1 (the keys a row attends)
@@ -413,12 +417,12 @@ void merge_runs(uint rh) {
     }
 }
 
-// Attention of row r's head h over key run `split` (attention_decode.comp's online
-// softmax with T = THREADS keys a block), over the keys at positions 0 ..= the row's
-// position. A unit's time is a chain of waits (its q, its keys, its values, its run's
-// record, the merge), so each step issues its loads together and reduces through
-// subgroups: one barrier a reduction.
-void attention_unit(uint r, uint h, uint split) {
+// Row r's head h over its keys first .. end (attention_decode.comp's online softmax with
+// T = THREADS keys a block): returns the output's sum (not yet divided by l) to the
+// threads tid < d4, and the run's max m and sum l to every thread. The time is a chain
+// of waits (q, the keys, the values), so each step issues its loads together and
+// reduces through subgroups: one barrier a reduction.
+vec4 attend(uint r, uint h, uint first, uint end, out float m, out float l) {
     const uint T = THREADS;
     const uint KEY_LOADS = 16u; // a key's vec4s loaded together (SmolLM2's head: all 16)
     const uint VALUE_LOADS = 8u; // values loaded together by a slice
@@ -426,20 +430,15 @@ void attention_unit(uint r, uint h, uint split) {
     uint d4 = p.head_dim / 4u;
     uint g = h / (p.n_heads / p.n_kv_heads);
     uint kv_tok4 = p.kvcols / 4u;
-    uint pos = positions[4u * r];
     uvec2 map = row_map(r);
-    uint keys = min(pos + 1u, p.kv_len);
-    uint rh = r * p.n_heads + h; // the (row, head) of this unit: its q, output and records
+    uint rh = r * p.n_heads + h;
     if (tid < d4) qs[tid] = q[rh * d4 + tid];
     uint slices = T / d4;
     uint lane = tid % d4;
     uint slice = tid / d4;
     vec4 acc = vec4(0.0);
-    float m = NEG_INF;
-    float l = 0.0;
-    uint run = ((p.kv_len + T - 1u) / T + p.splits - 1u) / p.splits * T;
-    uint first = split * run;
-    uint end = min(keys, first + run);
+    m = NEG_INF;
+    l = 0.0;
     barrier();
     for (uint k0 = first; k0 < end; k0 += T) {
         uint j = k0 + tid;
@@ -487,25 +486,98 @@ void attention_unit(uint r, uint h, uint split) {
     }
     red4[tid] = slice < slices ? acc : vec4(0.0);
     barrier();
-    if (slice == 0u && tid < d4) {
-        vec4 sum = vec4(0.0);
+    vec4 sum = vec4(0.0);
+    if (tid < d4) {
         for (uint s = 0u; s < slices; s++) sum += red4[s * d4 + lane];
-        if (p.splits == 1u) {
-            attn[rh * d4 + lane] = sum / l;
-        } else {
-            uint rec = records_base() + (rh * p.splits + split) * (d4 + 1u);
-            if (tid == 0u) store4(rec, vec4(m, l, 0.0, 0.0));
-            store4(rec + 1u + lane, sum);
+    }
+    return sum;
+}
+
+// The keys row r attends: positions 0 ..= its position.
+uint keys_of(uint r) { return min(positions[4u * r] + 1u, p.kv_len); }
+
+// Attention with o (flag bit 3; the one-row variants only: steps of several rows keep o
+// a stage of its own, their kernels as measured), where the keys fit a few blocks: unit
+// (r, h, b) runs row r's head h over all its keys, then multiplies W_o's rows b · O_ROWS
+// .. (b + 1) · O_ROWS - 1 in head h's columns by that output and adds the products into
+// the stream with float atomics (every head's unit adds into the same rows, in no fixed
+// order). That is one stage and one grid barrier a layer fewer than attention, then o;
+// each head's attention runs once per block of rows, which is cheap only while the keys
+// are few. The weights are loaded after the attention, a few at a time: held in
+// registers through it (an early start to their wait), they made lavapipe compute wrong
+// streams, and more registers a thread can keep fewer workgroups resident, which the
+// grid barrier needs.
+const uint O_ROWS = 32u;
+const uint O_LANES = THREADS / O_ROWS; // threads a W_o row: each a share of its columns
+const uint O_LOADS = 4u; // W_o's vec4s a thread loads together
+
+// Attention's units of a head: its key runs, or with o its blocks of o's rows.
+uint attention_parts(bool with_o) {
+    return with_o ? (4u * p.hidden4 + O_ROWS - 1u) / O_ROWS : p.splits;
+}
+
+// Attention of row r's head h: over key run `piece` of p.splits, to attention's output
+// (one run) or to the run's record, the last run of the head to arrive merging them;
+// or, with o, over all its keys, times block `piece` of W_o's rows into the stream.
+void attention_unit(uint r, uint h, uint piece, bool with_o) {
+    uint tid = gl_LocalInvocationID.x;
+    uint d4 = p.head_dim / 4u;
+    uint rh = r * p.n_heads + h; // the (row, head) of this unit: its q, output and records
+    uint first = 0u;
+    uint end = keys_of(r);
+    if (!with_o) {
+        uint run = ((p.kv_len + THREADS - 1u) / THREADS + p.splits - 1u) / p.splits * THREADS;
+        first = piece * run;
+        end = min(end, first + run);
+    }
+    float m, l;
+    vec4 sum = attend(r, h, first, end, m, l);
+    if (with_o) {
+        if (tid < d4) qs[tid] = sum / l; // q is read: qs holds the output
+        barrier();
+        // Row o_row of W_o, a share of head h's columns a thread.
+        uint k4 = p.qcols / 4u;
+        uint o_row = piece * O_ROWS + tid / O_LANES;
+        bool inside = o_row < 4u * p.hidden4;
+        float y = 0.0;
+        for (uint c0 = tid % O_LANES; c0 < d4; c0 += O_LANES * O_LOADS) {
+            vec4 w[O_LOADS];
+            [[unroll]] for (uint u = 0u; u < O_LOADS; u++) {
+                uint c = c0 + u * O_LANES;
+                w[u] = inside && c < d4 ? load_w(1u, o_row * k4 + h * d4 + c) : vec4(0.0);
+            }
+            [[unroll]] for (uint u = 0u; u < O_LOADS; u++) {
+                uint c = c0 + u * O_LANES;
+                if (c < d4) y += dot(operand_a(qs[c]), w[u]);
+            }
+        }
+        red1[tid] = y;
+        barrier();
+        if (tid < O_ROWS && piece * O_ROWS + tid < 4u * p.hidden4) {
+            float total = 0.0;
+            for (uint i = 0u; i < O_LANES; i++) total += red1[tid * O_LANES + i];
+            float before = atomicAdd(xs[r * 4u * p.hidden4 + piece * O_ROWS + tid], total);
+            if (isnan(before + total) || isinf(before + total)) flags[slot_o()] = 1.0;
+        }
+    } else {
+        if (tid < d4) {
+            if (p.splits == 1u) {
+                attn[rh * d4 + tid] = sum / l;
+            } else {
+                uint rec = records_base() + (rh * p.splits + piece) * (d4 + 1u);
+                if (tid == 0u) store4(rec, vec4(m, l, 0.0, 0.0));
+                store4(rec + 1u + tid, sum);
+            }
+        }
+        if (p.splits > 1u) {
+            memoryBarrierBuffer();
+            barrier();
+            if (tid == 0u) last_arrival = atomicAdd(part[counter(rh)], 1u) == p.splits - 1u;
+            barrier();
+            if (last_arrival) merge_runs(rh);
         }
     }
-    if (p.splits > 1u) {
-        memoryBarrierBuffer();
-        barrier();
-        if (tid == 0u) last_arrival = atomicAdd(part[counter(rh)], 1u) == p.splits - 1u;
-        barrier();
-        if (last_arrival) merge_runs(rh);
-    }
-    barrier(); // qs, ps, red4 and last_arrival are written again by the next unit
+    barrier(); // qs, ps, red4, red1 and last_arrival are written again by the next unit
 }
 
 void main() {
@@ -535,19 +607,22 @@ void main() {
         grid_barrier();
         prefetch(2u, layer, 2u * p.ffn4, p.hidden4, slot_o() + 1u);
 
-        // 2. attention over each row's keys, one unit per (row, head, key run).
-        uint head_runs = p.n_heads * p.splits;
-        for (uint unit = wg; unit < n * head_runs; unit += groups) {
-            uint within = unit % head_runs;
-            attention_unit(unit / head_runs, within / p.splits, within % p.splits);
+        // 2. attention over each row's keys, one unit per (row, head, key run); then 3. o,
+        // added into the stream. Or both as one stage (see attention_unit).
+        bool with_o = ROWS == 1u && (p.flags & 8u) != 0u;
+        uint parts = attention_parts(with_o);
+        uint head_parts = p.n_heads * parts;
+        for (uint unit = wg; unit < n * head_parts; unit += groups) {
+            uint within = unit % head_parts;
+            attention_unit(unit / head_parts, within / parts, within % parts, with_o);
         }
-        grid_barrier();
-        prefetch(3u, layer, p.hidden4, p.ffn4, slot_o() + 1u);
-
-        // 3. o, added into the stream.
-        for (uint quad = wg; quad < p.hidden4; quad += groups) {
-            vec4 v = gemv_quad(1u, 4u * quad, p.qcols / 4u, ss);
-            if (tid < n) residual(tid, quad, v, slot_o());
+        if (!with_o) {
+            grid_barrier();
+            prefetch(3u, layer, p.hidden4, p.ffn4, slot_o() + 1u);
+            for (uint quad = wg; quad < p.hidden4; quad += groups) {
+                vec4 v = gemv_quad(1u, 4u * quad, p.qcols / 4u, ss);
+                if (tid < n) residual(tid, quad, v, slot_o());
+            }
         }
         grid_barrier();
         if (layer + 1u < p.layers) prefetch(0u, layer + 1u, qkv_quads, p.hidden4, slot_o() + 2u);

@@ -6,7 +6,12 @@
 //! and the layers instead of at a pipeline barrier. On an H100 a
 //! pipeline barrier between two dependent dispatches costs about 6 µs, and a decode step
 //! of SmolLM2 has 150 of them: more than its kernels' own time. A layer's weights and
-//! caches are elements of descriptor arrays, which the kernel indexes by layer.
+//! caches are elements of descriptor arrays, which the kernel indexes by layer. In a step
+//! of one sequence whose keys are few ([`ATTENTION_WITH_O_MAX_KEYS`]) attention and o run
+//! as one stage, four a layer: each head's output goes straight through its slice of W_o into the stream,
+//! added with float atomics (the sum of the heads in no fixed order, as the prefill's
+//! attention with o; [`crate::GpuOptions::unfused_output_projection`] keeps o a stage of
+//! its own).
 //!
 //! A grid barrier completes only if every workgroup of the grid runs at once, which Vulkan
 //! does not promise. [`GpuContext::decode_layer_workgroups`] sizes the grid to what the
@@ -38,18 +43,16 @@ use crate::pipelines::Shader;
 /// workgroups did not all run at once (a residual add that breaks the stream writes 1.0).
 pub const DECODE_LAYER_GAVE_UP: f32 = 2.0;
 
-/// Workgroups per multiprocessor of the decode layer's grid unless
-/// [`crate::GpuOptions::decode_layer_groups_per_sm`] says otherwise: 128-thread
-/// workgroups, a few KiB of shared memory each, so four fit beside each other on any
-/// NVIDIA multiprocessor of the last decade.
-pub const DECODE_LAYER_GROUPS_PER_SM: u32 = 4;
-
-/// Workgroups per multiprocessor in a step of several rows: the products keep each row's
-/// sums in registers. On an H100, 8 samples decoded 3353 tokens/s at 3 a multiprocessor,
-/// 3365 at 4 and 3113 at 2 (one run, medians); 3 leaves the grid barrier more room on
-/// devices with fewer registers a multiprocessor (at 4, with 20 KB of shared memory for
-/// the reductions then, an H100 did not keep every workgroup resident).
-pub const DECODE_LAYER_BATCHED_GROUPS_PER_SM: u32 = 3;
+/// Workgroups per multiprocessor of the decode layer's grid, steps of one row and of
+/// several alike, unless [`crate::GpuOptions::decode_layer_groups_per_sm`] says
+/// otherwise: 128-thread workgroups, a few KiB of shared memory each. On an H100 (one
+/// run each, medians): one sequence's tg128 at 962 tokens/s at 3 against 917 at 4 (with
+/// attention and o as one stage, whose 162 units leave most of the grid idle at that
+/// stage's barrier); 8 samples at 3353 at 3, 3365 at 4 and 3113 at 2. 3 also leaves the
+/// grid barrier room on devices with fewer registers a multiprocessor (at 4, with 20 KB
+/// of shared memory for the several-row reductions then, an H100 did not keep every
+/// workgroup resident).
+pub const DECODE_LAYER_GROUPS_PER_SM: u32 = 3;
 
 /// Layers a dispatch of [`GpuBatch::decode_layers`] runs unless
 /// [`crate::GpuOptions::decode_layers_per_dispatch`] says otherwise: up to 64, the whole
@@ -91,6 +94,16 @@ const KEY_BLOCK: usize = 128;
 /// merge loads each run's max and sum with a thread of its own (128 a workgroup).
 const MAX_SPLITS: usize = 64;
 const _: () = assert!(MAX_SPLITS <= 128);
+
+/// Most keys (a step's [`DecodeLayers::keys`]) at which a step of one sequence runs
+/// attention and o as one stage (`decode_layer.glsl`'s `attention_unit` with o, unless
+/// [`crate::GpuOptions::unfused_output_projection`]): each head's attention then runs
+/// once per block of 32 of o's rows, 18 times for SmolLM2, over every key in one
+/// workgroup, which costs less than a stage and a grid barrier only while the keys are a
+/// few blocks. Steps of several sequences keep o a stage of its own: compiled into the
+/// several-row kernel, the stage made lavapipe compute wrong streams even in steps that
+/// did not take it.
+const ATTENTION_WITH_O_MAX_KEYS: usize = 4 * KEY_BLOCK;
 
 /// One llama decoder layer's own buffers for [`GpuBatch::decode_layers`]: every matrix
 /// dense, the weights f32 or f16 (every layer's alike; the products then round their
@@ -161,8 +174,8 @@ impl GpuContext {
     /// Workgroups of [`GpuBatch::decode_layers`]'s grid on this device, or `None` where it
     /// does not run (see the module note): the device's multiprocessors times
     /// [`DECODE_LAYER_GROUPS_PER_SM`] where the driver reports them, one on a CPU
-    /// implementation; `None` without subgroup arithmetic, without dynamic indexing of
-    /// storage-buffer arrays or room for the kernel's bindings, or with
+    /// implementation; `None` without subgroup arithmetic, float atomic adds to buffers,
+    /// dynamic indexing of storage-buffer arrays or room for the kernel's bindings, or with
     /// [`crate::GpuOptions::five_dispatch_decode`].
     pub fn decode_layer_workgroups(&self) -> Option<u32> {
         self.decode_layer_grid(1)
@@ -182,10 +195,8 @@ impl GpuContext {
         }
     }
 
-    /// Workgroups of the grid of a step of `rows` sequences: as
-    /// [`GpuContext::decode_layer_workgroups`], with
-    /// [`DECODE_LAYER_BATCHED_GROUPS_PER_SM`] a multiprocessor for several rows unless
-    /// [`crate::GpuOptions::decode_layer_groups_per_sm`] says otherwise.
+    /// Workgroups of the grid of a step of `rows` sequences (see
+    /// [`GpuContext::decode_layer_workgroups`]).
     fn decode_layer_grid(&self, rows: usize) -> Option<u32> {
         self.decode_layer_kernel(rows, Elem::F32)?;
         if self.info.kind == crate::DeviceKind::Cpu {
@@ -193,11 +204,9 @@ impl GpuContext {
         }
         // An asked-for count holds for every width (the grid barrier refuses one that
         // does not fit, by name).
-        let per_sm = match (self.decode_layer_groups_per_sm, rows) {
-            (Some(asked), _) => asked,
-            (None, 1) => DECODE_LAYER_GROUPS_PER_SM,
-            (None, _) => DECODE_LAYER_BATCHED_GROUPS_PER_SM,
-        };
+        let per_sm = self
+            .decode_layer_groups_per_sm
+            .unwrap_or(DECODE_LAYER_GROUPS_PER_SM);
         self.info
             .multiprocessors
             .map(|sm| sm.saturating_mul(per_sm).max(1))
@@ -233,7 +242,13 @@ impl GpuContext {
             _ => return None,
         };
         let i = &self.info;
-        if !i.subgroup_arithmetic || !i.storage_buffer_array_indexing || self.five_dispatch_decode {
+        // Attention with o adds into the stream with float atomics (the kernel declares
+        // them, so it cannot even be built for a device without).
+        if !i.subgroup_arithmetic
+            || !i.storage_buffer_array_indexing
+            || !i.float_atomic_add
+            || self.five_dispatch_decode
+        {
             return None;
         }
         let cpu = i.kind == crate::DeviceKind::Cpu;
@@ -288,8 +303,9 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         ) else {
             return Err(shape(
                 OP,
-                "this device runs no decode layer kernel (no subgroup arithmetic, no \
-                 indexing of buffer arrays, no multiprocessor count, or switched off): \
+                "this device runs no decode layer kernel (no subgroup arithmetic, no float \
+                 atomic adds, no indexing of buffer arrays, no multiprocessor count, or \
+                 switched off): \
                  record the five dispatches a layer",
             ));
         };
@@ -319,6 +335,9 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         )?;
         job.zero_once(&part)?;
         let prefetch = job.ctx().decode_layer_prefetch;
+        let attention_with_o = s.rows == 1
+            && !job.ctx().unfused_output_projection
+            && l.keys <= ATTENTION_WITH_O_MAX_KEYS;
         let (q, attn, hidden) = l.scratch;
         let (flags, first_slot) = l.flags;
         for (dispatch, run) in runs.enumerate() {
@@ -333,6 +352,7 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
                 (l.angles.ld_words() / 2) as u32,
                 u32::from(l.style == RopeStyle::HalfSplit) << 1
                     | u32::from(prefetch) << 2
+                    | u32::from(attention_with_o) << 3
                     | (s.rows as u32) << 8,
                 s.n_heads as u32,
                 s.n_kv_heads as u32,

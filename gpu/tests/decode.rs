@@ -294,15 +294,16 @@ fn embedding_gather_and_greedy_sampling_replay_with_new_inputs() {
 
 #[test]
 fn one_dispatch_decode_layers_equal_their_five_dispatches_each() {
-    // Three llama layers recorded as one dispatch (grid barriers between their stages and
+    // Six llama layers recorded as one dispatch (grid barriers between their stages and
     // between the layers) against the same layers as five dispatches each (q/k/v,
     // attention, o, gate/up, down), replayed at positions that split the attention into
-    // one to three key runs (of 128 keys: the last run's record merged with the others')
+    // one to three key runs (of 128 keys: with o a stage of its own, the last run's record
+    // merged with the others'; with attention and o as one stage, every key in one run)
     // at the positions replayed: the stream, every layer's new cache row and the flags
     // agree. The products are summed in the same order by both (128 threads, a subgroup
-    // sum); attention walks blocks of 128 keys against 64, so the stream's tolerance is
-    // attention's, `1e-5` of the values' scale, widened by the products to 1e-4.
-    // Both widths of the kernel.
+    // sum) but for o as part of attention (its heads added in any order); attention walks
+    // blocks of 128 keys against 64, so the stream's tolerance is attention's, `1e-5` of
+    // the values' scale, widened by the products to 1e-4. Both widths of the kernel.
     at_both_widths(|ctx| layers_against_five_dispatches(ctx, Elem::F32));
 }
 
@@ -461,6 +462,12 @@ fn layers_against_five_dispatches(ctx: Arc<hetsched_gpu::GpuContext>, weights: E
             position_in.write(&[pos as u32]).unwrap();
             step.submit().unwrap();
         }
+        // A grid barrier that gave up leaves a stream of no meaning: say so first.
+        let flags = ctx.download_f32(&ways[1].4).unwrap();
+        assert!(
+            !flags.contains(&hetsched_gpu::DECODE_LAYER_GAVE_UP),
+            "at {pos}: a grid barrier gave up (flags {flags:?})"
+        );
         let [want, got] = ways.each_ref().map(|w| read(&w.2));
         let scale = vec![want.iter().fold(1f32, |m, v| m.max(v.abs())); hidden];
         let tolerance = match weights {
@@ -707,12 +714,16 @@ fn layers_over<'a>(
 }
 
 /// Runs `body` on a device context at both widths of the one-dispatch kernel: every layer
-/// in one dispatch (the default), and one layer a dispatch (a CPU implementation runs one
-/// a dispatch either way); skips where the kernel does not run.
+/// in one dispatch (the default) with attention and o as one stage (the default where the
+/// keys are few, as in every caller here), and one layer a dispatch (a CPU implementation
+/// runs one a dispatch either way) with o a stage of its own after attention's key runs
+/// are merged (`unfused_output_projection`): each width and each way of o once, not every
+/// pair, for the test's time on lavapipe. Skips where the kernel does not run.
 fn at_both_widths(body: impl Fn(Arc<hetsched_gpu::GpuContext>)) {
-    for per_dispatch in [None, Some(1)] {
+    for (per_dispatch, o_apart) in [(None, false), (Some(1), true)] {
         let options = GpuOptions {
             decode_layers_per_dispatch: per_dispatch,
+            unfused_output_projection: o_apart,
             ..GpuOptions::default()
         };
         let Some(ctx) = common::gpu_with(options) else {

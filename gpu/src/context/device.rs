@@ -72,8 +72,10 @@ pub struct GpuOptions {
     pub one_row_gemv_tree: bool,
     /// Keep the output projection a GEMM of its own after attention (a layer of 5
     /// dispatches) even where attention could add it into the residual stream itself
-    /// ([`GpuContext::attention_fuses_output`]): the deterministic path (the fused one
-    /// sums the heads' products with float atomics, in no fixed order).
+    /// ([`GpuContext::attention_fuses_output`]), and a stage of its own in the
+    /// one-dispatch decode layers ([`crate::GpuBatch::decode_layers`]): the deterministic
+    /// path (the fused one sums the heads' products with float atomics, in no fixed
+    /// order).
     ///
     /// [`GpuContext::attention_fuses_output`]: crate::GpuContext::attention_fuses_output
     pub unfused_output_projection: bool,
@@ -83,12 +85,11 @@ pub struct GpuOptions {
     /// [`GpuContext::decode_layer_workgroups`]: crate::GpuContext::decode_layer_workgroups
     pub five_dispatch_decode: bool,
     /// Workgroups per multiprocessor of the one-dispatch decode layer's grid, steps of
-    /// one row and of several alike (`None`: [`DECODE_LAYER_GROUPS_PER_SM`] for one row,
-    /// [`DECODE_LAYER_BATCHED_GROUPS_PER_SM`] for several). More than the device keeps
-    /// resident at once makes every step fail (see [`crate::GpuBatch::decode_layers`]).
+    /// one row and of several alike (`None`: [`DECODE_LAYER_GROUPS_PER_SM`]). More than
+    /// the device keeps resident at once makes every step fail (see
+    /// [`crate::GpuBatch::decode_layers`]).
     ///
     /// [`DECODE_LAYER_GROUPS_PER_SM`]: crate::DECODE_LAYER_GROUPS_PER_SM
-    /// [`DECODE_LAYER_BATCHED_GROUPS_PER_SM`]: crate::DECODE_LAYER_BATCHED_GROUPS_PER_SM
     pub decode_layer_groups_per_sm: Option<u32>,
     /// The one-dispatch decode layers prefetch a later stage's weights: each stage starts
     /// the loads of the next product's weight rows into the cache. Off by default: on an
