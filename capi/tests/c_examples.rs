@@ -19,10 +19,11 @@ use common::test_model;
 
 /// The folder holding libhetsched_capi.so, built for these tests: cargo builds only the
 /// rlib for an integration test, so the shared library is built here, once, by the same
-/// cargo and profile. The whole workspace is named so that every dependency keeps the
-/// features the README's `cargo test --workspace` unified: under that command every unit
-/// is already built and only the link step is new (with `-p hetsched-capi` alone the
-/// dependencies would be compiled again with fewer features).
+/// cargo and profile. The whole workspace with every feature is named so that every
+/// dependency keeps the features the README's `cargo test --workspace --all-features`
+/// unified: under that command every unit is already built and only the link step is new
+/// (with `-p hetsched-capi` alone, or without the features, the crates above the kernels
+/// would be compiled again).
 fn library_dir() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
@@ -42,7 +43,7 @@ fn library_dir() -> PathBuf {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let status = Command::new(cargo)
                 .args(["build", "--profile", &profile])
-                .args(["--workspace", "--lib", "--tests"])
+                .args(["--workspace", "--all-features", "--lib", "--tests"])
                 .status()
                 .expect("run cargo");
             assert!(status.success(), "cargo could not build the shared library");
