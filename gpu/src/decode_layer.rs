@@ -8,10 +8,10 @@
 //! of SmolLM2 has 150 of them: more than its kernels' own time. A layer's weights and
 //! caches are elements of descriptor arrays, which the kernel indexes by layer. In a step
 //! of one sequence whose keys are few ([`ATTENTION_WITH_O_MAX_KEYS`]) attention and o run
-//! as one stage, four a layer: each head's output goes straight through its slice of W_o into the stream,
-//! added with float atomics (the sum of the heads in no fixed order, as the prefill's
-//! attention with o; [`crate::GpuOptions::unfused_output_projection`] keeps o a stage of
-//! its own).
+//! as one stage, four stages a layer: each head's output goes through its slice of W_o
+//! straight into the stream, added with float atomics (the sum of the heads in no fixed
+//! order, as the prefill's attention with o;
+//! [`crate::GpuOptions::unfused_output_projection`] keeps o a stage of its own).
 //!
 //! A grid barrier completes only if every workgroup of the grid runs at once, which Vulkan
 //! does not promise. [`GpuContext::decode_layer_workgroups`] sizes the grid to what the
@@ -45,10 +45,11 @@ pub const DECODE_LAYER_GAVE_UP: f32 = 2.0;
 
 /// Workgroups per multiprocessor of the decode layer's grid, steps of one row and of
 /// several alike, unless [`crate::GpuOptions::decode_layer_groups_per_sm`] says
-/// otherwise: 128-thread workgroups, a few KiB of shared memory each. On an H100 (one
-/// run each, medians): one sequence's tg128 at 962 tokens/s at 3 against 917 at 4 (with
-/// attention and o as one stage, whose 162 units leave most of the grid idle at that
-/// stage's barrier); 8 samples at 3353 at 3, 3365 at 4 and 3113 at 2. 3 also leaves the
+/// otherwise: 128-thread workgroups, a few KiB of shared memory each. On an H100
+/// (medians): one sequence's tg128 at 962 and 918 tokens/s at 3 against 917 and 907 at 4
+/// in two runs (with attention and o as one stage, whose 162 units leave most of the
+/// grid idle at that stage's barrier); 8 samples at 3353 at 3, 3365 at 4 and 3113 at 2
+/// (one run). 3 also leaves the
 /// grid barrier room on devices with fewer registers a multiprocessor (at 4, with 20 KB
 /// of shared memory for the several-row reductions then, an H100 did not keep every
 /// workgroup resident).
@@ -100,9 +101,8 @@ const _: () = assert!(MAX_SPLITS <= 128);
 /// [`crate::GpuOptions::unfused_output_projection`]): each head's attention then runs
 /// once per block of 32 of o's rows, 18 times for SmolLM2, over every key in one
 /// workgroup, which costs less than a stage and a grid barrier only while the keys are a
-/// few blocks. Steps of several sequences keep o a stage of its own: compiled into the
-/// several-row kernel, the stage made lavapipe compute wrong streams even in steps that
-/// did not take it.
+/// few blocks. Steps of several sequences keep o a stage of its own (the several-row
+/// kernels leave the stage out; it is not measured there).
 const ATTENTION_WITH_O_MAX_KEYS: usize = 4 * KEY_BLOCK;
 
 /// One llama decoder layer's own buffers for [`GpuBatch::decode_layers`]: every matrix
