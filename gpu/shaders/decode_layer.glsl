@@ -8,11 +8,11 @@
 // the five stages the step otherwise runs as five dispatches (q/k/v with the norm
 // prologue, RoPE and the cache write; attention over the cache; o with the residual add;
 // gate/up with the norm prologue and SiLU·up; down with the residual add), or four in a
-// step of one row whose keys are few (attention and o as one stage, see attention_unit), separated by
-// grid barriers instead of pipeline barriers. A pipeline barrier between dependent
-// dispatches costs about 6 µs on an H100 (a dispatch drains before the next starts),
-// more than most of a decode step's small products take; a grid barrier is one atomic
-// add per workgroup and a spin on the counter in L2.
+// step of one row whose keys are few (attention and o as one stage, see
+// attention_unit), separated by grid barriers instead of pipeline barriers. A pipeline
+// barrier between dependent dispatches costs about 6 µs on an H100 (a dispatch drains
+// before the next starts), more than most of a decode step's small products take; a
+// grid barrier is one atomic add per workgroup and a spin on the counter in L2.
 //
 // The workgroups are persistent: each walks the units of a stage (a quad of output
 // columns, or a (head, key run) of attention) with a stride of the grid, then meets every
@@ -592,7 +592,9 @@ void main() {
     for (layer = 0u; layer < p.layers; layer++) {
         uint qkv_quads = (p.qcols + 2u * p.kvcols) / 4u;
         if (layer > 0u) grid_barrier(); // the stream the last layer's down wrote
-        prefetch(1u, layer, p.hidden4, p.qcols / 4u, slot_o());
+        bool with_o = ROWS == 1u && (p.flags & 8u) != 0u; // attention and o as one stage
+        // o's rows as the o stage's quads assign them: no use to attention with o.
+        if (!with_o) prefetch(1u, layer, p.hidden4, p.qcols / 4u, slot_o());
 
         // 1. q/k/v: the norm prologue, RoPE, q to Q and k, v to the caches' row of each
         // token's position (thread r the epilogue of row r).
@@ -609,7 +611,6 @@ void main() {
 
         // 2. attention over each row's keys, one unit per (row, head, key run); then 3. o,
         // added into the stream. Or both as one stage (see attention_unit).
-        bool with_o = ROWS == 1u && (p.flags & 8u) != 0u;
         uint parts = attention_parts(with_o);
         uint head_parts = p.n_heads * parts;
         for (uint unit = wg; unit < n * head_parts; unit += groups) {

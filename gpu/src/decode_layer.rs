@@ -49,10 +49,9 @@ pub const DECODE_LAYER_GAVE_UP: f32 = 2.0;
 /// (medians): one sequence's tg128 at 962 and 918 tokens/s at 3 against 917 and 907 at 4
 /// in two runs (with attention and o as one stage, whose 162 units leave most of the
 /// grid idle at that stage's barrier); 8 samples at 3353 at 3, 3365 at 4 and 3113 at 2
-/// (one run). 3 also leaves the
-/// grid barrier room on devices with fewer registers a multiprocessor (at 4, with 20 KB
-/// of shared memory for the several-row reductions then, an H100 did not keep every
-/// workgroup resident).
+/// (one run). 3 also leaves the grid barrier room on devices with fewer registers a
+/// multiprocessor (at 4, with 20 KB of shared memory for the several-row reductions
+/// then, an H100 did not keep every workgroup resident).
 pub const DECODE_LAYER_GROUPS_PER_SM: u32 = 3;
 
 /// Layers a dispatch of [`GpuBatch::decode_layers`] runs unless
