@@ -58,6 +58,10 @@
 #       batched steps, decode tokens/s summed over the samples; tg-hetsched-nNgG with G
 #       workgroups a multiprocessor), tg-hetsched-sN N samples
 #       at temperature 0.8 (each step reads the logits back for the host's sampler).
+#       tgd-hetsched-cC decodes 128 tokens after a prompt of the prompt file's first C
+#       characters (the keys a step attends grow from the prompt's tokens);
+#       tgd-hetsched-cC-okN the same with attention and o as one stage up to N keys
+#       (HETSCHED_GPU_DECODE_O_MAX_KEYS=N), tgd-hetsched-cC-unfused-o with o apart.
 set -euo pipefail
 model_name=SmolLM2-135M-Instruct.Q4_1.gguf
 lengths="557 2048 4096"
@@ -166,8 +170,10 @@ remote)
   }
   # Decode, one sequence: hetsched's greedy turn of N tokens after a short prompt (the
   # step recorded once and replayed), llama.cpp's tgN (llama-bench -p 0 -n N).
-  hetsched_tg() { # binary tokens [generate options]
-    "$1" generate --model /tmp/model.gguf --prompt "The capital of France is" \
+  hetsched_tg() { # binary tokens [generate options] (a --prompt-file among them replaces the short prompt)
+    local prompt=(--prompt "The capital of France is")
+    [[ " ${*:3} " == *" --prompt-file "* ]] && prompt=()
+    "$1" generate --model /tmp/model.gguf "${prompt[@]}" \
       --backends gpu --precision f32 --max-tokens "$2" --ignore-eos --json "${@:3}" 2>/dev/null |
       tee -a "$out/generate.jsonl" |
       python3 -c 'import json,sys
@@ -230,6 +236,15 @@ print(last["decode_tokens_per_s"])'
             tg-hetsched-s*) # N samples at temperature 0.8 decoded together
               [ "$n" = "$first" ] || continue; label=tg128
               tps=$(hetsched_tg /tmp/hetsched 128 --n "${row#tg-hetsched-s}" --temperature 0.8 --seed 1 || echo nan) ;;
+            tgd-hetsched-c*) # decode after the prompt file's first C characters (-okN, -unfused-o: see above)
+              [ "$n" = "$first" ] || continue; label=tg128
+              spec=${row#tgd-hetsched-c} chars=${spec%%-*}
+              head -c "$chars" "$here/prompt.txt" >"/tmp/prompt-$chars.txt"
+              tps=$( case $spec in
+                  *-ok*) export HETSCHED_GPU_DECODE_O_MAX_KEYS=${spec#*-ok} ;;
+                  *-unfused-o) export HETSCHED_GPU_UNFUSED_O=1 ;;
+                esac
+                hetsched_tg /tmp/hetsched 128 --prompt-file "/tmp/prompt-$chars.txt" || echo nan) ;;
             tg-llama.cpp:*) [ "$n" = "$first" ] || continue; tps=$(llama_tg "${row#tg-llama.cpp:}" 128 || echo nan); label=tg128 ;;
             llama.cpp:*) tps=$(llama_tps "${row#llama.cpp:}" "$n" || echo nan) ;;
             hetsched-f32attn) tps=$(HETSCHED_GPU_F32_ATTENTION=1 hetsched_tps /tmp/hetsched "$n" || echo nan) ;;

@@ -11,7 +11,8 @@ use crate::CliError;
 /// `HETSCHED_GPU_FIVE_DISPATCH_DECODE=1`, `HETSCHED_GPU_DECODE_PREFETCH=1`,
 /// `HETSCHED_GPU_ATTN_MIN_KEY_BLOCKS=N`,
 /// `HETSCHED_GPU_DECODE_MIN_KEY_BLOCKS=N`, `HETSCHED_GPU_DECODE_GROUPS_PER_SM=N` and
-/// `HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N` (N ≥ 1).
+/// `HETSCHED_GPU_DECODE_LAYERS_PER_DISPATCH=N` (N ≥ 1), and
+/// `HETSCHED_GPU_DECODE_O_MAX_KEYS=N` (N ≥ 0).
 pub fn gpu_kernels() -> Result<GpuKernelOptions, CliError> {
     Ok(GpuKernelOptions {
         f32_attention: is_one("HETSCHED_GPU_F32_ATTENTION"),
@@ -30,6 +31,11 @@ pub fn gpu_kernels() -> Result<GpuKernelOptions, CliError> {
             "a whole number of workgroups, at least 1",
         )?
         .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        decode_attention_with_o_max_keys: at_least(
+            "HETSCHED_GPU_DECODE_O_MAX_KEYS",
+            0,
+            "a whole number of keys",
+        )?,
     })
 }
 
@@ -41,10 +47,19 @@ fn key_blocks(variable: &'static str) -> Result<Option<usize>, CliError> {
 /// The whole number, at least 1, that `variable` holds (`None` unset); `expected` says
 /// what it counts, for the error.
 fn whole(variable: &'static str, expected: &'static str) -> Result<Option<usize>, CliError> {
+    at_least(variable, 1, expected)
+}
+
+/// The whole number, at least `least`, that `variable` holds (`None` unset).
+fn at_least(
+    variable: &'static str,
+    least: usize,
+    expected: &'static str,
+) -> Result<Option<usize>, CliError> {
     match std::env::var(variable) {
         Err(_) => Ok(None),
         Ok(value) => match value.parse::<usize>() {
-            Ok(n) if n >= 1 => Ok(Some(n)),
+            Ok(n) if n >= least => Ok(Some(n)),
             _ => Err(CliError::GpuEnvironment {
                 variable,
                 value,

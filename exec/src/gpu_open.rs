@@ -64,6 +64,7 @@ pub(crate) fn gpu_context(
         one_row_gemv_tree: kernels.one_row_gemv_tree,
         five_dispatch_decode: kernels.five_dispatch_decode,
         decode_layer_groups_per_sm: kernels.decode_layer_groups_per_sm,
+        decode_attention_with_o_max_keys: kernels.decode_attention_with_o_max_keys,
         decode_layer_prefetch: kernels.decode_layer_prefetch,
         decode_layers_per_dispatch: kernels.decode_layers_per_dispatch,
         ..Default::default()

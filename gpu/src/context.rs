@@ -60,6 +60,8 @@ pub struct GpuContext {
     pub(crate) five_dispatch_decode: bool,
     /// [`GpuOptions::decode_layer_groups_per_sm`].
     pub(crate) decode_layer_groups_per_sm: Option<u32>,
+    /// [`GpuOptions::decode_attention_with_o_max_keys`].
+    pub(crate) decode_attention_with_o_max_keys: Option<usize>,
     /// [`GpuOptions::decode_layer_prefetch`].
     pub(crate) decode_layer_prefetch: bool,
     /// [`GpuOptions::decode_layers_per_dispatch`].
@@ -145,6 +147,7 @@ impl GpuContext {
             one_row_gemv_subgroup,
             five_dispatch_decode: options.five_dispatch_decode,
             decode_layer_groups_per_sm: options.decode_layer_groups_per_sm,
+            decode_attention_with_o_max_keys: options.decode_attention_with_o_max_keys,
             decode_layer_prefetch: options.decode_layer_prefetch,
             decode_layers_per_dispatch: options.decode_layers_per_dispatch,
             unused_bindings: std::sync::OnceLock::new(),

@@ -100,7 +100,7 @@ const _: () = assert!(MAX_SPLITS <= 128);
 /// once per block of o's rows (of 32 for one sequence, 18 times for SmolLM2; of 64 or
 /// 128 for several), over every key in one workgroup, which costs less than a stage and
 /// a grid barrier only while the keys are a few blocks.
-const ATTENTION_WITH_O_MAX_KEYS: usize = 4 * KEY_BLOCK;
+pub const ATTENTION_WITH_O_MAX_KEYS: usize = 4 * KEY_BLOCK;
 
 /// One llama decoder layer's own buffers for [`GpuBatch::decode_layers`]: every matrix
 /// dense, the weights f32 or f16 (every layer's alike; the products then round their
@@ -332,8 +332,12 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         )?;
         job.zero_once(&part)?;
         let prefetch = job.ctx().decode_layer_prefetch;
-        let attention_with_o =
-            !job.ctx().unfused_output_projection && l.keys <= ATTENTION_WITH_O_MAX_KEYS;
+        let ctx = job.ctx();
+        let attention_with_o = !ctx.unfused_output_projection
+            && l.keys
+                <= ctx
+                    .decode_attention_with_o_max_keys
+                    .unwrap_or(ATTENTION_WITH_O_MAX_KEYS);
         let (q, attn, hidden) = l.scratch;
         let (flags, first_slot) = l.flags;
         for (dispatch, run) in runs.enumerate() {

@@ -48,8 +48,9 @@ pub use buffers::{Elem, GpuArena, GpuMatrix};
 pub use context::{DeviceInfo, DeviceKind, GpuContext, GpuOptions};
 pub use decode::{GEMV_MAX_ROWS, HostMatrix, RecordedBatch};
 pub use decode_layer::{
-    DECODE_LAYER_GAVE_UP, DECODE_LAYER_GROUPS_PER_SM, DECODE_LAYER_MAX_ROWS,
-    DECODE_LAYERS_PER_DISPATCH, DecodeLayerCounters, DecodeLayerWeights, DecodeLayers,
+    ATTENTION_WITH_O_MAX_KEYS, DECODE_LAYER_GAVE_UP, DECODE_LAYER_GROUPS_PER_SM,
+    DECODE_LAYER_MAX_ROWS, DECODE_LAYERS_PER_DISPATCH, DecodeLayerCounters, DecodeLayerWeights,
+    DecodeLayers,
 };
 pub use error::{GpuError, Result};
 pub use family::QkvFinish;

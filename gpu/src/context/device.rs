@@ -91,6 +91,12 @@ pub struct GpuOptions {
     ///
     /// [`DECODE_LAYER_GROUPS_PER_SM`]: crate::DECODE_LAYER_GROUPS_PER_SM
     pub decode_layer_groups_per_sm: Option<u32>,
+    /// Most keys at which a decode step in the one-dispatch layers runs attention and o
+    /// as one stage (`None`: [`ATTENTION_WITH_O_MAX_KEYS`]; 0 never, as
+    /// [`GpuOptions::unfused_output_projection`] does at every length).
+    ///
+    /// [`ATTENTION_WITH_O_MAX_KEYS`]: crate::ATTENTION_WITH_O_MAX_KEYS
+    pub decode_attention_with_o_max_keys: Option<usize>,
     /// The one-dispatch decode layers prefetch a later stage's weights: each stage starts
     /// the loads of the next product's weight rows into the cache. Off by default: on an
     /// H100 it slowed the whole step in one dispatch from 815 to 768 tokens/s (tg128).
