@@ -19,7 +19,7 @@
 //! (`vpmovsxbw`) and multiplied with the activation quad widened once per group
 //! (`vpmaddwd`); each of a block's four column quarters keeps an accumulator of column
 //! pairs of partial sums, folded at the end of the block. Both prefetch
-//! `AVX2_PREFETCH_BYTES` ahead: the product does little arithmetic per byte, so its
+//! `PREFETCH_BYTES` (`gemm_i8/avx2.rs`) ahead: the product does little arithmetic per byte, so its
 //! loads would otherwise wait on memory.
 //!
 //! The scalar twin walks the same packed layout. All are tested for exact equality with
@@ -38,11 +38,6 @@ use crate::tiling::BLOCK;
 
 /// Bytes of one k-group of one packed block (16 columns × 4 k).
 const GROUP_BYTES: usize = BLOCK * 4;
-
-/// How far ahead of the group multiplied the AVX2 kernel requests weight bytes: 12 KiB,
-/// a block or more of SmolLM2's (9 or 24 KiB), as the blocks follow each other in memory.
-#[cfg(target_arch = "x86_64")]
-const AVX2_PREFETCH_BYTES: usize = 12 * 1024;
 
 /// One INT8 activation row prepared for [`gemv_i8`]: the values, the same values as
 /// `v + 128` (u8) padded to whole groups of 4 with an encoded zero (the VNNI operand),
@@ -151,8 +146,8 @@ fn scalar_block(x: &I8Vector, w: &PackedI8Weights, b: usize, lanes: &mut [i32; B
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{AVX2_PREFETCH_BYTES, BLOCK, GROUP_BYTES, I8Vector, PackedI8Weights};
-    use crate::gemm_i8::avx2::fold_pairs;
+    use super::{BLOCK, GROUP_BYTES, I8Vector, PackedI8Weights};
+    use crate::gemm_i8::avx2::{PREFETCH_BYTES, fold_pairs};
 
     /// Block `b` times the biased activation, four `vpdpbusd` chains, bias removed.
     ///
@@ -236,7 +231,7 @@ mod x86 {
     }
 
     /// Adds one group's products to `acc` (columns 0..8 and 8..16), the group's
-    /// weights requested [`AVX2_PREFETCH_BYTES`] ahead; `quad` is the activations'
+    /// weights requested [`PREFETCH_BYTES`] ahead; `quad` is the activations'
     /// `v + 128`, `magnitude` their `|v|`.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -246,7 +241,7 @@ mod x86 {
         quad: [u8; 4],
         magnitude: [u8; 4],
     ) {
-        let ahead = group.as_ptr().wrapping_add(AVX2_PREFETCH_BYTES);
+        let ahead = group.as_ptr().wrapping_add(PREFETCH_BYTES);
         // A hint: it never faults, so an address past the weights is harmless.
         _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
         let signs = _mm256_set1_epi32(i32::from_le_bytes(quad) ^ i32::from_le_bytes([0x80; 4]));
@@ -279,7 +274,7 @@ mod x86 {
         // Columns 4q..4q + 4 of each group, as pairs of i32 per column (k 0 + 1, 2 + 3).
         let mut quarters = [_mm256_setzero_si256(); 4];
         for (group, quad) in groups.iter().zip(a) {
-            let ahead = group.as_ptr().wrapping_add(AVX2_PREFETCH_BYTES);
+            let ahead = group.as_ptr().wrapping_add(PREFETCH_BYTES);
             // A hint: it never faults, so an address past the weights is harmless.
             _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
             // The quad's 4 values as i16, repeated for the 4 columns of a quarter.

@@ -45,6 +45,13 @@ const MR: usize = 4;
 /// Rows per microtile of the widened form (four accumulators a row).
 const MR_WIDENED: usize = 3;
 
+/// How far ahead of the group multiplied the AVX2 kernels (this GEMM's signed-pairs
+/// form, the matrix-vector product's two) request weight bytes: 12 KiB, a block or more
+/// of SmolLM2's (9 or 24 KiB), as the blocks follow each other in memory. With a few
+/// rows the products do little arithmetic per weight byte, so their loads would
+/// otherwise wait on memory.
+pub(crate) const PREFETCH_BYTES: usize = 12 * 1024;
+
 /// `out[m, cols] = a[m, k] · wᵀ` (compact tile) with AVX2: the signed-pairs form when
 /// the weights allow it, else the widened form. Shapes and the CPU's features are
 /// checked by the caller ([`crate::tile_args::Variants::run`]).
@@ -138,6 +145,9 @@ fn signed_pairs<const R: usize>(
     // acc[r][h]: columns 8h..8h + 8 of row r.
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for (group, rows) in groups.iter().zip(quads) {
+        let ahead = group.as_ptr().wrapping_add(PREFETCH_BYTES);
+        // A hint: it never faults, so an address past the weights is harmless.
+        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
         // SAFETY: `group` is exactly 64 readable bytes, two 32-byte loads; loadu needs
         // no alignment.
         let wv = unsafe {
