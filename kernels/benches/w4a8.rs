@@ -13,6 +13,9 @@
 //! A fourth, `decode_rows`, times the W8A8 product of a batched decode step (M = 1, 2, 4
 //! and 8 rows, one per sequence) over the same matrices, in rows × weight bytes per
 //! second: against `decode_gemv`'s `w8a8`, it gives what a row costs in a batch of M.
+//! The INT8 weights lie in `[-127, 127]`, as the quantizers produce them; the rows named
+//! `widened` hold -128 too, which sends the AVX2 kernels to their exact widening form
+//! (`gemm_i8/avx2.rs`): against the plain rows, what the signed-pairs form buys.
 //! A fifth, `decode_shapes`, times the one-row product of each of SmolLM2's matrix shapes
 //! alone (one matrix again and again, from the cache), INT8 against `w4a8-g32`, in weight
 //! bytes per second.
@@ -28,6 +31,11 @@ use hetsched_kernels::{
     scale_for_max_abs_fast,
 };
 
+/// `len` INT8 weights in `[-127, 127]`, the range the weight quantizers produce.
+fn symmetric_i8s(rng: &mut SeededRng, len: usize) -> Vec<i8> {
+    rng.i8s(len).iter().map(|&v| v.max(-127)).collect()
+}
+
 /// (name, m, k, n): SmolLM2's FFN up/gate and down projections at chunk lengths.
 const SHAPES: [(&str, usize, usize, usize); 4] = [
     ("gate m=16", 16, 576, 1536),
@@ -42,7 +50,14 @@ fn w4a8_vs_w8a8(c: &mut Criterion) {
     for (name, m, k, n) in SHAPES {
         let a = rng.i8s(m * k);
         let w = rng.f32s(n * k);
-        let w8 = PackedI8Weights::pack(&rng.i8s(n * k), n, k);
+        let drawn = rng.i8s(n * k);
+        let w8 = PackedI8Weights::pack(
+            &drawn.iter().map(|&v| v.max(-127)).collect::<Vec<_>>(),
+            n,
+            k,
+        );
+        let w8_widened = PackedI8Weights::pack(&drawn, n, k);
+        assert!(w8.is_symmetric() && !w8_widened.is_symmetric());
         let w4 = PackedW4Weights::quantize(&w, n, k);
         let scales: Vec<f32> = rng.f32s(m * k / 32).iter().map(|v| v.abs()).collect();
         // The g128 kernel takes activations in -127..=127 (its quantizer's range).
@@ -53,6 +68,9 @@ fn w4a8_vs_w8a8(c: &mut Criterion) {
         group.throughput(Throughput::Elements((2 * m * k * n) as u64));
         group.bench_function(BenchmarkId::new("w8a8", name), |b| {
             b.iter(|| gemm_i8(black_box(&a), m, &w8, &mut out))
+        });
+        group.bench_function(BenchmarkId::new("w8a8 widened", name), |b| {
+            b.iter(|| gemm_i8(black_box(&a), m, &w8_widened, &mut out))
         });
         group.bench_function(BenchmarkId::new("w4a8", name), |b| {
             b.iter(|| gemm_w4(black_box(&a), m, &w4, &mut out))
@@ -105,7 +123,16 @@ fn decode_gemv(c: &mut Criterion) {
     let shapes: Vec<(usize, usize)> = (0..LAYERS).flat_map(|_| FFN).collect();
     let int8: Vec<PackedI8Weights> = shapes
         .iter()
-        .map(|&(k, n)| PackedI8Weights::pack(&rng.i8s(n * k), n, k))
+        .map(|&(k, n)| PackedI8Weights::pack(&symmetric_i8s(&mut rng, n * k), n, k))
+        .collect();
+    // The same values with one -128 a matrix.
+    let int8_widened: Vec<PackedI8Weights> = int8
+        .iter()
+        .map(|w| {
+            let mut rows = w.to_rows();
+            rows[0] = i8::MIN;
+            PackedI8Weights::pack(&rows, w.n(), w.k())
+        })
         .collect();
     let int4: Vec<PackedW4Weights> = shapes
         .iter()
@@ -148,6 +175,15 @@ fn decode_gemv(c: &mut Criterion) {
                 }
             })
         });
+        group.bench_function(BenchmarkId::new("w8a8 widened", place), |b| {
+            b.iter(|| {
+                for i in 0..shapes.len() {
+                    let w = &int8_widened[pick(i)];
+                    let x = if w.k() == 576 { &v576 } else { &v1536 };
+                    gemv_i8(x, w, 0..w.n(), &mut acc[..w.n()]);
+                }
+            })
+        });
         group.throughput(Throughput::Bytes(int4_bytes));
         group.bench_function(BenchmarkId::new("w4a8-g32", place), |b| {
             b.iter(|| {
@@ -170,14 +206,14 @@ fn decode_gemv(c: &mut Criterion) {
         });
     }
     group.finish();
-    decode_rows(c, &int8);
+    decode_rows(c, &int8, &int8_widened);
 }
 
 /// Rows of a batched decode step (one per sequence): the FFN matrices of every layer
 /// from memory (and one from the cache), W8A8, one thread. Throughput in rows × weight
 /// bytes, so that a higher figure means a cheaper row; a product bound by streaming the
 /// weights gives M rows for about the time of one.
-fn decode_rows(c: &mut Criterion, int8: &[PackedI8Weights]) {
+fn decode_rows(c: &mut Criterion, int8: &[PackedI8Weights], int8_widened: &[PackedI8Weights]) {
     let mut group = c.benchmark_group("decode_rows");
     group.sample_size(20);
     for (place, cached) in [("memory", false), ("cache", true)] {
@@ -191,15 +227,20 @@ fn decode_rows(c: &mut Criterion, int8: &[PackedI8Weights]) {
             let (a576, a1536) = (rng.i8s(m * 576), rng.i8s(m * 1536));
             let mut acc = vec![0i32; m * 1536];
             group.throughput(Throughput::Bytes((m * bytes) as u64));
-            group.bench_function(BenchmarkId::new(format!("w8a8 {place}"), m), |b| {
-                b.iter(|| {
-                    for i in 0..int8.len() {
-                        let w = &int8[pick(i)];
-                        let a = if w.k() == 576 { &a576 } else { &a1536 };
-                        gemm_i8_cols(black_box(a), m, w, 0..w.n(), &mut acc[..m * w.n()]);
-                    }
-                })
-            });
+            for (name, weights) in [("w8a8", int8), ("w8a8 widened", int8_widened)] {
+                if name == "w8a8 widened" && m != 8 {
+                    continue;
+                }
+                group.bench_function(BenchmarkId::new(format!("{name} {place}"), m), |b| {
+                    b.iter(|| {
+                        for i in 0..weights.len() {
+                            let w = &weights[pick(i)];
+                            let a = if w.k() == 576 { &a576 } else { &a1536 };
+                            gemm_i8_cols(black_box(a), m, w, 0..w.n(), &mut acc[..m * w.n()]);
+                        }
+                    })
+                });
+            }
         }
     }
     group.finish();
@@ -221,7 +262,7 @@ fn decode_shapes(c: &mut Criterion) {
     group.sample_size(30);
     for (name, k, n) in DECODE_SHAPES {
         let mut rng = SeededRng::new((k * 7 + n) as u64);
-        let int8 = PackedI8Weights::pack(&rng.i8s(n * k), n, k);
+        let int8 = PackedI8Weights::pack(&symmetric_i8s(&mut rng, n * k), n, k);
         let int4 = PackedW4Weights::quantize(&rng.f32s(n * k), n, k);
         let a: Vec<i8> = rng.i8s(k).iter().map(|&v| v.max(-127)).collect();
         let scales: Vec<f32> = rng.f32s(k / 32).iter().map(|v| v.abs()).collect();

@@ -56,8 +56,9 @@ impl CpuFeatures {
 pub enum I8Kernel {
     /// Portable scalar loop over the packed layout.
     Scalar,
-    /// AVX2: sign-extends i8 to i16 (`vpmovsxbw`) and uses `vpmaddwd`; exact,
-    /// no bias trick needed.
+    /// AVX2: `vpmaddubsw` on `|a|` and the weights carrying `a`'s sign
+    /// (`vpsignb`) when every weight lies in `[-127, 127]`, else both operands
+    /// sign-extended to i16 (`vpmovsxbw`) for `vpmaddwd`; exact either way.
     Avx2,
     /// AVX-512 VNNI `vpdpbusd` (u8 × i8) with the +128 activation bias and a
     /// per-column correction; needs avx512f + avx512bw + avx512vnni.

@@ -9,16 +9,22 @@
 //! and removes the bias with the block's column sums, as the GEMM does:
 //! `Σ (a + 128) · w = Σ a · w + 128 · Σ w`.
 //!
-//! The AVX2 kernel (a CPU without AVX-512 VNNI) has no unsigned-by-signed product that
-//! is exact for every pair of bytes (`vpmaddubsw` saturates its i16 pair sums), so it
-//! widens the weights to i16 as they load (`vpmovsxbw`) and multiplies them with the
-//! activation quad widened once per group (`vpmaddwd`); each of a block's four column
-//! quarters keeps an accumulator of column pairs of partial sums, folded at the end of
-//! the block. It prefetches `AVX2_PREFETCH_BYTES` ahead: the product does little
-//! arithmetic per byte, so its loads would otherwise wait on memory. Against the INT8
-//! GEMM's one-row tile, which a CPU without VNNI ran before, one thread reads 27.8 GiB/s
-//! from the cache instead of 20.6 (from memory both about 8.5 GiB/s on one thread of an
-//! AVX2-only EPYC; `decode_gemv` in `benches/w4a8.rs`).
+//! The AVX2 kernel (a CPU without AVX-512 VNNI) takes the GEMM's signed-pairs form
+//! (`gemm_i8/avx2.rs`) when the weights lie in `[-127, 127]`
+//! ([`PackedI8Weights::is_symmetric`]): the activation's sign moved onto the weights
+//! (`vpsignb`), its magnitude (prepared once in [`I8Vector`]) the unsigned operand of
+//! `vpmaddubsw`, whose pair sums then stay within i16, and `vpmaddwd` against ones for
+//! each column's exact i32: two 32-byte loads a group, 8 columns each, no fold. Weights
+//! holding -128 take the widened form: the weights widened to i16 as they load
+//! (`vpmovsxbw`) and multiplied with the activation quad widened once per group
+//! (`vpmaddwd`); each of a block's four column quarters keeps an accumulator of column
+//! pairs of partial sums, folded at the end of the block. Both prefetch `PREFETCH_BYTES`
+//! (`gemm_i8/avx2.rs`) ahead: the product does little arithmetic per byte, so its loads
+//! would otherwise wait on memory. Against the widened form the signed-pairs form
+//! reads 1.23x the bytes per second from the cache and the same from memory (0.97x,
+//! where memory bounds both; 2026-12-07, commit 41c7c1d, 2-core AMD EPYC Zen 3, AVX2,
+//! one thread, three runs of `decode_gemv/w8a8` in `benches/w4a8.rs`, medians of the
+//! runs' ratios).
 //!
 //! The scalar twin walks the same packed layout. All are tested for exact equality with
 //! [`crate::reference::gemm_i8_reference`].
@@ -37,18 +43,15 @@ use crate::tiling::BLOCK;
 /// Bytes of one k-group of one packed block (16 columns × 4 k).
 const GROUP_BYTES: usize = BLOCK * 4;
 
-/// How far ahead of the group multiplied the AVX2 kernel requests weight bytes: 12 KiB,
-/// a block or more of SmolLM2's (9 or 24 KiB), as the blocks follow each other in memory.
-#[cfg(target_arch = "x86_64")]
-const AVX2_PREFETCH_BYTES: usize = 12 * 1024;
-
-/// One INT8 activation row prepared for [`gemv_i8`]: the values, and the same values
-/// as `v + 128` (u8) padded to whole groups of 4 with an encoded zero. Reusable: refill
+/// One INT8 activation row prepared for [`gemv_i8`]: the values, the same values as
+/// `v + 128` (u8) padded to whole groups of 4 with an encoded zero (the VNNI operand),
+/// and their magnitudes `|v|` (u8) padded with 0 (the AVX2 operand). Reusable: refill
 /// with [`I8Vector::set`] to avoid allocating per step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct I8Vector {
     values: Vec<i8>,
     biased: Vec<u8>,
+    magnitudes: Vec<u8>,
 }
 
 impl I8Vector {
@@ -66,6 +69,9 @@ impl I8Vector {
         self.biased.clear();
         self.biased.extend(x.iter().map(|&v| (v as u8) ^ 0x80));
         self.biased.resize(x.len().div_ceil(4) * 4, 0x80);
+        self.magnitudes.clear();
+        self.magnitudes.extend(x.iter().map(|&v| v.unsigned_abs()));
+        self.magnitudes.resize(x.len().div_ceil(4) * 4, 0);
     }
 
     /// The values, `[k]`.
@@ -113,6 +119,11 @@ pub fn gemv_i8_with(
             unsafe { x86::vnni_block(&x.biased, w, b, lanes) }
         }),
         #[cfg(target_arch = "x86_64")]
+        I8Kernel::Avx2 if w.is_symmetric() => for_each_block(cols, out, |b, lanes| {
+            // SAFETY: `kernel.is_available()` was asserted above.
+            unsafe { x86::avx2_signed_block(x, w, b, lanes) }
+        }),
+        #[cfg(target_arch = "x86_64")]
         I8Kernel::Avx2 => for_each_block(cols, out, |b, lanes| {
             // SAFETY: `kernel.is_available()` was asserted above.
             unsafe { x86::avx2_block(&x.biased, w, b, lanes) }
@@ -139,8 +150,8 @@ fn scalar_block(x: &I8Vector, w: &PackedI8Weights, b: usize, lanes: &mut [i32; B
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{AVX2_PREFETCH_BYTES, BLOCK, GROUP_BYTES, PackedI8Weights};
-    use crate::gemm_i8::avx2::fold_pairs;
+    use super::{BLOCK, GROUP_BYTES, I8Vector, PackedI8Weights};
+    use crate::gemm_i8::avx2::{PREFETCH_BYTES, fold_pairs};
 
     /// Block `b` times the biased activation, four `vpdpbusd` chains, bias removed.
     ///
@@ -183,8 +194,74 @@ mod x86 {
         unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) };
     }
 
+    /// Block `b` times `x` in the signed-pairs form (`gemm_i8/avx2.rs`): per group,
+    /// `vpsignb` puts the quad's signs on two 32-byte loads of 8 columns each,
+    /// `vpmaddubsw` multiplies them by the quad's magnitudes, `vpmaddwd` against ones
+    /// adds each column's two pairs into i32. Exact for weights in `[-127, 127]` only.
+    ///
+    /// # Safety
+    /// The CPU must support avx2.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn avx2_signed_block(
+        x: &I8Vector,
+        w: &PackedI8Weights,
+        b: usize,
+        lanes: &mut [i32; BLOCK],
+    ) {
+        let groups = w.block(b).as_chunks::<GROUP_BYTES>().0;
+        let biased = x.biased.as_chunks::<4>().0;
+        let magnitudes = x.magnitudes.as_chunks::<4>().0;
+        debug_assert!(groups.len() == biased.len() && groups.len() == magnitudes.len());
+        // Columns 0..8 and 8..16, two accumulator chains each (even and odd groups).
+        let mut even = [_mm256_setzero_si256(); 2];
+        let mut odd = [_mm256_setzero_si256(); 2];
+        let (groups2, group_tail) = groups.as_chunks::<2>();
+        let (biased2, biased_tail) = biased.as_chunks::<2>();
+        let (magnitudes2, magnitude_tail) = magnitudes.as_chunks::<2>();
+        for ((gs, qs), ms) in groups2.iter().zip(biased2).zip(magnitudes2) {
+            signed_group(&mut even, &gs[0], qs[0], ms[0]);
+            signed_group(&mut odd, &gs[1], qs[1], ms[1]);
+        }
+        for ((group, quad), magnitude) in group_tail.iter().zip(biased_tail).zip(magnitude_tail) {
+            signed_group(&mut even, group, *quad, *magnitude);
+        }
+        // SAFETY: `lanes` is exactly 16 writable i32; storeu needs no alignment.
+        unsafe {
+            let low = _mm256_add_epi32(even[0], odd[0]);
+            let high = _mm256_add_epi32(even[1], odd[1]);
+            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), low);
+            _mm256_storeu_si256(lanes.as_mut_ptr().add(8).cast(), high);
+        }
+    }
+
+    /// Adds one group's products to `acc` (columns 0..8 and 8..16), the group's
+    /// weights requested [`PREFETCH_BYTES`] ahead; `quad` is the activations'
+    /// `v + 128`, `magnitude` their `|v|`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn signed_group(
+        acc: &mut [__m256i; 2],
+        group: &[i8; GROUP_BYTES],
+        quad: [u8; 4],
+        magnitude: [u8; 4],
+    ) {
+        let ahead = group.as_ptr().wrapping_add(PREFETCH_BYTES);
+        // A hint: it never faults, so an address past the weights is harmless.
+        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+        let signs = _mm256_set1_epi32(i32::from_le_bytes(quad) ^ i32::from_le_bytes([0x80; 4]));
+        let magnitudes = _mm256_set1_epi32(i32::from_le_bytes(magnitude));
+        let ones = _mm256_set1_epi16(1);
+        for (h, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `group` is exactly 64 readable bytes, and `32 h + 32 <= 64`;
+            // loadu needs no alignment.
+            let wv = unsafe { _mm256_loadu_si256(group.as_ptr().add(32 * h).cast()) };
+            let pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(wv, signs));
+            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(pairs, ones));
+        }
+    }
+
     /// Block `b` times the activation (`biased`: `v + 128`, padded to whole groups),
-    /// weights widened to i16 as they load, exact.
+    /// weights widened to i16 as they load, exact for every weight.
     ///
     /// # Safety
     /// The CPU must support avx2.
@@ -201,7 +278,7 @@ mod x86 {
         // Columns 4q..4q + 4 of each group, as pairs of i32 per column (k 0 + 1, 2 + 3).
         let mut quarters = [_mm256_setzero_si256(); 4];
         for (group, quad) in groups.iter().zip(a) {
-            let ahead = group.as_ptr().wrapping_add(AVX2_PREFETCH_BYTES);
+            let ahead = group.as_ptr().wrapping_add(PREFETCH_BYTES);
             // A hint: it never faults, so an address past the weights is harmless.
             _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
             // The quad's 4 values as i16, repeated for the 4 columns of a quarter.
@@ -231,6 +308,8 @@ mod tests {
     use crate::reference;
     use crate::seeded::SeededRng;
 
+    /// Checks `kernel` on a drawn `[n, k]` problem twice: with a weight of -128, and
+    /// with the weights clamped to `[-127, 127]` (the AVX2 kernel's two forms).
     fn check(kernel: I8Kernel, n: usize, k: usize, cols: Range<usize>) {
         let mut rng = SeededRng::new((n * 31 + k) as u64);
         let (x, mut w) = (rng.i8s(k), rng.i8s(n * k));
@@ -241,12 +320,39 @@ mod tests {
         } else {
             x
         };
-        let mut want = vec![0i32; n];
-        reference::gemm_i8_reference(&x, &w, &mut want, 1, k, n);
-        let packed = PackedI8Weights::pack(&w, n, k);
-        let mut got = vec![i32::MIN; cols.len()];
-        gemv_i8_with(kernel, &I8Vector::new(&x), &packed, cols.clone(), &mut got);
-        assert_eq!(got, want[cols], "{kernel:?} n={n} k={k}");
+        let clamped: Vec<i8> = w.iter().map(|&v| v.max(-127)).collect();
+        for w in [w, clamped] {
+            let mut want = vec![0i32; n];
+            reference::gemm_i8_reference(&x, &w, &mut want, 1, k, n);
+            let packed = PackedI8Weights::pack(&w, n, k);
+            let mut got = vec![i32::MIN; cols.len()];
+            gemv_i8_with(kernel, &I8Vector::new(&x), &packed, cols.clone(), &mut got);
+            let symmetric = packed.is_symmetric();
+            assert_eq!(
+                got,
+                want[cols.clone()],
+                "{kernel:?} n={n} k={k} {symmetric}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_largest_pair_sums_are_exact() {
+        // ±2 · 128 · 127 and ±2 · 127² are the signed-pairs form's largest i16 pair sums;
+        // -128 weights must leave it.
+        let (n, k) = (33, 67);
+        for kernel in I8Kernel::ALL.into_iter().filter(|k| k.is_available()) {
+            for xv in [-128i8, -127, -1, 0, 127] {
+                for wv in [-128i8, -127, 127] {
+                    let (x, w) = (vec![xv; k], vec![wv; n * k]);
+                    let want = vec![i32::from(xv) * i32::from(wv) * k as i32; n];
+                    let packed = PackedI8Weights::pack(&w, n, k);
+                    let mut got = vec![0; n];
+                    gemv_i8_with(kernel, &I8Vector::new(&x), &packed, 0..n, &mut got);
+                    assert_eq!(got, want, "{kernel:?} x={xv} w={wv}");
+                }
+            }
+        }
     }
 
     #[test]
@@ -276,6 +382,9 @@ mod tests {
         v.set(&[-7, 9]);
         assert_eq!(v, I8Vector::new(&[-7, 9]));
         assert_eq!(v.values(), &[-7, 9]);
+        assert_eq!(v.magnitudes, [7, 9, 0, 0]);
+        v.set(&[-128]);
+        assert_eq!(v.magnitudes, [128, 0, 0, 0]);
     }
 
     #[test]

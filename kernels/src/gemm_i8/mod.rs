@@ -104,18 +104,30 @@ mod tests {
         }
         let dims = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127];
         let mut seed = 1;
-        for &m in &[1, 3, 8, 9, 17, 65, 70] {
+        for &m in &[1, 2, 3, 4, 5, 8, 9, 17, 65, 70] {
             for &k in &dims {
                 for &n in &[1, 3, 16, 17, 33, 65] {
                     seed += 1;
+                    // Activations take every i8 value; the weights once as drawn (with
+                    // -128 in most matrices) and once clamped to the symmetric range
+                    // the quantizers produce, so that AVX2 runs both of its forms.
                     let a = SeededRng::new(seed).i8s(m * k);
-                    let b = SeededRng::new(seed + 1000).i8s(n * k);
-                    let mut want = vec![0i32; m * n];
-                    gemm_i8_reference(&a, &b, &mut want, m, k, n);
-                    let packed = PackedI8Weights::pack(&b, n, k);
-                    let mut got = vec![-1i32; m * n];
-                    gemm_i8_with(kernel, &a, m, &packed, 0..n, &mut got);
-                    assert_eq!(got, want, "{} m={m} k={k} n={n}", kernel.name());
+                    let drawn = SeededRng::new(seed + 1000).i8s(n * k);
+                    let clamped: Vec<i8> = drawn.iter().map(|&v| v.max(-127)).collect();
+                    for b in [drawn, clamped] {
+                        let mut want = vec![0i32; m * n];
+                        gemm_i8_reference(&a, &b, &mut want, m, k, n);
+                        let packed = PackedI8Weights::pack(&b, n, k);
+                        let mut got = vec![-1i32; m * n];
+                        gemm_i8_with(kernel, &a, m, &packed, 0..n, &mut got);
+                        assert_eq!(
+                            got,
+                            want,
+                            "{} m={m} k={k} n={n} symmetric={}",
+                            kernel.name(),
+                            packed.is_symmetric()
+                        );
+                    }
                 }
             }
         }
@@ -139,9 +151,25 @@ mod tests {
     #[test]
     fn extreme_values_are_exact_in_every_variant() {
         // -128 activations stress the +128 bias (biased value 0) and
-        // all-(-128) weights the column correction.
+        // all-(-128) weights the column correction. With weights of ±127 AVX2's
+        // signed-pairs form meets its largest pair sums, ±2 · 128 · 127 with
+        // -128 activations and ±2 · 127² with ±127 ones (i16 holds 32767); with
+        // -128 weights it must take its widened form.
         let (m, k, n) = (5, 129, 19);
-        for (av, wv) in [(-128i8, -128i8), (127, -128), (-128, 127), (127, 127)] {
+        for (av, wv) in [
+            (-128i8, -128i8),
+            (127, -128),
+            (-128, 127),
+            (127, 127),
+            (-128, -127),
+            (-127, -127),
+            (-127, 127),
+            (127, -127),
+            (-128, 0),
+            (0, -128),
+            (-1, -128),
+            (-127, -128),
+        ] {
             let a = vec![av; m * k];
             let b = vec![wv; n * k];
             let mut want = vec![0i32; m * n];

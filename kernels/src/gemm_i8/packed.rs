@@ -16,9 +16,11 @@ pub(crate) const GROUP_BYTES: usize = BLOCK * 4;
 /// ```
 ///
 /// so one 512-bit load feeds `vpdpbusd` (16 lanes × 4 products) and one
-/// 128-bit load holds 4 columns × 4 k for the AVX2 kernel. The struct also
+/// 256-bit load holds 8 columns × 4 k for the AVX2 kernel. The struct also
 /// keeps each column's weight sum, needed by the VNNI kernel's +128
-/// activation bias correction. Pack once per weight matrix and reuse.
+/// activation bias correction, and whether every weight lies in the
+/// symmetric range `[-127, 127]` ([`Self::is_symmetric`]), which the AVX2
+/// kernels' fast form needs. Pack once per weight matrix and reuse.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackedI8Weights {
     n: usize,
@@ -27,6 +29,7 @@ pub struct PackedI8Weights {
     n_blocks: usize,
     data: Vec<i8>,
     col_sums: Vec<i32>,
+    symmetric: bool,
 }
 
 impl PackedI8Weights {
@@ -56,7 +59,18 @@ impl PackedI8Weights {
             n_blocks,
             data,
             col_sums,
+            symmetric: !w.contains(&i8::MIN),
         }
+    }
+
+    /// Whether no weight is -128, i.e. every weight lies in `[-127, 127]`: what the
+    /// project's quantizers produce (`clamp(…, -127, 127)`,
+    /// [`crate::reference::quantize_weights_per_row`]). The AVX2 kernels move each
+    /// activation's sign onto the weight it multiplies (`vpsignb`), which cannot negate
+    /// -128, and their pair sums `|a| · w` stay within i16 only for `|w| <= 127`; weights
+    /// holding -128 take their exact widening form instead.
+    pub fn is_symmetric(&self) -> bool {
+        self.symmetric
     }
 
     /// Number of output features (rows of the unpacked matrix).
@@ -143,6 +157,18 @@ mod tests {
             w[16 * k..17 * k].iter().map(|&v| i32::from(v)).sum()
         );
         assert!(p.col_sums(1)[1..].iter().all(|&s| s == 0));
+        // The values run from -127 to 127.
+        assert!(p.is_symmetric());
+    }
+
+    #[test]
+    fn one_minus_128_makes_the_weights_asymmetric() {
+        let mut w = vec![127i8; 3 * 9];
+        w[2 * 9 + 8] = -127;
+        assert!(PackedI8Weights::pack(&w, 3, 9).is_symmetric());
+        w[2 * 9 + 8] = -128;
+        assert!(!PackedI8Weights::pack(&w, 3, 9).is_symmetric());
+        assert!(PackedI8Weights::pack(&[], 0, 4).is_symmetric());
     }
 
     #[test]
