@@ -142,8 +142,8 @@ pub struct GpuKernelOptions {
     /// Workgroups per multiprocessor of the one-dispatch decode layer (`None`: the
     /// kernel's default; `HETSCHED_GPU_DECODE_GROUPS_PER_SM=N`).
     pub decode_layer_groups_per_sm: Option<u32>,
-    /// Most keys at which a decode step runs attention and o as one stage in the
-    /// one-dispatch layers (`None`: the kernel's default, 0 never;
+    /// Most keys at which a decode step of one sequence runs attention and o as one stage
+    /// in the one-dispatch layers (`None`: the kernel's default, 0 never;
     /// `HETSCHED_GPU_DECODE_O_MAX_KEYS=N`).
     pub decode_attention_with_o_max_keys: Option<usize>,
     /// The one-dispatch decode layers prefetch a later stage's weights

@@ -8,9 +8,10 @@
 // the five stages the step otherwise runs as five dispatches (q/k/v with the norm
 // prologue, RoPE and the cache write; attention over the cache; o with the residual add;
 // gate/up with the norm prologue and SiLU·up; down with the residual add), or four in a
-// step whose keys are few (attention and o as one stage, see attention_unit), separated
-// by grid barriers instead of pipeline barriers. A pipeline barrier between dependent
-// dispatches costs about 6 µs on an H100 (a dispatch drains before the next starts), more than most of a decode step's small products take; a
+// step of one row whose keys are few (attention and o as one stage, see
+// attention_unit), separated by grid barriers instead of pipeline barriers. A pipeline
+// barrier between dependent dispatches costs about 6 µs on an H100 (a dispatch drains
+// before the next starts), more than most of a decode step's small products take; a
 // grid barrier is one atomic add per workgroup and a spin on the counter in L2.
 //
 // The workgroups are persistent: each walks the units of a stage (a quad of output
@@ -495,26 +496,24 @@ vec4 attend(uint r, uint h, uint first, uint end, out float m, out float l) {
 // The keys row r attends: positions 0 ..= its position.
 uint keys_of(uint r) { return min(positions[4u * r] + 1u, p.kv_len); }
 
-// Attention with o (flag bit 3), where the keys fit a few blocks: unit (r, h, b) runs row
-// r's head h over all its keys, then multiplies W_o's rows b · o_rows() .. (b + 1) ·
-// o_rows() - 1 in head h's columns by that output and adds the products into the stream
-// with float atomics (every head's unit adds into the same rows, in no fixed order). That
-// is one stage and one grid barrier a layer fewer than attention, then o; each head's
-// attention runs once per block of rows, which is cheap only while the keys are few. The
-// weights are loaded after the attention, a few at a time: held in registers through it
-// (an early start to their wait), they made lavapipe compute wrong streams, and more
-// registers a thread can keep fewer workgroups resident, which the grid barrier needs.
+// Attention with o (flag bit 3; the one-row variants only: steps of several rows keep o
+// a stage of its own, their kernels as measured), where the keys fit a few blocks: unit
+// (r, h, b) runs row r's head h over all its keys, then multiplies W_o's rows b · O_ROWS
+// .. (b + 1) · O_ROWS - 1 in head h's columns by that output and adds the products into
+// the stream with float atomics (every head's unit adds into the same rows, in no fixed
+// order). That is one stage and one grid barrier a layer fewer than attention, then o;
+// each head's attention runs once per block of rows, which is cheap only while the keys
+// are few. The weights are loaded after the attention, a few at a time: held in
+// registers through it (an early start to their wait), they made lavapipe compute wrong
+// streams, and more registers a thread can keep fewer workgroups resident, which the
+// grid barrier needs.
+const uint O_ROWS = 32u;
+const uint O_LANES = THREADS / O_ROWS; // threads a W_o row: each a share of its columns
 const uint O_LOADS = 4u; // W_o's vec4s a thread loads together
-
-// Rows of W_o a unit of attention with o covers: 32 for one sequence (18 units a head for
-// SmolLM2), more with several, so that a step's units, (row, head, block), stay within
-// about one pass of a grid (396 workgroups on an H100: SmolLM2's 9 heads give 81 units a
-// row at 64, 45 at 128) rather than repeating each head's attention 18 times a row.
-uint o_rows() { return ROWS == 1u ? 32u : (n_rows() <= 4u ? 64u : THREADS); }
 
 // Attention's units of a head: its key runs, or with o its blocks of o's rows.
 uint attention_parts(bool with_o) {
-    return with_o ? (4u * p.hidden4 + o_rows() - 1u) / o_rows() : p.splits;
+    return with_o ? (4u * p.hidden4 + O_ROWS - 1u) / O_ROWS : p.splits;
 }
 
 // Attention of row r's head h: over key run `piece` of p.splits, to attention's output
@@ -538,28 +537,26 @@ void attention_unit(uint r, uint h, uint piece, bool with_o) {
         barrier();
         // Row o_row of W_o, a share of head h's columns a thread.
         uint k4 = p.qcols / 4u;
-        uint rows_o = o_rows();
-        uint lanes = THREADS / rows_o; // threads a W_o row: each a share of its columns
-        uint o_row = piece * rows_o + tid / lanes;
+        uint o_row = piece * O_ROWS + tid / O_LANES;
         bool inside = o_row < 4u * p.hidden4;
         float y = 0.0;
-        for (uint c0 = tid % lanes; c0 < d4; c0 += lanes * O_LOADS) {
+        for (uint c0 = tid % O_LANES; c0 < d4; c0 += O_LANES * O_LOADS) {
             vec4 w[O_LOADS];
             [[unroll]] for (uint u = 0u; u < O_LOADS; u++) {
-                uint c = c0 + u * lanes;
+                uint c = c0 + u * O_LANES;
                 w[u] = inside && c < d4 ? load_w(1u, o_row * k4 + h * d4 + c) : vec4(0.0);
             }
             [[unroll]] for (uint u = 0u; u < O_LOADS; u++) {
-                uint c = c0 + u * lanes;
+                uint c = c0 + u * O_LANES;
                 if (c < d4) y += dot(operand_a(qs[c]), w[u]);
             }
         }
         red1[tid] = y;
         barrier();
-        if (tid < rows_o && piece * rows_o + tid < 4u * p.hidden4) {
+        if (tid < O_ROWS && piece * O_ROWS + tid < 4u * p.hidden4) {
             float total = 0.0;
-            for (uint i = 0u; i < lanes; i++) total += red1[tid * lanes + i];
-            float before = atomicAdd(xs[r * 4u * p.hidden4 + piece * rows_o + tid], total);
+            for (uint i = 0u; i < O_LANES; i++) total += red1[tid * O_LANES + i];
+            float before = atomicAdd(xs[r * 4u * p.hidden4 + piece * O_ROWS + tid], total);
             if (isnan(before + total) || isinf(before + total)) flags[slot_o()] = 1.0;
         }
     } else {
@@ -595,7 +592,7 @@ void main() {
     for (layer = 0u; layer < p.layers; layer++) {
         uint qkv_quads = (p.qcols + 2u * p.kvcols) / 4u;
         if (layer > 0u) grid_barrier(); // the stream the last layer's down wrote
-        bool with_o = (p.flags & 8u) != 0u; // attention and o as one stage
+        bool with_o = ROWS == 1u && (p.flags & 8u) != 0u; // attention and o as one stage
         // o's rows as the o stage's quads assign them: no use to attention with o.
         if (!with_o) prefetch(1u, layer, p.hidden4, p.qcols / 4u, slot_o());
 

@@ -3,14 +3,15 @@
 //! [`GpuContext::decode_layers_per_dispatch`]): per layer the five dispatches of
 //! [`GpuBatch::gemm_fused`] and [`GpuBatch::attention_at`] the step otherwise records,
 //! with the device's workgroups meeting at a counter (a grid barrier) between the stages
-//! and the layers instead of at a pipeline barrier. On an H100 a pipeline barrier between
-//! two dependent dispatches costs about 6 µs, and a decode step of SmolLM2 has 150 of
-//! them: more than its kernels' own time. A layer's weights and caches are elements of
-//! descriptor arrays, which the kernel indexes by layer. In a step whose keys are few
-//! ([`ATTENTION_WITH_O_MAX_KEYS`]) attention and o run as one stage, four stages a layer:
-//! each head's output goes through its slice of W_o straight into the stream, added with
-//! float atomics (the sum of the heads in no fixed order, as the prefill's attention with
-//! o; [`crate::GpuOptions::unfused_output_projection`] keeps o a stage of its own).
+//! and the layers instead of at a pipeline barrier. On an H100 a
+//! pipeline barrier between two dependent dispatches costs about 6 µs, and a decode step
+//! of SmolLM2 has 150 of them: more than its kernels' own time. A layer's weights and
+//! caches are elements of descriptor arrays, which the kernel indexes by layer. In a step
+//! of one sequence whose keys are few ([`ATTENTION_WITH_O_MAX_KEYS`]) attention and o run
+//! as one stage, four stages a layer: each head's output goes through its slice of W_o
+//! straight into the stream, added with float atomics (the sum of the heads in no fixed
+//! order, as the prefill's attention with o;
+//! [`crate::GpuOptions::unfused_output_projection`] keeps o a stage of its own).
 //!
 //! A grid barrier completes only if every workgroup of the grid runs at once, which Vulkan
 //! does not promise. [`GpuContext::decode_layer_workgroups`] sizes the grid to what the
@@ -94,12 +95,13 @@ const KEY_BLOCK: usize = 128;
 const MAX_SPLITS: usize = 64;
 const _: () = assert!(MAX_SPLITS <= 128);
 
-/// Most keys (a step's [`DecodeLayers::keys`]) at which a step runs attention and o as
-/// one stage (`decode_layer.glsl`'s `attention_unit` with o, unless
+/// Most keys (a step's [`DecodeLayers::keys`]) at which a step of one sequence runs
+/// attention and o as one stage (`decode_layer.glsl`'s `attention_unit` with o, unless
 /// [`crate::GpuOptions::unfused_output_projection`]): each head's attention then runs
-/// once per block of o's rows (of 32 for one sequence, 18 times for SmolLM2; of 64 or
-/// 128 for several), over every key in one workgroup, which costs less than a stage and
-/// a grid barrier only while the keys are a few blocks.
+/// once per block of 32 of o's rows, 18 times for SmolLM2, over every key in one
+/// workgroup, which costs less than a stage and a grid barrier only while the keys are a
+/// few blocks. Steps of several sequences keep o a stage of its own (the several-row
+/// kernels leave the stage out; it is not measured there).
 pub const ATTENTION_WITH_O_MAX_KEYS: usize = 4 * KEY_BLOCK;
 
 /// One llama decoder layer's own buffers for [`GpuBatch::decode_layers`]: every matrix
@@ -333,7 +335,8 @@ impl<C: AsRef<GpuContext>> GpuBatch<C> {
         job.zero_once(&part)?;
         let prefetch = job.ctx().decode_layer_prefetch;
         let ctx = job.ctx();
-        let attention_with_o = !ctx.unfused_output_projection
+        let attention_with_o = s.rows == 1
+            && !ctx.unfused_output_projection
             && l.keys
                 <= ctx
                     .decode_attention_with_o_max_keys

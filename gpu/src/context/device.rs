@@ -91,8 +91,8 @@ pub struct GpuOptions {
     ///
     /// [`DECODE_LAYER_GROUPS_PER_SM`]: crate::DECODE_LAYER_GROUPS_PER_SM
     pub decode_layer_groups_per_sm: Option<u32>,
-    /// Most keys at which a decode step in the one-dispatch layers runs attention and o
-    /// as one stage (`None`: [`ATTENTION_WITH_O_MAX_KEYS`]; 0 never, as
+    /// Most keys at which a decode step of one sequence in the one-dispatch layers runs
+    /// attention and o as one stage (`None`: [`ATTENTION_WITH_O_MAX_KEYS`]; 0 never, as
     /// [`GpuOptions::unfused_output_projection`] does at every length).
     ///
     /// [`ATTENTION_WITH_O_MAX_KEYS`]: crate::ATTENTION_WITH_O_MAX_KEYS
