@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use bevy_ecs::prelude::{Commands, Entity, Has, Local, Query, Res, ResMut};
+use bevy_ecs::prelude::{Commands, Entity, Has, Local, Query, Res, ResMut, With};
 use bevy_ecs::system::SystemParam;
 
 use crate::components::{BusySlot, Offline, Processor, Running};
@@ -16,7 +16,7 @@ use crate::progress::StageProgress;
 use crate::request::{LiveRuns, Request, RequestId, RequestRun};
 use crate::request_policy::{ActiveRequestPolicy, LiveRequest};
 use crate::resources::{Clock, Index, Job, Outbox, ReadyQueues, RunStats};
-use crate::ride::{Carries, RidesOn, RidingIn, merged_ns};
+use crate::ride::{Carries, RidesOn, RidingIn, about_to_dispatch, merged_ns};
 
 /// Lists the armed requests whose run is not done and lets the
 /// [`ActiveRequestPolicy`] order them; then for every idle processor, in lane order,
@@ -33,6 +33,7 @@ pub fn dispatch_ready(
     mut launcher: Launcher,
     mut live: Local<Vec<LiveRequest>>,
     riders: Query<(Entity, &RidesOn)>,
+    running: Query<(), With<Running>>,
 ) {
     let now_ns = launcher.clock.now_ns;
     live.clear();
@@ -49,7 +50,9 @@ pub fn dispatch_ready(
         return;
     }
     request_policy.0.order(now_ns, &mut live);
-    let rides = live_rides(&riders, &runs, &live);
+    let rides = live_rides(&riders, &runs, &live, |base, id| {
+        launcher.index.instances[(base + id) as usize].is_some_and(|e| running.contains(e))
+    });
     let mut times = lane_times(&launcher.index, &processors, now_ns);
     offer_idle_lanes(
         &request_policy,
@@ -97,8 +100,9 @@ fn lane_times(index: &Index, processors: &Processors, now_ns: u64) -> LaneTimes 
 }
 
 /// A decode step riding a host's prefill this tick ([`RidesOn`]), with the stages it
-/// holds back: those whose host stage still has a job to come from a host the request
-/// policy offers processors to. Any other stage of it runs as a job of its own.
+/// holds back: those whose host job is about to be dispatched ([`about_to_dispatch`])
+/// by a host the request policy offers processors to. Any other stage of it runs as a
+/// job of its own.
 struct LiveRide {
     rider: Entity,
     host: Entity,
@@ -107,11 +111,13 @@ struct LiveRide {
     waits: Vec<bool>,
 }
 
-/// The rides of `live` riders on `live` hosts.
+/// The rides of `live` riders on `live` hosts; `is_running(base, id)` tells whether the
+/// instance of plan id `id` of the run at `base` is running.
 fn live_rides(
     riders: &Query<(Entity, &RidesOn)>,
     runs: &Runs,
     live: &[LiveRequest],
+    is_running: impl Fn(u32, u32) -> bool,
 ) -> Vec<LiveRide> {
     let offered = |e: Entity| live.iter().any(|l| l.entity == e);
     riders
@@ -119,10 +125,18 @@ fn live_rides(
         .filter(|(rider, ride)| offered(*rider) && offered(ride.host))
         .filter_map(|(rider, ride)| {
             let (_, host) = runs.get(ride.host).ok()?;
+            let plan = host.plan();
+            let dispatched = |key: InstanceKey| {
+                host.progress().is_done(plan, key) || is_running(host.base(), plan.id(key) as u32)
+            };
             let waits = ride
                 .stages
                 .iter()
-                .map(|m| m.is_some_and(|s| host.undispatched_of_stage(s) > 0))
+                .map(|m| {
+                    m.is_some_and(|s| {
+                        host.undispatched_of_stage(s) > 0 && about_to_dispatch(host, s, dispatched)
+                    })
+                })
                 .collect();
             Some(LiveRide {
                 rider,
@@ -189,11 +203,16 @@ fn offer_idle_lanes(
                         .iter()
                         .any(|r| r.rider == a.entity && r.host == contender.entity)
                 };
-                let ahead: Vec<LiveRequest> = live[..rank]
-                    .iter()
-                    .filter(|a| !riding_it(a))
-                    .copied()
-                    .collect();
+                let ahead: Cow<[LiveRequest]> = match rides.is_empty() {
+                    true => Cow::Borrowed(&live[..rank]),
+                    false => Cow::Owned(
+                        live[..rank]
+                            .iter()
+                            .filter(|a| !riding_it(a))
+                            .copied()
+                            .collect(),
+                    ),
+                };
                 if !request_policy.0.may_fill(now_ns, &ahead, contender, job_ns) {
                     continue;
                 }

@@ -100,6 +100,29 @@ pub fn merged_ns(host: &PrefillPlan, key: InstanceKey, lane: usize, rows: u32) -
     processor.cost.subgraph_ns(&host.model, ops, merged)
 }
 
+/// Whether the host `run`'s job of `stage` is about to be dispatched in some chunk: an
+/// instance of it not yet dispatched whose predecessors in its chunk all are (it is
+/// ready, or will be when a job running now ends). `dispatched` tells whether an
+/// instance of the run is running or done. A riding stage waits for such a job only:
+/// a chunk that has not reached the stage yet may be far behind.
+pub fn about_to_dispatch(
+    run: &RequestRun,
+    stage: u32,
+    dispatched: impl Fn(InstanceKey) -> bool,
+) -> bool {
+    let plan = run.plan();
+    (0..plan.chunks).any(|chunk| {
+        let key = InstanceKey { chunk, stage };
+        plan.exists(key)
+            && !dispatched(key)
+            && plan
+                .predecessors(key)
+                .into_iter()
+                .filter(|p| p.chunk == chunk)
+                .all(&dispatched)
+    })
+}
+
 /// When a decode step of `rider`'s plan with `rows` sequences, armed now on the world's
 /// clock, is predicted to end riding the prefill run armed on `host` with the stage map
 /// `stages` ([`ride_stages`]); `None` where the host has no run, or no job left of any
@@ -107,10 +130,10 @@ pub fn merged_ns(host: &PrefillPlan, key: InstanceKey, lane: usize, rows: u32) -
 ///
 /// Each chunk of the host is predicted along its own chain from its state now (its
 /// running jobs to their modeled end, each stage after its predecessors in the chunk at
-/// its cheapest cost). A riding stage joins the first of the host's jobs of its stage
-/// still to be dispatched that starts once the step is there, priced merged; a stage
-/// the host has no job left of, and a stage of its own, runs when the one before it
-/// ends, at its own cost. Nothing else running is counted (chunks waiting for earlier
+/// its cheapest cost). A riding stage joins a host job of its stage about to be
+/// dispatched when the step gets there ([`about_to_dispatch`]: its predecessors in its
+/// chunk dispatched by then), the one that ends first, priced merged; without one, and
+/// for a stage of its own, it runs when the one before it ends, at its own cost. Nothing else running is counted (chunks waiting for earlier
 /// ones, other requests), so the prediction is the earliest the ride can end: a policy
 /// that rides only when even this end is in time never rides a step into chunks that
 /// cannot carry it in time.
@@ -176,6 +199,16 @@ pub fn predicted_ride_end_ns(
                 .map(|chunk| InstanceKey { chunk, stage: h })
                 .filter_map(|key| {
                     let begins = start.get(plan.id(key)).copied().flatten()?;
+                    // Its predecessors in the chunk dispatched by the time the step is
+                    // here (`None`: dispatched already).
+                    let reached = plan
+                        .predecessors(key)
+                        .into_iter()
+                        .filter(|p| p.chunk == key.chunk)
+                        .all(|p| start[plan.id(p)].is_none_or(|b| b <= at));
+                    if !reached {
+                        return None;
+                    }
                     let merged = merged_ns(plan, key, plan.processor(key), rows)?;
                     Some(at.max(begins) + merged)
                 })
