@@ -299,17 +299,18 @@ fn launch_with_riders(
             }
         }
     }
-    let (_, mut run) = runs.get_mut(host).expect("a live request");
-    let merged = match joining.is_empty() {
-        true => None,
-        false => merged_ns(&run.plan, run.plan.key(id as usize), lane, rows),
+    let (host_global, merged) = {
+        let (_, mut run) = runs.get_mut(host).expect("a live request");
+        let merged = match joining.is_empty() {
+            true => None,
+            false => merged_ns(&run.plan, run.plan.key(id as usize), lane, rows),
+        };
+        let global = launcher.launch(&mut run, request, id, lane, slot, merged);
+        match merged {
+            Some(merged) => (global, merged),
+            None => return,
+        }
     };
-    let Some(merged) = merged else {
-        launcher.launch(&mut run, request, id, lane, slot, None);
-        return;
-    };
-    let host_global = launcher.launch(&mut run, request, id, lane, slot, Some(merged));
-    drop(run);
     let mut carried = Vec::with_capacity(joining.len());
     for (rider, local) in joining {
         let (_, mut run) = runs.get_mut(rider).expect("a live request");
