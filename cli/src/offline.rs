@@ -10,7 +10,7 @@ use hetsched::progress::Progress;
 use hetsched::report::RunReport;
 use hetsched::request_report::MixReport;
 use hetsched::request_trace::load_trace;
-use hetsched::requests::{KvFull, MixOptions, simulate_requests};
+use hetsched::requests::{KvFull, MixOptions, RideMode, simulate_requests};
 use hetsched::scene::{DEFAULT_SCENE, Scene, SceneError, shipped_scenes};
 use hetsched::systems::request_policy::DEFAULT_REQUEST_POLICY;
 use hetsched::systems::{DecodeEstimate, estimate_decode};
@@ -82,6 +82,13 @@ pub struct SimulateArgs {
     /// "Attention cut by query heads") [default: attention whole].
     #[arg(long, value_name = "MS", value_parser = part_ms, requires = "requests")]
     attention_part_ms: Option<u64>,
+    /// With --requests: when a decode step rides another request's prefill chunks (its
+    /// linears joining the chunk's jobs as extra rows, docs/requests.md): when the
+    /// request policy lets it (`policy`: under slack, when the step is predicted to end
+    /// by its deadline that way), never (`off`) or whenever a chunk can carry it
+    /// (`always`).
+    #[arg(long, value_name = "WHEN", default_value = "policy", value_parser = ["off", "policy", "always"], requires = "requests")]
+    ride: String,
 }
 
 /// A part length in milliseconds, as ns: above 0, at most a minute.
@@ -232,6 +239,7 @@ pub fn simulate(args: SimulateArgs) -> Result<(), CliError> {
                 KvFull::Wait
             },
             attention_part_ns: args.attention_part_ms,
+            ride: RideMode::from_name(&args.ride).unwrap_or_default(),
         };
         return simulate_mix(&scene, trace, &options, args.json, &timelines);
     }

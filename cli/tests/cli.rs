@@ -239,6 +239,14 @@ fn a_request_trace_reports_each_request_and_refuses_bad_input() {
         ]);
         assert_clear_failure(&out, "give a part length in milliseconds");
     }
+    let out = hetsched(&[
+        "simulate",
+        "--requests",
+        "agent-burst",
+        "--ride",
+        "sometimes",
+    ]);
+    assert_clear_failure(&out, "invalid value 'sometimes' for '--ride <WHEN>'");
 }
 
 #[test]

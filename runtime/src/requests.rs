@@ -117,6 +117,11 @@ pub struct RequestSlice {
     pub key: InstanceKey,
     /// Sequences in the job: 0 for a prefill job, the batch's rows for a decode step.
     pub decode_rows: u32,
+    /// For a decode step's stage that rode in another request's prefill job (its rows
+    /// joining the job's, docs/requests.md "Decode rows riding in prefill chunks"): that
+    /// request. Its lane and times are that job's, so it adds nothing to the lane's busy
+    /// time. `None`: a job of its own.
+    pub rode_in: Option<RequestId>,
     /// Processor lane.
     pub lane: usize,
     /// Start, ns.
@@ -195,6 +200,46 @@ pub struct MixOptions {
     /// shipped scenes the parts' overheads cost more than the gaps they fill
     /// (docs/requests.md, "Attention cut by query heads").
     pub attention_part_ns: Option<u64>,
+    /// When a decode step may ride another request's prefill chunks instead of running
+    /// as a batch of its own.
+    pub ride: RideMode,
+}
+
+/// When a decode step rides another request's prefill chunks: its linears join the
+/// jobs of the same layer's linears of a prefill chunk as extra rows, its float stages
+/// its own jobs ([`hetsched_systems::ride`]; docs/requests.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RideMode {
+    /// Never: every step runs as a batch of its own.
+    Off,
+    /// When the request policy lets it ([`RequestPolicy::may_ride`]: under `slack`, when
+    /// the step is predicted to end by its deadline that way; never under `fcfs` and
+    /// `priority`).
+    ///
+    /// [`RequestPolicy::may_ride`]: hetsched_systems::RequestPolicy::may_ride
+    #[default]
+    Policy,
+    /// Whenever a prefill the request policy runs beside the step has a chunk left to
+    /// carry it (the comparison: what riding gives and costs).
+    Always,
+}
+
+impl RideMode {
+    /// `off`, `policy`, `always`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RideMode::Off => "off",
+            RideMode::Policy => "policy",
+            RideMode::Always => "always",
+        }
+    }
+
+    /// The mode named `name` ([`RideMode::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [RideMode::Off, RideMode::Policy, RideMode::Always]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
 }
 
 impl MixOptions {
@@ -205,6 +250,7 @@ impl MixOptions {
             kv_budget_bytes: None,
             kv_full: KvFull::Wait,
             attention_part_ns: None,
+            ride: RideMode::default(),
         }
     }
 }
@@ -374,7 +420,7 @@ pub fn simulate_requests(
         });
     }
     let mut busy_ns = vec![0; scene.device.processors.len()];
-    for slice in &mix.slices {
+    for slice in mix.slices.iter().filter(|s| s.rode_in.is_none()) {
         busy_ns[slice.lane] += slice.end_ns - slice.start_ns;
     }
     let mut all_plans = plans;

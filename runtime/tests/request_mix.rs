@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hetsched_runtime::engine;
 use hetsched_runtime::requests::{
-    KvFull, MixOptions, RequestSlice, RequestSpec, RequestsRun, simulate_requests,
+    KvFull, MixOptions, RequestSlice, RequestSpec, RequestsRun, RideMode, simulate_requests,
 };
 use hetsched_runtime::scene::Scene;
 use hetsched_systems::{InstanceKey, Priority, RequestId, SloTargets, kv_cache_bytes};
@@ -48,8 +48,10 @@ fn check_invariants(
     run: &RequestsRun,
     budget: Option<u64>,
 ) -> Result<(), TestCaseError> {
-    // No processor runs two jobs at once.
-    let mut by_lane: Vec<&RequestSlice> = run.slices.iter().collect();
+    // No processor runs two jobs at once (a decode row riding in a prefill job is that
+    // job, below).
+    let mut by_lane: Vec<&RequestSlice> =
+        run.slices.iter().filter(|s| s.rode_in.is_none()).collect();
     by_lane.sort_by_key(|s| (s.lane, s.start_ns));
     for w in by_lane.windows(2) {
         if w[0].lane == w[1].lane {
@@ -62,6 +64,27 @@ fn check_invariants(
     }
     // The plans after the requests' prefills are the decode step's, one a placement.
     let decode_plans = specs.len();
+    // A decode row that rode ran inside a job of another request's prefill: on its lane,
+    // at its times, the same layer's same linears.
+    for rider in run.slices.iter().filter(|s| s.rode_in.is_some()) {
+        prop_assert!(rider.plan >= decode_plans, "only a decode step rides");
+        let host = run.slices.iter().find(|h| {
+            h.rode_in.is_none()
+                && Some(h.request) == rider.rode_in
+                && h.plan < decode_plans
+                && (h.lane, h.start_ns, h.end_ns) == (rider.lane, rider.start_ns, rider.end_ns)
+        });
+        let Some(host) = host else {
+            return Err(TestCaseError::fail(format!(
+                "{rider:?} rode in no prefill job"
+            )));
+        };
+        let (r, h) = (
+            &run.plans[rider.plan].stages[rider.key.stage as usize],
+            &run.plans[host.plan].stages[host.key.stage as usize],
+        );
+        prop_assert_eq!((r.layer, &r.ops), (h.layer, &h.ops));
+    }
     // Each served request's prefill: every instance once, after its predecessors, not
     // before the request was admitted.
     for (i, (spec, outcome)) in specs.iter().zip(&run.outcomes).enumerate() {
@@ -177,6 +200,7 @@ proptest! {
         which in 0usize..3,
         budget_share in prop::option::of(0.0f64..1.0),
         refuse in any::<bool>(),
+        ride in 0usize..3,
     ) {
         let scene = Scene::default_scene();
         let specs = specs(&raw);
@@ -192,6 +216,7 @@ proptest! {
             kv_budget_bytes: budget,
             kv_full: if refuse { KvFull::Refuse } else { KvFull::Wait },
             attention_part_ns: None,
+            ride: [RideMode::Off, RideMode::Policy, RideMode::Always][ride],
         };
         let run = simulate_requests(&scene, &specs, &options).unwrap();
         check_invariants(&specs, &run, budget)?;
@@ -204,13 +229,16 @@ proptest! {
     fn fcfs_schedules_each_request_as_alone(
         raw in prop::collection::vec((0u64..800, 1u32..600, 1u32..5, 1u32..3, any::<bool>()), 1..4),
         split in any::<bool>(),
+        ride in any::<bool>(),
     ) {
         let scene = Scene::default_scene();
         let specs = specs(&raw);
         // With attention cut by heads (parts of about 2 ms: up to 4 on these prompts),
-        // alone and in the mix.
+        // alone and in the mix; riding asked for always or never (under `fcfs` no step
+        // rides: the prefill beside it gets no processor).
         let options = MixOptions {
             attention_part_ns: split.then_some(2_000_000),
+            ride: if ride { RideMode::Always } else { RideMode::Off },
             ..MixOptions::new("fcfs")
         };
         let run = simulate_requests(&scene, &specs, &options).unwrap();
@@ -261,5 +289,36 @@ fn decode_batches_on_the_npu_keep_the_invariants() {
                 .any(|s| s.plan == npu_plan && s.decode_rows > 0),
             "{policy}: no decode batch took the NPU's plan"
         );
+    }
+}
+
+/// An interactive request decoding during a long background prefill, its steps riding
+/// the prefill's chunks: rows rode (each inside a job of the background's same linears,
+/// checked with every other invariant), none without riding, and the interactive
+/// request still gets every token.
+#[test]
+fn decode_rows_ride_in_a_background_prefill_and_keep_the_invariants() {
+    let scene = Scene::default_scene();
+    let specs = specs(&[(0, 2048, 4, 1, false), (100, 64, 6, 2, true)]);
+    for policy in ["priority", "slack"] {
+        let ride = |mode| {
+            let options = MixOptions {
+                ride: mode,
+                ..MixOptions::new(policy)
+            };
+            simulate_requests(&scene, &specs, &options).unwrap()
+        };
+        let rode = ride(RideMode::Always);
+        check_invariants(&specs, &rode, None).unwrap();
+        let riders = rode
+            .slices
+            .iter()
+            .filter(|s| s.rode_in == Some(RequestId(0)))
+            .count();
+        assert!(riders > 0, "{policy}: no decode row rode");
+        let alone = ride(RideMode::Off);
+        check_invariants(&specs, &alone, None).unwrap();
+        assert!(alone.slices.iter().all(|s| s.rode_in.is_none()));
+        assert!(rode.outcomes.iter().all(|o| o.served.is_some()));
     }
 }

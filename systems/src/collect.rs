@@ -5,11 +5,13 @@ use bevy_ecs::prelude::{Commands, MessageWriter, Query, Res, ResMut};
 use crate::components::{BusySlot, Running};
 use crate::request::{OfRequest, Request, RequestRun};
 use crate::resources::{Inbox, Index, SliceRecord, SubgraphFinished, TimelineLog};
+use crate::ride::{Carries, RidingIn};
 
 /// Takes each reported instance off [`Running`], frees its processor and the memory its
 /// dead tensors held (its request's `MemoryLedger::finish`), records its slice (for its
 /// request) with the modeled duration beside the measured one, and announces it with
-/// [`SubgraphFinished`]. The engine validates completions before they reach the
+/// [`SubgraphFinished`]; the decode rows that rode in its job ([`Carries`]) finish with
+/// it, on its lane, the same way. The engine validates completions before they reach the
 /// [`Inbox`]; the checks here guard that contract.
 #[allow(clippy::too_many_arguments)]
 pub fn collect_completions(
@@ -21,6 +23,7 @@ pub fn collect_completions(
     mut timeline: ResMut<TimelineLog>,
     mut finished: MessageWriter<SubgraphFinished>,
     mut commands: Commands,
+    carried: Query<&Carries>,
 ) {
     for done in inbox.0.drain(..) {
         let entity = index.instances[done.id as usize]
@@ -62,5 +65,38 @@ pub fn collect_completions(
             id: done.id,
             request: owner.0,
         });
+        // The decode rows that rode in this job end with it, on its lane.
+        let Ok(riders) = carried.get(entity) else {
+            continue;
+        };
+        commands.entity(entity).remove::<Carries>();
+        for &rider in &riders.0 {
+            let rider_entity =
+                index.instances[rider as usize].expect("a rider instance that does not exist");
+            let (ride, owner) = instances
+                .get(rider_entity)
+                .unwrap_or_else(|_| panic!("rider {rider} completed while not running"));
+            commands
+                .entity(rider_entity)
+                .remove::<Running>()
+                .remove::<RidingIn>();
+            let (request, mut armed) = runs.get_mut(owner.0).expect("rider of an armed run");
+            let local = rider - armed.base;
+            let key = armed.plan.key(local as usize);
+            armed.memory.finish(key);
+            timeline.slices.push(SliceRecord {
+                id: local,
+                request: request.id,
+                key,
+                processor: done.processor,
+                start_ns: done.start_ns,
+                end_ns: done.end_ns,
+                estimated_ns: ride.estimated_ns,
+            });
+            finished.write(SubgraphFinished {
+                id: rider,
+                request: owner.0,
+            });
+        }
     }
 }

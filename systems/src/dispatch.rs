@@ -4,18 +4,19 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use bevy_ecs::prelude::{Commands, Has, Local, Query, Res, ResMut};
+use bevy_ecs::prelude::{Commands, Entity, Has, Local, Query, Res, ResMut, With};
 use bevy_ecs::system::SystemParam;
 
 use crate::components::{BusySlot, Offline, Processor, Running};
 use crate::device::ProcessorKind;
 use crate::memory_dispatch::MemoryLedger;
-use crate::plan::PrefillPlan;
+use crate::plan::{InstanceKey, PrefillPlan};
 use crate::policy::{LaneTimes, PickContext};
 use crate::progress::StageProgress;
 use crate::request::{LiveRuns, Request, RequestId, RequestRun};
 use crate::request_policy::{ActiveRequestPolicy, LiveRequest};
 use crate::resources::{Clock, Index, Job, Outbox, ReadyQueues, RunStats};
+use crate::ride::{Carries, RidesOn, RidingIn, about_to_dispatch, merged_ns};
 
 /// Lists the armed requests whose run is not done and lets the
 /// [`ActiveRequestPolicy`] order them; then for every idle processor, in lane order,
@@ -31,6 +32,8 @@ pub fn dispatch_ready(
     mut processors: Processors,
     mut launcher: Launcher,
     mut live: Local<Vec<LiveRequest>>,
+    riders: Query<(Entity, &RidesOn)>,
+    running: Query<(), With<Running>>,
 ) {
     let now_ns = launcher.clock.now_ns;
     live.clear();
@@ -47,13 +50,16 @@ pub fn dispatch_ready(
         return;
     }
     request_policy.0.order(now_ns, &mut live);
+    let rides = live_rides(&riders, &runs, &live, |base, id| {
+        launcher.index.instances[(base + id) as usize].is_some_and(|e| running.contains(e))
+    });
     let mut times = lane_times(&launcher.index, &processors, now_ns);
     offer_idle_lanes(
         &request_policy,
         &mut runs,
         &mut processors,
         &mut launcher,
-        &live,
+        (&live, &rides),
         &mut times,
     );
     // Liveness under a budget: a policy with its own pipeline (`peer`'s barrier) may wait
@@ -93,15 +99,68 @@ fn lane_times(index: &Index, processors: &Processors, now_ns: u64) -> LaneTimes 
     }
 }
 
+/// A decode step riding a host's prefill this tick ([`RidesOn`]), with the stages it
+/// holds back: those whose host job is about to be dispatched ([`about_to_dispatch`])
+/// by a host the request policy offers processors to. Any other stage of it runs as a
+/// job of its own.
+struct LiveRide {
+    rider: Entity,
+    host: Entity,
+    stages: std::sync::Arc<[Option<u32>]>,
+    rows: u32,
+    waits: Vec<bool>,
+}
+
+/// The rides of `live` riders on `live` hosts; `is_running(base, id)` tells whether the
+/// instance of plan id `id` of the run at `base` is running.
+fn live_rides(
+    riders: &Query<(Entity, &RidesOn)>,
+    runs: &Runs,
+    live: &[LiveRequest],
+    is_running: impl Fn(u32, u32) -> bool,
+) -> Vec<LiveRide> {
+    let offered = |e: Entity| live.iter().any(|l| l.entity == e);
+    riders
+        .iter()
+        .filter(|(rider, ride)| offered(*rider) && offered(ride.host))
+        .filter_map(|(rider, ride)| {
+            let (_, host) = runs.get(ride.host).ok()?;
+            let plan = host.plan();
+            let dispatched = |key: InstanceKey| {
+                host.progress().is_done(plan, key) || is_running(host.base(), plan.id(key) as u32)
+            };
+            let waits = ride
+                .stages
+                .iter()
+                .map(|m| {
+                    m.is_some_and(|s| {
+                        host.undispatched_of_stage(s) > 0 && about_to_dispatch(host, s, dispatched)
+                    })
+                })
+                .collect();
+            Some(LiveRide {
+                rider,
+                host: ride.host,
+                stages: ride.stages.clone(),
+                rows: ride.rows,
+                waits,
+            })
+        })
+        .collect()
+}
+
 /// Offers every idle online processor, in lane order, to the `live` requests in their
 /// order: the first whose policy picks an instance its memory admits (and, behind the
-/// first request, that the request policy lets fill the gap) launches it there.
+/// first request, that the request policy lets fill the gap) launches it there. A rider
+/// offers none of the stages it holds back for its host; a host's job is never held for
+/// the slack of a request riding it (that request waits for the host's jobs), and takes
+/// every rider ready for it along ([`launch_with_riders`]).
 fn offer_idle_lanes(
     request_policy: &ActiveRequestPolicy,
     runs: &mut Runs,
     processors: &mut Processors,
     launcher: &mut Launcher,
-    live: &[LiveRequest],
+    (live, rides): (&[LiveRequest], &[LiveRide]),
     times: &mut LaneTimes,
 ) {
     let now_ns = times.now_ns;
@@ -116,6 +175,10 @@ fn offer_idle_lanes(
             let run = &mut *run;
             let (candidates, held) = admitted(&run.ready.lanes[lane], &run.memory, &run.plan);
             launcher.stats.held_for_memory += u64::from(held);
+            let candidates = match rides.iter().find(|r| r.rider == contender.entity) {
+                Some(ride) => without_held_back(candidates, ride, &run.plan),
+                None => candidates,
+            };
             if candidates.is_empty() {
                 continue;
             }
@@ -135,18 +198,130 @@ fn offer_idle_lanes(
             if rank > 0 {
                 let job_ns = run.plan.cost_on(run.plan.key(id as usize), lane);
                 let job_ns = job_ns.unwrap_or(u64::MAX);
-                if !request_policy
-                    .0
-                    .may_fill(now_ns, &live[..rank], contender, job_ns)
-                {
+                let riding_it = |a: &&LiveRequest| {
+                    rides
+                        .iter()
+                        .any(|r| r.rider == a.entity && r.host == contender.entity)
+                };
+                let ahead: Cow<[LiveRequest]> = match rides.is_empty() {
+                    true => Cow::Borrowed(&live[..rank]),
+                    false => Cow::Owned(
+                        live[..rank]
+                            .iter()
+                            .filter(|a| !riding_it(a))
+                            .copied()
+                            .collect(),
+                    ),
+                };
+                if !request_policy.0.may_fill(now_ns, &ahead, contender, job_ns) {
                     continue;
                 }
             }
-            launcher.launch(run, request.id, id, lane, &mut slot);
+            let request_id = request.id;
+            launch_with_riders(
+                runs,
+                launcher,
+                rides,
+                contender.entity,
+                request_id,
+                id,
+                lane,
+                &mut slot,
+            );
             times.free_at_ns[lane] = slot.expected_end_ns;
             break;
         }
     }
+}
+
+/// `candidates` without the stages `ride` holds back for its host.
+fn without_held_back<'q>(
+    candidates: Cow<'q, BTreeSet<u32>>,
+    ride: &LiveRide,
+    plan: &PrefillPlan,
+) -> Cow<'q, BTreeSet<u32>> {
+    let waits = |id: u32| {
+        let stage = plan.key(id as usize).stage as usize;
+        ride.waits.get(stage).copied().unwrap_or(false)
+    };
+    if !candidates.iter().any(|&id| waits(id)) {
+        return candidates;
+    }
+    Cow::Owned(
+        candidates
+            .iter()
+            .copied()
+            .filter(|&id| !waits(id))
+            .collect(),
+    )
+}
+
+/// Launches `host`'s instance `id` on `lane`, with every rider of `host` whose stage
+/// matching it is ready there (and admitted by its memory) inside the same job, priced
+/// for the chunk's rows plus theirs ([`merged_ns`]); alone when none is, or when no
+/// graph of the processor holds the rows.
+#[allow(clippy::too_many_arguments)]
+fn launch_with_riders(
+    runs: &mut Runs,
+    launcher: &mut Launcher,
+    rides: &[LiveRide],
+    host: Entity,
+    request: RequestId,
+    id: u32,
+    lane: usize,
+    slot: &mut BusySlot,
+) {
+    let mut joining: Vec<(Entity, u32)> = Vec::new();
+    let mut rows = 0;
+    if rides.iter().any(|r| r.host == host) {
+        let (_, run) = runs.get(host).expect("a live request");
+        let stage = run.plan.key(id as usize).stage;
+        for ride in rides.iter().filter(|r| r.host == host) {
+            let Some(s) = ride.stages.iter().position(|&m| m == Some(stage)) else {
+                continue;
+            };
+            let Ok((_, rider)) = runs.get(ride.rider) else {
+                continue;
+            };
+            let key = InstanceKey {
+                chunk: 0,
+                stage: s as u32,
+            };
+            let local = rider.plan.id(key) as u32;
+            let ready_here = rider
+                .ready
+                .lanes
+                .get(lane)
+                .is_some_and(|q| q.contains(&local));
+            if ready_here && rider.memory.admits(key) {
+                joining.push((ride.rider, local));
+                rows += ride.rows;
+            }
+        }
+    }
+    let (host_global, merged) = {
+        let (_, mut run) = runs.get_mut(host).expect("a live request");
+        let merged = match joining.is_empty() {
+            true => None,
+            false => merged_ns(&run.plan, run.plan.key(id as usize), lane, rows),
+        };
+        let global = launcher.launch(&mut run, request, id, lane, slot, merged);
+        match merged {
+            Some(merged) => (global, merged),
+            None => return,
+        }
+    };
+    let mut carried = Vec::with_capacity(joining.len());
+    for (rider, local) in joining {
+        let (_, mut run) = runs.get_mut(rider).expect("a live request");
+        carried.push(launcher.ride(&mut run, local, lane, host_global, merged));
+    }
+    let host_instance =
+        launcher.index.instances[host_global as usize].expect("a launched instance");
+    launcher
+        .commands
+        .entity(host_instance)
+        .insert(Carries(carried));
 }
 
 /// With nothing running: launches, for the first `live` request under a memory budget
@@ -191,7 +366,7 @@ fn launch_earliest_admitted(
                 continue;
             }
         }
-        launcher.launch(run, request.id, id, lane, &mut slot);
+        launcher.launch(run, request.id, id, lane, &mut slot, None);
         return;
     }
 }
@@ -274,8 +449,9 @@ pub struct Launcher<'w, 's> {
 
 impl Launcher<'_, '_> {
     /// Starts `run`'s ready instance `id` (the plan's own id) on `lane`: out of every
-    /// ready queue, [`Running`] on `lane` at `lane`'s cost, in the lane's slot, memory
-    /// allocated, the policy told, a [`Job`] naming `request` in the [`Outbox`].
+    /// ready queue, [`Running`] on `lane` at `lane`'s cost (or `merged_ns`, a job with
+    /// riders), in the lane's slot, memory allocated, the policy told, a [`Job`] naming
+    /// `request` in the [`Outbox`]. Returns the instance's world id.
     fn launch(
         &mut self,
         run: &mut RequestRun,
@@ -283,36 +459,68 @@ impl Launcher<'_, '_> {
         id: u32,
         lane: usize,
         slot: &mut BusySlot,
-    ) {
-        let plan = &run.plan;
-        let key = plan.key(id as usize);
-        run.ready.remove(plan, id);
-        let estimated_ns = plan
-            .cost_on(key, lane)
-            .expect("dispatched to a processor the instance may not run on");
-        run.memory.start(key);
-        run.policy.launched(plan, id, lane);
-        run.work_left_ns -= plan.cost_ns(key);
-        run.undispatched -= 1;
-        let global = run.base + id;
-        let instance =
-            self.index.instances[global as usize].expect("ready instance without an entity");
-        let now_ns = self.clock.now_ns;
-        self.commands.entity(instance).insert(Running {
-            lane,
-            estimated_ns,
-            dispatched_ns: now_ns,
-        });
+        merged_ns: Option<u64>,
+    ) -> u32 {
+        let key = run.plan.key(id as usize);
+        let estimated_ns = match merged_ns {
+            Some(ns) => ns,
+            None => run
+                .plan
+                .cost_on(key, lane)
+                .expect("dispatched to a processor the instance may not run on"),
+        };
+        let global = self.start(run, id, lane, estimated_ns);
         slot.running = Some(global);
-        slot.expected_end_ns = now_ns + estimated_ns;
-        self.stats.dispatched += 1;
+        slot.expected_end_ns = self.clock.now_ns + estimated_ns;
         self.outbox.0.push(Job {
             id: global,
             request,
             key,
             processor: lane,
             estimated_ns,
-            dispatched_ns: now_ns,
+            dispatched_ns: self.clock.now_ns,
         });
+        global
+    }
+
+    /// Starts rider `run`'s ready instance `id` inside the job of host instance `host`
+    /// (world id) on `lane`, for `estimated_ns`: as [`Launcher::launch`], but it takes no
+    /// slot and no job of its own ([`RidingIn`]); it completes with the host's job.
+    /// Returns its world id.
+    fn ride(
+        &mut self,
+        run: &mut RequestRun,
+        id: u32,
+        lane: usize,
+        host: u32,
+        estimated_ns: u64,
+    ) -> u32 {
+        let global = self.start(run, id, lane, estimated_ns);
+        let instance = self.index.instances[global as usize].expect("a launched instance");
+        self.commands.entity(instance).insert(RidingIn(host));
+        global
+    }
+
+    /// What every start changes: the run's queues, memory, policy and counters, the
+    /// instance [`Running`]. Returns the instance's world id.
+    fn start(&mut self, run: &mut RequestRun, id: u32, lane: usize, estimated_ns: u64) -> u32 {
+        let plan = &run.plan;
+        let key = plan.key(id as usize);
+        run.ready.remove(plan, id);
+        run.memory.start(key);
+        run.policy.launched(plan, id, lane);
+        run.work_left_ns -= plan.cost_ns(key);
+        run.undispatched -= 1;
+        run.undispatched_by_stage[key.stage as usize] -= 1;
+        let global = run.base + id;
+        let instance =
+            self.index.instances[global as usize].expect("ready instance without an entity");
+        self.commands.entity(instance).insert(Running {
+            lane,
+            estimated_ns,
+            dispatched_ns: self.clock.now_ns,
+        });
+        self.stats.dispatched += 1;
+        global
     }
 }

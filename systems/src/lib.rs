@@ -64,6 +64,7 @@ pub mod request_policy;
 mod resolve;
 pub mod resources;
 pub mod retry;
+pub mod ride;
 pub mod shadow;
 pub mod testing;
 mod world;

@@ -47,6 +47,9 @@ pub struct RequestRun {
     pub(crate) work_left_ns: u64,
     /// Instances not yet dispatched.
     pub(crate) undispatched: usize,
+    /// Per stage, its instances not yet dispatched (a decode step riding this run waits
+    /// for one of its stage while there is one: `crate::ride`).
+    pub(crate) undispatched_by_stage: Vec<u32>,
     /// Modeled work (ns, at home) of every instance of the run.
     pub(crate) work_total_ns: u64,
     /// The plan's lower bound alone on the device, ns.
@@ -89,6 +92,14 @@ impl RequestRun {
     /// Modeled work (ns, each instance at its home processor) not yet dispatched.
     pub fn work_left_ns(&self) -> u64 {
         self.work_left_ns
+    }
+
+    /// Instances of `stage` not yet dispatched.
+    pub fn undispatched_of_stage(&self, stage: u32) -> u32 {
+        self.undispatched_by_stage
+            .get(stage as usize)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -219,6 +230,10 @@ pub fn arm_request(
     };
     let count = plan.instance_count();
     let work_left_ns = plan.instances().map(|k| plan.cost_ns(k)).sum();
+    let mut undispatched_by_stage = vec![0; plan.stages.len()];
+    for key in plan.instances() {
+        undispatched_by_stage[key.stage as usize] += 1;
+    }
     let armed_ns = world.resource::<Clock>().now_ns;
     world.entity_mut(request).insert(RequestRun {
         alone_bound_ns: plan.lower_bound().ns(),
@@ -232,6 +247,7 @@ pub fn arm_request(
         policy,
         work_left_ns,
         undispatched: count,
+        undispatched_by_stage,
     });
     if let Some(mut r) = world.get_mut::<Request>(request) {
         r.phase = phase;

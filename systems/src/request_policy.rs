@@ -108,6 +108,15 @@ pub trait RequestPolicy: Send + Sync + 'static {
         let _ = (now_ns, ahead, filler, job_ns);
         false
     }
+
+    /// Whether the decode step `step` (armed now, its alone bound that of the step run
+    /// as a batch of its own) may ride another request's prefill chunks, its linears
+    /// joining their jobs as extra rows ([`crate::ride`]), when it is then predicted to
+    /// end at `ride_end_ns`. The default: never (each step runs as its own batch).
+    fn may_ride(&self, step: &LiveRequest, ride_end_ns: u64) -> bool {
+        let _ = (step, ride_end_ns);
+        false
+    }
 }
 
 /// The request that takes a single free slot at `now_ns`: `live` ordered by `policy`,
@@ -195,8 +204,15 @@ pub struct Slack;
 impl Slack {
     /// `urgent`'s slack at `now_ns`, ns (negative: late).
     pub fn slack_ns(now_ns: u64, urgent: &LiveRequest) -> i128 {
+        i128::from(Slack::deadline_ns(urgent))
+            - i128::from(now_ns)
+            - i128::from(urgent.remaining_ns())
+    }
+
+    /// `urgent`'s deadline, ns: its run should end by then (the type's doc).
+    pub fn deadline_ns(urgent: &LiveRequest) -> u64 {
         let stretched = (urgent.alone_bound_ns as f64 * SLACK_STRETCH) as u64;
-        let deadline = match (urgent.phase, urgent.targets) {
+        match (urgent.phase, urgent.targets) {
             (
                 RequestPhase::Prefill,
                 SloTargets {
@@ -214,8 +230,7 @@ impl Slack {
                 },
             ) => urgent.armed_ns.saturating_add(tpot.max(stretched)),
             _ => urgent.armed_ns.saturating_add(stretched),
-        };
-        i128::from(deadline) - i128::from(now_ns) - i128::from(urgent.remaining_ns())
+        }
     }
 
     /// Whether a job of `job_ns` fits in the slack of every request in `ahead` more
@@ -256,6 +271,13 @@ impl RequestPolicy for Slack {
         job_ns: u64,
     ) -> bool {
         Slack::fits(now_ns, ahead, filler, job_ns)
+    }
+
+    /// A step rides when it is predicted to end by its own deadline that way: riding
+    /// gives the less urgent prefill the processors the step's chain of short jobs would
+    /// hold, and costs the step nothing it was promised.
+    fn may_ride(&self, step: &LiveRequest, ride_end_ns: u64) -> bool {
+        ride_end_ns <= Slack::deadline_ns(step)
     }
 }
 

@@ -6,18 +6,20 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use bevy_ecs::prelude::{Entity, World};
+use hetsched_systems::components::SubgraphInstance;
 use hetsched_systems::decode_placement::LaneLoads;
 use hetsched_systems::request_policy::{
     LiveRequest, RequestPolicy, create_request_policy, pick_next,
 };
-use hetsched_systems::resources::{Clock, Completion, Inbox, Outbox};
+use hetsched_systems::resources::{Clock, Completion, Inbox, Index, Job, Outbox};
+use hetsched_systems::ride::{Carries, RidesOn, predicted_ride_end_ns, ride_stages};
 use hetsched_systems::{
     ActiveRequestPolicy, DecodePlacement, DecodePlans, LiveRuns, PrefillPlan, Request, RequestId,
     RequestPhase, arm_request, disarm_request, kv_cache_bytes, scheduler_schedule_halves,
     spawn_request_entity, spawn_request_world,
 };
 
-use super::{KvFull, MAX_SAMPLES, MixOptions, RequestSlice, RequestSpec, RequestsError};
+use super::{KvFull, MAX_SAMPLES, MixOptions, RequestSlice, RequestSpec, RequestsError, RideMode};
 use crate::scene::Scene;
 
 /// When one admitted request's milestones fell, ns.
@@ -57,6 +59,14 @@ struct Batch {
     placement: DecodePlacement,
 }
 
+/// A ride chosen for a decode batch: the prefilling request it rides, the step's plan
+/// (the NPU placement's, priced for the batch) and its stage map.
+struct Ride {
+    host: usize,
+    plan: PrefillPlan,
+    stages: Arc<[Option<u32>]>,
+}
+
 /// The state of one mix as it runs.
 struct MixState<'a> {
     scene: &'a Scene,
@@ -81,6 +91,9 @@ struct MixState<'a> {
     admitted: Vec<Option<u64>>,
     first_token: Vec<Option<u64>>,
     end: Vec<Option<u64>>,
+    /// Per request's prefill plan, the stage map of a decode step riding it, once
+    /// computed.
+    ride_maps: HashMap<usize, Arc<[Option<u32>]>>,
 }
 
 /// Runs the mix of `specs` (checked, with their prefill plans) on a fresh world.
@@ -190,6 +203,7 @@ impl<'a> MixState<'a> {
             admitted: vec![None; n],
             first_token: vec![None; n],
             end: vec![None; n],
+            ride_maps: HashMap::new(),
         })
     }
 
@@ -221,13 +235,50 @@ impl<'a> MixState<'a> {
                 lane: job.processor,
                 start_ns: now,
                 end_ns: now + job.estimated_ns,
+                rode_in: None,
             });
+            self.record_riders(&job, now, slices);
             in_flight.push(Reverse((
                 now + job.estimated_ns,
                 job.processor,
                 job.id,
                 now,
             )));
+        }
+    }
+
+    /// A slice for each decode row that rode in `job` (launched at `now`): its batch's
+    /// plan and rows, the job's lane and times.
+    fn record_riders(&self, job: &Job, now: u64, slices: &mut Vec<RequestSlice>) {
+        let index = self.world.resource::<Index>();
+        let Some(host) = index.instances.get(job.id as usize).copied().flatten() else {
+            return;
+        };
+        let Some(carried) = self.world.get::<Carries>(host) else {
+            return;
+        };
+        let Some(batch) = &self.batch else {
+            return;
+        };
+        let placements = self.decode.placements();
+        let offset = placements.iter().position(|&p| p == batch.placement);
+        for &rider in &carried.0 {
+            let Some(entity) = index.instances.get(rider as usize).copied().flatten() else {
+                continue;
+            };
+            let Some(instance) = self.world.get::<SubgraphInstance>(entity) else {
+                continue;
+            };
+            slices.push(RequestSlice {
+                request: self.specs[batch.leader].id,
+                plan: self.specs.len() + offset.unwrap_or(0),
+                key: instance.key,
+                decode_rows: batch.rows,
+                lane: job.processor,
+                start_ns: now,
+                end_ns: now + job.estimated_ns,
+                rode_in: Some(job.request),
+            });
         }
     }
 
@@ -342,7 +393,10 @@ impl MixState<'_> {
                 vec![i]
             }
             Stage::InBatch => match self.batch.take() {
-                Some(batch) if batch.leader == i => batch.members,
+                Some(batch) if batch.leader == i => {
+                    self.world.entity_mut(entity).remove::<RidesOn>();
+                    batch.members
+                }
                 other => {
                     self.batch = other;
                     return Ok(());
@@ -415,16 +469,31 @@ impl MixState<'_> {
         }
         let leader_entity = self.entity[leader].expect("an arrived request");
         let loads = LaneLoads::of_world(&mut self.world, leader_entity);
-        let (placement, plan) = self
+        let (mut placement, plan) = self
             .decode
             .choose(&contexts, &loads)
             .map_err(RequestsError::Decode)?;
-        let plan = Arc::new(plan);
         let step = u64::from(self.tokens[leader] - 1);
+        let ride = self.ride_for(leader, &members, &contexts, &plan, now_ns)?;
+        let plan = match ride {
+            Some(ride) => {
+                placement = DecodePlacement::Npu;
+                self.world.entity_mut(leader_entity).insert(RidesOn {
+                    host: self.entity[ride.host].expect("an arrived request"),
+                    stages: ride.stages,
+                    rows,
+                });
+                ride.plan
+            }
+            None => {
+                self.world.entity_mut(leader_entity).remove::<RidesOn>();
+                plan
+            }
+        };
         arm_request(
             &mut self.world,
-            self.entity[leader].expect("an arrived request"),
-            plan,
+            leader_entity,
+            Arc::new(plan),
             self.scene.new_policy()?,
             RequestPhase::Decode { step },
         )?;
@@ -435,6 +504,90 @@ impl MixState<'_> {
             placement,
         });
         Ok(())
+    }
+
+    /// The ride of the decode batch of `members` (led by `leader`, sequences at
+    /// `contexts`; `alone` its plan as a batch of its own), if it takes one: under
+    /// [`RideMode::Policy`] when the request policy lets the step ride
+    /// ([`RequestPolicy::may_ride`]) at the end predicted for it, under
+    /// [`RideMode::Always`] whenever it can. It can ride a request in its prefill that
+    /// the request policy runs beside it, with a chunk left whose first matching stage is
+    /// still to be dispatched, on a device whose NPU placement exists; of several, the
+    /// one it is predicted to end first with ([`predicted_ride_end_ns`]).
+    fn ride_for(
+        &mut self,
+        leader: usize,
+        members: &[usize],
+        contexts: &[u64],
+        alone: &PrefillPlan,
+        now_ns: u64,
+    ) -> Result<Option<Ride>, RequestsError> {
+        if self.options.ride == RideMode::Off || self.decode.plan(DecodePlacement::Npu).is_none() {
+            return Ok(None);
+        }
+        let rider = self
+            .decode
+            .priced(DecodePlacement::Npu, contexts)
+            .map_err(RequestsError::Decode)?;
+        let rows = contexts.len() as u32;
+        let mut best: Option<(u64, usize)> = None;
+        for host in 0..self.specs.len() {
+            if self.stage[host] != Stage::Prefill || members.contains(&host) {
+                continue;
+            }
+            let Some(host_entity) = self.entity[host] else {
+                continue;
+            };
+            // The host must be offered processors beside the step, or the step would
+            // wait for jobs that never run.
+            let mut beside = vec![
+                self.view(leader, now_ns, 0, 0),
+                self.view(host, now_ns, 1, 1),
+            ];
+            self.order.order(now_ns, &mut beside);
+            if !beside.iter().any(|v| v.entity == host_entity) {
+                continue;
+            }
+            let stages = self
+                .ride_maps
+                .entry(host)
+                .or_insert_with(|| ride_stages(&rider, &self.plans[host]).into())
+                .clone();
+            if stages.iter().all(Option::is_none) {
+                continue;
+            }
+            let end = predicted_ride_end_ns(&self.world, host_entity, &rider, &stages, rows);
+            if let Some(end) = end
+                && best.is_none_or(|(b, _)| end < b)
+            {
+                best = Some((end, host));
+            }
+        }
+        let Some((end, host)) = best else {
+            return Ok(None);
+        };
+        let rides = match self.options.ride {
+            RideMode::Off => false,
+            RideMode::Always => true,
+            RideMode::Policy => {
+                let step = LiveRequest {
+                    phase: RequestPhase::Decode {
+                        step: u64::from(self.tokens[leader] - 1),
+                    },
+                    work_left_ns: 1,
+                    work_total_ns: 1,
+                    alone_bound_ns: alone.lower_bound().ns(),
+                    armed_ns: now_ns,
+                    ..self.view(leader, now_ns, 0, 0)
+                };
+                self.order.may_ride(&step, end)
+            }
+        };
+        Ok(rides.then(|| Ride {
+            host,
+            plan: rider,
+            stages: self.ride_maps[&host].clone(),
+        }))
     }
 
     /// Whether every request is done or refused.

@@ -169,11 +169,13 @@ impl Trace {
     /// The trace of several requests simulated together: every job as a slice on its
     /// processor's lane, tagged with its request (coloured by request in the SVG, named
     /// by it in the Chrome trace), and each request's span from arrival to first token.
-    /// No dependency flows: they cross requests' plans.
+    /// No dependency flows: they cross requests' plans. A decode row that rode in a
+    /// prefill job is drawn as that job (one slice a job on a lane).
     pub fn of_requests(title: &str, run: &RequestsRun) -> Trace {
         let mut slices: Vec<Slice> = run
             .slices
             .iter()
+            .filter(|r| r.rode_in.is_none())
             .filter_map(|r| {
                 let plan = run.plans.get(r.plan)?;
                 let span = (r.start_ns, r.end_ns);
