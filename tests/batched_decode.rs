@@ -7,8 +7,6 @@
 //! Needs the model: run `scripts/fetch-model.sh` first (these tests fail, not skip,
 //! without it), as tests/real_prefill.rs.
 
-// The shared loader also holds the f32 reference, which these tests do not read.
-#[allow(dead_code)]
 mod common;
 
 use common::loaded;

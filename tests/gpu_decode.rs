@@ -1,13 +1,14 @@
 //! With the `gpu` feature: generation with every stage resident on the GPU
 //! (`GpuUse::Resident`): the prefill and each decode step run on the GPU lane, continuing
-//! the KV cache on the device, and give the CPU f32 path's logits and greedy tokens.
+//! the KV cache on the device, and give the CPU f32 path's logits and greedy tokens. The
+//! model is the test model cut to its first blocks (`gpu_common::shallow_model`).
 //!
 //! `cargo test --features gpu --test gpu_decode`. Without a Vulkan device the tests say
 //! they skipped, unless `HETSCHED_REQUIRE_GPU=1` (set by CI after installing lavapipe).
 #![cfg(feature = "gpu")]
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
 use hetsched::exec::generate::{
     DecodePath, GenerateError, GenerateOptions, Generated, SamplesGenerated, Sampling, Session,
@@ -21,8 +22,17 @@ use hetsched::import::GgufTokenizer;
 mod common;
 mod compare;
 mod gpu_common;
-use common::loaded;
-use gpu_common::{gpu_context, gpu_context_with, greedy_steps_agree, unless_no_device};
+use common::Loaded;
+use gpu_common::{
+    gpu_context, gpu_context_with, greedy_steps_agree, shallow_model, unless_no_device,
+};
+
+/// The test model cut to its first blocks ([`gpu_common::LAYERS`]), in every form the
+/// tests compare, loaded once.
+fn loaded() -> &'static Loaded {
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
+    LOADED.get_or_init(|| common::load(shallow_model()))
+}
 
 /// GPU float kernels (f32, other summation orders) against the CPU path, relative to the
 /// largest logit: the prefill test's tolerance (tests/gpu_prefill.rs).

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use half::{bf16, f16};
-use hetsched::import::gguf::writer::GgufWriter;
+use hetsched::import::gguf::writer::{GgufWriter, TinyModel, seeded_values};
 use hetsched::import::gguf::{MetadataArray, ValueType};
 use hetsched::import::{
     GgmlType, GgufFile, GgufTokenizer, ImportError, LlamaConfig, LlamaModel, LlamaWeights,
@@ -849,4 +849,104 @@ fn a_column_decodes_like_the_whole_tensor() {
         }
         assert!(t.column_f32(cols).is_err(), "{ty:?}: column out of range");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Files cut to their first blocks (`GgufWriter::truncated`, the GPU tests' model).
+
+fn tiny_model(layers: usize) -> GgufWriter {
+    let m = TinyModel {
+        arch: "llama",
+        layers,
+        hidden: 8,
+        heads: 2,
+        kv_heads: 1,
+        ffn: 16,
+        vocab: 12,
+        context: 64,
+        tied: false,
+    };
+    GgufWriter::tiny_model(&m, seeded_values)
+}
+
+/// The shallower model's own file has the same tensors (`seeded_values` seeds by name):
+/// the cut one reads back as it does, entry for entry and byte for byte.
+#[test]
+fn a_truncated_file_reads_as_the_shallower_model() {
+    let deep = GgufFile::from_bytes(tiny_model(3).to_bytes()).unwrap();
+    for layers in [1, 2, 3] {
+        let cut = GgufWriter::truncated(&deep, layers).unwrap();
+        let cut = GgufFile::from_bytes(cut.to_bytes()).unwrap();
+        let want = GgufFile::from_bytes(tiny_model(layers).to_bytes()).unwrap();
+        assert_eq!(cut.metadata(), want.metadata(), "{layers} layers");
+        assert_eq!(cut.tensor_infos(), want.tensor_infos(), "{layers} layers");
+        for (got, want) in cut.tensors().zip(want.tensors()) {
+            assert_eq!(got.data, want.data, "{}", got.name());
+        }
+    }
+}
+
+#[test]
+fn truncation_refuses_no_blocks_and_more_than_the_file_has() {
+    let deep = GgufFile::from_bytes(tiny_model(3).to_bytes()).unwrap();
+    for layers in [0, 4] {
+        let err = GgufWriter::truncated(&deep, layers).unwrap_err();
+        assert!(matches!(err, ImportError::InvalidConfig(_)), "{err}");
+    }
+    let mut bare = GgufWriter::new();
+    bare.kv("general.architecture", V::String("llama".into()));
+    let bare = GgufFile::from_bytes(bare.to_bytes()).unwrap();
+    let err = GgufWriter::truncated(&bare, 1).unwrap_err();
+    assert!(
+        matches!(&err, ImportError::MissingKey(k) if k == "llama.block_count"),
+        "{err}"
+    );
+}
+
+/// SmolLM2 cut to 3 blocks: its quantized tensors kept as stored (the first blocks', the
+/// embeddings', the final norm's), the later blocks' gone, and it loads as a 3-layer model
+/// of the same widths with the same tokenizer.
+#[test]
+fn smollm2_truncated_keeps_its_first_blocks_as_stored() {
+    let file = smollm2();
+    let cut = GgufFile::from_bytes(GgufWriter::truncated(file, 3).unwrap().to_bytes()).unwrap();
+    let mut kept = 0;
+    for t in file.tensors() {
+        let block = t
+            .name()
+            .strip_prefix("blk.")
+            .and_then(|rest| rest.split_once('.'))
+            .map(|(index, _)| index.parse::<usize>().unwrap());
+        match (block, cut.tensor(t.name())) {
+            (Some(b), None) if b >= 3 => {}
+            (_, Some(c)) if block.is_none_or(|b| b < 3) => {
+                assert_eq!((c.info.ty, &c.info.dims), (t.info.ty, &t.info.dims));
+                assert_eq!(c.data, t.data, "{}", t.name());
+                kept += 1;
+            }
+            (_, other) => panic!("{}: kept {:?}", t.name(), other.map(|c| c.info.clone())),
+        }
+    }
+    assert_eq!(kept, cut.tensor_infos().len());
+    let (deep, shallow) = (
+        LlamaConfig::from_gguf(file).unwrap(),
+        LlamaConfig::from_gguf(&cut).unwrap(),
+    );
+    assert_eq!((deep.n_layers, shallow.n_layers), (30, 3));
+    assert_eq!(
+        LlamaConfig {
+            n_layers: 3,
+            ..deep.clone()
+        },
+        shallow
+    );
+    LlamaModel::from_gguf(&cut).unwrap();
+    let text = "The capital of France is";
+    assert_eq!(
+        GgufTokenizer::from_gguf(&cut)
+            .unwrap()
+            .encode(text)
+            .unwrap(),
+        smollm2_tokenizer().encode(text).unwrap()
+    );
 }

@@ -472,7 +472,13 @@ fn calibrated_shadow_perplexity_is_near_f32() {
 /// The accuracy goal of the calibrated shadow, measured as docs/outliers.md does: `hetsched calibrate`'s defaults on
 /// all of Apache-2.0 (9 windows of 256), 85% of the sites pruned, perplexity on 8 windows
 /// of 256 GPL-3 tokens within 1% of f32's (measured +0.30%, KL 0.0043).
+///
+/// A figure of the method rather than a check of the code, and the longest test of the
+/// workspace: ignored, run by `cargo test --test shadow -- --ignored`. The code it runs
+/// (calibration with the defaults, pruning, evaluation against f32) is checked on fewer
+/// windows by `calibrated_shadow_perplexity_is_near_f32`.
 #[test]
+#[ignore = "an accuracy figure, minutes: cargo test --test shadow -- --ignored"]
 fn default_calibration_keeps_perplexity_within_one_percent_of_f32() {
     let l = loaded();
     let text = std::fs::read_to_string("/usr/share/common-licenses/Apache-2.0").unwrap();

