@@ -1,10 +1,10 @@
 //! Phase 1: collect completions from the queues.
 
-use bevy_ecs::prelude::{Commands, MessageWriter, Query, Res, ResMut};
+use bevy_ecs::prelude::{Commands, Entity, MessageWriter, Query, Res, ResMut};
 
 use crate::components::{BusySlot, Running};
 use crate::request::{OfRequest, Request, RequestRun};
-use crate::resources::{Inbox, Index, SliceRecord, SubgraphFinished, TimelineLog};
+use crate::resources::{Completion, Inbox, Index, SliceRecord, SubgraphFinished, TimelineLog};
 use crate::ride::{Carries, RidingIn};
 
 /// Takes each reported instance off [`Running`], frees its processor and the memory its
@@ -48,23 +48,12 @@ pub fn collect_completions(
         );
         slot.running = None;
         slot.busy_ns += done.end_ns - done.start_ns;
-        let (request, mut armed) = runs.get_mut(owner.0).expect("instance of an armed run");
-        let local = done.id - armed.base;
-        let key = armed.plan.key(local as usize);
-        armed.memory.finish(key);
-        timeline.slices.push(SliceRecord {
-            id: local,
-            request: request.id,
-            key,
-            processor: done.processor,
-            start_ns: done.start_ns,
-            end_ns: done.end_ns,
-            estimated_ns: run.estimated_ns,
-        });
-        finished.write(SubgraphFinished {
+        let ended = Ended {
             id: done.id,
             request: owner.0,
-        });
+            estimated_ns: run.estimated_ns,
+        };
+        ended.record(&done, &mut runs, &mut timeline, &mut finished);
         // The decode rows that rode in this job end with it, on its lane.
         let Ok(riders) = carried.get(entity) else {
             continue;
@@ -80,23 +69,51 @@ pub fn collect_completions(
                 .entity(rider_entity)
                 .remove::<Running>()
                 .remove::<RidingIn>();
-            let (request, mut armed) = runs.get_mut(owner.0).expect("rider of an armed run");
-            let local = rider - armed.base;
-            let key = armed.plan.key(local as usize);
-            armed.memory.finish(key);
-            timeline.slices.push(SliceRecord {
-                id: local,
-                request: request.id,
-                key,
-                processor: done.processor,
-                start_ns: done.start_ns,
-                end_ns: done.end_ns,
-                estimated_ns: ride.estimated_ns,
-            });
-            finished.write(SubgraphFinished {
+            let ended = Ended {
                 id: rider,
                 request: owner.0,
-            });
+                estimated_ns: ride.estimated_ns,
+            };
+            ended.record(&done, &mut runs, &mut timeline, &mut finished);
         }
+    }
+}
+
+/// An instance that ended in a job the queues reported (its own, or the job it rode in).
+struct Ended {
+    id: u32,
+    request: Entity,
+    estimated_ns: u64,
+}
+
+impl Ended {
+    /// Frees the memory its dead tensors held, records its slice on the job's lane and
+    /// times, and announces it.
+    fn record(
+        &self,
+        done: &Completion,
+        runs: &mut Query<(&Request, &mut RequestRun)>,
+        timeline: &mut TimelineLog,
+        finished: &mut MessageWriter<SubgraphFinished>,
+    ) {
+        let (request, mut armed) = runs
+            .get_mut(self.request)
+            .expect("instance of an armed run");
+        let local = self.id - armed.base;
+        let key = armed.plan.key(local as usize);
+        armed.memory.finish(key);
+        timeline.slices.push(SliceRecord {
+            id: local,
+            request: request.id,
+            key,
+            processor: done.processor,
+            start_ns: done.start_ns,
+            end_ns: done.end_ns,
+            estimated_ns: self.estimated_ns,
+        });
+        finished.write(SubgraphFinished {
+            id: self.id,
+            request: self.request,
+        });
     }
 }
