@@ -7,11 +7,12 @@
 //! processor is marked [`Offline`]: dispatch never starts a job there again, and the
 //! policies see it free only in the far future.
 
-use bevy_ecs::prelude::World;
+use bevy_ecs::prelude::{Entity, World};
 
 use crate::components::{BusySlot, Offline, Running};
 use crate::request::{OfRequest, RequestRun};
 use crate::resources::{Index, RunStats};
+use crate::ride::{Carries, RidingIn};
 
 /// The processors other than the one running `id` (a world id) that could take it if it
 /// were requeued now: eligible for it (all of them under a placement-choosing policy,
@@ -42,24 +43,29 @@ pub fn requeue_elsewhere(world: &mut World, id: u32) -> Option<usize> {
     if retry_lanes(world, id).is_empty() {
         return None;
     }
-    let (running, owner) = running(world, id)?;
-    let lane = running.lane;
+    let (job, owner) = running(world, id)?;
+    let lane = job.lane;
     let (instance, processor) = {
         let index = world.resource::<Index>();
         (index.instances[id as usize]?, index.processors[lane])
     };
-    world.entity_mut(instance).remove::<Running>();
-    {
-        let mut run = world.get_mut::<RequestRun>(owner)?;
-        let run = &mut *run;
-        let local = id - run.base;
-        let key = run.plan.key(local as usize);
-        run.ready.insert(&run.plan, local);
-        run.memory.abandon(key);
-        run.policy.abandoned(&run.plan, local, lane);
-        run.work_left_ns += run.plan.cost_ns(key);
-        run.undispatched += 1;
+    // The decode rows riding in the job are taken back with it: each is ready again in
+    // its own run, to ride a later job or run alone.
+    let riders = world
+        .entity_mut(instance)
+        .take::<Carries>()
+        .map_or_else(Vec::new, |c| c.0);
+    for rider in riders {
+        let rider_entity = world.resource::<Index>().instances[rider as usize]?;
+        let (rode, rider_owner) = running(world, rider)?;
+        world
+            .entity_mut(rider_entity)
+            .remove::<Running>()
+            .remove::<RidingIn>();
+        make_ready(world, rider_owner, rider, rode.lane)?;
     }
+    world.entity_mut(instance).remove::<Running>();
+    make_ready(world, owner, id, lane)?;
     world.resource_mut::<RunStats>().retried += 1;
     let mut processor = world.entity_mut(processor);
     processor.insert(Offline);
@@ -69,8 +75,24 @@ pub fn requeue_elsewhere(world: &mut World, id: u32) -> Option<usize> {
     Some(lane)
 }
 
+/// Makes instance `id` (a world id) of `owner`'s run, just taken off `lane`, ready
+/// again: undispatched, its memory and policy state as before its dispatch.
+fn make_ready(world: &mut World, owner: Entity, id: u32, lane: usize) -> Option<()> {
+    let mut run = world.get_mut::<RequestRun>(owner)?;
+    let run = &mut *run;
+    let local = id - run.base;
+    let key = run.plan.key(local as usize);
+    run.ready.insert(&run.plan, local);
+    run.memory.abandon(key);
+    run.policy.abandoned(&run.plan, local, lane);
+    run.work_left_ns += run.plan.cost_ns(key);
+    run.undispatched += 1;
+    run.undispatched_by_stage[key.stage as usize] += 1;
+    Some(())
+}
+
 /// The instance `id`'s dispatch and its request, while it runs.
-fn running(world: &World, id: u32) -> Option<(Running, bevy_ecs::prelude::Entity)> {
+fn running(world: &World, id: u32) -> Option<(Running, Entity)> {
     let entity = (*world.resource::<Index>().instances.get(id as usize)?)?;
     let running = world.get::<Running>(entity).copied()?;
     Some((running, world.get::<OfRequest>(entity)?.0))
