@@ -10,8 +10,15 @@
 //! time), and the lane behind it idles. Here the blocks are claimed from a shared counter
 //! instead: the calling thread works through them, and helpers (spawned once per other
 //! worker) join it only while blocks are left. At the end the caller waits, spinning,
-//! for at most the blocks that helpers are running, never for other work. A helper that
-//! starts after the last block was claimed returns at once.
+//! until every helper it spawned has returned: one still queued on its own worker it runs
+//! itself (`rayon::yield_local` takes only this worker's queue), one another worker took
+//! is running there. A helper that starts after the last block was claimed returns at
+//! once. So the scope ends with nothing left to wait for, but for the moment rayon takes
+//! to complete a helper that has just returned.
+//!
+//! That keeps a job out of rayon's waits, where it could start the other lane's job under
+//! locks it holds; the executor's `unnested` module makes sure such a job does not start
+//! even then. Helpers mark their thread as working for a job while they run.
 //!
 //! Results do not depend on how the blocks are shared: each block is computed by one
 //! call of `work`, as before.
@@ -19,6 +26,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
+
+use crate::unnested;
 
 /// Elements per block of an element-wise pass split with [`for_each_block`]: 64 KiB of
 /// f32, a few microseconds of work; a chunk's FFN activation (128 × 1536) is 12 blocks,
@@ -42,9 +51,8 @@ pub fn for_each_block<T: Send>(blocks: Vec<T>, work: impl Fn(T) + Sync) {
     }
     let slots: Vec<Mutex<Option<T>>> = blocks.into_iter().map(|b| Mutex::new(Some(b))).collect();
     let next = AtomicUsize::new(0);
-    // Helpers inside `claim`: a helper counts itself before it claims, so once the caller
-    // has seen the counter run out, every helper still holding a block is counted here.
-    let active = AtomicUsize::new(0);
+    // Helpers that have not returned yet, counted before any is spawned.
+    let unfinished = AtomicUsize::new(helpers);
     let claim = || {
         loop {
             let i = next.fetch_add(1, Ordering::SeqCst);
@@ -57,16 +65,20 @@ pub fn for_each_block<T: Send>(blocks: Vec<T>, work: impl Fn(T) + Sync) {
     rayon::in_place_scope(|scope| {
         for _ in 0..helpers {
             scope.spawn(|_| {
-                active.fetch_add(1, Ordering::SeqCst);
+                let _working = unnested::working();
                 claim();
-                active.fetch_sub(1, Ordering::SeqCst);
+                unfinished.fetch_sub(1, Ordering::SeqCst);
             });
         }
         claim();
-        // The blocks helpers still run are short; waiting here (instead of in the scope,
-        // where rayon would look for other work) keeps this job from running another's.
+        // Every block is claimed; wait here, not in the scope, where rayon would run
+        // other work (see the module): helpers still queued here run now and return at
+        // once, those running elsewhere finish at most one block each.
         let mut spins = 0u32;
-        while active.load(Ordering::SeqCst) > 0 {
+        while unfinished.load(Ordering::SeqCst) > 0 {
+            if rayon::yield_local() == Some(rayon::Yield::Executed) {
+                continue;
+            }
             if spins < SPINS_BEFORE_YIELD {
                 spins += 1;
                 std::hint::spin_loop();

@@ -7,7 +7,6 @@ use hetsched_kernels::{
     AttentionKv, AttentionShape, FlashKeys, RopeTable, attention_causal_gqa_gemm,
     attention_windowed_gqa_flash, flash_supported, rms_norm_fast,
 };
-use rayon::prelude::*;
 
 use super::blocks::{ELEMENTS_PER_BLOCK, for_each_block};
 use super::error::KernelError;
@@ -196,8 +195,12 @@ fn by_token_blocks(
     out
 }
 
+/// Queries in one block of [`windowed_attention`]: a chunk of 16 queries is 4 blocks,
+/// enough to share among the pool's workers, each block with one scores buffer.
+const QUERIES_PER_BLOCK: usize = 4;
+
 /// Causal GQA attention in which the query at position `p` sees keys
-/// `max(0, p + 1 − window) ..= p` (llama.cpp's sliding window), one query per task, read
+/// `max(0, p + 1 − window) ..= p` (llama.cpp's sliding window), a few queries a block, read
 /// from the cache in place: scores, softmax and the weighted values of each head over its
 /// window. (Gathering the window into the GEMM kernel's packed layout for every query, as
 /// this did before, cost 100 times the attention once the window was full: Gemma 3's
@@ -213,10 +216,12 @@ fn windowed_attention(
     let (row, kv_row) = (shape.n_heads * d, shape.n_kv_heads * d);
     let scale = shape.scale();
     let mut out = vec![0f32; q.len()];
-    out.par_chunks_mut(row)
-        .zip(q.par_chunks(row))
-        .enumerate()
-        .for_each_init(Vec::new, |scores: &mut Vec<f32>, (t, (out, q))| {
+    let per_block = row * QUERIES_PER_BLOCK;
+    let blocks = out.chunks_mut(per_block).zip(q.chunks(per_block));
+    for_each_block(blocks.enumerate().collect(), |(b, (out, q))| {
+        let mut scores = Vec::new();
+        let queries = out.chunks_mut(row).zip(q.chunks(row));
+        for (t, (out, q)) in (b * QUERIES_PER_BLOCK..).zip(queries) {
             let pos = shape.pos0 + t;
             let first = (pos + 1).saturating_sub(window);
             for (h, (out, q)) in out.chunks_exact_mut(d).zip(q.chunks_exact(d)).enumerate() {
@@ -239,7 +244,8 @@ fn windowed_attention(
                 }
                 out.iter_mut().for_each(|o| *o /= sum);
             }
-        });
+        }
+    });
     out
 }
 

@@ -53,6 +53,7 @@ mod resident_prefill;
 mod shadow;
 mod state;
 mod steps;
+mod unnested;
 mod values;
 mod walk;
 mod weights;

@@ -24,7 +24,7 @@ use hetsched_systems::resources::{Completion, Job};
 use thiserror::Error;
 
 use super::error::ExecError;
-use super::{linger, lock_wait};
+use super::{linger, lock_wait, unnested};
 use crate::StageRunner;
 use hetsched_runtime::backends::{Backend, BackendError};
 use hetsched_runtime::engine::{self, RunOutcome, panic_message};
@@ -216,7 +216,7 @@ fn serve(
                     .is_ok()
             };
             if runner.uses_pool() {
-                pool.install(timed)
+                unnested::install(pool, timed)
             } else {
                 timed()
             }

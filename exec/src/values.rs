@@ -15,7 +15,6 @@ use hetsched_kernels::{
     gemv_f32, gemv_i8, matmul_f32_packed, matmul_f32_packed_cols, max_abs, quantize_groups,
     quantize_groups128, quantize_per_tensor_fast, scale_for_max_abs_fast, sum_squares_within,
 };
-use rayon::prelude::*;
 
 use super::activation::Act;
 use super::blocks::{ELEMENTS_PER_BLOCK, for_each_block};
@@ -154,15 +153,12 @@ fn by_columns<T: Copy + Default + Send + Sync>(
     tile: impl Fn(std::ops::Range<usize>, &mut [T]) + Sync,
 ) -> Vec<T> {
     let per_task = columns_per_task(n);
-    let tiles: Vec<Vec<T>> = (0..n.div_ceil(per_task))
-        .into_par_iter()
-        .map(|t| {
-            let cols = t * per_task..((t + 1) * per_task).min(n);
-            let mut out = vec![T::default(); rows * cols.len()];
-            tile(cols, &mut out);
-            out
-        })
-        .collect();
+    let mut tiles: Vec<Vec<T>> = vec![Vec::new(); n.div_ceil(per_task)];
+    for_each_block(tiles.iter_mut().enumerate().collect(), |(t, out)| {
+        let cols = t * per_task..((t + 1) * per_task).min(n);
+        *out = vec![T::default(); rows * cols.len()];
+        tile(cols, out);
+    });
     if rows == 1 {
         return tiles.concat();
     }
