@@ -12,9 +12,10 @@
 //! almost always, but not always: a helper that has returned is still being completed by
 //! rayon for a moment, and a caller that arrives at the scope's end in that moment waits
 //! there (a loop of two blocks run 200,000 times while a second lane handed the pool
-//! jobs ran one of them inside such a wait in 4 of 5 runs). So the guarantee is made here: a thread marks itself [`working`] for the span of
-//! a job and of every helper it runs for one, and a job handed to such a thread
-//! ([`install`]) does not start: the lane hands it to the pool again.
+//! jobs ran one of them inside such a wait in 4 of 5 runs). So the guarantee is made
+//! here: a thread marks itself [`working`] for the span of a job and of every helper it
+//! runs for one, and a job handed to such a thread ([`install`]) does not start: the
+//! lane hands it to the pool again.
 
 use std::cell::Cell;
 
