@@ -200,9 +200,9 @@ fn by_token_blocks(
 const QUERIES_PER_BLOCK: usize = 4;
 
 /// Causal GQA attention in which the query at position `p` sees keys
-/// `max(0, p + 1 − window) ..= p` (llama.cpp's sliding window), a few queries a block, read
-/// from the cache in place: scores, softmax and the weighted values of each head over its
-/// window. (Gathering the window into the GEMM kernel's packed layout for every query, as
+/// `max(0, p + 1 − window) ..= p` (llama.cpp's sliding window), a few queries a block,
+/// read from the cache in place: scores, softmax and the weighted values of each head over
+/// its window. (Gathering the window into the GEMM kernel's packed layout for every query, as
 /// this did before, cost 100 times the attention once the window was full: Gemma 3's
 /// local layers at 512 keys.)
 fn windowed_attention(
