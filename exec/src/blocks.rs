@@ -66,8 +66,10 @@ pub fn for_each_block<T: Send>(blocks: Vec<T>, work: impl Fn(T) + Sync) {
         for _ in 0..helpers {
             scope.spawn(|_| {
                 let _working = unnested::working();
+                // Counted out also when a block panics: the caller's wait below ends,
+                // and the scope hands the panic on.
+                let _returned = Returned(&unfinished);
                 claim();
-                unfinished.fetch_sub(1, Ordering::SeqCst);
             });
         }
         claim();
@@ -87,6 +89,15 @@ pub fn for_each_block<T: Send>(blocks: Vec<T>, work: impl Fn(T) + Sync) {
             }
         }
     });
+}
+
+/// Counts a helper out of [`for_each_block`]'s wait when it returns or unwinds.
+struct Returned<'a>(&'a AtomicUsize);
+
+impl Drop for Returned<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]
@@ -126,5 +137,31 @@ mod tests {
             });
         });
         assert_eq!(runners.lock().len(), 2, "both workers ran blocks");
+    }
+
+    #[test]
+    fn a_panic_in_a_helpers_block_reaches_the_caller() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install(|| {
+                let caller = std::thread::current().id();
+                for_each_block((0..64).collect(), |_: usize| {
+                    assert_eq!(
+                        std::thread::current().id(),
+                        caller,
+                        "a helper's block fails"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                });
+            })
+        }));
+        assert!(caught.is_err(), "the helper's panic reached the caller");
+        // The pool goes on.
+        let mut out = vec![0u8; 4];
+        pool.install(|| for_each_block(out.iter_mut().collect(), |o| *o = 1));
+        assert_eq!(out, [1; 4]);
     }
 }
