@@ -145,19 +145,26 @@ mod tests {
             .num_threads(2)
             .build()
             .unwrap();
+        let helper_failed = std::sync::atomic::AtomicBool::new(false);
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             pool.install(|| {
                 let caller = std::thread::current().id();
-                for_each_block((0..64).collect(), |_: usize| {
-                    assert_eq!(
-                        std::thread::current().id(),
-                        caller,
-                        "a helper's block fails"
-                    );
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                // The caller's blocks leave time (up to 2 s) for the helper to start.
+                for_each_block((0..2000).collect(), |_: usize| {
+                    if std::thread::current().id() != caller {
+                        helper_failed.store(true, Ordering::SeqCst);
+                        panic!("a helper's block fails");
+                    }
+                    if !helper_failed.load(Ordering::SeqCst) {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
                 });
             })
         }));
+        assert!(
+            helper_failed.load(Ordering::SeqCst),
+            "the helper ran a block"
+        );
         assert!(caught.is_err(), "the helper's panic reached the caller");
         // The pool goes on.
         let mut out = vec![0u8; 4];
