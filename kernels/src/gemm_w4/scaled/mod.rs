@@ -120,6 +120,35 @@ fn row_spans<'a, const SPAN: usize>(
         })
 }
 
+/// [`row_spans`] for spans of one group (`w4a8-g32`): each group with its activation
+/// scale, from one flat walk of the five arrays. The spans' nested chunks left the
+/// compiler keeping the walk's pointers in vector registers, whose moves back to the
+/// address registers delayed each group's loads.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn row_groups<'a>(
+    w: &'a PackedW4Weights,
+    b: usize,
+    a_row: &'a [u8],
+    neg_bias: &'a [i32],
+    scales: &'a [f32],
+) -> impl Iterator<Item = (f32, RowGroup<'a>)> {
+    let groups = w.groups();
+    debug_assert_eq!(a_row.len(), GROUP_K * groups);
+    debug_assert_eq!(scales.len(), groups);
+    debug_assert_eq!(neg_bias.len(), groups);
+    let weights = w.block(b).as_chunks::<GROUP_BYTES>().0;
+    let subs = w.block_sub_scales(b).as_chunks::<BLOCK>().0;
+    let acts = a_row.as_chunks::<4>().0.as_chunks::<8>().0;
+    weights
+        .iter()
+        .zip(subs)
+        .zip(acts)
+        .zip(neg_bias)
+        .zip(scales)
+        .map(|((((group, sub), quads), &bias), &a_scale)| (a_scale, (group, sub, quads, bias)))
+}
+
 /// Groups of activation biases kept on the stack (a row of up to 2048 values).
 #[cfg(target_arch = "x86_64")]
 const STACK_GROUPS: usize = 64;

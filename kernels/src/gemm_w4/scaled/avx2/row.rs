@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::row_spans;
+use super::super::{row_groups, row_spans};
 use crate::gemm_w4::avx2_groups::{group_dots, sub_scales};
 use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights};
 use crate::tiling::BLOCK;
@@ -38,18 +38,19 @@ pub(super) fn block<const SPAN: usize>(
     out: &mut [f32; BLOCK],
 ) {
     let mut acc = [_mm256_setzero_ps(); 2];
-    for (a_scale, groups) in row_spans::<SPAN>(w, b, a_row, neg_bias, scales) {
-        let a_scale = _mm256_set1_ps(a_scale);
-        if SPAN == 1 {
-            for (group, sub, quads, neg_bias) in groups {
-                let dots = group_dot(group, quads, neg_bias);
-                let s = sub_scales(sub);
-                for h in 0..2 {
-                    let scale = _mm256_mul_ps(_mm256_cvtepi32_ps(s[h]), a_scale);
-                    acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[h]), scale, acc[h]);
-                }
+    if SPAN == 1 {
+        for (a_scale, (group, sub, quads, neg_bias)) in row_groups(w, b, a_row, neg_bias, scales) {
+            let a_scale = _mm256_set1_ps(a_scale);
+            let dots = group_dot(group, quads, neg_bias);
+            let s = sub_scales(sub);
+            for h in 0..2 {
+                let scale = _mm256_mul_ps(_mm256_cvtepi32_ps(s[h]), a_scale);
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[h]), scale, acc[h]);
             }
-        } else {
+        }
+    } else {
+        for (a_scale, groups) in row_spans::<SPAN>(w, b, a_row, neg_bias, scales) {
+            let a_scale = _mm256_set1_ps(a_scale);
             let mut sum = [_mm256_setzero_si256(); 2];
             for (group, sub, quads, neg_bias) in groups {
                 let dots = group_dot(group, quads, neg_bias);

@@ -21,7 +21,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::row_spans;
+use super::super::{row_groups, row_spans};
 use super::{block_row_scales, sub_scale_words, sub_scales_i32};
 use crate::gemm_w4::packed::{GROUP_BYTES, PackedW4Weights, VEC_BYTES, VECS};
 use crate::tiling::BLOCK;
@@ -51,15 +51,15 @@ pub(super) fn block<const SPAN: usize>(
 ) {
     debug_assert!(out.len() >= BLOCK);
     let mut acc = _mm512_setzero_ps();
-    for (a_scale, groups) in row_spans::<SPAN>(w, b, a_row, neg_bias, scales) {
-        if SPAN == 1 {
-            for (group, sub, quads, neg_bias) in groups {
-                let dot = group_dot(group, quads, neg_bias);
-                let s = _mm512_cvtepi32_ps(sub_scales_i32(sub));
-                let scale = _mm512_mul_ps(s, _mm512_set1_ps(a_scale));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
-            }
-        } else {
+    if SPAN == 1 {
+        for (a_scale, (group, sub, quads, neg_bias)) in row_groups(w, b, a_row, neg_bias, scales) {
+            let dot = group_dot(group, quads, neg_bias);
+            let s = _mm512_cvtepi32_ps(sub_scales_i32(sub));
+            let scale = _mm512_mul_ps(s, _mm512_set1_ps(a_scale));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+        }
+    } else {
+        for (a_scale, groups) in row_spans::<SPAN>(w, b, a_row, neg_bias, scales) {
             let mut sum = _mm512_setzero_si512();
             for (group, sub, quads, neg_bias) in groups {
                 let dot = group_dot(group, quads, neg_bias);
