@@ -87,10 +87,42 @@ type RowGroup<'a> = (
     i32,
 );
 
+/// A block's packed groups, their sub-scales and an activation row's quads, group by
+/// group ([`row_operands`]).
+#[cfg(target_arch = "x86_64")]
+type RowOperands<'a> = (
+    &'a [[u8; GROUP_BYTES]],
+    &'a [[i8; BLOCK]],
+    &'a [[[u8; 4]; 8]],
+);
+
 /// The operands of block `b`'s product with one activation row (`a_row`: zero-padded,
-/// `32 · groups` bytes; `neg_bias`: its `-8 Σ a` per group; `scales`: its scale per span)
-/// span by span: the span's activation scale and its groups, as the one-row kernels walk
-/// them (chunks, so the loops index nothing).
+/// `32 · groups` bytes; `neg_bias`: its `-8 Σ a` per group; `scales`: its scale per span
+/// of `span` groups) that the walks below take group by group: the block's packed groups,
+/// their sub-scales and the row's activations as quads (chunks, so the loops index
+/// nothing).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn row_operands<'a>(
+    w: &'a PackedW4Weights,
+    b: usize,
+    a_row: &'a [u8],
+    neg_bias: &[i32],
+    scales: &[f32],
+    span: usize,
+) -> RowOperands<'a> {
+    let groups = w.groups();
+    debug_assert_eq!(a_row.len(), GROUP_K * groups);
+    debug_assert_eq!(scales.len(), groups.div_ceil(span));
+    debug_assert_eq!(neg_bias.len(), groups);
+    let weights = w.block(b).as_chunks::<GROUP_BYTES>().0;
+    let subs = w.block_sub_scales(b).as_chunks::<BLOCK>().0;
+    let acts = a_row.as_chunks::<4>().0.as_chunks::<8>().0;
+    (weights, subs, acts)
+}
+
+/// [`row_operands`] span by span: the span's activation scale and its groups, as the
+/// one-row kernels walk spans of several groups (`w4a8-g128`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn row_spans<'a, const SPAN: usize>(
@@ -100,13 +132,7 @@ fn row_spans<'a, const SPAN: usize>(
     neg_bias: &'a [i32],
     scales: &'a [f32],
 ) -> impl Iterator<Item = (f32, impl Iterator<Item = RowGroup<'a>>)> {
-    let groups = w.groups();
-    debug_assert_eq!(a_row.len(), GROUP_K * groups);
-    debug_assert_eq!(scales.len(), groups.div_ceil(SPAN));
-    debug_assert_eq!(neg_bias.len(), groups);
-    let weights = w.block(b).as_chunks::<GROUP_BYTES>().0;
-    let subs = w.block_sub_scales(b).as_chunks::<BLOCK>().0;
-    let acts = a_row.as_chunks::<4>().0.as_chunks::<8>().0;
+    let (weights, subs, acts) = row_operands(w, b, a_row, neg_bias, scales, SPAN);
     weights
         .chunks(SPAN)
         .zip(subs.chunks(SPAN))
@@ -120,7 +146,7 @@ fn row_spans<'a, const SPAN: usize>(
         })
 }
 
-/// [`row_spans`] for spans of one group (`w4a8-g32`): each group with its activation
+/// [`row_operands`] for spans of one group (`w4a8-g32`): each group with its activation
 /// scale, from one flat walk of the five arrays. The spans' nested chunks left the
 /// compiler keeping the walk's pointers in vector registers, whose moves back to the
 /// address registers delayed each group's loads.
@@ -133,13 +159,7 @@ fn row_groups<'a>(
     neg_bias: &'a [i32],
     scales: &'a [f32],
 ) -> impl Iterator<Item = (f32, RowGroup<'a>)> {
-    let groups = w.groups();
-    debug_assert_eq!(a_row.len(), GROUP_K * groups);
-    debug_assert_eq!(scales.len(), groups);
-    debug_assert_eq!(neg_bias.len(), groups);
-    let weights = w.block(b).as_chunks::<GROUP_BYTES>().0;
-    let subs = w.block_sub_scales(b).as_chunks::<BLOCK>().0;
-    let acts = a_row.as_chunks::<4>().0.as_chunks::<8>().0;
+    let (weights, subs, acts) = row_operands(w, b, a_row, neg_bias, scales, 1);
     weights
         .iter()
         .zip(subs)
